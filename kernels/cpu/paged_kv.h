@@ -1,0 +1,55 @@
+// kernels/cpu/paged_kv.h — the paged KV cache, described once for kernels
+// and host code.
+//
+// A layer's cache is two arrays (K and V) of n_blocks physical blocks:
+//
+//   K, V: [n_blocks][n_kv_heads][block_size][head_dim]   of `type` (F16 or F32)
+//
+// A sequence owns a block table: logical block i (positions
+// i*block_size .. (i+1)*block_size-1) lives in physical block table[i].
+// Laying a block out head-major keeps one head group's keys contiguous, so
+// attention reads each block once per KV head and serves all the query heads
+// of that group (GQA) from it.
+#pragma once
+
+#include <cstdint>
+
+#include "base/dtype.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace kvasir::cpu {
+
+struct KvLayerView {
+  void* k = nullptr;
+  void* v = nullptr;
+  DType type = DType::F16;  // F16 or F32
+  int32_t n_blocks = 0;
+  int32_t block_size = 16;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+};
+
+// One sequence's slice of a batch: n_tokens new tokens at positions
+// pos0 .. pos0 + n_tokens - 1, whose keys/values go to (and whose queries
+// read from) the blocks in block_table[0 .. n_table).
+struct AttnRow {
+  int32_t pos0 = 0;
+  int32_t n_tokens = 0;
+  const int32_t* block_table = nullptr;
+  int32_t n_table = 0;
+};
+
+// Writes the new tokens' keys/values (k, v: [T, n_kv_heads, head_dim] f32,
+// T = sum of n_tokens, rows in order) into their blocks. Throws
+// kvasir::Error if a position falls outside a row's table or a block id is
+// out of range.
+void kv_append(const KvLayerView& kv, const AttnRow* rows, int n_rows, const float* k,
+               const float* v);
+
+// Causal attention of each new token over its sequence's positions 0..pos.
+// q, out: [T, n_heads, head_dim] f32. n_heads % n_kv_heads == 0.
+// Call after kv_append for the same rows.
+void paged_attention(const KvLayerView& kv, const AttnRow* rows, int n_rows, const float* q,
+                     int n_heads, float scale, float* out, ThreadPool* pool);
+
+}  // namespace kvasir::cpu

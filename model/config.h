@@ -1,0 +1,39 @@
+// model/config.h — the shape of a Llama-family decoder, read from the file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace kvasir {
+
+enum class RopeLayout { kAdjacent, kHalf };  // see NOTES-model.md and kernels/cpu/rope.h
+
+struct ModelConfig {
+  std::string arch;  // "llama", "qwen2", "mistral"
+  std::string name;  // general.name or the folder name
+  int32_t n_layers = 0;
+  int32_t hidden = 0;
+  int32_t n_heads = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t ffn = 0;
+  int32_t vocab = 0;
+  int32_t context_length = 0;
+  float rope_theta = 10000.f;
+  RopeLayout rope_layout = RopeLayout::kAdjacent;
+  // Llama 3.x rope scaling (rope_scaling.rope_type == "llama3"); factor 0 = none.
+  float rope_llama3_factor = 0.f;
+  float rope_llama3_low_freq_factor = 1.f;
+  float rope_llama3_high_freq_factor = 4.f;
+  int32_t rope_llama3_original_context = 8192;
+  float rope_linear_factor = 1.f;
+  float rms_eps = 1e-5f;
+  bool tied_embeddings = false;  // output head = token embedding
+  bool qkv_bias = false;         // Qwen2
+
+  // Throws kvasir::Error naming the field if the shape is inconsistent
+  // (zero sizes, heads not dividing hidden, kv heads not dividing heads...).
+  void validate(const std::string& source) const;
+};
+
+}  // namespace kvasir

@@ -1,0 +1,55 @@
+// model/model_file.h — one model on disk (a GGUF file or a Hugging Face
+// safetensors folder), mapped, never copied whole.
+//
+// Tensors are named as GGUF names them, whatever the source:
+//   token_embd.weight, output_norm.weight, output.weight,
+//   blk.N.{attn_norm,attn_q,attn_k,attn_v,attn_output,ffn_norm,ffn_gate,ffn_up,ffn_down}.weight,
+//   blk.N.{attn_q,attn_k,attn_v}.bias (Qwen2)
+// A safetensors folder is translated to these names; its q/k rows are kept
+// as stored and config().rope_layout says kHalf.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "base/tensor.h"
+#include "model/config.h"
+
+namespace kvasir {
+
+class GgufFile;
+
+class ModelFile {
+ public:
+  virtual ~ModelFile() = default;
+
+  // Opens a .gguf file or a folder with config.json + *.safetensors.
+  // Throws kvasir::Error naming the file, the field and the fault.
+  static std::unique_ptr<ModelFile> open(const std::string& path);
+
+  virtual const ModelConfig& config() const = 0;
+  // The GGUF file behind this model (tokenizer metadata), or nullptr.
+  virtual const GgufFile* gguf() const { return nullptr; }
+  const std::string& path() const { return path_; }
+
+  // The tensor by GGUF name; nullptr if absent. Shape and size are already
+  // validated against the file. Records the name as touched.
+  const TensorView* find(const std::string& name) const;
+  // Same, but throws kvasir::Error if absent.
+  const TensorView& get(const std::string& name) const;
+  // Names of every tensor find()/get() returned, for slicing tests.
+  std::set<std::string> touched() const;
+
+ protected:
+  explicit ModelFile(std::string path) : path_(std::move(path)) {}
+  virtual const TensorView* lookup(const std::string& name) const = 0;
+
+ private:
+  std::string path_;
+  mutable std::mutex touched_mu_;
+  mutable std::set<std::string> touched_;
+};
+
+}  // namespace kvasir
