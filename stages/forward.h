@@ -1,0 +1,95 @@
+// stages/forward.h — runs one contiguous slice of a model's layers on the CPU.
+//
+// A stage holds layers [first, last]. The head also embeds token ids; the
+// tail also applies the final norm and the output head. A whole model in one
+// process (kvasir-local) is the slice [0, n_layers-1] with head and tail.
+//
+// A batch is a list of rows, one per sequence: n_tokens new tokens starting
+// at position pos0, whose keys and values live in the blocks of its block
+// table (kernels/cpu/paged_kv.h). Rows are laid out back to back in every
+// per-token buffer: token t of row r is at index sum(n_tokens of rows < r) + t.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "base/dtype.h"
+#include "kernels/cpu/paged_kv.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/thread_pool.h"
+#include "model/model_file.h"
+
+namespace kvasir {
+
+struct SliceSpec {
+  int first_layer = 0;
+  int last_layer = 0;  // inclusive
+  bool head = false;   // embeds token ids
+  bool tail = false;   // final norm + output head
+};
+
+struct KvSpec {
+  int32_t n_blocks = 0;
+  int32_t block_size = 16;
+  DType type = DType::F16;  // F16 or F32
+};
+
+struct ForwardRow {
+  int32_t pos0 = 0;
+  int32_t n_tokens = 0;
+  const int32_t* block_table = nullptr;
+  int32_t n_table = 0;
+  bool want_logits = false;  // tail: return logits of this row's last token
+};
+
+struct ForwardBatch {
+  const ForwardRow* rows = nullptr;
+  int32_t n_rows = 0;
+  const int32_t* tokens = nullptr;  // [n_tokens] — head only
+  int64_t n_tokens = 0;             // sum of rows' n_tokens
+};
+
+class SliceExecutor {
+ public:
+  // Maps (looks up) only the tensors of its slice. max_tokens bounds a
+  // batch's total token count (the plan's max_tokens); buffers are allocated
+  // once here.
+  SliceExecutor(const ModelFile& model, const SliceSpec& slice, const KvSpec& kv, int threads,
+                int64_t max_tokens);
+  ~SliceExecutor();
+
+  // hidden_in:  [n_tokens, hidden] f32 — ignored by the head (it embeds tokens).
+  // hidden_out: [n_tokens, hidden] f32 — written by every stage but the tail.
+  // logits:     [rows with want_logits, vocab] f32 — written by the tail only, in row order.
+  // Throws kvasir::Error on a malformed batch (token id out of range, too
+  // many tokens, a position outside the row's block table, a bad block id).
+  void forward(const ForwardBatch& batch, const float* hidden_in, float* hidden_out,
+               float* logits);
+
+  const ModelConfig& config() const { return cfg_; }
+  const SliceSpec& slice() const { return slice_; }
+  // Bytes of KV cache per block for this slice's layers (K and V, all layers).
+  static uint64_t kv_bytes_per_block(const ModelConfig& cfg, const SliceSpec& s, const KvSpec& kv);
+
+ private:
+  struct Layer;
+  struct Scratch;
+  void run_layer(const Layer& L, const ForwardBatch& b, const std::vector<cpu::AttnRow>& rows,
+                 const int32_t* pos, float* x);
+
+  ModelConfig cfg_;
+  SliceSpec slice_;
+  KvSpec kv_;
+  int64_t max_tokens_;
+  std::unique_ptr<cpu::ThreadPool> pool_;
+  const TensorView* embed_ = nullptr;
+  const TensorView* out_norm_ = nullptr;
+  const TensorView* output_ = nullptr;
+  std::vector<Layer> layers_;
+  std::unique_ptr<Scratch> s_;
+  std::vector<float> inv_freq_;
+  cpu::RopeConfig rope_;
+};
+
+}  // namespace kvasir
