@@ -2,8 +2,15 @@
 //
 // W is a TensorView of shape [out = rows, in = cols] (GGUF: ne[0] = in).
 // Supported weight types: F32, F16, BF16, Q8_0, Q4_0, Q4_1. Quantised types
-// quantise each activation row to 8 bits once per call and use integer dot
-// products (AVX2 when the CPU has it, chosen at run time; scalar otherwise).
+// quantise each activation row to 8 bits (blocks of 32, d = amax/127) once
+// per call and use integer dot products (AVX2 when the CPU has it, chosen at
+// run time; scalar otherwise — see simd.h). F32/F16/BF16 accumulate in f32.
+//
+// Work is split over output rows; each thread runs every weight row of its
+// range over a tile of activation rows (4 at a time), so a weight block is
+// loaded once for many activation rows. The quantised activations live in a
+// grow-only thread_local buffer of the calling thread: no allocation per call
+// in steady state.
 #pragma once
 
 #include <cstdint>
@@ -13,11 +20,13 @@
 
 namespace kvasir::cpu {
 
-// x: [n, w.cols()] f32, y: [n, w.rows()] f32. Throws kvasir::Error on an
-// unsupported type or mismatched shapes.
+// x: [n, w.cols()] f32, y: [n, w.rows()] f32 (y must not alias x). pool may be
+// nullptr (runs on the caller). Throws kvasir::Error on an unsupported type,
+// cols not a multiple of the block size, or a tensor smaller than its shape.
 void matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool* pool);
 
 // Dequantise row r of w into out[w.cols()] (f32). Used for embeddings.
+// Throws kvasir::Error if r is out of range or the type is unsupported.
 void dequantize_row(const TensorView& w, int64_t r, float* out);
 
 }  // namespace kvasir::cpu

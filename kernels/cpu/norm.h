@@ -1,4 +1,5 @@
 // kernels/cpu/norm.h — RMSNorm and elementwise ops of a Llama block.
+// AVX2 paths when simd_level() allows; all accumulate in f32 or better.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,8 @@ namespace kvasir::cpu {
 void rmsnorm(const float* x, const float* weight, float eps, int64_t n, int64_t dim, float* out);
 
 // out[i] = silu(gate[i]) * up[i], for i < count. out may alias gate.
+// silu(g) = g / (1 + exp(-g)); the AVX2 path uses a polynomial exp
+// (relative error ~1e-7).
 void swiglu(const float* gate, const float* up, int64_t count, float* out);
 
 // x[i] += y[i]

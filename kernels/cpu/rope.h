@@ -2,7 +2,14 @@
 //
 // Two layouts (see NOTES-model.md): GGUF llama models rotate adjacent pairs
 // (x[2i], x[2i+1]) — kAdjacent; Hugging Face checkpoints and Qwen2 rotate
-// (x[i], x[i + d/2]) — kHalf (NeoX).
+// (x[i], x[i + rot_dim/2]) — kHalf (NeoX). Dimensions at and past rot_dim are
+// left as they are.
+//
+// Numerics: inv_freq is computed in double and rounded to f32; the angle of
+// pair i at position p is the f32 product (f32(p) / linear_factor) * inv_freq[i],
+// and cos/sin are taken in f32 — as Hugging Face does (f32 matmul of
+// inv_freq and positions, then cos/sin) and within an ulp of llama.cpp
+// (which forms p * theta_scale^i in f32).
 #pragma once
 
 #include <cstdint>
@@ -14,7 +21,7 @@ enum class RopeStyle { kAdjacent, kHalf };
 
 struct RopeConfig {
   int head_dim = 0;
-  int rot_dim = 0;  // dimensions rotated (== head_dim for Llama)
+  int rot_dim = 0;  // dimensions rotated (== head_dim for Llama); even, <= head_dim
   float theta = 10000.f;
   RopeStyle style = RopeStyle::kAdjacent;
   // Llama 3.x frequency scaling; factor == 0 means none.
@@ -26,10 +33,15 @@ struct RopeConfig {
   float linear_factor = 1.f;
 };
 
-// Inverse frequencies, one per rotated pair (rot_dim / 2), scaling applied.
+// Inverse frequencies, one per rotated pair (rot_dim / 2), Llama-3 scaling
+// applied as Hugging Face's _compute_llama3_parameters does. Throws
+// kvasir::Error on an invalid config. (GGUF Llama-3 files may instead carry
+// a rope_freqs tensor: divide theta^(-2i/d) by it and pass the result to
+// rope() directly.)
 std::vector<float> rope_inv_freq(const RopeConfig& cfg);
 
-// Rotates x: [n_tokens, n_heads, head_dim] in place; pos[t] is token t's position.
+// Rotates x: [n_tokens, n_heads, head_dim] in place; pos[t] is token t's
+// position; inv_freq: [rot_dim / 2].
 void rope(const RopeConfig& cfg, const float* inv_freq, const int32_t* pos, int64_t n_tokens,
           int n_heads, float* x);
 

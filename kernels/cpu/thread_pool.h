@@ -1,22 +1,35 @@
 // kernels/cpu/thread_pool.h — a persistent pool of worker threads for one stage.
 //
-// Workers sleep on a condition variable while idle (an idle stage uses no
-// CPU). parallel_for splits [0, n) into contiguous chunks; the calling thread
-// takes part, so ThreadPool(1) runs everything inline.
+// Workers spin briefly after a job (so back-to-back kernels of one forward
+// pass do not pay a wake-up), then sleep on a condition variable (an idle
+// stage uses no CPU). parallel_for splits [0, n) into size() contiguous
+// chunks, chunk i to thread i; the calling thread is thread 0 and takes part,
+// so ThreadPool(1) runs everything inline. A call allocates nothing: the
+// callable is passed by address, never copied into a std::function.
+//
+// An exception thrown by fn on any thread is captured (the first one wins),
+// every other chunk still finishes, and it is rethrown on the caller.
+// parallel_for called from inside a task runs inline (no deadlock); calls
+// from several outside threads are serialised.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
+#include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace kvasir::cpu {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int n_threads);
+  // n_threads >= 1 (the caller counts as one). spin_us: how long an idle
+  // worker polls for the next job before sleeping (0: sleep at once).
+  explicit ThreadPool(int n_threads, int spin_us = 50);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -24,21 +37,40 @@ class ThreadPool {
   int size() const { return n_threads_; }
 
   // Calls fn(begin, end, thread_index) on disjoint chunks covering [0, n);
-  // returns when all are done. Not reentrant.
-  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn);
+  // returns when all are done. fn is any callable (lambda, std::function).
+  template <class F>
+  void parallel_for(int64_t n, F&& fn) {
+    using Fn = std::remove_reference_t<F>;
+    run(
+        n,
+        [](const void* ctx, int64_t b, int64_t e, int t) {
+          (*static_cast<Fn*>(const_cast<void*>(ctx)))(b, e, t);
+        },
+        static_cast<const void*>(std::addressof(fn)));
+  }
 
  private:
+  using Call = void (*)(const void* ctx, int64_t begin, int64_t end, int thread);
+
+  void run(int64_t n, Call call, const void* ctx);
+  void run_chunk(int index);
   void worker(int index);
 
   int n_threads_;
+  int spin_us_;
   std::vector<std::thread> threads_;
-  std::mutex mu_;
+  std::mutex call_mu_;  // serialises outside callers
+  std::mutex mu_;       // guards sleeping and waking
   std::condition_variable wake_, done_;
-  const std::function<void(int64_t, int64_t, int)>* job_ = nullptr;
-  int64_t job_n_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
+  // The current job; written by the caller before generation_ moves.
+  Call call_ = nullptr;
+  const void* ctx_ = nullptr;
+  int64_t n_ = 0;
+  std::mutex error_mu_;
+  std::exception_ptr error_;
 };
 
 }  // namespace kvasir::cpu

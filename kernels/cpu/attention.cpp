@@ -1,0 +1,268 @@
+// paged_attention: causal attention over the paged KV cache with a streaming
+// (online) softmax.
+//
+// Work item = (row, kv head, chunk of up to kTokChunk new tokens). An item
+// walks the row's blocks once; each block's keys and values for that kv head
+// are converted to f32 once and serve every query of the item: all the query
+// heads of the group (GQA) times all its tokens. Items are taken dynamically
+// from an atomic counter, so a long prefill chunk and many decodes balance.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "base/check.h"
+#include "base/half.h"
+#include "kernels/cpu/paged_kv.h"
+#include "kernels/cpu/paged_kv_internal.h"
+#include "kernels/cpu/simd.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define KV_HAVE_X86 1
+#define KV_AVX2 __attribute__((target("avx2,fma,f16c")))
+#endif
+
+namespace kvasir::cpu {
+namespace {
+
+constexpr int kTokChunk = 16;
+
+struct Item {
+  int32_t row;
+  int32_t head;    // kv head
+  int32_t t0, t1;  // new tokens [t0, t1) of the row
+};
+
+struct Job {
+  const KvLayerView* kv;
+  const AttnRow* rows;
+  const int64_t* tok_off;  // [n_rows] first global token of each row
+  const float* q;          // [T, n_heads, hd]
+  float* out;              // [T, n_heads, hd]
+  int n_heads;
+  int group;  // query heads per kv head
+  float scale;
+};
+
+// Per-thread scratch, grow-only.
+struct Scratch {
+  std::vector<float> acc;         // [nq, hd]
+  std::vector<float> m, l;        // [nq]
+  std::vector<float> kbuf, vbuf;  // [bs, hd]
+  std::vector<float> s;           // [bs]
+  void reserve(size_t nq, size_t hd, size_t bs) {
+    if (acc.size() < nq * hd) acc.resize(nq * hd);
+    if (m.size() < nq) m.resize(nq), l.resize(nq);
+    if (kbuf.size() < bs * hd) kbuf.resize(bs * hd), vbuf.resize(bs * hd);
+    if (s.size() < bs) s.resize(bs);
+  }
+};
+
+// ---- the vector helpers, one set per level --------------------------------
+
+struct ScalarOps {
+  static float dot(const float* a, const float* b, int64_t n) {
+    float s = 0.f;
+    for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+    return s;
+  }
+  static void scale(float* a, float c, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) a[i] *= c;
+  }
+  static void axpy(float* a, float c, const float* b, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) a[i] += c * b[i];
+  }
+  static void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(src[i]);
+  }
+};
+
+#ifdef KV_HAVE_X86
+struct Avx2Ops {
+  KV_AVX2 static float dot(const float* a, const float* b, int64_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+      s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8)
+      s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s0 = _mm256_add_ps(s0, s1);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    float s = _mm_cvtss_f32(h);
+    for (; i < n; ++i) s += a[i] * b[i];
+    return s;
+  }
+  KV_AVX2 static void scale(float* a, float c, int64_t n) {
+    const __m256 cv = _mm256_set1_ps(c);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(a + i, _mm256_mul_ps(_mm256_loadu_ps(a + i), cv));
+    for (; i < n; ++i) a[i] *= c;
+  }
+  KV_AVX2 static void axpy(float* a, float c, const float* b, int64_t n) {
+    const __m256 cv = _mm256_set1_ps(c);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(a + i, _mm256_fmadd_ps(cv, _mm256_loadu_ps(b + i), _mm256_loadu_ps(a + i)));
+    for (; i < n; ++i) a[i] += c * b[i];
+  }
+  KV_AVX2 static void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(dst + i,
+                       _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+    for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
+  }
+};
+#endif
+
+// ---- one work item --------------------------------------------------------
+
+template <class Ops>
+inline void run_item(const Job& job, const Item& it, Scratch& sc) {
+  const KvLayerView& kv = *job.kv;
+  const AttnRow& row = job.rows[it.row];
+  const int64_t hd = kv.head_dim, bs = kv.block_size;
+  const int G = job.group;
+  const int nt = it.t1 - it.t0;
+  const int64_t nq = int64_t(nt) * G;  // query (t, h) at index t_local * G + h_local
+  sc.reserve(size_t(nq), size_t(hd), size_t(bs));
+  float* acc = sc.acc.data();
+  float* m = sc.m.data();
+  float* l = sc.l.data();
+  float* s = sc.s.data();
+  std::fill(acc, acc + nq * hd, 0.f);
+  std::fill(m, m + nq, -std::numeric_limits<float>::infinity());
+  std::fill(l, l + nq, 0.f);
+
+  const int64_t tok0 = job.tok_off[it.row] + it.t0;  // global index of the first token
+  auto qptr = [&](int t, int h) {
+    return job.q + ((tok0 + t) * job.n_heads + int64_t(it.head) * G + h) * hd;
+  };
+  const int64_t first_pos = int64_t(row.pos0) + it.t0;
+  const int64_t last_pos = int64_t(row.pos0) + it.t1 - 1;
+  for (int64_t lb = 0; lb <= last_pos / bs; ++lb) {
+    const int64_t start = lb * bs;
+    const int64_t phys = row.block_table[lb];
+    const int64_t off = detail::kv_offset(kv, phys, it.head, 0);
+    const int64_t avail = std::min(bs, last_pos - start + 1);  // slots any query may see
+    const float *kb, *vb;
+    if (kv.type == DType::F32) {
+      kb = static_cast<const float*>(kv.k) + off;
+      vb = static_cast<const float*>(kv.v) + off;
+    } else {
+      Ops::f16_to_f32(static_cast<const uint16_t*>(kv.k) + off, sc.kbuf.data(), avail * hd);
+      Ops::f16_to_f32(static_cast<const uint16_t*>(kv.v) + off, sc.vbuf.data(), avail * hd);
+      kb = sc.kbuf.data();
+      vb = sc.vbuf.data();
+    }
+    // Tokens before this block's start see none of it.
+    const int t_begin = int(std::max<int64_t>(0, start - first_pos));
+    for (int t = t_begin; t < nt; ++t) {
+      const int64_t cnt = std::min(bs, first_pos + t - start + 1);
+      for (int h = 0; h < G; ++h) {
+        const int64_t qi = int64_t(t) * G + h;
+        const float* qv = qptr(t, h);
+        float bmax = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < cnt; ++j) {
+          s[j] = Ops::dot(qv, kb + j * hd, hd) * job.scale;
+          bmax = std::max(bmax, s[j]);
+        }
+        float* a = acc + qi * hd;
+        if (bmax > m[qi]) {
+          const float corr = std::exp(m[qi] - bmax);  // 0 on the first block
+          l[qi] *= corr;
+          Ops::scale(a, corr, hd);
+          m[qi] = bmax;
+        }
+        for (int64_t j = 0; j < cnt; ++j) {
+          const float e = std::exp(s[j] - m[qi]);
+          l[qi] += e;
+          Ops::axpy(a, e, vb + j * hd, hd);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < nt; ++t) {
+    for (int h = 0; h < G; ++h) {
+      const int64_t qi = int64_t(t) * G + h;
+      float* o = job.out + ((tok0 + t) * job.n_heads + int64_t(it.head) * G + h) * hd;
+      const float inv = 1.f / l[qi];
+      const float* a = acc + qi * hd;
+      for (int64_t i = 0; i < hd; ++i) o[i] = a[i] * inv;
+    }
+  }
+}
+
+void run_item_scalar(const Job& job, const Item& it, Scratch& sc) {
+  run_item<ScalarOps>(job, it, sc);
+}
+
+#ifdef KV_HAVE_X86
+// flatten: inline the Ops helpers (and everything else) so the whole item is
+// compiled for AVX2.
+__attribute__((target("avx2,fma,f16c"), flatten)) void run_item_avx2(const Job& job, const Item& it,
+                                                                     Scratch& sc) {
+  run_item<Avx2Ops>(job, it, sc);
+}
+#endif
+
+}  // namespace
+
+void paged_attention(const KvLayerView& kv, const AttnRow* rows, int n_rows, const float* q,
+                     int n_heads, float scale, float* out, ThreadPool* pool) {
+  const int64_t total = detail::check_kv_rows(kv, rows, n_rows);
+  KV_CHECK(n_heads > 0 && n_heads % kv.n_kv_heads == 0,
+           "paged_attention: {} query heads is not a multiple of {} kv heads", n_heads,
+           kv.n_kv_heads);
+  KV_CHECK(std::isfinite(scale), "paged_attention: scale {} is not finite", scale);
+  if (total == 0) return;
+  KV_CHECK(q != nullptr && out != nullptr, "paged_attention: null q or out");
+
+  thread_local std::vector<int64_t> tok_off;  // grow-only
+  thread_local std::vector<Item> items;
+  if (tok_off.size() < size_t(n_rows)) tok_off.resize(size_t(n_rows));
+  items.clear();
+  int64_t off = 0;
+  for (int r = 0; r < n_rows; ++r) {
+    tok_off[size_t(r)] = off;
+    off += rows[r].n_tokens;
+    for (int32_t t0 = 0; t0 < rows[r].n_tokens; t0 += kTokChunk)
+      for (int32_t h = 0; h < kv.n_kv_heads; ++h)
+        items.push_back({r, h, t0, std::min(rows[r].n_tokens, t0 + kTokChunk)});
+  }
+  // Longest contexts first: better balance with dynamic scheduling. (std::sort:
+  // stable_sort would allocate; the order does not change any result.)
+  std::sort(items.begin(), items.end(), [&](const Item& a, const Item& b) {
+    const int64_t la = int64_t(rows[a.row].pos0) + a.t1, lb = int64_t(rows[b.row].pos0) + b.t1;
+    if (la != lb) return la > lb;
+    if (a.row != b.row) return a.row < b.row;
+    if (a.t0 != b.t0) return a.t0 < b.t0;
+    return a.head < b.head;
+  });
+
+  const Job job{&kv, rows, tok_off.data(), q, out, n_heads, n_heads / kv.n_kv_heads, scale};
+  auto fn = run_item_scalar;
+#ifdef KV_HAVE_X86
+  if (simd_level() == SimdLevel::kAvx2) fn = run_item_avx2;
+#endif
+  const int64_t n_items = int64_t(items.size());
+  const Item* item_data = items.data();
+  std::atomic<int64_t> next{0};
+  auto body = [&](int64_t, int64_t, int) {
+    thread_local Scratch sc;
+    for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n_items;)
+      fn(job, item_data[i], sc);
+  };
+  if (pool && pool->size() > 1 && n_items > 1)
+    pool->parallel_for(std::min<int64_t>(pool->size(), n_items), body);
+  else
+    body(0, 1, 0);
+}
+
+}  // namespace kvasir::cpu

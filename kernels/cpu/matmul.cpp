@@ -1,0 +1,168 @@
+// The matmul driver: validation, activation quantisation, tiling and the
+// split over the pool. Per-format dot kernels: matmul_quant.cpp,
+// matmul_float.cpp.
+#include "kernels/cpu/matmul.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "base/check.h"
+#include "base/half.h"
+#include "kernels/cpu/matmul_internal.h"
+
+namespace kvasir::cpu {
+namespace {
+
+using detail::BlockQ8x;
+using detail::kQK;
+using detail::load_u16;
+
+bool is_quant(DType t) {
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1;
+}
+bool is_float(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
+}
+
+// Row bytes of w after checking type, shape and size.
+uint64_t checked_row_bytes(const TensorView& w) {
+  KV_CHECK(is_quant(w.type) || is_float(w.type), "matmul: weight type {} is not supported on CPU",
+           dtype_name(w.type));
+  KV_CHECK(w.cols() > 0 && w.rows() >= 0, "matmul: bad weight shape [{} x {}]", w.rows(), w.cols());
+  const auto rb = dtype_row_bytes(w.type, w.cols());
+  KV_CHECK(rb.has_value(), "matmul: {} rows of {} are not a multiple of the block size {}",
+           dtype_name(w.type), w.cols(), dtype_info(w.type).block);
+  uint64_t need = 0;
+  KV_CHECK(!__builtin_mul_overflow(*rb, uint64_t(w.rows()), &need) && w.nbytes >= need,
+           "matmul: tensor holds {} bytes, shape [{} x {}] {} needs {}", w.nbytes, w.rows(),
+           w.cols(), dtype_name(w.type), need);
+  KV_CHECK(w.data != nullptr || need == 0, "matmul: weight has no data");
+  return *rb;
+}
+
+// Activation tile: as many rows as fit ~32 KiB, a multiple of 4, in [4, 64].
+int64_t act_tile(int64_t x_row_bytes) {
+  int64_t t = 32768 / std::max<int64_t>(x_row_bytes, 1);
+  t = std::clamp<int64_t>(t, 4, 64);
+  return t & ~int64_t(3);
+}
+
+constexpr int64_t kRowTile = 16;  // weight rows per tile (a few KiB, stays in L1)
+
+}  // namespace
+
+void matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
+  const uint64_t row_bytes = checked_row_bytes(w);
+  KV_CHECK(n >= 0, "matmul: negative row count {}", n);
+  const int64_t rows = w.rows(), cols = w.cols();
+  if (n == 0 || rows == 0) return;
+  KV_CHECK(x != nullptr && y != nullptr, "matmul: null activation or output");
+
+  const SimdLevel level = simd_level();
+  const bool quant = is_quant(w.type);
+  const detail::DotFn dot =
+      quant ? detail::quant_dot_kernel(w.type, level) : detail::float_dot_kernel(w.type, level);
+  KV_CHECK(dot != nullptr, "matmul: no kernel for {}", dtype_name(w.type));
+
+  // Activations in the kernel's input form: [n, nb] Q8 blocks or x itself.
+  const void* xk = x;
+  int64_t x_stride = cols;  // in elements of the kernel's input
+  int64_t x_row_bytes = cols * 4;
+  if (quant) {
+    thread_local std::vector<BlockQ8x> xq;  // grow-only
+    const int64_t nb = cols / kQK;
+    if (xq.size() < size_t(n * nb)) xq.resize(size_t(n * nb));
+    BlockQ8x* xqp = xq.data();
+    auto quantize = [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i)
+        detail::quantize_row_q8x(x + i * cols, cols, xqp + i * nb, level);
+    };
+    if (pool && n * cols >= (int64_t(1) << 16))
+      pool->parallel_for(n, quantize);
+    else
+      quantize(0, n, 0);
+    xk = xqp;
+    x_stride = nb;
+    x_row_bytes = nb * int64_t(sizeof(BlockQ8x));
+  }
+  const int64_t tile = act_tile(x_row_bytes);
+  const auto* wdata = static_cast<const uint8_t*>(w.data);
+  const size_t x_elem = quant ? sizeof(BlockQ8x) : sizeof(float);
+
+  auto body = [&](int64_t r0, int64_t r1, int) {
+    for (int64_t rb = r0; rb < r1; rb += kRowTile) {
+      const int64_t re = std::min(rb + kRowTile, r1);
+      for (int64_t jb = 0; jb < n; jb += tile) {
+        const int64_t je = std::min(jb + tile, n);
+        for (int64_t r = rb; r < re; ++r) {
+          const uint8_t* wr = wdata + uint64_t(r) * row_bytes;
+          for (int64_t j = jb; j < je; j += 4) {
+            const int nx = int(std::min<int64_t>(4, je - j));
+            const void* xj = static_cast<const uint8_t*>(xk) + size_t(j * x_stride) * x_elem;
+            dot(wr, xj, x_stride, nx, cols, y + j * rows + r, rows);
+          }
+        }
+      }
+    }
+  };
+  // Tiny products are not worth waking the pool.
+  if (pool && pool->size() > 1 && rows >= 2 * kRowTile &&
+      double(rows) * double(n) * double(cols) >= 1e5)
+    pool->parallel_for(rows, body);
+  else
+    body(0, rows, 0);
+}
+
+void dequantize_row(const TensorView& w, int64_t r, float* out) {
+  const uint64_t row_bytes = checked_row_bytes(w);
+  KV_CHECK(r >= 0 && r < w.rows(), "dequantize_row: row {} out of range [0, {})", r, w.rows());
+  KV_CHECK(out != nullptr, "dequantize_row: null output");
+  const auto* row = static_cast<const uint8_t*>(w.data) + uint64_t(r) * row_bytes;
+  const int64_t cols = w.cols();
+  switch (w.type) {
+    case DType::F32:
+      std::memcpy(out, row, size_t(cols) * 4);
+      return;
+    case DType::F16:
+      for (int64_t c = 0; c < cols; ++c) out[c] = fp16_to_f32(load_u16(row + 2 * c));
+      return;
+    case DType::BF16:
+      for (int64_t c = 0; c < cols; ++c) out[c] = bf16_to_f32(load_u16(row + 2 * c));
+      return;
+    case DType::Q8_0:
+      for (int64_t b = 0; b < cols / kQK; ++b) {
+        const uint8_t* blk = row + b * 34;
+        const float d = fp16_to_f32(load_u16(blk));
+        for (int i = 0; i < kQK; ++i) out[b * kQK + i] = d * float(int8_t(blk[2 + i]));
+      }
+      return;
+    case DType::Q4_0:
+    case DType::Q4_1: {
+      const bool q41 = w.type == DType::Q4_1;
+      const int64_t bytes = q41 ? 20 : 18;
+      for (int64_t b = 0; b < cols / kQK; ++b) {
+        const uint8_t* blk = row + b * bytes;
+        const float d = fp16_to_f32(load_u16(blk));
+        const uint8_t* qs = blk + (q41 ? 4 : 2);
+        float* o = out + b * kQK;
+        if (q41) {
+          const float m = fp16_to_f32(load_u16(blk + 2));
+          for (int i = 0; i < kQK / 2; ++i) {
+            o[i] = d * float(qs[i] & 0x0f) + m;
+            o[i + kQK / 2] = d * float(qs[i] >> 4) + m;
+          }
+        } else {
+          for (int i = 0; i < kQK / 2; ++i) {
+            o[i] = d * float(int(qs[i] & 0x0f) - 8);
+            o[i + kQK / 2] = d * float(int(qs[i] >> 4) - 8);
+          }
+        }
+      }
+      return;
+    }
+    default:
+      KV_FAIL("dequantize_row: type {} is not supported", dtype_name(w.type));
+  }
+}
+
+}  // namespace kvasir::cpu

@@ -1,0 +1,132 @@
+#include "kernels/cpu/norm.h"
+
+#include <cmath>
+
+#include "base/check.h"
+#include "kernels/cpu/simd.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define KV_HAVE_X86 1
+#define KV_AVX2 __attribute__((target("avx2,fma,f16c")))
+#endif
+
+namespace kvasir::cpu {
+namespace {
+
+void rmsnorm_row_scalar(const float* x, const float* w, float eps, int64_t dim, float* out) {
+  double ss = 0.0;
+  for (int64_t i = 0; i < dim; ++i) ss += double(x[i]) * x[i];
+  const float inv = float(1.0 / std::sqrt(ss / double(dim) + double(eps)));
+  for (int64_t i = 0; i < dim; ++i) out[i] = x[i] * inv * w[i];
+}
+
+#ifdef KV_HAVE_X86
+KV_AVX2 float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+KV_AVX2 void rmsnorm_row_avx2(const float* x, const float* w, float eps, int64_t dim, float* out) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= dim; i += 16) {
+    const __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+    a0 = _mm256_fmadd_ps(v0, v0, a0);
+    a1 = _mm256_fmadd_ps(v1, v1, a1);
+  }
+  double ss = hsum(_mm256_add_ps(a0, a1));
+  for (; i < dim; ++i) ss += double(x[i]) * x[i];
+  const float inv = float(1.0 / std::sqrt(ss / double(dim) + double(eps)));
+  const __m256 vi = _mm256_set1_ps(inv);
+  for (i = 0; i + 8 <= dim; i += 8)
+    _mm256_storeu_ps(
+        out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vi), _mm256_loadu_ps(w + i)));
+  for (; i < dim; ++i) out[i] = x[i] * inv * w[i];
+}
+
+// exp(x) for x in [-87, 88] (clamped outside): Cephes-style range reduction
+// and degree-6 polynomial.
+KV_AVX2 __m256 exp256(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.f)), _mm256_set1_ps(88.f));
+  const __m256 n = _mm256_floor_ps(
+      _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+KV_AVX2 void swiglu_avx2(const float* g, const float* u, int64_t count, float* out) {
+  const __m256 one = _mm256_set1_ps(1.f);
+  const __m256 neg = _mm256_set1_ps(-0.f);
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m256 gv = _mm256_loadu_ps(g + i);
+    const __m256 e = exp256(_mm256_xor_ps(gv, neg));
+    const __m256 s = _mm256_div_ps(gv, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+  }
+  for (; i < count; ++i) out[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+}
+
+KV_AVX2 void add_avx2(float* x, const float* y, int64_t count) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8)
+    _mm256_storeu_ps(x + i, _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < count; ++i) x[i] += y[i];
+}
+#endif  // KV_HAVE_X86
+
+bool use_avx2() {
+#ifdef KV_HAVE_X86
+  return simd_level() == SimdLevel::kAvx2;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+void rmsnorm(const float* x, const float* weight, float eps, int64_t n, int64_t dim, float* out) {
+  KV_CHECK(n >= 0 && dim > 0, "rmsnorm: bad shape [{} x {}]", n, dim);
+  const bool avx2 = use_avx2();
+  for (int64_t r = 0; r < n; ++r) {
+#ifdef KV_HAVE_X86
+    if (avx2) {
+      rmsnorm_row_avx2(x + r * dim, weight, eps, dim, out + r * dim);
+      continue;
+    }
+#endif
+    (void)avx2;
+    rmsnorm_row_scalar(x + r * dim, weight, eps, dim, out + r * dim);
+  }
+}
+
+void swiglu(const float* gate, const float* up, int64_t count, float* out) {
+  KV_CHECK(count >= 0, "swiglu: negative count {}", count);
+#ifdef KV_HAVE_X86
+  if (use_avx2()) return swiglu_avx2(gate, up, count, out);
+#endif
+  for (int64_t i = 0; i < count; ++i) out[i] = gate[i] / (1.f + std::exp(-gate[i])) * up[i];
+}
+
+void add_inplace(float* x, const float* y, int64_t count) {
+  KV_CHECK(count >= 0, "add_inplace: negative count {}", count);
+#ifdef KV_HAVE_X86
+  if (use_avx2()) return add_avx2(x, y, count);
+#endif
+  for (int64_t i = 0; i < count; ++i) x[i] += y[i];
+}
+
+}  // namespace kvasir::cpu

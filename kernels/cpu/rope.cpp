@@ -1,0 +1,97 @@
+#include "kernels/cpu/rope.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "base/check.h"
+
+namespace kvasir::cpu {
+namespace {
+
+void check_config(const RopeConfig& cfg) {
+  KV_CHECK(cfg.head_dim > 0, "rope: head_dim {} must be positive", cfg.head_dim);
+  KV_CHECK(cfg.rot_dim > 0 && cfg.rot_dim % 2 == 0 && cfg.rot_dim <= cfg.head_dim,
+           "rope: rot_dim {} must be even and in (0, head_dim = {}]", cfg.rot_dim, cfg.head_dim);
+  KV_CHECK(cfg.theta > 0.f && std::isfinite(cfg.theta), "rope: theta {} must be positive",
+           cfg.theta);
+  KV_CHECK(cfg.linear_factor > 0.f && std::isfinite(cfg.linear_factor),
+           "rope: linear factor {} must be positive", cfg.linear_factor);
+  if (cfg.llama3_factor != 0.f) {
+    KV_CHECK(cfg.llama3_factor > 0.f, "rope: llama3 factor {} must be positive", cfg.llama3_factor);
+    KV_CHECK(cfg.llama3_high_freq_factor != cfg.llama3_low_freq_factor,
+             "rope: llama3 high and low frequency factors are both {}", cfg.llama3_low_freq_factor);
+    KV_CHECK(cfg.llama3_low_freq_factor > 0.f && cfg.llama3_high_freq_factor > 0.f &&
+                 cfg.llama3_original_context > 0,
+             "rope: llama3 factors and original context must be positive");
+  }
+}
+
+}  // namespace
+
+std::vector<float> rope_inv_freq(const RopeConfig& cfg) {
+  check_config(cfg);
+  const int half = cfg.rot_dim / 2;
+  std::vector<float> out(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) {
+    double inv = std::pow(double(cfg.theta), -2.0 * i / double(cfg.rot_dim));
+    if (cfg.llama3_factor != 0.f) {
+      const double factor = cfg.llama3_factor;
+      const double low = cfg.llama3_low_freq_factor, high = cfg.llama3_high_freq_factor;
+      const double orig = cfg.llama3_original_context;
+      const double low_freq_wavelen = orig / low;
+      const double high_freq_wavelen = orig / high;
+      const double wavelen = 2.0 * std::numbers::pi / inv;
+      if (wavelen < high_freq_wavelen) {
+        // high frequency: unchanged
+      } else if (wavelen > low_freq_wavelen) {
+        inv = inv / factor;
+      } else {
+        const double smooth = (orig / wavelen - low) / (high - low);
+        inv = (1.0 - smooth) * inv / factor + smooth * inv;
+      }
+    }
+    out[size_t(i)] = float(inv);
+  }
+  return out;
+}
+
+void rope(const RopeConfig& cfg, const float* inv_freq, const int32_t* pos, int64_t n_tokens,
+          int n_heads, float* x) {
+  check_config(cfg);
+  KV_CHECK(n_tokens >= 0 && n_heads >= 0, "rope: bad shape [{} tokens x {} heads]", n_tokens,
+           n_heads);
+  if (n_tokens == 0 || n_heads == 0) return;
+  KV_CHECK(inv_freq && pos && x, "rope: null input");
+  const int half = cfg.rot_dim / 2;
+  thread_local std::vector<float> cs;  // [half] cos then [half] sin; grow-only
+  if (cs.size() < size_t(2 * half)) cs.resize(size_t(2 * half));
+  float* cosv = cs.data();
+  float* sinv = cs.data() + half;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    KV_CHECK(pos[t] >= 0, "rope: token {} has negative position {}", t, pos[t]);
+    const float p = float(pos[t]) / cfg.linear_factor;
+    for (int i = 0; i < half; ++i) {
+      const float a = p * inv_freq[i];
+      cosv[i] = std::cos(a);
+      sinv[i] = std::sin(a);
+    }
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = x + (t * n_heads + h) * int64_t(cfg.head_dim);
+      if (cfg.style == RopeStyle::kAdjacent) {
+        for (int i = 0; i < half; ++i) {
+          const float a = v[2 * i], b = v[2 * i + 1];
+          v[2 * i] = a * cosv[i] - b * sinv[i];
+          v[2 * i + 1] = a * sinv[i] + b * cosv[i];
+        }
+      } else {
+        for (int i = 0; i < half; ++i) {
+          const float a = v[i], b = v[i + half];
+          v[i] = a * cosv[i] - b * sinv[i];
+          v[i + half] = a * sinv[i] + b * cosv[i];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace kvasir::cpu
