@@ -1,0 +1,130 @@
+#include "ipc/batch.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace kvasir::ipc {
+namespace {
+uint64_t align64(uint64_t x) { return (x + 63) & ~uint64_t(63); }
+}  // namespace
+
+uint64_t desc_bytes(const SlotDims& d) {
+  uint64_t n = align64(sizeof(DescHeader));
+  n += align64(sizeof(DescRow) * uint64_t(d.max_rows));
+  n += align64(4ull * uint64_t(d.max_tokens));
+  n += align64(4ull * uint64_t(d.max_rows) * uint64_t(d.max_table));
+  n += align64(sizeof(SamplingParams) * uint64_t(d.max_rows));
+  return n;
+}
+
+uint64_t result_bytes(const SlotDims& d) {
+  uint64_t r = uint64_t(d.max_rows);
+  return align64(sizeof(ResultHeader)) + align64(4 * r) + align64(4 * r) + align64(4 * r) +
+         align64(sizeof(TopLogprob) * kMaxLogprobs * r);
+}
+
+DescView desc_view(void* base, const SlotDims& d) {
+  auto* p = static_cast<char*>(base);
+  DescView v;
+  v.hdr = reinterpret_cast<DescHeader*>(p);
+  p += align64(sizeof(DescHeader));
+  v.rows = reinterpret_cast<DescRow*>(p);
+  p += align64(sizeof(DescRow) * uint64_t(d.max_rows));
+  v.tokens = reinterpret_cast<int32_t*>(p);
+  p += align64(4ull * uint64_t(d.max_tokens));
+  v.tables = reinterpret_cast<int32_t*>(p);
+  p += align64(4ull * uint64_t(d.max_rows) * uint64_t(d.max_table));
+  v.sampling = reinterpret_cast<SamplingParams*>(p);
+  return v;
+}
+
+ResultView result_view(void* base, const SlotDims& d) {
+  auto* p = static_cast<char*>(base);
+  uint64_t r = uint64_t(d.max_rows);
+  ResultView v;
+  v.hdr = reinterpret_cast<ResultHeader*>(p);
+  p += align64(sizeof(ResultHeader));
+  v.token = reinterpret_cast<int32_t*>(p);
+  p += align64(4 * r);
+  v.logprob = reinterpret_cast<float*>(p);
+  p += align64(4 * r);
+  v.n_top = reinterpret_cast<int32_t*>(p);
+  p += align64(4 * r);
+  v.top = reinterpret_cast<TopLogprob*>(p);
+  return v;
+}
+
+std::string check_msg(const BatchMsg& m, const SlotDims& d, uint64_t last_batch_id) {
+  if (m.kind != kMsgBatch || m.version != kMsgVersion)
+    return fmt::format("message kind {} version {} (expected {} version {})", m.kind, m.version,
+                       kMsgBatch, kMsgVersion);
+  if (m.slot >= uint32_t(d.inflight))
+    return fmt::format("batch {}: slot {} out of range [0, {})", m.batch_id, m.slot, d.inflight);
+  if (m.batch_id <= last_batch_id)
+    return fmt::format("batch id {} does not follow {} (ids increase)", m.batch_id,
+                       last_batch_id);
+  if (m.n_rows < 1 || m.n_rows > d.max_rows)
+    return fmt::format("batch {}: {} rows out of range [1, {}]", m.batch_id, m.n_rows,
+                       d.max_rows);
+  if (m.n_tokens < m.n_rows || m.n_tokens > d.max_tokens)
+    return fmt::format("batch {}: {} tokens out of range [{}, {}]", m.batch_id, m.n_tokens,
+                       m.n_rows, d.max_tokens);
+  return {};
+}
+
+std::string read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_t n_blocks,
+                      int32_t block_size, Batch& out) {
+  DescHeader h;
+  std::memcpy(&h, v.hdr, sizeof h);
+  if (h.batch_id != m.batch_id || h.n_rows != m.n_rows || h.n_tokens != m.n_tokens)
+    return fmt::format("slot {}: descriptor (batch {}, {} rows, {} tokens) does not match the "
+                       "message (batch {}, {} rows, {} tokens)",
+                       m.slot, h.batch_id, h.n_rows, h.n_tokens, m.batch_id, m.n_rows,
+                       m.n_tokens);
+  const int32_t nr = m.n_rows, nt = m.n_tokens;  // already range-checked by check_msg
+  out.batch_id = h.batch_id;
+  out.n_tokens = nt;
+  out.rows.assign(v.rows, v.rows + nr);
+  out.tokens.assign(v.tokens, v.tokens + nt);
+  out.tables.assign(v.tables, v.tables + int64_t(nr) * d.max_table);
+  out.sampling.assign(v.sampling, v.sampling + nr);
+  int64_t sum = 0;
+  for (int32_t r = 0; r < nr; ++r) {
+    const DescRow& row = out.rows[r];
+    if (row.n_tokens < 1 || row.n_tokens > nt)
+      return fmt::format("batch {} row {}: {} tokens", m.batch_id, r, row.n_tokens);
+    sum += row.n_tokens;
+    if (row.n_table < 0 || row.n_table > d.max_table)
+      return fmt::format("batch {} row {}: table of {} blocks (max {})", m.batch_id, r,
+                         row.n_table, d.max_table);
+    if (row.pos0 < 0 || int64_t(row.pos0) + row.n_tokens > int64_t(row.n_table) * block_size)
+      return fmt::format("batch {} row {}: positions {}..{} outside its {} blocks", m.batch_id, r,
+                         row.pos0, int64_t(row.pos0) + row.n_tokens - 1, row.n_table);
+    const int32_t* t = out.tables.data() + int64_t(r) * d.max_table;
+    for (int32_t i = 0; i < row.n_table; ++i)
+      if (t[i] < 0 || t[i] >= n_blocks)
+        return fmt::format("batch {} row {}: block id {} out of range [0, {})", m.batch_id, r,
+                           t[i], n_blocks);
+    if (row.sample > 1) return fmt::format("batch {} row {}: sample flag {}", m.batch_id, r, row.sample);
+  }
+  if (sum != nt)
+    return fmt::format("batch {}: rows carry {} tokens, header says {}", m.batch_id, sum, nt);
+  return {};
+}
+
+void write_desc(const DescView& v, const Batch& b, const SlotDims& d) {
+  const int32_t nr = int32_t(b.rows.size());
+  std::copy(b.rows.begin(), b.rows.end(), v.rows);
+  std::copy(b.tokens.begin(), b.tokens.end(), v.tokens);
+  for (int32_t r = 0; r < nr; ++r) {
+    const int32_t* src = b.tables.data() + int64_t(r) * d.max_table;
+    std::copy(src, src + b.rows[r].n_table, v.tables + int64_t(r) * d.max_table);
+  }
+  std::copy(b.sampling.begin(), b.sampling.end(), v.sampling);
+  DescHeader h{b.batch_id, nr, b.n_tokens};
+  std::memcpy(v.hdr, &h, sizeof h);
+}
+
+}  // namespace kvasir::ipc

@@ -1,0 +1,125 @@
+// ipc/batch.h — what travels through the ring: the message, the batch
+// descriptor and the result, and the checks a receiver applies to each.
+//
+// Typed and versioned: every message carries kind and version; a receiver
+// refuses anything else. Errors cross process boundaries as status codes
+// (BatchStatus) plus a text in the batch's result slot, never as exceptions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ipc/sampling.h"
+
+namespace kvasir::ipc {
+
+constexpr uint16_t kMsgBatch = 1;
+constexpr uint16_t kMsgVersion = 1;
+
+enum BatchStatus : int32_t {
+  kBatchOk = 0,
+  kBatchRefused = 1,  // a stage found the descriptor malformed
+  kBatchFailed = 2,   // a stage's forward pass threw
+};
+
+// One ring message: "the batch in slot `slot` is yours".
+struct BatchMsg {
+  uint16_t kind = kMsgBatch;
+  uint16_t version = kMsgVersion;
+  int32_t status = kBatchOk;
+  uint64_t batch_id = 0;  // strictly increasing per instance, starting at 1
+  uint32_t slot = 0;
+  int32_t n_rows = 0;
+  int32_t n_tokens = 0;
+  int32_t origin = -1;  // stage that set a non-ok status, or -1
+};
+
+// Widths of the slots, fixed at creation (the plan).
+struct SlotDims {
+  int32_t max_rows = 0;
+  int32_t max_tokens = 0;
+  int32_t max_table = 0;  // blocks per row's table
+  int32_t hidden = 0;
+  int32_t inflight = 0;
+};
+
+struct DescHeader {
+  uint64_t batch_id = 0;
+  int32_t n_rows = 0;
+  int32_t n_tokens = 0;
+};
+
+struct DescRow {
+  uint64_t seq_id = 0;
+  int32_t pos0 = 0;
+  int32_t n_tokens = 0;
+  int32_t n_table = 0;
+  uint8_t sample = 0;  // the tail samples this row's last token
+  uint8_t reserved[3] = {};
+};
+
+struct TopLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+};
+
+struct ResultHeader {
+  uint64_t batch_id = 0;
+  int32_t n_rows = 0;
+  int32_t status = kBatchOk;
+  char error[256] = {};
+};
+
+// A descriptor slot in the segment, as typed pointers into it. Layout:
+// DescHeader | DescRow[max_rows] | int32 tokens[max_tokens] |
+// int32 tables[max_rows][max_table] | SamplingParams[max_rows]
+struct DescView {
+  DescHeader* hdr = nullptr;
+  DescRow* rows = nullptr;
+  int32_t* tokens = nullptr;
+  int32_t* tables = nullptr;  // row r's table at tables + r * max_table
+  SamplingParams* sampling = nullptr;
+};
+
+// A result slot. Layout: ResultHeader | int32 token[max_rows] |
+// float logprob[max_rows] | int32 n_top[max_rows] | TopLogprob[max_rows][kMaxLogprobs]
+struct ResultView {
+  ResultHeader* hdr = nullptr;
+  int32_t* token = nullptr;
+  float* logprob = nullptr;
+  int32_t* n_top = nullptr;
+  TopLogprob* top = nullptr;  // row r's at top + r * kMaxLogprobs
+};
+
+uint64_t desc_bytes(const SlotDims& d);
+uint64_t result_bytes(const SlotDims& d);
+DescView desc_view(void* base, const SlotDims& d);
+ResultView result_view(void* base, const SlotDims& d);
+
+// A descriptor copied out of the segment (so a peer cannot change it under
+// the reader), ready for validation and use.
+struct Batch {
+  uint64_t batch_id = 0;
+  std::vector<DescRow> rows;
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> tables;  // rows.size() × max_table
+  std::vector<SamplingParams> sampling;
+  int32_t n_tokens = 0;
+};
+
+// Checks a message against the widths and the last batch id this receiver
+// saw (ids must increase). Empty if fine, else why.
+std::string check_msg(const BatchMsg& m, const SlotDims& d, uint64_t last_batch_id);
+
+// Copies the descriptor of m.slot and checks it against the message and the
+// widths: same batch id and counts, rows' tokens sum to n_tokens, each row
+// has >= 1 token, a table long enough for its positions, block ids in
+// [0, n_blocks). Empty if fine, else why (out is then unspecified).
+std::string read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_t n_blocks,
+                      int32_t block_size, Batch& out);
+
+// Writes a descriptor (bridge side). The batch must already be valid.
+void write_desc(const DescView& v, const Batch& b, const SlotDims& d);
+
+}  // namespace kvasir::ipc

@@ -1,0 +1,130 @@
+// ipc/ring.h — the in-flight ring: SPSC queues of fixed-size messages in one
+// shared segment, and the slots those messages point at.
+//
+// The segment of one instance (ipc/segment.h), S stages, I = max_inflight:
+//
+//   +--------------------------------------------------------------------+
+//   | SegmentHeader  magic "KVSR", version, size, owner pid, shutdown,   |
+//   |                the plan (widths, stages, model path, kv)           |
+//   +--------------------------------------------------------------------+
+//   | StageShared[S] status, pid, KV capacity, error text, stats:        |
+//   |                busy/starved/blocked ns, batches, tokens (atomics)  |
+//   +--------------------------------------------------------------------+
+//   | Ring[S+1]      ring s feeds stage s; ring S feeds the bridge       |
+//   |                                                                    |
+//   |   head (producer) ─┐            ┌─ tail (consumer)                 |
+//   |                    ▼            ▼                                  |
+//   |   msgs:  [ free ][ full ][ full ][ free ] ... capacity = I          |
+//   |   each msg {kind, version, status, batch id, slot, rows, tokens}   |
+//   +--------------------------------------------------------------------+
+//   | Descriptor[I]  written once by the bridge, read by every stage:    |
+//   |                batch id, rows {seq, pos0, n, sample, n_table},     |
+//   |                token ids [max_tokens], block tables, sampling      |
+//   +--------------------------------------------------------------------+
+//   | Boundary[I][S-1]  hidden states [max_tokens, hidden] f32 from      |
+//   |                   stage s to s+1 for the batch in slot k           |
+//   +--------------------------------------------------------------------+
+//   | Result[I]      token id + logprob (+ top-N) per row, status, error |
+//   +--------------------------------------------------------------------+
+//
+// A slot k (descriptor k, boundaries [k][*], result k) is a credit the bridge
+// holds. Its life:
+//
+//   FREE ──bridge writes desc──▶ SUBMITTED ──stage 0..S-1 in turn──▶ stage s
+//   reads boundary[k][s-1], writes boundary[k][s] ──tail writes result──▶
+//   DONE ──bridge reads result──▶ FREE
+//
+// Only the bridge turns DONE back into FREE, and a stage is finished with
+// every byte of slot k before the tail can report it, so no producer ever
+// overwrites a slot another process is still reading: the credits are the
+// slots, and at most I batches exist at once. Each ring holds I messages, so
+// a push never finds its ring full in a correct run; a full ring is still
+// handled (the producer sleeps, counted as "blocked") because a stalled
+// consumer must not be overrun.
+//
+// Everything read from the segment is untrusted: a message's slot, counts
+// and batch id are checked before use (ipc/batch.h), and a descriptor is
+// copied out of the segment before it is validated and used.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include "ipc/futex.h"
+
+namespace kvasir::ipc {
+
+constexpr int kMaxInflight = 64;
+
+// One SPSC queue of trivially-copyable messages, placed in shared memory by
+// the creator (constructed in place) and used by exactly one producer and one
+// consumer process.
+template <class T>
+struct SpscRing {
+  static_assert(std::is_trivially_copyable_v<T>);
+
+  alignas(64) std::atomic<uint32_t> head{0};  // next write (producer), monotonic
+  Bell not_empty;                               // rung by the producer after a push
+  alignas(64) std::atomic<uint32_t> tail{0};   // next read (consumer), monotonic
+  Bell not_full;                                // rung by the consumer after a pop
+  alignas(64) uint32_t capacity = 0;            // set once at creation
+  T msgs[kMaxInflight];
+
+  void init(uint32_t cap) { capacity = cap; }
+
+  uint32_t size() const {
+    return head.load(std::memory_order_acquire) - tail.load(std::memory_order_acquire);
+  }
+
+  // Non-blocking; false if full (or the capacity word is corrupt).
+  bool try_push(const T& m) {
+    const uint32_t cap = capacity;
+    if (cap == 0 || cap > kMaxInflight) return false;
+    const uint32_t h = head.load(std::memory_order_relaxed);
+    if (h - tail.load(std::memory_order_acquire) >= cap) return false;
+    msgs[h % cap] = m;
+    head.store(h + 1, std::memory_order_release);
+    not_empty.ring();
+    return true;
+  }
+
+  // Non-blocking; false if empty. A head more than `capacity` ahead (a
+  // corrupt or hostile producer) reads as empty: nothing is trusted.
+  bool try_pop(T& out) {
+    const uint32_t cap = capacity;
+    if (cap == 0 || cap > kMaxInflight) return false;
+    const uint32_t t = tail.load(std::memory_order_relaxed);
+    const uint32_t h = head.load(std::memory_order_acquire);
+    if (h == t || h - t > cap) return false;
+    out = msgs[t % cap];
+    tail.store(t + 1, std::memory_order_release);
+    not_full.ring();
+    return true;
+  }
+
+  // Blocking forms: a short spin, then sleep on the bell. Return false when
+  // `stop()` becomes true (checked at least every `poll_ns`).
+  template <class Stop>
+  bool push(const T& m, Stop&& stop, int64_t poll_ns = 100'000'000) {
+    for (int spin = 0;; ++spin) {
+      uint32_t seen = not_full.seen();
+      if (try_push(m)) return true;
+      if (stop()) return false;
+      if (spin < 64) continue;
+      not_full.wait(seen, poll_ns);
+    }
+  }
+  template <class Stop>
+  bool pop(T& out, Stop&& stop, int64_t poll_ns = 100'000'000) {
+    for (int spin = 0;; ++spin) {
+      uint32_t seen = not_empty.seen();
+      if (try_pop(out)) return true;
+      if (stop()) return false;
+      if (spin < 64) continue;
+      not_empty.wait(seen, poll_ns);
+    }
+  }
+};
+
+}  // namespace kvasir::ipc

@@ -1,0 +1,226 @@
+#include "ipc/segment.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
+#include <chrono>
+#include <cstring>
+#include <new>
+#include <thread>
+
+#include "base/check.h"
+
+namespace kvasir::ipc {
+namespace bip = boost::interprocess;
+
+namespace {
+
+uint64_t align_to(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+bool pid_alive(int32_t pid) {
+  if (pid <= 0) return false;
+  return kill(pid, 0) == 0 || errno == EPERM;
+}
+
+std::unique_ptr<bip::mapped_region> map_object(bip::shared_memory_object& shm) {
+  return std::make_unique<bip::mapped_region>(shm, bip::read_write);
+}
+
+}  // namespace
+
+std::string Segment::name_for(const std::string& key) {
+  // FNV-1a 64: stable across runs and builds (std::hash is not promised to be).
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : key) h = (h ^ c) * 1099511628211ull;
+  return fmt::format("kvasir-{:016x}", h);
+}
+
+std::string Segment::check_params(const SegmentParams& p) {
+  const SlotDims& d = p.dims;
+  if (p.n_stages < 2 || p.n_stages > kMaxStages)
+    return fmt::format("{} stages (2..{})", p.n_stages, kMaxStages);
+  if (d.inflight < 1 || d.inflight > kMaxInflight)
+    return fmt::format("max_inflight {} (1..{})", d.inflight, kMaxInflight);
+  if (d.max_rows < 1 || d.max_rows > (1 << 16)) return fmt::format("max_rows {}", d.max_rows);
+  if (d.max_tokens < d.max_rows || d.max_tokens > (1 << 20))
+    return fmt::format("max_tokens {}", d.max_tokens);
+  if (d.max_table < 1 || d.max_table > (1 << 20)) return fmt::format("max_table {}", d.max_table);
+  if (d.hidden < 1 || d.hidden > (1 << 17)) return fmt::format("hidden {}", d.hidden);
+  if (p.block_size < 1 || p.block_size > 4096) return fmt::format("block_size {}", p.block_size);
+  if (std::memchr(p.model_path, 0, sizeof p.model_path) == nullptr) return "model path not terminated";
+  for (int i = 0; i < p.n_stages; ++i) {
+    const StagePlan& s = p.stages[i];
+    if (s.first < 0 || s.first > s.last || s.threads < 1 || s.threads > 1024 ||
+        std::memchr(s.device, 0, sizeof s.device) == nullptr)
+      return fmt::format("stage {} plan", i);
+  }
+  return {};
+}
+
+Segment::Layout Segment::layout(const SegmentParams& p) {
+  Layout l{};
+  const SlotDims& d = p.dims;
+  l.stages = align_to(sizeof(SegmentHeader), 4096);
+  l.rings = align_to(l.stages + sizeof(StageShared) * uint64_t(p.n_stages), 4096);
+  l.desc = align_to(l.rings + sizeof(Ring) * uint64_t(p.n_stages + 1), 4096);
+  l.desc_stride = align_to(desc_bytes(d), 4096);
+  l.result = l.desc + l.desc_stride * uint64_t(d.inflight);
+  l.result_stride = align_to(result_bytes(d), 4096);
+  l.bound = align_to(l.result + l.result_stride * uint64_t(d.inflight), 4096);
+  l.bound_stride = align_to(4ull * uint64_t(d.max_tokens) * uint64_t(d.hidden), 4096);
+  l.total = l.bound + l.bound_stride * uint64_t(d.inflight) * uint64_t(p.n_stages - 1);
+  return l;
+}
+
+std::unique_ptr<Segment> Segment::create(const std::string& name, const SegmentParams& params) {
+  auto why = check_params(params);
+  KV_CHECK(why.empty(), "segment {}: bad plan: {}", name, why);
+  const Layout lay = layout(params);
+  bip::permissions perm;
+  perm.set_permissions(0600);
+  std::unique_ptr<bip::shared_memory_object> shm;
+  for (int attempt = 0; !shm; ++attempt) {
+    try {
+      shm = std::make_unique<bip::shared_memory_object>(bip::create_only, name.c_str(),
+                                                        bip::read_write, perm);
+      break;
+    } catch (const bip::interprocess_exception& e) {
+      KV_CHECK(e.get_error_code() == bip::already_exists_error && attempt < 3,
+               "segment {}: cannot create: {}", name, e.what());
+    }
+    // It exists: live instance, or leftovers of a killed one?
+    int32_t owner = 0;
+    for (int look = 0; look < 5; ++look) {
+      try {
+        bip::shared_memory_object old(bip::open_only, name.c_str(), bip::read_only);
+        bip::offset_t size = 0;
+        old.get_size(size);
+        if (uint64_t(size) >= sizeof(SegmentHeader)) {
+          bip::mapped_region r(old, bip::read_only, 0, sizeof(SegmentHeader));
+          auto* h = static_cast<const SegmentHeader*>(r.get_address());
+          owner = h->owner_pid.load();
+          if (h->magic == kSegMagic) break;
+        }
+      } catch (const bip::interprocess_exception&) {
+        owner = 0;
+        break;  // vanished meanwhile: just retry creating
+      }
+      // Being created right now by someone else? Give them a moment.
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    KV_CHECK(!pid_alive(owner) || owner == getpid(),
+             "kvasird is already running for this instance (pid {}, segment /dev/shm/{})", owner,
+             name);
+    bip::shared_memory_object::remove(name.c_str());  // stale: reclaim
+  }
+  shm->truncate(bip::offset_t(lay.total));
+  std::unique_ptr<Segment> s(new Segment);
+  s->region_ = map_object(*shm);
+  s->name_ = name;
+  s->base_ = s->region_->get_address();
+  s->size_ = s->region_->get_size();
+  KV_CHECK(s->size_ >= lay.total, "segment {}: mapped {} bytes, need {}", name, s->size_, lay.total);
+  s->params_ = params;
+  s->lay_ = lay;
+  auto* base = static_cast<char*>(s->base_);
+  s->hdr_ = new (base) SegmentHeader();
+  s->hdr_->version = kSegVersion;
+  s->hdr_->total_size = lay.total;
+  s->hdr_->params = params;
+  for (int i = 0; i < params.n_stages; ++i) new (base + lay.stages + i * sizeof(StageShared)) StageShared();
+  for (int i = 0; i <= params.n_stages; ++i) {
+    auto* r = new (base + lay.rings + i * sizeof(Ring)) Ring();
+    r->init(uint32_t(params.dims.inflight));
+  }
+  s->hdr_->owner_pid.store(getpid());
+  std::atomic_thread_fence(std::memory_order_release);
+  s->hdr_->magic = kSegMagic;
+  return s;
+}
+
+std::unique_ptr<Segment> Segment::open(const std::string& name) {
+  std::unique_ptr<bip::shared_memory_object> shm;
+  try {
+    shm = std::make_unique<bip::shared_memory_object>(bip::open_only, name.c_str(),
+                                                      bip::read_write);
+  } catch (const bip::interprocess_exception& e) {
+    KV_FAIL("segment {}: cannot open: {}", name, e.what());
+  }
+  bip::offset_t size = 0;
+  shm->get_size(size);
+  KV_CHECK(uint64_t(size) >= sizeof(SegmentHeader), "segment {}: {} bytes, too small", name,
+           size);
+  std::unique_ptr<Segment> s(new Segment);
+  s->region_ = map_object(*shm);
+  s->name_ = name;
+  s->base_ = s->region_->get_address();
+  s->size_ = s->region_->get_size();
+  s->hdr_ = static_cast<SegmentHeader*>(s->base_);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  KV_CHECK(s->hdr_->magic == kSegMagic && s->hdr_->version == kSegVersion,
+           "segment {}: not a Kvasir segment of version {} (magic {:#x}, version {})", name,
+           kSegVersion, s->hdr_->magic, s->hdr_->version);
+  std::memcpy(static_cast<void*>(&s->params_), &s->hdr_->params, sizeof(SegmentParams));
+  auto why = check_params(s->params_);
+  KV_CHECK(why.empty(), "segment {}: bad plan in header: {}", name, why);
+  s->lay_ = layout(s->params_);
+  KV_CHECK(s->lay_.total <= s->size_, "segment {}: {} bytes, the plan needs {}", name, s->size_,
+           s->lay_.total);
+  return s;
+}
+
+void Segment::remove(const std::string& name) { bip::shared_memory_object::remove(name.c_str()); }
+
+bool Segment::exists(const std::string& name) {
+  try {
+    bip::shared_memory_object shm(bip::open_only, name.c_str(), bip::read_only);
+    return true;
+  } catch (const bip::interprocess_exception&) {
+    return false;
+  }
+}
+
+Segment::~Segment() = default;  // region_ unmaps
+
+void Segment::request_shutdown() {
+  hdr_->shutdown.store(1, std::memory_order_release);
+  hdr_->state.ring();
+  for (int i = 0; i <= n_stages(); ++i) {
+    ring(i).not_empty.ring();
+    ring(i).not_full.ring();
+  }
+}
+
+StageShared& Segment::stage(int i) {
+  KV_CHECK(i >= 0 && i < n_stages(), "stage {} out of range", i);
+  return *reinterpret_cast<StageShared*>(static_cast<char*>(base_) + lay_.stages +
+                                         uint64_t(i) * sizeof(StageShared));
+}
+
+Ring& Segment::ring(int i) {
+  KV_CHECK(i >= 0 && i <= n_stages(), "ring {} out of range", i);
+  return *reinterpret_cast<Ring*>(static_cast<char*>(base_) + lay_.rings +
+                                  uint64_t(i) * sizeof(Ring));
+}
+
+DescView Segment::desc(uint32_t slot) {
+  KV_CHECK(slot < uint32_t(dims().inflight), "slot {} out of range", slot);
+  return desc_view(static_cast<char*>(base_) + lay_.desc + slot * lay_.desc_stride, dims());
+}
+
+ResultView Segment::result(uint32_t slot) {
+  KV_CHECK(slot < uint32_t(dims().inflight), "slot {} out of range", slot);
+  return result_view(static_cast<char*>(base_) + lay_.result + slot * lay_.result_stride, dims());
+}
+
+float* Segment::boundary(uint32_t slot, int link) {
+  KV_CHECK(slot < uint32_t(dims().inflight) && link >= 0 && link < n_stages() - 1,
+           "boundary {}/{} out of range", slot, link);
+  return reinterpret_cast<float*>(
+      static_cast<char*>(base_) + lay_.bound +
+      (uint64_t(slot) * uint64_t(n_stages() - 1) + uint64_t(link)) * lay_.bound_stride);
+}
+
+}  // namespace kvasir::ipc

@@ -1,0 +1,139 @@
+// ipc/segment.h — the one shared-memory segment of a Kvasir instance.
+//
+// Layout and slot life: see the drawing in ipc/ring.h. The daemon creates
+// the segment (mode 0600) and writes the plan into its header; each stage
+// process opens it by name. The layout is a pure function of the header's
+// plan, so an opener recomputes every offset itself and checks the mapped
+// size, instead of trusting offsets stored in memory another process wrote.
+//
+// Instance ownership: the header records the owner's pid. Creating over an
+// existing segment whose owner is alive refuses ("already running"); one
+// whose owner is dead (a daemon killed with SIGKILL) is reclaimed.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ipc/batch.h"
+#include "ipc/futex.h"
+#include "ipc/ring.h"
+
+namespace boost::interprocess {
+class mapped_region;
+}
+
+namespace kvasir::ipc {
+
+constexpr uint32_t kSegMagic = 0x5253564B;  // "KVSR" little-endian
+constexpr uint32_t kSegVersion = 1;
+constexpr int kMaxStages = 16;
+
+struct StagePlan {
+  int32_t first = 0, last = 0;  // inclusive layer range
+  int32_t threads = 1;
+  char device[16] = "cpu";
+};
+
+// The plan, as every process reads it. Fixed at creation.
+struct SegmentParams {
+  int32_t n_stages = 0;
+  SlotDims dims;
+  int32_t block_size = 16;
+  int32_t kv_f32 = 0;       // 0 = f16, 1 = f32
+  uint64_t kv_memory = 0;   // bytes per CPU stage
+  StagePlan stages[kMaxStages];
+  char model_path[4096] = {};
+};
+
+enum StageStatus : uint32_t {
+  kStageStarting = 0,
+  kStageSized = 1,    // capacity known, waiting for the daemon's block count
+  kStageReady = 2,    // serving
+  kStageFailed = 3,   // error[] says why; the process exits non-zero
+  kStageStopped = 4,  // left its loop at shutdown
+  kStageDead = 5,     // set by the supervisor when the process vanished
+};
+
+struct StageStats {
+  std::atomic<uint64_t> busy_ns{0};     // holding a batch
+  std::atomic<uint64_t> starved_ns{0};  // waiting for a batch
+  std::atomic<uint64_t> blocked_ns{0};  // waiting for room downstream
+  std::atomic<uint64_t> batches{0};
+  std::atomic<uint64_t> tokens{0};
+  std::atomic<uint64_t> refused{0};     // malformed messages or descriptors
+};
+
+struct alignas(64) StageShared {
+  std::atomic<uint32_t> status{kStageStarting};
+  std::atomic<int32_t> pid{0};
+  std::atomic<int64_t> capacity_blocks{0};  // what this stage's kv.memory holds
+  StageStats stats;
+  char error[512] = {};
+};
+
+struct SegmentHeader {
+  uint32_t magic = 0;  // written last by the creator
+  uint32_t version = 0;
+  uint64_t total_size = 0;
+  std::atomic<int32_t> owner_pid{0};
+  std::atomic<uint32_t> shutdown{0};  // 1: every loop ends
+  std::atomic<int32_t> kv_blocks{0};  // decided by the daemon: min capacity
+  Bell state;                         // rung on any status/decision change
+  SegmentParams params;
+};
+
+using Ring = SpscRing<BatchMsg>;
+
+class Segment {
+ public:
+  // "kvasir-" + 16 hex digits of a hash of the instance key (the socket path).
+  static std::string name_for(const std::string& instance_key);
+
+  // Creates the segment, reclaiming a stale one; throws kvasir::Error
+  // "... already running (pid N)" if a live daemon owns the name.
+  static std::unique_ptr<Segment> create(const std::string& name, const SegmentParams& params);
+  // Opens an existing segment (stage side); checks magic, version, plan and size.
+  static std::unique_ptr<Segment> open(const std::string& name);
+  // Removes the name (the owner, at exit). Existing mappings stay valid.
+  static void remove(const std::string& name);
+  static bool exists(const std::string& name);
+
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  const std::string& name() const { return name_; }
+  SegmentHeader& header() { return *hdr_; }
+  const SegmentParams& params() const { return params_; }  // a private, validated copy
+  const SlotDims& dims() const { return params_.dims; }
+  int n_stages() const { return params_.n_stages; }
+  bool stopping() const { return hdr_->shutdown.load(std::memory_order_acquire) != 0; }
+  void request_shutdown();  // sets shutdown and wakes every waiter
+
+  StageShared& stage(int i);
+  Ring& ring(int i);  // i in [0, n_stages]: ring i feeds stage i, ring n_stages the bridge
+  DescView desc(uint32_t slot);
+  float* boundary(uint32_t slot, int link);  // link s: stage s → s+1
+  ResultView result(uint32_t slot);
+
+  struct Layout {
+    uint64_t stages, rings, desc, desc_stride, bound, bound_stride, result, result_stride, total;
+  };
+  static Layout layout(const SegmentParams& p);
+  // Empty if the plan's widths are sane, else why.
+  static std::string check_params(const SegmentParams& p);
+
+ private:
+  Segment() = default;
+  std::string name_;
+  std::unique_ptr<boost::interprocess::mapped_region> region_;
+  void* base_ = nullptr;
+  uint64_t size_ = 0;
+  SegmentHeader* hdr_ = nullptr;
+  SegmentParams params_;
+  Layout lay_{};
+};
+
+}  // namespace kvasir::ipc

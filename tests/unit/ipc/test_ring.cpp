@@ -1,0 +1,268 @@
+// The segment and its rings with real processes (fork) and real shared memory.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "base/check.h"
+#include "ipc/segment.h"
+
+namespace kvasir::ipc {
+namespace {
+
+SegmentParams params(int inflight = 2) {
+  SegmentParams p;
+  p.n_stages = 2;
+  p.dims = SlotDims{4, 16, 8, 32, inflight};
+  p.block_size = 4;
+  p.stages[0] = StagePlan{0, 1, 1, "cpu"};
+  p.stages[1] = StagePlan{2, 3, 1, "cpu"};
+  std::strcpy(p.model_path, "/nonexistent");
+  return p;
+}
+
+std::string unique_name(const char* tag) {
+  return Segment::name_for(std::string(tag) + std::to_string(getpid()));
+}
+
+// Runs fn in a child; returns its exit status (fn's return value; 99 on an exception).
+template <class F>
+pid_t spawn(F fn) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int rc = 99;
+    try {
+      rc = fn();
+    } catch (...) {
+    }
+    _exit(rc);
+  }
+  return pid;
+}
+
+int wait_rc(pid_t pid, rusage* ru = nullptr) {
+  int st = 0;
+  wait4(pid, &st, 0, ru);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+TEST(Segment, CreateOpenModeAndRemove) {
+  auto name = unique_name("mode");
+  {
+    auto seg = Segment::create(name, params());
+    struct stat st;
+    ASSERT_EQ(stat(("/dev/shm/" + name).c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    auto other = Segment::open(name);
+    EXPECT_EQ(other->dims().inflight, 2);
+    EXPECT_EQ(other->header().owner_pid.load(), getpid());
+    // Distinct slots are distinct memory.
+    EXPECT_NE(other->boundary(0, 0), other->boundary(1, 0));
+    EXPECT_NE(static_cast<void*>(other->desc(0).hdr), static_cast<void*>(other->desc(1).hdr));
+  }
+  EXPECT_TRUE(Segment::exists(name));
+  Segment::remove(name);
+  EXPECT_FALSE(Segment::exists(name));
+  EXPECT_THROW(Segment::open(name), Error);
+}
+
+TEST(Segment, NameIsStablePerInstance) {
+  EXPECT_EQ(Segment::name_for("/run/a.sock"), Segment::name_for("/run/a.sock"));
+  EXPECT_NE(Segment::name_for("/run/a.sock"), Segment::name_for("/run/b.sock"));
+}
+
+TEST(Segment, SecondOwnerRefusedWhileAlive) {
+  auto name = unique_name("live");
+  auto seg = Segment::create(name, params());
+  pid_t c = spawn([&] {
+    try {
+      Segment::create(name, params());
+    } catch (const Error& e) {
+      return std::string(e.what()).find("already running") != std::string::npos ? 0 : 2;
+    }
+    return 1;
+  });
+  EXPECT_EQ(wait_rc(c), 0);
+  Segment::remove(name);
+}
+
+TEST(Segment, StaleSegmentOfDeadOwnerIsReclaimed) {
+  auto name = unique_name("stale");
+  pid_t c = spawn([&] {
+    auto seg = Segment::create(name, params());
+    seg->header().kv_blocks = 77;
+    _exit(0);  // dies without removing, as after SIGKILL
+    return 0;
+  });
+  ASSERT_EQ(wait_rc(c), 0);
+  ASSERT_TRUE(Segment::exists(name));
+  auto seg = Segment::create(name, params());
+  EXPECT_EQ(seg->header().owner_pid.load(), getpid());
+  EXPECT_EQ(seg->header().kv_blocks.load(), 0);  // fresh
+  Segment::remove(name);
+}
+
+TEST(Segment, CorruptHeaderRefusedByOpener) {
+  auto name = unique_name("corrupt");
+  auto seg = Segment::create(name, params());
+  seg->header().params.dims.inflight = 1000;
+  EXPECT_THROW(Segment::open(name), Error);
+  seg->header().params.dims.inflight = 2;
+  seg->header().version = 99;
+  EXPECT_THROW(Segment::open(name), Error);
+  Segment::remove(name);
+}
+
+// Parent pushes N messages into ring 0; a child forwards them to ring 1
+// (incrementing n_tokens); the parent reads them back in order. Capacity 2,
+// so the producer runs into the credit limit many times.
+TEST(Ring, ForwardsInOrderAcrossProcesses) {
+  auto name = unique_name("fwd");
+  auto seg = Segment::create(name, params(2));
+  constexpr int N = 2000;
+  pid_t c = spawn([&] {
+    auto s = Segment::open(name);
+    auto stop = [&] { return s->stopping(); };
+    for (int i = 0; i < N; ++i) {
+      BatchMsg m;
+      if (!s->ring(0).pop(m, stop)) return 3;
+      if (m.batch_id != uint64_t(i + 1)) return 4;
+      m.n_tokens += 1;
+      if (!s->ring(1).push(m, stop)) return 5;
+    }
+    return 0;
+  });
+  auto stop = [] { return false; };
+  int got = 0;
+  for (int i = 0; i < N; ++i) {
+    BatchMsg m;
+    m.batch_id = uint64_t(i + 1);
+    m.slot = uint32_t(i % 2);
+    m.n_tokens = i;
+    while (!seg->ring(0).try_push(m)) {
+      BatchMsg r;
+      if (seg->ring(1).try_pop(r)) {
+        EXPECT_EQ(r.batch_id, uint64_t(got + 1));
+        EXPECT_EQ(r.n_tokens, got + 1);
+        ++got;
+      }
+    }
+  }
+  while (got < N) {
+    BatchMsg r;
+    ASSERT_TRUE(seg->ring(1).pop(r, stop));
+    EXPECT_EQ(r.batch_id, uint64_t(got + 1));
+    EXPECT_EQ(r.n_tokens, got + 1);
+    ++got;
+  }
+  EXPECT_EQ(wait_rc(c), 0);
+  Segment::remove(name);
+}
+
+TEST(Ring, IdleWaitUsesNoCpuAndShutdownWakesIt) {
+  auto name = unique_name("idle");
+  auto seg = Segment::create(name, params());
+  pid_t c = spawn([&] {
+    auto s = Segment::open(name);
+    BatchMsg m;
+    bool got = s->ring(0).pop(m, [&] { return s->stopping(); });
+    return got ? 1 : 0;
+  });
+  usleep(700 * 1000);
+  int64_t t0 = now_ns();
+  seg->request_shutdown();
+  rusage ru{};
+  EXPECT_EQ(wait_rc(c, &ru), 0);
+  EXPECT_LT(now_ns() - t0, 150'000'000);  // woken promptly
+  double cpu_ms = ru.ru_utime.tv_sec * 1e3 + ru.ru_utime.tv_usec / 1e3 + ru.ru_stime.tv_sec * 1e3 +
+                  ru.ru_stime.tv_usec / 1e3;
+  EXPECT_LT(cpu_ms, 80) << "an idle consumer must sleep, not spin";
+  Segment::remove(name);
+}
+
+TEST(Ring, CorruptIndicesReadAsEmpty) {
+  auto name = unique_name("bogus");
+  auto seg = Segment::create(name, params());
+  seg->ring(0).head.store(1000);  // a hostile producer
+  BatchMsg m;
+  EXPECT_FALSE(seg->ring(0).try_pop(m));
+  seg->ring(0).capacity = 100000;
+  EXPECT_FALSE(seg->ring(0).try_push(m));
+  Segment::remove(name);
+}
+
+TEST(Batch, MessageChecks) {
+  SlotDims d{4, 16, 8, 32, 2};
+  BatchMsg m;
+  m.batch_id = 5;
+  m.slot = 1;
+  m.n_rows = 2;
+  m.n_tokens = 3;
+  EXPECT_EQ(check_msg(m, d, 4), "");
+  EXPECT_NE(check_msg(m, d, 5), "");  // not increasing
+  auto bad = m;
+  bad.slot = 2;
+  EXPECT_NE(check_msg(bad, d, 0).find("slot 2"), std::string::npos);
+  bad = m;
+  bad.version = 7;
+  EXPECT_NE(check_msg(bad, d, 0), "");
+  bad = m;
+  bad.n_rows = 5;
+  EXPECT_NE(check_msg(bad, d, 0), "");
+  bad = m;
+  bad.n_tokens = 17;
+  EXPECT_NE(check_msg(bad, d, 0), "");
+  bad = m;
+  bad.n_tokens = 1;  // fewer tokens than rows
+  EXPECT_NE(check_msg(bad, d, 0), "");
+}
+
+TEST(Batch, DescriptorRoundTripAndChecks) {
+  auto name = unique_name("desc");
+  auto seg = Segment::create(name, params());
+  const SlotDims& d = seg->dims();
+  Batch b;
+  b.batch_id = 9;
+  b.rows = {DescRow{1, 0, 2, 1, 1, {}}, DescRow{2, 5, 1, 2, 0, {}}};
+  b.tokens = {10, 11, 12};
+  b.tables.assign(2 * d.max_table, 0);
+  b.tables[0] = 3;
+  b.tables[d.max_table] = 4;
+  b.tables[d.max_table + 1] = 5;
+  b.sampling.resize(2);
+  b.n_tokens = 3;
+  write_desc(seg->desc(1), b, d);
+  BatchMsg m;
+  m.batch_id = 9;
+  m.slot = 1;
+  m.n_rows = 2;
+  m.n_tokens = 3;
+  Batch out;
+  EXPECT_EQ(read_desc(seg->desc(1), m, d, 8, 4, out), "");
+  EXPECT_EQ(out.tokens, b.tokens);
+  EXPECT_EQ(out.rows[1].pos0, 5);
+  EXPECT_EQ(out.tables[d.max_table + 1], 5);
+  // Block id beyond the pool.
+  EXPECT_NE(read_desc(seg->desc(1), m, d, 5, 4, out).find("block id 5"), std::string::npos);
+  // Message and descriptor disagree.
+  auto m2 = m;
+  m2.batch_id = 10;
+  EXPECT_NE(read_desc(seg->desc(1), m2, d, 8, 4, out), "");
+  // Positions past the table: row 1 at pos 5 with 1 block of 4.
+  seg->desc(1).rows[1].n_table = 1;
+  EXPECT_NE(read_desc(seg->desc(1), m, d, 8, 4, out).find("outside"), std::string::npos);
+  seg->desc(1).rows[1].n_table = 2;
+  // Rows not summing to the header's count.
+  seg->desc(1).rows[0].n_tokens = 1;
+  EXPECT_NE(read_desc(seg->desc(1), m, d, 8, 4, out), "");
+  seg->desc(1).rows[0].n_tokens = 2;
+  seg->desc(1).rows[0].n_table = 99;
+  EXPECT_NE(read_desc(seg->desc(1), m, d, 8, 4, out), "");
+  Segment::remove(name);
+}
+
+}  // namespace
+}  // namespace kvasir::ipc
