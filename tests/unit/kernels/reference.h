@@ -1,0 +1,225 @@
+// tests/unit/kernels/reference.h — plain scalar references for the CPU
+// kernels, written from the formats' definitions (base/dtype.h) and the
+// textbook formulas, in double where it matters. Slow on purpose; they share
+// no code with kernels/cpu.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/half.h"
+#include "base/tensor.h"
+
+namespace kvasir::ref {
+
+// ---- weights --------------------------------------------------------------
+
+// A weight tensor that owns its bytes.
+struct OwnedWeight {
+  std::vector<uint8_t> bytes;
+  TensorView view;
+};
+
+inline uint16_t rand_half(std::mt19937& rng, float lo, float hi) {
+  return f32_to_fp16(std::uniform_real_distribution<float>(lo, hi)(rng));
+}
+
+inline void put_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+inline uint16_t get_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// Random weights [rows, cols] of type t: every quantised byte random (all
+// nibbles and int8 values, -128 included), scales positive, Q4_1 minimums of
+// either sign.
+inline OwnedWeight random_weight(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const int64_t rb = int64_t(*dtype_row_bytes(t, cols));
+  OwnedWeight w;
+  w.bytes.resize(size_t(rb * rows));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> val(-1.f, 1.f);
+  uint8_t* p = w.bytes.data();
+  const int64_t nb = cols / 32;
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = p + r * rb;
+    switch (t) {
+      case DType::F32:
+        for (int64_t c = 0; c < cols; ++c) {
+          const float v = val(rng);
+          std::memcpy(row + 4 * c, &v, 4);
+        }
+        break;
+      case DType::F16:
+        for (int64_t c = 0; c < cols; ++c) put_u16(row + 2 * c, f32_to_fp16(val(rng)));
+        break;
+      case DType::BF16:
+        for (int64_t c = 0; c < cols; ++c) put_u16(row + 2 * c, f32_to_bf16(val(rng)));
+        break;
+      case DType::Q8_0:
+        for (int64_t b = 0; b < nb; ++b) {
+          put_u16(row + b * 34, rand_half(rng, 0.001f, 0.01f));
+          for (int i = 0; i < 32; ++i) row[b * 34 + 2 + i] = uint8_t(byte(rng));
+        }
+        break;
+      case DType::Q4_0:
+        for (int64_t b = 0; b < nb; ++b) {
+          put_u16(row + b * 18, rand_half(rng, 0.01f, 0.1f));
+          for (int i = 0; i < 16; ++i) row[b * 18 + 2 + i] = uint8_t(byte(rng));
+        }
+        break;
+      case DType::Q4_1:
+        for (int64_t b = 0; b < nb; ++b) {
+          put_u16(row + b * 20, rand_half(rng, 0.01f, 0.1f));
+          put_u16(row + b * 20 + 2, rand_half(rng, -0.5f, 0.5f));
+          for (int i = 0; i < 16; ++i) row[b * 20 + 4 + i] = uint8_t(byte(rng));
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  w.view.type = t;
+  w.view.n_dims = 2;
+  w.view.ne[0] = cols;
+  w.view.ne[1] = rows;
+  w.view.data = w.bytes.data();
+  w.view.nbytes = w.bytes.size();
+  return w;
+}
+
+// Row r of w as f32, straight from the block definitions.
+inline std::vector<float> dequant_row(const TensorView& w, int64_t r) {
+  const int64_t cols = w.cols();
+  const int64_t rb = int64_t(*dtype_row_bytes(w.type, cols));
+  const uint8_t* row = static_cast<const uint8_t*>(w.data) + r * rb;
+  std::vector<float> out(size_t(cols));
+  for (int64_t c = 0; c < cols; ++c) {
+    const int64_t b = c / 32, i = c % 32;
+    float v = 0.f;
+    switch (w.type) {
+      case DType::F32: std::memcpy(&v, row + 4 * c, 4); break;
+      case DType::F16: v = fp16_to_f32(get_u16(row + 2 * c)); break;
+      case DType::BF16: v = bf16_to_f32(get_u16(row + 2 * c)); break;
+      case DType::Q8_0: {
+        const uint8_t* blk = row + b * 34;
+        v = fp16_to_f32(get_u16(blk)) * float(int8_t(blk[2 + i]));
+        break;
+      }
+      case DType::Q4_0: {
+        const uint8_t* blk = row + b * 18;
+        const int q = i < 16 ? (blk[2 + i] & 15) : (blk[2 + i - 16] >> 4);
+        v = fp16_to_f32(get_u16(blk)) * float(q - 8);
+        break;
+      }
+      case DType::Q4_1: {
+        const uint8_t* blk = row + b * 20;
+        const int q = i < 16 ? (blk[4 + i] & 15) : (blk[4 + i - 16] >> 4);
+        v = fp16_to_f32(get_u16(blk)) * float(q) + fp16_to_f32(get_u16(blk + 2));
+        break;
+      }
+      default: break;
+    }
+    out[size_t(c)] = v;
+  }
+  return out;
+}
+
+// y = x · Wᵀ with dequantised weights and f32 activations, in double.
+// Also returns abs_sum[j, r] = Σ|w||x| (for tolerances) and, for quantised
+// types, qerr[j, r] = the bound Σ_blocks Σ|w| · amax(x_block) / 254 on the
+// error of 8-bit activation quantisation (round to nearest: |x - d q| ≤ d/2,
+// d = amax / 127).
+struct MatmulRef {
+  std::vector<double> y, abs_sum, qerr;  // [n, rows]
+};
+
+inline MatmulRef matmul(const TensorView& w, const float* x, int64_t n) {
+  const int64_t rows = w.rows(), cols = w.cols();
+  MatmulRef out;
+  out.y.assign(size_t(n * rows), 0.0);
+  out.abs_sum.assign(size_t(n * rows), 0.0);
+  out.qerr.assign(size_t(n * rows), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<float> wr = dequant_row(w, r);
+    for (int64_t j = 0; j < n; ++j) {
+      const float* xj = x + j * cols;
+      double s = 0, a = 0, q = 0;
+      for (int64_t c0 = 0; c0 < cols; c0 += 32) {
+        double amax = 0, wabs = 0;
+        for (int64_t c = c0; c < std::min(c0 + 32, cols); ++c) {
+          s += double(wr[size_t(c)]) * xj[c];
+          a += std::fabs(double(wr[size_t(c)]) * xj[c]);
+          amax = std::max(amax, std::fabs(double(xj[c])));
+          wabs += std::fabs(double(wr[size_t(c)]));
+        }
+        q += wabs * amax / 254.0;
+      }
+      out.y[size_t(j * rows + r)] = s;
+      out.abs_sum[size_t(j * rows + r)] = a;
+      out.qerr[size_t(j * rows + r)] = q;
+    }
+  }
+  return out;
+}
+
+// ---- norms and elementwise ------------------------------------------------
+
+inline void rmsnorm(const float* x, const float* w, float eps, int64_t n, int64_t dim, float* out) {
+  for (int64_t r = 0; r < n; ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < dim; ++i) ss += double(x[r * dim + i]) * x[r * dim + i];
+    const double inv = 1.0 / std::sqrt(ss / double(dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) out[r * dim + i] = float(x[r * dim + i] * inv * w[i]);
+  }
+}
+
+inline double silu(double g) { return g / (1.0 + std::exp(-g)); }
+
+// ---- rope -----------------------------------------------------------------
+
+// Rotates one head vector v[head_dim] at position pos with angles computed
+// in double from theta (no scaling). adjacent: pairs (2i, 2i+1); else (i, i + rot/2).
+inline void rope_head(float* v, int head_dim, int rot_dim, double theta, double pos, bool adjacent) {
+  (void)head_dim;
+  const int half = rot_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    const double inv = std::pow(theta, -2.0 * i / rot_dim);
+    const double a = pos * inv;
+    const int i0 = adjacent ? 2 * i : i, i1 = adjacent ? 2 * i + 1 : i + half;
+    const double x0 = v[i0], x1 = v[i1];
+    v[i0] = float(x0 * std::cos(a) - x1 * std::sin(a));
+    v[i1] = float(x0 * std::sin(a) + x1 * std::cos(a));
+  }
+}
+
+// ---- attention ------------------------------------------------------------
+
+// Naive causal attention of one query head over a dense history.
+//   k_hist, v_hist: [P, n_kv, hd]; q: [hd]; attends positions 0..pos.
+inline void attend(const float* q, const float* k_hist, const float* v_hist, int n_kv, int hd,
+                   int kv_head, int pos, double scale, float* out) {
+  std::vector<double> s(size_t(pos + 1));
+  double mx = -INFINITY;
+  for (int j = 0; j <= pos; ++j) {
+    const float* k = k_hist + (int64_t(j) * n_kv + kv_head) * hd;
+    double d = 0;
+    for (int i = 0; i < hd; ++i) d += double(q[i]) * k[i];
+    s[size_t(j)] = d * scale;
+    mx = std::max(mx, s[size_t(j)]);
+  }
+  double l = 0;
+  for (auto& e : s) l += (e = std::exp(e - mx));
+  for (int i = 0; i < hd; ++i) {
+    double o = 0;
+    for (int j = 0; j <= pos; ++j) o += s[size_t(j)] * v_hist[(int64_t(j) * n_kv + kv_head) * hd + i];
+    out[i] = float(o / l);
+  }
+}
+
+}  // namespace kvasir::ref

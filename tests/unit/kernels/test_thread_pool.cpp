@@ -1,0 +1,124 @@
+#include "kernels/cpu/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <functional>
+#include <stdexcept>
+#include <vector>
+
+#include "base/check.h"
+
+namespace kvasir::cpu {
+namespace {
+
+TEST(ThreadPool, CoversEveryIndexOnceForManySizes) {
+  for (int threads : {1, 2, 3, 4}) {
+    ThreadPool pool(threads);
+    EXPECT_EQ(pool.size(), threads);
+    for (int64_t n : {0, 1, 2, 3, 5, 7, 64, 1000}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      std::atomic<int> bad_thread{0};
+      pool.parallel_for(n, [&](int64_t b, int64_t e, int t) {
+        if (t < 0 || t >= threads || b >= e) bad_thread++;
+        for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+      });
+      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[size_t(i)].load(), 1) << threads << " " << n;
+      EXPECT_EQ(bad_thread.load(), 0);
+    }
+  }
+}
+
+TEST(ThreadPool, SingleThreadRunsInlineOnCaller) {
+  ThreadPool pool(1);
+  const auto me = std::this_thread::get_id();
+  int calls = 0;
+  pool.parallel_for(100, [&](int64_t b, int64_t e, int t) {
+    EXPECT_EQ(std::this_thread::get_id(), me);
+    EXPECT_EQ(b, 0);
+    EXPECT_EQ(e, 100);
+    EXPECT_EQ(t, 0);
+    ++calls;
+  });
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(ThreadPool, UsesSeveralThreadsAndTheCaller) {
+  ThreadPool pool(3);
+  std::vector<std::thread::id> ids(3);
+  pool.parallel_for(3, [&](int64_t b, int64_t, int t) {
+    EXPECT_EQ(b, t);  // 3 items over 3 threads: one each
+    ids[size_t(t)] = std::this_thread::get_id();
+  });
+  EXPECT_EQ(ids[0], std::this_thread::get_id());
+  EXPECT_NE(ids[1], ids[0]);
+  EXPECT_NE(ids[2], ids[1]);
+}
+
+TEST(ThreadPool, ManySmallCallsSumCorrectly) {
+  ThreadPool pool(3, /*spin_us=*/20);
+  std::atomic<int64_t> sum{0};
+  for (int it = 0; it < 3000; ++it)
+    pool.parallel_for(10, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) sum += i;
+    });
+  EXPECT_EQ(sum.load(), 3000 * 45);
+}
+
+TEST(ThreadPool, SleepingWorkersWakeUp) {
+  ThreadPool pool(2, /*spin_us=*/0);  // always sleep between jobs
+  for (int it = 0; it < 200; ++it) {
+    std::atomic<int> n{0};
+    pool.parallel_for(2, [&](int64_t b, int64_t e, int) { n += int(e - b); });
+    ASSERT_EQ(n.load(), 2);
+  }
+}
+
+TEST(ThreadPool, ExceptionOnWorkerIsRethrownAndPoolStaysUsable) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int victim = 0; victim < threads; ++victim) {
+      std::atomic<int> done{0};
+      EXPECT_THROW(pool.parallel_for(threads,
+                                     [&](int64_t b, int64_t, int) {
+                                       if (b == victim) KV_FAIL("boom {}", b);
+                                       done++;
+                                     }),
+                   kvasir::Error);
+      EXPECT_EQ(done.load(), threads - 1);  // the other chunks still ran
+      std::atomic<int> after{0};
+      pool.parallel_for(50, [&](int64_t b, int64_t e, int) { after += int(e - b); });
+      EXPECT_EQ(after.load(), 50);
+    }
+  }
+}
+
+TEST(ThreadPool, ExceptionsOnAllThreadsRethrowOne) {
+  ThreadPool pool(3);
+  EXPECT_THROW(pool.parallel_for(3, [](int64_t, int64_t, int) { throw std::runtime_error("x"); }),
+               std::runtime_error);
+}
+
+TEST(ThreadPool, NestedCallRunsInline) {
+  ThreadPool pool(2);
+  std::atomic<int> inner{0};
+  pool.parallel_for(2, [&](int64_t, int64_t, int) {
+    pool.parallel_for(10, [&](int64_t b, int64_t e, int) { inner += int(e - b); });
+  });
+  EXPECT_EQ(inner.load(), 20);
+}
+
+TEST(ThreadPool, AcceptsStdFunction) {
+  ThreadPool pool(2);
+  std::atomic<int> n{0};
+  const std::function<void(int64_t, int64_t, int)> fn = [&](int64_t b, int64_t e, int) {
+    n += int(e - b);
+  };
+  pool.parallel_for(9, fn);
+  EXPECT_EQ(n.load(), 9);
+}
+
+TEST(ThreadPool, RejectsBadSize) { EXPECT_THROW(ThreadPool(0), kvasir::Error); }
+
+}  // namespace
+}  // namespace kvasir::cpu
