@@ -28,7 +28,9 @@ inline uint16_t rand_half(std::mt19937& rng, float lo, float hi) {
   return f32_to_fp16(std::uniform_real_distribution<float>(lo, hi)(rng));
 }
 
-inline void put_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+inline void put_u16(uint8_t* p, uint16_t v) {
+  std::memcpy(p, &v, 2);
+}
 inline uint16_t get_u16(const uint8_t* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
@@ -98,14 +100,20 @@ inline std::vector<float> dequant_row(const TensorView& w, int64_t r) {
   const int64_t cols = w.cols();
   const int64_t rb = int64_t(*dtype_row_bytes(w.type, cols));
   const uint8_t* row = static_cast<const uint8_t*>(w.data) + r * rb;
-  std::vector<float> out(size_t(cols));
+  std::vector<float> out(static_cast<size_t>(cols));
   for (int64_t c = 0; c < cols; ++c) {
     const int64_t b = c / 32, i = c % 32;
     float v = 0.f;
     switch (w.type) {
-      case DType::F32: std::memcpy(&v, row + 4 * c, 4); break;
-      case DType::F16: v = fp16_to_f32(get_u16(row + 2 * c)); break;
-      case DType::BF16: v = bf16_to_f32(get_u16(row + 2 * c)); break;
+      case DType::F32:
+        std::memcpy(&v, row + 4 * c, 4);
+        break;
+      case DType::F16:
+        v = fp16_to_f32(get_u16(row + 2 * c));
+        break;
+      case DType::BF16:
+        v = bf16_to_f32(get_u16(row + 2 * c));
+        break;
       case DType::Q8_0: {
         const uint8_t* blk = row + b * 34;
         v = fp16_to_f32(get_u16(blk)) * float(int8_t(blk[2 + i]));
@@ -123,7 +131,8 @@ inline std::vector<float> dequant_row(const TensorView& w, int64_t r) {
         v = fp16_to_f32(get_u16(blk)) * float(q) + fp16_to_f32(get_u16(blk + 2));
         break;
       }
-      default: break;
+      default:
+        break;
     }
     out[size_t(c)] = v;
   }
@@ -179,13 +188,16 @@ inline void rmsnorm(const float* x, const float* w, float eps, int64_t n, int64_
   }
 }
 
-inline double silu(double g) { return g / (1.0 + std::exp(-g)); }
+inline double silu(double g) {
+  return g / (1.0 + std::exp(-g));
+}
 
 // ---- rope -----------------------------------------------------------------
 
 // Rotates one head vector v[head_dim] at position pos with angles computed
 // in double from theta (no scaling). adjacent: pairs (2i, 2i+1); else (i, i + rot/2).
-inline void rope_head(float* v, int head_dim, int rot_dim, double theta, double pos, bool adjacent) {
+inline void rope_head(float* v, int head_dim, int rot_dim, double theta, double pos,
+                      bool adjacent) {
   (void)head_dim;
   const int half = rot_dim / 2;
   for (int i = 0; i < half; ++i) {
@@ -204,7 +216,7 @@ inline void rope_head(float* v, int head_dim, int rot_dim, double theta, double 
 //   k_hist, v_hist: [P, n_kv, hd]; q: [hd]; attends positions 0..pos.
 inline void attend(const float* q, const float* k_hist, const float* v_hist, int n_kv, int hd,
                    int kv_head, int pos, double scale, float* out) {
-  std::vector<double> s(size_t(pos + 1));
+  std::vector<double> s(static_cast<size_t>(pos + 1));
   double mx = -INFINITY;
   for (int j = 0; j <= pos; ++j) {
     const float* k = k_hist + (int64_t(j) * n_kv + kv_head) * hd;
@@ -217,7 +229,8 @@ inline void attend(const float* q, const float* k_hist, const float* v_hist, int
   for (auto& e : s) l += (e = std::exp(e - mx));
   for (int i = 0; i < hd; ++i) {
     double o = 0;
-    for (int j = 0; j <= pos; ++j) o += s[size_t(j)] * v_hist[(int64_t(j) * n_kv + kv_head) * hd + i];
+    for (int j = 0; j <= pos; ++j)
+      o += s[size_t(j)] * v_hist[(int64_t(j) * n_kv + kv_head) * hd + i];
     out[i] = float(o / l);
   }
 }

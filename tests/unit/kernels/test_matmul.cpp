@@ -1,0 +1,206 @@
+// matmul and dequantize_row against reference.h.
+//
+// Tolerances (per output y[j, r], with A = Σ|w·x| over the row):
+//  - F32/F16/BF16 weights: |y - ref| ≤ 1e-5·A + 1e-6 (f32 accumulation).
+//  - Q8_0/Q4_0/Q4_1: the activations are rounded to 8 bits per block of 32
+//    (d = amax/127, |x - d·q| ≤ d/2), so |y - ref| ≤ Σ_blocks Σ|w|·amax/254;
+//    we allow 1.01 × that bound + 1e-5·A + 1e-6. ref uses the dequantised
+//    weights and the f32 activations, in double.
+//  - scalar vs AVX2 path: the integer block sums are identical, only the f32
+//    summation order differs: |y_avx2 - y_scalar| ≤ 1e-5·A + 1e-6.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "base/check.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/simd.h"
+#include "reference.h"
+
+namespace kvasir::cpu {
+namespace {
+
+const DType kTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1};
+
+bool is_quant(DType t) {
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1;
+}
+
+std::vector<float> random_x(int64_t n, int64_t cols, std::mt19937& rng, bool edge_cases = true) {
+  std::vector<float> x(static_cast<size_t>(n * cols));
+  std::normal_distribution<float> d(0.f, 1.f);
+  for (auto& v : x) v = d(rng);
+  // An all-zero block and an outlier exercise d == 0 and wide ranges.
+  if (edge_cases && cols >= 64) {
+    for (int i = 0; i < 32; ++i) x[size_t(32 + i)] = 0.f;
+    x[0] = 40.f;
+  }
+  return x;
+}
+
+struct SimdGuard {
+  SimdLevel saved = simd_level();
+  ~SimdGuard() { set_simd_level_for_testing(saved); }
+};
+
+std::vector<SimdLevel> levels() {
+  std::vector<SimdLevel> l{SimdLevel::kScalar};
+  if (simd_level_supported() == SimdLevel::kAvx2) l.push_back(SimdLevel::kAvx2);
+  return l;
+}
+
+TEST(Matmul, SweepAgainstReference) {
+  SimdGuard guard;
+  std::mt19937 rng(1234);
+  std::unique_ptr<ThreadPool> pools[] = {nullptr, std::make_unique<ThreadPool>(2),
+                                         std::make_unique<ThreadPool>(3)};
+  for (DType t : kTypes) {
+    for (int64_t cols : {32, 96, 576}) {
+      for (int64_t rows : {1, 5, 64, 193}) {
+        const auto w = ref::random_weight(t, rows, cols, rng);
+        for (int64_t n : {1, 2, 3, 7, 16, 33}) {
+          const auto x = random_x(n, cols, rng);
+          const auto want = ref::matmul(w.view, x.data(), n);
+          for (SimdLevel level : levels()) {
+            set_simd_level_for_testing(level);
+            for (auto& pool : pools) {
+              std::vector<float> y(size_t(n * rows), NAN);
+              matmul(w.view, x.data(), n, y.data(), pool.get());
+              int bad = 0;
+              for (size_t i = 0; i < y.size(); ++i) {
+                double tol = 1e-5 * want.abs_sum[i] + 1e-6;
+                if (is_quant(t)) tol += 1.01 * want.qerr[i];
+                if (!std::isfinite(y[i]) || std::fabs(y[i] - want.y[i]) > tol) {
+                  if (++bad <= 3)
+                    ADD_FAILURE() << dtype_name(t) << " n=" << n << " rows=" << rows
+                                  << " cols=" << cols << " " << simd_level_name(level)
+                                  << " threads=" << (pool ? pool->size() : 0) << " i=" << i
+                                  << ": got " << y[i] << " want " << want.y[i] << " tol " << tol;
+                }
+              }
+              ASSERT_EQ(bad, 0);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Matmul, QuantisedErrorIsSmallRelativeToNorm) {
+  // Overall, for Gaussian activations: ‖y - ref‖ / ‖ref‖ < 1% at the model's
+  // shapes (the random Q4_1 minimums make this a harsh case).
+  std::mt19937 rng(7);
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+    const auto w = ref::random_weight(t, 192, 576, rng);
+    const auto x = random_x(4, 576, rng, /*edge_cases=*/false);
+    const auto want = ref::matmul(w.view, x.data(), 4);
+    std::vector<float> y(4 * 192);
+    matmul(w.view, x.data(), 4, y.data(), nullptr);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      num += (y[i] - want.y[i]) * (y[i] - want.y[i]);
+      den += want.y[i] * want.y[i];
+    }
+    EXPECT_LT(std::sqrt(num / den), 1e-2) << dtype_name(t);
+    std::printf("%s relative error %.5f\n", dtype_name(t), std::sqrt(num / den));
+  }
+}
+
+TEST(Matmul, ScalarAndAvx2AgreeTightly) {
+  if (simd_level_supported() != SimdLevel::kAvx2) GTEST_SKIP() << "CPU has no AVX2";
+  SimdGuard guard;
+  std::mt19937 rng(99);
+  for (DType t : kTypes) {
+    for (int64_t n : {1, 5, 16}) {
+      const int64_t rows = 37, cols = 576;
+      const auto w = ref::random_weight(t, rows, cols, rng);
+      const auto x = random_x(n, cols, rng);
+      const auto want = ref::matmul(w.view, x.data(), n);
+      std::vector<float> ys(size_t(n * rows)), ya(size_t(n * rows));
+      set_simd_level_for_testing(SimdLevel::kScalar);
+      matmul(w.view, x.data(), n, ys.data(), nullptr);
+      set_simd_level_for_testing(SimdLevel::kAvx2);
+      matmul(w.view, x.data(), n, ya.data(), nullptr);
+      for (size_t i = 0; i < ys.size(); ++i)
+        ASSERT_NEAR(ya[i], ys[i], 1e-5 * want.abs_sum[i] + 1e-6) << dtype_name(t) << " n=" << n;
+    }
+  }
+}
+
+TEST(Matmul, OddColumnsForPlainTypes) {
+  std::mt19937 rng(3);
+  SimdGuard guard;
+  for (SimdLevel level : levels()) {
+    set_simd_level_for_testing(level);
+    for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+      for (int64_t cols : {1, 7, 17, 33}) {
+        const auto w = ref::random_weight(t, 9, cols, rng);
+        const auto x = random_x(5, cols, rng);
+        const auto want = ref::matmul(w.view, x.data(), 5);
+        std::vector<float> y(5 * 9);
+        matmul(w.view, x.data(), 5, y.data(), nullptr);
+        for (size_t i = 0; i < y.size(); ++i)
+          ASSERT_NEAR(y[i], want.y[i], 1e-5 * want.abs_sum[i] + 1e-6);
+      }
+    }
+  }
+}
+
+TEST(Matmul, RejectsBadInput) {
+  std::mt19937 rng(5);
+  auto w = ref::random_weight(DType::Q4_1, 4, 64, rng);
+  std::vector<float> x(64), y(4);
+  TensorView bad = w.view;
+  bad.ne[0] = 48;  // not a multiple of 32
+  EXPECT_THROW(matmul(bad, x.data(), 1, y.data(), nullptr), kvasir::Error);
+  bad = w.view;
+  bad.type = DType::Q4_K;
+  EXPECT_THROW(matmul(bad, x.data(), 1, y.data(), nullptr), kvasir::Error);
+  bad = w.view;
+  bad.nbytes -= 1;  // smaller than its shape
+  EXPECT_THROW(matmul(bad, x.data(), 1, y.data(), nullptr), kvasir::Error);
+  EXPECT_THROW(matmul(w.view, x.data(), -1, y.data(), nullptr), kvasir::Error);
+  EXPECT_NO_THROW(matmul(w.view, x.data(), 0, y.data(), nullptr));
+}
+
+TEST(DequantizeRow, MatchesReferenceForEveryType) {
+  std::mt19937 rng(11);
+  for (DType t : kTypes) {
+    const auto w = ref::random_weight(t, 6, 96, rng);
+    std::vector<float> out(96);
+    for (int64_t r = 0; r < 6; ++r) {
+      dequantize_row(w.view, r, out.data());
+      const auto want = ref::dequant_row(w.view, r);
+      for (size_t c = 0; c < out.size(); ++c) ASSERT_EQ(out[c], want[c]) << dtype_name(t);
+    }
+    EXPECT_THROW(dequantize_row(w.view, 6, out.data()), kvasir::Error);
+    EXPECT_THROW(dequantize_row(w.view, -1, out.data()), kvasir::Error);
+  }
+}
+
+TEST(DequantizeRow, KnownQ4_1Block) {
+  // d = 0.5, m = -1: byte j = (j+16 weight in the high nibble, j in the low).
+  std::vector<uint8_t> blk(20);
+  ref::put_u16(blk.data(), f32_to_fp16(0.5f));
+  ref::put_u16(blk.data() + 2, f32_to_fp16(-1.f));
+  for (int j = 0; j < 16; ++j) blk[size_t(4 + j)] = uint8_t((15 - j) << 4 | j);
+  TensorView w;
+  w.type = DType::Q4_1;
+  w.n_dims = 2;
+  w.ne[0] = 32;
+  w.ne[1] = 1;
+  w.data = blk.data();
+  w.nbytes = blk.size();
+  std::vector<float> out(32);
+  dequantize_row(w, 0, out.data());
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[size_t(j)], 0.5f * j - 1.f);
+    EXPECT_EQ(out[size_t(j + 16)], 0.5f * (15 - j) - 1.f);
+  }
+}
+
+}  // namespace
+}  // namespace kvasir::cpu
