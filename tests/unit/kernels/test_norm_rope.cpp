@@ -1,0 +1,219 @@
+// rmsnorm, swiglu, add_inplace and rope against reference.h, on both SIMD
+// levels.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+
+#include "base/check.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/simd.h"
+#include "reference.h"
+
+namespace kvasir::cpu {
+namespace {
+
+struct SimdGuard {
+  SimdLevel saved = simd_level();
+  ~SimdGuard() { set_simd_level_for_testing(saved); }
+};
+
+std::vector<SimdLevel> levels() {
+  std::vector<SimdLevel> l{SimdLevel::kScalar};
+  if (simd_level_supported() == SimdLevel::kAvx2) l.push_back(SimdLevel::kAvx2);
+  return l;
+}
+
+std::vector<float> randn(size_t n, std::mt19937& rng, float sd = 1.f) {
+  std::vector<float> v(n);
+  std::normal_distribution<float> d(0.f, sd);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+TEST(Norm, RmsnormMatchesReferenceAndAliases) {
+  SimdGuard guard;
+  std::mt19937 rng(1);
+  for (SimdLevel level : levels()) {
+    set_simd_level_for_testing(level);
+    for (int64_t dim : {1, 7, 64, 576, 1001}) {
+      const int64_t n = 3;
+      auto x = randn(size_t(n * dim), rng, 3.f);
+      const auto w = randn(size_t(dim), rng);
+      std::vector<float> want(x.size()), got(x.size());
+      ref::rmsnorm(x.data(), w.data(), 1e-5f, n, dim, want.data());
+      rmsnorm(x.data(), w.data(), 1e-5f, n, dim, got.data());
+      for (size_t i = 0; i < x.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(got[i]));
+        ASSERT_NEAR(got[i], want[i], 1e-5f * (1.f + std::fabs(want[i]))) << dim;
+      }
+      rmsnorm(x.data(), w.data(), 1e-5f, n, dim, x.data());  // in place
+      for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], got[i]);
+    }
+  }
+  // All zeros: eps keeps it finite.
+  std::vector<float> z(8, 0.f), w(8, 1.f), o(8);
+  rmsnorm(z.data(), w.data(), 1e-6f, 1, 8, o.data());
+  for (float v : o) EXPECT_EQ(v, 0.f);
+}
+
+TEST(Norm, SwigluMatchesReferenceIncludingExtremes) {
+  SimdGuard guard;
+  std::mt19937 rng(2);
+  for (SimdLevel level : levels()) {
+    set_simd_level_for_testing(level);
+    for (int64_t count : {1, 8, 13, 1536}) {
+      auto g = randn(size_t(count), rng, 4.f);
+      const auto u = randn(size_t(count), rng);
+      if (count >= 8) {
+        g[0] = -100.f;  // silu → -0
+        g[1] = 100.f;   // silu → g
+        g[2] = 0.f;
+        g[3] = -88.5f;
+        g[4] = 89.f;
+      }
+      std::vector<float> got(static_cast<size_t>(count));
+      swiglu(g.data(), u.data(), count, got.data());
+      for (int64_t i = 0; i < count; ++i) {
+        const double want = ref::silu(g[size_t(i)]) * u[size_t(i)];
+        ASSERT_TRUE(std::isfinite(got[size_t(i)]));
+        ASSERT_NEAR(got[size_t(i)], want, 2e-6 * (std::fabs(want) + 1e-3)) << "g=" << g[size_t(i)];
+      }
+      swiglu(g.data(), u.data(), count, g.data());  // out aliases gate
+      for (int64_t i = 0; i < count; ++i) ASSERT_EQ(g[size_t(i)], got[size_t(i)]);
+    }
+  }
+}
+
+TEST(Norm, AddInplace) {
+  SimdGuard guard;
+  std::mt19937 rng(3);
+  for (SimdLevel level : levels()) {
+    set_simd_level_for_testing(level);
+    for (int64_t count : {0, 1, 9, 576}) {
+      auto x = randn(size_t(count), rng);
+      const auto y = randn(size_t(count), rng);
+      const auto x0 = x;
+      add_inplace(x.data(), y.data(), count);
+      for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], x0[i] + y[i]);
+    }
+  }
+}
+
+TEST(Rope, InvFreqPlain) {
+  RopeConfig cfg;
+  cfg.head_dim = cfg.rot_dim = 64;
+  cfg.theta = 10000.f;
+  const auto f = rope_inv_freq(cfg);
+  ASSERT_EQ(f.size(), 32u);
+  for (int i = 0; i < 32; ++i)
+    EXPECT_FLOAT_EQ(f[size_t(i)], float(std::pow(10000.0, -2.0 * i / 64)));
+}
+
+TEST(Rope, Llama3ScalingHandComputed) {
+  // Llama 3.1: theta 500000, head 128, factor 8, low 1, high 4, original 8192.
+  // low_freq_wavelen = 8192, high_freq_wavelen = 2048.
+  RopeConfig cfg;
+  cfg.head_dim = cfg.rot_dim = 128;
+  cfg.theta = 500000.f;
+  cfg.llama3_factor = 8.f;
+  cfg.llama3_low_freq_factor = 1.f;
+  cfg.llama3_high_freq_factor = 4.f;
+  cfg.llama3_original_context = 8192;
+  const auto f = rope_inv_freq(cfg);
+  ASSERT_EQ(f.size(), 64u);
+  // i = 0: inv = 1, wavelen 2π < 2048 → unchanged.
+  EXPECT_FLOAT_EQ(f[0], 1.f);
+  // i = 32: inv = 500000^-0.5 = 0.00141421356; wavelen = 2π·707.1068 = 4442.883
+  // (medium); smooth = (8192/4442.883 - 1)/3 = 0.2812823;
+  // inv·((1 - smooth)/8 + smooth) = 0.00141421356 · 0.3711220 = 5.2484616e-4.
+  EXPECT_NEAR(f[32], 5.2484616e-4f, 1e-10);
+  // i = 63: inv = 500000^(-126/128) = 2.4551408e-6; wavelen ≫ 8192 → inv/8.
+  EXPECT_NEAR(f[63], 3.068926e-7f, 1e-12);
+  // i = 20: 0.0165604 → wavelen 379.4 < 2048: unchanged.
+  EXPECT_NEAR(f[20], 0.016560440f, 1e-9);
+}
+
+TEST(Rope, BothStylesMatchNaive) {
+  std::mt19937 rng(4);
+  for (RopeStyle style : {RopeStyle::kAdjacent, RopeStyle::kHalf}) {
+    for (int head_dim : {64, 128}) {
+      for (int rot_dim : {head_dim, head_dim / 2}) {
+        RopeConfig cfg;
+        cfg.head_dim = head_dim;
+        cfg.rot_dim = rot_dim;
+        cfg.theta = 10000.f;
+        cfg.style = style;
+        const auto inv = rope_inv_freq(cfg);
+        const int n_tokens = 5, n_heads = 3;
+        const int32_t pos[n_tokens] = {0, 1, 17, 100, 511};
+        auto x = randn(size_t(n_tokens * n_heads * head_dim), rng);
+        auto want = x;
+        rope(cfg, inv.data(), pos, n_tokens, n_heads, x.data());
+        for (int t = 0; t < n_tokens; ++t)
+          for (int h = 0; h < n_heads; ++h)
+            ref::rope_head(want.data() + (t * n_heads + h) * head_dim, head_dim, rot_dim, 10000.0,
+                           pos[t], style == RopeStyle::kAdjacent);
+        for (size_t i = 0; i < x.size(); ++i) {
+          // f32 angles: error ≈ pos · ulp(inv) ≲ 511 · 6e-8.
+          ASSERT_NEAR(x[i], want[i], 1e-4) << int(style) << " " << head_dim << " " << rot_dim;
+          ASSERT_TRUE(std::isfinite(x[i]));
+        }
+      }
+    }
+  }
+}
+
+TEST(Rope, PositionZeroIsIdentityAndPairsRotate) {
+  RopeConfig cfg;
+  cfg.head_dim = cfg.rot_dim = 4;
+  cfg.theta = 10000.f;
+  const auto inv = rope_inv_freq(cfg);  // {1, 0.01}
+  std::vector<float> x = {1, 0, 1, 0};
+  const int32_t p0 = 0, p1 = 1;
+  rope(cfg, inv.data(), &p0, 1, 1, x.data());
+  EXPECT_EQ(x, (std::vector<float>{1, 0, 1, 0}));
+  rope(cfg, inv.data(), &p1, 1, 1, x.data());  // adjacent: (x0,x1) by 1 rad, (x2,x3) by 0.01
+  EXPECT_NEAR(x[0], std::cos(1.0), 1e-6);
+  EXPECT_NEAR(x[1], std::sin(1.0), 1e-6);
+  EXPECT_NEAR(x[2], std::cos(0.01), 1e-6);
+  EXPECT_NEAR(x[3], std::sin(0.01), 1e-6);
+  cfg.style = RopeStyle::kHalf;  // (x0,x2) by 1 rad, (x1,x3) by 0.01
+  x = {1, 1, 0, 0};
+  rope(cfg, inv.data(), &p1, 1, 1, x.data());
+  EXPECT_NEAR(x[0], std::cos(1.0), 1e-6);
+  EXPECT_NEAR(x[2], std::sin(1.0), 1e-6);
+  EXPECT_NEAR(x[1], std::cos(0.01), 1e-6);
+  EXPECT_NEAR(x[3], std::sin(0.01), 1e-6);
+}
+
+TEST(Rope, LinearScalingDividesPositions) {
+  std::mt19937 rng(5);
+  RopeConfig a, b;
+  a.head_dim = a.rot_dim = b.head_dim = b.rot_dim = 64;
+  b.linear_factor = 4.f;
+  const auto inv = rope_inv_freq(a);
+  auto x = randn(64, rng);
+  auto y = x;
+  const int32_t p40 = 40, p10 = 10;
+  rope(b, inv.data(), &p40, 1, 1, x.data());
+  rope(a, inv.data(), &p10, 1, 1, y.data());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_FLOAT_EQ(x[i], y[i]);
+}
+
+TEST(Rope, RejectsBadConfig) {
+  RopeConfig cfg;
+  cfg.head_dim = 64;
+  cfg.rot_dim = 63;
+  EXPECT_THROW(rope_inv_freq(cfg), kvasir::Error);
+  cfg.rot_dim = 128;
+  EXPECT_THROW(rope_inv_freq(cfg), kvasir::Error);
+  cfg.rot_dim = 64;
+  cfg.llama3_factor = 8.f;
+  cfg.llama3_low_freq_factor = cfg.llama3_high_freq_factor = 2.f;
+  EXPECT_THROW(rope_inv_freq(cfg), kvasir::Error);
+}
+
+}  // namespace
+}  // namespace kvasir::cpu
