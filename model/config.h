@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace kvasir {
 
 enum class RopeLayout { kAdjacent, kHalf };  // see NOTES-model.md and kernels/cpu/rope.h
@@ -27,6 +29,10 @@ struct ModelConfig {
   float rope_llama3_high_freq_factor = 4.f;
   int32_t rope_llama3_original_context = 8192;
   float rope_linear_factor = 1.f;
+  // GGUF llama3 models carry their frequency scaling precomputed as the
+  // tensor rope_freqs.weight [head_dim / 2] (divisors of the inverse
+  // frequencies) rather than as metadata; true when that tensor is present.
+  bool rope_freqs_tensor = false;
   float rms_eps = 1e-5f;
   bool tied_embeddings = false;  // output head = token embedding
   bool qkv_bias = false;         // Qwen2
@@ -35,5 +41,18 @@ struct ModelConfig {
   // (zero sizes, heads not dividing hidden, kv heads not dividing heads...).
   void validate(const std::string& source) const;
 };
+
+class GgufFile;
+
+// From `<arch>.*` GGUF metadata (llama, mistral, qwen2) and the tensor list
+// (tied embeddings = no output.weight). Validated; throws kvasir::Error naming
+// the file and the key.
+ModelConfig config_from_gguf(const GgufFile& f);
+
+// From a Hugging Face config.json (LlamaForCausalLM, MistralForCausalLM,
+// Qwen2ForCausalLM). `source` names the file in messages; `name` becomes
+// ModelConfig::name. Validated; rope layout is always kHalf.
+ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& source,
+                                const std::string& name);
 
 }  // namespace kvasir

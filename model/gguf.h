@@ -22,21 +22,33 @@
 #include <vector>
 
 #include "base/tensor.h"
+#include "model/mapped_file.h"
 
 namespace kvasir {
 
+// Metadata value types, numbered as the format numbers them.
 enum class GgufType : uint32_t {
   U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7,
   STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
 };
 
 // A metadata value. Arrays keep their element type; string arrays hold views
-// into the mapped file (valid while the GgufFile lives).
+// into the mapped file (valid while the GgufFile lives). Arrays of arrays are
+// validated (depth-limited) but not decoded: `data`/`nbytes` span their raw
+// encoding, so a reader that needs them can walk it, and nothing allocates
+// in proportion to an attacker-chosen count.
 struct GgufArray {
   GgufType elem = GgufType::U8;
   uint64_t count = 0;
-  const uint8_t* data = nullptr;          // raw elements (scalar arrays)
+  const uint8_t* data = nullptr;          // raw elements, possibly unaligned (little-endian)
+  uint64_t nbytes = 0;                    // bytes spanned by the elements in the file
   std::vector<std::string_view> strings;  // when elem == STRING
+
+  // Element i of an integer (or BOOL) array as int64 / of any numeric array as
+  // double. Throw kvasir::Error naming `key` on a bad index or element type,
+  // or a U64 value beyond int64.
+  int64_t int_at(uint64_t i, const std::string& key) const;
+  double float_at(uint64_t i, const std::string& key) const;
 };
 
 struct GgufValue {
@@ -62,6 +74,8 @@ class GgufFile {
  public:
   static std::unique_ptr<GgufFile> open(const std::string& path);
   ~GgufFile();
+  // Name of a metadata type ("u32", "string", ...; "type N" if unknown), for messages.
+  static const char* type_name(GgufType t);
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
 
@@ -75,14 +89,19 @@ class GgufFile {
 
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
   const GgufTensor* find_tensor(const std::string& name) const;
+  // File offset of the data section (tensor offsets are relative to it).
+  uint64_t data_start() const { return data_start_; }
+  uint64_t file_size() const { return size_; }
 
  private:
   GgufFile() = default;
   std::string path_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
+  std::unique_ptr<MappedFile> file_;  // owns the mapping every view points into
   const uint8_t* map_ = nullptr;
   uint64_t size_ = 0;
+  uint64_t data_start_ = 0;  // file offset of the data section
   std::map<std::string, GgufValue> kv_;
   std::vector<GgufTensor> tensors_;
   std::map<std::string, size_t> tensor_index_;

@@ -1,0 +1,256 @@
+// model/model_file.cpp — ModelFile over a GGUF file or a safetensors folder,
+// and the checks that every tensor the config implies is present with the
+// right shape before anything computes with it.
+#include "model/model_file.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "base/check.h"
+#include "base/half.h"
+#include "model/gguf.h"
+#include "model/safetensors.h"
+
+namespace kvasir {
+namespace {
+
+namespace fs = std::filesystem;
+using Lookup = std::function<const TensorView*(const std::string&)>;
+
+std::string shape_str(const int64_t* ne, int n) {
+  std::string s = "[";
+  for (int i = 0; i < n; ++i) s += fmt::format("{}{}", i ? ", " : "", ne[i]);
+  return s + "]";
+}
+
+// Checks one tensor's shape (ne innermost first; unused trailing dims are 1).
+const TensorView* expect(const Lookup& look, const std::string& src, const std::string& name,
+                         std::initializer_list<int64_t> want, bool required = true) {
+  const TensorView* t = look(name);
+  if (!t) {
+    KV_CHECK(!required, "{}: tensor '{}' is missing (the config implies it, shape {})", src, name,
+             shape_str(want.begin(), int(want.size())));
+    return nullptr;
+  }
+  int64_t w[4] = {1, 1, 1, 1};
+  std::copy(want.begin(), want.end(), w);
+  bool ok = true;
+  for (int i = 0; i < 4; ++i) ok = ok && t->ne[i] == w[i];
+  KV_CHECK(ok, "{}: tensor '{}' has shape {} but the config implies {}", src, name,
+           shape_str(t->ne, t->n_dims), shape_str(w, int(want.size())));
+  return t;
+}
+
+// Norm weights and biases are small: decode them all and refuse NaN/Inf,
+// which would otherwise turn every activation after them into NaN silently.
+void check_finite(const std::string& src, const std::string& name, const TensorView& t) {
+  const int64_t n = t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
+  const auto* p = static_cast<const uint8_t*>(t.data);
+  for (int64_t i = 0; i < n; ++i) {
+    float v;
+    if (t.type == DType::F32) {
+      std::memcpy(&v, p + 4 * i, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      v = t.type == DType::F16 ? fp16_to_f32(h) : bf16_to_f32(h);
+    }
+    KV_CHECK(std::isfinite(v), "{}: tensor '{}': element {} is {} (NaN/Inf in a weight)", src,
+             name, i, v);
+  }
+}
+
+void check_small(const std::string& src, const std::string& name, const TensorView* t) {
+  if (!t) return;
+  KV_CHECK(t->type == DType::F32 || t->type == DType::F16 || t->type == DType::BF16,
+           "{}: tensor '{}' is {}: norm weights and biases must be F32, F16 or BF16", src, name,
+           dtype_name(t->type));
+  check_finite(src, name, *t);
+}
+
+void check_tensors(const ModelConfig& c, const Lookup& look, const std::string& src) {
+  const int64_t h = c.hidden, q = int64_t(c.n_heads) * c.head_dim,
+                kv = int64_t(c.n_kv_heads) * c.head_dim;
+  expect(look, src, "token_embd.weight", {h, c.vocab});
+  check_small(src, "output_norm.weight", expect(look, src, "output_norm.weight", {h}));
+  expect(look, src, "output.weight", {h, c.vocab}, !c.tied_embeddings);
+  expect(look, src, "rope_freqs.weight", {c.head_dim / 2}, false);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string b = fmt::format("blk.{}.", l);
+    check_small(src, b + "attn_norm.weight", expect(look, src, b + "attn_norm.weight", {h}));
+    check_small(src, b + "ffn_norm.weight", expect(look, src, b + "ffn_norm.weight", {h}));
+    expect(look, src, b + "attn_q.weight", {h, q});
+    expect(look, src, b + "attn_k.weight", {h, kv});
+    expect(look, src, b + "attn_v.weight", {h, kv});
+    expect(look, src, b + "attn_output.weight", {q, h});
+    expect(look, src, b + "ffn_gate.weight", {h, c.ffn});
+    expect(look, src, b + "ffn_up.weight", {h, c.ffn});
+    expect(look, src, b + "ffn_down.weight", {c.ffn, h});
+    if (c.qkv_bias) {
+      check_small(src, b + "attn_q.bias", expect(look, src, b + "attn_q.bias", {q}));
+      check_small(src, b + "attn_k.bias", expect(look, src, b + "attn_k.bias", {kv}));
+      check_small(src, b + "attn_v.bias", expect(look, src, b + "attn_v.bias", {kv}));
+    }
+  }
+}
+
+class GgufModel final : public ModelFile {
+ public:
+  GgufModel(const std::string& path, std::unique_ptr<GgufFile> f)
+      : ModelFile(path), f_(std::move(f)), cfg_(config_from_gguf(*f_)) {
+    check_tensors(cfg_, [this](const std::string& n) { return lookup(n); }, path);
+  }
+  const ModelConfig& config() const override { return cfg_; }
+  const GgufFile* gguf() const override { return f_.get(); }
+
+ protected:
+  const TensorView* lookup(const std::string& name) const override {
+    const GgufTensor* t = f_->find_tensor(name);
+    return t ? &t->view : nullptr;
+  }
+
+ private:
+  std::unique_ptr<GgufFile> f_;
+  ModelConfig cfg_;
+};
+
+nlohmann::json read_json(const fs::path& p) {
+  std::error_code ec;
+  const auto size = fs::file_size(p, ec);
+  KV_CHECK(!ec, "{}: cannot read: {}", p.string(), ec.message());
+  KV_CHECK(size <= (uint64_t(64) << 20), "{}: {} bytes, too large for a JSON config", p.string(),
+           size);
+  std::ifstream in(p, std::ios::binary);
+  std::string text(size, '\0');
+  KV_CHECK(in.read(text.data(), std::streamsize(size)), "{}: cannot read", p.string());
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    KV_FAIL("{}: not valid JSON: {}", p.string(), e.what());
+  }
+}
+
+// The shard files of a folder: from model.safetensors.index.json's weight_map
+// when present, else every *.safetensors file.
+std::vector<std::string> shard_names(const fs::path& dir,
+                                     std::map<std::string, std::string>* weight_map) {
+  std::vector<std::string> names;
+  const fs::path index = dir / "model.safetensors.index.json";
+  if (fs::exists(index)) {
+    const nlohmann::json j = read_json(index);
+    const auto it = j.is_object() ? j.find("weight_map") : j.end();
+    KV_CHECK(it != j.end() && it->is_object(), "{}: 'weight_map' must be an object",
+             index.string());
+    for (const auto& [tensor, file] : it->items()) {
+      KV_CHECK(file.is_string(), "{}: weight_map['{}'] must be a file name", index.string(),
+               tensor);
+      const auto f = file.get<std::string>();
+      KV_CHECK(!f.empty() && f.find('/') == std::string::npos && f != "." && f != "..",
+               "{}: weight_map['{}'] is '{}', not a file name inside the folder", index.string(),
+               tensor, f);
+      (*weight_map)[tensor] = f;
+      if (std::find(names.begin(), names.end(), f) == names.end()) names.push_back(f);
+    }
+  } else {
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().extension() == ".safetensors") names.push_back(e.path().filename().string());
+  }
+  KV_CHECK(!names.empty(), "{}: no *.safetensors files", dir.string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+class SafetensorsModel final : public ModelFile {
+ public:
+  explicit SafetensorsModel(const std::string& path) : ModelFile(path) {
+    const fs::path dir(path);
+    const fs::path cfg_path = dir / "config.json";
+    KV_CHECK(fs::exists(cfg_path), "{}: a safetensors folder needs config.json", path);
+    fs::path norm = dir.lexically_normal();
+    if (norm.filename().empty()) norm = norm.parent_path();  // "folder/" → "folder"
+    cfg_ = config_from_hf_json(read_json(cfg_path), cfg_path.string(), norm.filename().string());
+
+    std::map<std::string, std::string> weight_map, origin;
+    for (const std::string& file : shard_names(dir, &weight_map)) {
+      shards_.push_back(SafetensorsFile::open((dir / file).string()));
+      for (const SafeTensor& t : shards_.back()->tensors()) {
+        const auto gname = hf_to_gguf_name(t.name);
+        if (!gname) continue;  // not used by the engine (e.g. rotary_emb.inv_freq)
+        auto [it, fresh] = origin.emplace(*gname, file);
+        KV_CHECK(fresh, "{}: tensor '{}' appears in both {} and {}", path, t.name, it->second,
+                 file);
+        tensors_[*gname] = t.view;
+      }
+    }
+    for (const auto& [tensor, file] : weight_map) {
+      const auto gname = hf_to_gguf_name(tensor);
+      if (!gname) continue;
+      const auto it = origin.find(*gname);
+      KV_CHECK(it != origin.end() && it->second == file,
+               "{}: the index puts tensor '{}' in {}, but that file does not hold it", path,
+               tensor, file);
+    }
+    check_tensors(cfg_, [this](const std::string& n) { return lookup(n); }, path);
+  }
+  const ModelConfig& config() const override { return cfg_; }
+
+ protected:
+  const TensorView* lookup(const std::string& name) const override {
+    auto it = tensors_.find(name);
+    return it == tensors_.end() ? nullptr : &it->second;
+  }
+
+ private:
+  ModelConfig cfg_;
+  std::vector<std::unique_ptr<SafetensorsFile>> shards_;  // keep the maps alive
+  std::map<std::string, TensorView> tensors_;              // by GGUF name
+};
+
+}  // namespace
+
+std::unique_ptr<ModelFile> ModelFile::open(const std::string& path) {
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  KV_CHECK(!ec && fs::exists(st), "{}: no such file or folder", path);
+  if (fs::is_directory(st)) return std::make_unique<SafetensorsModel>(path);
+
+  char magic[4] = {};
+  {
+    std::ifstream in(path, std::ios::binary);
+    KV_CHECK(in.good(), "{}: cannot open", path);
+    in.read(magic, 4);
+  }
+  if (std::memcmp(magic, "GGUF", 4) == 0)
+    return std::make_unique<GgufModel>(path, GgufFile::open(path));
+  KV_CHECK(fs::path(path).extension() != ".safetensors",
+           "{}: open the folder that holds this file and its config.json, not the file", path);
+  KV_FAIL("{}: neither a GGUF file (no 'GGUF' magic) nor a safetensors folder", path);
+}
+
+const TensorView* ModelFile::find(const std::string& name) const {
+  const TensorView* t = lookup(name);
+  if (t) {
+    std::lock_guard lock(touched_mu_);
+    touched_.insert(name);
+  }
+  return t;
+}
+
+const TensorView& ModelFile::get(const std::string& name) const {
+  const TensorView* t = find(name);
+  KV_CHECK(t, "{}: tensor '{}' is missing", path_, name);
+  return *t;
+}
+
+std::set<std::string> ModelFile::touched() const {
+  std::lock_guard lock(touched_mu_);
+  return touched_;
+}
+
+}  // namespace kvasir

@@ -1,0 +1,57 @@
+// model/safetensors.h — a Hugging Face .safetensors reader over mmap.
+//
+// Layout: u64 little-endian header length N | N bytes of JSON | data.
+// The JSON maps each tensor name to {dtype, shape, data_offsets: [begin, end]}
+// (offsets relative to the data area, which starts at 8 + N), plus an optional
+// "__metadata__" object of strings, which is ignored.
+//
+// Checked: N against the file and a 100 MiB cap; the JSON (parse errors,
+// duplicate names, field types); dtype (F32, F16, BF16 — others refused by
+// name); shape (≤ 4 dims, non-negative); begin ≤ end ≤ data size and
+// end - begin == product(shape) × element size, all with overflow checks.
+// Tensor data need not be aligned: safetensors does not promise it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/tensor.h"
+#include "model/mapped_file.h"
+
+namespace kvasir {
+
+struct SafeTensor {
+  std::string name;            // as stored (Hugging Face name)
+  std::vector<int64_t> shape;  // as stored: outermost first
+  TensorView view;             // ne[] innermost first, like GGUF
+};
+
+class SafetensorsFile {
+ public:
+  static constexpr uint64_t kMaxHeaderBytes = uint64_t(100) << 20;
+
+  // Throws kvasir::Error naming the file, the tensor and the fault.
+  static std::unique_ptr<SafetensorsFile> open(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  const std::vector<SafeTensor>& tensors() const { return tensors_; }
+  const SafeTensor* find(const std::string& name) const;
+
+ private:
+  SafetensorsFile() = default;
+  std::string path_;
+  std::unique_ptr<MappedFile> file_;
+  std::vector<SafeTensor> tensors_;
+  std::map<std::string, size_t> index_;
+};
+
+// Hugging Face Llama-family tensor name → GGUF name (model_file.h lists them);
+// nullopt for a name Kvasir does not use (e.g. rotary_emb.inv_freq).
+std::optional<std::string> hf_to_gguf_name(std::string_view hf);
+
+}  // namespace kvasir
