@@ -1,0 +1,227 @@
+#include "tests/support/tiny_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/check.h"
+#include "tests/support/gguf_writer.h"
+#include "tests/support/quant.h"
+
+namespace kvasir::test {
+namespace {
+
+uint64_t splitmix(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Normal values from a stream seeded by (seed, name): Box-Muller.
+std::vector<float> normal(uint64_t seed, const std::string& name, size_t n, float mean, float std) {
+  uint64_t s = seed * 0x100000001b3ull;
+  for (char c : name) s = (s ^ uint8_t(c)) * 0x100000001b3ull;
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const double u1 = (double(splitmix(s) >> 11) + 1.0) * 0x1p-53;  // (0, 1]
+    const double u2 = double(splitmix(s) >> 11) * 0x1p-53;
+    out[i] = mean + std * float(std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * M_PI * u2));
+  }
+  return out;
+}
+
+void utf8(std::string& s, uint32_t cp) {
+  if (cp < 0x80) {
+    s += char(cp);
+  } else if (cp < 0x800) {
+    s += char(0xc0 | (cp >> 6));
+    s += char(0x80 | (cp & 0x3f));
+  } else {
+    s += char(0xe0 | (cp >> 12));
+    s += char(0x80 | ((cp >> 6) & 0x3f));
+    s += char(0x80 | (cp & 0x3f));
+  }
+}
+
+std::vector<float> reorder(const std::vector<float>& w, int64_t n_head, int64_t hd, int64_t cols,
+                           bool forward) {
+  std::vector<float> out(w.size());
+  for (int64_t h = 0; h < n_head; ++h)
+    for (int64_t i = 0; i < hd / 2; ++i)
+      for (int64_t j = 0; j < 2; ++j) {
+        const int64_t adjacent = h * hd + 2 * i + j, half = h * hd + j * (hd / 2) + i;
+        const int64_t dst = forward ? adjacent : half, src = forward ? half : adjacent;
+        std::memcpy(&out[size_t(dst * cols)], &w[size_t(src * cols)], size_t(cols) * 4);
+      }
+  return out;
+}
+
+void write_text(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << text;
+  KV_CHECK(out.good(), "cannot write {}", p.string());
+}
+
+}  // namespace
+
+std::vector<TinyTensor> make_tiny_weights(const TinySpec& s) {
+  const int64_t hd = s.hidden / s.heads, q = int64_t(s.heads) * hd, kv = int64_t(s.kv_heads) * hd;
+  std::vector<TinyTensor> out;
+  auto add = [&](std::string hf, std::string gg, std::vector<int64_t> shape, bool norm,
+                 float std) {
+    size_t n = 1;
+    for (int64_t d : shape) n *= size_t(d);
+    auto data = norm ? normal(s.seed, hf, n, 1.f, 0.05f) : normal(s.seed, hf, n, 0.f, std);
+    out.push_back({std::move(hf), std::move(gg), std::move(shape), std::move(data), norm});
+  };
+  auto fan = [](int64_t in) { return 0.5f / std::sqrt(float(in)); };
+  add("model.embed_tokens.weight", "token_embd.weight", {s.vocab, s.hidden}, false, 0.05f);
+  for (int l = 0; l < s.layers; ++l) {
+    const std::string h = "model.layers." + std::to_string(l) + ".";
+    const std::string g = "blk." + std::to_string(l) + ".";
+    add(h + "input_layernorm.weight", g + "attn_norm.weight", {s.hidden}, true, 0);
+    add(h + "self_attn.q_proj.weight", g + "attn_q.weight", {q, s.hidden}, false, fan(s.hidden));
+    add(h + "self_attn.k_proj.weight", g + "attn_k.weight", {kv, s.hidden}, false, fan(s.hidden));
+    add(h + "self_attn.v_proj.weight", g + "attn_v.weight", {kv, s.hidden}, false, fan(s.hidden));
+    add(h + "self_attn.o_proj.weight", g + "attn_output.weight", {s.hidden, q}, false, fan(q));
+    add(h + "post_attention_layernorm.weight", g + "ffn_norm.weight", {s.hidden}, true, 0);
+    add(h + "mlp.gate_proj.weight", g + "ffn_gate.weight", {s.ffn, s.hidden}, false, fan(s.hidden));
+    add(h + "mlp.up_proj.weight", g + "ffn_up.weight", {s.ffn, s.hidden}, false, fan(s.hidden));
+    add(h + "mlp.down_proj.weight", g + "ffn_down.weight", {s.hidden, s.ffn}, false, fan(s.ffn));
+  }
+  add("model.norm.weight", "output_norm.weight", {s.hidden}, true, 0);
+  if (!s.tied) add("lm_head.weight", "output.weight", {s.vocab, s.hidden}, false, fan(s.hidden));
+  return out;
+}
+
+std::vector<float> permute_qk(const std::vector<float>& w, int64_t n_head, int64_t head_dim,
+                              int64_t cols) {
+  return reorder(w, n_head, head_dim, cols, true);
+}
+std::vector<float> unpermute_qk(const std::vector<float>& w, int64_t n_head, int64_t head_dim,
+                                int64_t cols) {
+  return reorder(w, n_head, head_dim, cols, false);
+}
+
+std::vector<std::string> gpt2_byte_tokens() {
+  // bytes_to_unicode(): printable bytes map to themselves, the rest to 256+n.
+  std::vector<std::string> out(256);
+  uint32_t n = 0;
+  for (uint32_t b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
+    utf8(out[b], printable ? b : 256 + n++);
+  }
+  return out;
+}
+
+void write_tiny_gguf(const std::string& path, const TinySpec& s) {
+  KV_CHECK(s.vocab >= 259, "tiny model: vocab {} < 259 (256 bytes + 3 specials)", s.vocab);
+  KV_CHECK(s.hidden % s.heads == 0, "tiny model: heads must divide hidden");
+  const int64_t hd = s.hidden / s.heads;
+  GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  w.add_string("general.name", "tiny-random");
+  w.add_u32("general.alignment", 32);
+  w.add_u32("llama.block_count", uint32_t(s.layers));
+  w.add_u32("llama.context_length", uint32_t(s.ctx));
+  w.add_u32("llama.embedding_length", uint32_t(s.hidden));
+  w.add_u32("llama.feed_forward_length", uint32_t(s.ffn));
+  w.add_u32("llama.attention.head_count", uint32_t(s.heads));
+  w.add_u32("llama.attention.head_count_kv", uint32_t(s.kv_heads));
+  w.add_f32("llama.rope.freq_base", s.rope_theta);
+  w.add_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.add_u32("llama.vocab_size", uint32_t(s.vocab));
+  w.add_u32("llama.rope.dimension_count", uint32_t(hd));
+
+  std::vector<std::string> tokens = gpt2_byte_tokens();
+  std::vector<int32_t> types(256, 1);
+  for (const char* sp : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) tokens.push_back(sp);
+  for (int i = 0; int(tokens.size()) < s.vocab; ++i) tokens.push_back("<extra_" + std::to_string(i) + ">");
+  types.resize(tokens.size(), 3);
+  w.add_string("tokenizer.ggml.model", "gpt2");
+  w.add_string("tokenizer.ggml.pre", "smollm");
+  w.add_string_array("tokenizer.ggml.tokens", tokens);
+  w.add_array("tokenizer.ggml.token_type", GgufType::I32, types);
+  w.add_string_array("tokenizer.ggml.merges", {});
+  w.add_u32("tokenizer.ggml.bos_token_id", kTinyBos);
+  w.add_u32("tokenizer.ggml.eos_token_id", kTinyEos);
+  w.add_u32("tokenizer.ggml.padding_token_id", kTinyEndOfText);
+  w.add_bool("tokenizer.ggml.add_bos_token", false);
+  w.add_string("tokenizer.chat_template",
+               "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+               "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if "
+               "add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}");
+
+  for (const TinyTensor& t : make_tiny_weights(s)) {
+    std::vector<int64_t> ne(t.shape.rbegin(), t.shape.rend());
+    std::vector<float> data = t.data;
+    if (t.gguf_name.ends_with("attn_q.weight")) data = permute_qk(data, s.heads, hd, s.hidden);
+    if (t.gguf_name.ends_with("attn_k.weight")) data = permute_qk(data, s.kv_heads, hd, s.hidden);
+    const DType type = t.is_norm ? DType::F32 : s.matrix_type;
+    w.add_tensor(t.gguf_name, type, ne, quantize(type, data.data(), int64_t(data.size())));
+  }
+  w.write(path);
+}
+
+void write_safetensors_raw(const std::string& path, uint64_t header_len, const std::string& header,
+                           const std::vector<uint8_t>& data) {
+  Bytes b(8 + header.size() + data.size());
+  std::memcpy(b.data(), &header_len, 8);
+  std::memcpy(b.data() + 8, header.data(), header.size());
+  if (!data.empty()) std::memcpy(b.data() + 8 + header.size(), data.data(), data.size());
+  GgufWriter::write_file(path, b);
+}
+
+void write_tiny_safetensors(const std::string& dir, const TinySpec& s) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  nlohmann::json cfg = {
+      {"architectures", {"LlamaForCausalLM"}},
+      {"model_type", "llama"},
+      {"hidden_size", s.hidden},
+      {"intermediate_size", s.ffn},
+      {"num_attention_heads", s.heads},
+      {"num_key_value_heads", s.kv_heads},
+      {"num_hidden_layers", s.layers},
+      {"vocab_size", s.vocab},
+      {"max_position_embeddings", s.ctx},
+      {"rope_theta", s.rope_theta},
+      {"rms_norm_eps", 1e-5},
+      {"hidden_act", "silu"},
+      {"tie_word_embeddings", s.tied},
+      {"rope_scaling", nullptr},
+      {"torch_dtype", "float32"},
+  };
+  write_text(fs::path(dir) / "config.json", cfg.dump(2));
+
+  const std::vector<TinyTensor> all = make_tiny_weights(s);
+  const int shards = std::max(1, s.st_shards);
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (int k = 0; k < shards; ++k) {
+    const std::string file = shards == 1 ? "model.safetensors"
+                                         : fmt::format("model-{:05}-of-{:05}.safetensors", k + 1,
+                                                       shards);
+    nlohmann::json header = {{"__metadata__", {{"format", "pt"}}}};
+    Bytes data;
+    for (size_t i = size_t(k); i < all.size(); i += size_t(shards)) {
+      const TinyTensor& t = all[i];
+      const uint64_t begin = data.size(), n = t.data.size() * 4;
+      data.resize(begin + n);
+      std::memcpy(data.data() + begin, t.data.data(), n);
+      header[t.hf_name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {begin, begin + n}}};
+      weight_map[t.hf_name] = file;
+    }
+    std::string text = header.dump();
+    text.resize((text.size() + 7) / 8 * 8, ' ');  // keeps the data 8-byte aligned
+    write_safetensors_raw((fs::path(dir) / file).string(), text.size(), text, data);
+  }
+  if (shards > 1)
+    write_text(fs::path(dir) / "model.safetensors.index.json",
+               nlohmann::json({{"metadata", nlohmann::json::object()}, {"weight_map", weight_map}})
+                   .dump(2));
+}
+
+}  // namespace kvasir::test

@@ -1,0 +1,62 @@
+// tests/support/tiny_model.h — a tiny random Llama, written both as a GGUF
+// file and as a Hugging Face safetensors folder from the same weights.
+//
+// The GGUF file is written the way llama.cpp's converter writes one: q and k
+// rows permuted from rotate-half to adjacent-pair order, so a forward with
+// kAdjacent RoPE on the GGUF equals a forward with kHalf RoPE on the folder.
+// It also carries a byte-level BPE tokenizer (256 GPT-2 byte tokens, no
+// merges, then specials) so tokenizer and end-to-end tests can run on it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+
+namespace kvasir::test {
+
+struct TinySpec {
+  int layers = 2, hidden = 64, heads = 4, kv_heads = 2, ffn = 96, vocab = 272, ctx = 512;
+  float rope_theta = 10000;
+  uint64_t seed = 1;
+  DType matrix_type = DType::F32;  // GGUF matrices and token_embd; norms stay F32
+  bool tied = false;               // no output.weight / lm_head.weight
+  int st_shards = 1;               // safetensors files (> 1 writes model.safetensors.index.json)
+};
+
+// One weight in Hugging Face orientation (shape outermost first, e.g. [out, in])
+// and without any permutation.
+struct TinyTensor {
+  std::string hf_name, gguf_name;
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+  bool is_norm = false;
+};
+
+// Deterministic in (seed, name): normal weights of std 0.5/sqrt(fan_in)
+// (embeddings 0.05), norms 1 ± 0.05.
+std::vector<TinyTensor> make_tiny_weights(const TinySpec& s);
+
+// Rows of a [n_head * head_dim, cols] q or k weight, rotate-half → adjacent
+// pairs, as convert_hf_to_gguf.py's permute(); and its inverse.
+std::vector<float> permute_qk(const std::vector<float>& w, int64_t n_head, int64_t head_dim,
+                              int64_t cols);
+std::vector<float> unpermute_qk(const std::vector<float>& w, int64_t n_head, int64_t head_dim,
+                                int64_t cols);
+
+// The 256 GPT-2 byte-level token strings (bytes_to_unicode), in byte order, UTF-8.
+std::vector<std::string> gpt2_byte_tokens();
+
+// Tiny tokenizer ids: 256 <|endoftext|>, 257 <|im_start|> (bos), 258 <|im_end|> (eos).
+constexpr int kTinyEndOfText = 256, kTinyBos = 257, kTinyEos = 258;
+
+void write_tiny_gguf(const std::string& path, const TinySpec& s);
+void write_tiny_safetensors(const std::string& dir, const TinySpec& s);
+
+// A safetensors file from raw parts, for bad-input tests: the u64 header
+// length as given (not necessarily header.size()), the header text, the data.
+void write_safetensors_raw(const std::string& path, uint64_t header_len, const std::string& header,
+                           const std::vector<uint8_t>& data);
+
+}  // namespace kvasir::test
