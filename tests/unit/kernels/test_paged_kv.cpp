@@ -1,0 +1,244 @@
+// kv_append + paged_attention against naive attention over a dense history.
+//
+// Each case builds, for every row, a dense history K, V: [P, n_kv, hd]
+// (rounded through f16 when the cache is F16, so the reference sees exactly
+// what the cache holds), writes positions [0, pos0) in earlier kv_append
+// calls (as earlier prefill chunks would), then appends the row's new tokens
+// and runs paged_attention. Block tables are shuffled over a pool larger than
+// needed, so rows share no layout assumption.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
+
+#include "base/check.h"
+#include "kernels/cpu/paged_kv.h"
+#include "kernels/cpu/simd.h"
+#include "reference.h"
+
+namespace kvasir::cpu {
+namespace {
+
+struct RowSpec {
+  int pos0;
+  int n_tokens;
+};
+
+struct Case {
+  int head_dim, n_kv, group, block_size;
+  DType type;
+  std::vector<RowSpec> rows;
+};
+
+struct SimdGuard {
+  SimdLevel saved = simd_level();
+  ~SimdGuard() { set_simd_level_for_testing(saved); }
+};
+
+float round_kv(float v, DType t) {
+  return t == DType::F16 ? fp16_to_f32(f32_to_fp16(v)) : v;
+}
+
+// Runs one case; returns the max abs error against the reference.
+double run_case(const Case& c, ThreadPool* pool, std::mt19937& rng) {
+  const int hd = c.head_dim, nkv = c.n_kv, nh = c.n_kv * c.group, bs = c.block_size;
+  const int n_rows = int(c.rows.size());
+  std::normal_distribution<float> nd(0.f, 1.f);
+
+  // Tables: shuffled physical ids from a pool with spare blocks.
+  std::vector<int> need(static_cast<size_t>(n_rows));
+  int total_blocks = 0;
+  for (int r = 0; r < n_rows; ++r) {
+    const int last = c.rows[size_t(r)].pos0 + c.rows[size_t(r)].n_tokens - 1;
+    need[size_t(r)] = last / bs + 1;
+    total_blocks += need[size_t(r)];
+  }
+  const int n_blocks = total_blocks + 5;
+  std::vector<int32_t> ids(static_cast<size_t>(n_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(n_rows));
+  for (int r = 0, next = 0; r < n_rows; ++r)
+    for (int b = 0; b < need[size_t(r)]; ++b) tables[size_t(r)].push_back(ids[size_t(next++)]);
+
+  const size_t elem = c.type == DType::F16 ? 2 : 4;
+  const size_t cache_elems = size_t(n_blocks) * nkv * bs * hd;
+  std::vector<uint8_t> kmem(cache_elems * elem, 0xff), vmem(cache_elems * elem, 0xff);  // NaN fill
+  KvLayerView kv{kmem.data(), vmem.data(), c.type, n_blocks, bs, nkv, hd};
+
+  // Dense histories, [P, nkv, hd] per row.
+  std::vector<std::vector<float>> kh(static_cast<size_t>(n_rows)), vh(static_cast<size_t>(n_rows));
+  for (int r = 0; r < n_rows; ++r) {
+    const int P = c.rows[size_t(r)].pos0 + c.rows[size_t(r)].n_tokens;
+    for (int i = 0; i < P * nkv * hd; ++i) {
+      kh[size_t(r)].push_back(round_kv(nd(rng), c.type));
+      vh[size_t(r)].push_back(round_kv(nd(rng), c.type));
+    }
+  }
+  auto row_of = [&](int r, int pos0, int n) {
+    AttnRow a;
+    a.pos0 = pos0;
+    a.n_tokens = n;
+    a.block_table = tables[size_t(r)].data();
+    a.n_table = int32_t(tables[size_t(r)].size());
+    return a;
+  };
+  // Earlier chunks: history [0, pos0) in pieces of up to 23 tokens, one row per call.
+  for (int r = 0; r < n_rows; ++r)
+    for (int p = 0; p < c.rows[size_t(r)].pos0; p += 23) {
+      const int n = std::min(23, c.rows[size_t(r)].pos0 - p);
+      const AttnRow a = row_of(r, p, n);
+      kv_append(kv, &a, 1, kh[size_t(r)].data() + size_t(p) * nkv * hd,
+                vh[size_t(r)].data() + size_t(p) * nkv * hd);
+    }
+  // This batch: every row's new tokens at once.
+  std::vector<AttnRow> rows;
+  std::vector<float> knew, vnew, q;
+  for (int r = 0; r < n_rows; ++r) {
+    const RowSpec s = c.rows[size_t(r)];
+    rows.push_back(row_of(r, s.pos0, s.n_tokens));
+    const size_t b = size_t(s.pos0) * nkv * hd, e = size_t(s.pos0 + s.n_tokens) * nkv * hd;
+    knew.insert(knew.end(), kh[size_t(r)].begin() + long(b), kh[size_t(r)].begin() + long(e));
+    vnew.insert(vnew.end(), vh[size_t(r)].begin() + long(b), vh[size_t(r)].begin() + long(e));
+    for (int i = 0; i < s.n_tokens * nh * hd; ++i) q.push_back(nd(rng));
+  }
+  kv_append(kv, rows.data(), n_rows, knew.data(), vnew.data());
+  std::vector<float> out(q.size(), NAN);
+  const float scale = 1.f / std::sqrt(float(hd));
+  paged_attention(kv, rows.data(), n_rows, q.data(), nh, scale, out.data(), pool);
+
+  double max_err = 0;
+  std::vector<float> want(static_cast<size_t>(hd));
+  size_t tok = 0;
+  for (int r = 0; r < n_rows; ++r) {
+    for (int t = 0; t < c.rows[size_t(r)].n_tokens; ++t, ++tok) {
+      for (int h = 0; h < nh; ++h) {
+        const float* qv = q.data() + (tok * nh + size_t(h)) * hd;
+        ref::attend(qv, kh[size_t(r)].data(), vh[size_t(r)].data(), nkv, hd, h / c.group,
+                    c.rows[size_t(r)].pos0 + t, scale, want.data());
+        const float* o = out.data() + (tok * nh + size_t(h)) * hd;
+        for (int i = 0; i < hd; ++i) {
+          if (!std::isfinite(o[i])) return INFINITY;
+          max_err = std::max(max_err, double(std::fabs(o[i] - want[size_t(i)])));
+        }
+      }
+    }
+  }
+  return max_err;
+}
+
+TEST(PagedAttention, SweepAgainstNaive) {
+  SimdGuard guard;
+  std::mt19937 rng(42);
+  std::vector<SimdLevel> levels{SimdLevel::kScalar};
+  if (simd_level_supported() == SimdLevel::kAvx2) levels.push_back(SimdLevel::kAvx2);
+  std::unique_ptr<ThreadPool> pools[] = {nullptr, std::make_unique<ThreadPool>(3)};
+  // Mixed batches: decodes (1 token) at odd contexts, a first prefill, a
+  // later prefill chunk (pos0 > 0, several tokens, crossing blocks).
+  const std::vector<std::vector<RowSpec>> batches = {
+      {{0, 1}},
+      {{16, 1}},
+      {{0, 17}, {99, 1}, {40, 21}, {0, 1}},
+      {{83, 17}, {5, 12}, {16, 1}},
+  };
+  for (DType type : {DType::F16, DType::F32})
+    for (int hd : {64, 128})
+      for (int group : {1, 3, 4})
+        for (int bs : {1, 16})
+          for (const auto& rows : batches)
+            for (SimdLevel level : levels)
+              for (auto& pool : pools) {
+                set_simd_level_for_testing(level);
+                const Case c{hd, 2, group, bs, type, rows};
+                const double err = run_case(c, pool.get(), rng);
+                ASSERT_LT(err, 2e-5)
+                    << dtype_name(type) << " hd=" << hd << " group=" << group << " bs=" << bs
+                    << " rows=" << rows.size() << " " << simd_level_name(level);
+              }
+}
+
+TEST(PagedAttention, LongPrefillChunkedAcrossThreads) {
+  // A 100-token prompt in one go plus decodes: items are split in token chunks.
+  std::mt19937 rng(8);
+  ThreadPool pool(2);
+  const Case c{64, 3, 3, 16, DType::F16, {{0, 100}, {50, 1}, {7, 1}}};
+  EXPECT_LT(run_case(c, &pool, rng), 2e-5);
+}
+
+struct Fixture {
+  std::vector<uint16_t> k, v;
+  KvLayerView kv;
+  std::vector<int32_t> table{2, 0};
+  std::vector<float> x;
+  Fixture() : k(4 * 2 * 4 * 8), v(4 * 2 * 4 * 8), x(64 * 2 * 8, 0.5f) {
+    kv = KvLayerView{k.data(), v.data(), DType::F16, 4, 4, 2, 8};
+  }
+  AttnRow row(int pos0, int n) {
+    AttnRow a;
+    a.pos0 = pos0;
+    a.n_tokens = n;
+    a.block_table = table.data();
+    a.n_table = int32_t(table.size());
+    return a;
+  }
+};
+
+TEST(PagedKv, PositionBeyondTableThrows) {
+  Fixture f;
+  const AttnRow ok = f.row(0, 8), bad = f.row(6, 3);  // position 8 → logical block 2 of 2
+  EXPECT_NO_THROW(kv_append(f.kv, &ok, 1, f.x.data(), f.x.data()));
+  EXPECT_THROW(kv_append(f.kv, &bad, 1, f.x.data(), f.x.data()), kvasir::Error);
+  std::vector<float> q(3 * 4 * 8, 1.f), out(q.size());
+  EXPECT_THROW(paged_attention(f.kv, &bad, 1, q.data(), 4, 0.3f, out.data(), nullptr),
+               kvasir::Error);
+}
+
+TEST(PagedKv, OutOfRangeBlockIdThrowsBeforeWriting) {
+  Fixture f;
+  f.table = {1, 4};  // 4 is not < n_blocks
+  const AttnRow a = f.row(0, 6);
+  EXPECT_THROW(kv_append(f.kv, &a, 1, f.x.data(), f.x.data()), kvasir::Error);
+  for (uint16_t h : f.k) ASSERT_EQ(h, 0);  // nothing written
+  f.table = {-1, 0};
+  EXPECT_THROW(kv_append(f.kv, &a, 1, f.x.data(), f.x.data()), kvasir::Error);
+  std::vector<float> q(6 * 4 * 8, 1.f), out(q.size());
+  EXPECT_THROW(paged_attention(f.kv, &a, 1, q.data(), 4, 0.3f, out.data(), nullptr), kvasir::Error);
+}
+
+TEST(PagedKv, RejectsBadHeadsAndLayout) {
+  Fixture f;
+  const AttnRow a = f.row(0, 1);
+  std::vector<float> q(5 * 8, 1.f), out(q.size());
+  kv_append(f.kv, &a, 1, f.x.data(), f.x.data());
+  EXPECT_THROW(paged_attention(f.kv, &a, 1, q.data(), 5, 0.3f, out.data(), nullptr),
+               kvasir::Error);  // 5 heads over 2 kv heads
+  KvLayerView bad = f.kv;
+  bad.type = DType::Q8_0;
+  EXPECT_THROW(kv_append(bad, &a, 1, f.x.data(), f.x.data()), kvasir::Error);
+  bad = f.kv;
+  bad.block_size = 0;
+  EXPECT_THROW(kv_append(bad, &a, 1, f.x.data(), f.x.data()), kvasir::Error);
+  const AttnRow neg = f.row(-1, 1);
+  EXPECT_THROW(kv_append(f.kv, &neg, 1, f.x.data(), f.x.data()), kvasir::Error);
+}
+
+TEST(PagedKv, AppendWritesTheDocumentedLayout) {
+  // K[phys][head][slot][dim]: token at position 5 (block_size 4) → logical 1,
+  // slot 1 → physical table[1] = 0.
+  Fixture f;
+  std::vector<float> kx(2 * 8), vx(2 * 8);
+  for (int i = 0; i < 16; ++i) kx[size_t(i)] = float(i), vx[size_t(i)] = float(-i);
+  const AttnRow a = f.row(5, 1);
+  kv_append(f.kv, &a, 1, kx.data(), vx.data());
+  for (int h = 0; h < 2; ++h)
+    for (int d = 0; d < 8; ++d) {
+      const size_t off = ((0 * 2 + size_t(h)) * 4 + 1) * 8 + size_t(d);
+      EXPECT_EQ(fp16_to_f32(f.k[off]), float(h * 8 + d));
+      EXPECT_EQ(fp16_to_f32(f.v[off]), -float(h * 8 + d));
+    }
+}
+
+}  // namespace
+}  // namespace kvasir::cpu
