@@ -1,0 +1,172 @@
+#include "stages/agent.h"
+
+#include <cstdio>
+#include <cstring>
+#include <unordered_map>
+#include <vector>
+
+#include "base/check.h"
+#include "stages/sampler.h"
+
+namespace kvasir {
+namespace {
+
+void set_error(char* dst, size_t cap, const std::string& msg) {
+  std::snprintf(dst, cap, "%s", msg.c_str());
+}
+
+// The tail's per-sequence token history, for the penalties (stages/sampler.h).
+// Built only for rows whose parameters use a penalty. A row's input tokens at
+// positions the tail has not seen yet are prompt (or recomputed) tokens; the
+// tokens the tail sampled itself are already counted as output.
+struct Histories {
+  struct H {
+    SequenceHistory hist;
+    int64_t seen = 0;        // positions accounted for
+    uint64_t last_batch = 0;  // for eviction
+  };
+  std::unordered_map<uint64_t, H> map;
+
+  static bool needed(const SamplingParams& p) {
+    return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
+           p.frequency_penalty != 0.0f;
+  }
+  H& feed(uint64_t seq, const ipc::DescRow& row, const int32_t* tokens, uint64_t batch) {
+    H& h = map[seq];
+    if (row.pos0 == 0) {
+      h.hist.clear();
+      h.seen = 0;
+    }
+    for (int32_t t = 0; t < row.n_tokens; ++t)
+      if (row.pos0 + t >= h.seen) h.hist.add_prompt(tokens[t]);
+    h.seen = std::max<int64_t>(h.seen, row.pos0 + row.n_tokens);
+    h.last_batch = batch;
+    return h;
+  }
+  void evict_older_than(uint64_t batch) {
+    for (auto it = map.begin(); it != map.end();)
+      it = it->second.last_batch + 4096 < batch ? map.erase(it) : std::next(it);
+  }
+};
+
+}  // namespace
+
+int run_agent(ipc::Segment& seg, const AgentConfig& cfg, const StageForward& forward) {
+  const int s = cfg.stage, S = seg.n_stages();
+  KV_CHECK(s >= 0 && s < S, "stage {} of {}", s, S);
+  const bool head = s == 0, tail = s == S - 1;
+  const ipc::SlotDims d = seg.dims();
+  const int32_t block_size = seg.params().block_size;
+  ipc::StageShared& me = seg.stage(s);
+  ipc::Ring& in = seg.ring(s);
+  ipc::Ring& out = seg.ring(s + 1);
+  auto stop = [&] { return seg.stopping(); };
+
+  std::vector<float> logits;
+  if (tail) logits.resize(size_t(d.max_rows) * size_t(cfg.vocab));
+  std::vector<ForwardRow> frows(size_t(d.max_rows));
+  Sampler sampler;
+  Histories histories;
+  ipc::Batch b;
+  uint64_t last_id = 0;
+
+  while (!seg.stopping()) {
+    ipc::BatchMsg m;
+    int64_t t0 = ipc::now_ns();
+    if (!in.pop(m, stop)) break;
+    int64_t t1 = ipc::now_ns();
+    me.stats.starved_ns.fetch_add(uint64_t(t1 - t0), std::memory_order_relaxed);
+
+    std::string why = ipc::check_msg(m, d, last_id);
+    if (!why.empty()) {
+      me.stats.refused.fetch_add(1);
+      std::fprintf(stderr, "kvasir stage %d: refused a message: %s\n", s, why.c_str());
+      // With a usable slot and id, fail that batch downstream so the bridge
+      // hears of it; otherwise there is nothing safe to touch: drop it.
+      if (m.slot >= uint32_t(d.inflight) || m.batch_id <= last_id) continue;
+      m.kind = ipc::kMsgBatch;
+      m.version = ipc::kMsgVersion;
+      m.status = ipc::kBatchRefused;
+      m.origin = s;
+      set_error(seg.result(m.slot).hdr->error, sizeof(ipc::ResultHeader::error),
+                fmt::format("stage {}: {}", s, why));
+      m.n_rows = std::clamp(m.n_rows, 0, d.max_rows);
+    }
+    last_id = m.batch_id;
+
+    auto result = seg.result(m.slot);
+    if (m.status == ipc::kBatchOk) {
+      why = ipc::read_desc(seg.desc(m.slot), m, d, cfg.n_blocks, block_size, b);
+      if (!why.empty()) {
+        me.stats.refused.fetch_add(1);
+        m.status = ipc::kBatchRefused;
+        m.origin = s;
+        set_error(result.hdr->error, sizeof(ipc::ResultHeader::error),
+                  fmt::format("stage {}: {}", s, why));
+      }
+    }
+    if (m.status == ipc::kBatchOk) {
+      int n_sample = 0;
+      for (int32_t r = 0; r < m.n_rows; ++r) {
+        const ipc::DescRow& row = b.rows[r];
+        frows[r] = ForwardRow{row.pos0, row.n_tokens, b.tables.data() + int64_t(r) * d.max_table,
+                              row.n_table, row.sample != 0};
+        n_sample += row.sample != 0;
+      }
+      ForwardBatch fb;
+      fb.rows = frows.data();
+      fb.n_rows = m.n_rows;
+      fb.tokens = b.tokens.data();
+      fb.n_tokens = m.n_tokens;
+      try {
+        forward(fb, head ? nullptr : seg.boundary(m.slot, s - 1),
+                tail ? nullptr : seg.boundary(m.slot, s), tail ? logits.data() : nullptr);
+        if (tail) {
+          int k = 0, t_off = 0;
+          for (int32_t r = 0; r < m.n_rows; ++r) {
+            const ipc::DescRow& row = b.rows[r];
+            const SamplingParams& sp = b.sampling[r];
+            result.token[r] = -1;
+            result.n_top[r] = 0;
+            const SequenceHistory* hist = nullptr;
+            if (Histories::needed(sp))
+              hist = &histories.feed(row.seq_id, row, b.tokens.data() + t_off, m.batch_id).hist;
+            t_off += row.n_tokens;
+            if (!row.sample) continue;
+            SampleResult sr = sampler.sample(logits.data() + int64_t(k++) * cfg.vocab, cfg.vocab,
+                                             sp, hist, uint64_t(row.pos0 + row.n_tokens));
+            KV_CHECK(!sr.all_masked, "row {} (sequence {}): every logit is NaN or -inf", r,
+                     row.seq_id);
+            if (hist) const_cast<SequenceHistory*>(hist)->add_output(sr.token);
+            result.token[r] = sr.token;
+            result.logprob[r] = sr.logprob;
+            result.n_top[r] = sr.n_top;
+            for (int i = 0; i < sr.n_top && i < kMaxLogprobs; ++i)
+              result.top[r * kMaxLogprobs + i] = ipc::TopLogprob{sr.top[i].first, sr.top[i].second};
+          }
+          (void)n_sample;
+          if ((m.batch_id & 1023) == 0) histories.evict_older_than(m.batch_id);
+        }
+      } catch (const std::exception& e) {
+        m.status = ipc::kBatchFailed;
+        m.origin = s;
+        set_error(result.hdr->error, sizeof(ipc::ResultHeader::error),
+                  fmt::format("stage {}: {}", s, e.what()));
+      }
+    }
+    if (tail) {
+      result.hdr->batch_id = m.batch_id;
+      result.hdr->n_rows = m.n_rows;
+      result.hdr->status = m.status;
+    }
+    int64_t t2 = ipc::now_ns();
+    me.stats.busy_ns.fetch_add(uint64_t(t2 - t1), std::memory_order_relaxed);
+    me.stats.batches.fetch_add(1, std::memory_order_relaxed);
+    me.stats.tokens.fetch_add(uint64_t(m.n_tokens), std::memory_order_relaxed);
+    if (!out.push(m, stop)) break;
+    me.stats.blocked_ns.fetch_add(uint64_t(ipc::now_ns() - t2), std::memory_order_relaxed);
+  }
+  return 0;
+}
+
+}  // namespace kvasir

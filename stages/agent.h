@@ -1,0 +1,45 @@
+// stages/agent.h — the loop of one stage process.
+//
+//   take the next message from the inbound ring        (time: starved)
+//   check it, copy + check the descriptor of its slot
+//   run the layers: boundary[k][s-1] → boundary[k][s]  (time: busy)
+//   tail: sample each row that asks, write result[k]
+//   push the message to the next ring                  (time: blocked)
+//
+// The agent never decides batch membership: the descriptor is the bridge's,
+// written once. Errors travel on as a message status (and a text in the
+// batch's result slot), never as exceptions: a malformed batch fails that
+// batch, not the stage.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "ipc/segment.h"
+#include "stages/forward.h"
+
+namespace kvasir {
+
+// The compute a stage runs: SliceExecutor::forward in production, a fake in
+// the ring's own tests (same contract as SliceExecutor::forward).
+using StageForward =
+    std::function<void(const ForwardBatch&, const float* hidden_in, float* hidden_out,
+                       float* logits)>;
+
+struct AgentConfig {
+  int stage = 0;
+  int32_t vocab = 0;     // tail: logits width
+  int32_t n_blocks = 0;  // the KV pool every block id must fall in
+};
+
+// Runs until the segment's shutdown flag is set. Returns 0.
+int run_agent(ipc::Segment& seg, const AgentConfig& cfg, const StageForward& forward);
+
+// The stage process: opens the segment, reports its KV capacity, waits for
+// the daemon's block count, builds its SliceExecutor, reports ready, runs
+// the agent. Any failure before serving is written to the stage's error
+// field with status failed; returns the process exit code.
+int stage_main(int stage, const std::string& segment_name);
+
+}  // namespace kvasir
