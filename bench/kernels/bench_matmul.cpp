@@ -1,0 +1,148 @@
+// bench/kernels/bench_matmul.cpp — matmul throughput at SmolLM2-135M's shapes.
+//
+//   build-kernels/bin/bench_kernels_matmul [threads] [seconds per case] [wall]
+//
+// One thread is timed by process CPU time (unless 'wall'), more by wall clock.
+//
+// Prints, per weight type and shape, for n = 1 and n = 16 activation rows:
+// time per call, weight bandwidth (bytes of W read per second: the bound for
+// n = 1) and GFLOP/s (2·n·rows·cols per call).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/half.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/paged_kv.h"
+#include "kernels/cpu/simd.h"
+
+using namespace kvasir;
+using namespace kvasir::cpu;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Weight {
+  std::vector<uint8_t> bytes;
+  TensorView view;
+};
+
+Weight make_weight(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
+  Weight w;
+  w.bytes.resize(*dtype_row_bytes(t, cols) * size_t(rows));
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : w.bytes) b = uint8_t(byte(rng));
+  // Keep the scales sane: small positive halves at each block start.
+  const int64_t bb = dtype_info(t).bytes, blk = dtype_info(t).block;
+  if (blk == 32)
+    for (size_t o = 0; o < w.bytes.size(); o += size_t(bb)) {
+      const uint16_t h = f32_to_fp16(0.01f);
+      std::memcpy(&w.bytes[o], &h, 2);
+    }
+  else if (t == DType::F32)
+    for (size_t o = 0; o < w.bytes.size(); o += 4) {
+      const float f = 0.01f;
+      std::memcpy(&w.bytes[o], &f, 4);
+    }
+  else
+    for (size_t o = 0; o < w.bytes.size(); o += 2) {
+      const uint16_t h = t == DType::F16 ? f32_to_fp16(0.01f) : f32_to_bf16(0.01f);
+      std::memcpy(&w.bytes[o], &h, 2);
+    }
+  w.view.type = t;
+  w.view.n_dims = 2;
+  w.view.ne[0] = cols;
+  w.view.ne[1] = rows;
+  w.view.data = w.bytes.data();
+  w.view.nbytes = w.bytes.size();
+  return w;
+}
+
+double cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+bool g_cpu_time = false;  // time by process CPU time (1 thread on a busy machine)
+
+template <class F>
+double seconds_per_call(F&& f, double budget) {
+  f();  // warm-up (also grows scratch)
+  int64_t iters = 0;
+  const auto t0 = Clock::now();
+  const double c0 = cpu_seconds();
+  double el = 0;
+  do {
+    f();
+    ++iters;
+    el = g_cpu_time ? cpu_seconds() - c0 : std::chrono::duration<double>(Clock::now() - t0).count();
+  } while (el < budget);
+  return el / double(iters);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
+  const double budget = argc > 2 ? std::atof(argv[2]) : 0.2;
+  ThreadPool pool(threads);
+  // With one thread, CPU time is the honest figure on a shared machine.
+  g_cpu_time = threads == 1 && !(argc > 3 && std::string(argv[3]) == "wall");
+  std::mt19937 rng(1);
+  std::printf("simd %s, %d thread(s), timed by %s\n", simd_level_name(simd_level()), threads,
+              g_cpu_time ? "process CPU time" : "wall clock");
+  std::printf("%-6s %-14s %3s %10s %9s %9s\n", "type", "rows x cols", "n", "us/call", "GB/s(W)",
+              "GFLOP/s");
+  struct Shape {
+    int64_t rows, cols;
+  };
+  const Shape shapes[] = {{576, 1536}, {1536, 576}, {576, 576}, {192, 576}, {49152, 576}};
+  for (DType t : {DType::Q4_1, DType::Q8_0, DType::Q4_0, DType::F16, DType::BF16, DType::F32}) {
+    for (const Shape& s : shapes) {
+      if (s.rows == 49152 && t != DType::Q8_0) continue;  // the output head is Q8_0
+      const Weight w = make_weight(t, s.rows, s.cols, rng);
+      for (int64_t n : {1, 16}) {
+        std::vector<float> x(size_t(n * s.cols), 0.5f), y(size_t(n * s.rows));
+        const double sec =
+            seconds_per_call([&] { matmul(w.view, x.data(), n, y.data(), &pool); }, budget);
+        std::printf("%-6s %5lld x %-6lld %3lld %10.1f %9.2f %9.2f\n", dtype_name(t),
+                    (long long)s.rows, (long long)s.cols, (long long)n, sec * 1e6,
+                    double(w.bytes.size()) / sec * 1e-9, 2.0 * n * s.rows * s.cols / sec * 1e-9);
+      }
+    }
+  }
+
+  // Decode attention: 16 rows, each at context 512, 9 heads over 3 kv heads, hd 64, F16.
+  {
+    const int rows_n = 16, ctx = 512, bs = 16, nkv = 3, nh = 9, hd = 64;
+    const int blocks_per = ctx / bs;
+    std::vector<uint16_t> k(size_t(rows_n * blocks_per * nkv * bs * hd), f32_to_fp16(0.1f));
+    std::vector<uint16_t> v(k.size(), f32_to_fp16(0.2f));
+    KvLayerView kv{k.data(), v.data(), DType::F16, rows_n * blocks_per, bs, nkv, hd};
+    std::vector<int32_t> table(size_t(rows_n * blocks_per));
+    for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
+    std::vector<AttnRow> rows(rows_n);
+    for (int r = 0; r < rows_n; ++r) {
+      rows[size_t(r)].pos0 = ctx - 1;
+      rows[size_t(r)].n_tokens = 1;
+      rows[size_t(r)].block_table = table.data() + r * blocks_per;
+      rows[size_t(r)].n_table = blocks_per;
+    }
+    std::vector<float> q(size_t(rows_n * nh * hd), 0.3f), out(q.size());
+    const double sec = seconds_per_call(
+        [&] { paged_attention(kv, rows.data(), rows_n, q.data(), nh, 0.125f, out.data(), &pool); },
+        budget);
+    const double kv_bytes = 2.0 * rows_n * ctx * nkv * hd * 2;
+    std::printf(
+        "attention decode: %d rows x ctx %d, %d/%d heads, hd %d, F16: %.1f us, %.2f GB/s KV\n",
+        rows_n, ctx, nh, nkv, hd, sec * 1e6, kv_bytes / sec * 1e-9);
+  }
+  return 0;
+}
