@@ -17,6 +17,7 @@
 #include "kernels/cpu/paged_kv.h"
 #include "kernels/cpu/paged_kv_internal.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/simd_math.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -77,6 +78,19 @@ struct ScalarOps {
   static void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
     for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(src[i]);
   }
+  // out[j] = dot(q, k + j * n) for j < 4.
+  static void dot4(const float* q, const float* k, int64_t n, float* out) {
+    for (int j = 0; j < 4; ++j) out[j] = dot(q, k + j * n, n);
+  }
+  // s[j] = exp(s[j] - m); returns the sum.
+  static float exp_shift(float* s, float m, int64_t n) {
+    float sum = 0.f;
+    for (int64_t j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - m));
+    return sum;
+  }
+  static void axpy2(float* a, float c0, const float* b0, float c1, const float* b1, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) a[i] += c0 * b0[i] + c1 * b1[i];
+  }
 };
 
 #ifdef KV_HAVE_X86
@@ -117,6 +131,46 @@ struct Avx2Ops {
       _mm256_storeu_ps(dst + i,
                        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
     for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
+  }
+  KV_AVX2 static void dot4(const float* q, const float* k, int64_t n, float* out) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const __m256 qv = _mm256_loadu_ps(q + i);
+      s0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + i), s0);
+      s1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + n + i), s1);
+      s2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 2 * n + i), s2);
+      s3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 3 * n + i), s3);
+    }
+    // Lanes: hadd twice leaves, per 128-bit half, (s0, s1, s2, s3) partial sums.
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(s0, s1), _mm256_hadd_ps(s2, s3));
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    _mm_storeu_ps(out, r);
+    for (; i < n; ++i)
+      for (int j = 0; j < 4; ++j) out[j] += q[i] * k[j * n + i];
+  }
+  KV_AVX2 static float exp_shift(float* s, float m, int64_t n) {
+    const __m256 mv = _mm256_set1_ps(m);
+    __m256 sum = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+      const __m256 e = detail::exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+      _mm256_storeu_ps(s + j, e);
+      sum = _mm256_add_ps(sum, e);
+    }
+    float total = detail::hsum256(sum);
+    for (; j < n; ++j) total += (s[j] = std::exp(s[j] - m));
+    return total;
+  }
+  KV_AVX2 static void axpy2(float* a, float c0, const float* b0, float c1, const float* b1,
+                            int64_t n) {
+    const __m256 v0 = _mm256_set1_ps(c0), v1 = _mm256_set1_ps(c1);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      __m256 x = _mm256_fmadd_ps(v0, _mm256_loadu_ps(b0 + i), _mm256_loadu_ps(a + i));
+      _mm256_storeu_ps(a + i, _mm256_fmadd_ps(v1, _mm256_loadu_ps(b1 + i), x));
+    }
+    for (; i < n; ++i) a[i] += c0 * b0[i] + c1 * b1[i];
   }
 };
 #endif
@@ -168,11 +222,11 @@ inline void run_item(const Job& job, const Item& it, Scratch& sc) {
       for (int h = 0; h < G; ++h) {
         const int64_t qi = int64_t(t) * G + h;
         const float* qv = qptr(t, h);
+        int64_t j = 0;
+        for (; j + 4 <= cnt; j += 4) Ops::dot4(qv, kb + j * hd, hd, s + j);
+        for (; j < cnt; ++j) s[j] = Ops::dot(qv, kb + j * hd, hd);
         float bmax = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < cnt; ++j) {
-          s[j] = Ops::dot(qv, kb + j * hd, hd) * job.scale;
-          bmax = std::max(bmax, s[j]);
-        }
+        for (j = 0; j < cnt; ++j) bmax = std::max(bmax, s[j] *= job.scale);
         float* a = acc + qi * hd;
         if (bmax > m[qi]) {
           const float corr = std::exp(m[qi] - bmax);  // 0 on the first block
@@ -180,11 +234,10 @@ inline void run_item(const Job& job, const Item& it, Scratch& sc) {
           Ops::scale(a, corr, hd);
           m[qi] = bmax;
         }
-        for (int64_t j = 0; j < cnt; ++j) {
-          const float e = std::exp(s[j] - m[qi]);
-          l[qi] += e;
-          Ops::axpy(a, e, vb + j * hd, hd);
-        }
+        l[qi] += Ops::exp_shift(s, m[qi], cnt);
+        for (j = 0; j + 2 <= cnt; j += 2)
+          Ops::axpy2(a, s[j], vb + j * hd, s[j + 1], vb + (j + 1) * hd, hd);
+        if (j < cnt) Ops::axpy(a, s[j], vb + j * hd, hd);
       }
     }
   }

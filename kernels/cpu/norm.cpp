@@ -4,6 +4,7 @@
 
 #include "base/check.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/simd_math.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -22,12 +23,7 @@ void rmsnorm_row_scalar(const float* x, const float* w, float eps, int64_t dim, 
 }
 
 #ifdef KV_HAVE_X86
-KV_AVX2 float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+using detail::hsum256;
 
 KV_AVX2 void rmsnorm_row_avx2(const float* x, const float* w, float eps, int64_t dim, float* out) {
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
@@ -37,7 +33,7 @@ KV_AVX2 void rmsnorm_row_avx2(const float* x, const float* w, float eps, int64_t
     a0 = _mm256_fmadd_ps(v0, v0, a0);
     a1 = _mm256_fmadd_ps(v1, v1, a1);
   }
-  double ss = hsum(_mm256_add_ps(a0, a1));
+  double ss = hsum256(_mm256_add_ps(a0, a1));
   for (; i < dim; ++i) ss += double(x[i]) * x[i];
   const float inv = float(1.0 / std::sqrt(ss / double(dim) + double(eps)));
   const __m256 vi = _mm256_set1_ps(inv);
@@ -47,25 +43,7 @@ KV_AVX2 void rmsnorm_row_avx2(const float* x, const float* w, float eps, int64_t
   for (; i < dim; ++i) out[i] = x[i] * inv * w[i];
 }
 
-// exp(x) for x in [-87, 88] (clamped outside): Cephes-style range reduction
-// and degree-6 polynomial.
-KV_AVX2 __m256 exp256(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.f)), _mm256_set1_ps(88.f));
-  const __m256 n = _mm256_floor_ps(
-      _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.f)));
-  const __m256i e =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
+using detail::exp256;
 
 KV_AVX2 void swiglu_avx2(const float* g, const float* u, int64_t count, float* out) {
   const __m256 one = _mm256_set1_ps(1.f);
