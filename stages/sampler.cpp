@@ -1,0 +1,489 @@
+// stages/sampler.cpp — see sampler.h for the order of operations and why.
+#include "stages/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "base/check.h"
+
+namespace kvasir {
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kMaxFinite = std::numeric_limits<float>::max();
+// Below this temperature the sampler is greedy (vLLM's _SAMPLING_EPS): a
+// division by a near-zero temperature would only turn ties into coin flips.
+constexpr float kGreedyBelow = 1e-5f;
+
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// Canonical order of candidates: higher value first, then lower id. A total
+// order, so which tokens survive top-k / top-p and the order of the draw
+// depend only on the values, never on the sort algorithm.
+struct ByValueDesc {
+  template <class C>
+  bool operator()(const C& a, const C& b) const {
+    return a.v > b.v || (a.v == b.v && a.id < b.id);
+  }
+};
+
+bool penalties_active(const SamplingParams& p) {
+  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+}
+
+float clamp_finite(float x) {
+  // -inf (a masked token) stays masked; overflow from a tiny repetition
+  // penalty becomes the largest finite value instead of +inf.
+  if (x > kMaxFinite) return kMaxFinite;
+  if (x < -kMaxFinite && x != -kInf) return -kMaxFinite;
+  return x;
+}
+
+// Penalises in place; if `saved` is given, records each overwritten raw value
+// first so the caller can restore it.
+void penalize(float* logits, int32_t vocab, const SamplingParams& p, const SequenceHistory& hist,
+              std::vector<std::pair<int32_t, float>>* saved) {
+  const float rep = p.repetition_penalty;
+  const float freq = p.frequency_penalty;
+  const float pres = p.presence_penalty;
+  for (const auto& e : hist.entries()) {
+    if (e.token < 0 || e.token >= vocab) continue;
+    float x = logits[e.token];
+    if (saved) saved->emplace_back(e.token, x);
+    if (rep != 1.0f && (e.prompt > 0 || e.output > 0)) x = x > 0 ? x / rep : x * rep;
+    if (e.output > 0) x = x - freq * static_cast<float>(e.output) - pres;
+    logits[e.token] = clamp_finite(x);
+  }
+}
+
+// --- The vocabulary-wide passes --------------------------------------------
+// Written with GCC vector extensions (4 floats: one SSE register on baseline
+// x86-64, one NEON register on ARM): the build has no -march=native and -O2 does not
+// vectorise these loops, and a run-time SIMD dispatch would make sampled
+// tokens depend on the CPU. This way the arithmetic is the same everywhere.
+
+using vf = float __attribute__((vector_size(16)));
+using vi = int32_t __attribute__((vector_size(16)));
+constexpr int kLanes = 4;
+
+vf loadv(const float* p) {
+  vf v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+void storev(float* p, vf v) {
+  std::memcpy(p, &v, sizeof v);
+}
+vf splat(float x) {
+  return vf{} + x;
+}
+float hmax(vf v) {
+  float m = v[0];
+  for (int i = 1; i < kLanes; ++i) m = std::max(m, v[i]);
+  return m;
+}
+double hsum(vf v) {
+  double s = 0.0;
+  for (int i = 0; i < kLanes; ++i) s += v[i];
+  return s;
+}
+
+// exp(x) for x <= 0 (Cephes' expf: range reduction by ln 2, degree-6
+// polynomial; relative error ~2e-7). Below -87.3 (e^-87.3 ~ 1e-38) it returns
+// exactly 0, which the sampler reads as "cannot be drawn".
+vf expv(vf x) {
+  const vf lo = splat(-87.3f);
+  const vi dead = x < lo;
+  x = x < lo ? lo : x;
+  x = x > splat(0.0f) ? splat(0.0f) : x;
+  // n = round(x / ln2); x <= 0 so round-to-nearest is truncation of fx - 0.5.
+  const vi n = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, vi);
+  const vf nf = __builtin_convertvector(n, vf);
+  vf r = x - nf * 0.693359375f;
+  r = r - nf * -2.12194440e-4f;
+  vf y = splat(1.9875691500e-4f);
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * (r * r) + r + 1.0f;
+  const vi bits = (n + 127) << 23;  // 2^n, n >= -126 here
+  vf scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  y = y * scale;
+  return dead ? splat(0.0f) : y;
+}
+
+// Replaces NaN by -inf and +inf by the largest finite float; returns the max.
+float sanitize_max(float* x, int32_t n) {
+  vf m = splat(-kInf);
+  int32_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    vf v = loadv(x + i);
+    v = v != v ? splat(-kInf) : v;
+    v = v > splat(kMaxFinite) ? splat(kMaxFinite) : v;
+    storev(x + i, v);
+    m = v > m ? v : m;
+  }
+  float mx = hmax(m);
+  for (; i < n; ++i) {
+    float v = x[i];
+    if (std::isnan(v)) v = -kInf;
+    if (v > kMaxFinite) v = kMaxFinite;
+    x[i] = v;
+    mx = std::max(mx, v);
+  }
+  return mx;
+}
+
+// The tail of a row (n not a multiple of 8), padded with -inf.
+vf load_tail(const float* x, int32_t count) {
+  vf v = splat(-kInf);
+  for (int32_t j = 0; j < count; ++j) v[j] = x[j];
+  return v;
+}
+
+// sum_i exp((x_i - max) * inv_t); with out, also stores each term.
+double exp_sum(const float* x, int32_t n, float max, float inv_t, float* out) {
+  vf acc = splat(0.0f);
+  int32_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    vf e = expv((loadv(x + i) - max) * inv_t);
+    if (out) storev(out + i, e);
+    acc += e;
+  }
+  double s = hsum(acc);
+  if (i < n) {
+    vf e = expv((load_tail(x + i, n - i) - max) * inv_t);
+    for (int32_t j = 0; i + j < n; ++j) {
+      if (out) out[i + j] = e[j];
+      s += e[j];
+    }
+  }
+  return s;
+}
+
+// Dense probabilities: prob[i] = exp((x_i - max) * inv_t), zeroed below
+// min_p (the best token has exactly 1, so min_p is the threshold itself);
+// block[b] = sum of block b. Returns the total (sum of block sums, in order).
+double exp_blocks(const float* x, int32_t n, float max, float inv_t, float min_p, float* prob,
+                  int32_t block_len, double* block) {
+  double total = 0.0;
+  for (int32_t b = 0, lo = 0; lo < n; ++b, lo += block_len) {
+    const int32_t len = std::min(block_len, n - lo);
+    double s = exp_sum(x + lo, len, max, inv_t, prob + lo);
+    if (min_p > 0.0f) {
+      s = 0.0;
+      for (int32_t i = lo; i < lo + len; ++i) {
+        if (prob[i] < min_p) prob[i] = 0.0f;
+        s += prob[i];
+      }
+    }
+    block[b] = s;
+    total += s;
+  }
+  return total;
+}
+
+// The largest power of two t such that the tokens with prob >= t surely hold
+// `need` (margin for rounding: the exact cut is made later by a sequential
+// sum over the sorted shortlist). Every token below t is outside the nucleus,
+// because the tokens >= t come before it and already reach `need`.
+float nucleus_threshold(const float* prob, int32_t n, double need) {
+  // Mass per binary exponent (probabilities are in [0, 1]: exponent field
+  // 0..127), four interleaved histograms to break store-to-load chains.
+  double hist[4][128] = {};
+  for (int32_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &prob[i], sizeof bits);
+    hist[i & 3][(bits >> 23) & 127] += prob[i];
+  }
+  const double want = need * (1.0 + 1e-6);
+  double mass = 0.0;
+  for (int e = 127; e >= 1; --e) {
+    mass += hist[0][e] + hist[1][e] + hist[2][e] + hist[3][e];
+    if (mass >= want) return std::ldexp(1.0f, e - 127);
+  }
+  return 0.0f;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// SequenceHistory
+
+SequenceHistory::Entry& SequenceHistory::slot(int32_t token) {
+  KV_CHECK(token >= 0, "sampler history: negative token id {}", token);
+  auto [it, fresh] = index_.try_emplace(token, static_cast<uint32_t>(entries_.size()));
+  if (fresh) entries_.push_back(Entry{token, 0, 0});
+  return entries_[it->second];
+}
+
+void SequenceHistory::add_prompt(std::span<const int32_t> tokens) {
+  for (int32_t t : tokens) add_prompt(t);
+}
+
+void SequenceHistory::add_prompt(int32_t token) {
+  ++slot(token).prompt;
+  ++n_prompt_;
+}
+
+void SequenceHistory::add_output(int32_t token) {
+  ++slot(token).output;
+  ++n_output_;
+}
+
+void SequenceHistory::clear() {
+  index_.clear();
+  entries_.clear();
+  n_prompt_ = n_output_ = 0;
+}
+
+int32_t SequenceHistory::prompt_count(int32_t token) const {
+  auto it = index_.find(token);
+  return it == index_.end() ? 0 : entries_[it->second].prompt;
+}
+
+int32_t SequenceHistory::output_count(int32_t token) const {
+  auto it = index_.find(token);
+  return it == index_.end() ? 0 : entries_[it->second].output;
+}
+
+// ---------------------------------------------------------------------------
+// RNG
+
+uint64_t sampler_random_bits(uint64_t seed, uint64_t position) {
+  // SplitMix64: output n of the stream starting at state s is
+  // mix64(s + (n + 1) * golden). Starting state mix64(seed) keeps nearby seeds
+  // from giving shifted copies of one stream.
+  constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+  return mix64(mix64(seed) + (position + 1) * kGolden);
+}
+
+double sampler_uniform(uint64_t seed, uint64_t position) {
+  return static_cast<double>(sampler_random_bits(seed, position) >> 11) * 0x1.0p-53;
+}
+
+void apply_penalties(float* logits, int32_t vocab, const SamplingParams& p,
+                     const SequenceHistory& hist) {
+  if (penalties_active(p)) penalize(logits, vocab, p, hist, nullptr);
+}
+
+// ---------------------------------------------------------------------------
+// Sampler
+
+SampleResult Sampler::sample(float* logits, int32_t vocab, const SamplingParams& p,
+                             const SequenceHistory* hist, uint64_t position) {
+  KV_CHECK(logits != nullptr && vocab > 0, "sampler: no logits (vocab {})", vocab);
+  if (std::string err = validate_sampling(p); !err.empty()) KV_FAIL("{}", err);
+
+  SampleResult r;
+
+  // 1. Sanitise (NaN -> -inf, +inf -> max finite) and find the raw maximum.
+  const float raw_max = sanitize_max(logits, vocab);
+  if (raw_max == -kInf) {
+    r.token = 0;
+    r.logprob = -kInf;
+    r.all_masked = true;
+    return r;
+  }
+
+  // 2. Raw logprobs: log-sum-exp of the sanitised logits, then top-N.
+  const double lse =
+      static_cast<double>(raw_max) + std::log(exp_sum(logits, vocab, raw_max, 1.0f, nullptr));
+  const int n_top = std::min<int>(p.logprobs, std::min<int32_t>(vocab, kMaxLogprobs));
+  if (n_top > 0) {
+    // Insertion into a tiny sorted array: one pass, N <= 8.
+    struct TopItem {
+      float v;
+      int32_t id;
+    };
+    std::array<TopItem, kMaxLogprobs> top;
+    int n = 0;
+    for (int32_t i = 0; i < vocab; ++i) {
+      const float x = logits[i];
+      if (n == n_top && !(x > top[n - 1].v)) continue;  // ties keep the lower id
+      int j = n < n_top ? n++ : n - 1;
+      while (j > 0 && x > top[j - 1].v) {
+        top[j] = top[j - 1];
+        --j;
+      }
+      top[j] = TopItem{x, i};
+    }
+    r.n_top = n;
+    for (int j = 0; j < n; ++j)
+      r.top[j] = {top[j].id, static_cast<float>(static_cast<double>(top[j].v) - lse)};
+  }
+
+  // 3. Penalties (in place; raw values saved so the chosen logprob stays raw).
+  saved_.clear();
+  float max_pen = raw_max;
+  if (hist != nullptr && penalties_active(p) && !hist->entries().empty()) {
+    penalize(logits, vocab, p, *hist, &saved_);
+    max_pen = sanitize_max(logits, vocab);  // nothing to sanitise: just the max
+  }
+
+  auto finish = [&](int32_t token) {
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) logits[it->first] = it->second;
+    r.token = token;
+    r.logprob = static_cast<float>(static_cast<double>(logits[token]) - lse);
+    return r;
+  };
+
+  // 4. Greedy: argmax of the penalised logits, ties to the lowest id.
+  if (p.temperature < kGreedyBelow) {
+    int32_t best = 0;
+    while (logits[best] != max_pen) ++best;
+    return finish(best);
+  }
+
+  // 5-6. Probabilities exp((x - max) / T) after the truncations. Subtracting
+  // the max first keeps huge logits and tiny temperatures finite; the best
+  // token gets exactly 1 (which min-p relies on). Two shapes:
+  //  - dense: prob_[vocab] in id order, block sums for the draw (no top-k,
+  //    no top-p: the common "temperature only" request, and min-p);
+  //  - shortlist: cand_ in canonical order (value desc, id asc), for top-k
+  //    and for top-p.
+  const float inv_t = 1.0f / p.temperature;
+  const bool top_k = p.top_k > 0 && p.top_k < vocab;
+  double total = 0.0;
+  if (!top_k) {
+    prob_.resize(vocab);
+    block_.resize((vocab + kBlock - 1) / kBlock);
+    // min-p is fused here only when no top-p has to come before it.
+    const float dense_min_p = p.top_p < 1.0f ? 0.0f : p.min_p;
+    total =
+        exp_blocks(logits, vocab, max_pen, inv_t, dense_min_p, prob_.data(), kBlock, block_.data());
+    if (p.top_p >= 1.0f) return finish(draw_dense(sampler_uniform(p.seed, position), total));
+    // Top-p without top-k: shortlist only the tokens that can be in the
+    // nucleus, found with a histogram of probabilities by binary exponent,
+    // so the sort is over the nucleus (plus at most one octave), not the
+    // vocabulary.
+    const float thr = nucleus_threshold(prob_.data(), vocab, p.top_p * total);
+    cand_.clear();
+    for (int32_t i = 0; i < vocab; ++i)
+      if (prob_[i] >= thr && prob_[i] > 0.0f) cand_.push_back(Cand{prob_[i], i});
+    std::sort(cand_.begin(), cand_.end(), ByValueDesc{});
+  } else {
+    // Top-k: the k best by canonical order, then their probabilities. A
+    // small k keeps a min-heap of the best so far while scanning (ids rise,
+    // so an equal value never displaces: ties keep the lower id); a large k
+    // partitions the whole vocabulary with nth_element.
+    cand_.clear();
+    const size_t k = static_cast<size_t>(p.top_k);
+    if (k <= 1024) {
+      for (int32_t i = 0; i < vocab; ++i) {
+        const float x = logits[i];
+        if (x == -kInf) continue;
+        if (cand_.size() < k) {
+          cand_.push_back(Cand{x, i});
+          std::push_heap(cand_.begin(), cand_.end(), ByValueDesc{});
+        } else if (x > cand_.front().v) {
+          std::pop_heap(cand_.begin(), cand_.end(), ByValueDesc{});
+          cand_.back() = Cand{x, i};
+          std::push_heap(cand_.begin(), cand_.end(), ByValueDesc{});
+        }
+      }
+    } else {
+      for (int32_t i = 0; i < vocab; ++i)
+        if (logits[i] != -kInf) cand_.push_back(Cand{logits[i], i});
+      if (k < cand_.size()) {
+        std::nth_element(cand_.begin(), cand_.begin() + k, cand_.end(), ByValueDesc{});
+        cand_.resize(k);
+      }
+    }
+    std::sort(cand_.begin(), cand_.end(), ByValueDesc{});
+    size_t n = 0;
+    for (const Cand& c : cand_) {
+      const float prob = std::exp((c.v - max_pen) * inv_t);
+      if (prob > 0.0f) {  // underflowed tokens can never be drawn
+        cand_[n++] = Cand{prob, c.id};
+        total += prob;
+      }
+    }
+    cand_.resize(n);  // never empty: the best token has prob 1
+  }
+
+  // 7. Top-p: the smallest prefix (by probability) whose mass reaches top_p;
+  //    a token is kept if the mass strictly before it is < top_p. Keeps at
+  //    least one token.
+  if (p.top_p < 1.0f) {
+    const double need = static_cast<double>(p.top_p) * total;
+    double cum = 0.0;
+    size_t cut = cand_.size();
+    for (size_t i = 0; i < cand_.size(); ++i) {
+      if (cum >= need) {
+        cut = i;
+        break;
+      }
+      cum += cand_[i].v;
+    }
+    cand_.resize(cut);
+    total = cum;
+  }
+
+  // 8. Min-p: drop tokens below min_p times the best probability (1 here).
+  if (p.min_p > 0.0f) {
+    size_t k = 0;
+    total = 0.0;
+    for (const Cand& c : cand_) {
+      if (c.v >= p.min_p) {
+        cand_[k++] = c;
+        total += c.v;
+      }
+    }
+    cand_.resize(k);
+  }
+
+  // 9. The draw: inverse CDF over the survivors in their canonical order.
+  const double target = sampler_uniform(p.seed, position) * total;
+  double cum = 0.0;
+  int32_t token = cand_.back().id;  // if rounding leaves target unreached
+  for (const Cand& c : cand_) {
+    cum += c.v;
+    if (cum > target) {
+      token = c.id;
+      break;
+    }
+  }
+  return finish(token);
+}
+
+int32_t Sampler::draw_dense(double u, double total) const {
+  // Walk the block sums, then the one block. The block sums were added in
+  // float lanes and the walk adds in double, so the inner walk may fall a
+  // rounding short: then the block's last drawable token is taken.
+  const double target = u * total;
+  double cum = 0.0;
+  const int32_t vocab = static_cast<int32_t>(prob_.size());
+  const size_t n_blocks = block_.size();
+  size_t b = 0;
+  for (; b + 1 < n_blocks; ++b) {
+    if (cum + block_[b] > target && block_[b] > 0.0) break;
+    cum += block_[b];
+  }
+  while (block_[b] == 0.0) {  // target past the end by rounding: last non-empty block
+    --b;
+    cum -= block_[b];
+  }
+  const int32_t lo = static_cast<int32_t>(b) * kBlock;
+  const int32_t hi = std::min(vocab, lo + kBlock);
+  int32_t last = -1;
+  for (int32_t i = lo; i < hi; ++i) {
+    if (prob_[i] <= 0.0f) continue;
+    last = i;
+    cum += prob_[i];
+    if (cum > target) return i;
+  }
+  return last;
+}
+
+}  // namespace kvasir
