@@ -47,6 +47,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
     d.model = TokenizerData::Model::kSpm;
     d.add_bos = true;
     d.add_space_prefix = true;
+    d.unknown_mark = true;
     d.bos = 1, d.eos = 2, d.unk = 0;
   } else {
     KV_FAIL("{}: tokenizer model '{}' is not supported (supported: gpt2, llama)", f.path(), model);
