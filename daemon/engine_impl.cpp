@@ -1,0 +1,342 @@
+#include "daemon/engine_impl.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "base/check.h"
+#include "ipc/batch.h"
+
+namespace kvasir {
+
+BridgeEngine::BridgeEngine(ipc::Segment& seg, BridgeConfig cfg,
+                           std::function<std::optional<std::string>()> health)
+    : seg_(seg),
+      cfg_(std::move(cfg)),
+      health_(std::move(health)),
+      blocks_(cfg_.n_blocks, cfg_.block_size),
+      sched_(cfg_.limits) {
+  KV_CHECK(cfg_.limits.max_rows <= seg_.dims().max_rows &&
+               cfg_.limits.max_tokens <= seg_.dims().max_tokens,
+           "bridge: limits exceed the segment's widths");
+  slots_.resize(size_t(seg_.dims().inflight));
+  eos_.insert(cfg_.eos_ids.begin(), cfg_.eos_ids.end());
+  seed_base_ = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+  {
+    std::lock_guard lk(stats_mu_);
+    stats_.blocks_total = stats_.blocks_free = cfg_.n_blocks;
+  }
+  thread_ = std::thread([this] { loop(); });
+}
+
+BridgeEngine::~BridgeEngine() { shutdown(); }
+
+void BridgeEngine::shutdown() {
+  if (stopping_.exchange(true)) {
+    if (thread_.joinable()) thread_.join();
+    return;
+  }
+  seg_.ring(seg_.n_stages()).not_empty.ring();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string BridgeEngine::failure() const {
+  std::lock_guard lk(stats_mu_);
+  return failure_;
+}
+
+std::string BridgeEngine::check_request(const GenRequest& r) const {
+  if (r.prompt.empty()) return "prompt: empty";
+  for (size_t i = 0; i < r.prompt.size(); ++i)
+    if (r.prompt[i] < 0 || r.prompt[i] >= cfg_.vocab)
+      return fmt::format("prompt[{}]: token id {} is outside the vocabulary [0, {})", i,
+                         r.prompt[i], cfg_.vocab);
+  if (r.max_tokens < 1) return fmt::format("max_tokens: must be >= 1 (got {})", r.max_tokens);
+  if (auto e = validate_sampling(r.sampling); !e.empty()) return e;
+  const int64_t need = int64_t(r.prompt.size()) + r.max_tokens;
+  if (cfg_.context_length > 0 && need > cfg_.context_length)
+    return fmt::format("prompt ({} tokens) + max_tokens ({}) exceed the model's context of {}",
+                       r.prompt.size(), r.max_tokens, cfg_.context_length);
+  const int64_t blocks = blocks_.blocks_for(need);
+  if (blocks > blocks_.total() || blocks > seg_.dims().max_table)
+    return fmt::format("prompt ({} tokens) + max_tokens ({}) need {} KV blocks; the cache holds {}",
+                       r.prompt.size(), r.max_tokens, blocks,
+                       std::min<int64_t>(blocks_.total(), seg_.dims().max_table));
+  return {};
+}
+
+RequestId BridgeEngine::submit(GenRequest req, EventSink sink) {
+  auto refuse = [&](const std::string& why) {
+    TokenEvent ev;
+    ev.finish = FinishReason::kError;
+    ev.error = why;
+    if (sink) sink(ev);
+    return RequestId(0);
+  };
+  if (!ready()) return refuse(failed_ ? "engine failed: " + failure() : "engine is stopping");
+  if (auto why = check_request(req); !why.empty()) return refuse(why);
+  auto s = std::make_unique<Sequence>();
+  if (!req.sampling.has_seed) {
+    // Reproducible per request, independent of batching (stages/sampler.h).
+    req.sampling.seed = seed_base_ + 0x9E3779B97F4A7C15ull * ++seed_counter_;
+    req.sampling.has_seed = 1;
+  }
+  s->tokens = req.prompt;
+  s->n_prompt = int32_t(req.prompt.size());
+  s->req = std::move(req);
+  s->sink = std::move(sink);
+  RequestId id;
+  {
+    std::lock_guard lk(inbox_mu_);
+    int64_t queued;
+    {
+      std::lock_guard lk2(stats_mu_);
+      queued = stats_.waiting;
+    }
+    if (int64_t(inbox_.size()) + queued >= cfg_.max_queue)
+      return refuse(fmt::format("queue full ({} requests waiting)", cfg_.max_queue));
+    id = next_id_++;
+    s->id = id;
+    inbox_.push_back(std::move(s));
+  }
+  seg_.ring(seg_.n_stages()).not_empty.ring();
+  return id;
+}
+
+void BridgeEngine::cancel(RequestId id) {
+  {
+    std::lock_guard lk(inbox_mu_);
+    cancels_.push_back(id);
+  }
+  seg_.ring(seg_.n_stages()).not_empty.ring();
+}
+
+EngineStats BridgeEngine::stats() const {
+  std::lock_guard lk(stats_mu_);
+  return stats_;
+}
+
+std::vector<StageSnapshot> BridgeEngine::stage_stats() const {
+  std::vector<StageSnapshot> v;
+  for (int s = 0; s < seg_.n_stages(); ++s) {
+    auto& st = seg_.stage(s);
+    v.push_back(StageSnapshot{st.status.load(), st.stats.busy_ns.load(),
+                              st.stats.starved_ns.load(), st.stats.blocked_ns.load(),
+                              st.stats.batches.load(), st.stats.tokens.load(),
+                              st.stats.refused.load()});
+  }
+  return v;
+}
+
+void BridgeEngine::take_inbox() {
+  std::vector<std::unique_ptr<Sequence>> in;
+  std::vector<RequestId> cancels;
+  {
+    std::lock_guard lk(inbox_mu_);
+    in.swap(inbox_);
+    cancels.swap(cancels_);
+  }
+  for (auto& s : in) {
+    waiting_.push_back(s.get());
+    seqs_[s->id] = std::move(s);
+  }
+  for (RequestId id : cancels) {
+    auto it = seqs_.find(id);
+    if (it == seqs_.end() || it->second->done) continue;
+    it->second->cancelled = true;
+    finish(it->second.get(), FinishReason::kAbort);
+  }
+}
+
+// Sends the final event; the sequence's blocks go back once no batch in
+// flight still names them (reap).
+void BridgeEngine::finish(Sequence* s, FinishReason why, const std::string& error) {
+  if (s->done) return;
+  s->done = true;
+  if (why != FinishReason::kNone && s->sink) {
+    TokenEvent ev;
+    ev.finish = why;
+    ev.error = error;
+    s->sink(ev);
+  }
+}
+
+void BridgeEngine::reap() {
+  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(),
+                                [](Sequence* s) { return s->done; }),
+                 waiting_.end());
+  for (auto it = running_.begin(); it != running_.end();) {
+    Sequence* s = *it;
+    if (s->done && s->batches_in_flight == 0) {
+      blocks_.release(s->table);
+      it = running_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = seqs_.begin(); it != seqs_.end();) {
+    Sequence* s = it->second.get();
+    bool in_running = std::find(running_.begin(), running_.end(), s) != running_.end();
+    if (s->done && !in_running && s->batches_in_flight == 0) {
+      if (!s->table.empty()) blocks_.release(s->table);  // a waiter with no blocks
+      it = seqs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::lock_guard lk(stats_mu_);
+  stats_.waiting = int32_t(waiting_.size());
+  stats_.running = int32_t(running_.size());
+  stats_.blocks_free = blocks_.free();
+}
+
+bool BridgeEngine::submit_batch() {
+  auto slot_it = std::find_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.busy; });
+  if (slot_it == slots_.end()) return false;
+  std::vector<SchedRow> rows = sched_.next(waiting_, running_, blocks_);
+  if (rows.empty()) return false;
+  const uint32_t k = uint32_t(slot_it - slots_.begin());
+  const ipc::SlotDims& d = seg_.dims();
+  ipc::Batch b;
+  b.batch_id = next_batch_id_++;
+  b.tables.assign(size_t(rows.size()) * size_t(d.max_table), 0);
+  int64_t prompt_tokens = 0;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const SchedRow& row = rows[r];
+    Sequence* s = row.seq;
+    ipc::DescRow dr;
+    dr.seq_id = s->id;
+    dr.pos0 = row.pos0;
+    dr.n_tokens = row.n_tokens;
+    dr.n_table = int32_t(s->table.size());
+    dr.sample = row.sample;
+    b.rows.push_back(dr);
+    b.tokens.insert(b.tokens.end(), s->tokens.begin() + row.pos0,
+                    s->tokens.begin() + row.pos0 + row.n_tokens);
+    std::copy(s->table.begin(), s->table.end(), b.tables.begin() + int64_t(r) * d.max_table);
+    b.sampling.push_back(s->req.sampling);
+    s->batches_in_flight++;
+    if (row.pos0 < s->n_prompt) prompt_tokens += std::min(row.n_tokens, s->n_prompt - row.pos0);
+  }
+  b.n_tokens = int32_t(b.tokens.size());
+  ipc::write_desc(seg_.desc(k), b, d);
+  ipc::BatchMsg m;
+  m.batch_id = b.batch_id;
+  m.slot = k;
+  m.n_rows = int32_t(b.rows.size());
+  m.n_tokens = b.n_tokens;
+  slot_it->busy = true;
+  slot_it->batch_id = b.batch_id;
+  slot_it->rows = std::move(rows);
+  // Never full: at most `inflight` batches exist and the ring holds that many.
+  if (!seg_.ring(0).push(m, [&] { return stopping_.load(); })) return false;
+  std::lock_guard lk(stats_mu_);
+  stats_.tokens_prompt += prompt_tokens;
+  return true;
+}
+
+bool BridgeEngine::read_results() {
+  bool any = false;
+  ipc::BatchMsg m;
+  ipc::Ring& ring = seg_.ring(seg_.n_stages());
+  while (ring.try_pop(m)) {
+    any = true;
+    if (m.kind != ipc::kMsgBatch || m.version != ipc::kMsgVersion ||
+        m.slot >= uint32_t(slots_.size()) || !slots_[m.slot].busy ||
+        slots_[m.slot].batch_id != m.batch_id ||
+        m.n_rows != int32_t(slots_[m.slot].rows.size())) {
+      refused_results_++;
+      std::fprintf(stderr, "kvasird: refused a result (batch %llu, slot %u)\n",
+                   (unsigned long long)m.batch_id, m.slot);
+      continue;
+    }
+    Slot& slot = slots_[m.slot];
+    ipc::ResultView res = seg_.result(m.slot);
+    ipc::ResultHeader hdr;
+    std::memcpy(&hdr, res.hdr, sizeof hdr);
+    int32_t status = m.status;
+    std::string error;
+    if (status == ipc::kBatchOk && (hdr.batch_id != m.batch_id || hdr.n_rows != m.n_rows)) {
+      status = ipc::kBatchRefused;
+      error = "result slot does not match its message";
+    } else if (status != ipc::kBatchOk) {
+      error = std::string(hdr.error, strnlen(hdr.error, sizeof hdr.error));
+    }
+    int64_t generated = 0;
+    for (size_t r = 0; r < slot.rows.size(); ++r) {
+      const SchedRow& row = slot.rows[r];
+      Sequence* s = row.seq;
+      s->batches_in_flight--;
+      if (status != ipc::kBatchOk) {
+        finish(s, FinishReason::kError, error.empty() ? "batch failed" : error);
+        continue;
+      }
+      if (!row.sample) continue;
+      s->awaiting = false;
+      if (s->done) continue;  // cancelled while in flight
+      const int32_t tok = res.token[r];
+      if (tok < 0 || tok >= cfg_.vocab) {
+        finish(s, FinishReason::kError, fmt::format("the tail returned token id {}", tok));
+        continue;
+      }
+      TokenEvent ev;
+      ev.token = tok;
+      ev.logprob = res.logprob[r];
+      const int32_t n_top = std::clamp(res.n_top[r], 0, int32_t(kMaxLogprobs));
+      for (int32_t i = 0; i < n_top && i < s->req.sampling.logprobs; ++i)
+        ev.top_logprobs.emplace_back(res.top[r * kMaxLogprobs + i].token,
+                                     res.top[r * kMaxLogprobs + i].logprob);
+      s->tokens.push_back(tok);
+      s->n_generated++;
+      generated++;
+      const bool stop = (!s->req.ignore_eos && eos_.count(tok)) ||
+                        std::find(s->req.stop_ids.begin(), s->req.stop_ids.end(), tok) !=
+                            s->req.stop_ids.end();
+      if (stop) ev.finish = FinishReason::kStop;
+      else if (s->n_generated >= s->req.max_tokens) ev.finish = FinishReason::kLength;
+      if (s->sink) s->sink(ev);
+      if (ev.finish != FinishReason::kNone) finish(s, FinishReason::kNone);
+    }
+    slot.busy = false;
+    slot.rows.clear();
+    std::lock_guard lk(stats_mu_);
+    stats_.tokens_generated += generated;
+  }
+  return any;
+}
+
+void BridgeEngine::fail_all(const std::string& why) {
+  {
+    std::lock_guard lk(stats_mu_);
+    failure_ = why;
+  }
+  failed_ = true;
+  for (auto& [id, s] : seqs_) finish(s.get(), FinishReason::kError, why);
+}
+
+void BridgeEngine::loop() {
+  ipc::Bell& bell = seg_.ring(seg_.n_stages()).not_empty;
+  while (!stopping_.load()) {
+    uint32_t seen = bell.seen();
+    if (health_ && !failed_) {
+      if (auto err = health_()) fail_all(*err);
+    }
+    take_inbox();
+    if (failed_) {
+      for (auto& [id, s] : seqs_) finish(s.get(), FinishReason::kError, failure());
+      seqs_.clear();
+      waiting_.clear();
+      running_.clear();
+      bell.wait(seen, 100'000'000);
+      continue;
+    }
+    bool progress = read_results();
+    reap();
+    while (submit_batch()) progress = true;
+    if (!progress) bell.wait(seen, 100'000'000);
+  }
+  for (auto& [id, s] : seqs_) finish(s.get(), FinishReason::kAbort);
+}
+
+}  // namespace kvasir

@@ -1,0 +1,115 @@
+// daemon/engine_impl.h — the bridge: the Engine (daemon/engine.h) over the ring.
+//
+// One thread owns everything below: it takes new requests and cancels from
+// an inbox, asks the scheduler for a micro-batch whenever a ring slot is
+// free, writes the batch's descriptor into that slot and pushes it to the
+// head's ring, and reads results from the tail's ring. It never sees a
+// hidden state. It sleeps on the tail ring's bell (submit() rings it too),
+// so an idle daemon uses no CPU.
+//
+// Results are untrusted: a message whose slot is not outstanding, whose
+// batch id does not match the one submitted in that slot, or whose counts
+// differ is refused (counted, logged) and changes nothing.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/block_manager.h"
+#include "daemon/engine.h"
+#include "daemon/scheduler_min.h"
+#include "ipc/segment.h"
+
+namespace kvasir {
+
+struct BridgeConfig {
+  SchedLimits limits;
+  int32_t max_queue = 1024;
+  int32_t n_blocks = 0;  // the supervisor's minimum over stages
+  int32_t block_size = 16;
+  int32_t vocab = 0;
+  int32_t context_length = 0;  // 0 = unknown (no limit but the blocks)
+  std::vector<int32_t> eos_ids;  // the model's end-of-generation ids
+};
+
+struct StageSnapshot {
+  uint32_t status = 0;
+  uint64_t busy_ns = 0, starved_ns = 0, blocked_ns = 0, batches = 0, tokens = 0, refused = 0;
+};
+
+class BridgeEngine : public Engine {
+ public:
+  // health: called on the engine thread every wake-up; returns an error text
+  // when a stage is gone (Supervisor::poll), after which every request fails
+  // and ready() turns false.
+  BridgeEngine(ipc::Segment& seg, BridgeConfig cfg,
+               std::function<std::optional<std::string>()> health = {});
+  ~BridgeEngine() override;
+
+  RequestId submit(GenRequest req, EventSink sink) override;
+  void cancel(RequestId id) override;
+  EngineStats stats() const override;
+  bool ready() const override { return !failed_.load() && !stopping_.load(); }
+
+  // Stops the loop; requests still running get kAbort. Idempotent.
+  void shutdown();
+  // Why the engine failed (a stage died), or empty.
+  std::string failure() const;
+  std::vector<StageSnapshot> stage_stats() const;
+  uint64_t refused_results() const { return refused_results_.load(); }
+
+ private:
+  struct Slot {
+    bool busy = false;
+    uint64_t batch_id = 0;
+    std::vector<SchedRow> rows;
+  };
+
+  void loop();
+  void take_inbox();
+  bool submit_batch();
+  bool read_results();
+  void finish(Sequence* s, FinishReason why, const std::string& error = {});
+  void reap();
+  std::string check_request(const GenRequest& r) const;
+  void fail_all(const std::string& why);
+
+  ipc::Segment& seg_;
+  BridgeConfig cfg_;
+  std::function<std::optional<std::string>()> health_;
+  BlockManager blocks_;
+  MinScheduler sched_;
+
+  mutable std::mutex inbox_mu_;
+  std::vector<std::unique_ptr<Sequence>> inbox_;
+  std::vector<RequestId> cancels_;
+  std::atomic<RequestId> next_id_{1};
+  std::atomic<uint64_t> seed_counter_{0};
+  uint64_t seed_base_ = 0;
+  size_t queued_ = 0;  // inbox + waiting, for max_queue (under inbox_mu_)
+
+  // Engine thread only.
+  std::unordered_map<RequestId, std::unique_ptr<Sequence>> seqs_;
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;
+  std::vector<Slot> slots_;
+  uint64_t next_batch_id_ = 1;
+  std::set<int32_t> eos_;
+
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+  std::string failure_;
+  std::atomic<bool> failed_{false}, stopping_{false};
+  std::atomic<uint64_t> refused_results_{0};
+  std::thread thread_;
+};
+
+}  // namespace kvasir

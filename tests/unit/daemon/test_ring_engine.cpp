@@ -1,0 +1,211 @@
+// The bridge (BridgeEngine) driving real stage agents in forked processes
+// over real shared memory, with a fake forward pass whose output is known:
+// the head embeds token t as h = t, each middle stage adds 1, the tail adds 1
+// and puts all the mass on (h mod vocab). So with S stages every sampled
+// token is (last input token + S - 1) mod vocab.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "daemon/engine_impl.h"
+#include "stages/agent.h"
+
+namespace kvasir {
+namespace {
+
+constexpr int32_t kVocab = 97, kHidden = 8;
+
+void fake_forward(int stage, int S, const ForwardBatch& b, const float* in, float* out,
+                  float* logits) {
+  int64_t t = 0;
+  int k = 0;
+  for (int32_t r = 0; r < b.n_rows; ++r) {
+    for (int32_t i = 0; i < b.rows[r].n_tokens; ++i, ++t) {
+      float h = stage == 0 ? float(b.tokens[t]) : in[t * kHidden] + 1.0f;
+      if (stage < S - 1) {
+        for (int c = 0; c < kHidden; ++c) out[t * kHidden + c] = c == 0 ? h : 0.f;
+      } else if (b.rows[r].want_logits && i == b.rows[r].n_tokens - 1) {
+        float* l = logits + int64_t(k++) * kVocab;
+        for (int v = 0; v < kVocab; ++v) l[v] = 0.f;
+        l[int64_t(h) % kVocab] = 10.f;
+      }
+    }
+  }
+}
+
+struct Ring {
+  std::string name;
+  std::unique_ptr<ipc::Segment> seg;
+  std::vector<pid_t> kids;
+
+  Ring(int S, int inflight, int max_rows, int max_tokens, int blocks) {
+    name = ipc::Segment::name_for("engine-test-" + std::to_string(getpid()));
+    ipc::SegmentParams p;
+    p.n_stages = S;
+    p.dims = ipc::SlotDims{max_rows, max_tokens, 64, kHidden, inflight};
+    p.block_size = 4;
+    for (int s = 0; s < S; ++s) p.stages[s] = ipc::StagePlan{s, s, 1, "cpu"};
+    seg = ipc::Segment::create(name, p);
+    seg->header().kv_blocks = blocks;
+    for (int s = 0; s < S; ++s) {
+      pid_t pid = fork();
+      if (pid == 0) {
+        auto mine = ipc::Segment::open(name);
+        AgentConfig ac{s, kVocab, blocks};
+        int rc = run_agent(*mine, ac, [&](const ForwardBatch& b, const float* in, float* out,
+                                          float* lg) { fake_forward(s, S, b, in, out, lg); });
+        _exit(rc);
+      }
+      kids.push_back(pid);
+    }
+  }
+  ~Ring() {
+    seg->request_shutdown();
+    for (pid_t k : kids) {
+      int st = 0;
+      waitpid(k, &st, 0);
+      EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    ipc::Segment::remove(name);
+  }
+};
+
+struct Collector {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<int, std::vector<int32_t>> tokens;
+  std::map<int, FinishReason> finish;
+  std::map<int, std::string> errors;
+
+  EventSink sink(int key) {
+    return [this, key](const TokenEvent& ev) {
+      std::lock_guard lk(mu);
+      if (ev.token >= 0) tokens[key].push_back(ev.token);
+      if (ev.finish != FinishReason::kNone) {
+        finish[key] = ev.finish;
+        errors[key] = ev.error;
+        cv.notify_all();
+      }
+    };
+  }
+  bool wait_all(size_t n) {
+    std::unique_lock lk(mu);
+    return cv.wait_for(lk, std::chrono::seconds(30), [&] { return finish.size() >= n; });
+  }
+};
+
+BridgeConfig bridge_cfg(int max_rows, int max_tokens, int blocks) {
+  BridgeConfig c;
+  c.limits = SchedLimits{max_rows, max_tokens, max_tokens, 256};
+  c.n_blocks = blocks;
+  c.block_size = 4;
+  c.vocab = kVocab;
+  c.eos_ids = {};
+  return c;
+}
+
+void run_many(int S, int inflight) {
+  Ring ring(S, inflight, 4, 32, 200);
+  BridgeEngine engine(*ring.seg, bridge_cfg(4, 32, 200));
+  Collector col;
+  constexpr int N = 40;
+  for (int i = 0; i < N; ++i) {
+    GenRequest r;
+    for (int j = 0; j <= i % 13; ++j) r.prompt.push_back((i * 7 + j) % kVocab);
+    if (i % 5 == 0) r.prompt.resize(40, 3);  // longer than max_tokens: chunked
+    r.max_tokens = 1 + i % 9;
+    r.sampling.temperature = 0;
+    ASSERT_NE(engine.submit(r, col.sink(i)), 0u);
+  }
+  ASSERT_TRUE(col.wait_all(N));
+  for (int i = 0; i < N; ++i) {
+    int32_t last = i % 5 == 0 ? 3 : (i * 7 + i % 13) % kVocab;
+    ASSERT_EQ(col.finish[i], FinishReason::kLength) << i << " " << col.errors[i];
+    ASSERT_EQ(int(col.tokens[i].size()), 1 + i % 9);
+    for (int32_t t : col.tokens[i]) {
+      last = (last + S - 1) % kVocab;
+      EXPECT_EQ(t, last) << "request " << i;
+    }
+  }
+  // All blocks back, every stage worked, nothing refused.
+  for (int tries = 0; tries < 100 && engine.stats().blocks_free != 200; ++tries)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(engine.stats().blocks_free, 200);
+  EXPECT_EQ(engine.stats().running, 0);
+  for (auto& s : engine.stage_stats()) {
+    EXPECT_GT(s.batches, 0u);
+    EXPECT_EQ(s.refused, 0u);
+  }
+  EXPECT_EQ(engine.refused_results(), 0u);
+}
+
+TEST(RingEngine, TwoStagesInflight2) { run_many(2, 2); }
+TEST(RingEngine, ThreeStagesInflight3) { run_many(3, 3); }
+TEST(RingEngine, FourStagesDraining) { run_many(4, 1); }
+
+TEST(RingEngine, RefusesBadRequestsAtOnce) {
+  Ring ring(2, 2, 4, 32, 10);
+  BridgeEngine engine(*ring.seg, bridge_cfg(4, 32, 10));
+  Collector col;
+  GenRequest bad;
+  bad.prompt = {1, kVocab};
+  EXPECT_EQ(engine.submit(bad, col.sink(0)), 0u);
+  EXPECT_EQ(col.finish[0], FinishReason::kError);
+  EXPECT_NE(col.errors[0].find("prompt[1]"), std::string::npos) << col.errors[0];
+  GenRequest huge;
+  huge.prompt.assign(30, 1);
+  huge.max_tokens = 20;  // 50 tokens = 13 blocks > 10
+  EXPECT_EQ(engine.submit(huge, col.sink(1)), 0u);
+  EXPECT_NE(col.errors[1].find("KV blocks"), std::string::npos) << col.errors[1];
+  GenRequest empty;
+  EXPECT_EQ(engine.submit(empty, col.sink(2)), 0u);
+  EXPECT_EQ(col.finish[2], FinishReason::kError);
+}
+
+TEST(RingEngine, StopIdsAndCancel) {
+  Ring ring(2, 2, 4, 32, 100);
+  BridgeEngine engine(*ring.seg, bridge_cfg(4, 32, 100));
+  Collector col;
+  GenRequest r;
+  r.prompt = {5};
+  r.max_tokens = 50;
+  r.sampling.temperature = 0;
+  r.stop_ids = {8};  // 5 -> 6 -> 7 -> 8
+  engine.submit(r, col.sink(0));
+  ASSERT_TRUE(col.wait_all(1));
+  EXPECT_EQ(col.finish[0], FinishReason::kStop);
+  EXPECT_EQ(col.tokens[0], (std::vector<int32_t>{6, 7, 8}));
+  GenRequest longr;
+  longr.prompt = {1};
+  longr.max_tokens = 200;
+  longr.sampling.temperature = 0;
+  auto id = engine.submit(longr, col.sink(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  engine.cancel(id);
+  ASSERT_TRUE(col.wait_all(2));
+  EXPECT_EQ(col.finish[1], FinishReason::kAbort);
+  for (int tries = 0; tries < 100 && engine.stats().blocks_free != 100; ++tries)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(engine.stats().blocks_free, 100);
+}
+
+TEST(RingEngine, BogusResultIsRefused) {
+  Ring ring(2, 2, 4, 32, 100);
+  BridgeEngine engine(*ring.seg, bridge_cfg(4, 32, 100));
+  ipc::BatchMsg m;
+  m.batch_id = 12345;
+  m.slot = 1;
+  m.n_rows = 1;
+  m.n_tokens = 1;
+  ASSERT_TRUE(ring.seg->ring(2).try_push(m));
+  for (int i = 0; i < 100 && engine.refused_results() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(engine.refused_results(), 1u);
+  EXPECT_TRUE(engine.ready());
+}
+
+}  // namespace
+}  // namespace kvasir
