@@ -135,6 +135,10 @@ void ApiService::Impl::handle(HttpRequest& req, const std::shared_ptr<Responder>
       if (req.method != method)
         throw ApiError(405, fmt::format("{} takes {} (not {})", p, method, req.method));
     };
+    bool needs_codec = p == "/v1/completions" || p == "/v1/chat/completions" ||
+                       p == "/tokenize" || p == "/detokenize";
+    if (needs_codec && !ctx.codec)
+      throw ApiError(503, "no tokenizer is loaded for this model", "", "server_error", "not_ready");
     if (p == "/v1/completions" || p == "/v1/chat/completions") {
       want("POST");
       return generate(req, res, p == "/v1/chat/completions");

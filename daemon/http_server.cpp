@@ -267,9 +267,9 @@ class Session : public Conn, public std::enable_shared_from_this<Session<Socket>
   // While a response is pending, readable-with-nothing-to-read means EOF.
   void watch_disconnect() {
     sock_.async_wait(asio::socket_base::wait_read,
-                     [w = this->weak_from_this(), r = std::weak_ptr(current_)](error_code ec) {
-                       auto s = w.lock();
-                       if (!s || ec || s->closed_) return;
+                     // Holds the session alive while its response is pending.
+                     [s = this->shared_from_this(), r = std::weak_ptr(current_)](error_code ec) {
+                       if (ec || s->closed_) return;
                        auto cur = r.lock();
                        if (!cur || cur != s->current_) return;  // that response is over
                        error_code e2;
