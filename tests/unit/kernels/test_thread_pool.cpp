@@ -1,5 +1,3 @@
-#include "kernels/cpu/thread_pool.h"
-
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -8,6 +6,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace kvasir::cpu {
 namespace {
@@ -118,7 +117,9 @@ TEST(ThreadPool, AcceptsStdFunction) {
   EXPECT_EQ(n.load(), 9);
 }
 
-TEST(ThreadPool, RejectsBadSize) { EXPECT_THROW(ThreadPool(0), kvasir::Error); }
+TEST(ThreadPool, RejectsBadSize) {
+  EXPECT_THROW(ThreadPool(0), kvasir::Error);
+}
 
 }  // namespace
 }  // namespace kvasir::cpu
