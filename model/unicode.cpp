@@ -40,6 +40,11 @@ const std::vector<uint16_t>& table() {
       if (u_isUWhiteSpace(UChar32(cp))) f |= kWhitespace;
       v[cp] = f;
     }
+    // Unicode 15.1 additions, for ICU builds older than that (Debian 12 has
+    // ICU 72 = Unicode 15.0) so classes match the reference's 15.1 tables:
+    // CJK Extension I (letters) and the new ideographic description characters.
+    for (uint32_t cp = 0x2EBF0; cp <= 0x2EE5D; ++cp) v[cp] = kLetter;
+    for (uint32_t cp : {0x2FFCu, 0x2FFDu, 0x2FFEu, 0x2FFFu, 0x31EFu}) v[cp] = kSymbol;
     return v;
   }();
   return t;

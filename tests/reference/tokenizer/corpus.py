@@ -62,6 +62,7 @@ SCRIPTS = [
     "ﬁ ﬂ ﬀ ligatures", "Z̤͔ͧ̑̓ä͖̭̈̇lͮ̒ͫǧ̗͚̚o̙̔ͮ̇͐̇", "\u200b\u200c\u200d\ufeff zero width",
     "mixed English 和中文 and русский and 😀", "math: ∀x∈ℝ, x² ≥ 0 ⇒ √x² = |x|",
     "𝕳𝖊𝖑𝖑𝖔 𝐁𝐨𝐥𝐝", "\U0001F9D1\u200d\U0001F4BB", "\ue000\uf8ff private use", "\U000e0001 tags",
+    "Unicode 15.1: \U0002ebf0\U0002ebf1 x\u2ffc\u31ef", "unassigned \U000e0080\u0378 here",
 ]
 SPECIAL = [
     "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n",
