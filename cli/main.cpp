@@ -1,0 +1,295 @@
+// cli/main.cpp — `kvasir`, a thin client of the daemon's HTTP API (docs/cli.md).
+//
+//   kvasir status [--wait SECONDS]
+//   kvasir generate [--max-tokens N] [--temperature T] [--top-p P] [--seed S]
+//                   [--stop STR]... [--chat] [--json] PROMPT|-
+//   kvasir chat [--max-tokens N] [--temperature T] [--system TEXT]
+//   kvasir tokenize [--json] TEXT|-      kvasir detokenize IDS...
+//   kvasir top --once [--json]
+// Every command takes --socket PATH (default $KVASIR_SOCKET, then
+// /run/kvasir/kvasir.sock) or --url http://HOST:PORT ($KVASIR_API_KEY for TCP).
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+#include <unistd.h>
+
+#include "cli/http_client.h"
+
+using nlohmann::json;
+using namespace kvasir::cli;
+
+namespace {
+
+struct Common {
+  std::string socket, url;
+};
+
+void add_common(CLI::App* c, Common& o) {
+  c->add_option("--socket", o.socket, "daemon socket (default: $KVASIR_SOCKET, /run/kvasir/kvasir.sock)");
+  c->add_option("--url", o.url, "talk to http://HOST:PORT instead of the Unix socket");
+}
+
+struct Failure {
+  std::string message;
+};
+
+json get_json(const Endpoint& ep, const std::string& path) {
+  HttpResult r = http_call(ep, "GET", path);
+  if (r.status != 200) throw Failure{path + ": " + error_message(r.body)};
+  return json::parse(r.body);
+}
+
+std::string read_stdin() {
+  return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+}
+
+// ---- status ----
+int cmd_status(const Endpoint& ep, double wait_s, bool as_json) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
+  HttpResult h;
+  std::string last_error;
+  for (;;) {
+    try {
+      h = http_call(ep, "GET", "/health");
+      if (h.status == 200) break;
+      last_error = "kvasird is up but not ready: " + h.body;
+    } catch (const std::runtime_error& e) {
+      last_error = e.what();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::cerr << "kvasir: " << last_error << "\n";
+      return h.status == 503 ? 3 : 2;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  json stats = get_json(ep, "/kvasir/v1/stats");
+  if (as_json) {
+    std::cout << stats.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "kvasird at " << ep.describe() << ": ready\n";
+  std::cout << "model: " << stats.value("model", "?") << "\n";
+  if (stats.contains("plan")) std::cout << "plan: " << stats["plan"].dump() << "\n";
+  if (stats.contains("stages") && stats["stages"].is_array()) {
+    size_t i = 0;
+    for (const auto& s : stats["stages"]) {
+      std::cout << "  stage " << i++ << ": layers " << s.value("layers", std::string("?"))
+                << " on " << s.value("device", std::string("?")) << "\n";
+    }
+  }
+  if (stats.contains("engine")) {
+    const json& e = stats["engine"];
+    std::cout << "requests: " << e.value("running", 0) << " running, " << e.value("waiting", 0)
+              << " waiting; KV blocks: " << e.value("blocks_free", 0) << " free of "
+              << e.value("blocks_total", 0) << "\n";
+  }
+  return 0;
+}
+
+// ---- generate / chat ----
+struct GenOpts {
+  int max_tokens = 256;
+  std::optional<double> temperature, top_p;
+  std::optional<int64_t> seed;
+  std::vector<std::string> stop;
+  bool chat = false, json_out = false;
+};
+
+json request_body(const GenOpts& o) {
+  json b = {{"max_tokens", o.max_tokens}};
+  if (o.temperature) b["temperature"] = *o.temperature;
+  if (o.top_p) b["top_p"] = *o.top_p;
+  if (o.seed) b["seed"] = *o.seed;
+  if (!o.stop.empty()) b["stop"] = o.stop;
+  return b;
+}
+
+// Streams one request; prints text as it arrives. Returns the whole text.
+std::string stream_text(const Endpoint& ep, const std::string& path, json body, bool chat) {
+  body["stream"] = true;
+  SseReader sse;
+  std::string text, error;
+  HttpResult r = http_stream(ep, "POST", path, body.dump(), [&](std::string_view bytes) {
+    for (const auto& d : sse.feed(bytes)) {
+      if (d == "[DONE]") continue;
+      json j = json::parse(d, nullptr, false);
+      if (j.is_discarded()) continue;
+      if (j.contains("error")) {
+        error = j["error"].value("message", std::string("error"));
+        continue;
+      }
+      if (!j.contains("choices") || j["choices"].empty()) continue;
+      const json& c = j["choices"][0];
+      std::string piece;
+      if (chat && c.contains("delta") && c["delta"].contains("content") && c["delta"]["content"].is_string())
+        piece = c["delta"]["content"].get<std::string>();
+      else if (!chat && c.contains("text") && c["text"].is_string())
+        piece = c["text"].get<std::string>();
+      if (!piece.empty()) {
+        std::cout << piece << std::flush;
+        text += piece;
+      }
+    }
+  });
+  if (r.status != 200) throw Failure{error_message(r.body)};
+  if (!error.empty()) throw Failure{error};
+  return text;
+}
+
+int cmd_generate(const Endpoint& ep, const GenOpts& o, std::string prompt) {
+  if (prompt == "-") prompt = read_stdin();
+  json body = request_body(o);
+  std::string path = o.chat ? "/v1/chat/completions" : "/v1/completions";
+  if (o.chat)
+    body["messages"] = json::array({{{"role", "user"}, {"content", prompt}}});
+  else
+    body["prompt"] = prompt;
+  if (o.json_out) {
+    HttpResult r = http_call(ep, "POST", path, body.dump());
+    if (r.status != 200) throw Failure{error_message(r.body)};
+    std::cout << json::parse(r.body).dump(2) << "\n";
+    return 0;
+  }
+  std::string text = stream_text(ep, path, body, o.chat);
+  if (isatty(STDOUT_FILENO) && (text.empty() || text.back() != '\n')) std::cout << "\n";
+  return 0;
+}
+
+int cmd_chat(const Endpoint& ep, const GenOpts& o, const std::string& system) {
+  json messages = json::array();
+  if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
+  bool tty = isatty(STDIN_FILENO);
+  std::string line;
+  for (;;) {
+    if (tty) std::cout << "> " << std::flush;
+    if (!std::getline(std::cin, line)) break;
+    if (line.empty()) continue;
+    messages.push_back({{"role", "user"}, {"content", line}});
+    json body = request_body(o);
+    body["messages"] = messages;
+    std::string reply = stream_text(ep, "/v1/chat/completions", body, true);
+    std::cout << "\n";
+    messages.push_back({{"role", "assistant"}, {"content", reply}});
+  }
+  if (tty) std::cout << "\n";
+  return 0;
+}
+
+// ---- tokenize / detokenize / top ----
+int cmd_tokenize(const Endpoint& ep, std::string text, bool as_json) {
+  if (text == "-") text = read_stdin();
+  HttpResult r = http_call(ep, "POST", "/tokenize", json{{"prompt", text}}.dump());
+  if (r.status != 200) throw Failure{error_message(r.body)};
+  json j = json::parse(r.body);
+  if (as_json) {
+    std::cout << j.dump() << "\n";
+  } else {
+    const char* sep = "";
+    for (const auto& id : j["tokens"]) std::cout << std::exchange(sep, " ") << id.get<int64_t>();
+    std::cout << "\n";
+  }
+  return 0;
+}
+
+int cmd_detokenize(const Endpoint& ep, const std::vector<int64_t>& ids) {
+  HttpResult r = http_call(ep, "POST", "/detokenize", json{{"tokens", ids}}.dump());
+  if (r.status != 200) throw Failure{error_message(r.body)};
+  std::cout << json::parse(r.body)["prompt"].get<std::string>() << "\n";
+  return 0;
+}
+
+int cmd_top_once(const Endpoint& ep, bool as_json) {
+  json s = get_json(ep, "/kvasir/v1/stats");
+  if (as_json) {
+    std::cout << s.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << s.value("model", "?") << (s.value("ready", false) ? "  ready" : "  loading") << "\n";
+  if (s.contains("engine")) std::cout << "engine: " << s["engine"].dump() << "\n";
+  if (s.contains("stages"))
+    for (const auto& st : s["stages"]) std::cout << "stage: " << st.dump() << "\n";
+  if (s.contains("latency")) std::cout << "latency: " << s["latency"].dump() << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvasir — client of the kvasird LLM server"};
+  app.require_subcommand(1);
+  Common common;
+
+  auto* status = app.add_subcommand("status", "is the daemon up, which model, which plan");
+  double wait_s = 0;
+  bool status_json = false;
+  status->add_option("--wait", wait_s, "block up to SECONDS until the daemon is ready");
+  status->add_flag("--json", status_json, "print the stats JSON");
+  add_common(status, common);
+
+  GenOpts g;
+  std::string prompt;
+  auto* gen = app.add_subcommand("generate", "stream a continuation (or a chat reply) to stdout");
+  gen->add_option("--max-tokens", g.max_tokens, "tokens to generate at most")->check(CLI::PositiveNumber);
+  gen->add_option("--temperature", g.temperature, "0 = greedy");
+  gen->add_option("--top-p", g.top_p, "nucleus sampling mass (0, 1]");
+  gen->add_option("--seed", g.seed, "seed for reproducible sampling");
+  gen->add_option("--stop", g.stop, "stop string (repeatable)");
+  gen->add_flag("--chat", g.chat, "apply the model's chat template");
+  gen->add_flag("--json", g.json_out, "print the whole JSON response instead of streaming text");
+  gen->add_option("prompt", prompt, "the prompt, or - to read stdin")->required();
+  add_common(gen, common);
+
+  std::string system;
+  auto* chat = app.add_subcommand("chat", "interactive conversation (Ctrl-D ends)");
+  chat->add_option("--max-tokens", g.max_tokens, "tokens per reply at most");
+  chat->add_option("--temperature", g.temperature, "0 = greedy");
+  chat->add_option("--seed", g.seed, "seed");
+  chat->add_option("--system", system, "system prompt");
+  add_common(chat, common);
+
+  std::string text;
+  bool tok_json = false;
+  auto* tok = app.add_subcommand("tokenize", "text → token ids");
+  tok->add_flag("--json", tok_json, "print the JSON response");
+  tok->add_option("text", text, "the text, or - to read stdin")->required();
+  add_common(tok, common);
+
+  std::vector<int64_t> ids;
+  auto* detok = app.add_subcommand("detokenize", "token ids → text");
+  detok->add_option("ids", ids, "token ids")->required();
+  add_common(detok, common);
+
+  bool top_once = false, top_json = false;
+  auto* top = app.add_subcommand("top", "stages, ring, KV and latency (this build: --once only)");
+  top->add_flag("--once", top_once, "print one snapshot and exit");
+  top->add_flag("--json", top_json, "as JSON");
+  add_common(top, common);
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    Endpoint ep = resolve_endpoint(common.socket, common.url);
+    if (*status) return cmd_status(ep, wait_s, status_json);
+    if (*gen) return cmd_generate(ep, g, prompt);
+    if (*chat) return cmd_chat(ep, g, system);
+    if (*tok) return cmd_tokenize(ep, text, tok_json);
+    if (*detok) return cmd_detokenize(ep, ids);
+    if (*top) {
+      if (!top_once) std::cerr << "kvasir: the live view is not built yet; showing one snapshot\n";
+      return cmd_top_once(ep, top_json);
+    }
+  } catch (const Failure& f) {
+    std::cout << std::flush;
+    std::cerr << "kvasir: error: " << f.message << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cout << std::flush;
+    std::cerr << "kvasir: " << e.what() << "\n";
+    return 2;
+  }
+  return 0;
+}
