@@ -48,6 +48,7 @@ struct ForwardBatch {
   int32_t n_rows = 0;
   const int32_t* tokens = nullptr;  // [n_tokens] — head only
   int64_t n_tokens = 0;             // sum of rows' n_tokens
+  bool all_logits = false;          // tail: logits of every token, not only sampled rows' last
 };
 
 class SliceExecutor {
@@ -61,7 +62,8 @@ class SliceExecutor {
 
   // hidden_in:  [n_tokens, hidden] f32 — ignored by the head (it embeds tokens).
   // hidden_out: [n_tokens, hidden] f32 — written by every stage but the tail.
-  // logits:     [rows with want_logits, vocab] f32 — written by the tail only, in row order.
+  // logits:     [rows with want_logits, vocab] f32 — written by the tail only, in row order;
+  //             with all_logits, [n_tokens, vocab] (teacher forcing, prompt logprobs).
   // Throws kvasir::Error on a malformed batch (token id out of range, too
   // many tokens, a position outside the row's block table, a bad block id).
   void forward(const ForwardBatch& batch, const float* hidden_in, float* hidden_out,

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""bench/forward: prefill and decode tokens/s of kvasir-local next to llama.cpp
+(llama-cpp-python) on the same model file and thread count, measured in the
+same run (this machine is shared and noisy: the ratio is the figure to read).
+
+  python3 -m pip install llama-cpp-python==0.3.36
+  scripts/build && python3 bench/forward/run.py [--threads 2] [--repeat 3]
+
+Prefill: one 512-token prompt. Decode: 128 tokens after a 32-token prompt
+(greedy, end-of-sequence ignored).
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+LOCAL = os.path.join(ROOT, "build", "bin", "kvasir-local")
+
+TEXT = ("The history of computing is a long story of people trying to make machines that "
+        "think, count and remember. ") * 80
+
+
+def kvasir(ids, n_gen, threads, chunk=512):
+    out = subprocess.run([LOCAL, "-m", MODEL, "--ids", ",".join(map(str, ids)), "-n", str(n_gen),
+                          "-t", str(threads), "--chunk", str(chunk), "--ignore-eos", "-q"],
+                         capture_output=True, text=True, check=True)
+    m = re.search(r"prefill (\d+) tokens in ([\d.]+) s .*decode (\d+) tokens in ([\d.]+) s", out.stderr)
+    pre_n, pre_s, dec_n, dec_s = int(m[1]), float(m[2]), int(m[3]), float(m[4])
+    return pre_n / pre_s, (dec_n / dec_s if dec_n else 0.0)
+
+
+def llama_prefill(llm, ids):
+    llm.reset()
+    t = time.perf_counter()
+    llm.eval(ids)
+    return len(ids) / (time.perf_counter() - t)
+
+
+def llama_decode(llm, ids, n_gen):
+    import numpy as np
+    llm.reset()
+    llm.eval(ids)
+    tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    t = time.perf_counter()
+    for _ in range(n_gen - 1):
+        llm.eval([tok])
+        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    return (n_gen - 1) / (time.perf_counter() - t)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args()
+    import llama_cpp
+    llm = llama_cpp.Llama(model_path=MODEL, n_ctx=1024, n_batch=512, n_threads=a.threads,
+                          n_threads_batch=a.threads, verbose=False)
+    ids = llm.tokenize(TEXT.encode(), add_bos=False)
+    p512, p32 = ids[:512], ids[:32]
+    rows = []
+    for r in range(a.repeat):
+        kp, _ = kvasir(p512, 1, a.threads)
+        _, kd = kvasir(p32, 129, a.threads)
+        lp = llama_prefill(llm, p512)
+        ld = llama_decode(llm, p32, 129)
+        rows.append((kp, lp, kd, ld))
+        print(f"run {r}: prefill kvasir {kp:8.1f} llama.cpp {lp:8.1f} tok/s | "
+              f"decode kvasir {kd:7.1f} llama.cpp {ld:7.1f} tok/s", flush=True)
+    best = lambda i: max(x[i] for x in rows)
+    print(f"\nthreads={a.threads} llama-cpp-python {llama_cpp.__version__} (best of {a.repeat})")
+    print(f"prefill 512: kvasir {best(0):.1f} tok/s, llama.cpp {best(1):.1f} tok/s, ratio {best(0)/best(1):.2f}")
+    print(f"decode 128:  kvasir {best(2):.1f} tok/s, llama.cpp {best(3):.1f} tok/s, ratio {best(2)/best(3):.2f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,277 @@
+#include "stages/forward.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "base/check.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/norm.h"
+
+namespace kvasir {
+
+namespace {
+
+uint64_t kv_elem_bytes(DType t) {
+  KV_CHECK(t == DType::F16 || t == DType::F32, "kv.dtype must be f16 or f32 (got {})",
+           dtype_name(t));
+  return t == DType::F16 ? 2 : 4;
+}
+
+// A zero-filled allocation that is not touched up front: large callocs are
+// served by mmap, so a KV pool costs memory only where blocks are written.
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<uint8_t, FreeDeleter>;
+
+Buffer alloc_zeroed(uint64_t bytes) {
+  void* p = std::calloc(bytes ? bytes : 1, 1);
+  KV_CHECK(p != nullptr, "out of memory allocating {} bytes of KV cache (lower kv.memory)", bytes);
+  return Buffer(static_cast<uint8_t*>(p));
+}
+
+const float* f32_data(const TensorView* t, const char* what, int64_t n) {
+  if (!t) return nullptr;
+  KV_CHECK(t->type == DType::F32, "{} must be F32 (got {})", what, dtype_name(t->type));
+  KV_CHECK(t->ne[0] == n && t->rows() == 1, "{} must have {} elements (got {})", what, n, t->ne[0]);
+  return static_cast<const float*>(t->data);
+}
+
+void add_bias(float* y, const float* bias, int64_t n_tokens, int64_t width) {
+  if (!bias) return;
+  for (int64_t t = 0; t < n_tokens; ++t) cpu::add_inplace(y + t * width, bias, width);
+}
+
+}  // namespace
+
+struct SliceExecutor::Layer {
+  const float* attn_norm = nullptr;  // [hidden]
+  const float* ffn_norm = nullptr;   // [hidden]
+  const TensorView* wq = nullptr;    // [hidden] -> [n_heads * head_dim]
+  const TensorView* wk = nullptr;    // [hidden] -> [n_kv_heads * head_dim]
+  const TensorView* wv = nullptr;
+  const TensorView* wo = nullptr;  // [n_heads * head_dim] -> [hidden]
+  const float* bq = nullptr;       // Qwen2 biases, else null
+  const float* bk = nullptr;
+  const float* bv = nullptr;
+  const TensorView* w_gate = nullptr;  // [hidden] -> [ffn]
+  const TensorView* w_up = nullptr;
+  const TensorView* w_down = nullptr;  // [ffn] -> [hidden]
+  Buffer k_cache, v_cache;             // [n_blocks][n_kv_heads][block_size][head_dim]
+  cpu::KvLayerView kv;
+};
+
+struct SliceExecutor::Scratch {
+  std::vector<float> x;      // [max_tokens, hidden]  residual stream
+  std::vector<float> xn;     // [max_tokens, hidden]  normalised
+  std::vector<float> q;      // [max_tokens, n_heads * head_dim]
+  std::vector<float> k;      // [max_tokens, n_kv_heads * head_dim]
+  std::vector<float> v;      // [max_tokens, n_kv_heads * head_dim]
+  std::vector<float> att;    // [max_tokens, n_heads * head_dim]
+  std::vector<float> gate;   // [max_tokens, ffn]
+  std::vector<float> up;     // [max_tokens, ffn]
+  std::vector<float> tmp;    // [max_tokens, hidden]
+  std::vector<int32_t> pos;  // [max_tokens]
+  std::vector<float> last;   // [max_rows, hidden]  tail: last tokens of sampled rows
+};
+
+uint64_t SliceExecutor::kv_bytes_per_block(const ModelConfig& cfg, const SliceSpec& s,
+                                           const KvSpec& kv) {
+  const uint64_t layers = uint64_t(s.last_layer - s.first_layer + 1);
+  return layers * 2 * uint64_t(cfg.n_kv_heads) * uint64_t(kv.block_size) *
+         uint64_t(cfg.head_dim) * kv_elem_bytes(kv.type);
+}
+
+SliceExecutor::SliceExecutor(const ModelFile& model, const SliceSpec& slice, const KvSpec& kv,
+                             int threads, int64_t max_tokens)
+    : cfg_(model.config()), slice_(slice), kv_(kv), max_tokens_(max_tokens) {
+  const ModelConfig& c = cfg_;
+  KV_CHECK(slice.first_layer >= 0 && slice.first_layer <= slice.last_layer &&
+               slice.last_layer < c.n_layers,
+           "slice layers {}-{} outside the model's 0-{}", slice.first_layer, slice.last_layer,
+           c.n_layers - 1);
+  KV_CHECK(max_tokens > 0 && max_tokens <= (1 << 20), "max_tokens must be in 1..2^20 (got {})",
+           max_tokens);
+  KV_CHECK(kv.block_size > 0 && kv.n_blocks >= 0, "kv: block_size {} / n_blocks {} invalid",
+           kv.block_size, kv.n_blocks);
+  KV_CHECK(threads >= 1 && threads <= 1024, "threads must be in 1..1024 (got {})", threads);
+  pool_ = std::make_unique<cpu::ThreadPool>(threads);
+
+  const int64_t H = c.hidden, QD = int64_t(c.n_heads) * c.head_dim,
+                KD = int64_t(c.n_kv_heads) * c.head_dim;
+  if (slice.head) embed_ = &model.get("token_embd.weight");
+  if (slice.tail) {
+    out_norm_ = &model.get("output_norm.weight");
+    f32_data(out_norm_, "output_norm.weight", H);
+    output_ = c.tied_embeddings ? &model.get("token_embd.weight") : &model.get("output.weight");
+  }
+
+  const uint64_t elem = kv_elem_bytes(kv.type);
+  const uint64_t per_layer = uint64_t(kv.n_blocks) * uint64_t(c.n_kv_heads) *
+                             uint64_t(kv.block_size) * uint64_t(c.head_dim) * elem;
+  layers_.resize(size_t(slice.last_layer - slice.first_layer + 1));
+  for (int il = slice.first_layer; il <= slice.last_layer; ++il) {
+    Layer& L = layers_[size_t(il - slice.first_layer)];
+    auto name = [il](const char* s) { return "blk." + std::to_string(il) + "." + s; };
+    L.attn_norm = f32_data(&model.get(name("attn_norm.weight")), "attn_norm.weight", H);
+    L.ffn_norm = f32_data(&model.get(name("ffn_norm.weight")), "ffn_norm.weight", H);
+    L.wq = &model.get(name("attn_q.weight"));
+    L.wk = &model.get(name("attn_k.weight"));
+    L.wv = &model.get(name("attn_v.weight"));
+    L.wo = &model.get(name("attn_output.weight"));
+    L.w_gate = &model.get(name("ffn_gate.weight"));
+    L.w_up = &model.get(name("ffn_up.weight"));
+    L.w_down = &model.get(name("ffn_down.weight"));
+    if (c.qkv_bias) {
+      L.bq = f32_data(&model.get(name("attn_q.bias")), "attn_q.bias", QD);
+      L.bk = f32_data(&model.get(name("attn_k.bias")), "attn_k.bias", KD);
+      L.bv = f32_data(&model.get(name("attn_v.bias")), "attn_v.bias", KD);
+    }
+    L.k_cache = alloc_zeroed(per_layer);
+    L.v_cache = alloc_zeroed(per_layer);
+    L.kv = cpu::KvLayerView{L.k_cache.get(), L.v_cache.get(), kv.type, kv.n_blocks,
+                            kv.block_size, c.n_kv_heads, c.head_dim};
+  }
+
+  rope_.head_dim = c.head_dim;
+  rope_.rot_dim = c.head_dim;
+  rope_.theta = c.rope_theta;
+  rope_.style = c.rope_layout == RopeLayout::kAdjacent ? cpu::RopeStyle::kAdjacent
+                                                       : cpu::RopeStyle::kHalf;
+  rope_.llama3_factor = c.rope_llama3_factor;
+  rope_.llama3_low_freq_factor = c.rope_llama3_low_freq_factor;
+  rope_.llama3_high_freq_factor = c.rope_llama3_high_freq_factor;
+  rope_.llama3_original_context = c.rope_llama3_original_context;
+  rope_.linear_factor = c.rope_linear_factor;
+  inv_freq_ = cpu::rope_inv_freq(rope_);
+
+  s_ = std::make_unique<Scratch>();
+  const size_t T = size_t(max_tokens);
+  s_->x.resize(T * H);
+  s_->xn.resize(T * H);
+  s_->q.resize(T * QD);
+  s_->k.resize(T * KD);
+  s_->v.resize(T * KD);
+  s_->att.resize(T * QD);
+  s_->gate.resize(T * size_t(c.ffn));
+  s_->up.resize(T * size_t(c.ffn));
+  s_->tmp.resize(T * H);
+  s_->pos.resize(T);
+}
+
+SliceExecutor::~SliceExecutor() = default;
+
+void SliceExecutor::run_layer(const Layer& L, const ForwardBatch& b,
+                              const std::vector<cpu::AttnRow>& rows, const int32_t* pos,
+                              float* x) {
+  const ModelConfig& c = cfg_;
+  const int64_t T = b.n_tokens, H = c.hidden;
+  const int64_t QD = int64_t(c.n_heads) * c.head_dim, KD = int64_t(c.n_kv_heads) * c.head_dim;
+  Scratch& s = *s_;
+  cpu::ThreadPool* pool = pool_.get();
+
+  // Attention block: x += Wo · attn(rope(Wq·n(x)), rope(Wk·n(x)), Wv·n(x))
+  cpu::rmsnorm(x, L.attn_norm, c.rms_eps, T, H, s.xn.data());
+  cpu::matmul(*L.wq, s.xn.data(), T, s.q.data(), pool);
+  cpu::matmul(*L.wk, s.xn.data(), T, s.k.data(), pool);
+  cpu::matmul(*L.wv, s.xn.data(), T, s.v.data(), pool);
+  add_bias(s.q.data(), L.bq, T, QD);
+  add_bias(s.k.data(), L.bk, T, KD);
+  add_bias(s.v.data(), L.bv, T, KD);
+  cpu::rope(rope_, inv_freq_.data(), pos, T, c.n_heads, s.q.data());
+  cpu::rope(rope_, inv_freq_.data(), pos, T, c.n_kv_heads, s.k.data());
+  cpu::kv_append(L.kv, rows.data(), int(rows.size()), s.k.data(), s.v.data());
+  cpu::paged_attention(L.kv, rows.data(), int(rows.size()), s.q.data(), c.n_heads,
+                       1.0f / std::sqrt(float(c.head_dim)), s.att.data(), pool);
+  cpu::matmul(*L.wo, s.att.data(), T, s.tmp.data(), pool);
+  cpu::add_inplace(x, s.tmp.data(), T * H);
+
+  // Feed-forward block: x += Wdown · (silu(Wgate·n(x)) * Wup·n(x))
+  cpu::rmsnorm(x, L.ffn_norm, c.rms_eps, T, H, s.xn.data());
+  cpu::matmul(*L.w_gate, s.xn.data(), T, s.gate.data(), pool);
+  cpu::matmul(*L.w_up, s.xn.data(), T, s.up.data(), pool);
+  cpu::swiglu(s.gate.data(), s.up.data(), T * c.ffn, s.gate.data());
+  cpu::matmul(*L.w_down, s.gate.data(), T, s.tmp.data(), pool);
+  cpu::add_inplace(x, s.tmp.data(), T * H);
+}
+
+void SliceExecutor::forward(const ForwardBatch& b, const float* hidden_in, float* hidden_out,
+                            float* logits) {
+  const ModelConfig& c = cfg_;
+  const int64_t H = c.hidden;
+  KV_CHECK(b.n_rows >= 0 && (b.n_rows == 0 || b.rows != nullptr), "batch: bad row list");
+  KV_CHECK(b.n_tokens >= 0 && b.n_tokens <= max_tokens_,
+           "batch: {} tokens exceed the plan's max_tokens {}", b.n_tokens, max_tokens_);
+
+  // Validate rows and lay out positions: every bound is checked here, once,
+  // before any kernel runs.
+  std::vector<cpu::AttnRow> rows(size_t(b.n_rows));
+  int64_t t = 0;
+  for (int32_t r = 0; r < b.n_rows; ++r) {
+    const ForwardRow& row = b.rows[r];
+    KV_CHECK(row.n_tokens >= 1 && row.pos0 >= 0, "batch row {}: pos0 {} / n_tokens {} invalid", r,
+             row.pos0, row.n_tokens);
+    KV_CHECK(row.n_table >= 0 && (row.n_table == 0 || row.block_table),
+             "batch row {}: bad block table", r);
+    const int64_t end = int64_t(row.pos0) + row.n_tokens;
+    KV_CHECK(end <= int64_t(row.n_table) * kv_.block_size,
+             "batch row {}: positions up to {} do not fit its {} blocks of {}", r, end - 1,
+             row.n_table, kv_.block_size);
+    for (int32_t i = 0; i < row.n_table; ++i)
+      KV_CHECK(row.block_table[i] >= 0 && row.block_table[i] < kv_.n_blocks,
+               "batch row {}: block id {} outside 0..{}", r, row.block_table[i], kv_.n_blocks - 1);
+    KV_CHECK(t + row.n_tokens <= b.n_tokens, "batch: rows hold more tokens than n_tokens {}",
+             b.n_tokens);
+    for (int32_t i = 0; i < row.n_tokens; ++i) s_->pos[size_t(t + i)] = row.pos0 + i;
+    rows[size_t(r)] = cpu::AttnRow{row.pos0, row.n_tokens, row.block_table, row.n_table};
+    t += row.n_tokens;
+  }
+  KV_CHECK(t == b.n_tokens, "batch: rows hold {} tokens but n_tokens is {}", t, b.n_tokens);
+  if (b.n_tokens == 0) return;
+
+  float* x = s_->x.data();  // [n_tokens, hidden]
+  if (slice_.head) {
+    KV_CHECK(b.tokens != nullptr, "batch: the head needs token ids");
+    for (int64_t i = 0; i < b.n_tokens; ++i) {
+      const int32_t id = b.tokens[i];
+      KV_CHECK(id >= 0 && id < c.vocab, "token id {} outside the vocabulary 0..{}", id,
+               c.vocab - 1);
+      cpu::dequantize_row(*embed_, id, x + i * H);
+    }
+  } else {
+    KV_CHECK(hidden_in != nullptr, "batch: a non-head stage needs its input boundary");
+    std::memcpy(x, hidden_in, size_t(b.n_tokens * H) * sizeof(float));
+  }
+
+  for (const Layer& L : layers_) run_layer(L, b, rows, s_->pos.data(), x);
+
+  if (!slice_.tail) {
+    KV_CHECK(hidden_out != nullptr, "batch: a non-tail stage needs an output boundary");
+    std::memcpy(hidden_out, x, size_t(b.n_tokens * H) * sizeof(float));
+    return;
+  }
+  KV_CHECK(logits != nullptr || !b.all_logits, "batch: the tail needs a logits buffer");
+  if (b.all_logits) {  // every token: normalise in place and project all of them
+    cpu::rmsnorm(x, static_cast<const float*>(out_norm_->data), c.rms_eps, b.n_tokens, H, x);
+    cpu::matmul(*output_, x, b.n_tokens, logits, pool_.get());  // [n_tokens, vocab]
+    return;
+  }
+  // Tail: final norm and output head on the last token of each sampled row.
+  int64_t n_sel = 0;
+  s_->last.resize(size_t(b.n_rows) * size_t(H));
+  t = 0;
+  for (int32_t r = 0; r < b.n_rows; ++r) {
+    t += b.rows[r].n_tokens;
+    if (!b.rows[r].want_logits) continue;
+    std::memcpy(s_->last.data() + n_sel * H, x + (t - 1) * H, size_t(H) * sizeof(float));
+    ++n_sel;
+  }
+  if (n_sel == 0) return;
+  KV_CHECK(logits != nullptr, "batch: the tail needs a logits buffer");
+  float* last = s_->last.data();  // [n_sel, hidden]
+  cpu::rmsnorm(last, static_cast<const float*>(out_norm_->data), c.rms_eps, n_sel, H, last);
+  cpu::matmul(*output_, last, n_sel, logits, pool_.get());  // [n_sel, vocab]
+}
+
+}  // namespace kvasir

@@ -1,0 +1,163 @@
+// kvasir-local — the whole model in one process, for tests and debugging.
+//
+// Not a serving path: it exists to check the ring against. It loads the
+// model, runs one sequence greedily (prefill in chunks, then one token at a
+// time) and prints the continuation; optionally it dumps logits.
+//
+//   kvasir-local --model models/SmolLM2-135M-Instruct.Q4_1.gguf --prompt "The capital of France is"
+//   kvasir-local --model M --ids 504,3458,282 --max-tokens 8 --print-ids
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "base/check.h"
+#include "model/chat_template.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+#include "stages/forward.h"
+
+using namespace kvasir;
+
+namespace {
+
+std::vector<int32_t> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    size_t used = 0;
+    long v = std::stol(item, &used);
+    KV_CHECK(used == item.size() && v >= INT32_MIN && v <= INT32_MAX, "--ids: '{}' is not a token id",
+             item);
+    ids.push_back(int32_t(v));
+  }
+  return ids;
+}
+
+int32_t argmax(const float* v, int32_t n) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < n; ++i)
+    if (v[i] > v[best]) best = i;
+  return best;
+}
+
+struct Options {
+  std::string model, prompt, ids, logits_path;
+  int threads = 1, max_tokens = 32, chunk = 256;
+  bool chat = false, print_ids = false, ignore_eos = false, quiet = false;
+};
+
+int run(const Options& o) {
+  auto model = ModelFile::open(o.model);
+  const ModelConfig& cfg = model->config();
+  std::unique_ptr<Tokenizer> tok;
+  if (model->gguf()) tok = Tokenizer::from_gguf(*model->gguf());
+
+  std::vector<int32_t> prompt;
+  if (!o.ids.empty()) {
+    prompt = parse_ids(o.ids);
+  } else {
+    KV_CHECK(tok != nullptr, "this model has no tokenizer in its file: pass --ids");
+    std::string text = o.prompt;
+    if (o.chat) {
+      ChatTemplate tpl = ChatTemplate::from_gguf(*model->gguf());
+      text = tpl.render({{"user", o.prompt}}, true);
+    }
+    prompt = tok->encode(text, true, o.chat);
+  }
+  KV_CHECK(!prompt.empty(), "empty prompt");
+  if (o.print_ids) {
+    std::string s;
+    for (int32_t id : prompt) s += fmt::format("{}{}", s.empty() ? "" : ",", id);
+    fmt::print(stderr, "prompt ids: {}\n", s);
+  }
+
+  const int64_t total = int64_t(prompt.size()) + o.max_tokens;
+  KvSpec kv;
+  kv.block_size = 16;
+  kv.n_blocks = int32_t((total + kv.block_size - 1) / kv.block_size);
+  std::vector<int32_t> table(size_t(kv.n_blocks));
+  for (int32_t i = 0; i < kv.n_blocks; ++i) table[size_t(i)] = i;
+
+  SliceSpec slice{0, cfg.n_layers - 1, true, true};
+  SliceExecutor exec(*model, slice, kv, o.threads, o.chunk);
+  std::vector<float> logits(size_t(cfg.vocab));
+  std::ofstream dump;
+  if (!o.logits_path.empty()) dump.open(o.logits_path, std::ios::binary);
+
+  std::unique_ptr<StreamDecoder> dec;
+  if (tok && !o.quiet) dec = std::make_unique<StreamDecoder>(*tok);
+  auto t0 = std::chrono::steady_clock::now();
+  // Prefill in chunks of at most o.chunk tokens; the last chunk samples.
+  int32_t pos = 0;
+  while (pos < int32_t(prompt.size())) {
+    const int32_t n = std::min<int32_t>(o.chunk, int32_t(prompt.size()) - pos);
+    ForwardRow row{pos, n, table.data(), kv.n_blocks, pos + n == int32_t(prompt.size())};
+    ForwardBatch b{&row, 1, prompt.data() + pos, n};
+    exec.forward(b, nullptr, nullptr, logits.data());
+    pos += n;
+  }
+  auto t1 = std::chrono::steady_clock::now();
+  std::vector<int32_t> out;
+  for (int i = 0; i < o.max_tokens; ++i) {
+    if (dump) dump.write(reinterpret_cast<const char*>(logits.data()), logits.size() * 4);
+    const int32_t next = argmax(logits.data(), cfg.vocab);
+    out.push_back(next);
+    if (dec) {
+      fmt::print("{}", dec->push(next));
+      std::fflush(stdout);
+    }
+    if (!o.ignore_eos && tok && tok->is_eog(next)) break;
+    if (i + 1 == o.max_tokens) break;
+    ForwardRow row{pos, 1, table.data(), kv.n_blocks, true};
+    ForwardBatch b{&row, 1, &next, 1};
+    exec.forward(b, nullptr, nullptr, logits.data());
+    ++pos;
+  }
+  auto t2 = std::chrono::steady_clock::now();
+  if (dec) fmt::print("{}\n", dec->flush());
+  if (o.print_ids) {
+    std::string s;
+    for (int32_t id : out) s += fmt::format("{}{}", s.empty() ? "" : ",", id);
+    fmt::print("{}\n", s);
+  }
+  const double pre = std::chrono::duration<double>(t1 - t0).count();
+  const double gen = std::chrono::duration<double>(t2 - t1).count();
+  fmt::print(stderr, "prefill {} tokens in {:.3f} s ({:.1f} tok/s); decode {} tokens in {:.3f} s ({:.1f} tok/s)\n",
+             prompt.size(), pre, double(prompt.size()) / pre, out.size() > 0 ? out.size() - 1 : 0, gen,
+             out.size() > 1 ? double(out.size() - 1) / gen : 0.0);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvasir-local: the whole model in one process (tests and debugging, not serving)"};
+  Options o;
+  app.add_option("-m,--model", o.model, "GGUF file or safetensors folder")->required();
+  app.add_option("-p,--prompt", o.prompt, "prompt text");
+  app.add_option("--ids", o.ids, "prompt token ids, comma-separated (instead of --prompt)");
+  app.add_option("-n,--max-tokens", o.max_tokens, "tokens to generate")->check(CLI::Range(1, 1 << 20));
+  app.add_option("-t,--threads", o.threads, "threads")->check(CLI::Range(1, 1024));
+  app.add_option("--chunk", o.chunk, "prefill chunk size")->check(CLI::Range(1, 1 << 16));
+  app.add_option("--logits", o.logits_path, "write each step's logits (f32 [steps, vocab]) here");
+  app.add_flag("--chat", o.chat, "wrap the prompt in the model's chat template");
+  app.add_flag("--print-ids", o.print_ids, "print prompt and generated token ids");
+  app.add_flag("--ignore-eos", o.ignore_eos, "do not stop at end-of-generation tokens");
+  app.add_flag("-q,--quiet", o.quiet, "do not print text");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(o);
+  } catch (const Error& e) {
+    fmt::print(stderr, "kvasir-local: {}\n", e.message());
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "kvasir-local: {}\n", e.what());
+    return 1;
+  }
+}
