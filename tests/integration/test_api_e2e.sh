@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The front door end to end, against the REAL kvasird: a 2-stage CPU plan on
+# the default model, driven with curl --unix-socket, the kvasir CLI, and the
+# official `openai` Python package over TCP (installed into a venv here).
+#
+# Usage: test_api_e2e.sh KVASIRD KVASIR [SOURCE_DIR]
+# Exit 0 = passed, 77 = skipped (no model file), anything else = failed.
+set -uo pipefail
+
+KVASIRD=${1:?kvasird path}
+KVASIR=${2:?kvasir path}
+SRC=${3:-$(cd "$(dirname "$0")/../.." && pwd)}
+MODEL="$SRC/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+[ -f "$MODEL" ] || { echo "SKIP: $MODEL is missing (scripts/fetch-model)"; exit 77; }
+
+WORK=$(mktemp -d /tmp/kvasir-api-e2e.XXXXXX)
+SOCK="$WORK/kvasir.sock"
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+KEY="e2e-key-$$"
+PID=
+cleanup() {
+  [ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+fails=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fails=$((fails + 1)); }
+expect() {  # expect WHAT ACTUAL WANTED
+  if [ "$2" == "$3" ]; then ok "$1"; else bad "$1: got '$2', want '$3'"; fi
+}
+
+cat > "$WORK/kvasir.toml" <<EOF
+[model]
+path = "$MODEL"
+[plan]
+max_rows = 8
+max_tokens = 256
+[[stages]]
+layers = "0-14"
+device = "cpu"
+threads = 1
+[[stages]]
+layers = "15-29"
+device = "cpu"
+threads = 1
+[kv]
+memory = "64MiB"
+[server]
+socket = "$SOCK"
+http = "127.0.0.1:$PORT"
+api_key = "$KEY"
+max_body = "1MiB"
+EOF
+
+"$KVASIRD" --config "$WORK/kvasir.toml" > "$WORK/kvasird.log" 2>&1 &
+PID=$!
+if ! "$KVASIR" status --wait 180 --socket "$SOCK"; then
+  echo "kvasird did not become ready; its log:"; cat "$WORK/kvasird.log"; exit 1
+fi
+ok "kvasir status --wait"
+expect "socket mode 0660" "$(stat -c %a "$SOCK")" "660"
+
+C=(curl -s --max-time 120 --unix-socket "$SOCK")
+expect "GET /health" "$("${C[@]}" -o /dev/null -w '%{http_code}' http://x/health)" "200"
+expect "GET /v1/models" "$("${C[@]}" http://x/v1/models | python3 -c 'import json,sys; print(json.load(sys.stdin)["object"])')" "list"
+
+body='{"prompt":"The capital of France is","max_tokens":8,"temperature":0}'
+out=$("${C[@]}" -H 'Content-Type: application/json' -d "$body" http://x/v1/completions)
+text=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>/dev/null)
+[ -n "$text" ] && ok "curl completion: '$text'" || bad "curl completion: $out"
+
+stream=$("${C[@]}" -N -H 'Content-Type: application/json' \
+  -d '{"prompt":"The capital of France is","max_tokens":8,"temperature":0,"stream":true}' http://x/v1/completions)
+expect "SSE ends with [DONE]" "$(echo "$stream" | grep -c '^data: \[DONE\]')" "1"
+stext=$(echo "$stream" | python3 -c '
+import json,sys
+t=""
+for l in sys.stdin:
+    l=l.strip()
+    if l.startswith("data: ") and l != "data: [DONE]":
+        c=json.loads(l[6:])["choices"]
+        if c: t+=c[0]["text"]
+print(t)')
+expect "streamed text equals whole text" "$stext" "$text"
+
+code() { "${C[@]}" -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' "$@"; }
+expect "malformed JSON → 400" "$(code -d '{nope' http://x/v1/completions)" "400"
+expect "max_tokens -1 → 400" "$(code -d '{"prompt":"x","max_tokens":-1}' http://x/v1/completions)" "400"
+expect "n huge → 400" "$(code -d '{"prompt":"x","n":100000}' http://x/v1/completions)" "400"
+expect "token id out of range → 400" "$(code -d '{"prompt":[1,99999999]}' http://x/v1/completions)" "400"
+head -c $((2 * 1024 * 1024)) /dev/zero | tr '\0' 'a' > "$WORK/big"
+expect "2 MB body over 1 MiB max_body → 413" "$(code --data-binary @"$WORK/big" http://x/v1/completions)" "413"
+expect "unknown route → 404" "$(code http://x/nope)" "404"
+expect "still serving" "$(code http://x/health)" "200"
+
+# The CLI.
+gen=$("$KVASIR" generate --socket "$SOCK" --max-tokens 8 --temperature 0 "The capital of France is")
+expect "kvasir generate = curl completion" "$gen" "$text"
+gen2=$(echo -n "The capital of France is" | "$KVASIR" generate --socket "$SOCK" --max-tokens 8 --temperature 0 -)
+expect "kvasir generate - (stdin)" "$gen2" "$text"
+chat=$("$KVASIR" generate --socket "$SOCK" --chat --max-tokens 16 --temperature 0 "Say hello.")
+[ -n "$chat" ] && ok "kvasir generate --chat: '$chat'" || bad "kvasir generate --chat printed nothing"
+"$KVASIR" generate --socket "$SOCK" --max-tokens 0 x > /dev/null 2>&1 && bad "--max-tokens 0 accepted" || ok "--max-tokens 0 refused"
+err=$("$KVASIR" generate --socket "$SOCK" --top-p 7 x 2>&1 >/dev/null); rc=$?
+[ $rc -ne 0 ] && [[ "$err" == *top_p* ]] && ok "server error → exit $rc: $err" || bad "bad top_p: rc=$rc '$err'"
+ids=$("$KVASIR" tokenize --socket "$SOCK" "Hello world")
+expect "tokenize/detokenize round trip" "$("$KVASIR" detokenize --socket "$SOCK" $ids)" "Hello world"
+KVASIR_API_KEY=$KEY "$KVASIR" status --url "http://127.0.0.1:$PORT" > /dev/null && ok "kvasir status over TCP" || bad "kvasir status over TCP"
+
+# TCP needs the key.
+expect "TCP without key → 401" "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/models")" "401"
+
+# The openai package.
+VENV="${KVASIR_E2E_VENV:-$WORK/venv}"
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV" && "$VENV/bin/pip" -q install openai > "$WORK/pip.log" 2>&1 ||
+    { echo "SKIP openai client part: cannot install the openai package"; cat "$WORK/pip.log"; VENV=; }
+fi
+if [ -n "$VENV" ]; then
+  if "$VENV/bin/python" "$SRC/tests/integration/openai_client_test.py" "http://127.0.0.1:$PORT/v1" "$KEY"; then
+    ok "openai client tests"
+  else
+    bad "openai client tests"
+  fi
+fi
+
+# Metrics and a clean stop.
+"${C[@]}" http://x/metrics | grep -q '^kvasir_stage_busy_seconds_total{stage="1"' && ok "metrics per stage" || bad "metrics per stage"
+kill -TERM "$PID"; wait "$PID"; rc=$?; PID=
+expect "kvasird exits 0 on SIGTERM" "$rc" "0"
+[ -e "$SOCK" ] && bad "socket file left behind" || ok "socket file removed"
+
+[ $fails -eq 0 ] && echo "all passed" || { echo "$fails FAILED"; echo "--- kvasird log"; tail -30 "$WORK/kvasird.log"; }
+exit $((fails > 0))
