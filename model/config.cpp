@@ -6,8 +6,8 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "base/check.h"
 #include "model/gguf.h"
@@ -122,9 +122,8 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   } else if (rot_dim) {
     c.head_dim = *rot_dim;
   } else {
-    KV_CHECK(c.n_heads > 0 && c.hidden % c.n_heads == 0,
-             "{}: {} {} is not a multiple of {} {}", path, g.k("embedding_length"), c.hidden,
-             g.k("attention.head_count"), c.n_heads);
+    KV_CHECK(c.n_heads > 0 && c.hidden % c.n_heads == 0, "{}: {} {} is not a multiple of {} {}",
+             path, g.k("embedding_length"), c.hidden, g.k("attention.head_count"), c.n_heads);
     c.head_dim = c.hidden / c.n_heads;
   }
   if (const auto vlen = g.opt_i32(g.k("attention.value_length")))
@@ -148,9 +147,10 @@ ModelConfig config_from_gguf(const GgufFile& f) {
              "{}: tensor 'token_embd.weight' has {} rows, too many", path, e->view.ne[1]);
     c.vocab = int32_t(e->view.ne[1]);
   } else {
-    KV_FAIL("{}: no vocabulary size: neither '{}' nor 'tokenizer.ggml.tokens' nor "
-            "'token_embd.weight'",
-            path, g.k("vocab_size"));
+    KV_FAIL(
+        "{}: no vocabulary size: neither '{}' nor 'tokenizer.ggml.tokens' nor "
+        "'token_embd.weight'",
+        path, g.k("vocab_size"));
   }
 
   // RoPE scaling.
@@ -200,8 +200,8 @@ struct JsonKeys {
              v.type_name());
     if (v.is_number_unsigned()) {
       const auto u = v.get<uint64_t>();
-      KV_CHECK(u <= uint64_t(std::numeric_limits<int32_t>::max()), "{}: '{}' is {}, too large",
-               src, key, u);
+      KV_CHECK(u <= uint64_t(std::numeric_limits<int32_t>::max()), "{}: '{}' is {}, too large", src,
+               key, u);
       return int32_t(u);
     }
     const auto i = v.get<int64_t>();
@@ -227,8 +227,7 @@ struct JsonKeys {
   std::optional<bool> opt_bool(const char* key) const {
     const nlohmann::json* v = find(key);
     if (!v) return std::nullopt;
-    KV_CHECK(v->is_boolean(), "{}: '{}' must be true or false, found {}", src, key,
-             v->type_name());
+    KV_CHECK(v->is_boolean(), "{}: '{}' must be true or false, found {}", src, key, v->type_name());
     return v->get<bool>();
   }
   std::optional<std::string> opt_str(const char* key) const {
@@ -247,9 +246,10 @@ std::string arch_of(const JsonKeys& k) {
     if (name == "LlamaForCausalLM") return "llama";
     if (name == "MistralForCausalLM") return "mistral";
     if (name == "Qwen2ForCausalLM") return "qwen2";
-    KV_FAIL("{}: 'architectures' is '{}': Kvasir runs LlamaForCausalLM, MistralForCausalLM and "
-            "Qwen2ForCausalLM",
-            k.src, name);
+    KV_FAIL(
+        "{}: 'architectures' is '{}': Kvasir runs LlamaForCausalLM, MistralForCausalLM and "
+        "Qwen2ForCausalLM",
+        k.src, name);
   }
   const auto type = k.opt_str("model_type");
   KV_CHECK(type && (*type == "llama" || *type == "mistral" || *type == "qwen2"),
@@ -314,8 +314,7 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& src,
       c.rope_llama3_factor = *f;
       c.rope_llama3_low_freq_factor = r.opt_float("low_freq_factor").value_or(1.f);
       c.rope_llama3_high_freq_factor = r.opt_float("high_freq_factor").value_or(4.f);
-      c.rope_llama3_original_context =
-          r.opt_int("original_max_position_embeddings").value_or(8192);
+      c.rope_llama3_original_context = r.opt_int("original_max_position_embeddings").value_or(8192);
     } else if (type != "default") {
       KV_FAIL("{}: 'rope_scaling' type '{}' is not supported (linear, llama3)", src, type);
     }

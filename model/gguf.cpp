@@ -14,18 +14,30 @@ namespace {
 constexpr uint32_t kMaxDims = 4;
 constexpr int kMaxArrayDepth = 4;  // arrays of arrays of ... deeper is refused
 // Smallest possible encodings, used to bound counts by the remaining bytes.
-constexpr uint64_t kMinKvBytes = 8 + 4 + 1;               // empty key, type, u8 value
-constexpr uint64_t kMinTensorBytes = 8 + 4 + 8 + 4 + 8;   // empty name, n_dims, 1 dim, type, offset
-constexpr uint64_t kMinArrayBytes = 4 + 8;                // elem type + count
+constexpr uint64_t kMinKvBytes = 8 + 4 + 1;              // empty key, type, u8 value
+constexpr uint64_t kMinTensorBytes = 8 + 4 + 8 + 4 + 8;  // empty name, n_dims, 1 dim, type, offset
+constexpr uint64_t kMinArrayBytes = 4 + 8;               // elem type + count
 
 // Size of a scalar element; 0 for STRING / ARRAY / unknown.
 uint64_t scalar_size(GgufType t) {
   switch (t) {
-    case GgufType::U8: case GgufType::I8: case GgufType::BOOL: return 1;
-    case GgufType::U16: case GgufType::I16: return 2;
-    case GgufType::U32: case GgufType::I32: case GgufType::F32: return 4;
-    case GgufType::U64: case GgufType::I64: case GgufType::F64: return 8;
-    default: return 0;
+    case GgufType::U8:
+    case GgufType::I8:
+    case GgufType::BOOL:
+      return 1;
+    case GgufType::U16:
+    case GgufType::I16:
+      return 2;
+    case GgufType::U32:
+    case GgufType::I32:
+    case GgufType::F32:
+      return 4;
+    case GgufType::U64:
+    case GgufType::I64:
+    case GgufType::F64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -54,9 +66,10 @@ class Reader {
   uint64_t remaining() const { return size_ - pos_; }
 
   const uint8_t* take(uint64_t n, std::string_view what, std::string_view field) {
-    KV_CHECK(n <= remaining(),
-             "{}: truncated file: {} of '{}' needs {} bytes at offset {}, but the file has {} bytes",
-             path_, what, field, n, pos_, size_);
+    KV_CHECK(
+        n <= remaining(),
+        "{}: truncated file: {} of '{}' needs {} bytes at offset {}, but the file has {} bytes",
+        path_, what, field, n, pos_, size_);
     const uint8_t* p = base_ + pos_;
     pos_ += n;
     return p;
@@ -88,8 +101,7 @@ class Reader {
   const std::string& path_;
 };
 
-void read_array(Reader& r, GgufArray& a, const std::string& path, std::string_view key,
-                int depth) {
+void read_array(Reader& r, GgufArray& a, const std::string& path, std::string_view key, int depth) {
   a.elem = GgufType(r.read<uint32_t>("array element type", key));
   a.count = r.read<uint64_t>("array length", key);
   const uint64_t start = r.pos();
@@ -125,30 +137,53 @@ GgufValue read_value(Reader& r, GgufType type, const std::string& path, std::str
   GgufValue v;
   v.type = type;
   switch (type) {
-    case GgufType::U8: v.v = uint64_t(r.read<uint8_t>("value", key)); break;
-    case GgufType::U16: v.v = uint64_t(r.read<uint16_t>("value", key)); break;
-    case GgufType::U32: v.v = uint64_t(r.read<uint32_t>("value", key)); break;
-    case GgufType::U64: v.v = r.read<uint64_t>("value", key); break;
-    case GgufType::I8: v.v = int64_t(r.read<int8_t>("value", key)); break;
-    case GgufType::I16: v.v = int64_t(r.read<int16_t>("value", key)); break;
-    case GgufType::I32: v.v = int64_t(r.read<int32_t>("value", key)); break;
-    case GgufType::I64: v.v = r.read<int64_t>("value", key); break;
-    case GgufType::F32: v.v = double(r.read<float>("value", key)); break;
-    case GgufType::F64: v.v = r.read<double>("value", key); break;
+    case GgufType::U8:
+      v.v = uint64_t(r.read<uint8_t>("value", key));
+      break;
+    case GgufType::U16:
+      v.v = uint64_t(r.read<uint16_t>("value", key));
+      break;
+    case GgufType::U32:
+      v.v = uint64_t(r.read<uint32_t>("value", key));
+      break;
+    case GgufType::U64:
+      v.v = r.read<uint64_t>("value", key);
+      break;
+    case GgufType::I8:
+      v.v = int64_t(r.read<int8_t>("value", key));
+      break;
+    case GgufType::I16:
+      v.v = int64_t(r.read<int16_t>("value", key));
+      break;
+    case GgufType::I32:
+      v.v = int64_t(r.read<int32_t>("value", key));
+      break;
+    case GgufType::I64:
+      v.v = r.read<int64_t>("value", key);
+      break;
+    case GgufType::F32:
+      v.v = double(r.read<float>("value", key));
+      break;
+    case GgufType::F64:
+      v.v = r.read<double>("value", key);
+      break;
     case GgufType::BOOL: {
       const uint8_t b = r.read<uint8_t>("value", key);
       KV_CHECK(b <= 1, "{}: metadata '{}': bool has value {}", path, key, b);
       v.v = b != 0;
       break;
     }
-    case GgufType::STRING: v.v = r.read_string("string", key); break;
+    case GgufType::STRING:
+      v.v = r.read_string("string", key);
+      break;
     case GgufType::ARRAY: {
       GgufArray a;
       read_array(r, a, path, key, 0);
       v.v = std::move(a);
       break;
     }
-    default: KV_FAIL("{}: metadata '{}': unknown value type {}", path, key, uint32_t(type));
+    default:
+      KV_FAIL("{}: metadata '{}': unknown value type {}", path, key, uint32_t(type));
   }
   return v;
 }
@@ -161,19 +196,32 @@ GgufValue read_value(Reader& r, GgufType type, const std::string& path, std::str
 
 const char* GgufFile::type_name(GgufType t) {
   switch (t) {
-    case GgufType::U8: return "u8";
-    case GgufType::I8: return "i8";
-    case GgufType::U16: return "u16";
-    case GgufType::I16: return "i16";
-    case GgufType::U32: return "u32";
-    case GgufType::I32: return "i32";
-    case GgufType::F32: return "f32";
-    case GgufType::BOOL: return "bool";
-    case GgufType::STRING: return "string";
-    case GgufType::ARRAY: return "array";
-    case GgufType::U64: return "u64";
-    case GgufType::I64: return "i64";
-    case GgufType::F64: return "f64";
+    case GgufType::U8:
+      return "u8";
+    case GgufType::I8:
+      return "i8";
+    case GgufType::U16:
+      return "u16";
+    case GgufType::I16:
+      return "i16";
+    case GgufType::U32:
+      return "u32";
+    case GgufType::I32:
+      return "i32";
+    case GgufType::F32:
+      return "f32";
+    case GgufType::BOOL:
+      return "bool";
+    case GgufType::STRING:
+      return "string";
+    case GgufType::ARRAY:
+      return "array";
+    case GgufType::U64:
+      return "u64";
+    case GgufType::I64:
+      return "i64";
+    case GgufType::F64:
+      return "f64";
   }
   return "unknown type";
 }
@@ -225,13 +273,21 @@ int64_t GgufArray::int_at(uint64_t i, const std::string& key) const {
   KV_CHECK(i < count, "metadata '{}': index {} out of range (array of {})", key, i, count);
   const uint8_t* p = data + i * scalar_size(elem);
   switch (elem) {
-    case GgufType::U8: case GgufType::BOOL: return load<uint8_t>(p);
-    case GgufType::I8: return load<int8_t>(p);
-    case GgufType::U16: return load<uint16_t>(p);
-    case GgufType::I16: return load<int16_t>(p);
-    case GgufType::U32: return load<uint32_t>(p);
-    case GgufType::I32: return load<int32_t>(p);
-    case GgufType::I64: return load<int64_t>(p);
+    case GgufType::U8:
+    case GgufType::BOOL:
+      return load<uint8_t>(p);
+    case GgufType::I8:
+      return load<int8_t>(p);
+    case GgufType::U16:
+      return load<uint16_t>(p);
+    case GgufType::I16:
+      return load<int16_t>(p);
+    case GgufType::U32:
+      return load<uint32_t>(p);
+    case GgufType::I32:
+      return load<int32_t>(p);
+    case GgufType::I64:
+      return load<int64_t>(p);
     case GgufType::U64: {
       const uint64_t u = load<uint64_t>(p);
       KV_CHECK(u <= uint64_t(std::numeric_limits<int64_t>::max()),
@@ -294,7 +350,12 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   }
 
   if (const GgufValue* a = f->find("general.alignment")) {
-    const uint64_t align = a->as_uint("general.alignment");
+    uint64_t align = 0;
+    try {
+      align = a->as_uint("general.alignment");
+    } catch (const Error& e) {
+      KV_FAIL("{}: {}", path, e.message());
+    }
     KV_CHECK(align != 0 && (align & (align - 1)) == 0,
              "{}: metadata 'general.alignment' is {}: must be a non-zero power of two", path,
              align);

@@ -28,8 +28,19 @@ namespace kvasir {
 
 // Metadata value types, numbered as the format numbers them.
 enum class GgufType : uint32_t {
-  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7,
-  STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
+  U8 = 0,
+  I8 = 1,
+  U16 = 2,
+  I16 = 3,
+  U32 = 4,
+  I32 = 5,
+  F32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  U64 = 10,
+  I64 = 11,
+  F64 = 12,
 };
 
 // A metadata value. Arrays keep their element type; string arrays hold views
@@ -58,7 +69,7 @@ struct GgufValue {
   // Typed accessors; throw kvasir::Error (naming `key`) on a type mismatch.
   uint64_t as_uint(const std::string& key) const;  // any unsigned or non-negative signed int
   int64_t as_int(const std::string& key) const;
-  double as_float(const std::string& key) const;   // F32/F64 (ints accepted)
+  double as_float(const std::string& key) const;  // F32/F64 (ints accepted)
   bool as_bool(const std::string& key) const;
   std::string_view as_string(const std::string& key) const;
   const GgufArray& as_array(const std::string& key) const;

@@ -61,8 +61,8 @@ void check_finite(const std::string& src, const std::string& name, const TensorV
       std::memcpy(&h, p + 2 * i, 2);
       v = t.type == DType::F16 ? fp16_to_f32(h) : bf16_to_f32(h);
     }
-    KV_CHECK(std::isfinite(v), "{}: tensor '{}': element {} is {} (NaN/Inf in a weight)", src,
-             name, i, v);
+    KV_CHECK(std::isfinite(v), "{}: tensor '{}': element {} is {} (NaN/Inf in a weight)", src, name,
+             i, v);
   }
 }
 
@@ -104,7 +104,8 @@ class GgufModel final : public ModelFile {
  public:
   GgufModel(const std::string& path, std::unique_ptr<GgufFile> f)
       : ModelFile(path), f_(std::move(f)), cfg_(config_from_gguf(*f_)) {
-    check_tensors(cfg_, [this](const std::string& n) { return lookup(n); }, path);
+    check_tensors(
+        cfg_, [this](const std::string& n) { return lookup(n); }, path);
   }
   const ModelConfig& config() const override { return cfg_; }
   const GgufFile* gguf() const override { return f_.get(); }
@@ -193,10 +194,11 @@ class SafetensorsModel final : public ModelFile {
       if (!gname) continue;
       const auto it = origin.find(*gname);
       KV_CHECK(it != origin.end() && it->second == file,
-               "{}: the index puts tensor '{}' in {}, but that file does not hold it", path,
-               tensor, file);
+               "{}: the index puts tensor '{}' in {}, but that file does not hold it", path, tensor,
+               file);
     }
-    check_tensors(cfg_, [this](const std::string& n) { return lookup(n); }, path);
+    check_tensors(
+        cfg_, [this](const std::string& n) { return lookup(n); }, path);
   }
   const ModelConfig& config() const override { return cfg_; }
 
@@ -209,7 +211,7 @@ class SafetensorsModel final : public ModelFile {
  private:
   ModelConfig cfg_;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;  // keep the maps alive
-  std::map<std::string, TensorView> tensors_;              // by GGUF name
+  std::map<std::string, TensorView> tensors_;             // by GGUF name
 };
 
 }  // namespace

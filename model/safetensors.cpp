@@ -17,7 +17,7 @@ struct StDType {
 };
 constexpr StDType kSupported[] = {
     {"F32", DType::F32, 4}, {"F16", DType::F16, 2}, {"BF16", DType::BF16, 2}};
-constexpr const char* kKnownUnsupported[] = {"F64", "I64", "I32", "I16", "I8",      "U8",
+constexpr const char* kKnownUnsupported[] = {"F64", "I64", "I32", "I16",  "I8",      "U8",
                                              "U16", "U32", "U64", "BOOL", "F8_E4M3", "F8_E5M2"};
 
 const StDType& parse_dtype(const std::string& path, const std::string& name,
@@ -51,8 +51,8 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   KV_CHECK(size >= 8, "{}: truncated file: {} bytes, the header length alone needs 8", path, size);
   uint64_t n;
   std::memcpy(&n, base, 8);
-  KV_CHECK(n <= kMaxHeaderBytes, "{}: header length is {} bytes, more than the {} allowed", path,
-           n, kMaxHeaderBytes);
+  KV_CHECK(n <= kMaxHeaderBytes, "{}: header length is {} bytes, more than the {} allowed", path, n,
+           kMaxHeaderBytes);
   KV_CHECK(n <= size - 8, "{}: header length {} runs past the end of the {}-byte file", path, n,
            size);
   const char* hdr = reinterpret_cast<const char*>(base + 8);
@@ -113,8 +113,8 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
              "{}: tensor '{}': 'data_offsets' must be [begin, end]", path, name);
     const uint64_t begin = json_u64(path, name, "data_offsets", offs[0]);
     const uint64_t end = json_u64(path, name, "data_offsets", offs[1]);
-    KV_CHECK(begin <= end, "{}: tensor '{}': data_offsets [{}, {}] are reversed", path, name,
-             begin, end);
+    KV_CHECK(begin <= end, "{}: tensor '{}': data_offsets [{}, {}] are reversed", path, name, begin,
+             end);
     KV_CHECK(end <= data_size,
              "{}: tensor '{}': data_offsets [{}, {}] run past the {}-byte data area", path, name,
              begin, end, data_size);

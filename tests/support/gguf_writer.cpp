@@ -13,8 +13,12 @@ void put(Bytes& b, T v) {
   b.resize(at + sizeof(T));
   std::memcpy(b.data() + at, &v, sizeof(T));
 }
-void append(Bytes& b, const Bytes& more) { b.insert(b.end(), more.begin(), more.end()); }
-uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+void append(Bytes& b, const Bytes& more) {
+  b.insert(b.end(), more.begin(), more.end());
+}
+uint64_t align_up(uint64_t x, uint64_t a) {
+  return (x + a - 1) / a * a;
+}
 
 }  // namespace
 

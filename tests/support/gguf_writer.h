@@ -65,8 +65,7 @@ class GgufWriter {
   static Bytes encode_array(GgufType elem, uint64_t count, const Bytes& payload);
 
   // A tensor with its data, placed at the next aligned offset.
-  void add_tensor(const std::string& name, DType type, const std::vector<int64_t>& ne,
-                  Bytes data);
+  void add_tensor(const std::string& name, DType type, const std::vector<int64_t>& ne, Bytes data);
   // Full control over the info; with an explicit offset no data is written.
   void add_tensor_raw(const std::string& name, uint32_t raw_type, const std::vector<uint64_t>& dims,
                       Bytes data, std::optional<uint64_t> offset = std::nullopt);

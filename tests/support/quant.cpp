@@ -10,7 +10,9 @@
 namespace kvasir::test {
 namespace {
 
-void put16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+void put16(uint8_t* p, uint16_t v) {
+  std::memcpy(p, &v, 2);
+}
 uint16_t get16(const uint8_t* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
@@ -60,13 +62,26 @@ std::vector<uint8_t> quantize(DType t, const float* x, int64_t n) {
   for (int64_t b = 0; b < n / info.block; ++b, o += info.bytes) {
     const float* xb = x + b * info.block;
     switch (t) {
-      case DType::F32: std::memcpy(o, xb, 4); break;
-      case DType::F16: put16(o, f32_to_fp16(*xb)); break;
-      case DType::BF16: put16(o, f32_to_bf16(*xb)); break;
-      case DType::Q8_0: q8_0(xb, o); break;
-      case DType::Q4_0: q4_0(xb, o); break;
-      case DType::Q4_1: q4_1(xb, o); break;
-      default: KV_FAIL("quantize: type {} not supported", info.name);
+      case DType::F32:
+        std::memcpy(o, xb, 4);
+        break;
+      case DType::F16:
+        put16(o, f32_to_fp16(*xb));
+        break;
+      case DType::BF16:
+        put16(o, f32_to_bf16(*xb));
+        break;
+      case DType::Q8_0:
+        q8_0(xb, o);
+        break;
+      case DType::Q4_0:
+        q4_0(xb, o);
+        break;
+      case DType::Q4_1:
+        q4_1(xb, o);
+        break;
+      default:
+        KV_FAIL("quantize: type {} not supported", info.name);
     }
   }
   return out;
@@ -80,9 +95,15 @@ std::vector<float> dequantize(const TensorView& v) {
   for (int64_t b = 0; b < n / info.block; ++b, p += info.bytes) {
     float* y = out.data() + b * info.block;
     switch (v.type) {
-      case DType::F32: std::memcpy(y, p, 4); break;
-      case DType::F16: *y = fp16_to_f32(get16(p)); break;
-      case DType::BF16: *y = bf16_to_f32(get16(p)); break;
+      case DType::F32:
+        std::memcpy(y, p, 4);
+        break;
+      case DType::F16:
+        *y = fp16_to_f32(get16(p));
+        break;
+      case DType::BF16:
+        *y = bf16_to_f32(get16(p));
+        break;
       case DType::Q8_0: {
         const float d = fp16_to_f32(get16(p));
         for (int i = 0; i < 32; ++i) y[i] = d * float(int8_t(p[2 + i]));
@@ -104,7 +125,8 @@ std::vector<float> dequantize(const TensorView& v) {
         }
         break;
       }
-      default: KV_FAIL("dequantize: type {} not supported", info.name);
+      default:
+        KV_FAIL("dequantize: type {} not supported", info.name);
     }
   }
   return out;

@@ -70,8 +70,7 @@ void write_text(const std::filesystem::path& p, const std::string& text) {
 std::vector<TinyTensor> make_tiny_weights(const TinySpec& s) {
   const int64_t hd = s.hidden / s.heads, q = int64_t(s.heads) * hd, kv = int64_t(s.kv_heads) * hd;
   std::vector<TinyTensor> out;
-  auto add = [&](std::string hf, std::string gg, std::vector<int64_t> shape, bool norm,
-                 float std) {
+  auto add = [&](std::string hf, std::string gg, std::vector<int64_t> shape, bool norm, float std) {
     size_t n = 1;
     for (int64_t d : shape) n *= size_t(d);
     auto data = norm ? normal(s.seed, hf, n, 1.f, 0.05f) : normal(s.seed, hf, n, 0.f, std);
@@ -139,7 +138,8 @@ void write_tiny_gguf(const std::string& path, const TinySpec& s) {
   std::vector<std::string> tokens = gpt2_byte_tokens();
   std::vector<int32_t> types(256, 1);
   for (const char* sp : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) tokens.push_back(sp);
-  for (int i = 0; int(tokens.size()) < s.vocab; ++i) tokens.push_back("<extra_" + std::to_string(i) + ">");
+  for (int i = 0; int(tokens.size()) < s.vocab; ++i)
+    tokens.push_back("<extra_" + std::to_string(i) + ">");
   types.resize(tokens.size(), 3);
   w.add_string("tokenizer.ggml.model", "gpt2");
   w.add_string("tokenizer.ggml.pre", "smollm");
@@ -201,9 +201,9 @@ void write_tiny_safetensors(const std::string& dir, const TinySpec& s) {
   const int shards = std::max(1, s.st_shards);
   nlohmann::json weight_map = nlohmann::json::object();
   for (int k = 0; k < shards; ++k) {
-    const std::string file = shards == 1 ? "model.safetensors"
-                                         : fmt::format("model-{:05}-of-{:05}.safetensors", k + 1,
-                                                       shards);
+    const std::string file = shards == 1
+                                 ? "model.safetensors"
+                                 : fmt::format("model-{:05}-of-{:05}.safetensors", k + 1, shards);
     nlohmann::json header = {{"__metadata__", {{"format", "pt"}}}};
     Bytes data;
     for (size_t i = size_t(k); i < all.size(); i += size_t(shards)) {
@@ -211,7 +211,8 @@ void write_tiny_safetensors(const std::string& dir, const TinySpec& s) {
       const uint64_t begin = data.size(), n = t.data.size() * 4;
       data.resize(begin + n);
       std::memcpy(data.data() + begin, t.data.data(), n);
-      header[t.hf_name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {begin, begin + n}}};
+      header[t.hf_name] = {
+          {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {begin, begin + n}}};
       weight_map[t.hf_name] = file;
     }
     std::string text = header.dump();
