@@ -5,7 +5,7 @@
 //                   [--stop STR]... [--chat] [--json] PROMPT|-
 //   kvasir chat [--max-tokens N] [--temperature T] [--system TEXT]
 //   kvasir tokenize [--json] TEXT|-      kvasir detokenize IDS...
-//   kvasir top --once [--json]
+//   kvasir top [--once [--json]]
 // Every command takes --socket PATH (default $KVASIR_SOCKET, then
 // /run/kvasir/kvasir.sock) or --url http://HOST:PORT ($KVASIR_API_KEY for TCP).
 #include <CLI/CLI.hpp>
@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cli/http_client.h"
+#include "cli/top.h"
 
 using nlohmann::json;
 using namespace kvasir::cli;
@@ -203,17 +204,15 @@ int cmd_detokenize(const Endpoint& ep, const std::vector<int64_t>& ids) {
   return 0;
 }
 
-int cmd_top_once(const Endpoint& ep, bool as_json) {
+int cmd_top(const Endpoint& ep, bool once, bool as_json) {
+  if (!once) return run_top([&] { return get_json(ep, "/kvasir/v1/stats"); });
   json s = get_json(ep, "/kvasir/v1/stats");
   if (as_json) {
+    s["diagnosis"] = diagnose(make_view(s, nullptr, 1.0));
     std::cout << s.dump(2) << "\n";
-    return 0;
+  } else {
+    std::cout << render(make_view(s, nullptr, 1.0));
   }
-  std::cout << s.value("model", "?") << (s.value("ready", false) ? "  ready" : "  loading") << "\n";
-  if (s.contains("engine")) std::cout << "engine: " << s["engine"].dump() << "\n";
-  if (s.contains("stages"))
-    for (const auto& st : s["stages"]) std::cout << "stage: " << st.dump() << "\n";
-  if (s.contains("latency")) std::cout << "latency: " << s["latency"].dump() << "\n";
   return 0;
 }
 
@@ -265,7 +264,7 @@ int main(int argc, char** argv) {
   add_common(detok, common);
 
   bool top_once = false, top_json = false;
-  auto* top = app.add_subcommand("top", "stages, ring, KV and latency (this build: --once only)");
+  auto* top = app.add_subcommand("top", "live view of stages, ring, KV, latency and the bottleneck (q quits)");
   top->add_flag("--once", top_once, "print one snapshot and exit");
   top->add_flag("--json", top_json, "as JSON");
   add_common(top, common);
@@ -278,10 +277,7 @@ int main(int argc, char** argv) {
     if (*chat) return cmd_chat(ep, g, system);
     if (*tok) return cmd_tokenize(ep, text, tok_json);
     if (*detok) return cmd_detokenize(ep, ids);
-    if (*top) {
-      if (!top_once) std::cerr << "kvasir: the live view is not built yet; showing one snapshot\n";
-      return cmd_top_once(ep, top_json);
-    }
+    if (*top) return cmd_top(ep, top_once, top_json);
   } catch (const Failure& f) {
     std::cout << std::flush;
     std::cerr << "kvasir: error: " << f.message << "\n";

@@ -170,9 +170,13 @@ class Session : public Conn, public std::enable_shared_from_this<Session<Socket>
 
  private:
   using Op = std::function<void(std::function<void(error_code)>)>;
+  static constexpr size_t kMaxQueuedOps = 4096;
 
   void enqueue(Op op) {
     if (closed_) return;
+    // A client that stopped reading while we stream: drop it (on_close
+    // cancels its request) rather than queue without bound.
+    if (ops_.size() >= kMaxQueuedOps) return close();
     ops_.push_back(std::move(op));
     if (!writing_) next_op();
   }

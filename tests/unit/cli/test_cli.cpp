@@ -1,0 +1,83 @@
+// The CLI's pure parts: endpoint resolution, SSE reading, error messages,
+// and `kvasir top`'s per-interval view and bottleneck diagnosis.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "cli/http_client.h"
+#include "cli/top.h"
+
+using namespace kvasir::cli;
+using nlohmann::json;
+
+TEST(Endpoint, SocketOrder) {
+  ::unsetenv("KVASIR_SOCKET");
+  EXPECT_EQ(resolve_endpoint("", "").socket, "/run/kvasir/kvasir.sock");
+  ::setenv("KVASIR_SOCKET", "/tmp/env.sock", 1);
+  EXPECT_EQ(resolve_endpoint("", "").socket, "/tmp/env.sock");
+  EXPECT_EQ(resolve_endpoint("/tmp/opt.sock", "").socket, "/tmp/opt.sock");
+  ::unsetenv("KVASIR_SOCKET");
+}
+
+TEST(Endpoint, Url) {
+  Endpoint e = resolve_endpoint("/tmp/x.sock", "http://127.0.0.1:8000/v1");
+  EXPECT_TRUE(e.tcp);
+  EXPECT_EQ(e.host, "127.0.0.1");
+  EXPECT_EQ(e.port, 8000);
+  EXPECT_THROW(resolve_endpoint("", "https://h:1"), std::runtime_error);
+  EXPECT_THROW(resolve_endpoint("", "http://h"), std::runtime_error);
+  EXPECT_THROW(resolve_endpoint("", "http://h:99999"), std::runtime_error);
+}
+
+TEST(Sse, SplitAnywhere) {
+  std::string wire = "data: {\"a\":1}\n\ndata: [DONE]\n\n";
+  SseReader r;
+  std::vector<std::string> got;
+  for (char c : wire) {
+    auto ev = r.feed(std::string_view(&c, 1));
+    got.insert(got.end(), ev.begin(), ev.end());
+  }
+  EXPECT_EQ(got, (std::vector<std::string>{"{\"a\":1}", "[DONE]"}));
+}
+
+TEST(ErrorMessage, OpenAiShapeOrRaw) {
+  EXPECT_EQ(error_message(R"({"error":{"message":"n must be 1","param":"n"}})"), "n must be 1");
+  EXPECT_EQ(error_message("plain"), "plain");
+}
+
+namespace {
+json snapshot(double t, std::vector<double> busy, int64_t preempt = 0, int64_t free_blocks = 100) {
+  json st = json::array();
+  for (size_t i = 0; i < busy.size(); ++i)
+    st.push_back({{"layers", i == 0 ? "0-14" : "15-29"}, {"device", "cpu"}, {"busy_s", busy[i] * t},
+                  {"starved_s", (1 - busy[i]) * t}, {"blocked_s", 0}, {"batches", 10 * t}, {"tokens", 100 * t}});
+  return {{"model", "m"}, {"ready", true}, {"uptime_s", t}, {"inflight", 2}, {"stages", st},
+          {"engine", {{"running", 8}, {"waiting", 0}, {"blocks_total", 100}, {"blocks_free", free_blocks},
+                      {"preemptions", preempt}, {"tokens_generated", 50 * t}, {"tokens_prompt", 0}}}};
+}
+}  // namespace
+
+TEST(Top, SharesFromTwoSnapshots) {
+  json a = snapshot(10, {0.5, 0.5}), b = snapshot(11, {0.5, 0.5});
+  b["stages"][0]["busy_s"] = 5.0 + 0.9;  // 90% busy in the last second
+  TopView v = make_view(b, &a, 1.0);
+  ASSERT_EQ(v.stages.size(), 2u);
+  EXPECT_NEAR(v.stages[0].busy, 0.9, 1e-9);
+  EXPECT_NEAR(v.stages[1].busy, 0.5, 1e-9);
+  EXPECT_NEAR(v.stages[0].batches_per_s, 10, 1e-9);
+  EXPECT_NEAR(v.gen_tokens_per_s, 50, 1e-9);
+  EXPECT_NE(render(v).find("15-29"), std::string::npos);
+}
+
+TEST(Top, Diagnoses) {
+  auto diag = [](json now, json prev) { return diagnose(make_view(now, &prev, 1.0)); };
+  EXPECT_NE(diag(snapshot(11, {0.95, 0.4}), snapshot(10, {0.95, 0.4})).find("unbalanced: stage 0"),
+            std::string::npos);
+  EXPECT_NE(diag(snapshot(11, {0.5, 0.5}), snapshot(10, {0.5, 0.5})).find("ring starved"), std::string::npos);
+  EXPECT_NE(diag(snapshot(11, {0.95, 0.95}, 3), snapshot(10, {0.95, 0.95}, 1)).find("KV-bound"),
+            std::string::npos);
+  EXPECT_NE(diag(snapshot(11, {0.95, 0.93}), snapshot(10, {0.95, 0.93})).find("saturated"), std::string::npos);
+  json loading = snapshot(1, {0, 0});
+  loading["ready"] = false;
+  EXPECT_NE(diagnose(make_view(loading, nullptr, 1)).find("loading"), std::string::npos);
+}
