@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Writes tests/data/parity/smollm2.json: llama.cpp's next-token distributions
+on the default model, for the forward-parity test (tests/unit/stages/test_forward_parity.cpp).
+
+For each prompt (prose, code, numbers, non-English, chat-formatted), llama.cpp
+tokenizes it, greedily continues it for 64 tokens, and we record, at each of the
+64 predicting positions (the last prompt token and the first 63 continuation
+tokens), llama.cpp's top-8 tokens with their log-probabilities. Kvasir is then
+fed the *same* token ids (teacher forcing) and compared.
+
+Run:  python3 -m pip install llama-cpp-python==0.3.36 numpy
+      python3 tests/reference/parity/make_refs.py [models/SmolLM2-135M-Instruct.Q4_1.gguf]
+"""
+import hashlib
+import json
+import os
+import sys
+
+import numpy as np
+import llama_cpp
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+MODEL = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+OUT = os.path.join(ROOT, "tests", "data", "parity", "smollm2.json")
+N_CONT = 64
+TOP = 8
+
+CHAT = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+
+PROMPTS = [
+    ("prose", "The capital of France is"),
+    ("prose", "Once upon a time, in a small village at the edge of a great forest, there lived"),
+    ("prose", "The history of the Roman Empire spans more than a thousand years, and"),
+    ("prose", "Photosynthesis is the process by which plants"),
+    ("prose", "In economics, inflation refers to"),
+    ("code", "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"),
+    ("code", "#include <stdio.h>\n\nint main(void) {\n    int i;\n    for (i = 0; i < 10; i++) {\n"),
+    ("code", "SELECT name, COUNT(*) FROM orders JOIN customers ON"),
+    ("code", "function debounce(fn, ms) {\n  let timer;\n  return function(...args) {\n"),
+    ("numbers", "1, 2, 3, 5, 8, 13, 21,"),
+    ("numbers", "The year 1969 was when humans first landed on the Moon. In 2024, the population of Earth was about"),
+    ("numbers", "3.14159 26535 89793 23846"),
+    ("numbers", "Q: What is 17 * 23?\nA:"),
+    ("non-english", "La Révolution française a commencé en 1789 lorsque"),
+    ("non-english", "Der schnelle braune Fuchs springt über den faulen Hund, und dann"),
+    ("non-english", "El Quijote es una novela escrita por"),
+    ("non-english", "東京は日本の首都であり、"),
+    ("chat", CHAT.format("What is the capital of France?")),
+    ("chat", CHAT.format("Write a haiku about the sea.")),
+    ("chat", CHAT.format("Explain what a hash table is in two sentences.")),
+    ("chat", CHAT.format("Translate 'good morning' into Spanish and German.")),
+    ("mixed", "Emoji test 🙂🚀 and symbols: <>&%$#@! followed by"),
+]
+
+
+def log_softmax(x):
+    x = x.astype(np.float64)
+    m = x.max()
+    return x - (m + np.log(np.exp(x - m).sum()))
+
+
+def main():
+    with open(MODEL, "rb") as f:
+        sha = hashlib.sha256(f.read()).hexdigest()
+    llm = llama_cpp.Llama(model_path=MODEL, n_ctx=512, n_batch=512, n_threads=2,
+                          logits_all=True, verbose=False, seed=0)
+    out = {"generator": "tests/reference/parity/make_refs.py",
+           "llama_cpp_python": llama_cpp.__version__, "model_sha256": sha,
+           "n_cont": N_CONT, "top": TOP, "cases": []}
+    for kind, text in PROMPTS:
+        ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        llm.reset()
+        llm.eval(ids)
+        cont = []
+        for _ in range(N_CONT):
+            logits = np.array(llm.scores[llm.n_tokens - 1])
+            nxt = int(np.argmax(logits))
+            cont.append(nxt)
+            llm.eval([nxt])
+        positions = []
+        for i in range(N_CONT):
+            p = len(ids) - 1 + i
+            lp = log_softmax(np.array(llm.scores[p]))
+            top = np.argsort(-lp)[:TOP]
+            positions.append([[int(t), round(float(lp[t]), 5)] for t in top])
+        out["cases"].append({"kind": kind, "text": text, "prompt": ids, "continuation": cont,
+                             "top": positions})
+        print(f"{kind:12s} {len(ids):3d} prompt tokens: {llm.detokenize(cont)[:60]!r}")
+    with open(OUT, "w") as f:
+        json.dump(out, f, ensure_ascii=False, indent=0)
+    print("wrote", OUT)
+
+
+if __name__ == "__main__":
+    main()
