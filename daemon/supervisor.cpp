@@ -72,7 +72,7 @@ void Supervisor::start() {
       // Child: nothing but exec (no allocation-heavy work after fork).
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(120);
-      const char* argv[] = {opt_.exe.c_str(), "--stage", stage_arg.c_str(), "--segment",
+      const char* argv[] = {"kvasird", "--stage", stage_arg.c_str(), "--segment",
                             name_.c_str(), nullptr};
       execv(opt_.exe.c_str(), const_cast<char* const*>(argv));
       _exit(127);

@@ -1,0 +1,112 @@
+// tests/integration/ring_fixture.h — helpers for the ring's end-to-end tests:
+// write a config, start real stage processes (the built kvasird, exec'd with
+// --stage N) under an in-process Supervisor + BridgeEngine, and a local
+// reference: one SliceExecutor over the whole model, one request at a time.
+#pragma once
+
+#include <unistd.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/config.h"
+#include "daemon/engine_impl.h"
+#include "daemon/supervisor.h"
+#include "model/model_file.h"
+#include "stages/forward.h"
+
+namespace kvasir::test {
+
+inline std::string temp_dir(const std::string& tag) {
+  auto d = std::filesystem::temp_directory_path() /
+           ("kvasir-" + tag + "-" + std::to_string(getpid()));
+  std::filesystem::create_directories(d);
+  return d.string();
+}
+
+// Splits n_layers into `stages` contiguous ranges as evenly as possible.
+inline std::string plan_toml(int n_layers, int stages, int threads, int inflight, int max_rows,
+                             int max_tokens) {
+  std::string t = "[plan]\nmax_rows = " + std::to_string(max_rows) +
+                  "\nmax_tokens = " + std::to_string(max_tokens) +
+                  "\nmax_inflight = " + std::to_string(inflight) + "\n";
+  int first = 0;
+  for (int s = 0; s < stages; ++s) {
+    int n = n_layers / stages + (s < n_layers % stages ? 1 : 0);
+    t += "[[stages]]\nlayers = \"" + std::to_string(first) + "-" + std::to_string(first + n - 1) +
+         "\"\ndevice = \"cpu\"\nthreads = " + std::to_string(threads) + "\n";
+    first += n;
+  }
+  return t;
+}
+
+inline std::string write_config(const std::string& dir, const std::string& model_path,
+                                const std::string& plan, const std::string& kv_memory = "16MiB") {
+  std::string path = dir + "/kvasir.toml";
+  std::ofstream(path) << "[model]\npath = \"" << model_path << "\"\n"
+                      << plan << "[kv]\nblock_size = 16\nmemory = \"" << kv_memory << "\"\n"
+                      << "[server]\nsocket = \"" << dir << "/kvasir.sock\"\n";
+  return path;
+}
+
+// Events of many requests, gathered from the engine thread.
+struct Collector {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<int, std::vector<int32_t>> tokens;
+  std::map<int, FinishReason> finish;
+  std::map<int, std::string> errors;
+
+  EventSink sink(int key) {
+    return [this, key](const TokenEvent& ev) {
+      std::lock_guard lk(mu);
+      if (ev.token >= 0) tokens[key].push_back(ev.token);
+      if (ev.finish != FinishReason::kNone) {
+        finish[key] = ev.finish;
+        errors[key] = ev.error;
+        cv.notify_all();
+      }
+    };
+  }
+  bool wait_all(size_t n, int seconds) {
+    std::unique_lock lk(mu);
+    return cv.wait_for(lk, std::chrono::seconds(seconds), [&] { return finish.size() >= n; });
+  }
+};
+
+// Greedy generation with one SliceExecutor over the whole model, one request
+// at a time: the local reference.
+inline std::vector<int32_t> reference_greedy(SliceExecutor& ex, int32_t n_blocks,
+                                             const std::vector<int32_t>& prompt, int max_new) {
+  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+  for (int32_t i = 0; i < n_blocks; ++i) table[i] = i;
+  std::vector<int32_t> toks = prompt, out;
+  std::vector<float> logits(size_t(ex.config().vocab));
+  int32_t pos = 0;
+  std::vector<int32_t> feed = prompt;
+  while (int(out.size()) < max_new) {
+    ForwardRow row{pos, int32_t(feed.size()), table.data(), n_blocks, true};
+    ForwardBatch b;
+    b.rows = &row;
+    b.n_rows = 1;
+    b.tokens = feed.data();
+    b.n_tokens = int64_t(feed.size());
+    ex.forward(b, nullptr, nullptr, logits.data());
+    int32_t best = 0;
+    for (int32_t v = 1; v < ex.config().vocab; ++v)
+      if (logits[v] > logits[best]) best = v;
+    pos += int32_t(feed.size());
+    out.push_back(best);
+    feed = {best};
+  }
+  return out;
+}
+
+inline std::string kvasird_path() { return KVASIRD_PATH; }
+
+}  // namespace kvasir::test

@@ -1,0 +1,276 @@
+// End-to-end: real stage processes (kvasird --stage N, fork + exec) under an
+// in-process Supervisor and BridgeEngine. Greedy output of 2-, 3- and
+// 4-stage CPU plans must equal, token for token, a single-process
+// SliceExecutor over the whole model, for many concurrent requests of
+// different lengths. Then the daemon as a process: no leftover segment or
+// child after a normal stop, nor after SIGKILL and a restart.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <random>
+#include <thread>
+
+#include "base/check.h"
+#include "ring_fixture.h"
+#include "tests/support/tiny_model.h"
+
+namespace kvasir::test {
+namespace {
+
+struct Req {
+  std::vector<int32_t> prompt;
+  int max_new;
+};
+
+std::vector<Req> make_requests(int n, int vocab, int max_prompt, int max_new, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<Req> v;
+  for (int i = 0; i < n; ++i) {
+    Req r;
+    int len = 1 + int(rng() % uint64_t(max_prompt));
+    for (int j = 0; j < len; ++j) r.prompt.push_back(int32_t(rng() % uint64_t(vocab)));
+    r.max_new = 1 + int(rng() % uint64_t(max_new));
+    v.push_back(std::move(r));
+  }
+  return v;
+}
+
+// Runs the requests through a ring of `stages` stages; returns each one's tokens.
+std::vector<std::vector<int32_t>> run_ring(const std::string& model_path, int n_layers,
+                                           int stages, int inflight, const std::vector<Req>& reqs,
+                                           int max_tokens, const std::string& tag) {
+  std::string dir = temp_dir(tag);
+  std::string cfg_path =
+      write_config(dir, model_path, plan_toml(n_layers, stages, 1, inflight, 8, max_tokens));
+  Config cfg = load_config(cfg_path);
+  ModelConfig mc = check_config(cfg);
+  SupervisorOptions opt;
+  opt.exe = kvasird_path();
+  Supervisor sup(cfg, mc, opt);
+  sup.start();
+  BridgeConfig bc;
+  bc.limits = SchedLimits{cfg.plan.max_rows, cfg.plan.max_tokens, cfg.scheduler.chunk_size, 256};
+  bc.n_blocks = sup.kv_blocks();
+  bc.block_size = cfg.kv.block_size;
+  bc.vocab = mc.vocab;
+  bc.context_length = mc.context_length;
+  std::vector<std::vector<int32_t>> out(reqs.size());
+  {
+    BridgeEngine engine(sup.segment(), bc, [&]() -> std::optional<std::string> {
+      if (auto ex = sup.poll()) return ex->error;
+      return std::nullopt;
+    });
+    Collector col;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      GenRequest g;
+      g.prompt = reqs[i].prompt;
+      g.max_tokens = reqs[i].max_new;
+      g.ignore_eos = true;
+      g.sampling.temperature = 0;
+      EXPECT_NE(engine.submit(g, col.sink(int(i))), 0u);
+    }
+    EXPECT_TRUE(col.wait_all(reqs.size(), 600));
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      EXPECT_EQ(col.finish[int(i)], FinishReason::kLength) << col.errors[int(i)];
+      out[i] = col.tokens[int(i)];
+    }
+    auto st = engine.stage_stats();
+    for (size_t s = 0; s < st.size(); ++s) {
+      EXPECT_GT(st[s].batches, 0u);
+      EXPECT_EQ(st[s].refused, 0u);
+    }
+    engine.shutdown();
+  }
+  auto pids = sup.pids();
+  sup.stop();
+  EXPECT_FALSE(ipc::Segment::exists(sup.segment_name()));
+  std::filesystem::remove_all(dir);
+  return out;
+}
+
+std::vector<std::vector<int32_t>> run_reference(const std::string& model_path,
+                                                const std::vector<Req>& reqs) {
+  auto model = ModelFile::open(model_path);
+  const int L = model->config().n_layers;
+  const int32_t n_blocks = 64;
+  SliceExecutor ex(*model, SliceSpec{0, L - 1, true, true}, KvSpec{n_blocks, 16, DType::F16}, 1,
+                   512);
+  std::vector<std::vector<int32_t>> out;
+  for (const Req& r : reqs) out.push_back(reference_greedy(ex, n_blocks, r.prompt, r.max_new));
+  return out;
+}
+
+void expect_equal(const std::vector<std::vector<int32_t>>& got,
+                  const std::vector<std::vector<int32_t>>& want, int stages) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_EQ(got[i], want[i]) << stages << " stages, request " << i;
+}
+
+TEST(RingE2E, TinyModelTwoThreeFourStagesMatchLocalReference) {
+  std::string dir = temp_dir("tiny");
+  std::string model = dir + "/tiny.gguf";
+  TinySpec spec;
+  spec.layers = 4;
+  write_tiny_gguf(model, spec);
+  auto reqs = make_requests(24, spec.vocab, 90, 12, 7);  // some prompts exceed max_tokens = 64
+  auto want = run_reference(model, reqs);
+  for (int stages : {2, 3, 4})
+    expect_equal(run_ring(model, 4, stages, 0, reqs, 64, "tiny" + std::to_string(stages)), want,
+                 stages);
+  // The draining pipeline gives the same tokens.
+  expect_equal(run_ring(model, 4, 2, 1, reqs, 64, "tiny-drain"), want, 2);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RingE2E, DefaultModelTwoThreeFourStagesMatchLocalReference) {
+  std::string model = std::string(KVASIR_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "no default model (scripts/fetch-model)";
+  auto reqs = make_requests(10, 49152, 24, 6, 11);
+  auto want = run_reference(model, reqs);
+  for (int stages : {2, 3, 4})
+    expect_equal(run_ring(model, 30, stages, 0, reqs, 128, "smol" + std::to_string(stages)),
+                 want, stages);
+}
+
+// Each stage maps only its slice: its layers, plus embeddings at the head and
+// final norm + output head at the tail (a tied model's tail reads token_embd).
+TEST(RingE2E, EachStageTouchesOnlyItsSlice) {
+  std::string dir = temp_dir("slice");
+  std::string path = dir + "/tiny.gguf";
+  TinySpec spec;
+  spec.layers = 6;
+  write_tiny_gguf(path, spec);
+  const int ranges[3][2] = {{0, 1}, {2, 3}, {4, 5}};
+  for (int s = 0; s < 3; ++s) {
+    auto model = ModelFile::open(path);
+    SliceExecutor ex(*model, SliceSpec{ranges[s][0], ranges[s][1], s == 0, s == 2},
+                     KvSpec{4, 16, DType::F16}, 1, 16);
+    for (const std::string& name : model->touched()) {
+      if (name.rfind("blk.", 0) == 0) {
+        int layer = std::stoi(name.substr(4));
+        EXPECT_TRUE(layer >= ranges[s][0] && layer <= ranges[s][1]) << "stage " << s << ": " << name;
+      } else if (name.rfind("token_embd", 0) == 0) {
+        EXPECT_EQ(s, 0) << name;
+      } else {
+        EXPECT_EQ(s, 2) << "stage " << s << ": " << name;
+      }
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// --- the daemon as a process ---------------------------------------------
+
+bool gone(pid_t pid) {
+  if (kill(pid, 0) != 0) return true;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string s;
+  std::getline(f, s);
+  auto p = s.rfind(')');
+  return p != std::string::npos && p + 2 < s.size() && s[p + 2] == 'Z';  // a zombie is gone
+}
+
+pid_t start_daemon(const std::string& cfg, const std::string& log) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    freopen(log.c_str(), "w", stderr);
+    execl(kvasird_path().c_str(), "kvasird", "--config", cfg.c_str(), nullptr);
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits until every stage of the instance is ready; returns the stage pids.
+std::vector<pid_t> wait_ready(const std::string& seg_name, int stages, pid_t daemon) {
+  for (int i = 0; i < 600; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (waitpid(daemon, nullptr, WNOHANG) == daemon) return {};
+    if (!ipc::Segment::exists(seg_name)) continue;
+    try {
+      auto seg = ipc::Segment::open(seg_name);
+      std::vector<pid_t> pids;
+      for (int s = 0; s < stages; ++s)
+        if (seg->stage(s).status.load() == ipc::kStageReady) pids.push_back(seg->stage(s).pid);
+      if (int(pids.size()) == stages) return pids;
+    } catch (const kvasir::Error&) {
+    }
+  }
+  return {};
+}
+
+bool wait_gone(const std::vector<pid_t>& pids, int ms) {
+  for (int i = 0; i < ms / 10; ++i) {
+    bool all = true;
+    for (pid_t p : pids) all = all && gone(p);
+    if (all) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+TEST(RingE2E, NoLeftoversAfterStopAndAfterSigkillRestart) {
+  std::string dir = temp_dir("life");
+  std::string model = dir + "/tiny.gguf";
+  TinySpec spec;
+  spec.layers = 3;
+  write_tiny_gguf(model, spec);
+  std::string cfg = write_config(dir, model, plan_toml(3, 3, 1, 0, 4, 32));
+  std::string seg = ipc::Segment::name_for(dir + "/kvasir.sock");
+
+  // Normal stop.
+  pid_t d = start_daemon(cfg, dir + "/1.log");
+  auto stages = wait_ready(seg, 3, d);
+  ASSERT_EQ(stages.size(), 3u) << "daemon did not get ready; see " << dir << "/1.log";
+  // A second daemon on the same instance refuses.
+  pid_t d2 = start_daemon(cfg, dir + "/2.log");
+  int st = 0;
+  waitpid(d2, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+  std::ifstream l2(dir + "/2.log");
+  std::string log2((std::istreambuf_iterator<char>(l2)), {});
+  EXPECT_NE(log2.find("already running"), std::string::npos) << log2;
+  kill(d, SIGTERM);
+  waitpid(d, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  EXPECT_TRUE(wait_gone(stages, 2000));
+  EXPECT_FALSE(ipc::Segment::exists(seg));
+
+  // SIGKILL: the stages die with the daemon; the segment stays, stale.
+  d = start_daemon(cfg, dir + "/3.log");
+  stages = wait_ready(seg, 3, d);
+  ASSERT_EQ(stages.size(), 3u);
+  kill(d, SIGKILL);
+  waitpid(d, &st, 0);
+  EXPECT_TRUE(wait_gone(stages, 5000)) << "stages outlived a killed daemon";
+  EXPECT_TRUE(ipc::Segment::exists(seg));
+  // Restart reclaims it, then stops cleanly.
+  d = start_daemon(cfg, dir + "/4.log");
+  stages = wait_ready(seg, 3, d);
+  ASSERT_EQ(stages.size(), 3u) << "restart after SIGKILL failed; see " << dir << "/4.log";
+  kill(d, SIGTERM);
+  waitpid(d, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  EXPECT_TRUE(wait_gone(stages, 2000));
+  EXPECT_FALSE(ipc::Segment::exists(seg));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RingE2E, CheckModeAndFailingStageReportItsError) {
+  std::string dir = temp_dir("check");
+  std::string model = dir + "/tiny.gguf";
+  TinySpec spec;
+  spec.layers = 2;
+  write_tiny_gguf(model, spec);
+  std::string good = write_config(dir, model, plan_toml(2, 2, 1, 0, 4, 32));
+  std::string cmd = kvasird_path() + " --check --config " + good + " > /dev/null 2>&1";
+  EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 0);
+  std::string bad = write_config(dir, model, plan_toml(2, 1, 1, 0, 4, 32));
+  cmd = kvasird_path() + " --check --config " + bad + " 2>&1 | grep -q 'distinct roles'";
+  EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 0);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kvasir::test
