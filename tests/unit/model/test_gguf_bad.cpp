@@ -252,5 +252,32 @@ TEST_F(GgufBad, NotARegularFile) {
   test::expect_error([&] { GgufFile::open(dir_.file("absent.gguf")); }, {"cannot open"});
 }
 
+// Random byte corruption of the header and infos: either a clean open or a
+// kvasir::Error, never a crash (run under the sanitizer build too).
+TEST_F(GgufBad, RandomCorruptionNeverCrashes) {
+  const std::string path = dir_.file("tiny.gguf");
+  test::TinySpec spec;
+  spec.layers = 1;
+  spec.matrix_type = DType::Q4_1;
+  test::write_tiny_gguf(path, spec);
+  const Bytes full = test::read_bytes(path);
+  const size_t head = size_t(GgufFile::open(path)->data_start());
+  uint64_t s = 12345;
+  auto next = [&] { return (s = s * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
+  int refused = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    Bytes b = full;
+    const int flips = 1 + int(next() % 4);
+    for (int k = 0; k < flips; ++k) b[next() % head] ^= uint8_t(1 + next() % 255);
+    GgufWriter::write_file(path, b);
+    try {
+      GgufFile::open(path);
+    } catch (const Error&) {
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 0);
+}
+
 }  // namespace
 }  // namespace kvasir
