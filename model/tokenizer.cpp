@@ -147,9 +147,7 @@ Tokenizer::Tokenizer(TokenizerData data) : d_(std::move(data)), impl_(std::make_
       // byte/unused/undefined types render as nothing, like the reference
     } else {
       if (a & kAttrNormal) m.pieces[i] = spm_piece(t);
-      else if (a & kAttrUnknown) m.pieces[i] = d_.unknown_mark ? "\xE2\x96\x85" : t;  // U+2585: llama.cpp's mark
-      else if (a & (kAttrControl)) m.pieces[i] = t;
-      else if (a & kAttrUserDefined) m.pieces[i] = t;
+      else if (a & (kAttrControl | kAttrUnknown | kAttrUserDefined)) m.pieces[i] = t;
       else if (a & kAttrByte) {
         unsigned v = 0;
         KV_CHECK(t.size() == 6 && std::sscanf(t.c_str(), "<0x%02X>", &v) == 1, "{}: byte token {} is '{}'",

@@ -59,7 +59,6 @@ struct TokenizerData {
   bool ignore_merges = false;        // llama3: a word that is a token is taken whole
   bool add_space_prefix = false;     // SPM: prepend ' ' to each text fragment
   bool byte_fallback = true;         // SPM: unknown bytes -> <0xNN>
-  bool unknown_mark = false;         // SPM: decode unk as U+2585 (llama.cpp) instead of its text (HF)
   std::string name;                  // for messages ("SmolLM2-135M-Instruct")
 };
 

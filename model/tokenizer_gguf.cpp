@@ -47,7 +47,6 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
     d.model = TokenizerData::Model::kSpm;
     d.add_bos = true;
     d.add_space_prefix = true;
-    d.unknown_mark = true;
     d.bos = 1, d.eos = 2, d.unk = 0;
   } else {
     KV_FAIL("{}: tokenizer model '{}' is not supported (supported: gpt2, llama)", f.path(), model);
@@ -58,7 +57,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
   KV_CHECK(toks.elem == GgufType::STRING, "{}: {} is not an array of strings", f.path(), kTokens);
   KV_CHECK(toks.strings.size() == toks.count, "{}: {} is incomplete", f.path(), kTokens);
   d.tokens.reserve(toks.count);
-  for (auto s : toks.strings) d.tokens.emplace_back(s);
+  // The reference reads token strings as C strings: a token stops at its
+  // first NUL byte (and an empty one becomes "[EMPTY_i]" in from_data).
+  for (auto s : toks.strings) d.tokens.emplace_back(s.substr(0, s.find('\0')));
   const size_t n = d.tokens.size();
 
   d.attrs.assign(n, kAttrNormal);

@@ -10,7 +10,8 @@ reference and its version. Each following line:
   ids_plain    tokenize(add_bos=True, special=False), omitted when equal to ids
   detok        hex of the pieces of `ids` (token_to_piece, special=True), concatenated
   detok_skip   same with special=False, omitted when equal to detok
-  rt           whether detok == input (the reference round-trips)
+  rt           whether the pieces of `ids`, less an added BOS (and the space
+               SentencePiece prefixes), give back the input
 """
 import ctypes
 import json
@@ -25,9 +26,7 @@ from corpus import corpus  # noqa: E402
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 
-def main():
-    model = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-    out = sys.argv[2] if len(sys.argv) > 2 else os.path.join(ROOT, "tests", "data", "tokenizer", "smollm2.jsonl")
+def write_refs(model, out, step=1):
     llm = llama_cpp.Llama(model_path=model, vocab_only=True, verbose=False)
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
     buf = ctypes.create_string_buffer(4096)
@@ -41,7 +40,10 @@ def main():
         f.write(json.dumps({"reference": "llama-cpp-python", "version": llama_cpp.__version__,
                             "model": os.path.basename(model)}) + "\n")
         n_rt = 0
-        texts = corpus()
+        texts = corpus()[::step]
+        bos = llama_cpp.llama_vocab_bos(vocab)
+        add_bos = llama_cpp.llama_vocab_get_add_bos(vocab)
+        spm = llama_cpp.llama_vocab_type(vocab) == llama_cpp.LLAMA_VOCAB_TYPE_SPM
         for t in texts:
             ids = llm.tokenize(t, add_bos=True, special=True)
             plain = llm.tokenize(t, add_bos=True, special=False)
@@ -58,10 +60,22 @@ def main():
             rec["detok"] = detok.hex()
             if skip != detok:
                 rec["detok_skip"] = skip.hex()
-            rec["rt"] = detok == t
+            # Round trip: the text without the BOS the model adds (and, for
+            # SentencePiece, without the space it prefixes).
+            body = ids[1:] if add_bos and ids and ids[0] == bos else ids
+            back = b"".join(piece(i, True) for i in body)
+            if spm and back.startswith(b" "):
+                back = back[1:]
+            rec["rt"] = back == t
             n_rt += rec["rt"]
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
     print(f"{out}: {len(texts)} strings, {n_rt} round-trip")
+
+
+def main():
+    model = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    out = sys.argv[2] if len(sys.argv) > 2 else os.path.join(ROOT, "tests", "data", "tokenizer", "smollm2.jsonl")
+    write_refs(model, out)
 
 
 if __name__ == "__main__":
