@@ -73,7 +73,8 @@ std::vector<TinyTensor> make_tiny_weights(const TinySpec& s) {
   auto add = [&](std::string hf, std::string gg, std::vector<int64_t> shape, bool norm, float std) {
     size_t n = 1;
     for (int64_t d : shape) n *= size_t(d);
-    auto data = norm ? normal(s.seed, hf, n, 1.f, 0.05f) : normal(s.seed, hf, n, 0.f, std);
+    auto data =
+        norm && std == 0 ? normal(s.seed, hf, n, 1.f, 0.05f) : normal(s.seed, hf, n, 0.f, std);
     out.push_back({std::move(hf), std::move(gg), std::move(shape), std::move(data), norm});
   };
   auto fan = [](int64_t in) { return 0.5f / std::sqrt(float(in)); };
@@ -85,6 +86,11 @@ std::vector<TinyTensor> make_tiny_weights(const TinySpec& s) {
     add(h + "self_attn.q_proj.weight", g + "attn_q.weight", {q, s.hidden}, false, fan(s.hidden));
     add(h + "self_attn.k_proj.weight", g + "attn_k.weight", {kv, s.hidden}, false, fan(s.hidden));
     add(h + "self_attn.v_proj.weight", g + "attn_v.weight", {kv, s.hidden}, false, fan(s.hidden));
+    if (s.arch == "qwen2") {
+      add(h + "self_attn.q_proj.bias", g + "attn_q.bias", {q}, true, 0.02f);
+      add(h + "self_attn.k_proj.bias", g + "attn_k.bias", {kv}, true, 0.02f);
+      add(h + "self_attn.v_proj.bias", g + "attn_v.bias", {kv}, true, 0.02f);
+    }
     add(h + "self_attn.o_proj.weight", g + "attn_output.weight", {s.hidden, q}, false, fan(q));
     add(h + "post_attention_layernorm.weight", g + "ffn_norm.weight", {s.hidden}, true, 0);
     add(h + "mlp.gate_proj.weight", g + "ffn_gate.weight", {s.ffn, s.hidden}, false, fan(s.hidden));
@@ -120,20 +126,21 @@ void write_tiny_gguf(const std::string& path, const TinySpec& s) {
   KV_CHECK(s.vocab >= 259, "tiny model: vocab {} < 259 (256 bytes + 3 specials)", s.vocab);
   KV_CHECK(s.hidden % s.heads == 0, "tiny model: heads must divide hidden");
   const int64_t hd = s.hidden / s.heads;
+  const std::string a = s.arch;
   GgufWriter w;
-  w.add_string("general.architecture", "llama");
+  w.add_string("general.architecture", s.arch);
   w.add_string("general.name", "tiny-random");
   w.add_u32("general.alignment", 32);
-  w.add_u32("llama.block_count", uint32_t(s.layers));
-  w.add_u32("llama.context_length", uint32_t(s.ctx));
-  w.add_u32("llama.embedding_length", uint32_t(s.hidden));
-  w.add_u32("llama.feed_forward_length", uint32_t(s.ffn));
-  w.add_u32("llama.attention.head_count", uint32_t(s.heads));
-  w.add_u32("llama.attention.head_count_kv", uint32_t(s.kv_heads));
-  w.add_f32("llama.rope.freq_base", s.rope_theta);
-  w.add_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
-  w.add_u32("llama.vocab_size", uint32_t(s.vocab));
-  w.add_u32("llama.rope.dimension_count", uint32_t(hd));
+  w.add_u32(a + ".block_count", uint32_t(s.layers));
+  w.add_u32(a + ".context_length", uint32_t(s.ctx));
+  w.add_u32(a + ".embedding_length", uint32_t(s.hidden));
+  w.add_u32(a + ".feed_forward_length", uint32_t(s.ffn));
+  w.add_u32(a + ".attention.head_count", uint32_t(s.heads));
+  w.add_u32(a + ".attention.head_count_kv", uint32_t(s.kv_heads));
+  w.add_f32(a + ".rope.freq_base", s.rope_theta);
+  w.add_f32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  w.add_u32(a + ".vocab_size", uint32_t(s.vocab));
+  w.add_u32(a + ".rope.dimension_count", uint32_t(hd));
 
   std::vector<std::string> tokens = gpt2_byte_tokens();
   std::vector<int32_t> types(256, 1);
@@ -158,8 +165,11 @@ void write_tiny_gguf(const std::string& path, const TinySpec& s) {
   for (const TinyTensor& t : make_tiny_weights(s)) {
     std::vector<int64_t> ne(t.shape.rbegin(), t.shape.rend());
     std::vector<float> data = t.data;
-    if (t.gguf_name.ends_with("attn_q.weight")) data = permute_qk(data, s.heads, hd, s.hidden);
-    if (t.gguf_name.ends_with("attn_k.weight")) data = permute_qk(data, s.kv_heads, hd, s.hidden);
+    const bool permute = s.arch != "qwen2";  // the converter keeps Qwen2 in NeoX order
+    if (permute && t.gguf_name.ends_with("attn_q.weight"))
+      data = permute_qk(data, s.heads, hd, s.hidden);
+    if (permute && t.gguf_name.ends_with("attn_k.weight"))
+      data = permute_qk(data, s.kv_heads, hd, s.hidden);
     const DType type = t.is_norm ? DType::F32 : s.matrix_type;
     w.add_tensor(t.gguf_name, type, ne, quantize(type, data.data(), int64_t(data.size())));
   }
@@ -179,8 +189,8 @@ void write_tiny_safetensors(const std::string& dir, const TinySpec& s) {
   namespace fs = std::filesystem;
   fs::create_directories(dir);
   nlohmann::json cfg = {
-      {"architectures", {"LlamaForCausalLM"}},
-      {"model_type", "llama"},
+      {"architectures", {s.arch == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+      {"model_type", s.arch},
       {"hidden_size", s.hidden},
       {"intermediate_size", s.ffn},
       {"num_attention_heads", s.heads},

@@ -23,6 +23,7 @@ struct TinySpec {
   DType matrix_type = DType::F32;  // GGUF matrices and token_embd; norms stay F32
   bool tied = false;               // no output.weight / lm_head.weight
   int st_shards = 1;               // safetensors files (> 1 writes model.safetensors.index.json)
+  std::string arch = "llama";      // or "qwen2": q/k/v biases, no q/k permutation in GGUF
 };
 
 // One weight in Hugging Face orientation (shape outermost first, e.g. [out, in])
@@ -31,11 +32,11 @@ struct TinyTensor {
   std::string hf_name, gguf_name;
   std::vector<int64_t> shape;
   std::vector<float> data;
-  bool is_norm = false;
+  bool is_norm = false;  // 1-D (norms, biases): always F32
 };
 
 // Deterministic in (seed, name): normal weights of std 0.5/sqrt(fan_in)
-// (embeddings 0.05), norms 1 ± 0.05.
+// (embeddings 0.05), norms 1 ± 0.05, biases (qwen2) std 0.02.
 std::vector<TinyTensor> make_tiny_weights(const TinySpec& s);
 
 // Rows of a [n_head * head_dim, cols] q or k weight, rotate-half → adjacent

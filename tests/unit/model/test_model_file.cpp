@@ -103,6 +103,37 @@ INSTANTIATE_TEST_SUITE_P(Types, TinyPair,
                                            DType::Q4_0, DType::Q4_1),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+TEST(ModelFile, Qwen2PairHasBiasesAndKeepsNeoXOrder) {
+  test::TempDir dir;
+  test::TinySpec spec;
+  spec.arch = "qwen2";
+  test::write_tiny_gguf(dir.file("q.gguf"), spec);
+  test::write_tiny_safetensors(dir.file("q"), spec);
+  const auto g = ModelFile::open(dir.file("q.gguf"));
+  const auto s = ModelFile::open(dir.file("q"));
+  for (const auto* m : {g.get(), s.get()}) {
+    EXPECT_EQ(m->config().arch, "qwen2");
+    EXPECT_TRUE(m->config().qkv_bias);
+    EXPECT_EQ(m->config().rope_layout, RopeLayout::kHalf);
+  }
+  for (const test::TinyTensor& t : test::make_tiny_weights(spec)) {
+    SCOPED_TRACE(t.gguf_name);
+    EXPECT_EQ(test::dequantize(g->get(t.gguf_name)), t.data);  // no permutation for qwen2
+    EXPECT_EQ(test::dequantize(s->get(t.gguf_name)), t.data);
+  }
+  EXPECT_EQ(g->get("blk.1.attn_k.bias").ne[0], 32);
+
+  // A missing bias is an error naming it.
+  fs::remove_all(dir.file("q"));
+  spec.arch = "llama";
+  test::write_tiny_safetensors(dir.file("q"), spec);
+  const std::string cfg = dir.file("q/config.json");
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(cfg));
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  std::ofstream(cfg) << j.dump();
+  test::expect_error([&] { ModelFile::open(dir.file("q")); }, {"'blk.0.attn_q.bias' is missing"});
+}
+
 TEST(ModelFile, PermutationIsTheConvertersAndInvertible) {
   // 1 head of dim 4, 1 column: HF rows [a0 a1 | b0 b1] → GGUF [a0 b0 a1 b1].
   const std::vector<float> w = {0, 1, 2, 3};
