@@ -161,6 +161,68 @@ TEST(RingE2E, EachStageTouchesOnlyItsSlice) {
   std::filesystem::remove_all(dir);
 }
 
+// A stage that cannot start makes start() fail with that stage's own error.
+TEST(RingE2E, StageFailingAtStartupReportsItsError) {
+  std::string dir = temp_dir("fail");
+  std::string model = dir + "/tiny.gguf";
+  TinySpec spec;
+  spec.layers = 2;
+  write_tiny_gguf(model, spec);
+  Config cfg = load_config(write_config(dir, model, plan_toml(2, 2, 1, 0, 4, 32)));
+  ModelConfig mc = check_config(cfg);
+  cfg.kv.memory = 100;  // past the config check: holds no block on any stage
+  SupervisorOptions opt;
+  opt.exe = kvasird_path();
+  Supervisor sup(cfg, mc, opt);
+  try {
+    sup.start();
+    ADD_FAILURE() << "start() succeeded";
+  } catch (const kvasir::Error& e) {
+    EXPECT_NE(e.message().find("stage "), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("holds no block"), std::string::npos) << e.message();
+  }
+  EXPECT_FALSE(ipc::Segment::exists(sup.segment_name()));
+  std::filesystem::remove_all(dir);
+}
+
+// A stage killed while serving: every request fails with its error, the
+// engine turns not ready.
+TEST(RingE2E, StageDeathFailsRequests) {
+  std::string dir = temp_dir("death");
+  std::string model = dir + "/tiny.gguf";
+  TinySpec spec;
+  spec.layers = 2;
+  write_tiny_gguf(model, spec);
+  Config cfg = load_config(write_config(dir, model, plan_toml(2, 2, 1, 0, 4, 32)));
+  ModelConfig mc = check_config(cfg);
+  SupervisorOptions opt;
+  opt.exe = kvasird_path();
+  Supervisor sup(cfg, mc, opt);
+  sup.start();
+  BridgeConfig bc;
+  bc.limits = SchedLimits{4, 32, 32, 256};
+  bc.n_blocks = sup.kv_blocks();
+  bc.vocab = mc.vocab;
+  BridgeEngine engine(sup.segment(), bc, [&]() -> std::optional<std::string> {
+    if (auto ex = sup.poll()) return ex->error;
+    return std::nullopt;
+  });
+  kill(sup.pids()[1], SIGKILL);
+  for (int i = 0; i < 200 && engine.ready(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_FALSE(engine.ready());
+  EXPECT_NE(engine.failure().find("stage 1"), std::string::npos) << engine.failure();
+  Collector col;
+  GenRequest g;
+  g.prompt = {1, 2, 3};
+  EXPECT_EQ(engine.submit(g, col.sink(0)), 0u);
+  EXPECT_EQ(col.finish[0], FinishReason::kError);
+  engine.shutdown();
+  sup.stop();
+  EXPECT_FALSE(ipc::Segment::exists(sup.segment_name()));
+  std::filesystem::remove_all(dir);
+}
+
 // --- the daemon as a process ---------------------------------------------
 
 bool gone(pid_t pid) {
@@ -257,7 +319,7 @@ TEST(RingE2E, NoLeftoversAfterStopAndAfterSigkillRestart) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(RingE2E, CheckModeAndFailingStageReportItsError) {
+TEST(RingE2E, CheckModeValidatesAndRefuses) {
   std::string dir = temp_dir("check");
   std::string model = dir + "/tiny.gguf";
   TinySpec spec;
