@@ -8,7 +8,9 @@
 namespace kvasir {
 namespace {
 
-bool has(const std::string& s, const char* needle) { return s.find(needle) != std::string::npos; }
+bool has(const std::string& s, const char* needle) {
+  return s.find(needle) != std::string::npos;
+}
 
 // Python's str.strip() / Jinja's |trim: Unicode whitespace at both ends.
 std::string py_strip(const std::string& s) {
@@ -27,8 +29,8 @@ std::string py_strip(const std::string& s) {
 // it prints when the conversation has no system message. Handles both real
 // newlines and \n escapes inside the Jinja string literal.
 std::string chatml_default_system(const std::string& t) {
-  for (const char* head : {"'<|im_start|>system\n", "'<|im_start|>system\\n", "\"<|im_start|>system\n",
-                           "\"<|im_start|>system\\n"}) {
+  for (const char* head : {"'<|im_start|>system\n", "'<|im_start|>system\\n",
+                           "\"<|im_start|>system\n", "\"<|im_start|>system\\n"}) {
     const size_t p = t.find(head);
     if (p == std::string::npos) continue;
     const char quote = head[0];
@@ -54,21 +56,24 @@ const char* kFamilies = "chatml, llama3, llama2, mistral";
 
 }  // namespace
 
-ChatTemplate ChatTemplate::from_string(const std::string& t, const std::string& bos, const std::string& eos,
-                                       const std::string& model, const std::string& override_name) {
+ChatTemplate ChatTemplate::from_string(const std::string& t, const std::string& bos,
+                                       const std::string& eos, const std::string& model,
+                                       const std::string& override_name) {
   ChatTemplate c;
   c.bos_ = bos;
   c.eos_ = eos;
   if (!override_name.empty()) {
     KV_CHECK(override_name == "chatml" || override_name == "llama3" || override_name == "llama2" ||
                  override_name == "mistral",
-             "chat template override '{}' is not a supported family ({})", override_name, kFamilies);
+             "chat template override '{}' is not a supported family ({})", override_name,
+             kFamilies);
     c.family_ = override_name;
   } else if (has(t, "<|im_start|>")) {
     c.family_ = "chatml";
   } else if (has(t, "<|start_header_id|>")) {
     KV_CHECK(!has(t, "Cutting Knowledge Date"),
-             "model '{}': its chat template is a Llama 3.1+ variant (tools and date preamble), which is not "
+             "model '{}': its chat template is a Llama 3.1+ variant (tools and date preamble), "
+             "which is not "
              "supported; set the chat template override to 'llama3' to render the Llama 3.0 form",
              model);
     c.family_ = "llama3";
@@ -77,8 +82,10 @@ ChatTemplate ChatTemplate::from_string(const std::string& t, const std::string& 
   } else if (has(t, "[INST]")) {
     c.family_ = "mistral";
   } else {
-    KV_FAIL("model '{}': {}; set the chat template override to one of: {}", model,
-            t.empty() ? "the file has no chat template" : "its chat template is not a supported family", kFamilies);
+    KV_FAIL(
+        "model '{}': {}; set the chat template override to one of: {}", model,
+        t.empty() ? "the file has no chat template" : "its chat template is not a supported family",
+        kFamilies);
   }
   if (c.family_ == "chatml") c.default_system_ = chatml_default_system(t);
   return c;
@@ -86,7 +93,8 @@ ChatTemplate ChatTemplate::from_string(const std::string& t, const std::string& 
 
 ChatTemplate ChatTemplate::from_gguf(const GgufFile& f, const std::string& override_name) {
   std::string tmpl, name = f.path(), bos, eos;
-  if (const GgufValue* v = f.find("tokenizer.chat_template")) tmpl = std::string(v->as_string("chat_template"));
+  if (const GgufValue* v = f.find("tokenizer.chat_template"))
+    tmpl = std::string(v->as_string("chat_template"));
   if (const GgufValue* v = f.find("general.name")) name = std::string(v->as_string("general.name"));
   if (const GgufValue* tv = f.find("tokenizer.ggml.tokens")) {
     const GgufArray& toks = tv->as_array("tokenizer.ggml.tokens");
@@ -114,8 +122,8 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& msgs, bool gen)
   } else if (family_ == "llama3") {
     for (size_t i = 0; i < msgs.size(); ++i) {
       if (i == 0) out += bos_;
-      out += "<|start_header_id|>" + msgs[i].role + "<|end_header_id|>\n\n" + py_strip(msgs[i].content) +
-             "<|eot_id|>";
+      out += "<|start_header_id|>" + msgs[i].role + "<|end_header_id|>\n\n" +
+             py_strip(msgs[i].content) + "<|eot_id|>";
     }
     if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
   } else if (family_ == "llama2") {
@@ -132,17 +140,22 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& msgs, bool gen)
                "Conversation roles must alternate user/assistant/user/assistant/...");
       std::string content = msgs[i].content;
       if (k == 0 && has_sys) content = "<<SYS>>\n" + sys + "\n<</SYS>>\n\n" + content;
-      if (msgs[i].role == "user") out += bos_ + "[INST] " + py_strip(content) + " [/INST]";
-      else if (msgs[i].role == "assistant") out += " " + py_strip(content) + " " + eos_;
+      if (msgs[i].role == "user")
+        out += bos_ + "[INST] " + py_strip(content) + " [/INST]";
+      else if (msgs[i].role == "assistant")
+        out += " " + py_strip(content) + " " + eos_;
     }
   } else {  // mistral
     out += bos_;
     for (size_t i = 0; i < msgs.size(); ++i) {
       KV_CHECK((msgs[i].role == "user") == (i % 2 == 0),
                "Conversation roles must alternate user/assistant/user/assistant/...");
-      if (msgs[i].role == "user") out += "[INST] " + msgs[i].content + " [/INST]";
-      else if (msgs[i].role == "assistant") out += msgs[i].content + eos_;
-      else KV_FAIL("Only user and assistant roles are supported!");
+      if (msgs[i].role == "user")
+        out += "[INST] " + msgs[i].content + " [/INST]";
+      else if (msgs[i].role == "assistant")
+        out += msgs[i].content + eos_;
+      else
+        KV_FAIL("Only user and assistant roles are supported!");
     }
   }
   return out;

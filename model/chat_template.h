@@ -36,8 +36,9 @@ class ChatTemplate {
   static ChatTemplate from_gguf(const GgufFile&, const std::string& override_name = "");
   // Same from the template text itself; bos/eos are the token texts the
   // template refers to as bos_token/eos_token.
-  static ChatTemplate from_string(const std::string& tmpl, const std::string& bos, const std::string& eos,
-                                  const std::string& model_name, const std::string& override_name = "");
+  static ChatTemplate from_string(const std::string& tmpl, const std::string& bos,
+                                  const std::string& eos, const std::string& model_name,
+                                  const std::string& override_name = "");
 
   // Throws kvasir::Error when the family rejects the conversation (roles not
   // alternating user/assistant, a system message where none is supported),

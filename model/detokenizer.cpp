@@ -5,7 +5,9 @@
 namespace kvasir {
 
 StreamDecoder::StreamDecoder(const Tokenizer& tok, bool skip_special, bool at_start)
-    : tok_(tok), skip_special_(skip_special), strip_space_(at_start && tok.strips_leading_space()) {}
+    : tok_(tok),
+      skip_special_(skip_special),
+      strip_space_(at_start && tok.strips_leading_space()) {}
 
 std::string StreamDecoder::push(int32_t id) {
   const std::string& p = tok_.piece(id, skip_special_);

@@ -169,7 +169,8 @@ void split_llama3(const Seg& s, bool digits3, Words& out) {
 }  // namespace
 
 PreTokenizer pretokenizer_from_name(const std::string& name) {
-  if (name == "gpt-2" || name == "gpt2" || name == "default" || name.empty()) return PreTokenizer::kGpt2;
+  if (name == "gpt-2" || name == "gpt2" || name == "default" || name.empty())
+    return PreTokenizer::kGpt2;
   if (name == "smollm" || name == "starcoder" || name == "refact" || name == "codeshell")
     return PreTokenizer::kSmolLm;
   if (name == "llama3" || name == "llama-v3" || name == "llama-bpe" || name == "dbrx" ||
@@ -182,10 +183,14 @@ PreTokenizer pretokenizer_from_name(const std::string& name) {
 
 const char* pretokenizer_name(PreTokenizer p) {
   switch (p) {
-    case PreTokenizer::kGpt2: return "gpt-2";
-    case PreTokenizer::kSmolLm: return "smollm";
-    case PreTokenizer::kLlama3: return "llama-bpe";
-    case PreTokenizer::kQwen2: return "qwen2";
+    case PreTokenizer::kGpt2:
+      return "gpt-2";
+    case PreTokenizer::kSmolLm:
+      return "smollm";
+    case PreTokenizer::kLlama3:
+      return "llama-bpe";
+    case PreTokenizer::kQwen2:
+      return "qwen2";
   }
   return "?";
 }
@@ -193,9 +198,15 @@ const char* pretokenizer_name(PreTokenizer p) {
 void pretokenize(PreTokenizer p, const std::vector<uint32_t>& cps, Words& words) {
   const size_t n = cps.size();
   switch (p) {
-    case PreTokenizer::kGpt2: split_gpt2(Seg{cps, 0, n}, words); break;
-    case PreTokenizer::kLlama3: split_llama3(Seg{cps, 0, n}, true, words); break;
-    case PreTokenizer::kQwen2: split_llama3(Seg{cps, 0, n}, false, words); break;
+    case PreTokenizer::kGpt2:
+      split_gpt2(Seg{cps, 0, n}, words);
+      break;
+    case PreTokenizer::kLlama3:
+      split_llama3(Seg{cps, 0, n}, true, words);
+      break;
+    case PreTokenizer::kQwen2:
+      split_llama3(Seg{cps, 0, n}, false, words);
+      break;
     case PreTokenizer::kSmolLm: {
       // '\p{N}' first: every number codepoint is a segment of its own, and
       // the text between numbers is split by the gpt2 scanner, which sees

@@ -14,8 +14,8 @@ namespace {
 // Texts that end generation whatever the model's eos id says (the reference
 // keeps the same list, by text).
 constexpr const char* kEogTexts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-    "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",   "<|endoftext|>",
+    "<|eom_id|>", "<EOT>",      "_<EOT>",  "<|end_of_text|>", "<end_of_utterance>",
 };
 
 std::string decode_byte_alphabet(std::string_view text) {
@@ -66,12 +66,9 @@ Tokenizer::Tokenizer(TokenizerData data) : d_(std::move(data)), impl_(std::make_
   KV_CHECK(d_.attrs.size() == n, "{}: {} token types for {} tokens", who, d_.attrs.size(), n);
   KV_CHECK(d_.scores.empty() || d_.scores.size() == n, "{}: {} scores for {} tokens", who,
            d_.scores.size(), n);
-  auto check_id = [&](int32_t& id, const char* what) {
-    if (id >= int32_t(n) || id < -1) id = -1;  // the reference disables out-of-range ids
-    (void)what;
-  };
-  check_id(d_.bos, "bos"), check_id(d_.eos, "eos"), check_id(d_.eot, "eot");
-  check_id(d_.eom, "eom"), check_id(d_.unk, "unk"), check_id(d_.pad, "pad");
+  // The reference disables special ids out of range rather than trusting them.
+  for (int32_t* id : {&d_.bos, &d_.eos, &d_.eot, &d_.eom, &d_.unk, &d_.pad})
+    if (*id >= int32_t(n) || *id < -1) *id = -1;
   KV_CHECK(!d_.add_bos || d_.bos >= 0, "{}: add_bos is set but there is no bos token", who);
   KV_CHECK(!d_.add_eos || d_.eos >= 0, "{}: add_eos is set but there is no eos token", who);
 
@@ -97,10 +94,10 @@ Tokenizer::Tokenizer(TokenizerData data) : d_(std::move(data)), impl_(std::make_
   }
 
   for (size_t i = 0; i < n; ++i)
-    if (d_.attrs[i] & (kAttrControl | kAttrUserDefined | kAttrUnknown)) m.specials.push_back(int32_t(i));
-  std::stable_sort(m.specials.begin(), m.specials.end(), [&](int32_t a, int32_t b) {
-    return d_.tokens[a].size() > d_.tokens[b].size();
-  });
+    if (d_.attrs[i] & (kAttrControl | kAttrUserDefined | kAttrUnknown))
+      m.specials.push_back(int32_t(i));
+  std::stable_sort(m.specials.begin(), m.specials.end(),
+                   [&](int32_t a, int32_t b) { return d_.tokens[a].size() > d_.tokens[b].size(); });
 
   // Merges (BPE): intern every string they mention.
   if (d_.model == TokenizerData::Model::kBpe) {
@@ -122,8 +119,8 @@ Tokenizer::Tokenizer(TokenizerData data) : d_(std::move(data)), impl_(std::make_
       // Split at the first space after the first character (the reference's
       // rule, so a merge of " " with "x" can be written "  x").
       const size_t sp = mg.size() > 1 ? mg.find(' ', 1) : std::string::npos;
-      KV_CHECK(sp != std::string::npos && sp + 1 < mg.size(), "{}: merge {} ('{}') is not 'left right'",
-               who, r, mg);
+      KV_CHECK(sp != std::string::npos && sp + 1 < mg.size(),
+               "{}: merge {} ('{}') is not 'left right'", who, r, mg);
       std::string left = mg.substr(0, sp), right = mg.substr(sp + 1);
       const int32_t l = intern(left), rr = intern(right), res = intern(left + right);
       m.merges.emplace(Impl::key(l, rr), Impl::Merge{int32_t(r), res});  // first rank wins
@@ -142,16 +139,20 @@ Tokenizer::Tokenizer(TokenizerData data) : d_(std::move(data)), impl_(std::make_
     const uint16_t a = d_.attrs[i];
     const std::string& t = d_.tokens[i];
     if (d_.model == TokenizerData::Model::kBpe) {
-      if (a & (kAttrControl | kAttrUnknown | kAttrUserDefined)) m.pieces[i] = t;
-      else if (a & kAttrNormal) m.pieces[i] = decode_byte_alphabet(t);
+      if (a & (kAttrControl | kAttrUnknown | kAttrUserDefined))
+        m.pieces[i] = t;
+      else if (a & kAttrNormal)
+        m.pieces[i] = decode_byte_alphabet(t);
       // byte/unused/undefined types render as nothing, like the reference
     } else {
-      if (a & kAttrNormal) m.pieces[i] = spm_piece(t);
-      else if (a & (kAttrControl | kAttrUnknown | kAttrUserDefined)) m.pieces[i] = t;
+      if (a & kAttrNormal)
+        m.pieces[i] = spm_piece(t);
+      else if (a & (kAttrControl | kAttrUnknown | kAttrUserDefined))
+        m.pieces[i] = t;
       else if (a & kAttrByte) {
         unsigned v = 0;
-        KV_CHECK(t.size() == 6 && std::sscanf(t.c_str(), "<0x%02X>", &v) == 1, "{}: byte token {} is '{}'",
-                 who, i, t);
+        KV_CHECK(t.size() == 6 && std::sscanf(t.c_str(), "<0x%02X>", &v) == 1,
+                 "{}: byte token {} is '{}'", who, i, t);
         m.pieces[i] = std::string(1, char(v));
       }
     }
@@ -178,7 +179,9 @@ const std::string& Tokenizer::piece(int32_t id, bool skip_special) const {
   return impl_->pieces[id];
 }
 
-std::string Tokenizer::token_text(int32_t id) const { return piece(id, false); }
+std::string Tokenizer::token_text(int32_t id) const {
+  return piece(id, false);
+}
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
   std::string out;
@@ -186,7 +189,8 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   return out;
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
+                                       bool parse_special) const {
   std::vector<int32_t> out;
   if (add_special && d_.add_bos) out.push_back(d_.bos);
 
@@ -235,7 +239,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
       out.push_back(f.id);
       prev_special = true;
     } else {
-      encode_text(text.substr(f.off, f.len), out, false, prev_special);
+      encode_text(text.substr(f.off, f.len), out, prev_special);
       prev_special = false;
     }
   }
@@ -243,7 +247,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
   return out;
 }
 
-void Tokenizer::encode_text(std::string_view text, std::vector<int32_t>& out, bool, bool prev_special) const {
+void Tokenizer::encode_text(std::string_view text, std::vector<int32_t>& out,
+                            bool prev_special) const {
   if (d_.model == TokenizerData::Model::kBpe) {
     encode_bpe(text, out);
   } else {

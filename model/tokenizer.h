@@ -36,11 +36,11 @@ class GgufFile;
 enum TokenAttr : uint16_t {
   kAttrNormal = 1 << 0,
   kAttrUnknown = 1 << 1,
-  kAttrControl = 1 << 2,       // <|im_start|>, </s>...: matched only with parse_special
-  kAttrUserDefined = 1 << 3,   // added tokens: always matched, rendered as text
+  kAttrControl = 1 << 2,      // <|im_start|>, </s>...: matched only with parse_special
+  kAttrUserDefined = 1 << 3,  // added tokens: always matched, rendered as text
   kAttrUnused = 1 << 4,
-  kAttrByte = 1 << 5,          // SentencePiece <0xNN>
-  kAttrLStrip = 1 << 6,        // eat whitespace left of the token when matched
+  kAttrByte = 1 << 5,    // SentencePiece <0xNN>
+  kAttrLStrip = 1 << 6,  // eat whitespace left of the token when matched
   kAttrRStrip = 1 << 7,
 };
 
@@ -50,16 +50,16 @@ struct TokenizerData {
   enum class Model { kBpe, kSpm };
   Model model = Model::kBpe;
   PreTokenizer pre = PreTokenizer::kGpt2;
-  std::vector<std::string> tokens;   // raw token text (byte-alphabet for BPE)
-  std::vector<uint16_t> attrs;       // TokenAttr bits, one per token
-  std::vector<float> scores;         // SPM merge priority (may be empty for BPE)
-  std::vector<std::string> merges;   // BPE: "left right", rank = index
+  std::vector<std::string> tokens;  // raw token text (byte-alphabet for BPE)
+  std::vector<uint16_t> attrs;      // TokenAttr bits, one per token
+  std::vector<float> scores;        // SPM merge priority (may be empty for BPE)
+  std::vector<std::string> merges;  // BPE: "left right", rank = index
   int32_t bos = -1, eos = -1, eot = -1, eom = -1, unk = -1, pad = -1;
   bool add_bos = false, add_eos = false;
-  bool ignore_merges = false;        // llama3: a word that is a token is taken whole
-  bool add_space_prefix = false;     // SPM: prepend ' ' to each text fragment
-  bool byte_fallback = true;         // SPM: unknown bytes -> <0xNN>
-  std::string name;                  // for messages ("SmolLM2-135M-Instruct")
+  bool ignore_merges = false;     // llama3: a word that is a token is taken whole
+  bool add_space_prefix = false;  // SPM: prepend ' ' to each text fragment
+  bool byte_fallback = true;      // SPM: unknown bytes -> <0xNN>
+  std::string name;               // for messages ("SmolLM2-135M-Instruct")
 };
 
 class Tokenizer {
@@ -86,19 +86,20 @@ class Tokenizer {
   int32_t bos_id() const { return d_.bos; }
   int32_t eos_id() const { return d_.eos; }
   bool add_bos() const { return d_.add_bos; }
-  bool is_eog(int32_t id) const;  // eos, eot, eom, <|im_end|>, <|eot_id|> ...
-  bool is_special(int32_t id) const;  // control or unknown
+  bool is_eog(int32_t id) const;                    // eos, eot, eom, <|im_end|>, <|eot_id|> ...
+  bool is_special(int32_t id) const;                // control or unknown
   int32_t find_token(std::string_view text) const;  // exact raw token text, or -1
   const TokenizerData& data() const { return d_; }
   // Whether decoding a sequence should drop one leading space (SentencePiece
   // families add one when encoding).
-  bool strips_leading_space() const { return d_.model == TokenizerData::Model::kSpm && d_.add_space_prefix; }
+  bool strips_leading_space() const {
+    return d_.model == TokenizerData::Model::kSpm && d_.add_space_prefix;
+  }
 
  private:
   struct Impl;
   explicit Tokenizer(TokenizerData data);
-  void encode_text(std::string_view text, std::vector<int32_t>& out, bool first_fragment,
-                   bool prev_special) const;
+  void encode_text(std::string_view text, std::vector<int32_t>& out, bool prev_special) const;
   void encode_bpe(std::string_view text, std::vector<int32_t>& out) const;
   void encode_spm(std::string_view text, std::vector<int32_t>& out) const;
 

@@ -15,9 +15,9 @@ namespace kvasir {
 namespace {
 
 struct Sym {
-  int32_t id;     // interned symbol, -1 if the text is not a known string
-  uint32_t off;   // into the word
-  uint32_t len;   // 0 once merged into its left neighbour
+  int32_t id;    // interned symbol, -1 if the text is not a known string
+  uint32_t off;  // into the word
+  uint32_t len;  // 0 once merged into its left neighbour
   int32_t prev, next;
 };
 

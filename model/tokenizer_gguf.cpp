@@ -18,13 +18,20 @@ std::string get_str(const GgufFile& f, const std::string& key, const std::string
 
 uint16_t attr_from_type(int64_t t) {
   switch (t) {
-    case 1: return kAttrNormal;
-    case 2: return kAttrUnknown;
-    case 3: return kAttrControl;
-    case 4: return kAttrUserDefined;
-    case 5: return kAttrUnused;
-    case 6: return kAttrByte;
-    default: return 0;  // undefined
+    case 1:
+      return kAttrNormal;
+    case 2:
+      return kAttrUnknown;
+    case 3:
+      return kAttrControl;
+    case 4:
+      return kAttrUserDefined;
+    case 5:
+      return kAttrUnused;
+    case 6:
+      return kAttrByte;
+    default:
+      return 0;  // undefined
   }
 }
 
@@ -35,7 +42,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
   d.name = get_str(f, "general.name", f.path());
   const std::string model = get_str(f, "tokenizer.ggml.model");
   const std::string pre = get_str(f, "tokenizer.ggml.pre");
-  KV_CHECK(!model.empty(), "{}: no tokenizer in the file (tokenizer.ggml.model is missing)", f.path());
+  KV_CHECK(!model.empty(), "{}: no tokenizer in the file (tokenizer.ggml.model is missing)",
+           f.path());
 
   if (model == "gpt2") {
     d.model = TokenizerData::Model::kBpe;
@@ -79,8 +87,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
   const std::string kMerges = "tokenizer.ggml.merges";
   if (d.model == TokenizerData::Model::kBpe) {
     const GgufArray& a = f.get(kMerges).as_array(kMerges);
-    KV_CHECK(a.elem == GgufType::STRING && a.strings.size() == a.count, "{}: {} is not an array of strings",
-             f.path(), kMerges);
+    KV_CHECK(a.elem == GgufType::STRING && a.strings.size() == a.count,
+             "{}: {} is not an array of strings", f.path(), kMerges);
     d.merges.reserve(a.count);
     for (auto s : a.strings) d.merges.emplace_back(s);
   }
@@ -97,8 +105,10 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
   read_id("tokenizer.ggml.eom_token_id", d.eom);
   read_id("tokenizer.ggml.unknown_token_id", d.unk);
   read_id("tokenizer.ggml.padding_token_id", d.pad);
-  if (const GgufValue* v = f.find("tokenizer.ggml.add_bos_token")) d.add_bos = v->as_bool("add_bos_token");
-  if (const GgufValue* v = f.find("tokenizer.ggml.add_eos_token")) d.add_eos = v->as_bool("add_eos_token");
+  if (const GgufValue* v = f.find("tokenizer.ggml.add_bos_token"))
+    d.add_bos = v->as_bool("add_bos_token");
+  if (const GgufValue* v = f.find("tokenizer.ggml.add_eos_token"))
+    d.add_eos = v->as_bool("add_eos_token");
   if (const GgufValue* v = f.find("tokenizer.ggml.add_space_prefix"))
     d.add_space_prefix = v->as_bool("add_space_prefix");
   return from_data(std::move(d));

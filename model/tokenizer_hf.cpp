@@ -19,15 +19,20 @@ namespace {
 
 using json = nlohmann::json;
 
-const char* kGpt2Re = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+const char* kGpt2Re =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 const char* kLlama3Re =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const char* kQwen2Re =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
-std::string type_of(const json& j) { return j.is_object() && j.contains("type") ? j["type"].get<std::string>() : ""; }
+std::string type_of(const json& j) {
+  return j.is_object() && j.contains("type") ? j["type"].get<std::string>() : "";
+}
 
 // Flattens a Sequence into its parts.
 std::vector<json> parts(const json& j, const char* key) {
@@ -40,9 +45,12 @@ bool is_spm_normalizer(const json& n) {
   bool prepend = false, replace = false;
   for (const auto& p : parts(n, "normalizers")) {
     const std::string t = type_of(p);
-    if (t == "Prepend" && p.value("prepend", "") == "\xE2\x96\x81") prepend = true;
-    else if (t == "Replace") replace = true;
-    else return false;
+    if (t == "Prepend" && p.value("prepend", "") == "\xE2\x96\x81")
+      prepend = true;
+    else if (t == "Replace")
+      replace = true;
+    else
+      return false;
   }
   return prepend && replace;
 }
@@ -62,7 +70,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const std::string& path) {
     TokenizerData d;
     d.name = path;
     const json& model = j.at("model");
-    KV_CHECK(type_of(model) == "BPE", "{}: model type '{}' is not supported (only BPE)", path, type_of(model));
+    KV_CHECK(type_of(model) == "BPE", "{}: model type '{}' is not supported (only BPE)", path,
+             type_of(model));
 
     // Family, from the pre-tokenizer (byte-level) or the normalizer (SPM).
     const json pre = j.value("pre_tokenizer", json());
@@ -72,10 +81,12 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const std::string& path) {
       const std::string t = type_of(p);
       if (t == "ByteLevel") {
         byte_level = true;
-        KV_CHECK(!p.value("add_prefix_space", false), "{}: ByteLevel add_prefix_space is not supported", path);
+        KV_CHECK(!p.value("add_prefix_space", false),
+                 "{}: ByteLevel add_prefix_space is not supported", path);
         if (p.value("use_regex", true)) regex = kGpt2Re;
       } else if (t == "Digits") {
-        KV_CHECK(p.value("individual_digits", false), "{}: Digits without individual_digits is not supported", path);
+        KV_CHECK(p.value("individual_digits", false),
+                 "{}: Digits without individual_digits is not supported", path);
         digits = true;
       } else if (t == "Split") {
         regex = p.at("pattern").value("Regex", "");
@@ -85,12 +96,17 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const std::string& path) {
     }
     if (byte_level) {
       d.model = TokenizerData::Model::kBpe;
-      if (regex == kGpt2Re) d.pre = digits ? PreTokenizer::kSmolLm : PreTokenizer::kGpt2;
-      else if (regex == kLlama3Re && !digits) d.pre = PreTokenizer::kLlama3;
-      else if (regex == kQwen2Re && !digits) d.pre = PreTokenizer::kQwen2;
-      else KV_FAIL("{}: split pattern '{}' is not one of the supported families", path, regex);
+      if (regex == kGpt2Re)
+        d.pre = digits ? PreTokenizer::kSmolLm : PreTokenizer::kGpt2;
+      else if (regex == kLlama3Re && !digits)
+        d.pre = PreTokenizer::kLlama3;
+      else if (regex == kQwen2Re && !digits)
+        d.pre = PreTokenizer::kQwen2;
+      else
+        KV_FAIL("{}: split pattern '{}' is not one of the supported families", path, regex);
     } else {
-      KV_CHECK(pre.is_null() || type_of(pre) == "Metaspace" || is_spm_normalizer(j.value("normalizer", json())),
+      KV_CHECK(pre.is_null() || type_of(pre) == "Metaspace" ||
+                   is_spm_normalizer(j.value("normalizer", json())),
                "{}: pre-tokenizer '{}' is not supported", path, type_of(pre));
       KV_CHECK(is_spm_normalizer(j.value("normalizer", json())) || type_of(pre) == "Metaspace",
                "{}: neither byte-level nor SentencePiece-style; not supported", path);
@@ -103,15 +119,16 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const std::string& path) {
     // Vocabulary (ids must be dense), then added tokens.
     const json& vocab = model.at("vocab");
     size_t n = vocab.size();
-    for (const auto& a : j.value("added_tokens", json::array())) n = std::max<size_t>(n, a.at("id").get<size_t>() + 1);
+    for (const auto& a : j.value("added_tokens", json::array()))
+      n = std::max<size_t>(n, a.at("id").get<size_t>() + 1);
     KV_CHECK(n > 0 && n < (1u << 24), "{}: vocabulary size {} is not usable", path, n);
     d.tokens.assign(n, "");
     d.attrs.assign(n, kAttrNormal);
     std::vector<bool> seen(n, false);
     for (auto it = vocab.begin(); it != vocab.end(); ++it) {
       const int64_t id = it.value().get<int64_t>();
-      KV_CHECK(id >= 0 && size_t(id) < n && !seen[id], "{}: vocabulary id {} of '{}' is invalid or repeated", path,
-               id, it.key());
+      KV_CHECK(id >= 0 && size_t(id) < n && !seen[id],
+               "{}: vocabulary id {} of '{}' is invalid or repeated", path, id, it.key());
       d.tokens[id] = it.key();
       seen[id] = true;
     }
@@ -127,8 +144,10 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const std::string& path) {
     for (size_t i = 0; i < n; ++i) KV_CHECK(seen[i], "{}: no token has id {}", path, i);
 
     for (const auto& m : model.at("merges")) {
-      if (m.is_string()) d.merges.push_back(m.get<std::string>());
-      else d.merges.push_back(m.at(0).get<std::string>() + " " + m.at(1).get<std::string>());
+      if (m.is_string())
+        d.merges.push_back(m.get<std::string>());
+      else
+        d.merges.push_back(m.at(0).get<std::string>() + " " + m.at(1).get<std::string>());
     }
     if (d.model == TokenizerData::Model::kSpm) {
       // SentencePiece BPE merges by score; a merge list gives the order, so
@@ -168,7 +187,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const std::string& path) {
     for (size_t i = 0; i < n; ++i) {
       const std::string& t = d.tokens[i];
       if (d.bos < 0 && (t == "<s>" || t == "<|begin_of_text|>")) d.bos = int32_t(i);
-      if (d.eos < 0 && (t == "</s>" || t == "<|endoftext|>" || t == "<|end_of_text|>")) d.eos = int32_t(i);
+      if (d.eos < 0 && (t == "</s>" || t == "<|endoftext|>" || t == "<|end_of_text|>"))
+        d.eos = int32_t(i);
     }
     return from_data(std::move(d));
   } catch (const json::exception& e) {

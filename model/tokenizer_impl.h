@@ -20,13 +20,13 @@ struct Tokenizer::Impl {
   // BPE. Symbols are interned strings: ids below vocab_size are tokens;
   // above are strings that appear only inside merges (they can still merge).
   std::unordered_map<std::string_view, int32_t> sym_id;
-  std::deque<std::string> extra_syms;           // storage for non-token symbols
-  std::vector<std::string_view> sym_text;       // id -> text
+  std::deque<std::string> extra_syms;      // storage for non-token symbols
+  std::vector<std::string_view> sym_text;  // id -> text
   struct Merge {
     int32_t rank;
     int32_t result;
   };
-  std::unordered_map<uint64_t, Merge> merges;   // (left << 32 | right) -> merge
+  std::unordered_map<uint64_t, Merge> merges;  // (left << 32 | right) -> merge
   static uint64_t key(int32_t l, int32_t r) { return (uint64_t(uint32_t(l)) << 32) | uint32_t(r); }
 
   // SPM: id of <0xNN> for every byte (-1 if absent).

@@ -21,7 +21,9 @@ struct SpmPair {
   float score;
   int32_t left, right;
   uint32_t size;
-  bool operator<(const SpmPair& o) const { return score < o.score || (score == o.score && left > o.left); }
+  bool operator<(const SpmPair& o) const {
+    return score < o.score || (score == o.score && left > o.left);
+  }
 };
 
 }  // namespace
@@ -31,12 +33,15 @@ void Tokenizer::encode_spm(std::string_view raw, std::vector<int32_t>& out) cons
   std::string text;
   text.reserve(raw.size() + 16);
   for (char c : raw) {
-    if (c == ' ') text += "\xE2\x96\x81";
-    else text.push_back(c);
+    if (c == ' ')
+      text += "\xE2\x96\x81";
+    else
+      text.push_back(c);
   }
   std::vector<SpmSym> syms;
   for (uint32_t off = 0; off < text.size();) {
-    const uint32_t len = uint32_t(std::min<size_t>(text.size() - off, unicode::utf8_len(uint8_t(text[off]))));
+    const uint32_t len =
+        uint32_t(std::min<size_t>(text.size() - off, unicode::utf8_len(uint8_t(text[off]))));
     const int32_t idx = int32_t(syms.size());
     syms.push_back({off, len, idx - 1, off + len == text.size() ? -1 : idx + 1});
     off += len;
@@ -44,7 +49,8 @@ void Tokenizer::encode_spm(std::string_view raw, std::vector<int32_t>& out) cons
   std::priority_queue<SpmPair> queue;
   auto try_pair = [&](int32_t l, int32_t r) {
     if (l < 0 || r < 0) return;
-    const std::string_view t = std::string_view(text).substr(syms[l].off, syms[l].len + syms[r].len);
+    const std::string_view t =
+        std::string_view(text).substr(syms[l].off, syms[l].len + syms[r].len);
     auto it = m.token_to_id.find(t);
     if (it == m.token_to_id.end()) return;
     const float score = d_.scores.empty() ? 0.0f : d_.scores[it->second];
@@ -73,7 +79,8 @@ void Tokenizer::encode_spm(std::string_view raw, std::vector<int32_t>& out) cons
     }
     for (unsigned char c : t) {
       const int32_t b = m.byte_token[c];
-      KV_CHECK(b >= 0 || d_.unk >= 0, "{}: no byte token <0x{:02X}> and no unknown token", d_.name, c);
+      KV_CHECK(b >= 0 || d_.unk >= 0, "{}: no byte token <0x{:02X}> and no unknown token", d_.name,
+               c);
       out.push_back(b >= 0 ? b : d_.unk);
     }
   }

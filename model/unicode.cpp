@@ -13,20 +13,46 @@ constexpr uint32_t kMaxCp = 0x110000;
 
 uint16_t category_flags(uint32_t cp) {
   switch (u_charType(UChar32(cp))) {
-    case U_UNASSIGNED: return kUndefined;
-    case U_UPPERCASE_LETTER: case U_LOWERCASE_LETTER: case U_TITLECASE_LETTER:
-    case U_MODIFIER_LETTER: case U_OTHER_LETTER: return kLetter;
-    case U_NON_SPACING_MARK: case U_ENCLOSING_MARK: case U_COMBINING_SPACING_MARK: return kMark;
-    case U_DECIMAL_DIGIT_NUMBER: case U_LETTER_NUMBER: case U_OTHER_NUMBER: return kNumber;
-    case U_SPACE_SEPARATOR: case U_LINE_SEPARATOR: case U_PARAGRAPH_SEPARATOR: return kSeparator;
-    case U_CONTROL_CHAR: case U_FORMAT_CHAR: case U_PRIVATE_USE_CHAR: case U_SURROGATE:
+    case U_UNASSIGNED:
+      return kUndefined;
+    case U_UPPERCASE_LETTER:
+    case U_LOWERCASE_LETTER:
+    case U_TITLECASE_LETTER:
+    case U_MODIFIER_LETTER:
+    case U_OTHER_LETTER:
+      return kLetter;
+    case U_NON_SPACING_MARK:
+    case U_ENCLOSING_MARK:
+    case U_COMBINING_SPACING_MARK:
+      return kMark;
+    case U_DECIMAL_DIGIT_NUMBER:
+    case U_LETTER_NUMBER:
+    case U_OTHER_NUMBER:
+      return kNumber;
+    case U_SPACE_SEPARATOR:
+    case U_LINE_SEPARATOR:
+    case U_PARAGRAPH_SEPARATOR:
+      return kSeparator;
+    case U_CONTROL_CHAR:
+    case U_FORMAT_CHAR:
+    case U_PRIVATE_USE_CHAR:
+    case U_SURROGATE:
       return kControl;
-    case U_DASH_PUNCTUATION: case U_START_PUNCTUATION: case U_END_PUNCTUATION:
-    case U_CONNECTOR_PUNCTUATION: case U_OTHER_PUNCTUATION: case U_INITIAL_PUNCTUATION:
-    case U_FINAL_PUNCTUATION: return kPunctuation;
-    case U_MATH_SYMBOL: case U_CURRENCY_SYMBOL: case U_MODIFIER_SYMBOL: case U_OTHER_SYMBOL:
+    case U_DASH_PUNCTUATION:
+    case U_START_PUNCTUATION:
+    case U_END_PUNCTUATION:
+    case U_CONNECTOR_PUNCTUATION:
+    case U_OTHER_PUNCTUATION:
+    case U_INITIAL_PUNCTUATION:
+    case U_FINAL_PUNCTUATION:
+      return kPunctuation;
+    case U_MATH_SYMBOL:
+    case U_CURRENCY_SYMBOL:
+    case U_MODIFIER_SYMBOL:
+    case U_OTHER_SYMBOL:
       return kSymbol;
-    default: return kUndefined;
+    default:
+      return kUndefined;
   }
 }
 
@@ -182,9 +208,13 @@ size_t utf8_complete_prefix(std::string_view bytes, size_t& invalid_at) {
   return n;
 }
 
-const std::string& byte_to_symbol(uint8_t b) { return byte_maps().to_symbol[b]; }
+const std::string& byte_to_symbol(uint8_t b) {
+  return byte_maps().to_symbol[b];
+}
 
-int byte_from_symbol(uint32_t cp) { return cp < 512 ? byte_maps().from_cp[cp] : -1; }
+int byte_from_symbol(uint32_t cp) {
+  return cp < 512 ? byte_maps().from_cp[cp] : -1;
+}
 
 bool is_python_space(uint32_t cp) {
   if (cp >= kMaxCp) return false;

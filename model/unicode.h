@@ -36,9 +36,15 @@ enum CpFlags : uint16_t {
 
 // Flags of one codepoint (table lookup after a one-time build from ICU).
 uint16_t flags(uint32_t cp);
-inline bool is_letter(uint32_t cp) { return flags(cp) & kLetter; }
-inline bool is_number(uint32_t cp) { return flags(cp) & kNumber; }
-inline bool is_space(uint32_t cp) { return flags(cp) & kWhitespace; }
+inline bool is_letter(uint32_t cp) {
+  return flags(cp) & kLetter;
+}
+inline bool is_number(uint32_t cp) {
+  return flags(cp) & kNumber;
+}
+inline bool is_space(uint32_t cp) {
+  return flags(cp) & kWhitespace;
+}
 
 // Simple (1:1) lowercase mapping.
 uint32_t to_lower(uint32_t cp);

@@ -19,19 +19,26 @@
 using namespace kvasir;
 
 int main(int argc, char** argv) {
-  std::string gguf = std::string(KVASIR_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf", hf, file;
+  std::string gguf = std::string(KVASIR_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf", hf,
+              file;
   size_t chunk = 4096;
   int repeat = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--gguf" && i + 1 < argc) gguf = argv[++i];
-    else if (a == "--hf" && i + 1 < argc) hf = argv[++i];
-    else if (a == "--chunk" && i + 1 < argc) chunk = std::stoul(argv[++i]);
-    else if (a == "--repeat" && i + 1 < argc) repeat = std::stoi(argv[++i]);
-    else file = a;
+    if (a == "--gguf" && i + 1 < argc)
+      gguf = argv[++i];
+    else if (a == "--hf" && i + 1 < argc)
+      hf = argv[++i];
+    else if (a == "--chunk" && i + 1 < argc)
+      chunk = std::stoul(argv[++i]);
+    else if (a == "--repeat" && i + 1 < argc)
+      repeat = std::stoi(argv[++i]);
+    else
+      file = a;
   }
   if (file.empty()) {
-    std::fprintf(stderr, "usage: bench_tokenize [--gguf F | --hf F] [--chunk N] [--repeat N] TEXTFILE\n");
+    std::fprintf(stderr,
+                 "usage: bench_tokenize [--gguf F | --hf F] [--chunk N] [--repeat N] TEXTFILE\n");
     return 2;
   }
   try {
@@ -68,8 +75,9 @@ int main(int argc, char** argv) {
       if (r == 0) first = mb / s;
       best = std::max(best, mb / s);
     }
-    std::printf("kvasir: %.2f MB, %zu tokens, %zu chunks: first pass %.2f MB/s, best of %d %.2f MB/s\n", mb,
-                n_tokens, chunks.size(), first, repeat, best);
+    std::printf(
+        "kvasir: %.2f MB, %zu tokens, %zu chunks: first pass %.2f MB/s, best of %d %.2f MB/s\n", mb,
+        n_tokens, chunks.size(), first, repeat, best);
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.message().c_str());
     return 1;

@@ -14,7 +14,9 @@ using namespace kvasir;
 
 namespace {
 
-std::string src(const std::string& rel) { return std::string(KVASIR_SOURCE_DIR) + "/" + rel; }
+std::string src(const std::string& rel) {
+  return std::string(KVASIR_SOURCE_DIR) + "/" + rel;
+}
 
 nlohmann::json load() {
   std::ifstream in(src("tests/data/tokenizer/chat_refs.json"));
@@ -50,9 +52,11 @@ TEST(ChatTemplate, DefaultModel) {
   auto f = GgufFile::open(model);
   const auto t = ChatTemplate::from_gguf(*f);
   EXPECT_EQ(t.family(), "chatml");
-  EXPECT_EQ(t.default_system(), "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  EXPECT_EQ(t.default_system(),
+            "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
   EXPECT_EQ(t.render({{"user", "Hi"}}, true),
-            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+            "Face<|im_end|>\n"
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(ChatTemplate::from_gguf(*f, "llama3").family(), "llama3");
   EXPECT_THROW(ChatTemplate::from_gguf(*f, "vicuna"), Error);

@@ -16,11 +16,14 @@ using namespace kvasir;
 
 namespace {
 
-std::string src(const std::string& rel) { return std::string(KVASIR_SOURCE_DIR) + "/" + rel; }
+std::string src(const std::string& rel) {
+  return std::string(KVASIR_SOURCE_DIR) + "/" + rel;
+}
 
 std::string unhex(const std::string& h) {
   std::string out;
-  for (size_t i = 0; i + 1 < h.size(); i += 2) out.push_back(char(std::stoi(h.substr(i, 2), nullptr, 16)));
+  for (size_t i = 0; i + 1 < h.size(); i += 2)
+    out.push_back(char(std::stoi(h.substr(i, 2), nullptr, 16)));
   return out;
 }
 
@@ -101,12 +104,15 @@ void check_against(const Tokenizer& tok, const std::string& refs_path, size_t mi
   for (const auto& r : refs) {
     const auto ids = tok.encode(r.text, true, true);
     if (ids != r.ids && bad_ids++ < 5)
-      ADD_FAILURE() << "encode(special) of '" << r.text << "'\n got: " << show(ids) << "\nwant: " << show(r.ids);
+      ADD_FAILURE() << "encode(special) of '" << r.text << "'\n got: " << show(ids)
+                    << "\nwant: " << show(r.ids);
     const auto plain = tok.encode(r.text, true, false);
     if (plain != r.ids_plain && bad_plain++ < 5)
-      ADD_FAILURE() << "encode(plain) of '" << r.text << "'\n got: " << show(plain) << "\nwant: " << show(r.ids_plain);
+      ADD_FAILURE() << "encode(plain) of '" << r.text << "'\n got: " << show(plain)
+                    << "\nwant: " << show(r.ids_plain);
     const std::string dec = tok.decode(r.ids);
-    if (dec != r.detok && bad_detok++ < 5) ADD_FAILURE() << "decode of '" << r.text << "' gives '" << dec << "'";
+    if (dec != r.detok && bad_detok++ < 5)
+      ADD_FAILURE() << "decode of '" << r.text << "' gives '" << dec << "'";
     if (tok.decode(r.ids, true) != r.detok_skip && bad_detok++ < 5)
       ADD_FAILURE() << "decode(skip_special) of '" << r.text << "'";
     if (r.rt) {
@@ -115,7 +121,8 @@ void check_against(const Tokenizer& tok, const std::string& refs_path, size_t mi
       if (tok.add_bos() && !body.empty() && body[0] == tok.bos_id()) body.erase(body.begin());
       std::string back = tok.decode(body);
       if (tok.strips_leading_space() && !back.empty() && back[0] == ' ') back.erase(0, 1);
-      if (back != r.text && bad_rt++ < 5) ADD_FAILURE() << "round trip of '" << r.text << "' gives '" << back << "'";
+      if (back != r.text && bad_rt++ < 5)
+        ADD_FAILURE() << "round trip of '" << r.text << "' gives '" << back << "'";
     }
   }
   EXPECT_EQ(bad_ids, 0u);
@@ -154,7 +161,10 @@ TEST_F(SmolLM2, SpecialTokenParsing) {
 }
 
 TEST_F(SmolLM2, StreamDecoderMatchesDecode) {
-  for (const char* text : {"Hello, world!", "😀 emoji 👨‍👩‍👧‍👦 and 中文字符", "café naïve", "a\xff" "b"}) {
+  for (const char* text :
+       {"Hello, world!", "😀 emoji 👨‍👩‍👧‍👦 and 中文字符", "café naïve",
+        "a\xff"
+        "b"}) {
     const auto ids = tok_->encode(text, false, false);
     StreamDecoder sd(*tok_, false);
     std::string out;
@@ -203,10 +213,12 @@ TEST(Tokenizer, StreamDecoderHoldsPartialUtf8) {
   EXPECT_EQ(sd.push(0xAC), "\xE2\x82\xAC");
   EXPECT_EQ(sd.push(0xFF), "\xEF\xBF\xBD");  // never valid: replaced at once
   EXPECT_EQ(sd.push(0xF0), "");
-  EXPECT_EQ(sd.push('a'), "\xEF\xBF\xBD" "a");  // an interrupted sequence
+  EXPECT_EQ(sd.push('a'),
+            "\xEF\xBF\xBD"
+            "a");  // an interrupted sequence
   EXPECT_EQ(sd.push(0xC3), "");
-  EXPECT_EQ(sd.flush(), "\xEF\xBF\xBD");        // incomplete at the end
-  EXPECT_EQ(sd.push(258), "");                   // special skipped
+  EXPECT_EQ(sd.flush(), "\xEF\xBF\xBD");  // incomplete at the end
+  EXPECT_EQ(sd.push(258), "");            // special skipped
   EXPECT_THROW(sd.push(9999), Error);
 }
 
@@ -224,7 +236,9 @@ TEST(Tokenizer, RejectsBadData) {
 }
 
 TEST(Unicode, LenientDecodeLikeReference) {
-  EXPECT_EQ(unicode::decode_utf8("a\xff" "b"), (std::vector<uint32_t>{'a', 0xFFFD, 'b'}));
+  EXPECT_EQ(unicode::decode_utf8("a\xff"
+                                 "b"),
+            (std::vector<uint32_t>{'a', 0xFFFD, 'b'}));
   EXPECT_EQ(unicode::decode_utf8("\xc0\x80"), (std::vector<uint32_t>{0}));  // overlong accepted
   EXPECT_EQ(unicode::decode_utf8("\xe2\x82"), (std::vector<uint32_t>{0xFFFD, 0xFFFD}));
   EXPECT_TRUE(unicode::is_letter(U'é'));
@@ -242,8 +256,11 @@ namespace {
 // every id produced decodes.
 TEST(Tokenizer, RandomBytesAnyFamily) {
   uint64_t s = 12345;
-  auto next = [&] { return s = s * 6364136223846793005ull + 1442695040888963407ull, uint32_t(s >> 33); };
-  for (PreTokenizer p : {PreTokenizer::kGpt2, PreTokenizer::kSmolLm, PreTokenizer::kLlama3, PreTokenizer::kQwen2}) {
+  auto next = [&] {
+    return s = s * 6364136223846793005ull + 1442695040888963407ull, uint32_t(s >> 33);
+  };
+  for (PreTokenizer p :
+       {PreTokenizer::kGpt2, PreTokenizer::kSmolLm, PreTokenizer::kLlama3, PreTokenizer::kQwen2}) {
     TokenizerData d;
     for (int b = 0; b < 256; ++b) d.tokens.push_back(unicode::byte_to_symbol(uint8_t(b)));
     d.pre = p;

@@ -12,7 +12,9 @@ using namespace kvasir;
 
 namespace {
 
-std::string src(const std::string& rel) { return std::string(KVASIR_SOURCE_DIR) + "/" + rel; }
+std::string src(const std::string& rel) {
+  return std::string(KVASIR_SOURCE_DIR) + "/" + rel;
+}
 
 class HfFamily : public ::testing::TestWithParam<std::string> {};
 
@@ -37,7 +39,8 @@ TEST_P(HfFamily, MatchesTokenizersPackage) {
     if (j["rt"].get<bool>()) {
       std::string dec = tok->decode(tok->encode(text, false, true));
       if (tok->strips_leading_space() && !dec.empty() && dec[0] == ' ') dec.erase(0, 1);
-      if (dec != text && bad_rt++ < 5) ADD_FAILURE() << fam << ": round trip of '" << text << "' gives '" << dec << "'";
+      if (dec != text && bad_rt++ < 5)
+        ADD_FAILURE() << fam << ": round trip of '" << text << "' gives '" << dec << "'";
     }
     ++n;
   }
@@ -46,7 +49,8 @@ TEST_P(HfFamily, MatchesTokenizersPackage) {
   EXPECT_EQ(bad_rt, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, HfFamily, ::testing::Values("gpt2", "smollm", "llama3", "qwen2", "spm"));
+INSTANTIATE_TEST_SUITE_P(Families, HfFamily,
+                         ::testing::Values("gpt2", "smollm", "llama3", "qwen2", "spm"));
 
 TEST(HfJson, RefusesWhatItCannotDo) {
   EXPECT_THROW(Tokenizer::from_hf_json(src("tests/data/tokenizer/does-not-exist.json")), Error);
@@ -56,9 +60,11 @@ TEST(HfJson, RefusesWhatItCannotDo) {
   EXPECT_THROW(Tokenizer::from_hf_json(p), Error);
   write(R"({"model": {"type": "WordPiece", "vocab": {}}})");
   EXPECT_THROW(Tokenizer::from_hf_json(p), Error);
-  write(R"({"pre_tokenizer": {"type": "ByteLevel"}, "model": {"type": "BPE", "vocab": {"a": 0, "b": 5}, "merges": []}})");
+  write(
+      R"({"pre_tokenizer": {"type": "ByteLevel"}, "model": {"type": "BPE", "vocab": {"a": 0, "b": 5}, "merges": []}})");
   EXPECT_THROW(Tokenizer::from_hf_json(p), Error);  // id gap
-  write(R"({"pre_tokenizer": {"type": "Whitespace"}, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
+  write(
+      R"({"pre_tokenizer": {"type": "Whitespace"}, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
   EXPECT_THROW(Tokenizer::from_hf_json(p), Error);
 }
 
