@@ -3,9 +3,11 @@
 // needs no model (stream decoder, UTF-8 handling, validation).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "base/check.h"
 #include "model/gguf.h"
@@ -273,6 +275,44 @@ TEST(Tokenizer, RandomBytesAnyFamily) {
       (void)t->decode(ids);
     }
   }
+}
+
+}  // namespace
+
+namespace {
+
+// SentencePiece adds a space before the first word: a stream that starts a
+// sequence drops it once; a continuation keeps its spaces.
+TEST(StreamDecoder, SentencePieceLeadingSpace) {
+  auto f = GgufFile::open(src("tests/data/tokenizer/tiny_spm.gguf"));
+  auto tok = Tokenizer::from_gguf(*f);
+  ASSERT_TRUE(tok->strips_leading_space());
+  const auto ids = tok->encode("Hello world, café", true, true);
+  auto run = [&](bool at_start) {
+    StreamDecoder sd(*tok, true, at_start);
+    std::string out;
+    for (int32_t id : ids) out += sd.push(id);
+    return out + sd.flush();
+  };
+  EXPECT_EQ(run(true), "Hello world, café");
+  EXPECT_EQ(run(false), " Hello world, café");
+}
+
+// One Tokenizer shared by threads (the word cache is shared and locked).
+TEST(Tokenizer, ConcurrentEncode) {
+  auto f = GgufFile::open(src("tests/data/tokenizer/tiny_qwen2.gguf"));
+  auto tok = Tokenizer::from_gguf(*f);
+  const std::string text = "The quick brown fox, 12345 times; naïve café 😀 <|im_end|>\n";
+  const auto want = tok->encode(text);
+  std::vector<std::thread> threads;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 200; ++i)
+        if (tok->encode(text) != want) ++bad;
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
 }
 
 }  // namespace
