@@ -1,7 +1,9 @@
 // cli/http_client.cpp — see http_client.h. All of the CLI's Beast is here.
 #include "cli/http_client.h"
 
-#include <utility>  // before Asio (Boost 1.74 + GCC 12)
+// clang-format off
+#include <utility>  // first: Boost 1.74 Asio uses std::exchange (GCC 12)
+// clang-format on
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -24,7 +26,8 @@ Endpoint resolve_endpoint(const std::string& socket_opt, const std::string& url_
   if (const char* k = std::getenv("KVASIR_API_KEY")) ep.api_key = k;
   if (!url_opt.empty()) {
     std::string u = url_opt;
-    if (u.rfind("http://", 0) == 0) u = u.substr(7);
+    if (u.rfind("http://", 0) == 0)
+      u = u.substr(7);
     else if (u.find("://") != std::string::npos)
       throw std::runtime_error("--url: only http://HOST:PORT is supported (got " + url_opt + ")");
     u = u.substr(0, u.find('/'));
@@ -42,9 +45,12 @@ Endpoint resolve_endpoint(const std::string& socket_opt, const std::string& url_
     }
     return ep;
   }
-  if (!socket_opt.empty()) ep.socket = socket_opt;
-  else if (const char* s = std::getenv("KVASIR_SOCKET"); s && *s) ep.socket = s;
-  else ep.socket = "/run/kvasir/kvasir.sock";
+  if (!socket_opt.empty())
+    ep.socket = socket_opt;
+  else if (const char* s = std::getenv("KVASIR_SOCKET"); s && *s)
+    ep.socket = s;
+  else
+    ep.socket = "/run/kvasir/kvasir.sock";
   return ep;
 }
 
@@ -82,8 +88,10 @@ HttpResult exchange(Socket& sock, const Endpoint& ep, const std::string& method,
     if (ec == http::error::need_buffer) ec = {};
     if (ec) throw beast::system_error(ec);
     std::string_view got(tmp, sizeof tmp - p.get().body().size);
-    if (stream) (*on_data)(got);
-    else r.body.append(got);
+    if (stream)
+      (*on_data)(got);
+    else
+      r.body.append(got);
   }
   return r;
 }
@@ -102,7 +110,8 @@ HttpResult call(const Endpoint& ep, const std::string& method, const std::string
     s.connect(asio::local::stream_protocol::endpoint(ep.socket));
     return exchange(s, ep, method, target, body, on_data);
   } catch (const boost::system::system_error& e) {
-    throw std::runtime_error("cannot talk to kvasird at " + ep.describe() + ": " + e.code().message());
+    throw std::runtime_error("cannot talk to kvasird at " + ep.describe() + ": " +
+                             e.code().message());
   }
 }
 
@@ -114,7 +123,8 @@ HttpResult http_call(const Endpoint& ep, const std::string& method, const std::s
 }
 
 HttpResult http_stream(const Endpoint& ep, const std::string& method, const std::string& target,
-                       const std::string& body, const std::function<void(std::string_view)>& on_data) {
+                       const std::string& body,
+                       const std::function<void(std::string_view)>& on_data) {
   return call(ep, method, target, body, &on_data);
 }
 
@@ -131,7 +141,8 @@ std::vector<std::string> SseReader::feed(std::string_view bytes) {
       size_t nl = event.find('\n', pos);
       std::string line = event.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
       if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.rfind("data:", 0) == 0) data += line.substr(line.size() > 5 && line[5] == ' ' ? 6 : 5);
+      if (line.rfind("data:", 0) == 0)
+        data += line.substr(line.size() > 5 && line[5] == ' ' ? 6 : 5);
       if (nl == std::string::npos) break;
       pos = nl + 1;
     }

@@ -39,7 +39,8 @@ HttpResult http_call(const Endpoint& ep, const std::string& method, const std::s
 // One request whose body is read as it arrives: on_data gets each piece
 // (only for 2xx; otherwise the body is collected into the result).
 HttpResult http_stream(const Endpoint& ep, const std::string& method, const std::string& target,
-                       const std::string& body, const std::function<void(std::string_view)>& on_data);
+                       const std::string& body,
+                       const std::function<void(std::string_view)>& on_data);
 
 // Server-sent events: feed bytes, get the data payloads of complete events.
 class SseReader {

@@ -8,6 +8,8 @@
 //   kvasir top [--once [--json]]
 // Every command takes --socket PATH (default $KVASIR_SOCKET, then
 // /run/kvasir/kvasir.sock) or --url http://HOST:PORT ($KVASIR_API_KEY for TCP).
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
@@ -16,7 +18,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
-#include <unistd.h>
 
 #include "cli/http_client.h"
 #include "cli/top.h"
@@ -31,7 +32,8 @@ struct Common {
 };
 
 void add_common(CLI::App* c, Common& o) {
-  c->add_option("--socket", o.socket, "daemon socket (default: $KVASIR_SOCKET, /run/kvasir/kvasir.sock)");
+  c->add_option("--socket", o.socket,
+                "daemon socket (default: $KVASIR_SOCKET, /run/kvasir/kvasir.sock)");
   c->add_option("--url", o.url, "talk to http://HOST:PORT instead of the Unix socket");
 }
 
@@ -79,8 +81,8 @@ int cmd_status(const Endpoint& ep, double wait_s, bool as_json) {
   if (stats.contains("stages") && stats["stages"].is_array()) {
     size_t i = 0;
     for (const auto& s : stats["stages"]) {
-      std::cout << "  stage " << i++ << ": layers " << s.value("layers", std::string("?"))
-                << " on " << s.value("device", std::string("?")) << "\n";
+      std::cout << "  stage " << i++ << ": layers " << s.value("layers", std::string("?")) << " on "
+                << s.value("device", std::string("?")) << "\n";
     }
   }
   if (stats.contains("engine")) {
@@ -127,7 +129,8 @@ std::string stream_text(const Endpoint& ep, const std::string& path, json body, 
       if (!j.contains("choices") || j["choices"].empty()) continue;
       const json& c = j["choices"][0];
       std::string piece;
-      if (chat && c.contains("delta") && c["delta"].contains("content") && c["delta"]["content"].is_string())
+      if (chat && c.contains("delta") && c["delta"].contains("content") &&
+          c["delta"]["content"].is_string())
         piece = c["delta"]["content"].get<std::string>();
       else if (!chat && c.contains("text") && c["text"].is_string())
         piece = c["text"].get<std::string>();
@@ -233,7 +236,8 @@ int main(int argc, char** argv) {
   GenOpts g;
   std::string prompt;
   auto* gen = app.add_subcommand("generate", "stream a continuation (or a chat reply) to stdout");
-  gen->add_option("--max-tokens", g.max_tokens, "tokens to generate at most")->check(CLI::PositiveNumber);
+  gen->add_option("--max-tokens", g.max_tokens, "tokens to generate at most")
+      ->check(CLI::PositiveNumber);
   gen->add_option("--temperature", g.temperature, "0 = greedy");
   gen->add_option("--top-p", g.top_p, "nucleus sampling mass (0, 1]");
   gen->add_option("--seed", g.seed, "seed for reproducible sampling");
@@ -264,7 +268,8 @@ int main(int argc, char** argv) {
   add_common(detok, common);
 
   bool top_once = false, top_json = false;
-  auto* top = app.add_subcommand("top", "live view of stages, ring, KV, latency and the bottleneck (q quits)");
+  auto* top = app.add_subcommand(
+      "top", "live view of stages, ring, KV, latency and the bottleneck (q quits)");
   top->add_flag("--once", top_once, "print one snapshot and exit");
   top->add_flag("--json", top_json, "as JSON");
   add_common(top, common);

@@ -63,7 +63,8 @@ TopView make_view(const json& now, const json* prev, double dt) {
       st.layers = s.value("layers", std::string("?"));
       st.device = s.value("device", std::string("?"));
       const json* p = nullptr;
-      if (prev && prev->contains("stages") && (*prev)["stages"].is_array() && i < (*prev)["stages"].size())
+      if (prev && prev->contains("stages") && (*prev)["stages"].is_array() &&
+          i < (*prev)["stages"].size())
         p = &(*prev)["stages"][i];
       double span = p ? dt : up;
       auto d = [&](const char* k) { return num(s, k) - (p ? num(*p, k) : 0.0); };
@@ -92,16 +93,18 @@ std::string diagnose(const TopView& v) {
     min_busy = std::min(min_busy, v.stages[i].busy);
   }
   if (max_busy < 0.02 && v.running == 0 && v.waiting == 0) return "idle: no requests";
-  if (max_busy - min_busy > 0.25)
-    return fmt::format("unbalanced: stage {} (layers {}) is busy {:.0f}% vs {:.0f}% for the least; "
-                       "move layers off it in [[stages]] layers",
-                       slow, v.stages[slow].layers, max_busy * 100, min_busy * 100);
+  if (max_busy - min_busy > 0.15)
+    return fmt::format(
+        "unbalanced: stage {} (layers {}) is busy {:.0f}% vs {:.0f}% for the least; "
+        "move layers off it in [[stages]] layers",
+        slow, v.stages[slow].layers, max_busy * 100, min_busy * 100);
   if (v.itl_p50 > 0 && v.itl_p99 > 4 * v.itl_p50 && v.prompt_tokens_per_s > v.gen_tokens_per_s)
     return "prefill-heavy: long prompts stall decodes (ITL p99 >> p50); lower scheduler.chunk_size";
   if (max_busy < 0.85)
-    return fmt::format("ring starved: stages busy at most {:.0f}%; too few sequences in flight "
-                       "({} running) — send more concurrent requests or raise plan.max_rows",
-                       max_busy * 100, v.running);
+    return fmt::format(
+        "ring starved: stages busy at most {:.0f}%; too few sequences in flight "
+        "({} running) — send more concurrent requests or raise plan.max_rows",
+        max_busy * 100, v.running);
   return "saturated and balanced: the ring is the limit (add stages or devices)";
 }
 
@@ -118,7 +121,8 @@ std::string render(const TopView& v) {
   int64_t used = v.blocks_total - v.blocks_free;
   o += fmt::format("\nring: {} micro-batches in flight at most\n", v.inflight);
   o += fmt::format("KV: {} / {} blocks used ({:.0f}%), preemptions {}\n", used, v.blocks_total,
-                   v.blocks_total ? 100.0 * double(used) / double(v.blocks_total) : 0.0, v.preemptions);
+                   v.blocks_total ? 100.0 * double(used) / double(v.blocks_total) : 0.0,
+                   v.preemptions);
   o += fmt::format("requests: {} running, {} waiting; tokens/s: {:.1f} generated, {:.1f} prompt\n",
                    v.running, v.waiting, v.gen_tokens_per_s, v.prompt_tokens_per_s);
   o += fmt::format("TTFT p50 {:.0f} ms  p99 {:.0f} ms;  ITL p50 {:.0f} ms  p99 {:.0f} ms\n",

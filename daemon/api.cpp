@@ -2,9 +2,11 @@
 // stats, metrics) and run_api. Generation routes are in api_generate.cpp.
 #include "daemon/api.h"
 
+// clang-format off
+#include <utility>  // first: Boost 1.74 Asio uses std::exchange (GCC 12)
+// clang-format on
 #include <fmt/format.h>
 
-#include <utility>  // before Asio (Boost 1.74 + GCC 12)
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -33,8 +35,9 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
 // ---- histograms ----
 
 void Histogram::observe(double v) {
-  size_t i = std::upper_bound(bounds.begin(), bounds.end(), v, [](double x, double b) { return x <= b; }) -
-             bounds.begin();
+  size_t i =
+      std::upper_bound(bounds.begin(), bounds.end(), v, [](double x, double b) { return x <= b; }) -
+      bounds.begin();
   // upper_bound with <= finds the first bound >= v (Prometheus "le").
   counts[i]++;
   sum += v;
@@ -51,7 +54,8 @@ double Histogram::quantile(double q) const {
   return bounds.back();
 }
 
-void Histogram::prometheus(std::string& out, const std::string& name, const std::string& help) const {
+void Histogram::prometheus(std::string& out, const std::string& name,
+                           const std::string& help) const {
   out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
   uint64_t cum = 0;
   for (size_t i = 0; i < bounds.size(); ++i) {
@@ -72,9 +76,22 @@ ApiService::ApiService(Engine& engine, ApiContext ctx, ApiOptions opts,
                             .count();
 }
 
-ApiService::~ApiService() { shutdown(); }
+ApiService::~ApiService() {
+  shutdown();
+}
 
-void ApiService::handle(HttpRequest req, std::shared_ptr<Responder> res) { impl_->handle(req, res); }
+void ApiService::begin_drain() {
+  impl_->draining = true;
+}
+
+size_t ApiService::in_flight() const {
+  std::lock_guard lk(impl_->gens_mu);
+  return impl_->gens.size();
+}
+
+void ApiService::handle(HttpRequest req, std::shared_ptr<Responder> res) {
+  impl_->handle(req, res);
+}
 
 void ApiService::Impl::count(const std::string& route, int status) {
   std::lock_guard lk(metrics.mu);
@@ -97,9 +114,10 @@ void ApiService::Impl::check_model(const std::string& model) const {
   if (model.empty() || model == ctx.model_name) return;
   for (const auto& a : ctx.model_aliases)
     if (model == a) return;
-  throw ApiError(404, fmt::format("the model '{}' does not exist; this server serves '{}'", model,
-                                  ctx.model_name),
-                 "model", "invalid_request_error", "model_not_found");
+  throw ApiError(
+      404,
+      fmt::format("the model '{}' does not exist; this server serves '{}'", model, ctx.model_name),
+      "model", "invalid_request_error", "model_not_found");
 }
 
 namespace {
@@ -135,8 +153,8 @@ void ApiService::Impl::handle(HttpRequest& req, const std::shared_ptr<Responder>
       if (req.method != method)
         throw ApiError(405, fmt::format("{} takes {} (not {})", p, method, req.method));
     };
-    bool needs_codec = p == "/v1/completions" || p == "/v1/chat/completions" ||
-                       p == "/tokenize" || p == "/detokenize";
+    bool needs_codec = p == "/v1/completions" || p == "/v1/chat/completions" || p == "/tokenize" ||
+                       p == "/detokenize";
     if (needs_codec && !ctx.codec)
       throw ApiError(503, "no tokenizer is loaded for this model", "", "server_error", "not_ready");
     if (p == "/v1/completions" || p == "/v1/chat/completions") {
@@ -187,8 +205,9 @@ void ApiService::Impl::handle(HttpRequest& req, const std::shared_ptr<Responder>
       int32_t vocab = ctx.codec->vocab_size();
       for (size_t i = 0; i < ids.size(); ++i)
         if (ids[i] < 0 || ids[i] >= vocab)
-          throw ApiError(400, fmt::format("tokens[{}]: token id {} is out of range (vocabulary: {})",
-                                          i, ids[i], vocab),
+          throw ApiError(400,
+                         fmt::format("tokens[{}]: token id {} is out of range (vocabulary: {})", i,
+                                     ids[i], vocab),
                          "tokens");
       return send_json(res, route, 200, {{"prompt", ctx.codec->decode(ids, false)}});
     }
@@ -205,7 +224,9 @@ void ApiService::Impl::handle(HttpRequest& req, const std::shared_ptr<Responder>
       {
         std::lock_guard lk(metrics.mu);
         auto lat = [](const Histogram& h) {
-          return json{{"count", h.n}, {"p50_s", h.quantile(0.5)}, {"p99_s", h.quantile(0.99)},
+          return json{{"count", h.n},
+                      {"p50_s", h.quantile(0.5)},
+                      {"p99_s", h.quantile(0.99)},
                       {"mean_s", h.n ? h.sum / double(h.n) : 0.0}};
         };
         body["latency"] = {
@@ -227,7 +248,8 @@ void ApiService::Impl::handle(HttpRequest& req, const std::shared_ptr<Responder>
   } catch (const Error& e) {
     send_error(res, route, ApiError(400, e.message()));
   } catch (const std::exception& e) {
-    send_error(res, route, ApiError(500, std::string("internal error: ") + e.what(), "", "server_error"));
+    send_error(res, route,
+               ApiError(500, std::string("internal error: ") + e.what(), "", "server_error"));
   }
 }
 
@@ -240,8 +262,10 @@ std::string ApiService::Impl::metrics_text() {
   gauge("kvasir_ready", "1 when the model is loaded and serving", engine.ready() ? 1 : 0);
   gauge("kvasir_requests_running", "Requests being generated", s.running);
   gauge("kvasir_requests_waiting", "Requests queued", s.waiting);
-  gauge("kvasir_prompt_tokens_total", "Prompt tokens processed", double(s.tokens_prompt), "counter");
-  gauge("kvasir_generation_tokens_total", "Tokens generated", double(s.tokens_generated), "counter");
+  gauge("kvasir_prompt_tokens_total", "Prompt tokens processed", double(s.tokens_prompt),
+        "counter");
+  gauge("kvasir_generation_tokens_total", "Tokens generated", double(s.tokens_generated),
+        "counter");
   gauge("kvasir_kv_blocks_total", "KV cache blocks", double(s.blocks_total));
   gauge("kvasir_kv_blocks_free", "Free KV cache blocks", double(s.blocks_free));
   gauge("kvasir_kv_usage_ratio", "Share of KV blocks in use",
@@ -255,8 +279,9 @@ std::string ApiService::Impl::metrics_text() {
     metrics.ttft.prometheus(out, "kvasir_time_to_first_token_seconds", "Time to first token");
     metrics.itl.prometheus(out, "kvasir_inter_token_latency_seconds", "Time between tokens");
     metrics.e2e.prometheus(out, "kvasir_e2e_request_latency_seconds", "Request latency");
-    out += "# HELP kvasir_http_responses_total HTTP responses by route and status\n"
-           "# TYPE kvasir_http_responses_total counter\n";
+    out +=
+        "# HELP kvasir_http_responses_total HTTP responses by route and status\n"
+        "# TYPE kvasir_http_responses_total counter\n";
     for (const auto& [k, v] : metrics.responses)
       out += fmt::format("kvasir_http_responses_total{{route=\"{}\",code=\"{}\"}} {}\n", k.first,
                          k.second, v);
@@ -277,8 +302,10 @@ std::string ApiService::Impl::metrics_text() {
       }
     };
     series("kvasir_stage_busy_seconds_total", "Time a stage held a batch", "busy_s", "counter");
-    series("kvasir_stage_starved_seconds_total", "Time a stage had nothing to take", "starved_s", "counter");
-    series("kvasir_stage_blocked_seconds_total", "Time a stage waited on the next", "blocked_s", "counter");
+    series("kvasir_stage_starved_seconds_total", "Time a stage had nothing to take", "starved_s",
+           "counter");
+    series("kvasir_stage_blocked_seconds_total", "Time a stage waited on the next", "blocked_s",
+           "counter");
     series("kvasir_stage_batches_total", "Micro-batches a stage ran", "batches", "counter");
     series("kvasir_stage_tokens_total", "Tokens a stage ran", "tokens", "counter");
   }
@@ -297,8 +324,9 @@ int run_api(const Config& cfg, Engine& engine, const ApiContext& ctx) {
   HttpServer server(io, hopts, [&api](HttpRequest req, std::shared_ptr<Responder> res) {
     api->handle(std::move(req), std::move(res));
   });
-  api = std::make_shared<ApiService>(engine, ctx, aopts,
-                                     [&io](std::function<void()> fn) { boost::asio::post(io, std::move(fn)); });
+  api = std::make_shared<ApiService>(engine, ctx, aopts, [&io](std::function<void()> fn) {
+    boost::asio::post(io, std::move(fn));
+  });
   server.listen_unix(cfg.server.socket);
   fmt::print(stderr, "kvasird: API on unix:{}\n", cfg.server.socket);
   if (!cfg.server.http.empty()) {
@@ -306,13 +334,28 @@ int run_api(const Config& cfg, Engine& engine, const ApiContext& ctx) {
     fmt::print(stderr, "kvasird: API on http://{}:{}{}\n", parse_host_port(cfg.server.http).first,
                port, cfg.server.api_key.empty() ? "" : " (API key required)");
   }
-  // Poll the stop flag; on stop, close the listeners and connections.
+  // Poll the stop flag; on stop, stop accepting, drain, then close.
   boost::asio::steady_timer timer(io);
+  bool draining = false;
+  auto deadline = std::chrono::steady_clock::now();
   std::function<void()> poll = [&] {
     if (ctx.stop && ctx.stop->load()) {
-      api->shutdown();
-      server.stop();
-      return;
+      if (!draining) {
+        draining = true;
+        server.stop_accepting();
+        api->begin_drain();
+        deadline =
+            std::chrono::steady_clock::now() +
+            std::chrono::milliseconds(int64_t(std::max(0.0, cfg.server.drain_timeout) * 1000));
+        if (api->in_flight() > 0)
+          fmt::print(stderr, "kvasird: draining {} request(s) for up to {} s\n", api->in_flight(),
+                     cfg.server.drain_timeout);
+      }
+      if (api->in_flight() == 0 || std::chrono::steady_clock::now() >= deadline) {
+        api->shutdown();
+        server.stop();
+        return;
+      }
     }
     timer.expires_after(std::chrono::milliseconds(100));
     timer.async_wait([&](boost::system::error_code ec) {

@@ -57,9 +57,9 @@ std::shared_ptr<TextCodec> make_text_codec(const Tokenizer& tok, const ChatTempl
 
 struct ApiContext {
   std::shared_ptr<const TextCodec> codec;
-  std::string model_name;                // the id in /v1/models and responses
+  std::string model_name;                  // the id in /v1/models and responses
   std::vector<std::string> model_aliases;  // also accepted as "model" (e.g. the file name)
-  int32_t max_model_len = 0;             // context length (0 = unknown)
+  int32_t max_model_len = 0;               // context length (0 = unknown)
   // Stage and ring statistics for /kvasir/v1/stats and /metrics, as JSON:
   //   {"plan": {...}, "inflight": N,
   //    "stages": [{"index","layers","device","busy_s","starved_s","blocked_s",
@@ -88,6 +88,10 @@ class ApiService : public std::enable_shared_from_this<ApiService> {
   // Detaches from the engine: later engine events are dropped, in-flight
   // requests are cancelled.
   void shutdown();
+  // New generation requests get 503 from now on (the daemon is stopping).
+  void begin_drain();
+  // Generation requests not yet answered.
+  size_t in_flight() const;
 
   struct Impl;
 
@@ -96,8 +100,10 @@ class ApiService : public std::enable_shared_from_this<ApiService> {
 };
 
 // Serves the API on cfg.server.socket and (if set) cfg.server.http until
-// *ctx.stop turns true. One io thread (the caller's). Returns 0, or throws
-// kvasir::Error if a listener cannot be set up.
+// *ctx.stop turns true; then stops accepting, lets running requests finish
+// for up to cfg.server.drain_timeout seconds, cancels the rest and returns.
+// One io thread (the caller's). Returns 0, or throws kvasir::Error if a
+// listener cannot be set up.
 int run_api(const Config& cfg, Engine& engine, const ApiContext& ctx);
 
 // Constant-time comparison (API keys).

@@ -105,9 +105,10 @@ class Generation : public std::enable_shared_from_this<Generation> {
       }
       t_last_ = now;
       usage_.completion_tokens++;
-      bool final_stop = ev.finish == FinishReason::kStop &&
-                        (api_->ctx.codec->is_eog(ev.token) ||
-                         std::count(req_.stop_token_ids.begin(), req_.stop_token_ids.end(), ev.token));
+      bool final_stop =
+          ev.finish == FinishReason::kStop &&
+          (api_->ctx.codec->is_eog(ev.token) ||
+           std::count(req_.stop_token_ids.begin(), req_.stop_token_ids.end(), ev.token));
       std::string piece;
       try {
         piece = final_stop ? dec_->flush() : dec_->push(ev.token);
@@ -128,7 +129,8 @@ class Generation : public std::enable_shared_from_this<Generation> {
       if (ev.finish == FinishReason::kNone) return emit_pending();
     }
     switch (ev.finish) {
-      case FinishReason::kNone: return;
+      case FinishReason::kNone:
+        return;
       case FinishReason::kStop:
       case FinishReason::kLength: {
         std::string rest = stop_.push(dec_->flush());
@@ -163,7 +165,8 @@ class Generation : public std::enable_shared_from_this<Generation> {
 
   json take_logprobs() {
     if (req_.logprobs < 0) return nullptr;
-    json j = req_.chat ? chat_logprobs_json(pending_lp_) : completion_logprobs_json(pending_lp_, text_offset_);
+    json j = req_.chat ? chat_logprobs_json(pending_lp_)
+                       : completion_logprobs_json(pending_lp_, text_offset_);
     for (const auto& t : pending_lp_) text_offset_ += t.text.size();
     pending_lp_.clear();
     return j;
@@ -173,7 +176,8 @@ class Generation : public std::enable_shared_from_this<Generation> {
     if (started_) return;
     started_ = true;
     res_->start_stream(200, "text/event-stream");
-    if (req_.chat) res_->write(sse_event(chat_chunk(meta_, std::string(), true, FinishReason::kNone, nullptr)));
+    if (req_.chat)
+      res_->write(sse_event(chat_chunk(meta_, std::string(), true, FinishReason::kNone, nullptr)));
   }
 
   // Streaming: send what is ready; whole responses accumulate.
@@ -265,6 +269,9 @@ void ApiService::Impl::generate(const HttpRequest& http, const std::shared_ptr<R
   if (ctx.max_model_len > 0) lim.max_tokens_cap = std::min(lim.max_tokens_cap, ctx.max_model_len);
   CompletionRequest req = parse_completion_request(http.body, chat, lim);
   check_model(req.model);
+  if (draining)
+    throw ApiError(503, "the daemon is stopping; retry on another instance or later", "",
+                   "server_error", "stopping");
   if (!engine.ready())
     throw ApiError(503, "the model is still loading; retry later", "", "server_error", "not_ready");
   const TextCodec& codec = *ctx.codec;
@@ -287,12 +294,14 @@ void ApiService::Impl::generate(const HttpRequest& http, const std::shared_ptr<R
     int32_t vocab = codec.vocab_size();
     for (size_t i = 0; i < prompt.size(); ++i)
       if (prompt[i] < 0 || prompt[i] >= vocab)
-        throw ApiError(400, fmt::format("prompt[{}]: token id {} is out of range (vocabulary: {})",
-                                        i, prompt[i], vocab),
+        throw ApiError(400,
+                       fmt::format("prompt[{}]: token id {} is out of range (vocabulary: {})", i,
+                                   prompt[i], vocab),
                        "prompt");
     if (req.echo) echo_text = codec.decode(prompt, req.skip_special_tokens);
   }
-  if (prompt.empty()) throw ApiError(400, "the prompt encodes to no tokens", chat ? "messages" : "prompt");
+  if (prompt.empty())
+    throw ApiError(400, "the prompt encodes to no tokens", chat ? "messages" : "prompt");
   for (int32_t id : req.stop_token_ids)
     if (id >= codec.vocab_size())
       throw ApiError(400, fmt::format("stop_token_ids: {} is out of range", id), "stop_token_ids");
@@ -304,7 +313,8 @@ void ApiService::Impl::generate(const HttpRequest& http, const std::shared_ptr<R
                      fmt::format("this model's maximum context length is {} tokens; the prompt "
                                  "has {}",
                                  ctx.max_model_len, n),
-                     chat ? "messages" : "prompt", "invalid_request_error", "context_length_exceeded");
+                     chat ? "messages" : "prompt", "invalid_request_error",
+                     "context_length_exceeded");
     int64_t room = ctx.max_model_len - n;
     if (req.max_tokens > room) {
       if (req.max_tokens_given)

@@ -77,6 +77,7 @@ struct ApiService::Impl : std::enable_shared_from_this<ApiService::Impl> {
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   int64_t created_unix = 0;
   std::atomic<uint64_t> next_serial{1};
+  std::atomic<bool> draining{false};
   std::mutex gens_mu;
   std::map<uint64_t, std::weak_ptr<Generation>> gens;  // in flight, for shutdown
 };

@@ -7,14 +7,16 @@
 // through a queue: one async write at a time, in order.
 #include "daemon/http_server.h"
 
+// clang-format off
+#include <utility>  // first: Boost 1.74 Asio uses std::exchange (GCC 12)
+// clang-format on
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <utility>  // before Asio (Boost 1.74 + GCC 12)
+#include <array>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <array>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -64,7 +66,8 @@ class Session;
 template <class Socket>
 class ResponderImpl : public Responder {
  public:
-  ResponderImpl(std::weak_ptr<Session<Socket>> s, asio::io_context& io) : s_(std::move(s)), io_(io) {}
+  ResponderImpl(std::weak_ptr<Session<Socket>> s, asio::io_context& io)
+      : s_(std::move(s)), io_(io) {}
   ~ResponderImpl() override;
   void respond(int status, std::string ctype, std::string body) override;
   void start_stream(int status, std::string ctype) override;
@@ -216,8 +219,9 @@ class Session : public Conn, public std::enable_shared_from_this<Session<Socket>
       if (ec) return;  // cancelled: the read finished in time
       if (auto s = w.lock()) s->on_timeout();
     });
-    http::async_read(sock_, buf_, *parser_,
-                     [self = this->shared_from_this()](error_code ec, size_t) { self->on_read(ec); });
+    http::async_read(
+        sock_, buf_, *parser_,
+        [self = this->shared_from_this()](error_code ec, size_t) { self->on_read(ec); });
   }
 
   void on_timeout() {
@@ -263,8 +267,9 @@ class Session : public Conn, public std::enable_shared_from_this<Session<Socket>
     try {
       srv_->handler(std::move(req), current_);
     } catch (const std::exception& e) {
-      do_respond(500, "application/json",
-                 R"({"error":{"message":"internal error","type":"server_error","param":null,"code":null}})");
+      do_respond(
+          500, "application/json",
+          R"({"error":{"message":"internal error","type":"server_error","param":null,"code":null}})");
     }
   }
 
@@ -301,12 +306,13 @@ class Session : public Conn, public std::enable_shared_from_this<Session<Socket>
   }
   void drain() {
     auto buf = std::make_shared<std::array<char, 65536>>();
-    sock_.async_read_some(asio::buffer(*buf), [self = this->shared_from_this(), buf](error_code ec,
-                                                                                    size_t n) {
-      self->drained_ += n;
-      if (ec || self->closed_ || self->drained_ > (64u << 20)) return self->close();
-      self->drain();
-    });
+    sock_.async_read_some(asio::buffer(*buf),
+                          [self = this->shared_from_this(), buf](error_code ec, size_t n) {
+                            self->drained_ += n;
+                            if (ec || self->closed_ || self->drained_ > (64u << 20))
+                              return self->close();
+                            self->drain();
+                          });
   }
 
   Socket sock_;
@@ -330,8 +336,9 @@ ResponderImpl<Socket>::~ResponderImpl() {
   if (!started_)
     asio::post(io_, [w = s_] {
       if (auto s = w.lock())
-        s->do_respond(500, "application/json",
-                      R"({"error":{"message":"no response","type":"server_error","param":null,"code":null}})");
+        s->do_respond(
+            500, "application/json",
+            R"({"error":{"message":"no response","type":"server_error","param":null,"code":null}})");
     });
 }
 
@@ -440,8 +447,10 @@ std::pair<std::string, uint16_t> parse_host_port(const std::string& address) {
     if (colon > 0) host = address.substr(0, colon);
     port = address.substr(colon + 1);
   }
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  KV_CHECK(!port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos,
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  KV_CHECK(!port.empty() && port.size() <= 5 &&
+               port.find_first_not_of("0123456789") == std::string::npos,
            "server.http: '{}' is not host:port", address);
   int n = std::stoi(port);
   KV_CHECK(n <= 65535, "server.http: port {} is out of range", n);
@@ -467,7 +476,18 @@ uint16_t HttpServer::listen_tcp(const std::string& address) {
   return bound;
 }
 
-void HttpServer::post(std::function<void()> fn) { asio::post(impl_->io, std::move(fn)); }
+void HttpServer::post(std::function<void()> fn) {
+  asio::post(impl_->io, std::move(fn));
+}
+
+void HttpServer::stop_accepting() {
+  asio::post(impl_->io, [impl = impl_] {
+    impl->stopped = true;
+    error_code ec;
+    if (impl->unix_acc) impl->unix_acc->close(ec);
+    if (impl->tcp_acc) impl->tcp_acc->close(ec);
+  });
+}
 
 void HttpServer::stop() {
   asio::post(impl_->io, [impl = impl_] {

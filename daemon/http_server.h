@@ -27,9 +27,9 @@ class io_context;
 namespace kvasir {
 
 struct HttpRequest {
-  std::string method;  // "GET", "POST", ...
-  std::string target;  // path + query as sent
-  std::string path;    // target without the query
+  std::string method;                          // "GET", "POST", ...
+  std::string target;                          // path + query as sent
+  std::string path;                            // target without the query
   std::map<std::string, std::string> headers;  // names lower-cased
   std::string body;
   bool tcp = false;  // came over TCP (not the Unix socket)
@@ -77,6 +77,8 @@ class HttpServer {
   uint16_t listen_tcp(const std::string& address);
   // Stops accepting and closes every connection (on the io thread).
   void stop();
+  // Stops accepting; connections stay (to drain).
+  void stop_accepting();
   // Runs fn on the io thread.
   void post(std::function<void()> fn);
 

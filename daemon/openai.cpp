@@ -28,7 +28,9 @@ json parse_json_object(std::string_view body) {
 
 namespace {
 
-const char* type_name(const json& v) { return v.type_name(); }
+const char* type_name(const json& v) {
+  return v.type_name();
+}
 
 // Field accessors: absent or null → nullopt; wrong type → 400 naming the field.
 std::optional<bool> get_bool(const json& j, const char* key) {
@@ -82,7 +84,8 @@ std::optional<std::string> get_string(const json& j, const char* key) {
 
 std::vector<int32_t> int_array(const json& a, const char* key, size_t max_n) {
   if (a.size() > max_n)
-    bad_param(key, fmt::format("{} has {} token ids; at most {} are accepted", key, a.size(), max_n));
+    bad_param(key,
+              fmt::format("{} has {} token ids; at most {} are accepted", key, a.size(), max_n));
   std::vector<int32_t> out;
   out.reserve(a.size());
   for (const auto& v : a) {
@@ -102,7 +105,8 @@ std::string message_content(const json& c, size_t i) {
   std::string param = fmt::format("messages[{}].content", i);
   if (c.is_null()) return "";
   if (c.is_string()) return c.get<std::string>();
-  if (!c.is_array()) bad_param(param, fmt::format("{} must be a string or an array of parts", param));
+  if (!c.is_array())
+    bad_param(param, fmt::format("{} must be a string or an array of parts", param));
   std::string out;
   for (const auto& part : c) {
     if (!part.is_object()) bad_param(param, fmt::format("{} parts must be objects", param));
@@ -124,7 +128,8 @@ std::vector<ChatMessageIn> parse_messages(const json& j, size_t max_messages) {
   if (!it->is_array() || it->empty())
     bad_param("messages", "messages must be a non-empty array of {role, content} objects");
   if (it->size() > max_messages)
-    bad_param("messages", fmt::format("too many messages ({}; at most {})", it->size(), max_messages));
+    bad_param("messages",
+              fmt::format("too many messages ({}; at most {})", it->size(), max_messages));
   std::vector<ChatMessageIn> out;
   for (size_t i = 0; i < it->size(); ++i) {
     const json& m = (*it)[i];
@@ -280,8 +285,7 @@ TokenizeRequest parse_tokenize_request(std::string_view body) {
 std::vector<int32_t> parse_detokenize_request(std::string_view body, size_t max_ids) {
   json j = parse_json_object(body);
   auto it = j.find("tokens");
-  if (it == j.end() || !it->is_array())
-    bad_param("tokens", "tokens must be an array of token ids");
+  if (it == j.end() || !it->is_array()) bad_param("tokens", "tokens must be an array of token ids");
   return int_array(*it, "tokens", max_ids);
 }
 
@@ -289,15 +293,19 @@ std::vector<int32_t> parse_detokenize_request(std::string_view body, size_t max_
 
 json error_body(const ApiError& e) {
   auto opt = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
-  return {{"error",
-           {{"message", e.what()}, {"type", e.type}, {"param", opt(e.param)}, {"code", opt(e.code)}}}};
+  return {
+      {"error",
+       {{"message", e.what()}, {"type", e.type}, {"param", opt(e.param)}, {"code", opt(e.code)}}}};
 }
 
 json finish_reason_json(FinishReason f) {
   switch (f) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    default: return nullptr;
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    default:
+      return nullptr;
   }
 }
 
@@ -309,7 +317,9 @@ json usage_json(const Usage& u) {
 
 namespace {
 // JSON cannot hold -inf: clamp, as other servers do.
-double safe_lp(float lp) { return std::isfinite(lp) ? double(lp) : -9999.0; }
+double safe_lp(float lp) {
+  return std::isfinite(lp) ? double(lp) : -9999.0;
+}
 
 json bytes_of(const std::string& s) {
   json b = json::array();
@@ -329,7 +339,8 @@ json completion_logprobs_json(const std::vector<TokenLogprob>& lp, size_t off) {
     offs.push_back(off);
     off += t.text.size();
   }
-  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+  return {
+      {"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
 }
 
 json chat_logprobs_json(const std::vector<TokenLogprob>& lp) {
@@ -352,11 +363,10 @@ json completion_response(const ResponseMeta& m, const std::string& text, FinishR
           {"object", "text_completion"},
           {"created", m.created},
           {"model", m.model},
-          {"choices",
-           json::array({{{"index", 0},
-                         {"text", text},
-                         {"logprobs", logprobs},
-                         {"finish_reason", finish_reason_json(f)}}})},
+          {"choices", json::array({{{"index", 0},
+                                    {"text", text},
+                                    {"logprobs", logprobs},
+                                    {"finish_reason", finish_reason_json(f)}}})},
           {"usage", usage_json(u)}};
 }
 
@@ -414,7 +424,9 @@ std::string sse_event(const json& j) {
   return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
 }
 
-std::string sse_done() { return "data: [DONE]\n\n"; }
+std::string sse_done() {
+  return "data: [DONE]\n\n";
+}
 
 std::vector<std::string> SseParser::feed(std::string_view bytes) {
   buf_.append(bytes);

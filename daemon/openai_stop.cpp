@@ -31,7 +31,8 @@ std::string StopMatcher::push(std::string_view text) {
   for (const auto& s : stops_) {
     size_t max_k = std::min(s.size() - 1, pending_.size());
     for (size_t k = max_k; k > hold; --k) {
-      if (std::string_view(pending_).substr(pending_.size() - k) == std::string_view(s).substr(0, k)) {
+      if (std::string_view(pending_).substr(pending_.size() - k) ==
+          std::string_view(s).substr(0, k)) {
         hold = k;
         break;
       }

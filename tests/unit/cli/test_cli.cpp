@@ -49,11 +49,26 @@ namespace {
 json snapshot(double t, std::vector<double> busy, int64_t preempt = 0, int64_t free_blocks = 100) {
   json st = json::array();
   for (size_t i = 0; i < busy.size(); ++i)
-    st.push_back({{"layers", i == 0 ? "0-14" : "15-29"}, {"device", "cpu"}, {"busy_s", busy[i] * t},
-                  {"starved_s", (1 - busy[i]) * t}, {"blocked_s", 0}, {"batches", 10 * t}, {"tokens", 100 * t}});
-  return {{"model", "m"}, {"ready", true}, {"uptime_s", t}, {"inflight", 2}, {"stages", st},
-          {"engine", {{"running", 8}, {"waiting", 0}, {"blocks_total", 100}, {"blocks_free", free_blocks},
-                      {"preemptions", preempt}, {"tokens_generated", 50 * t}, {"tokens_prompt", 0}}}};
+    st.push_back({{"layers", i == 0 ? "0-14" : "15-29"},
+                  {"device", "cpu"},
+                  {"busy_s", busy[i] * t},
+                  {"starved_s", (1 - busy[i]) * t},
+                  {"blocked_s", 0},
+                  {"batches", 10 * t},
+                  {"tokens", 100 * t}});
+  return {{"model", "m"},
+          {"ready", true},
+          {"uptime_s", t},
+          {"inflight", 2},
+          {"stages", st},
+          {"engine",
+           {{"running", 8},
+            {"waiting", 0},
+            {"blocks_total", 100},
+            {"blocks_free", free_blocks},
+            {"preemptions", preempt},
+            {"tokens_generated", 50 * t},
+            {"tokens_prompt", 0}}}};
 }
 }  // namespace
 
@@ -73,10 +88,12 @@ TEST(Top, Diagnoses) {
   auto diag = [](json now, json prev) { return diagnose(make_view(now, &prev, 1.0)); };
   EXPECT_NE(diag(snapshot(11, {0.95, 0.4}), snapshot(10, {0.95, 0.4})).find("unbalanced: stage 0"),
             std::string::npos);
-  EXPECT_NE(diag(snapshot(11, {0.5, 0.5}), snapshot(10, {0.5, 0.5})).find("ring starved"), std::string::npos);
+  EXPECT_NE(diag(snapshot(11, {0.5, 0.5}), snapshot(10, {0.5, 0.5})).find("ring starved"),
+            std::string::npos);
   EXPECT_NE(diag(snapshot(11, {0.95, 0.95}, 3), snapshot(10, {0.95, 0.95}, 1)).find("KV-bound"),
             std::string::npos);
-  EXPECT_NE(diag(snapshot(11, {0.95, 0.93}), snapshot(10, {0.95, 0.93})).find("saturated"), std::string::npos);
+  EXPECT_NE(diag(snapshot(11, {0.95, 0.93}), snapshot(10, {0.95, 0.93})).find("saturated"),
+            std::string::npos);
   json loading = snapshot(1, {0, 0});
   loading["ready"] = false;
   EXPECT_NE(diagnose(make_view(loading, nullptr, 1)).find("loading"), std::string::npos);

@@ -25,8 +25,10 @@ class FakeCodec : public TextCodec {
   std::string decode(const std::vector<int32_t>& ids, bool skip_special) const override {
     std::string s;
     for (int32_t id : ids)
-      if (id < 256) s += char(id);
-      else if (!skip_special) s += "<eog>";
+      if (id < 256)
+        s += char(id);
+      else if (!skip_special)
+        s += "<eog>";
     return s;
   }
   std::unique_ptr<TextStream> stream(bool skip_special) const override {
@@ -88,8 +90,10 @@ class FakeEngine : public Engine {
         ev.token = eog ? FakeCodec::kEog : static_cast<unsigned char>(reply[i % reply.size()]);
         ev.logprob = -0.25f;
         if (req.sampling.logprobs) ev.top_logprobs = {{ev.token, -0.25f}};
-        if (eog) ev.finish = FinishReason::kStop;
-        else if (i + 1 >= req.max_tokens) ev.finish = FinishReason::kLength;
+        if (eog)
+          ev.finish = FinishReason::kStop;
+        else if (i + 1 >= req.max_tokens)
+          ev.finish = FinishReason::kLength;
         sink(ev);
         if (ev.finish != FinishReason::kNone) return;
       }

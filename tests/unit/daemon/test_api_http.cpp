@@ -2,16 +2,19 @@
 // (test_api_fakes.h): routing, validation, streaming, limits, timeouts,
 // cancellation on disconnect, API keys. End-to-end tests against the real
 // kvasird live in tests/integration/test_api_e2e.sh.
+// clang-format off
+#include <utility>  // first: Boost 1.74 Asio uses std::exchange (GCC 12)
+// clang-format on
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <utility>  // before Asio (Boost 1.74 + GCC 12)
 #include <boost/asio.hpp>
 #include <filesystem>
 #include <thread>
 
 #include "base/check.h"
 #include "daemon/api.h"
+#include "daemon/config.h"
 #include "daemon/openai.h"
 #include "test_api_fakes.h"
 
@@ -60,26 +63,29 @@ class ApiHttpTest : public ::testing::Test {
  protected:
   void SetUp() override {
     static int n = 0;
-    sock_path_ = "/tmp/kvasir-api-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++) + ".sock";
+    sock_path_ =
+        "/tmp/kvasir-api-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++) + ".sock";
     ApiContext ctx;
     ctx.codec = std::make_shared<test::FakeCodec>();
     ctx.model_name = "fake-model";
     ctx.max_model_len = 4096;
     ctx.stage_stats = [] {
       return json{{"inflight", 2},
-                  {"stages", {{{"layers", "0-14"}, {"device", "cpu"}, {"busy_s", 1.5}},
-                              {{"layers", "15-29"}, {"device", "cpu"}, {"busy_s", 2.5}}}}};
+                  {"stages",
+                   {{{"layers", "0-14"}, {"device", "cpu"}, {"busy_s", 1.5}},
+                    {{"layers", "15-29"}, {"device", "cpu"}, {"busy_s", 2.5}}}}};
     };
     ApiOptions aopts;
     aopts.api_key = "sekrit";
-    api_ = std::make_shared<ApiService>(engine_, ctx, aopts,
-                                        [this](std::function<void()> f) { asio::post(io_, std::move(f)); });
+    api_ = std::make_shared<ApiService>(
+        engine_, ctx, aopts, [this](std::function<void()> f) { asio::post(io_, std::move(f)); });
     HttpServerOptions hopts;
     hopts.read_timeout = 700ms;
     hopts.max_header = 16 * 1024;
-    server_ = std::make_unique<HttpServer>(io_, hopts, [this](HttpRequest r, std::shared_ptr<Responder> s) {
-      api_->handle(std::move(r), std::move(s));
-    });
+    server_ = std::make_unique<HttpServer>(io_, hopts,
+                                           [this](HttpRequest r, std::shared_ptr<Responder> s) {
+                                             api_->handle(std::move(r), std::move(s));
+                                           });
     server_->listen_unix(sock_path_);
     port_ = server_->listen_tcp("127.0.0.1:0");
     work_.emplace(asio::make_work_guard(io_));
@@ -122,7 +128,8 @@ class ApiHttpTest : public ::testing::Test {
                          const std::string& body = "", const std::string& extra = "") {
     std::string r = method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + extra;
     if (!body.empty() || method == "POST")
-      r += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+      r += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+           "\r\n";
     return r + "\r\n" + body;
   }
   Resp get(const std::string& path) { return parse_resp(raw(req("GET", path))); }
@@ -192,9 +199,21 @@ TEST_F(ApiHttpTest, CompletionEndsWithEog) {
   EXPECT_EQ(j["choices"][0]["logprobs"]["tokens"].size(), engine_.reply.size() + 1);
 }
 
+TEST_F(ApiHttpTest, EchoAndChatLogprobs) {
+  Resp r = post("/v1/completions", R"({"prompt":"Hi","max_tokens":3,"echo":true})");
+  EXPECT_EQ(r.j()["choices"][0]["text"], "HiHel");
+  Resp c = post("/v1/chat/completions",
+                R"({"messages":[{"role":"user","content":"x"}],"max_tokens":2,"logprobs":true,"top_logprobs":1})");
+  json lp = c.j()["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(lp.size(), 2u);
+  EXPECT_EQ(lp[0]["token"], "H");
+  EXPECT_EQ(lp[0]["top_logprobs"].size(), 1u);
+}
+
 TEST_F(ApiHttpTest, CompletionStreamWithUsage) {
-  Resp r = post("/v1/completions",
-                R"({"prompt":"Hi","max_tokens":8,"stream":true,"stream_options":{"include_usage":true}})");
+  Resp r = post(
+      "/v1/completions",
+      R"({"prompt":"Hi","max_tokens":8,"stream":true,"stream_options":{"include_usage":true}})");
   ASSERT_EQ(r.status, 200);
   EXPECT_NE(r.head.find("text/event-stream"), std::string::npos);
   bool done = false;
@@ -222,8 +241,9 @@ TEST_F(ApiHttpTest, StopStringTruncatesAndCancels) {
 }
 
 TEST_F(ApiHttpTest, Chat) {
-  Resp r = post("/v1/chat/completions",
-                R"({"model":"fake-model","messages":[{"role":"user","content":"yo"}],"max_tokens":5})");
+  Resp r =
+      post("/v1/chat/completions",
+           R"({"model":"fake-model","messages":[{"role":"user","content":"yo"}],"max_tokens":5})");
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.j()["choices"][0]["message"]["content"], "Hello");
   EXPECT_EQ(r.j()["object"], "chat.completion");
@@ -235,7 +255,8 @@ TEST_F(ApiHttpTest, Chat) {
   ASSERT_GE(ev.size(), 3u);
   EXPECT_EQ(ev[0]["choices"][0]["delta"]["role"], "assistant");
   std::string text;
-  for (size_t i = 1; i + 1 < ev.size(); ++i) text += ev[i]["choices"][0]["delta"]["content"].get<std::string>();
+  for (size_t i = 1; i + 1 < ev.size(); ++i)
+    text += ev[i]["choices"][0]["delta"]["content"].get<std::string>();
   EXPECT_EQ(text, "Hel");
   EXPECT_EQ(ev.back()["choices"][0]["finish_reason"], "length");
 }
@@ -290,7 +311,8 @@ TEST_F(ApiHttpTest, TokenizeDetokenizeStatsMetrics) {
   EXPECT_EQ(s.j()["stages"].size(), 2u);
   Resp m = get("/metrics");
   EXPECT_NE(m.body.find("kvasir_requests_running 1"), std::string::npos);
-  EXPECT_NE(m.body.find("kvasir_stage_busy_seconds_total{stage=\"1\",layers=\"15-29\",device=\"cpu\"} 2.5"),
+  EXPECT_NE(m.body.find(
+                "kvasir_stage_busy_seconds_total{stage=\"1\",layers=\"15-29\",device=\"cpu\"} 2.5"),
             std::string::npos)
       << m.body;
 }
@@ -339,11 +361,12 @@ TEST_F(ApiHttpTest, DisconnectCancels) {
     asio::io_context io;
     asio::local::stream_protocol::socket s(io);
     s.connect(asio::local::stream_protocol::endpoint(sock_path_));
-    asio::write(s, asio::buffer(req("POST", "/v1/completions",
-                                    R"({"prompt":"x","max_tokens":1000,"stream":true,"ignore_eos":true})")));
+    asio::write(s, asio::buffer(
+                       req("POST", "/v1/completions",
+                           R"({"prompt":"x","max_tokens":1000,"stream":true,"ignore_eos":true})")));
     char buf[256];
     s.read_some(asio::buffer(buf));  // the stream has started
-  }  // closed
+  }                                  // closed
   for (int i = 0; i < 100 && engine_.n_cancelled() == 0; ++i) std::this_thread::sleep_for(20ms);
   EXPECT_EQ(engine_.n_cancelled(), 1u);
 }
@@ -358,8 +381,12 @@ TEST_F(ApiHttpTest, KeepAliveServesSeveralRequests) {
 
 TEST_F(ApiHttpTest, ApiKeyOnTcpOnly) {
   EXPECT_EQ(parse_resp(raw(req("GET", "/v1/models"), true)).status, 401);
-  EXPECT_EQ(parse_resp(raw(req("GET", "/v1/models", "", "Authorization: Bearer wrong\r\n"), true)).status, 401);
-  EXPECT_EQ(parse_resp(raw(req("GET", "/v1/models", "", "Authorization: Bearer sekrit\r\n"), true)).status, 200);
+  EXPECT_EQ(
+      parse_resp(raw(req("GET", "/v1/models", "", "Authorization: Bearer wrong\r\n"), true)).status,
+      401);
+  EXPECT_EQ(parse_resp(raw(req("GET", "/v1/models", "", "Authorization: Bearer sekrit\r\n"), true))
+                .status,
+            200);
   EXPECT_EQ(parse_resp(raw(req("GET", "/health"), true)).status, 200);
   EXPECT_EQ(get("/v1/models").status, 200);  // the Unix socket relies on file permissions
   EXPECT_TRUE(constant_time_equal("abc", "abc"));
@@ -374,4 +401,46 @@ TEST_F(ApiHttpTest, SocketFileModeAndStaleReplace) {
   asio::io_context io2;
   HttpServer other(io2, {}, [](HttpRequest, std::shared_ptr<Responder>) {});
   EXPECT_THROW(other.listen_unix(sock_path_), Error);
+}
+
+// run_api itself: serves the configured socket; on stop it stops accepting,
+// lets the running request finish (drain), removes the socket and returns.
+TEST(RunApi, DrainsOnStop) {
+  test::FakeEngine engine;
+  engine.delay_ms = 20;
+  Config cfg;
+  cfg.server.socket = "/tmp/kvasir-runapi-" + std::to_string(::getpid()) + ".sock";
+  cfg.server.drain_timeout = 10;
+  std::atomic<bool> stop{false};
+  ApiContext ctx;
+  ctx.codec = std::make_shared<test::FakeCodec>();
+  ctx.model_name = "fake";
+  ctx.stop = &stop;
+  std::thread t([&] { run_api(cfg, engine, ctx); });
+  for (int i = 0; i < 100 && !std::filesystem::exists(cfg.server.socket); ++i)
+    std::this_thread::sleep_for(10ms);
+
+  asio::io_context io;
+  asio::local::stream_protocol::socket s(io);
+  s.connect(asio::local::stream_protocol::endpoint(cfg.server.socket));
+  std::string body = R"({"prompt":"x","max_tokens":20,"ignore_eos":true})";
+  asio::write(s, asio::buffer("POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                              "Content-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body));
+  std::this_thread::sleep_for(100ms);
+  stop = true;  // mid-generation
+  std::string out;
+  boost::system::error_code ec;
+  char buf[4096];
+  for (;;) {
+    size_t n = s.read_some(asio::buffer(buf), ec);
+    out.append(buf, n);
+    if (ec) break;
+  }
+  t.join();
+  Resp r = parse_resp(out);
+  ASSERT_EQ(r.status, 200) << out;
+  EXPECT_EQ(r.j()["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r.j()["usage"]["completion_tokens"], 20);
+  EXPECT_FALSE(std::filesystem::exists(cfg.server.socket));
 }

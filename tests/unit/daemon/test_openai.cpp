@@ -123,8 +123,9 @@ TEST(OpenAiParse, Chat) {
             "messages[0].role");
   EXPECT_EQ(parse_error(R"({"messages":[{"role":"user","content":5}]})", true).param,
             "messages[0].content");
-  EXPECT_EQ(parse_error(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", true).param,
-            "top_logprobs");
+  EXPECT_EQ(
+      parse_error(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", true).param,
+      "top_logprobs");
 }
 
 TEST(OpenAiParse, TokenizeAndDetokenize) {
