@@ -95,6 +95,50 @@ expect "2 MB body over 1 MiB max_body → 413" "$(code --data-binary @"$WORK/big
 expect "unknown route → 404" "$(code http://x/nope)" "404"
 expect "still serving" "$(code http://x/health)" "200"
 
+# A 1 MB request head: 431, and the daemon keeps serving.
+hdr=$(python3 - "$SOCK" <<'PY'
+import socket, sys
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+try:
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (1 << 20) + b"\r\n\r\n")
+except OSError:
+    pass
+print(s.recv(64).split(b" ")[1].decode())
+PY
+)
+expect "1 MB header → 431" "$hdr" "431"
+
+# Many at once: every one answered. (wait on these pids only: kvasird is a job too)
+pids=()
+for i in $(seq 1 12); do
+  "${C[@]}" -o /dev/null -w '%{http_code}\n' -H 'Content-Type: application/json' \
+    -d "{\"prompt\":\"Request $i says\",\"max_tokens\":$((4 + i)),\"temperature\":0.7,\"seed\":$i}" \
+    http://x/v1/completions > "$WORK/par.$i" &
+  pids+=($!)
+done
+wait "${pids[@]}"
+expect "12 concurrent completions → 200" "$(cat "$WORK"/par.* | sort | uniq -c | awk '{print $1" "$2}')" "12 200"
+
+# A client that goes away mid-stream: its request is cancelled and its KV
+# blocks return; a request running beside it is untouched.
+"${C[@]}" -N --max-time 1 -H 'Content-Type: application/json' \
+  -d '{"prompt":"Count to a thousand:","max_tokens":2000,"ignore_eos":true,"stream":true}' \
+  http://x/v1/completions > /dev/null 2>&1 &
+gone=$!
+side=$("${C[@]}" -H 'Content-Type: application/json' -d "$body" http://x/v1/completions |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>/dev/null)
+wait "$gone"
+expect "request beside a cancelled one is unchanged" "$side" "$text"
+freed=no
+for i in $(seq 1 50); do
+  st=$("${C[@]}" http://x/kvasir/v1/stats | python3 -c '
+import json,sys; e=json.load(sys.stdin)["engine"]
+print("yes" if e["running"]==0 and e["waiting"]==0 and e["blocks_free"]==e["blocks_total"] else "no")')
+  [ "$st" == yes ] && { freed=yes; break; }
+  sleep 0.2
+done
+expect "disconnect → cancelled, blocks freed" "$freed" "yes"
+
 # The CLI.
 gen=$("$KVASIR" generate --socket "$SOCK" --max-tokens 8 --temperature 0 "The capital of France is")
 expect "kvasir generate = curl completion" "$gen" "$text"
