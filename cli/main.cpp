@@ -55,12 +55,20 @@ std::string read_stdin() {
 int cmd_status(const Endpoint& ep, double wait_s, bool as_json) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
   HttpResult h;
-  std::string last_error;
+  std::string last_error, last_progress;
   for (;;) {
     try {
       h = http_call(ep, "GET", "/health");
       if (h.status == 200) break;
-      last_error = "kvasird is up but not ready: " + h.body;
+      // 503 while loading: {"status":"loading","loading":{...progress...}}
+      json j = json::parse(h.body, nullptr, false);
+      std::string progress =
+          !j.is_discarded() && j.contains("loading") ? j["loading"].dump() : std::string();
+      last_error = "kvasird at " + ep.describe() + " is loading" +
+                   (progress.empty() ? std::string() : ": " + progress);
+      if (!progress.empty() && progress != last_progress && wait_s > 0)
+        std::cerr << "kvasir: loading: " << progress << "\n";
+      last_progress = progress;
     } catch (const std::runtime_error& e) {
       last_error = e.what();
     }

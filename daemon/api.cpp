@@ -312,6 +312,28 @@ std::string ApiService::Impl::metrics_text() {
   return out;
 }
 
+// ---- DeferredEngine ----
+
+RequestId DeferredEngine::submit(GenRequest req, EventSink sink) {
+  if (Engine* e = engine_.load()) return e->submit(std::move(req), std::move(sink));
+  TokenEvent ev;
+  ev.finish = FinishReason::kError;
+  ev.error = "the model is not ready yet (still loading)";
+  sink(ev);
+  return 0;
+}
+void DeferredEngine::cancel(RequestId id) {
+  if (Engine* e = engine_.load()) e->cancel(id);
+}
+EngineStats DeferredEngine::stats() const {
+  Engine* e = engine_.load();
+  return e ? e->stats() : EngineStats{};
+}
+bool DeferredEngine::ready() const {
+  Engine* e = engine_.load();
+  return e && e->ready();
+}
+
 // ---- run_api ----
 
 int run_api(const Config& cfg, Engine& engine, const ApiContext& ctx) {
@@ -320,11 +342,19 @@ int run_api(const Config& cfg, Engine& engine, const ApiContext& ctx) {
   hopts.max_body = cfg.server.max_body;
   ApiOptions aopts;
   aopts.api_key = cfg.server.api_key;
+  // The model file's name is accepted as "model" too (clients often send it).
+  ApiContext actx = ctx;
+  if (!cfg.model.path.empty()) {
+    std::string file = cfg.model.path.substr(cfg.model.path.find_last_of('/') + 1);
+    actx.model_aliases.push_back(file);
+    if (auto dot = file.rfind(".gguf"); dot != std::string::npos)
+      actx.model_aliases.push_back(file.substr(0, dot));
+  }
   std::shared_ptr<ApiService> api;
   HttpServer server(io, hopts, [&api](HttpRequest req, std::shared_ptr<Responder> res) {
     api->handle(std::move(req), std::move(res));
   });
-  api = std::make_shared<ApiService>(engine, ctx, aopts, [&io](std::function<void()> fn) {
+  api = std::make_shared<ApiService>(engine, actx, aopts, [&io](std::function<void()> fn) {
     boost::asio::post(io, std::move(fn));
   });
   server.listen_unix(cfg.server.socket);

@@ -99,6 +99,22 @@ class ApiService : public std::enable_shared_from_this<ApiService> {
   std::shared_ptr<Impl> impl_;
 };
 
+// An Engine that is not there yet: lets the API serve (health 503 with
+// ctx.loading progress, `kvasir status` while the model loads) before the
+// stages are up. Before attach(), ready() is false and submit() refuses with
+// "the model is still loading"; after, everything forwards. Thread-safe.
+class DeferredEngine : public Engine {
+ public:
+  void attach(Engine* e) { engine_.store(e); }
+  RequestId submit(GenRequest req, EventSink sink) override;
+  void cancel(RequestId id) override;
+  EngineStats stats() const override;
+  bool ready() const override;
+
+ private:
+  std::atomic<Engine*> engine_{nullptr};
+};
+
 // Serves the API on cfg.server.socket and (if set) cfg.server.http until
 // *ctx.stop turns true; then stops accepting, lets running requests finish
 // for up to cfg.server.drain_timeout seconds, cancels the rest and returns.

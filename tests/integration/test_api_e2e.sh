@@ -92,6 +92,7 @@ expect "n huge → 400" "$(code -d '{"prompt":"x","n":100000}' http://x/v1/compl
 expect "token id out of range → 400" "$(code -d '{"prompt":[1,99999999]}' http://x/v1/completions)" "400"
 head -c $((2 * 1024 * 1024)) /dev/zero | tr '\0' 'a' > "$WORK/big"
 expect "2 MB body over 1 MiB max_body → 413" "$(code --data-binary @"$WORK/big" http://x/v1/completions)" "413"
+expect "model file name accepted as model" "$(code -d '{"model":"SmolLM2-135M-Instruct.Q4_1","prompt":"x","max_tokens":1}' http://x/v1/completions)" "200"
 expect "unknown route → 404" "$(code http://x/nope)" "404"
 expect "still serving" "$(code http://x/health)" "200"
 

@@ -14,6 +14,7 @@
 
 #include "base/check.h"
 #include "daemon/api.h"
+#include "daemon/api_internal.h"
 #include "daemon/config.h"
 #include "daemon/openai.h"
 #include "test_api_fakes.h"
@@ -202,8 +203,9 @@ TEST_F(ApiHttpTest, CompletionEndsWithEog) {
 TEST_F(ApiHttpTest, EchoAndChatLogprobs) {
   Resp r = post("/v1/completions", R"({"prompt":"Hi","max_tokens":3,"echo":true})");
   EXPECT_EQ(r.j()["choices"][0]["text"], "HiHel");
-  Resp c = post("/v1/chat/completions",
-                R"({"messages":[{"role":"user","content":"x"}],"max_tokens":2,"logprobs":true,"top_logprobs":1})");
+  Resp c = post(
+      "/v1/chat/completions",
+      R"({"messages":[{"role":"user","content":"x"}],"max_tokens":2,"logprobs":true,"top_logprobs":1})");
   json lp = c.j()["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(lp.size(), 2u);
   EXPECT_EQ(lp[0]["token"], "H");
@@ -443,4 +445,17 @@ TEST(RunApi, DrainsOnStop) {
   EXPECT_EQ(r.j()["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(r.j()["usage"]["completion_tokens"], 20);
   EXPECT_FALSE(std::filesystem::exists(cfg.server.socket));
+}
+
+TEST(DeferredEngine, RefusesUntilAttached) {
+  DeferredEngine d;
+  EXPECT_FALSE(d.ready());
+  std::string err;
+  EXPECT_EQ(d.submit(GenRequest{}, [&](const TokenEvent& ev) { err = ev.error; }), 0u);
+  EXPECT_NE(err.find("not ready"), std::string::npos);
+  EXPECT_EQ(engine_error(err, true).status, 503);
+  test::FakeEngine fake;
+  d.attach(&fake);
+  EXPECT_TRUE(d.ready());
+  EXPECT_EQ(d.stats().blocks_total, 100);
 }
