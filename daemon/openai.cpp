@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -14,7 +15,37 @@ void bad_param(const std::string& param, const std::string& message) {
   throw ApiError(400, message, param);
 }
 
+namespace {
+// Deepest [ / { nesting outside strings: refused before parsing, so a body of
+// a million '[' costs a scan, not a million allocations.
+size_t nesting_depth(std::string_view s) {
+  size_t depth = 0, max_depth = 0;
+  bool in_str = false, esc = false;
+  for (char c : s) {
+    if (in_str) {
+      if (esc)
+        esc = false;
+      else if (c == '\\')
+        esc = true;
+      else if (c == '"')
+        in_str = false;
+    } else if (c == '"') {
+      in_str = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+constexpr size_t kMaxJsonDepth = 32;
+}  // namespace
+
 json parse_json_object(std::string_view body) {
+  if (nesting_depth(body) > kMaxJsonDepth)
+    throw ApiError(400,
+                   fmt::format("the JSON body is nested deeper than {} levels", kMaxJsonDepth));
   json j;
   try {
     j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/true,

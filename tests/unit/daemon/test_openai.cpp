@@ -206,3 +206,15 @@ TEST(Stop, MatchInsideOnePieceAndFlush) {
   StopMatcher none;
   EXPECT_EQ(none.push("abc"), "abc");
 }
+
+TEST(OpenAiParse, DeepNestingIsRefusedNotACrash) {
+  std::string deep =
+      R"({"prompt":"x","stop":)" + std::string(4u << 20, '[') + std::string(4u << 20, ']') + "}";
+  ApiError e = parse_error(deep);
+  EXPECT_EQ(e.status, 400);
+  std::string open_only(1u << 20, '[');
+  EXPECT_EQ(parse_error(open_only).status, 400);
+  // Brackets inside strings are text, not nesting.
+  std::string text = R"({"prompt":")" + std::string(100, '[') + R"(\"{"})";
+  EXPECT_EQ(parse_error(text).status, 0) << parse_error(text).what();
+}
