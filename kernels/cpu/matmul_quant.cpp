@@ -59,6 +59,14 @@ void dot_scalar(const uint8_t* w, const void* xv, int64_t x_stride, int nx, int6
   }
 }
 
+// The scales are kept at half precision, as llama.cpp's Q8_0/Q8_1 activation
+// blocks keep them: x ≈ fp16(d) * q. The rounding is part of what the parity
+// test against llama.cpp measures, so both paths round identically.
+inline void store_scales(BlockQ8x& blk, float d, int32_t sum) {
+  blk.d = fp16_to_f32(f32_to_fp16(d));
+  blk.s = fp16_to_f32(f32_to_fp16(d * float(sum)));
+}
+
 void quantize_scalar(const float* x, int64_t cols, BlockQ8x* out) {
   for (int64_t b = 0; b < cols / kQK; ++b) {
     const float* xb = x + b * kQK;
@@ -72,8 +80,7 @@ void quantize_scalar(const float* x, int64_t cols, BlockQ8x* out) {
       out[b].q[i] = int8_t(q);
       sum += q;
     }
-    out[b].d = d;
-    out[b].s = d * float(sum);
+    store_scales(out[b], d, sum);
   }
 }
 
@@ -177,8 +184,7 @@ KV_AVX2 void quantize_avx2(const float* x, int64_t cols, BlockQ8x* out) {
     __m256i p = _mm256_packs_epi16(p01, p23);
     p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].q), p);
-    out[b].d = d;
-    out[b].s = d * float(hsum_i32(sum));
+    store_scales(out[b], d, hsum_i32(sum));
   }
 }
 #endif  // KV_HAVE_X86

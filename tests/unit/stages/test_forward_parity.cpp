@@ -1,11 +1,11 @@
-// The CPU forward against llama.cpp on the default model.
+// The CPU forward against llama.cpp and against the exact math, on the default model.
 //
 // tests/data/parity/smollm2.json was written by tests/reference/parity/make_refs.py
-// (llama-cpp-python, same model file): for each prompt, llama.cpp's greedy
-// 64-token continuation and its top-8 log-probabilities at each predicting
-// position. We feed the same ids (teacher forcing) and compare. llama.cpp
-// quantises activations to 8 bits for quantised weights, so logits differ a
-// little: top-1 must agree at >= 98% of positions.
+// (llama-cpp-python, same model file): for each of 22 prompts, llama.cpp's
+// greedy 64-token continuation and its top-8 log-probabilities at each
+// predicting position. smollm2-f64.json (make_f64_refs.py) holds the same for
+// a float64 NumPy forward of the same file on the same ids. We feed the same
+// ids (teacher forcing) and compare. Figures and analysis: docs/parity.md.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "base/check.h"
 #include "stages/forward.h"
 
 using namespace kvasir;
@@ -29,7 +30,7 @@ std::vector<double> log_softmax(const float* x, int n) {
   double s = 0;
   for (int i = 0; i < n; ++i) s += std::exp(double(x[i]) - m);
   const double lse = m + std::log(s);
-  std::vector<double> out(size_t(n));
+  std::vector<double> out(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) out[size_t(i)] = double(x[i]) - lse;
   return out;
 }
@@ -56,52 +57,77 @@ std::vector<float> all_logits(const ModelFile& m, const std::vector<int32_t>& id
   return logits;
 }
 
-}  // namespace
-
-TEST(ForwardParity, MatchesLlamaCppOnDefaultModel) {
-  if (!fs::exists(default_model())) GTEST_SKIP() << "default model absent: run scripts/fetch-model";
-  std::ifstream f(source_dir() / "tests" / "data" / "parity" / "smollm2.json");
-  ASSERT_TRUE(f) << "missing tests/data/parity/smollm2.json";
-  const auto ref = nlohmann::json::parse(f);
-  auto model = ModelFile::open(default_model().string());
-  const int vocab = model->config().vocab;
-
+struct Agreement {
   int agree = 0, total = 0;
   double max_diff = 0, sum_diff = 0;
+  double rate() const { return double(agree) / total; }
+};
+
+// Teacher-forces every case of a reference file and compares top-1 and the
+// log-probability of the reference's chosen token at each position.
+Agreement compare(const ModelFile& model, const std::string& file) {
+  std::ifstream f(source_dir() / "tests" / "data" / "parity" / file);
+  EXPECT_TRUE(f) << "missing tests/data/parity/" << file;
+  if (!f) return {};
+  const auto ref = nlohmann::json::parse(f);
+  const int vocab = model.config().vocab;
+  Agreement a;
   for (const auto& cs : ref["cases"]) {
     std::vector<int32_t> ids = cs["prompt"].get<std::vector<int32_t>>();
     const auto cont = cs["continuation"].get<std::vector<int32_t>>();
     const size_t n_prompt = ids.size();
     ids.insert(ids.end(), cont.begin(), cont.end() - 1);
-    const auto logits = all_logits(*model, ids, 48, 2);
+    const auto logits = all_logits(model, ids, 48, 2);
     int case_agree = 0;
     for (size_t i = 0; i < cs["top"].size(); ++i) {
-      const size_t p = n_prompt - 1 + i;
-      const float* row = logits.data() + p * size_t(vocab);
+      const float* row = logits.data() + (n_prompt - 1 + i) * size_t(vocab);
       const auto lp = log_softmax(row, vocab);
       const int32_t ours = int32_t(std::max_element(row, row + vocab) - row);
       const int32_t theirs = cs["top"][i][0][0].get<int32_t>();
-      const double their_lp = cs["top"][i][0][1].get<double>();
-      const double diff = std::abs(lp[size_t(theirs)] - their_lp);
-      max_diff = std::max(max_diff, diff);
-      sum_diff += diff;
-      // A near-tie in llama.cpp's own distribution may flip either way.
-      const bool tie = cs["top"][i].size() > 1 &&
-                       their_lp - cs["top"][i][1][1].get<double>() < 1e-3 &&
-                       ours == cs["top"][i][1][0].get<int32_t>();
-      case_agree += (ours == theirs || tie);
-      ++total;
+      const double diff = std::abs(lp[size_t(theirs)] - cs["top"][i][0][1].get<double>());
+      a.max_diff = std::max(a.max_diff, diff);
+      a.sum_diff += diff;
+      case_agree += ours == theirs;
+      ++a.total;
+      if (ours != theirs && std::getenv("KVASIR_PARITY_VERBOSE"))
+        std::printf("    %s pos %zu: reference %d (%.4f), ours %d (%.4f; reference's %.4f)\n",
+                    cs["kind"].get<std::string>().c_str(), i, theirs,
+                    cs["top"][i][0][1].get<double>(), ours, lp[size_t(ours)], lp[size_t(theirs)]);
     }
-    agree += case_agree;
-    std::printf("  %-12s %3d/%zu top-1 agree\n", cs["kind"].get<std::string>().c_str(), case_agree,
-                cs["top"].size());
+    a.agree += case_agree;
   }
-  const double rate = double(agree) / total;
-  std::printf("parity: top-1 agreement %d/%d = %.2f%%; |dlogprob| of llama.cpp's token: max %.4f, mean %.4f\n",
-              agree, total, 100 * rate, max_diff, sum_diff / total);
-  EXPECT_GE(total, 20 * 64);
-  EXPECT_GE(rate, 0.98);
-  EXPECT_LT(sum_diff / total, 0.1);
+  std::printf("%s: top-1 agreement %d/%d = %.2f%%; |dlogprob| of the reference's token: max %.4f, mean %.4f\n",
+              file.c_str(), a.agree, a.total, 100 * a.rate(), a.max_diff, a.sum_diff / a.total);
+  return a;
+}
+
+}  // namespace
+
+// Against the exact math of the file: a float64 NumPy forward (make_f64_refs.py).
+// Kvasir's 8-bit activations (as llama.cpp's) flip top-1 at near-ties: 97.2%
+// measured, next to llama.cpp's own 97.5% against the same reference.
+TEST(ForwardParity, MatchesFloat64Reference) {
+  if (!fs::exists(default_model())) GTEST_SKIP() << "default model absent: run scripts/fetch-model";
+  auto model = ModelFile::open(default_model().string());
+  const Agreement a = compare(*model, "smollm2-f64.json");
+  EXPECT_GE(a.total, 20 * 64);
+  EXPECT_GE(a.rate(), 0.965);
+  EXPECT_LT(a.sum_diff / a.total, 0.05);
+}
+
+// Against llama.cpp on the same file. Both engines quantise activations to 8
+// bits, and llama.cpp also rounds Q and the softmax to f16 in attention; the
+// model amplifies any such rounding, so top-1 flips at near-ties. llama.cpp
+// itself agrees with the float64 reference at 97.5% of these positions (see
+// docs/parity.md): that is the floor for any faithful 8-bit engine here.
+TEST(ForwardParity, MatchesLlamaCpp) {
+  if (!fs::exists(default_model())) GTEST_SKIP() << "default model absent: run scripts/fetch-model";
+  auto model = ModelFile::open(default_model().string());
+  const Agreement a = compare(*model, "smollm2.json");
+  EXPECT_GE(a.total, 20 * 64);
+  EXPECT_GE(a.rate(), 0.97);
+  EXPECT_LT(a.sum_diff / a.total, 0.05);
+  EXPECT_LT(a.max_diff, 1.0);
 }
 
 // Slices compose: head [0, k] then tail [k+1, L-1] gives the logits of the whole.
