@@ -105,7 +105,11 @@ template <class Socket>
 class Session : public Conn, public std::enable_shared_from_this<Session<Socket>> {
  public:
   Session(Socket sock, bool tcp, std::shared_ptr<HttpServer::Impl> srv)
-      : sock_(std::move(sock)), timer_(sock_.get_executor()), tcp_(tcp), srv_(std::move(srv)) {}
+      : sock_(std::move(sock)),
+        timer_(sock_.get_executor()),
+        wtimer_(sock_.get_executor()),
+        tcp_(tcp),
+        srv_(std::move(srv)) {}
 
   void start() { read_request(); }
 
@@ -114,6 +118,7 @@ class Session : public Conn, public std::enable_shared_from_this<Session<Socket>
     closed_ = true;
     error_code ec;
     timer_.cancel();
+    wtimer_.cancel();
     sock_.shutdown(asio::socket_base::shutdown_both, ec);
     sock_.close(ec);
     if (current_ && !current_->finished())
@@ -203,7 +208,14 @@ class Session : public Conn, public std::enable_shared_from_this<Session<Socket>
     writing_ = true;
     Op op = std::move(ops_.front());
     ops_.pop_front();
+    // A client that stops reading: the write stalls; close when it has made
+    // no progress for write_timeout (on_close cancels its request).
+    wtimer_.expires_after(srv_->opts.write_timeout);
+    wtimer_.async_wait([w = this->weak_from_this()](error_code ec) {
+      if (auto s = w.lock(); s && !ec) s->close();
+    });
     op([self = this->shared_from_this()](error_code ec) {
+      self->wtimer_.cancel();
       if (ec) return self->close();  // the client is gone: on_close fires
       self->next_op();
     });
@@ -316,7 +328,8 @@ class Session : public Conn, public std::enable_shared_from_this<Session<Socket>
   }
 
   Socket sock_;
-  asio::steady_timer timer_;
+  asio::steady_timer timer_;   // reading a request; lingering close
+  asio::steady_timer wtimer_;  // the write in progress
   beast::flat_buffer buf_;
   std::optional<http::request_parser<http::string_body>> parser_;
   bool tcp_;

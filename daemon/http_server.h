@@ -57,9 +57,9 @@ using HttpHandler = std::function<void(HttpRequest, std::shared_ptr<Responder>)>
 
 struct HttpServerOptions {
   uint64_t max_body = 8ull << 20;
-  uint32_t max_header = 64 * 1024;                // bytes of the request head
-  std::chrono::milliseconds read_timeout{30000};  // one whole request, head and body
-  std::chrono::milliseconds idle_timeout{60000};  // keep-alive between requests
+  uint32_t max_header = 64 * 1024;                 // bytes of the request head
+  std::chrono::milliseconds read_timeout{30000};   // one whole request, head and body
+  std::chrono::milliseconds write_timeout{60000};  // one write that makes no progress
   int max_connections = 1024;
 };
 

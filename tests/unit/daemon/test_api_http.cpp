@@ -82,6 +82,7 @@ class ApiHttpTest : public ::testing::Test {
         engine_, ctx, aopts, [this](std::function<void()> f) { asio::post(io_, std::move(f)); });
     HttpServerOptions hopts;
     hopts.read_timeout = 700ms;
+    hopts.write_timeout = 500ms;
     hopts.max_header = 16 * 1024;
     server_ = std::make_unique<HttpServer>(io_, hopts,
                                            [this](HttpRequest r, std::shared_ptr<Responder> s) {
@@ -371,6 +372,20 @@ TEST_F(ApiHttpTest, DisconnectCancels) {
   }                                  // closed
   for (int i = 0; i < 100 && engine_.n_cancelled() == 0; ++i) std::this_thread::sleep_for(20ms);
   EXPECT_EQ(engine_.n_cancelled(), 1u);
+}
+
+TEST_F(ApiHttpTest, StalledReaderIsDroppedAndCancelled) {
+  engine_.delay_ms = 1;
+  asio::io_context io;
+  asio::local::stream_protocol::socket s(io);
+  s.connect(asio::local::stream_protocol::endpoint(sock_path_));
+  asio::write(s, asio::buffer(
+                     req("POST", "/v1/completions",
+                         R"({"prompt":"x","max_tokens":4000,"stream":true,"ignore_eos":true})")));
+  // Never read: the socket buffers fill, the write stalls, the server gives up.
+  for (int i = 0; i < 500 && engine_.n_cancelled() == 0; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(engine_.n_cancelled(), 1u);
+  EXPECT_EQ(get("/health").status, 200);
 }
 
 TEST_F(ApiHttpTest, KeepAliveServesSeveralRequests) {
