@@ -92,7 +92,7 @@ std::string diagnose(const TopView& v) {
     if (v.stages[i].busy > max_busy) max_busy = v.stages[i].busy, slow = i;
     min_busy = std::min(min_busy, v.stages[i].busy);
   }
-  if (max_busy < 0.02 && v.running == 0 && v.waiting == 0) return "idle: no requests";
+  if (v.running == 0 && v.waiting == 0) return "idle: no requests running";
   if (max_busy - min_busy > 0.15)
     return fmt::format(
         "unbalanced: stage {} (layers {}) is busy {:.0f}% vs {:.0f}% for the least; "

@@ -94,6 +94,9 @@ TEST(Top, Diagnoses) {
             std::string::npos);
   EXPECT_NE(diag(snapshot(11, {0.95, 0.93}), snapshot(10, {0.95, 0.93})).find("saturated"),
             std::string::npos);
+  json idle = snapshot(11, {0.5, 0.5});
+  idle["engine"]["running"] = 0;
+  EXPECT_NE(diag(idle, snapshot(10, {0.5, 0.5})).find("idle"), std::string::npos);
   json loading = snapshot(1, {0, 0});
   loading["ready"] = false;
   EXPECT_NE(diagnose(make_view(loading, nullptr, 1)).find("loading"), std::string::npos);
