@@ -18,7 +18,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-LOCAL = os.path.join(ROOT, "build", "bin", "kvasir-local")
+LOCAL = os.environ.get("KVASIR_LOCAL", os.path.join(ROOT, "build", "bin", "kvasir-local"))
 
 TEXT = ("The history of computing is a long story of people trying to make machines that "
         "think, count and remember. ") * 80
