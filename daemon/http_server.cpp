@@ -119,6 +119,7 @@ class Session : public Conn, public std::enable_shared_from_this<Session<Socket>
     error_code ec;
     timer_.cancel();
     wtimer_.cancel();
+    ops_.clear();  // queued writes hold the session: break the cycle
     sock_.shutdown(asio::socket_base::shutdown_both, ec);
     sock_.close(ec);
     if (current_ && !current_->finished())
