@@ -85,8 +85,8 @@ class Generation : public std::enable_shared_from_this<Generation> {
   }
 
   void cancel() {
-    if (id_ != 0)
-      api_->engine.cancel(id_);
+    if (RequestId id = id_.load(); id != 0)
+      api_->engine.cancel(id);
     else
       cancel_when_submitted_ = true;
   }
@@ -252,9 +252,9 @@ class Generation : public std::enable_shared_from_this<Generation> {
   std::unique_ptr<TextStream> dec_;
   StopMatcher stop_;
   Usage usage_;
-  RequestId id_ = 0;
+  std::atomic<RequestId> id_{0};  // cancel() may come from another thread (shutdown)
   uint64_t serial_ = 0;
-  bool cancel_when_submitted_ = false;
+  std::atomic<bool> cancel_when_submitted_{false};
   bool started_ = false, done_ = false;
   std::string pending_text_, full_text_;
   std::vector<TokenLogprob> pending_lp_, all_lp_;
