@@ -78,7 +78,11 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   const uint8_t* data = base + 8 + n;
   const uint64_t data_size = size - 8 - n;
   f->tensors_.reserve(j.size());
-  for (const auto& [name, t] : j.items()) {
+  for (const auto& item : j.items()) {
+    // Plain references, not a structured binding: the lambda below captures
+    // them, which clang < 16 refuses for bindings.
+    const std::string& name = item.key();
+    const nlohmann::json& t = item.value();
     if (name == "__metadata__") {
       KV_CHECK(t.is_object(), "{}: '__metadata__' must be an object", path);
       continue;
