@@ -119,8 +119,16 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const std::string& path) {
     // Vocabulary (ids must be dense), then added tokens.
     const json& vocab = model.at("vocab");
     size_t n = vocab.size();
+    // An added token's id, range-checked before any use (a negative id read
+    // as size_t would wrap and index far outside the vocabulary).
+    auto added_id = [&](const json& a) -> size_t {
+      const json& id = a.at("id");
+      KV_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (1 << 24),
+               "{}: added token id {} is invalid", path, id.dump());
+      return size_t(id.get<int64_t>());
+    };
     for (const auto& a : j.value("added_tokens", json::array()))
-      n = std::max<size_t>(n, a.at("id").get<size_t>() + 1);
+      n = std::max<size_t>(n, added_id(a) + 1);
     KV_CHECK(n > 0 && n < (1u << 24), "{}: vocabulary size {} is not usable", path, n);
     d.tokens.assign(n, "");
     d.attrs.assign(n, kAttrNormal);
@@ -133,7 +141,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const std::string& path) {
       seen[id] = true;
     }
     for (const auto& a : j.value("added_tokens", json::array())) {
-      const size_t id = a.at("id").get<size_t>();
+      const size_t id = added_id(a);
       d.tokens[id] = a.at("content").get<std::string>();
       seen[id] = true;
       uint16_t attr = a.value("special", false) ? kAttrControl : kAttrUserDefined;
