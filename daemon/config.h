@@ -53,7 +53,7 @@ struct KvCfg {
 };
 
 struct SchedulerCfg {
-  std::string policy = "continuous";
+  std::string policy = "continuous+chunked";  // naive | static | continuous | continuous+chunked
   int32_t chunk_size = 512;    // prefill chunk (tokens), for prompts longer than a micro-batch
   int32_t max_num_seqs = 256;  // sequences running at once
   int32_t max_queue = 1024;    // waiting requests before new ones are refused

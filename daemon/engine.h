@@ -43,6 +43,9 @@ struct EngineStats {
   int64_t blocks_total = 0, blocks_free = 0;
   int64_t preemptions = 0;
   int64_t tokens_generated = 0, tokens_prompt = 0;
+  // KV positions held by running sequences, and internal waste: allocated
+  // slots past each sequence's last position (the tail of its last block).
+  int64_t kv_slots_used = 0, kv_waste = 0;
 };
 
 class Engine {

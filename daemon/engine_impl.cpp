@@ -16,7 +16,13 @@ BridgeEngine::BridgeEngine(ipc::Segment& seg, BridgeConfig cfg,
       cfg_(std::move(cfg)),
       health_(std::move(health)),
       blocks_(cfg_.n_blocks, cfg_.block_size),
-      sched_(cfg_.limits) {
+      sched_([&] {
+        // The row cap that balances the ring needs to know how many
+        // micro-batches can be in it at once.
+        SchedLimits l = cfg_.limits;
+        l.inflight = int32_t(seg.dims().inflight);
+        return l;
+      }()) {
   KV_CHECK(cfg_.limits.max_rows <= seg_.dims().max_rows &&
                cfg_.limits.max_tokens <= seg_.dims().max_tokens,
            "bridge: limits exceed the segment's widths");
@@ -170,6 +176,7 @@ void BridgeEngine::reap() {
     Sequence* s = *it;
     if (s->done && s->batches_in_flight == 0) {
       blocks_.release(s->table);
+      s->running = false;
       it = running_.erase(it);
     } else {
       ++it;
@@ -185,10 +192,22 @@ void BridgeEngine::reap() {
       ++it;
     }
   }
+  // Live KV accounting: slots allocated vs positions written (or being
+  // written); the difference is the unused tail of each last block.
+  int64_t slots = 0, used = 0;
+  for (const Sequence* s : running_) {
+    const int64_t n = int64_t(s->table.size()) * blocks_.block_size();
+    slots += n;
+    used += std::min<int64_t>(n, s->n_scheduled);
+  }
+  for (const Sequence* s : waiting_) slots += int64_t(s->table.size()) * blocks_.block_size();
   std::lock_guard lk(stats_mu_);
   stats_.waiting = int32_t(waiting_.size());
   stats_.running = int32_t(running_.size());
   stats_.blocks_free = blocks_.free();
+  stats_.kv_slots_used = used;
+  stats_.kv_waste = slots - used;
+  stats_.preemptions = sched_.preemptions();
 }
 
 bool BridgeEngine::submit_batch() {

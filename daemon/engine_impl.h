@@ -25,7 +25,7 @@
 
 #include "daemon/block_manager.h"
 #include "daemon/engine.h"
-#include "daemon/scheduler_min.h"
+#include "daemon/scheduler.h"
 #include "ipc/segment.h"
 
 namespace kvasir {
@@ -86,7 +86,7 @@ class BridgeEngine : public Engine {
   BridgeConfig cfg_;
   std::function<std::optional<std::string>()> health_;
   BlockManager blocks_;
-  MinScheduler sched_;
+  Scheduler sched_;
 
   mutable std::mutex inbox_mu_;
   std::vector<std::unique_ptr<Sequence>> inbox_;

@@ -78,7 +78,7 @@ TEST(Config, GoodFileParsesWithDefaultsAndResolvedPaths) {
   EXPECT_EQ(c.plan.inflight(), 2);
   EXPECT_EQ(c.kv.memory, 512ull << 20);
   EXPECT_EQ(c.kv.dtype, "f16");
-  EXPECT_EQ(c.scheduler.policy, "continuous");
+  EXPECT_EQ(c.scheduler.policy, "continuous+chunked");
   EXPECT_EQ(c.scheduler.chunk_size, 512);
   EXPECT_EQ(c.scheduler.max_num_seqs, 256);
   EXPECT_EQ(c.scheduler.max_queue, 1024);
@@ -232,6 +232,13 @@ TEST(Config, MissingModelPathRefused) {
 TEST(Config, UnknownPolicyRefused) {
   auto m = refusal(std::string(kGood) + "[scheduler]\npolicy = \"lottery\"\n");
   EXPECT_NE(m.find("scheduler.policy"), std::string::npos) << m;
+}
+
+TEST(Config, EveryPolicyNameAccepted) {
+  for (const char* p : {"naive", "static", "continuous", "continuous+chunked"}) {
+    Config c = parse_config(std::string(kGood) + "[scheduler]\npolicy = \"" + p + "\"\n", "/b");
+    EXPECT_EQ(c.scheduler.policy, p);
+  }
 }
 
 TEST(Config, ServerKeys) {

@@ -183,7 +183,15 @@ TEST(RingEngine, StopIdsAndCancel) {
   longr.max_tokens = 200;
   longr.sampling.temperature = 0;
   auto id = engine.submit(longr, col.sink(1));
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  // Cancel once it is generating (a fixed sleep raced the fake ring, which
+  // can produce all 200 tokens in a few milliseconds).
+  for (int i = 0; i < 10000; ++i) {
+    {
+      std::lock_guard lk(col.mu);
+      if (!col.tokens[1].empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
   engine.cancel(id);
   ASSERT_TRUE(col.wait_all(2));
   EXPECT_EQ(col.finish[1], FinishReason::kAbort);

@@ -1,0 +1,167 @@
+#include "daemon/scheduler.h"
+
+#include <algorithm>
+
+namespace kvasir {
+
+std::optional<Policy> parse_policy(std::string_view name) {
+  if (name == "naive") return Policy::kNaive;
+  if (name == "static") return Policy::kStatic;
+  if (name == "continuous") return Policy::kContinuous;
+  if (name == "continuous+chunked") return Policy::kChunked;
+  return std::nullopt;
+}
+
+const char* policy_name(Policy p) {
+  switch (p) {
+    case Policy::kNaive: return "naive";
+    case Policy::kStatic: return "static";
+    case Policy::kContinuous: return "continuous";
+    case Policy::kChunked: return "continuous+chunked";
+  }
+  return "?";
+}
+
+namespace {
+int64_t remaining(const Sequence& s) { return int64_t(s.tokens.size()) - s.n_scheduled; }
+bool schedulable(const Sequence& s) {
+  return remaining(s) > 0 && !s.awaiting && !s.done && !s.cancelled;
+}
+}  // namespace
+
+// ---- capacity ---------------------------------------------------------------
+
+bool CapacityScheduler::may_admit(const std::deque<Sequence*>& waiting,
+                                  const std::vector<Sequence*>& running,
+                                  int32_t admitted_this_batch) const {
+  if (waiting.empty() || waiting.front()->cancelled || waiting.front()->done) return false;
+  if (int32_t(running.size()) >= lim_.max_num_seqs) return false;
+  switch (lim_.policy) {
+    case Policy::kNaive: return running.empty();
+    case Policy::kStatic:
+      // The batch forms only when the previous one has wholly left, and only
+      // within one decision: later arrivals wait for the next batch.
+      return int32_t(running.size()) == admitted_this_batch && admitted_this_batch < lim_.max_rows;
+    case Policy::kContinuous:
+    case Policy::kChunked: return true;
+  }
+  return false;
+}
+
+void CapacityScheduler::admit(Sequence* s, std::deque<Sequence*>& waiting,
+                              std::vector<Sequence*>& running) {
+  waiting.pop_front();
+  s->running = true;
+  s->admitted = next_admit_++;
+  running.push_back(s);
+}
+
+bool CapacityScheduler::grow(Sequence* s, int64_t tokens, BlockManager& blocks,
+                             std::deque<Sequence*>& waiting, std::vector<Sequence*>& running,
+                             const std::vector<SchedRow>& taken, bool may_preempt) {
+  while (blocks.blocks_for(tokens) - int32_t(s->table.size()) > blocks.free()) {
+    if (!may_preempt) return false;
+    // The newest running sequence with nothing in flight: the one whose loss
+    // costs least and whose eviction cannot touch KV a stage is reading.
+    Sequence* victim = nullptr;
+    for (Sequence* v : running) {
+      if (v->batches_in_flight > 0 || v->awaiting || v->done || v->table.empty()) continue;
+      if (std::any_of(taken.begin(), taken.end(), [&](const SchedRow& r) { return r.seq == v; }))
+        continue;
+      if (!victim || v->admitted > victim->admitted) victim = v;
+    }
+    if (!victim) return false;
+    preempt(victim, blocks, waiting, running);
+    if (victim == s) return false;  // s was the newest: it waits, the older ones go on
+  }
+  return blocks.ensure(s->table, tokens);
+}
+
+void CapacityScheduler::preempt(Sequence* v, BlockManager& blocks, std::deque<Sequence*>& waiting,
+                                std::vector<Sequence*>& running) {
+  blocks.release(v->table);
+  v->n_scheduled = 0;  // recompute prompt + generated tokens; nothing is re-sent
+  v->running = false;
+  v->preempted++;
+  running.erase(std::find(running.begin(), running.end(), v));
+  waiting.push_front(v);
+  preemptions_++;
+}
+
+// ---- micro-batch forming ----------------------------------------------------
+
+void BatchFormer::begin(int64_t active) {
+  budget_ = lim_.max_tokens;
+  row_cap_ = lim_.max_rows;
+  if (lim_.inflight > 1 && active > 0)
+    row_cap_ = int32_t(std::min<int64_t>(lim_.max_rows, (active + lim_.inflight - 1) / lim_.inflight));
+}
+
+int32_t BatchFormer::want(const Sequence& s, bool /*admitting*/) const {
+  if (!schedulable(s) || budget_ <= 0) return 0;
+  const int64_t rem = remaining(s);
+  if (lim_.policy == Policy::kChunked)
+    return int32_t(std::min<int64_t>({rem, budget_, lim_.chunk_size}));
+  // Whole prefills: a prompt that fits a micro-batch waits for one with room
+  // for all of it. One longer than any micro-batch has to be cut: it takes
+  // what is left of the budget (a full batch when it is alone).
+  if (rem <= lim_.max_tokens) return rem <= budget_ ? int32_t(rem) : 0;
+  return budget_;
+}
+
+void BatchFormer::add(std::vector<SchedRow>& rows, Sequence* s, int32_t n) {
+  SchedRow r{s, int32_t(s->n_scheduled), n, n == remaining(*s)};
+  s->n_scheduled += n;
+  s->awaiting = r.sample;
+  budget_ -= n;
+  rows.push_back(r);
+}
+
+// ---- the decision -------------------------------------------------------------
+
+bool Scheduler::take(std::vector<SchedRow>& rows, Sequence* s, bool admitting,
+                     BlockManager& blocks, std::deque<Sequence*>& waiting,
+                     std::vector<Sequence*>& running) {
+  if (form_.full(rows)) return false;
+  const int32_t n = form_.want(*s, admitting);
+  if (n <= 0) return false;
+  if (!cap_.grow(s, s->n_scheduled + n, blocks, waiting, running, rows, !admitting)) return false;
+  form_.add(rows, s, n);
+  return true;
+}
+
+std::vector<SchedRow> Scheduler::next(std::deque<Sequence*>& waiting,
+                                      std::vector<Sequence*>& running, BlockManager& blocks) {
+  std::vector<SchedRow> rows;
+  // Admission first, so the row cap sees everyone who wants the ring. A
+  // waiter is admitted only with blocks for its first piece and one spare
+  // block per running sequence (their next decodes): admitting into a pool
+  // that decodes are about to need would only cause a preemption.
+  int32_t admitted = 0;
+  while (cap_.may_admit(waiting, running, admitted)) {
+    Sequence* s = waiting.front();
+    const int64_t rem = remaining(*s);
+    const int64_t first = lim_.policy == Policy::kChunked
+                              ? std::min<int64_t>(rem, lim_.chunk_size)
+                              : std::min<int64_t>(rem, lim_.max_tokens);
+    const int32_t need = blocks.blocks_for(s->n_scheduled + first) - int32_t(s->table.size());
+    if (need + int32_t(running.size()) > blocks.free() && !running.empty()) break;
+    if (!blocks.ensure(s->table, s->n_scheduled + first)) break;
+    cap_.admit(s, waiting, running);
+    admitted++;
+  }
+
+  form_.begin(int64_t(std::count_if(running.begin(), running.end(),
+                                    [](const Sequence* s) { return !s->done; })));
+  // Decodes first: their latency is what users feel, and chunked prefill
+  // fills the rest of the budget. A copy: preemption edits `running`.
+  const std::vector<Sequence*> order = running;
+  for (Sequence* s : order)
+    if (s->running && remaining(*s) == 1) take(rows, s, false, blocks, waiting, running);
+  // Then prefill (whole or chunks), oldest admission first.
+  for (Sequence* s : order)
+    if (s->running && remaining(*s) > 1) take(rows, s, false, blocks, waiting, running);
+  return rows;
+}
+
+}  // namespace kvasir

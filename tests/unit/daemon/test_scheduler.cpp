@@ -1,0 +1,240 @@
+// The scheduler against a fake model: per-iteration timelines of each policy
+// (which sequences, how many tokens, in each micro-batch), balance over the
+// ring, preemption under a small pool (outputs unchanged, no leak).
+//
+// The fake model keeps each sequence's "KV" (the tokens written at each
+// position) and answers with a hash of it, so a token depends on the whole
+// prefix as a real model's does: a recompute that missed or duplicated a
+// position would change the output.
+#include <deque>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <gtest/gtest.h>
+
+#include "daemon/block_manager.h"
+#include "daemon/scheduler.h"
+
+namespace kvasir {
+namespace {
+
+struct Sim {
+  Sim(SchedLimits lim, int32_t n_blocks, int32_t block_size = 4)
+      : bm(n_blocks, block_size), sch(lim), inflight(lim.inflight) {}
+
+  Sequence* add(RequestId id, int prompt, int max_new) {
+    auto s = std::make_unique<Sequence>();
+    s->id = id;
+    for (int i = 0; i < prompt; ++i) s->tokens.push_back(int32_t(id * 100 + i));
+    s->n_prompt = prompt;
+    s->req.max_tokens = max_new;
+    waiting.push_back(s.get());
+    all.push_back(std::move(s));
+    return all.back().get();
+  }
+
+  // Fills the ring, then completes the oldest batch. Returns the batches
+  // submitted, "id:n" per row, rows by spaces, batches by " | ".
+  std::string step() {
+    std::string out;
+    while (int(ring.size()) < inflight) {
+      auto rows = sch.next(waiting, running, bm);
+      if (rows.empty()) break;
+      check_tables(rows);
+      std::string b;
+      for (auto& r : rows) {
+        r.seq->batches_in_flight++;
+        b += (b.empty() ? "" : " ") + std::to_string(r.seq->id) + ":" + std::to_string(r.n_tokens);
+      }
+      out += (out.empty() ? "" : " | ") + b;
+      ring.push_back(std::move(rows));
+    }
+    if (!ring.empty()) {
+      complete(ring.front());
+      ring.pop_front();
+    }
+    return out;
+  }
+
+  std::vector<std::string> run(int max_steps = 10000) {
+    std::vector<std::string> t;
+    for (int i = 0; i < max_steps && !idle(); ++i) t.push_back(step());
+    return t;
+  }
+  bool idle() const { return waiting.empty() && running.empty() && ring.empty(); }
+
+  // Every row's positions are covered by its table; no block in two tables.
+  void check_tables(const std::vector<SchedRow>& rows) {
+    for (auto& r : rows)
+      ASSERT_GE(int64_t(r.seq->table.size()) * bm.block_size(), r.pos0 + r.n_tokens);
+    std::set<int32_t> ids;
+    size_t n = 0;
+    for (Sequence* s : running) {
+      ids.insert(s->table.begin(), s->table.end());
+      n += s->table.size();
+    }
+    ASSERT_EQ(ids.size(), n) << "a block is in two tables";
+  }
+
+  void complete(const std::vector<SchedRow>& rows) {
+    for (auto& r : rows) {
+      Sequence* s = r.seq;
+      s->batches_in_flight--;
+      auto& kv = kv_[s->id];
+      ASSERT_LE(r.pos0, int32_t(kv.size())) << "a hole in the KV of " << s->id;
+      kv.resize(size_t(r.pos0));  // a recompute rewrites from pos0
+      for (int32_t t = 0; t < r.n_tokens; ++t) kv.push_back(s->tokens[size_t(r.pos0 + t)]);
+      if (!r.sample) continue;
+      s->awaiting = false;
+      uint64_t h = 1469598103934665603ull;
+      for (int32_t x : kv) h = (h ^ uint64_t(x)) * 1099511628211ull;
+      s->tokens.push_back(int32_t(h % 50000));
+      if (++s->n_generated >= s->req.max_tokens) s->done = true;
+    }
+    // The bridge's reap: finished sequences leave and free their blocks.
+    for (auto it = running.begin(); it != running.end();) {
+      if ((*it)->done && (*it)->batches_in_flight == 0) {
+        bm.release((*it)->table);
+        (*it)->running = false;
+        it = running.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  BlockManager bm;
+  Scheduler sch;
+  int inflight;
+  std::deque<Sequence*> waiting;
+  std::vector<Sequence*> running;
+  std::vector<std::unique_ptr<Sequence>> all;
+  std::deque<std::vector<SchedRow>> ring;
+  std::map<RequestId, std::vector<int32_t>> kv_;
+};
+
+SchedLimits lim(Policy p, int32_t inflight = 1) {
+  SchedLimits l{4, 8, 4, 256};
+  l.policy = p;
+  l.inflight = inflight;
+  return l;
+}
+
+using T = std::vector<std::string>;
+
+// Three requests at once: 1 (prompt 6, 2 new), 2 (3, 2), 3 (5, 1); a fourth
+// (2, 1) arrives after the first iteration. Budget 8 tokens, chunks of 4.
+T timeline(Policy p) {
+  Sim sim(lim(p), 1000);
+  sim.add(1, 6, 2);
+  sim.add(2, 3, 2);
+  sim.add(3, 5, 1);
+  T t{sim.step()};
+  sim.add(4, 2, 1);
+  for (auto& s : sim.run()) t.push_back(s);
+  return t;
+}
+
+TEST(Scheduler, NaiveRunsOneRequestAtATime) {
+  EXPECT_EQ(timeline(Policy::kNaive), (T{"1:6", "1:1", "2:3", "2:1", "3:5", "4:2"}));
+}
+
+TEST(Scheduler, StaticWaitsForTheWholeBatch) {
+  // 1, 2, 3 form the batch; 4 waits until all three have finished even
+  // though the budget has room for it earlier.
+  EXPECT_EQ(timeline(Policy::kStatic), (T{"1:6", "1:1 2:3", "2:1 3:5", "4:2"}));
+}
+
+TEST(Scheduler, ContinuousAdmitsEveryIterationWithWholePrefills) {
+  // 4 joins at the second iteration; 3's whole prompt (5) waits for room.
+  EXPECT_EQ(timeline(Policy::kContinuous), (T{"1:6", "1:1 2:3 4:2", "2:1 3:5"}));
+}
+
+TEST(Scheduler, ChunkedPutsDecodesFirstAndFillsTheBudgetWithChunks) {
+  EXPECT_EQ(timeline(Policy::kChunked), (T{"1:4 2:3 3:1", "2:1 1:2 3:4 4:1", "1:1 4:1"}));
+}
+
+TEST(Scheduler, LongPromptChunksFollowEachOtherThroughTheRing) {
+  Sim sim(lim(Policy::kChunked, 3), 1000);
+  sim.add(1, 10, 1);
+  // Three chunks in flight at once, back to back; only the last samples.
+  EXPECT_EQ(sim.step(), "1:4 | 1:4 | 1:2");
+  EXPECT_FALSE(sim.ring[0][0].sample);
+  EXPECT_TRUE(sim.ring[1][0].sample);
+}
+
+TEST(Scheduler, DecodeNeverInTwoBatches) {
+  Sim sim(lim(Policy::kChunked, 2), 1000);
+  sim.add(1, 3, 3);
+  // Its prefill samples: nothing more of it may go until that comes back.
+  EXPECT_EQ(sim.step(), "1:3");
+  EXPECT_EQ(sim.step(), "1:1");
+}
+
+TEST(Scheduler, BurstIsSpreadOverTheRing) {
+  // Four arrivals, two micro-batches in flight: two rows each, not four in
+  // the first and none in the second.
+  Sim sim(lim(Policy::kChunked, 2), 1000);
+  for (int i = 1; i <= 4; ++i) sim.add(RequestId(i), 2, 2);
+  EXPECT_EQ(sim.step(), "1:2 2:2 | 3:2 4:2");
+}
+
+std::map<RequestId, std::vector<int32_t>> outputs(const Sim& sim) {
+  std::map<RequestId, std::vector<int32_t>> m;
+  for (auto& s : sim.all) m[s->id] = std::vector<int32_t>(s->tokens.begin() + s->n_prompt, s->tokens.end());
+  return m;
+}
+
+TEST(Scheduler, PreemptionKeepsOutputsAndFreesEverything) {
+  for (Policy p : {Policy::kStatic, Policy::kContinuous, Policy::kChunked}) {
+    for (int inflight : {1, 2}) {
+      // 3 sequences of up to 4 + 8 = 12 positions (3 blocks of 4) in 6 blocks.
+      Sim small(lim(p, inflight), 6), big(lim(p, inflight), 1000);
+      for (Sim* s : {&small, &big})
+        for (int i = 1; i <= 3; ++i) s->add(RequestId(i), 4, 8);
+      small.run();
+      big.run();
+      ASSERT_TRUE(small.idle()) << policy_name(p);
+      EXPECT_GT(small.sch.preemptions(), 0) << policy_name(p);
+      EXPECT_EQ(big.sch.preemptions(), 0);
+      EXPECT_EQ(outputs(small), outputs(big)) << policy_name(p);
+      EXPECT_EQ(small.bm.free(), small.bm.total());
+    }
+  }
+}
+
+TEST(Scheduler, RandomWorkloadsNeverLeakOrChangeOutputs) {
+  std::mt19937 rng(7);
+  int64_t preempted = 0;
+  for (int round = 0; round < 40; ++round) {
+    const Policy p = Policy(rng() % 4);
+    const int inflight = 1 + int(rng() % 3);
+    const int n_blocks = 8 + int(rng() % 24);
+    Sim small(lim(p, inflight), n_blocks), big(lim(p, inflight), 100000);
+    const int n = 1 + int(rng() % 8);
+    for (int i = 1; i <= n; ++i) {
+      int prompt = 1 + int(rng() % 20), gen = 1 + int(rng() % 12);
+      while (small.bm.blocks_for(prompt + gen) > n_blocks) --gen, prompt = std::max(1, prompt - 1);
+      for (Sim* s : {&small, &big}) s->add(RequestId(i), prompt, std::max(gen, 1));
+    }
+    small.run();
+    big.run();
+    ASSERT_TRUE(small.idle()) << policy_name(p) << " round " << round;
+    EXPECT_EQ(outputs(small), outputs(big)) << policy_name(p) << " round " << round;
+    EXPECT_EQ(small.bm.free(), small.bm.total());
+    preempted += small.sch.preemptions();
+  }
+  EXPECT_GT(preempted, 0);
+}
+
+TEST(Scheduler, PolicyNames) {
+  for (Policy p : {Policy::kNaive, Policy::kStatic, Policy::kContinuous, Policy::kChunked})
+    EXPECT_EQ(parse_policy(policy_name(p)), p);
+  EXPECT_FALSE(parse_policy("lottery"));
+  EXPECT_EQ(std::string(policy_name(Policy::kChunked)), "continuous+chunked");
+}
+
+}  // namespace
+}  // namespace kvasir
