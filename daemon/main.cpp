@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <thread>
 
 #include "base/check.h"
@@ -50,6 +51,14 @@ int main(int argc, char** argv) {
   using namespace kvasir;
   try {
     Config cfg = load_config(config_path);
+    if (!std::filesystem::exists(cfg.model.path)) {
+      std::fprintf(stderr,
+                   "kvasird: no model at %s: get the default model with "
+                   "`sudo /usr/share/kvasir/fetch-model` (Debian package) or `scripts/fetch-model` "
+                   "(source tree), or set model.path in %s\n",
+                   cfg.model.path.c_str(), config_path.c_str());
+      return 1;
+    }
     ModelConfig mc = check_config(cfg);
     if (check) {
       std::printf("%s: valid (%zu stages, %d layers, max_inflight %d)\n", config_path.c_str(),
