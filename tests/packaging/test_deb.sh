@@ -95,6 +95,10 @@ dpkg -i "$DEB" || fail "dpkg -i (missing dependencies? run scripts/setup)"
 getent passwd kvasir >/dev/null || fail "no kvasir user"
 getent group kvasir >/dev/null || fail "no kvasir group"
 [ "$(stat -c '%U:%G' /var/lib/kvasir)" = kvasir:kvasir ] || fail "/var/lib/kvasir not owned by kvasir"
+if command -v systemd-analyze >/dev/null; then  # the unit parses (no systemd needed)
+  bad=$(systemd-analyze verify --man=no /lib/systemd/system/kvasird.service 2>&1 | grep kvasird || true)
+  [ -z "$bad" ] || { echo "$bad"; fail "systemd-analyze verify kvasird.service"; }
+fi
 for b in kvasir kvasird; do
   /usr/bin/$b --help >/dev/null || fail "$b --help"
   ! readelf -S /usr/bin/$b | grep -q '\.symtab' || fail "/usr/bin/$b is not stripped"
