@@ -14,16 +14,22 @@ std::optional<Policy> parse_policy(std::string_view name) {
 
 const char* policy_name(Policy p) {
   switch (p) {
-    case Policy::kNaive: return "naive";
-    case Policy::kStatic: return "static";
-    case Policy::kContinuous: return "continuous";
-    case Policy::kChunked: return "continuous+chunked";
+    case Policy::kNaive:
+      return "naive";
+    case Policy::kStatic:
+      return "static";
+    case Policy::kContinuous:
+      return "continuous";
+    case Policy::kChunked:
+      return "continuous+chunked";
   }
   return "?";
 }
 
 namespace {
-int64_t remaining(const Sequence& s) { return int64_t(s.tokens.size()) - s.n_scheduled; }
+int64_t remaining(const Sequence& s) {
+  return int64_t(s.tokens.size()) - s.n_scheduled;
+}
 bool schedulable(const Sequence& s) {
   return remaining(s) > 0 && !s.awaiting && !s.done && !s.cancelled;
 }
@@ -37,13 +43,15 @@ bool CapacityScheduler::may_admit(const std::deque<Sequence*>& waiting,
   if (waiting.empty() || waiting.front()->cancelled || waiting.front()->done) return false;
   if (int32_t(running.size()) >= lim_.max_num_seqs) return false;
   switch (lim_.policy) {
-    case Policy::kNaive: return running.empty();
+    case Policy::kNaive:
+      return running.empty();
     case Policy::kStatic:
       // The batch forms only when the previous one has wholly left, and only
       // within one decision: later arrivals wait for the next batch.
       return int32_t(running.size()) == admitted_this_batch && admitted_this_batch < lim_.max_rows;
     case Policy::kContinuous:
-    case Policy::kChunked: return true;
+    case Policy::kChunked:
+      return true;
   }
   return false;
 }
@@ -94,10 +102,11 @@ void BatchFormer::begin(int64_t active) {
   budget_ = lim_.max_tokens;
   row_cap_ = lim_.max_rows;
   if (lim_.inflight > 1 && active > 0)
-    row_cap_ = int32_t(std::min<int64_t>(lim_.max_rows, (active + lim_.inflight - 1) / lim_.inflight));
+    row_cap_ =
+        int32_t(std::min<int64_t>(lim_.max_rows, (active + lim_.inflight - 1) / lim_.inflight));
 }
 
-int32_t BatchFormer::want(const Sequence& s, bool /*admitting*/) const {
+int32_t BatchFormer::want(const Sequence& s) const {
   if (!schedulable(s) || budget_ <= 0) return 0;
   const int64_t rem = remaining(s);
   if (lim_.policy == Policy::kChunked)
@@ -119,13 +128,12 @@ void BatchFormer::add(std::vector<SchedRow>& rows, Sequence* s, int32_t n) {
 
 // ---- the decision -------------------------------------------------------------
 
-bool Scheduler::take(std::vector<SchedRow>& rows, Sequence* s, bool admitting,
-                     BlockManager& blocks, std::deque<Sequence*>& waiting,
-                     std::vector<Sequence*>& running) {
+bool Scheduler::take(std::vector<SchedRow>& rows, Sequence* s, BlockManager& blocks,
+                     std::deque<Sequence*>& waiting, std::vector<Sequence*>& running) {
   if (form_.full(rows)) return false;
-  const int32_t n = form_.want(*s, admitting);
+  const int32_t n = form_.want(*s);
   if (n <= 0) return false;
-  if (!cap_.grow(s, s->n_scheduled + n, blocks, waiting, running, rows, !admitting)) return false;
+  if (!cap_.grow(s, s->n_scheduled + n, blocks, waiting, running, rows, true)) return false;
   form_.add(rows, s, n);
   return true;
 }
@@ -141,9 +149,8 @@ std::vector<SchedRow> Scheduler::next(std::deque<Sequence*>& waiting,
   while (cap_.may_admit(waiting, running, admitted)) {
     Sequence* s = waiting.front();
     const int64_t rem = remaining(*s);
-    const int64_t first = lim_.policy == Policy::kChunked
-                              ? std::min<int64_t>(rem, lim_.chunk_size)
-                              : std::min<int64_t>(rem, lim_.max_tokens);
+    const int64_t first = lim_.policy == Policy::kChunked ? std::min<int64_t>(rem, lim_.chunk_size)
+                                                          : std::min<int64_t>(rem, lim_.max_tokens);
     const int32_t need = blocks.blocks_for(s->n_scheduled + first) - int32_t(s->table.size());
     if (need + int32_t(running.size()) > blocks.free() && !running.empty()) break;
     if (!blocks.ensure(s->table, s->n_scheduled + first)) break;
@@ -151,16 +158,16 @@ std::vector<SchedRow> Scheduler::next(std::deque<Sequence*>& waiting,
     admitted++;
   }
 
-  form_.begin(int64_t(std::count_if(running.begin(), running.end(),
-                                    [](const Sequence* s) { return !s->done; })));
+  form_.begin(int64_t(
+      std::count_if(running.begin(), running.end(), [](const Sequence* s) { return !s->done; })));
   // Decodes first: their latency is what users feel, and chunked prefill
   // fills the rest of the budget. A copy: preemption edits `running`.
   const std::vector<Sequence*> order = running;
   for (Sequence* s : order)
-    if (s->running && remaining(*s) == 1) take(rows, s, false, blocks, waiting, running);
+    if (s->running && remaining(*s) == 1) take(rows, s, blocks, waiting, running);
   // Then prefill (whole or chunks), oldest admission first.
   for (Sequence* s : order)
-    if (s->running && remaining(*s) > 1) take(rows, s, false, blocks, waiting, running);
+    if (s->running && remaining(*s) > 1) take(rows, s, blocks, waiting, running);
   return rows;
 }
 

@@ -57,10 +57,10 @@ struct Sequence {
   int32_t batches_in_flight = 0;
   bool awaiting = false;  // its sampling row is in flight
   bool cancelled = false;
-  bool done = false;      // final event sent; free when batches_in_flight == 0
-  bool running = false;   // in the running set (kept by the scheduler)
-  uint64_t admitted = 0;  // admission order: the newest is preempted first
-  int32_t preempted = 0;  // times it lost its blocks
+  bool done = false;           // final event sent; free when batches_in_flight == 0
+  bool running = false;        // in the running set (kept by the scheduler)
+  uint64_t admitted = 0;       // admission order: the newest is preempted first
+  int32_t preempted = 0;       // times it lost its blocks
   std::vector<int32_t> table;  // KV blocks
 };
 
@@ -96,8 +96,7 @@ class CapacityScheduler {
   // (admission) nothing is preempted. Returns false when s cannot grow now;
   // s itself may have been preempted then (check s->running).
   bool grow(Sequence* s, int64_t tokens, BlockManager& blocks, std::deque<Sequence*>& waiting,
-            std::vector<Sequence*>& running, const std::vector<SchedRow>& taken,
-            bool may_preempt);
+            std::vector<Sequence*>& running, const std::vector<SchedRow>& taken, bool may_preempt);
 
   int64_t preemptions() const { return preemptions_; }
 
@@ -120,7 +119,7 @@ class BatchFormer {
   // capped at ceil(active / inflight) so a burst spreads over the ring.
   void begin(int64_t active);
   // Tokens s would put in this batch now (0: not now).
-  int32_t want(const Sequence& s, bool admitting) const;
+  int32_t want(const Sequence& s) const;
   void add(std::vector<SchedRow>& rows, Sequence* s, int32_t n);
   bool full(const std::vector<SchedRow>& rows) const {
     return int32_t(rows.size()) >= row_cap_ || budget_ <= 0;
@@ -146,7 +145,7 @@ class Scheduler {
   const SchedLimits& limits() const { return lim_; }
 
  private:
-  bool take(std::vector<SchedRow>& rows, Sequence* s, bool admitting, BlockManager& blocks,
+  bool take(std::vector<SchedRow>& rows, Sequence* s, BlockManager& blocks,
             std::deque<Sequence*>& waiting, std::vector<Sequence*>& running);
 
   SchedLimits lim_;

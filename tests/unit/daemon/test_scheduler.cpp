@@ -6,13 +6,14 @@
 // position) and answers with a hash of it, so a token depends on the whole
 // prefix as a real model's does: a recompute that missed or duplicated a
 // position would change the output.
+#include <gtest/gtest.h>
+
 #include <deque>
 #include <map>
 #include <memory>
 #include <random>
 #include <set>
 #include <string>
-#include <gtest/gtest.h>
 
 #include "daemon/block_manager.h"
 #include "daemon/scheduler.h"
@@ -183,7 +184,8 @@ TEST(Scheduler, BurstIsSpreadOverTheRing) {
 
 std::map<RequestId, std::vector<int32_t>> outputs(const Sim& sim) {
   std::map<RequestId, std::vector<int32_t>> m;
-  for (auto& s : sim.all) m[s->id] = std::vector<int32_t>(s->tokens.begin() + s->n_prompt, s->tokens.end());
+  for (auto& s : sim.all)
+    m[s->id] = std::vector<int32_t>(s->tokens.begin() + s->n_prompt, s->tokens.end());
   return m;
 }
 
