@@ -81,6 +81,9 @@ int main(int argc, char** argv) {
     BridgeConfig bc;
     bc.limits = SchedLimits{cfg.plan.max_rows, cfg.plan.max_tokens, cfg.scheduler.chunk_size,
                             cfg.scheduler.max_num_seqs};
+    // The config validated the name already (daemon/config.cpp).
+    bc.limits.policy = parse_policy(cfg.scheduler.policy).value_or(Policy::kChunked);
+    std::fprintf(stderr, "kvasird: scheduler policy %s\n", policy_name(bc.limits.policy));
     bc.max_queue = cfg.scheduler.max_queue;
     bc.n_blocks = sup.kv_blocks();
     bc.block_size = cfg.kv.block_size;

@@ -56,14 +56,14 @@ PID=$!
 
 # Load: a few long generations in the background.
 for i in 1 2 3 4; do
-  "$KVASIR" generate --socket "$SOCK" --max-tokens 200 --temperature 0 "Story $i: once upon a time" \
+  "$KVASIR" generate --socket "$SOCK" --max-tokens 400 --temperature 0 "Story $i: once upon a time" \
     > /dev/null 2>&1 &
   LOAD+=($!)
 done
 
 tmux new-session -d -s "$SESSION" -x 120 -y 40 "$KVASIR top --socket $SOCK; echo TOP-EXITED; sleep 30"
 screen=""
-for _ in $(seq 1 20); do  # up to ~10 s for a loaded frame to show
+for _ in $(seq 1 60); do  # up to ~30 s for a loaded frame to show
   sleep 0.5
   screen=$(tmux capture-pane -p -t "$SESSION")
   # A frame under load: a stage line with a non-zero busy share (rates need
