@@ -28,6 +28,7 @@ struct Args {
   std::string model = std::string(KVASIR_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
   int stages = 2, threads = 1, requests = 64, prompt = 32, gen = 32, inflight = 2;
   int max_rows = 32, max_tokens = 512;
+  int head_layers = 0;  // 2 stages: layers of stage 0 (0 = even split)
 };
 
 struct Run {
@@ -48,6 +49,9 @@ Run run(const Args& a, int inflight) {
     int first = 0;
     for (int s = 0; s < a.stages; ++s) {
       int n = L / a.stages + (s < L % a.stages);
+      // --head-layers moves the split: the tail also runs the output head
+      // and the sampler, so an even split leaves it the slowest stage.
+      if (a.head_layers > 0 && a.stages == 2) n = s == 0 ? a.head_layers : L - a.head_layers;
       f << "[[stages]]\nlayers = \"" << first << "-" << first + n - 1 << "\"\nthreads = " << a.threads
         << "\n";
       first += n;
@@ -126,6 +130,7 @@ int main(int argc, char** argv) {
     else if (k == "--gen") a.gen = std::atoi(v);
     else if (k == "--inflight") a.inflight = std::atoi(v);
     else if (k == "--max-rows") a.max_rows = std::atoi(v);
+    else if (k == "--head-layers") a.head_layers = std::atoi(v);
     else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); return 2; }
   }
   try {
