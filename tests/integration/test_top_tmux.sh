@@ -76,7 +76,7 @@ grep -q "0-14" <<<"$screen" && grep -q "15-29" <<<"$screen" && ok "top shows bot
 awk '$2 ~ /^(0-14|15-29)$/ && $4 + 0 > 0 {found=1} END {exit !found}' <<<"$screen" &&
   ok "top shows a busy share above 0 under load" || bad "no stage shows busy time under load"
 grep -qiE "kv|block" <<<"$screen" && ok "top shows the KV cache" || bad "no KV line"
-grep -qE "ring starved|KV-bound|prefill-heavy|unbalanced|idle" <<<"$screen" && ok "top names a bottleneck" ||
+grep -qE "^(ring starved|KV-bound|prefill-heavy|unbalanced|saturated and balanced|idle|loading):" <<<"$screen" && ok "top names a bottleneck" ||
   bad "no diagnosis line"
 
 tmux send-keys -t "$SESSION" q
