@@ -49,6 +49,7 @@ std::string Segment::check_params(const SegmentParams& p) {
   if (d.max_table < 1 || d.max_table > (1 << 20)) return fmt::format("max_table {}", d.max_table);
   if (d.hidden < 1 || d.hidden > (1 << 17)) return fmt::format("hidden {}", d.hidden);
   if (p.block_size < 1 || p.block_size > 4096) return fmt::format("block_size {}", p.block_size);
+  if (!(p.kv_gpu_util > 0 && p.kv_gpu_util <= 1)) return fmt::format("kv_gpu_util {}", p.kv_gpu_util);
   if (std::memchr(p.model_path, 0, sizeof p.model_path) == nullptr) return "model path not terminated";
   for (int i = 0; i < p.n_stages; ++i) {
     const StagePlan& s = p.stages[i];
@@ -70,7 +71,8 @@ Segment::Layout Segment::layout(const SegmentParams& p) {
   l.result_stride = align_to(result_bytes(d), 4096);
   l.bound = align_to(l.result + l.result_stride * uint64_t(d.inflight), 4096);
   l.bound_stride = align_to(4ull * uint64_t(d.max_tokens) * uint64_t(d.hidden), 4096);
-  l.total = l.bound + l.bound_stride * uint64_t(d.inflight) * uint64_t(p.n_stages - 1);
+  l.cuda = l.bound + l.bound_stride * uint64_t(d.inflight) * uint64_t(p.n_stages - 1);
+  l.total = align_to(l.cuda + cuda_table_bytes(p.n_stages - 1, d.inflight), 4096);
   return l;
 }
 
@@ -134,6 +136,8 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, const SegmentP
     auto* r = new (base + lay.rings + i * sizeof(Ring)) Ring();
     r->init(uint32_t(params.dims.inflight));
   }
+  s->cuda_ = CudaBoundaryTable::create(base + lay.cuda, lay.total - lay.cuda, params.n_stages - 1,
+                                       params.dims.inflight);
   s->hdr_->owner_pid.store(getpid());
   std::atomic_thread_fence(std::memory_order_release);
   s->hdr_->magic = kSegMagic;
@@ -168,6 +172,10 @@ std::unique_ptr<Segment> Segment::open(const std::string& name) {
   s->lay_ = layout(s->params_);
   KV_CHECK(s->lay_.total <= s->size_, "segment {}: {} bytes, the plan needs {}", name, s->size_,
            s->lay_.total);
+  auto* base = static_cast<char*>(s->base_);
+  why = CudaBoundaryTable::open(base + s->lay_.cuda, s->lay_.total - s->lay_.cuda,
+                                s->params_.n_stages - 1, s->params_.dims.inflight, s->cuda_);
+  KV_CHECK(why.empty(), "segment {}: CUDA boundary table: {}", name, why);
   return s;
 }
 

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "ipc/batch.h"
+#include "ipc/cuda_boundary.h"
 #include "ipc/futex.h"
 #include "ipc/ring.h"
 
@@ -43,6 +44,7 @@ struct SegmentParams {
   int32_t block_size = 16;
   int32_t kv_f32 = 0;       // 0 = f16, 1 = f32
   uint64_t kv_memory = 0;   // bytes per CPU stage
+  double kv_gpu_util = 0.9;  // GPU stages: share of free device memory for weights' rest + KV
   StagePlan stages[kMaxStages];
   char model_path[4096] = {};
 };
@@ -117,9 +119,12 @@ class Segment {
   DescView desc(uint32_t slot);
   float* boundary(uint32_t slot, int link);  // link s: stage s → s+1
   ResultView result(uint32_t slot);
+  // The CUDA IPC boundary table (ipc/cuda_boundary.h): n_stages-1 links × inflight slots.
+  CudaBoundaryTable& cuda_table() { return cuda_; }
 
   struct Layout {
-    uint64_t stages, rings, desc, desc_stride, bound, bound_stride, result, result_stride, total;
+    uint64_t stages, rings, desc, desc_stride, bound, bound_stride, result, result_stride, cuda,
+        total;
   };
   static Layout layout(const SegmentParams& p);
   // Empty if the plan's widths are sane, else why.
@@ -134,6 +139,7 @@ class Segment {
   SegmentHeader* hdr_ = nullptr;
   SegmentParams params_;
   Layout lay_{};
+  CudaBoundaryTable cuda_;
 };
 
 }  // namespace kvasir::ipc
