@@ -220,13 +220,19 @@ Config parse_config(std::string_view text, const std::string& base_dir,
   }
 
   if (auto* k = sub_table(root, "kv")) {
-    check_keys(*k, "kv", {"block_size", "memory", "dtype"});
+    check_keys(*k, "kv", {"block_size", "memory", "dtype", "gpu_memory_utilization"});
     c.kv.block_size = get_int(*k, "block_size", "kv.block_size", 16, 1, 1024);
     c.kv.memory = get_size(*k, "memory", "kv.memory", c.kv.memory);
     c.kv.dtype = get_str(*k, "dtype", "kv.dtype", "f16");
     KV_CHECK(c.kv.dtype == "f16" || c.kv.dtype == "f32", "kv.dtype: \"{}\" is not f16 or f32",
              c.kv.dtype);
     KV_CHECK(c.kv.memory > 0, "kv.memory: must be > 0");
+    if (auto* g = k->get("gpu_memory_utilization")) {
+      auto v = g->value<double>();
+      KV_CHECK(v && std::isfinite(*v) && *v > 0 && *v <= 1,
+               "kv.gpu_memory_utilization: must be a fraction in (0, 1]");
+      c.kv.gpu_memory_utilization = *v;
+    }
   }
 
   if (auto* s = sub_table(root, "scheduler")) {
@@ -299,8 +305,11 @@ void check_against_model(const Config& cfg, const ModelConfig& m) {
     KV_CHECK(st[i].last < m.n_layers,
              "stages[{}].layers: {}-{} goes past the model's last layer {} ({} layers)", i,
              st[i].first, st[i].last, m.n_layers - 1, m.n_layers);
-    KV_CHECK(!st[i].is_gpu(), "stages[{}].device: {}: this build has no CUDA backend", i,
-             st[i].device);
+    // A GPU stage sizes its KV from kv.gpu_memory_utilization once its weights
+    // are on the device; whether this build has the CUDA plugin and the
+    // machine a driver and that device is checked by the stage itself after
+    // exec (stages/cuda_plugin.h): the daemon never loads CUDA.
+    if (st[i].is_gpu()) continue;
     uint64_t per = kv_bytes_per_block(m, st[i].last - st[i].first + 1, cfg.kv.block_size,
                                       cfg.kv.dtype);
     KV_CHECK(per > 0 && cfg.kv.memory / per >= 1,

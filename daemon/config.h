@@ -50,6 +50,9 @@ struct KvCfg {
   int32_t block_size = 16;                 // tokens per block
   uint64_t memory = 512ull << 20;          // bytes per CPU stage
   std::string dtype = "f16";               // "f16" or "f32"
+  // GPU stages: the share of the device's free memory (after the weights are
+  // up) their KV blocks may take, as vLLM's gpu_memory_utilization; (0, 1].
+  double gpu_memory_utilization = 0.9;
 };
 
 struct SchedulerCfg {

@@ -29,6 +29,7 @@ ipc::SegmentParams Supervisor::params_for(const Config& cfg, const ModelConfig& 
   p.block_size = cfg.kv.block_size;
   p.kv_f32 = cfg.kv.dtype == "f32";
   p.kv_memory = cfg.kv.memory;
+  p.kv_gpu_util = cfg.kv.gpu_memory_utilization;
   for (size_t i = 0; i < st.size(); ++i) {
     p.stages[i].first = st[i].first;
     p.stages[i].last = st[i].last;
