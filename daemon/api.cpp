@@ -129,7 +129,9 @@ json engine_stats_json(const EngineStats& s) {
           {"blocks_free", s.blocks_free},
           {"preemptions", s.preemptions},
           {"tokens_generated", s.tokens_generated},
-          {"tokens_prompt", s.tokens_prompt}};
+          {"tokens_prompt", s.tokens_prompt},
+          {"kv_slots_used", s.kv_slots_used},
+          {"kv_waste", s.kv_waste}};
 }
 
 double num(const json& j, const char* key) {
