@@ -23,6 +23,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/sampling.h"
+#include "kernels/cuda/sampling_rng.h"
 
 namespace kvasir::cuda {
 namespace {
@@ -43,19 +44,6 @@ __device__ __forceinline__ uint32_t key_of(float v) {
 
 __device__ __forceinline__ float value_of(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
-}
-
-// The CPU sampler's RNG (stages/sampler.cpp sampler_random_bits /
-// sampler_uniform): SplitMix64 output `position` of the stream seeded by
-// mix64(seed); 53-bit uniform in [0, 1).
-__device__ __forceinline__ uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-__device__ __forceinline__ double uniform(uint64_t seed, uint64_t position) {
-  const uint64_t bits = mix64(mix64(seed) + (position + 1) * 0x9e3779b97f4a7c15ULL);
-  return double(bits >> 11) * 0x1.0p-53;
 }
 
 struct Cut {
@@ -360,7 +348,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   r.min_p = p.min_p;
   const double total = stage_total(r, kFinal, true, sh);
-  const double target = uniform(p.seed, p.position) * total;
+  const double target = sampler_uniform_hd(p.seed, p.position) * total;
   int32_t tok;
   if (!top_k && !top_p) {
     tok = draw_id_order(r, target, sh);
