@@ -213,7 +213,9 @@ void BridgeEngine::reap() {
 bool BridgeEngine::submit_batch() {
   auto slot_it = std::find_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.busy; });
   if (slot_it == slots_.end()) return false;
-  std::vector<SchedRow> rows = sched_.next(waiting_, running_, blocks_);
+  const auto n_free = int32_t(std::count_if(slots_.begin(), slots_.end(),
+                                             [](const Slot& s) { return !s.busy; }));
+  std::vector<SchedRow> rows = sched_.next(waiting_, running_, blocks_, n_free);
   if (rows.empty()) return false;
   const uint32_t k = uint32_t(slot_it - slots_.begin());
   const ipc::SlotDims& d = seg_.dims();

@@ -98,12 +98,27 @@ void CapacityScheduler::preempt(Sequence* v, BlockManager& blocks, std::deque<Se
 
 // ---- micro-batch forming ----------------------------------------------------
 
-void BatchFormer::begin(int64_t active) {
+void BatchFormer::begin(int64_t active, int64_t work, int32_t slots, int64_t floor) {
   budget_ = lim_.max_tokens;
   row_cap_ = lim_.max_rows;
-  if (lim_.inflight > 1 && active > 0)
-    row_cap_ =
-        int32_t(std::min<int64_t>(lim_.max_rows, (active + lim_.inflight - 1) / lim_.inflight));
+  if (lim_.inflight <= 1) return;
+  if (slots <= 0) {
+    // The ring's free slots unknown: balance rows only, over all the slots.
+    if (active > 0)
+      row_cap_ =
+          int32_t(std::min<int64_t>(lim_.max_rows, (active + lim_.inflight - 1) / lim_.inflight));
+    return;
+  }
+  // Balance by tokens: a row cap alone lets one batch take a 500-token chunk
+  // and the next two decodes; the pipeline then runs at the pace of the big
+  // one, the other batches leaving their stages idle. The work at hand is
+  // split evenly over the free slots (one free slot: it takes everything,
+  // as with a single micro-batch). When there is more work than the slots
+  // can carry the budget stays at max_tokens: nothing is held back.
+  if (work > 0) {
+    const int64_t share = std::max<int64_t>((work + slots - 1) / slots, floor);
+    budget_ = int32_t(std::clamp<int64_t>(share, 1, lim_.max_tokens));
+  }
 }
 
 int32_t BatchFormer::want(const Sequence& s) const {
@@ -139,7 +154,8 @@ bool Scheduler::take(std::vector<SchedRow>& rows, Sequence* s, BlockManager& blo
 }
 
 std::vector<SchedRow> Scheduler::next(std::deque<Sequence*>& waiting,
-                                      std::vector<Sequence*>& running, BlockManager& blocks) {
+                                      std::vector<Sequence*>& running, BlockManager& blocks,
+                                      int32_t free_slots) {
   std::vector<SchedRow> rows;
   // Admission first, so the row cap sees everyone who wants the ring. A
   // waiter is admitted only with blocks for its first piece and one spare
@@ -158,8 +174,20 @@ std::vector<SchedRow> Scheduler::next(std::deque<Sequence*>& waiting,
     admitted++;
   }
 
-  form_.begin(int64_t(
-      std::count_if(running.begin(), running.end(), [](const Sequence* s) { return !s->done; })));
+  // The work at hand: every token the running sequences could send now
+  // (a prefill chunk may follow its predecessor through the ring, so a whole
+  // remaining prompt counts). Whole-prefill policies cannot cut a prompt
+  // that fits a micro-batch: the largest such is the budget's floor.
+  int64_t active = 0, work = 0, floor = 0;
+  for (const Sequence* s : running) {
+    if (s->done) continue;
+    active++;
+    if (!schedulable(*s)) continue;
+    work += remaining(*s);
+    if (lim_.policy != Policy::kChunked && remaining(*s) <= lim_.max_tokens)
+      floor = std::max(floor, remaining(*s));
+  }
+  form_.begin(active, work, free_slots, floor);
   // Decodes first: their latency is what users feel, and chunked prefill
   // fills the rest of the budget. A copy: preemption edits `running`.
   const std::vector<Sequence*> order = running;

@@ -114,10 +114,15 @@ class BatchFormer {
  public:
   explicit BatchFormer(const SchedLimits& lim) : lim_(lim) {}
 
-  // Starts a batch. `active` = sequences that want the ring (running plus
-  // admissible waiting): with more than one micro-batch in flight, rows are
-  // capped at ceil(active / inflight) so a burst spreads over the ring.
-  void begin(int64_t active);
+  // Starts a batch. `slots` = the ring's free slots, counting this batch's
+  // (<= 0: unknown). Known: the token budget becomes ceil(work / slots),
+  // `work` being the tokens the running sequences could send now, so the
+  // batches formed to fill the free slots carry similar token counts;
+  // `floor` = the largest piece that cannot be cut (a whole prefill), below
+  // which the budget never drops, or that piece would never go. Unknown:
+  // rows are capped at ceil(active / inflight), `active` = running
+  // sequences that want the ring.
+  void begin(int64_t active, int64_t work = 0, int32_t slots = 0, int64_t floor = 0);
   // Tokens s would put in this batch now (0: not now).
   int32_t want(const Sequence& s) const;
   void add(std::vector<SchedRow>& rows, Sequence* s, int32_t n);
@@ -137,9 +142,11 @@ class Scheduler {
 
   // Builds the next micro-batch: admits waiting sequences, grows block
   // tables (preempting when needed), marks the chosen positions scheduled.
-  // Empty when there is nothing to run.
+  // Empty when there is nothing to run. `free_slots`: ring slots free now,
+  // counting the one this batch will take (<= 0: unknown, no token
+  // balancing); the work available is spread evenly over them.
   std::vector<SchedRow> next(std::deque<Sequence*>& waiting, std::vector<Sequence*>& running,
-                             BlockManager& blocks);
+                             BlockManager& blocks, int32_t free_slots = 0);
 
   int64_t preemptions() const { return cap_.preemptions(); }
   const SchedLimits& limits() const { return lim_; }

@@ -8,6 +8,7 @@
 // position would change the output.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <memory>
@@ -41,7 +42,7 @@ struct Sim {
   std::string step() {
     std::string out;
     while (int(ring.size()) < inflight) {
-      auto rows = sch.next(waiting, running, bm);
+      auto rows = sch.next(waiting, running, bm, inflight - int(ring.size()));
       if (rows.empty()) break;
       check_tables(rows);
       std::string b;
@@ -160,8 +161,9 @@ TEST(Scheduler, ChunkedPutsDecodesFirstAndFillsTheBudgetWithChunks) {
 TEST(Scheduler, LongPromptChunksFollowEachOtherThroughTheRing) {
   Sim sim(lim(Policy::kChunked, 3), 1000);
   sim.add(1, 10, 1);
-  // Three chunks in flight at once, back to back; only the last samples.
-  EXPECT_EQ(sim.step(), "1:4 | 1:4 | 1:2");
+  // Three chunks in flight at once, back to back (the 10 tokens spread over
+  // the three free slots); only the last samples.
+  EXPECT_EQ(sim.step(), "1:4 | 1:3 | 1:3");
   EXPECT_FALSE(sim.ring[0][0].sample);
   EXPECT_TRUE(sim.ring[1][0].sample);
 }
@@ -169,8 +171,11 @@ TEST(Scheduler, LongPromptChunksFollowEachOtherThroughTheRing) {
 TEST(Scheduler, DecodeNeverInTwoBatches) {
   Sim sim(lim(Policy::kChunked, 2), 1000);
   sim.add(1, 3, 3);
-  // Its prefill samples: nothing more of it may go until that comes back.
-  EXPECT_EQ(sim.step(), "1:3");
+  // Its prefill (split over the two free slots) samples: nothing more of it
+  // may go until that comes back, though a slot is free.
+  EXPECT_EQ(sim.step(), "1:2 | 1:1");  // then the first completes
+  EXPECT_EQ(sim.step(), "");           // the second completes: a token
+  EXPECT_EQ(sim.step(), "1:1");
   EXPECT_EQ(sim.step(), "1:1");
 }
 
@@ -180,6 +185,60 @@ TEST(Scheduler, BurstIsSpreadOverTheRing) {
   Sim sim(lim(Policy::kChunked, 2), 1000);
   for (int i = 1; i <= 4; ++i) sim.add(RequestId(i), 2, 2);
   EXPECT_EQ(sim.step(), "1:2 2:2 | 3:2 4:2");
+}
+
+// Tokens per micro-batch in a step's " | "-separated batches.
+std::vector<int> batch_tokens(const std::string& step) {
+  std::vector<int> v{0};
+  for (size_t i = 0; i < step.size(); ++i) {
+    if (step[i] == '|') v.push_back(0);
+    if (step[i] == ':') v.back() += std::stoi(step.substr(i + 1));
+  }
+  return v;
+}
+
+TEST(Scheduler, BurstIsBalancedByTokensNotOnlyRows) {
+  // One long prompt (12) and three short ones (2) at once, two micro-batches
+  // in flight, budget 16, chunks of 8. A row cap alone gave "1:8 2:2"
+  // (10 tokens) then "1:4 3:2" (6, and 4 left out); split by tokens, the 18
+  // tokens at hand go 9 and 9 (2's last prompt token goes first in the
+  // second batch, with the decodes), and the second batch carries the rest.
+  SchedLimits l{8, 16, 8, 256};
+  l.policy = Policy::kChunked;
+  l.inflight = 2;
+  Sim sim(l, 1000);
+  sim.add(1, 12, 2);
+  for (int i = 2; i <= 4; ++i) sim.add(RequestId(i), 2, 2);
+  const std::string first = sim.step();
+  EXPECT_EQ(first, "1:8 2:1 | 2:1 1:4 3:2 4:2");
+  // The whole timeline: every step whose batches were formed together (more
+  // than one free slot) differs by at most one token between batches.
+  T t{first};
+  for (auto& s : sim.run()) t.push_back(s);
+  for (auto& s : t) {
+    auto v = batch_tokens(s);
+    if (v.size() > 1) {
+      EXPECT_LE(*std::max_element(v.begin(), v.end()) - *std::min_element(v.begin(), v.end()), 1)
+          << s;
+    }
+  }
+  EXPECT_TRUE(sim.idle());
+}
+
+TEST(Scheduler, BalancedBudgetNeverStarvesAWholePrefill) {
+  // Whole prefills cannot be cut: a lone 7-token prompt with three free
+  // slots still goes in one piece (the share, 3, is below it).
+  for (Policy p : {Policy::kStatic, Policy::kContinuous}) {
+    SchedLimits l{8, 16, 8, 256};
+    l.policy = p;
+    l.inflight = 3;
+    Sim sim(l, 1000);
+    sim.add(1, 7, 2);
+    sim.add(2, 2, 1);
+    EXPECT_EQ(sim.step(), "1:7 | 2:2") << policy_name(p);
+    sim.run();
+    EXPECT_TRUE(sim.idle());
+  }
 }
 
 std::map<RequestId, std::vector<int32_t>> outputs(const Sim& sim) {
