@@ -7,6 +7,7 @@
 //   Q4_0: { f16 d; uint8 qs[16]; }          w = d * (q - 8)
 //   Q4_1: { f16 d; f16 m; uint8 qs[16]; }   w = d * q + m
 //   4-bit: byte j holds weight j (low nibble) and weight j + 16 (high nibble).
+//   Q4_K, Q5_K, Q6_K: super-blocks of 256, see kernels/cpu/kquant.h.
 #pragma once
 
 #include <cstddef>

@@ -165,6 +165,9 @@ void ApiService::Impl::handle(HttpRequest& req, const std::shared_ptr<Responder>
     }
     if (p == "/health") {
       want("GET");
+      // Load balancers and `kvasir status` move away from a stopping daemon.
+      if (draining)
+        return send_json(res, route, 503, {{"status", "stopping"}, {"in_flight", gens_size()}});
       if (engine.ready()) return send_json(res, route, 200, {{"status", "ok"}});
       json body = {{"status", "loading"}};
       if (ctx.loading) body["loading"] = ctx.loading();
@@ -342,6 +345,9 @@ int run_api(const Config& cfg, Engine& engine, const ApiContext& ctx) {
   boost::asio::io_context io(1);
   HttpServerOptions hopts;
   hopts.max_body = cfg.server.max_body;
+  hopts.read_timeout =
+      std::chrono::milliseconds(int64_t(std::max(0.1, cfg.server.read_timeout) * 1000));
+  hopts.max_connections = cfg.server.max_connections;
   ApiOptions aopts;
   aopts.api_key = cfg.server.api_key;
   // The model file's name is accepted as "model" too (clients often send it).
@@ -366,30 +372,55 @@ int run_api(const Config& cfg, Engine& engine, const ApiContext& ctx) {
     fmt::print(stderr, "kvasird: API on http://{}:{}{}\n", parse_host_port(cfg.server.http).first,
                port, cfg.server.api_key.empty() ? "" : " (API key required)");
   }
-  // Poll the stop flag; on stop, stop accepting, drain, then close.
+  if (ctx.on_listening) ctx.on_listening();
+
+  // Poll the stop flags (set from signal handlers). The stop runs in phases:
+  // serving → draining (new generations 503, running ones finish) →
+  // closing (last bytes flush) → done.
+  using Clock = std::chrono::steady_clock;
+  enum class Phase { kServing, kDraining, kClosing } phase = Phase::kServing;
   boost::asio::steady_timer timer(io);
-  bool draining = false;
-  auto deadline = std::chrono::steady_clock::now();
+  Clock::time_point drain_until, close_until;
+  size_t drained_from = 0, aborted = 0;
+  std::string abort_why;
+  auto millis = [](double s) { return std::chrono::milliseconds(int64_t(std::max(0.0, s) * 1e3)); };
   std::function<void()> poll = [&] {
-    if (ctx.stop && ctx.stop->load()) {
-      if (!draining) {
-        draining = true;
-        server.stop_accepting();
-        api->begin_drain();
-        deadline =
-            std::chrono::steady_clock::now() +
-            std::chrono::milliseconds(int64_t(std::max(0.0, cfg.server.drain_timeout) * 1000));
-        if (api->in_flight() > 0)
-          fmt::print(stderr, "kvasird: draining {} request(s) for up to {} s\n", api->in_flight(),
-                     cfg.server.drain_timeout);
+    auto now = Clock::now();
+    if (phase == Phase::kServing && ctx.stop && ctx.stop->load()) {
+      phase = Phase::kDraining;
+      api->begin_drain();
+      drain_until = now + millis(cfg.server.drain_timeout);
+      drained_from = api->in_flight();
+      fmt::print(stderr, "kvasird: stopping: draining {} request(s) for up to {} s\n",
+                 drained_from, cfg.server.drain_timeout);
+    }
+    if (phase == Phase::kDraining) {
+      bool abort_now = ctx.abort && ctx.abort->load();
+      if (api->in_flight() > 0 && (abort_now || now >= drain_until)) {
+        abort_why = abort_now ? "a second stop signal"
+                              : fmt::format("server.drain_timeout passed, {} s",
+                                            cfg.server.drain_timeout);
+        aborted = api->abort_all(
+            fmt::format("the daemon is stopping; this request was aborted ({})", abort_why));
       }
-      if (api->in_flight() == 0 || std::chrono::steady_clock::now() >= deadline) {
-        api->shutdown();
-        server.stop();
-        return;
+      if (api->in_flight() == 0) {
+        phase = Phase::kClosing;
+        close_until = now + std::min(hopts.write_timeout, std::chrono::milliseconds(5000));
       }
     }
-    timer.expires_after(std::chrono::milliseconds(100));
+    if (phase == Phase::kClosing &&
+        (server.busy_connections() == 0 || now >= close_until)) {
+      std::string line =
+          aborted ? fmt::format("kvasird: drain ended ({}): {} request(s) finished, {} aborted",
+                                abort_why, drained_from - std::min(drained_from, aborted), aborted)
+                  : fmt::format("kvasird: drained: {} request(s) finished", drained_from);
+      fmt::print(stderr, "{}\n", line);
+      if (ctx.on_drained) ctx.on_drained(line);
+      api->shutdown();
+      server.stop();
+      return;
+    }
+    timer.expires_after(std::chrono::milliseconds(phase == Phase::kServing ? 100 : 20));
     timer.async_wait([&](boost::system::error_code ec) {
       if (!ec) poll();
     });
@@ -397,7 +428,7 @@ int run_api(const Config& cfg, Engine& engine, const ApiContext& ctx) {
   poll();
   io.run();
   api->shutdown();
-  return 0;
+  return aborted ? 1 : 0;
 }
 
 }  // namespace kvasir

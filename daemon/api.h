@@ -66,10 +66,19 @@ struct ApiContext {
   //                "batches","tokens"}, ...]}
   // Any extra keys are passed through to /kvasir/v1/stats. May be empty.
   std::function<nlohmann::json()> stage_stats;
-  // run_api returns (after closing listeners) once this turns true. May be null.
+  // Turning true starts the graceful stop (see run_api). May be null.
   const std::atomic<bool>* stop = nullptr;
+  // Turning true during the drain aborts the requests still running (the
+  // daemon's second SIGTERM). May be null.
+  const std::atomic<bool>* abort = nullptr;
   // Startup progress for /health and `kvasir status` while not ready (may be empty).
   std::function<nlohmann::json()> loading;
+  // Called once on run_api's thread when every listener is up (the daemon
+  // starts the stages only then, so a second daemon fails before touching them).
+  std::function<void()> on_listening;
+  // Called on run_api's thread with a line for the daemon's log when the
+  // drain ends: how many requests finished and how many were aborted.
+  std::function<void(const std::string&)> on_drained;
 };
 
 struct ApiOptions {
@@ -88,10 +97,16 @@ class ApiService : public std::enable_shared_from_this<ApiService> {
   // Detaches from the engine: later engine events are dropped, in-flight
   // requests are cancelled.
   void shutdown();
-  // New generation requests get 503 from now on (the daemon is stopping).
+  // New generation requests get 503 from now on (the daemon is stopping);
+  // /health says "stopping".
   void begin_drain();
   // Generation requests not yet answered.
   size_t in_flight() const;
+  // Ends every generation request still running with `message` (503): an
+  // error body if nothing was sent yet, else an SSE error event and [DONE],
+  // so a stream never ends silently. Cancels them in the engine. Io thread.
+  // Returns how many were aborted.
+  size_t abort_all(const std::string& message);
 
   struct Impl;
 
@@ -116,10 +131,14 @@ class DeferredEngine : public Engine {
 };
 
 // Serves the API on cfg.server.socket and (if set) cfg.server.http until
-// *ctx.stop turns true; then stops accepting, lets running requests finish
-// for up to cfg.server.drain_timeout seconds, cancels the rest and returns.
-// One io thread (the caller's). Returns 0, or throws kvasir::Error if a
-// listener cannot be set up.
+// *ctx.stop turns true. Then the graceful stop: new generation requests get
+// 503 ("stopping") while running ones finish, for up to
+// cfg.server.drain_timeout seconds; at the timeout, or when *ctx.abort turns
+// true, the rest are ended with an error (abort_all). Once the last bytes are
+// written (at most write_timeout more) every connection closes, the socket
+// file is removed and run_api returns. One io thread (the caller's). Returns
+// 0 if every request finished, 1 if some were aborted; throws kvasir::Error
+// if a listener cannot be set up.
 int run_api(const Config& cfg, Engine& engine, const ApiContext& ctx);
 
 // Constant-time comparison (API keys).

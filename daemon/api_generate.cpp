@@ -84,6 +84,13 @@ class Generation : public std::enable_shared_from_this<Generation> {
     cancel();
   }
 
+  // The daemon is stopping and the drain is over (io thread).
+  void abort(const ApiError& e) {
+    if (done_) return;
+    fail(e);
+    cancel();
+  }
+
   void cancel() {
     if (RequestId id = id_.load(); id != 0)
       api_->engine.cancel(id);
@@ -328,6 +335,18 @@ void ApiService::Impl::generate(const HttpRequest& http, const std::shared_ptr<R
   }
   auto gen = std::make_shared<Generation>(shared_from_this(), res, std::move(req), route);
   gen->start(std::move(prompt), std::move(echo_text));
+}
+
+size_t ApiService::abort_all(const std::string& message) {
+  std::vector<std::shared_ptr<Generation>> live;
+  {
+    std::lock_guard lk(impl_->gens_mu);
+    for (auto& [k, w] : impl_->gens)
+      if (auto g = w.lock()) live.push_back(g);
+  }
+  ApiError e(503, message, "", "server_error", "aborted");
+  for (auto& g : live) g->abort(e);
+  return live.size();
 }
 
 void ApiService::shutdown() {

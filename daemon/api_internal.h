@@ -80,6 +80,10 @@ struct ApiService::Impl : std::enable_shared_from_this<ApiService::Impl> {
   std::atomic<bool> draining{false};
   std::mutex gens_mu;
   std::map<uint64_t, std::weak_ptr<Generation>> gens;  // in flight, for shutdown
+  size_t gens_size() {
+    std::lock_guard lk(gens_mu);
+    return gens.size();
+  }
 };
 
 // An ApiError's HTTP status for an engine refusal message (queue full → 429,

@@ -1,11 +1,15 @@
 #include "daemon/config.h"
 
+#include <sys/stat.h>
 #include <toml++/toml.h>
 
 #include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 
@@ -98,6 +102,30 @@ void parse_layers(std::string_view s, const std::string& field, StageCfg& st) {
     st.last = num(s.substr(dash + 1));
   }
   KV_CHECK(st.first <= st.last, "{}: \"{}\" ends before it starts", field, s);
+}
+
+// The key file: one line, read once at start. Refused if others may read it
+// (the key would leak to every local user) or if it is not a small text file.
+std::string read_api_key_file(const std::string& path) {
+  const char* f = "server.api_key_file";
+  struct stat st {};
+  KV_CHECK(::stat(path.c_str(), &st) == 0, "{}: {}: {}", f, path, std::strerror(errno));
+  KV_CHECK(S_ISREG(st.st_mode), "{}: {} is not a regular file", f, path);
+  KV_CHECK((st.st_mode & 0007) == 0,
+           "{}: {} is accessible by other users (mode {:04o}); chmod 600 (or 640 for a group)",
+           f, path, st.st_mode & 07777);
+  KV_CHECK(st.st_size <= 4096, "{}: {} is {} bytes; a key file holds one short line", f, path,
+           int64_t(st.st_size));
+  std::ifstream in(path, std::ios::binary);
+  KV_CHECK(in.good(), "{}: cannot read {}: {}", f, path, std::strerror(errno));
+  std::string key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  KV_CHECK(!in.bad(), "{}: cannot read {}", f, path);
+  while (!key.empty() && (key.back() == '\n' || key.back() == '\r')) key.pop_back();
+  KV_CHECK(!key.empty(), "{}: {} is empty", f, path);
+  for (unsigned char c : key)
+    KV_CHECK(c >= 0x21 && c < 0x7f,
+             "{}: {}: the key must be one line of printable characters without spaces", f, path);
+  return key;
 }
 
 }  // namespace
@@ -252,16 +280,29 @@ Config parse_config(std::string_view text, const std::string& base_dir,
   }
 
   if (auto* s = sub_table(root, "server")) {
-    check_keys(*s, "server", {"socket", "http", "api_key", "max_body", "drain_timeout"});
+    check_keys(*s, "server",
+               {"socket", "http", "api_key", "api_key_file", "max_body", "drain_timeout",
+                "read_timeout", "max_connections"});
     c.server.socket = get_str(*s, "socket", "server.socket", c.server.socket);
     c.server.http = get_str(*s, "http", "server.http", "");
     c.server.api_key = get_str(*s, "api_key", "server.api_key", "");
     c.server.max_body = get_size(*s, "max_body", "server.max_body", c.server.max_body);
+    c.server.api_key_file = get_str(*s, "api_key_file", "server.api_key_file", "");
     if (auto* d = s->get("drain_timeout")) {
       auto v = d->value<double>();
-      KV_CHECK(v && std::isfinite(*v) && *v >= 0, "server.drain_timeout: must be seconds >= 0");
+      KV_CHECK(v && std::isfinite(*v) && *v >= 0 && *v <= 86400,
+               "server.drain_timeout: must be seconds in [0, 86400]");
       c.server.drain_timeout = *v;
     }
+    if (auto* d = s->get("read_timeout")) {
+      auto v = d->value<double>();
+      // Below 0.1 s a slow but honest client could not send a request at all.
+      KV_CHECK(v && std::isfinite(*v) && *v >= 0.1 && *v <= 3600,
+               "server.read_timeout: must be seconds in [0.1, 3600]");
+      c.server.read_timeout = *v;
+    }
+    c.server.max_connections =
+        get_int(*s, "max_connections", "server.max_connections", 256, 1, 65536);
     KV_CHECK(c.server.max_body > 0, "server.max_body: must be > 0");
     if (!c.server.http.empty()) {
       auto colon = c.server.http.rfind(':');
@@ -277,6 +318,12 @@ Config parse_config(std::string_view text, const std::string& base_dir,
   }
   KV_CHECK(!c.server.socket.empty(), "server.socket: required");
   c.server.socket = resolve(base_dir, c.server.socket);
+  if (!c.server.api_key_file.empty()) {
+    KV_CHECK(c.server.api_key.empty(),
+             "server.api_key_file: set together with server.api_key; keep one of them");
+    c.server.api_key_file = resolve(base_dir, c.server.api_key_file);
+    c.server.api_key = read_api_key_file(c.server.api_key_file);
+  }
 
   validate_plan(c.plan);
   return c;

@@ -66,8 +66,13 @@ struct ServerCfg {
   std::string socket = "run/kvasir.sock";  // absolute after loading
   std::string http;                        // "" = no TCP listener; else "host:port"
   std::string api_key;                     // "" = no authentication on TCP
+  std::string api_key_file;  // absolute after loading; its contents land in api_key
   uint64_t max_body = 8ull << 20;          // bytes of one HTTP request body
   double drain_timeout = 30;               // seconds to finish requests at shutdown
+  double read_timeout = 30;  // seconds to receive one whole request (slowloris)
+  // Open connections at once; beyond, new ones get 503. Bounds request
+  // memory: max_connections × (max_body + 64 KiB of header).
+  int32_t max_connections = 256;
 };
 
 struct Config {

@@ -37,7 +37,16 @@ namespace {
 struct Conn {
   virtual ~Conn() = default;
   virtual void close() = 0;
+  // A response is pending or bytes are still queued for the client.
+  virtual bool busy() const = 0;
 };
+
+// The error body of a transport-level refusal. error_handler_t::replace: the
+// message may carry client bytes that are not UTF-8 (dump would throw).
+std::string error_json(int status, const std::string& message) {
+  return error_body(ApiError(status, message))
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 }  // namespace
 
@@ -56,6 +65,33 @@ struct HttpServer::Impl {
 
   template <class Acceptor, class Socket>
   void accept(Acceptor& acc, bool tcp, std::shared_ptr<Impl> self);
+
+  // Over max_connections: a short 503 and close, so the client gets an answer
+  // (not a reset) and the server holds no buffers for it. The write is one
+  // small segment into an empty socket buffer; a peer that never reads
+  // cannot hold it past write_timeout.
+  template <class Socket>
+  void refuse(Socket sock) {
+    refused++;
+    std::string body = error_json(503, "the server has too many open connections (" +
+                                           std::to_string(opts.max_connections) +
+                                           ", server.max_connections); retry shortly");
+    auto msg = std::make_shared<std::string>(
+        "HTTP/1.1 503 Service Unavailable\r\nServer: kvasir\r\nContent-Type: application/json"
+        "\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body);
+    auto s = std::make_shared<Socket>(std::move(sock));
+    auto t = std::make_shared<asio::steady_timer>(io, opts.write_timeout);
+    t->async_wait([s](error_code ec) {
+      if (!ec) s->close(ec);
+    });
+    asio::async_write(*s, asio::buffer(*msg), [s, t, msg](error_code ec, size_t) {
+      t->cancel();
+      s->shutdown(asio::socket_base::shutdown_both, ec);
+      s->close(ec);
+    });
+  }
+  uint64_t refused = 0;
 };
 
 namespace {
@@ -112,6 +148,8 @@ class Session : public Conn, public std::enable_shared_from_this<Session<Socket>
         srv_(std::move(srv)) {}
 
   void start() { read_request(); }
+
+  bool busy() const override { return !closed_ && (current_ || writing_ || !ops_.empty()); }
 
   void close() override {
     if (closed_) return;
@@ -303,7 +341,7 @@ class Session : public Conn, public std::enable_shared_from_this<Session<Socket>
   // An error answer that closes the connection (the stream may be mid-request).
   void fail(int status, const std::string& message) {
     keep_alive_ = false;
-    do_respond(status, "application/json", error_body(ApiError(status, message)).dump());
+    do_respond(status, "application/json", error_json(status, message));
   }
 
   // Half-close, then read and discard what the client still sends (an
@@ -407,8 +445,7 @@ void HttpServer::Impl::accept(Acceptor& acc, bool tcp, std::shared_ptr<Impl> sel
     if (stopped || ec == asio::error::operation_aborted) return;
     if (!ec) {
       if (int(conns.size()) >= opts.max_connections) {
-        error_code e2;
-        sock.close(e2);
+        refuse(std::move(sock));
       } else {
         auto s = std::make_shared<Session<Socket>>(std::move(sock), tcp, self);
         conns[s.get()] = s;
@@ -438,7 +475,7 @@ void HttpServer::listen_unix(const std::string& path) {
     local::socket probe(impl_->io);
     error_code ec;
     probe.connect(local::endpoint(path), ec);
-    KV_CHECK(ec, "server.socket: {} is in use: another kvasird is running there", path);
+    KV_CHECK(ec, "server.socket: {} is in use: kvasird is already running there", path);
     ::unlink(path.c_str());  // stale: left by a killed daemon
   }
   auto acc = std::make_unique<local::acceptor>(impl_->io);
@@ -493,6 +530,17 @@ uint16_t HttpServer::listen_tcp(const std::string& address) {
 void HttpServer::post(std::function<void()> fn) {
   asio::post(impl_->io, std::move(fn));
 }
+
+size_t HttpServer::busy_connections() const {
+  size_t n = 0;
+  for (auto& [p, w] : impl_->conns)
+    if (auto c = w.lock(); c && c->busy()) ++n;
+  return n;
+}
+
+size_t HttpServer::connections() const { return impl_->conns.size(); }
+
+uint64_t HttpServer::refused_connections() const { return impl_->refused; }
 
 void HttpServer::stop_accepting() {
   asio::post(impl_->io, [impl = impl_] {

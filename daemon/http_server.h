@@ -60,7 +60,10 @@ struct HttpServerOptions {
   uint32_t max_header = 64 * 1024;                 // bytes of the request head
   std::chrono::milliseconds read_timeout{30000};   // one whole request, head and body
   std::chrono::milliseconds write_timeout{60000};  // one write that makes no progress
-  int max_connections = 1024;
+  // Connections open at once; beyond, a new one gets 503 and is closed. With
+  // max_body and max_header this bounds request memory:
+  // max_connections × (max_body + max_header).
+  int max_connections = 256;
 };
 
 class HttpServer {
@@ -81,6 +84,12 @@ class HttpServer {
   void stop_accepting();
   // Runs fn on the io thread.
   void post(std::function<void()> fn);
+  // Io thread only. Connections with a response pending or bytes still
+  // queued (a drain waits for 0 before closing, so last events arrive);
+  // all open connections; connections refused over max_connections.
+  size_t busy_connections() const;
+  size_t connections() const;
+  uint64_t refused_connections() const;
 
   struct Impl;
 

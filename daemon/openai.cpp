@@ -203,23 +203,27 @@ void parse_prompt(const json& j, CompletionRequest& r, const ParseLimits& lim) {
   }
 }
 
-void parse_stop(const json& j, CompletionRequest& r, const ParseLimits& lim) {
-  auto it = j.find("stop");
-  if (it == j.end() || it->is_null()) return;
-  auto add = [&](const json& s) {
-    if (!s.is_string()) bad_param("stop", "stop must be a string or an array of strings");
-    std::string v = s.get<std::string>();
-    if (v.empty()) bad_param("stop", "stop strings must not be empty");
-    if (v.size() > lim.max_stop_bytes)
-      bad_param("stop", fmt::format("a stop string is longer than {} bytes", lim.max_stop_bytes));
-    r.stop.push_back(std::move(v));
-  };
-  if (it->is_array()) {
-    if (it->size() > lim.max_stop)
+// The stop conditions: "stop" (a string or up to max_stop strings, each
+// non-empty and at most max_stop_bytes) and "stop_token_ids" (up to 64 ids;
+// the vocabulary bound is checked where the vocabulary is known).
+void parse_stops(const json& j, CompletionRequest& r, const ParseLimits& lim) {
+  if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
+    const bool many = it->is_array();
+    if (many && it->size() > lim.max_stop)
       bad_param("stop", fmt::format("at most {} stop strings (got {})", lim.max_stop, it->size()));
-    for (const auto& s : *it) add(s);
-  } else {
-    add(*it);
+    for (const json& s : many ? *it : json::array({*it})) {
+      if (!s.is_string()) bad_param("stop", "stop must be a string or an array of strings");
+      std::string v = s.get<std::string>();
+      if (v.empty()) bad_param("stop", "stop strings must not be empty");
+      if (v.size() > lim.max_stop_bytes)
+        bad_param("stop",
+                  fmt::format("a stop string is longer than {} bytes", lim.max_stop_bytes));
+      r.stop.push_back(std::move(v));
+    }
+  }
+  if (auto it = j.find("stop_token_ids"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) bad_param("stop_token_ids", "stop_token_ids must be an array of ids");
+    r.stop_token_ids = int_array(*it, "stop_token_ids", 64);
   }
 }
 
@@ -276,11 +280,7 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat,
   }
   if (r.logprobs >= 0) s.logprobs = uint8_t(r.logprobs);
 
-  parse_stop(j, r, lim);
-  if (auto it = j.find("stop_token_ids"); it != j.end() && !it->is_null()) {
-    if (!it->is_array()) bad_param("stop_token_ids", "stop_token_ids must be an array of ids");
-    r.stop_token_ids = int_array(*it, "stop_token_ids", 64);
-  }
+  parse_stops(j, r, lim);
   r.ignore_eos = get_bool(j, "ignore_eos").value_or(false);
   r.skip_special_tokens = get_bool(j, "skip_special_tokens").value_or(true);
   r.stream = get_bool(j, "stream").value_or(false);

@@ -19,6 +19,7 @@
 
 #include "base/half.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/paged_kv.h"
 #include "kernels/cpu/simd.h"
 
@@ -40,10 +41,12 @@ Weight make_weight(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
   for (auto& b : w.bytes) b = uint8_t(byte(rng));
   // Keep the scales sane: small positive halves at each block start.
   const int64_t bb = dtype_info(t).bytes, blk = dtype_info(t).block;
-  if (blk == 32)
+  if (blk == 32 || blk == 256)
     for (size_t o = 0; o < w.bytes.size(); o += size_t(bb)) {
-      const uint16_t h = f32_to_fp16(0.01f);
-      std::memcpy(&w.bytes[o], &h, 2);
+      // Q8_0/Q4_x: d at 0; Q4_K/Q5_K: d, dmin at 0, 2; Q6_K: d at 208.
+      const uint16_t h = f32_to_fp16(blk == 256 ? 0.001f : 0.01f);
+      std::memcpy(&w.bytes[o + (t == DType::Q6_K ? 208 : 0)], &h, 2);
+      if (t == DType::Q4_K || t == DType::Q5_K) std::memcpy(&w.bytes[o + 2], &h, 2);
     }
   else if (t == DType::F32)
     for (size_t o = 0; o < w.bytes.size(); o += 4) {
@@ -103,21 +106,43 @@ int main(int argc, char** argv) {
   struct Shape {
     int64_t rows, cols;
   };
-  const Shape shapes[] = {{576, 1536}, {1536, 576}, {576, 576}, {192, 576}, {49152, 576}};
-  for (DType t : {DType::Q4_1, DType::Q8_0, DType::Q4_0, DType::F16, DType::BF16, DType::F32}) {
+  // Optional 4th argument: "tiles" times only the quantised types with the
+  // 1×4 and the 2×4 register tile (weight rows × activation rows) side by
+  // side, the ratio in the last column.
+  const bool tiles = argc > 4 && std::string(argv[4]) == "tiles";
+  const Shape shapes[] = {{576, 1536}, {1536, 576},  {576, 576},
+                          {192, 576},  {49152, 576}, {1536, 768}};
+  const DType types[] = {DType::Q4_1, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K,
+                         DType::Q6_K, DType::F16,  DType::BF16, DType::F32};
+  for (DType t : types) {
+    const bool kquant = dtype_info(t).block == 256;
+    if (tiles && dtype_info(t).block == 1) continue;
     for (const Shape& s : shapes) {
       if (s.rows == 49152 && t != DType::Q8_0) continue;  // the output head is Q8_0
+      if (s.cols % dtype_info(t).block != 0) continue;    // K-quants: cols % 256
+      if (s.cols == 768 && !kquant) continue;             // a K-quant-only shape
       const Weight w = make_weight(t, s.rows, s.cols, rng);
-      for (int64_t n : {1, 16}) {
+      for (int64_t n : tiles ? std::vector<int64_t>{4, 16, 64} : std::vector<int64_t>{1, 16}) {
         std::vector<float> x(size_t(n * s.cols), 0.5f), y(size_t(n * s.rows));
-        const double sec =
-            seconds_per_call([&] { matmul(w.view, x.data(), n, y.data(), &pool); }, budget);
+        auto run = [&] { matmul(w.view, x.data(), n, y.data(), &pool); };
+        if (tiles) {
+          detail::set_max_tile_rows_for_bench(1);
+          const double s1 = seconds_per_call(run, budget);
+          detail::set_max_tile_rows_for_bench(2);
+          const double s2 = seconds_per_call(run, budget);
+          std::printf("%-6s %5lld x %-6lld %3lld 1x4 %8.1f us  2x4 %8.1f us  1x4/2x4 %.2f\n",
+                      dtype_name(t), (long long)s.rows, (long long)s.cols, (long long)n, s1 * 1e6,
+                      s2 * 1e6, s1 / s2);
+          continue;
+        }
+        const double sec = seconds_per_call(run, budget);
         std::printf("%-6s %5lld x %-6lld %3lld %10.1f %9.2f %9.2f\n", dtype_name(t),
                     (long long)s.rows, (long long)s.cols, (long long)n, sec * 1e6,
                     double(w.bytes.size()) / sec * 1e-9, 2.0 * n * s.rows * s.cols / sec * 1e-9);
       }
     }
   }
+  if (tiles) return 0;
 
   // Decode attention: 16 rows, each at context 512, 9 heads over 3 kv heads, hd 64, F16.
   {

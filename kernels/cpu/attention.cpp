@@ -302,7 +302,7 @@ void paged_attention(const KvLayerView& kv, const AttnRow* rows, int n_rows, con
   const Job job{&kv, rows, tok_off.data(), q, out, n_heads, n_heads / kv.n_kv_heads, scale};
   auto fn = run_item_scalar;
 #ifdef KV_HAVE_X86
-  if (simd_level() == SimdLevel::kAvx2) fn = run_item_avx2;
+  if (simd_level() >= SimdLevel::kAvx2) fn = run_item_avx2;
 #endif
   const int64_t n_items = int64_t(items.size());
   const Item* item_data = items.data();

@@ -4,10 +4,12 @@
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "base/check.h"
 #include "base/half.h"
+#include "kernels/cpu/kquant.h"
 #include "kernels/cpu/matmul_internal.h"
 
 namespace kvasir::cpu {
@@ -17,8 +19,11 @@ using detail::BlockQ8x;
 using detail::kQK;
 using detail::load_u16;
 
+bool is_kquant(DType t) {
+  return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+}
 bool is_quant(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1;
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || is_kquant(t);
 }
 bool is_float(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16;
@@ -49,7 +54,13 @@ int64_t act_tile(int64_t x_row_bytes) {
 
 constexpr int64_t kRowTile = 16;  // weight rows per tile (a few KiB, stays in L1)
 
+std::atomic<int> g_max_nw{detail::kMaxNW};
+
 }  // namespace
+
+void detail::set_max_tile_rows_for_bench(int nw) {
+  g_max_nw.store(std::clamp(nw, 1, detail::kMaxNW), std::memory_order_relaxed);
+}
 
 void matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
   const uint64_t row_bytes = checked_row_bytes(w);
@@ -60,8 +71,9 @@ void matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool
 
   const SimdLevel level = simd_level();
   const bool quant = is_quant(w.type);
-  const detail::DotFn dot =
-      quant ? detail::quant_dot_kernel(w.type, level) : detail::float_dot_kernel(w.type, level);
+  const detail::DotFn dot = is_kquant(w.type) ? detail::kquant_dot_kernel(w.type, level)
+                            : quant           ? detail::quant_dot_kernel(w.type, level)
+                                              : detail::float_dot_kernel(w.type, level);
   KV_CHECK(dot != nullptr, "matmul: no kernel for {}", dtype_name(w.type));
 
   // Activations in the kernel's input form: [n, nb] Q8 blocks or x itself.
@@ -88,18 +100,20 @@ void matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool
   const int64_t tile = act_tile(x_row_bytes);
   const auto* wdata = static_cast<const uint8_t*>(w.data);
   const size_t x_elem = quant ? sizeof(BlockQ8x) : sizeof(float);
+  const int max_nw = g_max_nw.load(std::memory_order_relaxed);
 
   auto body = [&](int64_t r0, int64_t r1, int) {
     for (int64_t rb = r0; rb < r1; rb += kRowTile) {
       const int64_t re = std::min(rb + kRowTile, r1);
       for (int64_t jb = 0; jb < n; jb += tile) {
         const int64_t je = std::min(jb + tile, n);
-        for (int64_t r = rb; r < re; ++r) {
+        for (int64_t r = rb; r < re; r += max_nw) {
+          const int nw = int(std::min<int64_t>(max_nw, re - r));
           const uint8_t* wr = wdata + uint64_t(r) * row_bytes;
-          for (int64_t j = jb; j < je; j += 4) {
-            const int nx = int(std::min<int64_t>(4, je - j));
+          for (int64_t j = jb; j < je; j += detail::kMaxNX) {
+            const int nx = int(std::min<int64_t>(detail::kMaxNX, je - j));
             const void* xj = static_cast<const uint8_t*>(xk) + size_t(j * x_stride) * x_elem;
-            dot(wr, xj, x_stride, nx, cols, y + j * rows + r, rows);
+            dot(wr, int64_t(row_bytes), nw, xj, x_stride, nx, cols, y + j * rows + r, rows);
           }
         }
       }
@@ -160,6 +174,16 @@ void dequantize_row(const TensorView& w, int64_t r, float* out) {
       }
       return;
     }
+    case DType::Q4_K:
+    case DType::Q5_K:
+      for (int64_t b = 0; b < cols / kq::kSuper; ++b)
+        kq::dequant_q45_k(row + b * (w.type == DType::Q5_K ? kq::kQ5KBytes : kq::kQ4KBytes),
+                          w.type == DType::Q5_K, out + b * kq::kSuper);
+      return;
+    case DType::Q6_K:
+      for (int64_t b = 0; b < cols / kq::kSuper; ++b)
+        kq::dequant_q6_k(row + b * kq::kQ6KBytes, out + b * kq::kSuper);
+      return;
     default:
       KV_FAIL("dequantize_row: type {} is not supported", dtype_name(w.type));
   }

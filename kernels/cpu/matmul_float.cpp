@@ -24,16 +24,19 @@ inline float load_scalar(const uint8_t* w, int64_t c) {
 }
 
 template <DType T>
-void dot_scalar(const uint8_t* w, const void* xv, int64_t x_stride, int nx, int64_t cols, float* y,
-                int64_t y_stride) {
-  const auto* x = static_cast<const float*>(xv);
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  for (int64_t c = 0; c < cols; ++c) {
-    const float wv = load_scalar<T>(w, c);
-    for (int j = 0; j < nx; ++j) acc[j] += wv * x[j * x_stride + c];
+struct Scalar {
+  static constexpr int kNW = 1;
+  template <int NW, int NX>
+  static void tile(const uint8_t* w, int64_t, const float* x, int64_t x_stride, int64_t cols,
+                   float* y, int64_t y_stride) {
+    float acc[NX] = {};
+    for (int64_t c = 0; c < cols; ++c) {
+      const float wv = load_scalar<T>(w, c);
+      for (int j = 0; j < NX; ++j) acc[j] += wv * x[j * x_stride + c];
+    }
+    for (int j = 0; j < NX; ++j) y[j * y_stride] = acc[j];
   }
-  for (int j = 0; j < nx; ++j) y[j * y_stride] = acc[j];
-}
+};
 
 #ifdef KV_HAVE_X86
 #define KV_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -86,35 +89,31 @@ KV_AVX2 void dot_avx2_nx(const uint8_t* w, const float* x, int64_t x_stride, int
   for (int j = 0; j < NX; ++j) y[j * y_stride] = hsum(_mm256_add_ps(a0[j], a1[j])) + tail[j];
 }
 
+// One weight row per tile: two accumulators × 4 rows already use 8 of the
+// 16 registers; a second weight row would spill.
 template <DType T>
-void dot_avx2(const uint8_t* w, const void* xv, int64_t x_stride, int nx, int64_t cols, float* y,
-              int64_t y_stride) {
-  const auto* x = static_cast<const float*>(xv);
-  switch (nx) {
-    case 1:
-      return dot_avx2_nx<T, 1>(w, x, x_stride, cols, y, y_stride);
-    case 2:
-      return dot_avx2_nx<T, 2>(w, x, x_stride, cols, y, y_stride);
-    case 3:
-      return dot_avx2_nx<T, 3>(w, x, x_stride, cols, y, y_stride);
-    default:
-      return dot_avx2_nx<T, 4>(w, x, x_stride, cols, y, y_stride);
+struct Avx2 {
+  static constexpr int kNW = 1;
+  template <int NW, int NX>
+  static void tile(const uint8_t* w, int64_t, const float* x, int64_t x_stride, int64_t cols,
+                   float* y, int64_t y_stride) {
+    dot_avx2_nx<T, NX>(w, x, x_stride, cols, y, y_stride);
   }
-}
+};
 #endif  // KV_HAVE_X86
 
 }  // namespace
 
 DotFn float_dot_kernel(DType type, SimdLevel level) {
 #ifdef KV_HAVE_X86
-  if (level == SimdLevel::kAvx2) {
+  if (level >= SimdLevel::kAvx2) {
     switch (type) {
       case DType::F32:
-        return dot_avx2<DType::F32>;
+        return dispatch_tile<Avx2<DType::F32>, float>;
       case DType::F16:
-        return dot_avx2<DType::F16>;
+        return dispatch_tile<Avx2<DType::F16>, float>;
       case DType::BF16:
-        return dot_avx2<DType::BF16>;
+        return dispatch_tile<Avx2<DType::BF16>, float>;
       default:
         return nullptr;
     }
@@ -123,11 +122,11 @@ DotFn float_dot_kernel(DType type, SimdLevel level) {
   (void)level;
   switch (type) {
     case DType::F32:
-      return dot_scalar<DType::F32>;
+      return dispatch_tile<Scalar<DType::F32>, float>;
     case DType::F16:
-      return dot_scalar<DType::F16>;
+      return dispatch_tile<Scalar<DType::F16>, float>;
     case DType::BF16:
-      return dot_scalar<DType::BF16>;
+      return dispatch_tile<Scalar<DType::BF16>, float>;
     default:
       return nullptr;
   }

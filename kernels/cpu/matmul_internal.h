@@ -10,7 +10,7 @@
 
 namespace kvasir::cpu::detail {
 
-constexpr int kQK = 32;  // weights per quantised block
+constexpr int kQK = 32;  // weights per quantised block (and per K-quant sub-block)
 
 // An activation block quantised to 8 bits: x ≈ d * q, s = d * sum(q).
 struct BlockQ8x {
@@ -26,18 +26,56 @@ inline uint16_t load_u16(const uint8_t* p) {
   return v;
 }
 
-// Dot products of one weight row with nx (1..4) activation rows:
-//   y[j * y_stride] = dot(w, x_j),   x_j = x + j * x_stride   (elements of x's type)
-// x is const float* for F32/F16/BF16 weights and const BlockQ8x* for
-// quantised ones (then cols / 32 blocks per row).
-using DotFn = void (*)(const uint8_t* w, const void* x, int64_t x_stride, int nx, int64_t cols,
-                       float* y, int64_t y_stride);
+// A register tile: nw (1..kMaxNW) weight rows × nx (1..kMaxNX) activation rows.
+//   y[i + j * y_stride] = dot(w + i * w_stride, x_j),   x_j = x + j * x_stride
+// (w_stride in bytes, x_stride in elements of x's type). x is const float*
+// for F32/F16/BF16 weights and const BlockQ8x* for quantised ones (then
+// cols / 32 blocks per row).
+constexpr int kMaxNW = 2, kMaxNX = 4;
+using DotFn = void (*)(const uint8_t* w, int64_t w_stride, int nw, const void* x, int64_t x_stride,
+                       int nx, int64_t cols, float* y, int64_t y_stride);
 
-// nullptr when the type has no kernel at that level.
+// One dispatcher for every kernel family: K::template tile<NW, NX>(w, w_stride,
+// x, x_stride, cols, y, y_stride) with x of type const X*, instantiated for
+// every tile shape up to K::kNW × kMaxNX. Weight rows beyond K::kNW (a family
+// whose wider tiles do not pay: register pressure) run as more tiles.
+template <class K, class X, int NW>
+void tile_nx(const uint8_t* w, int64_t w_stride, const X* x, int64_t x_stride, int nx, int64_t cols,
+             float* y, int64_t y_stride) {
+  switch (nx) {
+    case 1:
+      return K::template tile<NW, 1>(w, w_stride, x, x_stride, cols, y, y_stride);
+    case 2:
+      return K::template tile<NW, 2>(w, w_stride, x, x_stride, cols, y, y_stride);
+    case 3:
+      return K::template tile<NW, 3>(w, w_stride, x, x_stride, cols, y, y_stride);
+    default:
+      return K::template tile<NW, 4>(w, w_stride, x, x_stride, cols, y, y_stride);
+  }
+}
+
+template <class K, class X>
+void dispatch_tile(const uint8_t* w, int64_t w_stride, int nw, const void* xv, int64_t x_stride,
+                   int nx, int64_t cols, float* y, int64_t y_stride) {
+  const auto* x = static_cast<const X*>(xv);
+  if constexpr (K::kNW >= 2) {
+    if (nw >= 2) return tile_nx<K, X, 2>(w, w_stride, x, x_stride, nx, cols, y, y_stride);
+  }
+  for (int i = 0; i < nw; ++i)
+    tile_nx<K, X, 1>(w + i * w_stride, w_stride, x, x_stride, nx, cols, y + i, y_stride);
+}
+
+// Caps the weight rows per tile (1..kMaxNW) so bench/kernels can time the
+// 1×4 and 2×4 tiles in one run. Call only while no matmul runs.
+void set_max_tile_rows_for_bench(int nw);
+
+// nullptr when the type has no kernel at that level (the caller then asks
+// for a lower level: every level has the AVX2 or scalar kernels below it).
 DotFn quant_dot_kernel(DType type, SimdLevel level);
+DotFn kquant_dot_kernel(DType type, SimdLevel level);
 DotFn float_dot_kernel(DType type, SimdLevel level);
 
-// Quantises x[cols] (cols % 32 == 0) into cols / 32 blocks. Both levels give
+// Quantises x[cols] (cols % 32 == 0) into cols / 32 blocks. Every level gives
 // bit-identical blocks (round half to even, same scale arithmetic).
 void quantize_row_q8x(const float* x, int64_t cols, BlockQ8x* out, SimdLevel level);
 

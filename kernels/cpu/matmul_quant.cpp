@@ -28,36 +28,40 @@ constexpr int64_t block_bytes() {
 // ---- scalar ---------------------------------------------------------------
 
 template <QKind K>
-void dot_scalar(const uint8_t* w, const void* xv, int64_t x_stride, int nx, int64_t cols, float* y,
-                int64_t y_stride) {
-  const auto* x = static_cast<const BlockQ8x*>(xv);
-  const int64_t nb = cols / kQK;
-  for (int j = 0; j < nx; ++j) {
-    const BlockQ8x* xr = x + j * x_stride;
-    float acc = 0.f;
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* blk = w + b * block_bytes<K>();
-      const BlockQ8x& xb = xr[b];
-      const float d = fp16_to_f32(load_u16(blk));
-      int32_t sumi = 0;
-      float min_term = 0.f;
-      if constexpr (K == QKind::kQ8_0) {
-        const auto* q = reinterpret_cast<const int8_t*>(blk + 2);
-        for (int i = 0; i < kQK; ++i) sumi += int32_t(q[i]) * xb.q[i];
-      } else {
-        const uint8_t* qs = blk + (K == QKind::kQ4_1 ? 4 : 2);
-        for (int i = 0; i < kQK / 2; ++i) {
-          sumi += int32_t(qs[i] & 0x0f) * xb.q[i];
-          sumi += int32_t(qs[i] >> 4) * xb.q[i + kQK / 2];
-        }
-        const float m = K == QKind::kQ4_1 ? fp16_to_f32(load_u16(blk + 2)) : -8.f * d;
-        min_term = m * xb.s;
+float dot_scalar(const uint8_t* w, const BlockQ8x* xr, int64_t nb) {
+  float acc = 0.f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w + b * block_bytes<K>();
+    const BlockQ8x& xb = xr[b];
+    const float d = fp16_to_f32(load_u16(blk));
+    int32_t sumi = 0;
+    float min_term = 0.f;
+    if constexpr (K == QKind::kQ8_0) {
+      const auto* q = reinterpret_cast<const int8_t*>(blk + 2);
+      for (int i = 0; i < kQK; ++i) sumi += int32_t(q[i]) * xb.q[i];
+    } else {
+      const uint8_t* qs = blk + (K == QKind::kQ4_1 ? 4 : 2);
+      for (int i = 0; i < kQK / 2; ++i) {
+        sumi += int32_t(qs[i] & 0x0f) * xb.q[i];
+        sumi += int32_t(qs[i] >> 4) * xb.q[i + kQK / 2];
       }
-      acc += float(sumi) * (d * xb.d) + min_term;
+      const float m = K == QKind::kQ4_1 ? fp16_to_f32(load_u16(blk + 2)) : -8.f * d;
+      min_term = m * xb.s;
     }
-    y[j * y_stride] = acc;
+    acc += float(sumi) * (d * xb.d) + min_term;
   }
+  return acc;
 }
+
+template <QKind K>
+struct Scalar {
+  static constexpr int kNW = 1;
+  template <int NW, int NX>
+  static void tile(const uint8_t* w, int64_t, const BlockQ8x* x, int64_t x_stride, int64_t cols,
+                   float* y, int64_t y_stride) {
+    for (int j = 0; j < NX; ++j) y[j * y_stride] = dot_scalar<K>(w, x + j * x_stride, cols / kQK);
+  }
+};
 
 // The scales are kept at half precision, as llama.cpp's Q8_0/Q8_1 activation
 // blocks keep them: x ≈ fp16(d) * q. The rounding is part of what the parity
@@ -88,74 +92,11 @@ void quantize_scalar(const float* x, int64_t cols, BlockQ8x* out) {
 #ifdef KV_HAVE_X86
 #define KV_AVX2 __attribute__((target("avx2,fma,f16c")))
 
-KV_AVX2 inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 KV_AVX2 inline int32_t hsum_i32(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
   return _mm_cvtsi128_si32(s);
-}
-
-template <QKind K, int NX>
-KV_AVX2 void dot_avx2_nx(const uint8_t* w, const BlockQ8x* x, int64_t x_stride, int64_t cols,
-                         float* y, int64_t y_stride) {
-  const int64_t nb = cols / kQK;
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i low4 = _mm256_set1_epi8(0x0f);
-  __m256 acc[NX];
-  float mins[NX];
-  for (int j = 0; j < NX; ++j) {
-    acc[j] = _mm256_setzero_ps();
-    mins[j] = 0.f;
-  }
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = w + b * block_bytes<K>();
-    const float d = _cvtsh_ss(load_u16(blk));
-    __m256i wq;  // unsigned nibbles (Q4) or raw int8 (Q8_0)
-    __m256i wabs;
-    float m = 0.f;
-    if constexpr (K == QKind::kQ8_0) {
-      wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
-      wabs = _mm256_sign_epi8(wq, wq);
-    } else {
-      const __m128i raw =
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (K == QKind::kQ4_1 ? 4 : 2)));
-      wq = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);
-      wabs = wq;
-      m = K == QKind::kQ4_1 ? _cvtsh_ss(load_u16(blk + 2)) : -8.f * d;
-    }
-    for (int j = 0; j < NX; ++j) {
-      const BlockQ8x& xb = x[j * x_stride + b];
-      __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.q));
-      if constexpr (K == QKind::kQ8_0) xq = _mm256_sign_epi8(xq, wq);
-      const __m256i p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, xq), ones);
-      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_set1_ps(d * xb.d), acc[j]);
-      if constexpr (K != QKind::kQ8_0) mins[j] += m * xb.s;
-    }
-  }
-  for (int j = 0; j < NX; ++j) y[j * y_stride] = hsum(acc[j]) + mins[j];
-}
-
-template <QKind K>
-void dot_avx2(const uint8_t* w, const void* xv, int64_t x_stride, int nx, int64_t cols, float* y,
-              int64_t y_stride) {
-  const auto* x = static_cast<const BlockQ8x*>(xv);
-  switch (nx) {
-    case 1:
-      return dot_avx2_nx<K, 1>(w, x, x_stride, cols, y, y_stride);
-    case 2:
-      return dot_avx2_nx<K, 2>(w, x, x_stride, cols, y, y_stride);
-    case 3:
-      return dot_avx2_nx<K, 3>(w, x, x_stride, cols, y, y_stride);
-    default:
-      return dot_avx2_nx<K, 4>(w, x, x_stride, cols, y, y_stride);
-  }
 }
 
 KV_AVX2 void quantize_avx2(const float* x, int64_t cols, BlockQ8x* out) {
@@ -187,33 +128,72 @@ KV_AVX2 void quantize_avx2(const float* x, int64_t cols, BlockQ8x* out) {
     store_scales(out[b], d, hsum_i32(sum));
   }
 }
+
+#define KV_ISA avx2
+#define KV_TARGET __attribute__((target("avx2,fma,f16c")))
+#define KV_DOT_U8S8(a, b) _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))
+#include "kernels/cpu/matmul_quant_x86.inc"
+#undef KV_ISA
+#undef KV_TARGET
+#undef KV_DOT_U8S8
+
+#define KV_ISA avx_vnni
+#define KV_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define KV_DOT_U8S8(a, b) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), a, b)
+#include "kernels/cpu/matmul_quant_x86.inc"
+#undef KV_ISA
+#undef KV_TARGET
+#undef KV_DOT_U8S8
+
+// GCC 12's avx512fintrin.h builds results on _mm512_undefined_*(), a
+// self-initialised variable that -Wuninitialized reports when inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define KV_ISA avx512
+#define KV_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
+#define KV_DOT_U8S8_512(a, b) _mm512_madd_epi16(_mm512_maddubs_epi16(a, b), _mm512_set1_epi16(1))
+#include "kernels/cpu/matmul_quant_avx512.inc"
+#undef KV_ISA
+#undef KV_TARGET
+#undef KV_DOT_U8S8_512
+
+#define KV_ISA avx512_vnni
+#define KV_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define KV_DOT_U8S8_512(a, b) _mm512_dpbusd_epi32(_mm512_setzero_si512(), a, b)
+#include "kernels/cpu/matmul_quant_avx512.inc"
+#undef KV_ISA
+#undef KV_TARGET
+#undef KV_DOT_U8S8_512
+#pragma GCC diagnostic pop
+
 #endif  // KV_HAVE_X86
 
 }  // namespace
 
 DotFn quant_dot_kernel(DType type, SimdLevel level) {
 #ifdef KV_HAVE_X86
-  if (level == SimdLevel::kAvx2) {
-    switch (type) {
-      case DType::Q8_0:
-        return dot_avx2<QKind::kQ8_0>;
-      case DType::Q4_0:
-        return dot_avx2<QKind::kQ4_0>;
-      case DType::Q4_1:
-        return dot_avx2<QKind::kQ4_1>;
-      default:
-        return nullptr;
-    }
+  switch (level) {
+    case SimdLevel::kAvx512Vnni:
+      return avx512_vnni::kernel(type);
+    case SimdLevel::kAvx512:
+      return avx512::kernel(type);
+    case SimdLevel::kAvxVnni:
+      return avx_vnni::kernel(type);
+    case SimdLevel::kAvx2:
+      return avx2::kernel(type);
+    case SimdLevel::kScalar:
+      break;
   }
 #endif
   (void)level;
   switch (type) {
     case DType::Q8_0:
-      return dot_scalar<QKind::kQ8_0>;
+      return dispatch_tile<Scalar<QKind::kQ8_0>, BlockQ8x>;
     case DType::Q4_0:
-      return dot_scalar<QKind::kQ4_0>;
+      return dispatch_tile<Scalar<QKind::kQ4_0>, BlockQ8x>;
     case DType::Q4_1:
-      return dot_scalar<QKind::kQ4_1>;
+      return dispatch_tile<Scalar<QKind::kQ4_1>, BlockQ8x>;
     default:
       return nullptr;
   }
@@ -221,7 +201,7 @@ DotFn quant_dot_kernel(DType type, SimdLevel level) {
 
 void quantize_row_q8x(const float* x, int64_t cols, BlockQ8x* out, SimdLevel level) {
 #ifdef KV_HAVE_X86
-  if (level == SimdLevel::kAvx2) return quantize_avx2(x, cols, out);
+  if (level >= SimdLevel::kAvx2) return quantize_avx2(x, cols, out);
 #endif
   (void)level;
   quantize_scalar(x, cols, out);

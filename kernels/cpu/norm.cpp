@@ -68,7 +68,7 @@ KV_AVX2 void add_avx2(float* x, const float* y, int64_t count) {
 
 bool use_avx2() {
 #ifdef KV_HAVE_X86
-  return simd_level() == SimdLevel::kAvx2;
+  return simd_level() >= SimdLevel::kAvx2;
 #else
   return false;
 #endif

@@ -7,20 +7,45 @@
 namespace kvasir::cpu {
 namespace {
 
-SimdLevel detect() {
+constexpr const char* kNames[kSimdLevels] = {"scalar", "avx2", "avx_vnni", "avx512", "avx512_vnni"};
+
+bool cpu_has(SimdLevel level) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c"))
-    return SimdLevel::kAvx2;
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  switch (level) {
+    case SimdLevel::kScalar:
+      return true;
+    case SimdLevel::kAvx2:
+      return avx2;
+    case SimdLevel::kAvxVnni:
+      return avx2 && __builtin_cpu_supports("avxvnni");
+    case SimdLevel::kAvx512:
+      return avx512;
+    case SimdLevel::kAvx512Vnni:
+      return avx512 && __builtin_cpu_supports("avx512vnni");
+  }
+  return false;
+#else
+  return level == SimdLevel::kScalar;
 #endif
+}
+
+SimdLevel best_at_most(SimdLevel cap) {
+  for (int l = static_cast<int>(cap); l > 0; --l)
+    if (cpu_has(static_cast<SimdLevel>(l))) return static_cast<SimdLevel>(l);
   return SimdLevel::kScalar;
 }
 
 SimdLevel initial() {
-  const char* env = std::getenv("KVASIR_SIMD");
-  if (env && std::strcmp(env, "scalar") == 0) return SimdLevel::kScalar;
-  return detect();
+  SimdLevel cap = SimdLevel::kAvx512Vnni;
+  if (const char* env = std::getenv("KVASIR_SIMD"))
+    for (int l = 0; l < kSimdLevels; ++l)
+      if (std::strcmp(env, kNames[l]) == 0) cap = static_cast<SimdLevel>(l);
+  return best_at_most(cap);
 }
 
 std::atomic<int>& level_var() {
@@ -35,18 +60,37 @@ SimdLevel simd_level() {
 }
 
 SimdLevel simd_level_supported() {
-  static const SimdLevel best = detect();
+  static const SimdLevel best = best_at_most(SimdLevel::kAvx512Vnni);
   return best;
 }
 
+bool simd_level_available(SimdLevel level) {
+  return cpu_has(level);
+}
+
+const char* simd_level_flags(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kScalar:
+      return "";
+    case SimdLevel::kAvx2:
+      return "avx2, fma, f16c";
+    case SimdLevel::kAvxVnni:
+      return "avxvnni";
+    case SimdLevel::kAvx512:
+      return "avx512f, avx512bw, avx512vl";
+    case SimdLevel::kAvx512Vnni:
+      return "avx512vnni (and avx512f/bw/vl)";
+  }
+  return "?";
+}
+
 void set_simd_level_for_testing(SimdLevel level) {
-  if (static_cast<int>(level) > static_cast<int>(simd_level_supported()))
-    level = simd_level_supported();
-  level_var().store(static_cast<int>(level), std::memory_order_relaxed);
+  level_var().store(static_cast<int>(best_at_most(level)), std::memory_order_relaxed);
 }
 
 const char* simd_level_name(SimdLevel level) {
-  return level == SimdLevel::kAvx2 ? "avx2" : "scalar";
+  const int l = static_cast<int>(level);
+  return l >= 0 && l < kSimdLevels ? kNames[l] : "?";
 }
 
 }  // namespace kvasir::cpu

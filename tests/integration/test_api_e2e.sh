@@ -50,9 +50,11 @@ memory = "64MiB"
 [server]
 socket = "$SOCK"
 http = "127.0.0.1:$PORT"
-api_key = "$KEY"
+api_key_file = "key"
 max_body = "1MiB"
 EOF
+# The key from a file beside the config (server.api_key_file), owner-only.
+(umask 077 && echo "$KEY" > "$WORK/key")
 
 "$KVASIRD" --config "$WORK/kvasir.toml" > "$WORK/kvasird.log" 2>&1 &
 PID=$!

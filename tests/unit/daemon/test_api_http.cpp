@@ -17,48 +17,18 @@
 #include "daemon/api_internal.h"
 #include "daemon/config.h"
 #include "daemon/openai.h"
+#include "test_api_client.h"
 #include "test_api_fakes.h"
 
 using namespace kvasir;
+using test::parse_resp;
+using test::Resp;
+using test::sse_events;
 using namespace std::chrono_literals;
 using nlohmann::json;
 namespace asio = boost::asio;
 
 namespace {
-
-struct Resp {
-  int status = 0;
-  std::string head, body;
-  json j() const { return json::parse(body); }
-};
-
-// Undoes chunked transfer coding (test side only).
-std::string dechunk(const std::string& s) {
-  std::string out;
-  size_t pos = 0;
-  while (pos < s.size()) {
-    size_t eol = s.find("\r\n", pos);
-    if (eol == std::string::npos) break;
-    size_t n = std::stoul(s.substr(pos, eol - pos), nullptr, 16);
-    if (n == 0) break;
-    out += s.substr(eol + 2, n);
-    pos = eol + 2 + n + 2;
-  }
-  return out;
-}
-
-Resp parse_resp(const std::string& raw) {
-  Resp r;
-  if (raw.size() < 12) return r;
-  r.status = std::stoi(raw.substr(9, 3));
-  size_t sep = raw.find("\r\n\r\n");
-  r.head = raw.substr(0, sep);
-  r.body = sep == std::string::npos ? "" : raw.substr(sep + 4);
-  std::string lower = r.head;
-  for (auto& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
-  if (lower.find("transfer-encoding: chunked") != std::string::npos) r.body = dechunk(r.body);
-  return r;
-}
 
 class ApiHttpTest : public ::testing::Test {
  protected:
@@ -148,19 +118,6 @@ class ApiHttpTest : public ::testing::Test {
   std::string sock_path_;
   uint16_t port_ = 0;
 };
-
-std::vector<json> sse_events(const std::string& body, bool* done = nullptr) {
-  SseParser p;
-  std::vector<json> out;
-  for (const auto& d : p.feed(body)) {
-    if (d == "[DONE]") {
-      if (done) *done = true;
-    } else {
-      out.push_back(json::parse(d));
-    }
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -418,48 +375,6 @@ TEST_F(ApiHttpTest, SocketFileModeAndStaleReplace) {
   asio::io_context io2;
   HttpServer other(io2, {}, [](HttpRequest, std::shared_ptr<Responder>) {});
   EXPECT_THROW(other.listen_unix(sock_path_), Error);
-}
-
-// run_api itself: serves the configured socket; on stop it stops accepting,
-// lets the running request finish (drain), removes the socket and returns.
-TEST(RunApi, DrainsOnStop) {
-  test::FakeEngine engine;
-  engine.delay_ms = 20;
-  Config cfg;
-  cfg.server.socket = "/tmp/kvasir-runapi-" + std::to_string(::getpid()) + ".sock";
-  cfg.server.drain_timeout = 10;
-  std::atomic<bool> stop{false};
-  ApiContext ctx;
-  ctx.codec = std::make_shared<test::FakeCodec>();
-  ctx.model_name = "fake";
-  ctx.stop = &stop;
-  std::thread t([&] { run_api(cfg, engine, ctx); });
-  for (int i = 0; i < 100 && !std::filesystem::exists(cfg.server.socket); ++i)
-    std::this_thread::sleep_for(10ms);
-
-  asio::io_context io;
-  asio::local::stream_protocol::socket s(io);
-  s.connect(asio::local::stream_protocol::endpoint(cfg.server.socket));
-  std::string body = R"({"prompt":"x","max_tokens":20,"ignore_eos":true})";
-  asio::write(s, asio::buffer("POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                              "Content-Length: " +
-                              std::to_string(body.size()) + "\r\n\r\n" + body));
-  std::this_thread::sleep_for(100ms);
-  stop = true;  // mid-generation
-  std::string out;
-  boost::system::error_code ec;
-  char buf[4096];
-  for (;;) {
-    size_t n = s.read_some(asio::buffer(buf), ec);
-    out.append(buf, n);
-    if (ec) break;
-  }
-  t.join();
-  Resp r = parse_resp(out);
-  ASSERT_EQ(r.status, 200) << out;
-  EXPECT_EQ(r.j()["choices"][0]["finish_reason"], "length");
-  EXPECT_EQ(r.j()["usage"]["completion_tokens"], 20);
-  EXPECT_FALSE(std::filesystem::exists(cfg.server.socket));
 }
 
 TEST(DeferredEngine, RefusesUntilAttached) {

@@ -253,6 +253,74 @@ TEST(Config, ServerKeys) {
   EXPECT_NE(m.find("server.http"), std::string::npos) << m;
 }
 
+TEST(Config, ReadTimeoutAndMaxConnections) {
+  auto c = parse_config(kGood, "/b");
+  EXPECT_EQ(c.server.read_timeout, 30);
+  EXPECT_EQ(c.server.max_connections, 256);
+  c = parse_config(replace(kGood, "[server]", "[server]\nread_timeout = 2.5\nmax_connections = 8"),
+                   "/b");
+  EXPECT_EQ(c.server.read_timeout, 2.5);
+  EXPECT_EQ(c.server.max_connections, 8);
+  for (const char* bad : {"read_timeout = 0", "read_timeout = -1", "read_timeout = \"5\"",
+                          "read_timeout = nan"}) {
+    auto m = refusal(replace(kGood, "[server]", std::string("[server]\n") + bad));
+    EXPECT_NE(m.find("server.read_timeout"), std::string::npos) << bad << ": " << m;
+  }
+  for (const char* bad : {"max_connections = 0", "max_connections = 100000"}) {
+    auto m = refusal(replace(kGood, "[server]", std::string("[server]\n") + bad));
+    EXPECT_NE(m.find("server.max_connections"), std::string::npos) << bad << ": " << m;
+  }
+}
+
+// server.api_key_file: read at load, trailing newline stripped; refused when
+// unreadable, empty, readable by others, or set together with api_key.
+TEST(Config, ApiKeyFile) {
+  namespace fs = std::filesystem;
+  auto dir = fs::temp_directory_path() / ("kvcfg-key-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text, fs::perms mode) {
+    auto p = dir / name;
+    std::ofstream(p) << text;
+    fs::permissions(p, mode);
+    return p;
+  };
+  auto with_file = [&](const std::string& file) {
+    return replace(kGood, "[server]", "[server]\napi_key_file = \"" + file + "\"");
+  };
+  const auto rw = fs::perms::owner_read | fs::perms::owner_write;
+  write("good", "s3cret-key\n", rw);
+  auto c = parse_config(with_file("good"), dir.string());  // relative to the config's folder
+  EXPECT_EQ(c.server.api_key, "s3cret-key");
+  EXPECT_EQ(c.server.api_key_file, (dir / "good").string());
+  write("crlf", "k2\r\n", rw | fs::perms::group_read);
+  EXPECT_EQ(parse_config(with_file("crlf"), dir.string()).server.api_key, "k2");
+
+  auto refused = [&](const std::string& text, const std::string& want) {
+    std::string m;
+    try {
+      parse_config(text, dir.string());
+      m = "(accepted)";
+    } catch (const Error& e) {
+      m = e.message();
+    }
+    EXPECT_EQ(m.rfind("server.api_key_file", 0), 0u) << m;
+    EXPECT_NE(m.find(want), std::string::npos) << m;
+  };
+  refused(with_file("missing"), "No such file");
+  write("world", "k\n", rw | fs::perms::others_read);
+  refused(with_file("world"), "other users");
+  write("empty", "\n", rw);
+  refused(with_file("empty"), "empty");
+  write("two", "a b\n", rw);
+  refused(with_file("two"), "one line");
+  write("big", std::string(5000, 'k'), rw);
+  refused(with_file("big"), "bytes");
+  refused(replace(with_file("good"), "[server]", "[server]\napi_key = \"x\""), "api_key");
+  fs::create_directories(dir / "adir");
+  refused(with_file("adir"), "not a regular file");
+  fs::remove_all(dir);
+}
+
 TEST(Config, LoadFileResolvesAgainstItsFolderAndMissingFileNamed) {
   auto dir = std::filesystem::temp_directory_path() / ("kvcfg-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);

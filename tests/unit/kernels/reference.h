@@ -82,6 +82,24 @@ inline OwnedWeight random_weight(DType t, int64_t rows, int64_t cols, std::mt199
           for (int i = 0; i < 16; ++i) row[b * 20 + 4 + i] = uint8_t(byte(rng));
         }
         break;
+      case DType::Q4_K:
+      case DType::Q5_K:
+      case DType::Q6_K: {
+        // All bytes random (every scale, min and quant pattern), then sane
+        // super-block scales: d ≈ 1e-3 so weights stay O(1).
+        const int64_t bytes = dtype_info(t).bytes;
+        for (int64_t b = 0; b < cols / 256; ++b) {
+          uint8_t* blk = row + b * bytes;
+          for (int64_t i = 0; i < bytes; ++i) blk[i] = uint8_t(byte(rng));
+          if (t == DType::Q6_K) {
+            put_u16(blk + 208, rand_half(rng, 0.0005f, 0.002f));
+          } else {
+            put_u16(blk, rand_half(rng, 0.0005f, 0.002f));
+            put_u16(blk + 2, rand_half(rng, 0.0005f, 0.002f));
+          }
+        }
+        break;
+      }
       default:
         break;
     }
@@ -93,6 +111,39 @@ inline OwnedWeight random_weight(DType t, int64_t rows, int64_t cols, std::mt199
   w.view.data = w.bytes.data();
   w.view.nbytes = w.bytes.size();
   return w;
+}
+
+// Weight i (0..255) of a K-quant block, straight from ggml's definitions
+// (dequantize_row_q4_K / q5_K / q6_K), written independently of kquant.h.
+inline float kquant_weight(DType t, const uint8_t* blk, int i) {
+  if (t == DType::Q6_K) {
+    const int half = i / 128, l = i % 32, quarter = (i % 128) / 32;  // y[l + 32·quarter]
+    const uint8_t* ql = blk + 64 * half;
+    const uint8_t* qh = blk + 128 + 32 * half;
+    const auto* sc = reinterpret_cast<const int8_t*>(blk + 192 + 8 * half);
+    const int low = quarter == 0   ? ql[l] & 0xF
+                    : quarter == 1 ? ql[l + 32] & 0xF
+                    : quarter == 2 ? ql[l] >> 4
+                                   : ql[l + 32] >> 4;
+    const int q = (low | (((qh[l] >> (2 * quarter)) & 3) << 4)) - 32;
+    return fp16_to_f32(get_u16(blk + 208)) * float(sc[l / 16 + 2 * quarter]) * float(q);
+  }
+  const bool q5 = t == DType::Q5_K;
+  const int j = i / 32, l = i % 32;  // sub-block, index in it
+  const uint8_t* sc = blk + 4;
+  int scale, min;
+  if (j < 4) {
+    scale = sc[j] & 63;
+    min = sc[j + 4] & 63;
+  } else {
+    scale = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+    min = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+  }
+  const uint8_t* qs = blk + (q5 ? 48 : 16) + 32 * (j / 2);
+  int q = j % 2 ? qs[l] >> 4 : qs[l] & 0xF;
+  if (q5 && (blk[16 + l] & (1 << j))) q += 16;
+  const float d = fp16_to_f32(get_u16(blk)), dmin = fp16_to_f32(get_u16(blk + 2));
+  return d * float(scale) * float(q) - dmin * float(min);
 }
 
 // Row r of w as f32, straight from the block definitions.
@@ -131,6 +182,11 @@ inline std::vector<float> dequant_row(const TensorView& w, int64_t r) {
         v = fp16_to_f32(get_u16(blk)) * float(q) + fp16_to_f32(get_u16(blk + 2));
         break;
       }
+      case DType::Q4_K:
+      case DType::Q5_K:
+      case DType::Q6_K:
+        v = kquant_weight(w.type, row + (c / 256) * dtype_info(w.type).bytes, int(c % 256));
+        break;
       default:
         break;
     }

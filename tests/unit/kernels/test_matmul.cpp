@@ -6,8 +6,10 @@
 //    (d = amax/127, |x - d·q| ≤ d/2), so |y - ref| ≤ Σ_blocks Σ|w|·amax/254;
 //    we allow 1.01 × that bound + 1e-5·A + 1e-6. ref uses the dequantised
 //    weights and the f32 activations, in double.
-//  - scalar vs AVX2 path: the integer block sums are identical, only the f32
-//    summation order differs: |y_avx2 - y_scalar| ≤ 1e-5·A + 1e-6.
+//    The K-quants (Q4_K, Q5_K, Q6_K) use the same activation blocks and bound.
+//  - every SIMD level vs scalar: the integer block sums are identical, only
+//    the f32 summation order differs: |y_level - y_scalar| ≤ 1e-5·A + 1e-6.
+//    Levels the CPU lacks are skipped, naming the missing flags.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,9 +25,13 @@ namespace kvasir::cpu {
 namespace {
 
 const DType kTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1};
+const DType kKTypes[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
+bool is_kquant(DType t) {
+  return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+}
 bool is_quant(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1;
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || is_kquant(t);
 }
 
 std::vector<float> random_x(int64_t n, int64_t cols, std::mt19937& rng, bool edge_cases = true) {
@@ -45,19 +51,22 @@ struct SimdGuard {
   ~SimdGuard() { set_simd_level_for_testing(saved); }
 };
 
+// Every level this CPU can run (the others are covered, or skipped with the
+// missing flags named, by EveryLevel below).
 std::vector<SimdLevel> levels() {
-  std::vector<SimdLevel> l{SimdLevel::kScalar};
-  if (simd_level_supported() == SimdLevel::kAvx2) l.push_back(SimdLevel::kAvx2);
+  std::vector<SimdLevel> l;
+  for (int i = 0; i < kSimdLevels; ++i)
+    if (simd_level_available(SimdLevel(i))) l.push_back(SimdLevel(i));
   return l;
 }
 
-TEST(Matmul, SweepAgainstReference) {
+void sweep(const std::vector<DType>& types, const std::vector<int64_t>& col_list, uint32_t seed) {
   SimdGuard guard;
-  std::mt19937 rng(1234);
+  std::mt19937 rng(seed);
   std::unique_ptr<ThreadPool> pools[] = {nullptr, std::make_unique<ThreadPool>(2),
                                          std::make_unique<ThreadPool>(3)};
-  for (DType t : kTypes) {
-    for (int64_t cols : {32, 96, 576}) {
+  for (DType t : types) {
+    for (int64_t cols : col_list) {
       for (int64_t rows : {1, 5, 64, 193}) {
         const auto w = ref::random_weight(t, rows, cols, rng);
         for (int64_t n : {1, 2, 3, 7, 16, 33}) {
@@ -89,13 +98,21 @@ TEST(Matmul, SweepAgainstReference) {
   }
 }
 
+TEST(Matmul, SweepAgainstReference) {
+  sweep({std::begin(kTypes), std::end(kTypes)}, {32, 96, 576}, 1234);
+}
+
+TEST(Matmul, KQuantSweepAgainstReference) {
+  sweep({std::begin(kKTypes), std::end(kKTypes)}, {256, 768}, 4321);
+}
+
 TEST(Matmul, QuantisedErrorIsSmallRelativeToNorm) {
   // Overall, for Gaussian activations: ‖y - ref‖ / ‖ref‖ < 1% at the model's
   // shapes (the random Q4_1 minimums make this a harsh case).
   std::mt19937 rng(7);
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
-    const auto w = ref::random_weight(t, 192, 576, rng);
-    const auto x = random_x(4, 576, rng, /*edge_cases=*/false);
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const auto w = ref::random_weight(t, 192, is_kquant(t) ? 512 : 576, rng);
+    const auto x = random_x(4, w.view.cols(), rng, /*edge_cases=*/false);
     const auto want = ref::matmul(w.view, x.data(), 4);
     std::vector<float> y(4 * 192);
     matmul(w.view, x.data(), 4, y.data(), nullptr);
@@ -109,26 +126,44 @@ TEST(Matmul, QuantisedErrorIsSmallRelativeToNorm) {
   }
 }
 
-TEST(Matmul, ScalarAndAvx2AgreeTightly) {
-  if (simd_level_supported() != SimdLevel::kAvx2) GTEST_SKIP() << "CPU has no AVX2";
+// Each SIMD level against the scalar path, one test per level: a level the
+// CPU cannot run is skipped with the flags it lacks.
+class EveryLevel : public ::testing::TestWithParam<int> {};
+
+TEST_P(EveryLevel, AgreesTightlyWithScalar) {
+  const auto level = SimdLevel(GetParam());
+  if (!simd_level_available(level))
+    GTEST_SKIP() << simd_level_name(level) << ": this CPU lacks " << simd_level_flags(level)
+                 << " (compiled, not executed here)";
   SimdGuard guard;
   std::mt19937 rng(99);
-  for (DType t : kTypes) {
-    for (int64_t n : {1, 5, 16}) {
-      const int64_t rows = 37, cols = 576;
-      const auto w = ref::random_weight(t, rows, cols, rng);
-      const auto x = random_x(n, cols, rng);
-      const auto want = ref::matmul(w.view, x.data(), n);
-      std::vector<float> ys(size_t(n * rows)), ya(size_t(n * rows));
-      set_simd_level_for_testing(SimdLevel::kScalar);
-      matmul(w.view, x.data(), n, ys.data(), nullptr);
-      set_simd_level_for_testing(SimdLevel::kAvx2);
-      matmul(w.view, x.data(), n, ya.data(), nullptr);
-      for (size_t i = 0; i < ys.size(); ++i)
-        ASSERT_NEAR(ya[i], ys[i], 1e-5 * want.abs_sum[i] + 1e-6) << dtype_name(t) << " n=" << n;
+  std::vector<DType> all(std::begin(kTypes), std::end(kTypes));
+  all.insert(all.end(), std::begin(kKTypes), std::end(kKTypes));
+  for (DType t : all) {
+    for (int64_t n : {1, 2, 3, 5, 16}) {
+      // Odd block counts (a lone last block for the 512-bit pairs) and odd rows.
+      for (int64_t cols :
+           is_kquant(t) ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{32, 96, 576}) {
+        const int64_t rows = 37;
+        const auto w = ref::random_weight(t, rows, cols, rng);
+        const auto x = random_x(n, cols, rng);
+        const auto want = ref::matmul(w.view, x.data(), n);
+        std::vector<float> ys(size_t(n * rows)), yl(size_t(n * rows));
+        set_simd_level_for_testing(SimdLevel::kScalar);
+        matmul(w.view, x.data(), n, ys.data(), nullptr);
+        set_simd_level_for_testing(level);
+        ASSERT_EQ(simd_level(), level);
+        matmul(w.view, x.data(), n, yl.data(), nullptr);
+        for (size_t i = 0; i < ys.size(); ++i)
+          ASSERT_NEAR(yl[i], ys[i], 1e-5 * want.abs_sum[i] + 1e-6)
+              << dtype_name(t) << " n=" << n << " cols=" << cols << " " << simd_level_name(level);
+      }
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Levels, EveryLevel, ::testing::Range(1, kSimdLevels),
+                         [](const auto& info) { return simd_level_name(SimdLevel(info.param)); });
 
 TEST(Matmul, OddColumnsForPlainTypes) {
   std::mt19937 rng(3);
@@ -157,7 +192,7 @@ TEST(Matmul, RejectsBadInput) {
   bad.ne[0] = 48;  // not a multiple of 32
   EXPECT_THROW(matmul(bad, x.data(), 1, y.data(), nullptr), kvasir::Error);
   bad = w.view;
-  bad.type = DType::Q4_K;
+  bad.type = DType::Q5_0;
   EXPECT_THROW(matmul(bad, x.data(), 1, y.data(), nullptr), kvasir::Error);
   bad = w.view;
   bad.nbytes -= 1;  // smaller than its shape
@@ -168,9 +203,12 @@ TEST(Matmul, RejectsBadInput) {
 
 TEST(DequantizeRow, MatchesReferenceForEveryType) {
   std::mt19937 rng(11);
-  for (DType t : kTypes) {
-    const auto w = ref::random_weight(t, 6, 96, rng);
-    std::vector<float> out(96);
+  std::vector<DType> all(std::begin(kTypes), std::end(kTypes));
+  all.insert(all.end(), std::begin(kKTypes), std::end(kKTypes));
+  for (DType t : all) {
+    const int64_t cols = is_kquant(t) ? 512 : 96;
+    const auto w = ref::random_weight(t, 6, cols, rng);
+    std::vector<float> out(static_cast<size_t>(cols));
     for (int64_t r = 0; r < 6; ++r) {
       dequantize_row(w.view, r, out.data());
       const auto want = ref::dequant_row(w.view, r);

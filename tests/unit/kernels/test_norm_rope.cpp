@@ -21,7 +21,7 @@ struct SimdGuard {
 
 std::vector<SimdLevel> levels() {
   std::vector<SimdLevel> l{SimdLevel::kScalar};
-  if (simd_level_supported() == SimdLevel::kAvx2) l.push_back(SimdLevel::kAvx2);
+  if (simd_level_supported() >= SimdLevel::kAvx2) l.push_back(SimdLevel::kAvx2);
   return l;
 }
 

@@ -133,7 +133,7 @@ TEST(PagedAttention, SweepAgainstNaive) {
   SimdGuard guard;
   std::mt19937 rng(42);
   std::vector<SimdLevel> levels{SimdLevel::kScalar};
-  if (simd_level_supported() == SimdLevel::kAvx2) levels.push_back(SimdLevel::kAvx2);
+  if (simd_level_supported() >= SimdLevel::kAvx2) levels.push_back(SimdLevel::kAvx2);
   std::unique_ptr<ThreadPool> pools[] = {nullptr, std::make_unique<ThreadPool>(3)};
   // Mixed batches: decodes (1 token) at odd contexts, a first prefill, a
   // later prefill chunk (pos0 > 0, several tokens, crossing blocks).
