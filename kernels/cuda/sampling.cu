@@ -119,19 +119,26 @@ __device__ int block_excl_scan(int v, Shared& sh) {
   return base + incl - v;
 }
 
-__device__ double block_excl_scan_d(double v, Shared& sh) {
+// Block-wide scan of a double over threads (in thread order): this thread's
+// range [*start, *end). Built so that a thread's start is bit-for-bit the
+// previous thread's end (both are base + the same inclusive prefix): every
+// target in [0, total) falls in exactly one thread's range, whatever the
+// rounding.
+__device__ void block_range_scan_d(double v, Shared& sh, double* start, double* end) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   double incl = v;
   for (int o = 1; o < 32; o <<= 1) {
     const double n = __shfl_up_sync(detail::kFullMask, incl, o);
     if (lane >= o) incl += n;
   }
+  double excl = __shfl_up_sync(detail::kFullMask, incl, 1);
   __syncthreads();
   if (lane == 31) sh.dscan[warp] = incl;
   __syncthreads();
   double base = 0.0;
   for (int w = 0; w < warp; ++w) base += sh.dscan[w];
-  return base + incl - v;
+  *start = lane == 0 ? base : base + excl;
+  *end = base + incl;
 }
 
 // Total weight (mass or count) of the tokens passing `stage`.
@@ -244,9 +251,10 @@ __device__ int32_t draw_id_order(const Row& r, double target, Shared& sh) {
     if (r.pass(kFinal, v, key_of(v), i)) mine += double(r.weight(v)), last = i;
   }
   if (threadIdx.x == 0) sh.token = -1;
-  const double before = block_excl_scan_d(mine, sh);
+  double before, after;
+  block_range_scan_d(mine, sh, &before, &after);
   __syncthreads();
-  if (mine > 0.0 && before <= target && before + mine > target) {
+  if (mine > 0.0 && before <= target && after > target) {
     double cum = before;
     int32_t pick = last;
     for (int32_t i = lo; i < hi; ++i) {
