@@ -79,8 +79,8 @@ struct SliceExecutor::Scratch {
 uint64_t SliceExecutor::kv_bytes_per_block(const ModelConfig& cfg, const SliceSpec& s,
                                            const KvSpec& kv) {
   const uint64_t layers = uint64_t(s.last_layer - s.first_layer + 1);
-  return layers * 2 * uint64_t(cfg.n_kv_heads) * uint64_t(kv.block_size) *
-         uint64_t(cfg.head_dim) * kv_elem_bytes(kv.type);
+  return layers * 2 * uint64_t(cfg.n_kv_heads) * uint64_t(kv.block_size) * uint64_t(cfg.head_dim) *
+         kv_elem_bytes(kv.type);
 }
 
 SliceExecutor::SliceExecutor(const ModelFile& model, const SliceSpec& slice, const KvSpec& kv,
@@ -130,21 +130,38 @@ SliceExecutor::SliceExecutor(const ModelFile& model, const SliceSpec& slice, con
     }
     L.k_cache = alloc_zeroed(per_layer);
     L.v_cache = alloc_zeroed(per_layer);
-    L.kv = cpu::KvLayerView{L.k_cache.get(), L.v_cache.get(), kv.type, kv.n_blocks,
-                            kv.block_size, c.n_kv_heads, c.head_dim};
+    L.kv = cpu::KvLayerView{L.k_cache.get(), L.v_cache.get(), kv.type,   kv.n_blocks,
+                            kv.block_size,   c.n_kv_heads,    c.head_dim};
   }
 
   rope_.head_dim = c.head_dim;
   rope_.rot_dim = c.head_dim;
   rope_.theta = c.rope_theta;
-  rope_.style = c.rope_layout == RopeLayout::kAdjacent ? cpu::RopeStyle::kAdjacent
-                                                       : cpu::RopeStyle::kHalf;
+  rope_.style =
+      c.rope_layout == RopeLayout::kAdjacent ? cpu::RopeStyle::kAdjacent : cpu::RopeStyle::kHalf;
   rope_.llama3_factor = c.rope_llama3_factor;
   rope_.llama3_low_freq_factor = c.rope_llama3_low_freq_factor;
   rope_.llama3_high_freq_factor = c.rope_llama3_high_freq_factor;
   rope_.llama3_original_context = c.rope_llama3_original_context;
   rope_.linear_factor = c.rope_linear_factor;
-  inv_freq_ = cpu::rope_inv_freq(rope_);
+  if (c.rope_freqs_tensor) {
+    // Llama-3 GGUF files carry the scaling as per-pair frequency divisors
+    // (rope_freqs.weight, written by llama.cpp's converter). llama.cpp then
+    // divides theta^(-2i/d) by them and applies no other llama3 scaling, so
+    // neither do we: the plain frequencies, divided.
+    rope_.llama3_factor = 0.f;
+    inv_freq_ = cpu::rope_inv_freq(rope_);
+    const int64_t half = int64_t(inv_freq_.size());
+    const float* f = f32_data(&model.get("rope_freqs.weight"), "rope_freqs.weight", half);
+    for (int64_t i = 0; i < half; ++i) {
+      KV_CHECK(std::isfinite(f[i]) && f[i] > 0.f,
+               "rope_freqs.weight[{}] is {}: frequency divisors must be finite and positive", i,
+               f[i]);
+      inv_freq_[size_t(i)] /= f[i];
+    }
+  } else {
+    inv_freq_ = cpu::rope_inv_freq(rope_);
+  }
 
   s_ = std::make_unique<Scratch>();
   const size_t T = size_t(max_tokens);
@@ -163,8 +180,7 @@ SliceExecutor::SliceExecutor(const ModelFile& model, const SliceSpec& slice, con
 SliceExecutor::~SliceExecutor() = default;
 
 void SliceExecutor::run_layer(const Layer& L, const ForwardBatch& b,
-                              const std::vector<cpu::AttnRow>& rows, const int32_t* pos,
-                              float* x) {
+                              const std::vector<cpu::AttnRow>& rows, const int32_t* pos, float* x) {
   const ModelConfig& c = cfg_;
   const int64_t T = b.n_tokens, H = c.hidden;
   const int64_t QD = int64_t(c.n_heads) * c.head_dim, KD = int64_t(c.n_kv_heads) * c.head_dim;

@@ -6,6 +6,7 @@
 
 #include "base/check.h"
 #include "base/half.h"
+#include "kernels/cpu/kquant.h"  // header-only block decoders
 
 namespace kvasir::test {
 namespace {
@@ -52,6 +53,80 @@ void q4_1(const float* x, uint8_t* out) {
   }
 }
 
+// K-quants: a plain min/max quantiser (not ggml's iterative search, which
+// only lowers the error): per sub-block scale and min, 6-bit scales relative
+// to the super-block's largest, quants rounded against the stored f16 values.
+void pack_scale_min(uint8_t* q12, int j, int sc, int m) {
+  if (j < 4) {
+    q12[j] = uint8_t((q12[j] & 0xc0) | sc);
+    q12[j + 4] = uint8_t((q12[j + 4] & 0xc0) | m);
+  } else {
+    q12[j + 4] = uint8_t((sc & 0xf) | ((m & 0xf) << 4));
+    q12[j - 4] = uint8_t(q12[j - 4] | ((sc >> 4) << 6));
+    q12[j] = uint8_t(q12[j] | ((m >> 4) << 6));
+  }
+}
+
+void q45_k(const float* x, bool q5, uint8_t* out) {
+  const int nmax = q5 ? 31 : 15;
+  float scale[8], mn[8], max_scale = 0, max_min = 0;
+  for (int s = 0; s < 8; ++s) {
+    float lo = 0, hi = x[32 * s];
+    for (int l = 0; l < 32; ++l) lo = std::min(lo, x[32 * s + l]), hi = std::max(hi, x[32 * s + l]);
+    scale[s] = (hi - lo) / float(nmax);
+    mn[s] = -lo;
+    max_scale = std::max(max_scale, scale[s]);
+    max_min = std::max(max_min, mn[s]);
+  }
+  const float d = fp16_to_f32(f32_to_fp16(max_scale / 63.f));
+  const float dmin = fp16_to_f32(f32_to_fp16(max_min / 63.f));
+  put16(out, f32_to_fp16(d));
+  put16(out + 2, f32_to_fp16(dmin));
+  uint8_t* q12 = out + 4;
+  std::memset(q12, 0, 12);
+  uint8_t* qh = out + 16;
+  uint8_t* qs = out + (q5 ? 48 : 16);
+  if (q5) std::memset(qh, 0, 32);
+  for (int s = 0; s < 8; ++s) {
+    const int sc = d > 0 ? std::clamp(int(std::lround(scale[s] / d)), 0, 63) : 0;
+    const int m = dmin > 0 ? std::clamp(int(std::lround(mn[s] / dmin)), 0, 63) : 0;
+    pack_scale_min(q12, s, sc, m);
+    const float ds = d * float(sc), dm = dmin * float(m);
+    for (int l = 0; l < 32; ++l) {
+      const int q = ds > 0 ? std::clamp(int(std::lround((x[32 * s + l] + dm) / ds)), 0, nmax) : 0;
+      uint8_t& byte = qs[32 * (s / 2) + l];
+      byte = uint8_t(s % 2 ? (byte & 0x0f) | ((q & 0xf) << 4) : (byte & 0xf0) | (q & 0xf));
+      if (q5 && (q & 16)) qh[l] = uint8_t(qh[l] | (1 << s));
+    }
+  }
+}
+
+void q6_k(const float* x, uint8_t* out) {
+  float scale[16], max_scale = 0;
+  for (int s = 0; s < 16; ++s) {
+    float amax = 0;
+    for (int l = 0; l < 16; ++l) amax = std::max(amax, std::fabs(x[16 * s + l]));
+    scale[s] = amax / 31.f;
+    max_scale = std::max(max_scale, scale[s]);
+  }
+  const float d = fp16_to_f32(f32_to_fp16(max_scale / 127.f));
+  put16(out + 208, f32_to_fp16(d));
+  std::memset(out, 0, 192);
+  for (int s = 0; s < 16; ++s) {
+    const int sc = d > 0 ? std::clamp(int(std::lround(scale[s] / d)), 0, 127) : 0;
+    out[192 + s] = uint8_t(int8_t(sc));
+    const float ds = d * float(sc);
+    for (int l = 0; l < 16; ++l) {
+      const int i = 16 * s + l;  // weight index: half h, quarter t, position p
+      const int q = ds > 0 ? std::clamp(int(std::lround(x[i] / ds)), -32, 31) + 32 : 32;
+      const int h = i / 128, t = (i % 128) / 32, p = i % 32;
+      uint8_t& lo = out[64 * h + p + 32 * (t & 1)];
+      lo = uint8_t(t < 2 ? (lo & 0xf0) | (q & 0xf) : (lo & 0x0f) | ((q & 0xf) << 4));
+      out[128 + 32 * h + p] = uint8_t(out[128 + 32 * h + p] | ((q >> 4) << (2 * t)));
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<uint8_t> quantize(DType t, const float* x, int64_t n) {
@@ -79,6 +154,13 @@ std::vector<uint8_t> quantize(DType t, const float* x, int64_t n) {
         break;
       case DType::Q4_1:
         q4_1(xb, o);
+        break;
+      case DType::Q4_K:
+      case DType::Q5_K:
+        q45_k(xb, t == DType::Q5_K, o);
+        break;
+      case DType::Q6_K:
+        q6_k(xb, o);
         break;
       default:
         KV_FAIL("quantize: type {} not supported", info.name);
@@ -125,6 +207,13 @@ std::vector<float> dequantize(const TensorView& v) {
         }
         break;
       }
+      case DType::Q4_K:
+      case DType::Q5_K:
+        cpu::kq::dequant_q45_k(p, v.type == DType::Q5_K, y);
+        break;
+      case DType::Q6_K:
+        cpu::kq::dequant_q6_k(p, y);
+        break;
       default:
         KV_FAIL("dequantize: type {} not supported", info.name);
     }

@@ -122,6 +122,27 @@ std::vector<std::string> gpt2_byte_tokens() {
   return out;
 }
 
+std::vector<float> llama3_rope_factors(const TinySpec& s) {
+  const int hd = s.hidden / s.heads;
+  const float low_wavelen = float(s.llama3_original_context) / s.llama3_low;
+  const float high_wavelen = float(s.llama3_original_context) / s.llama3_high;
+  std::vector<float> out;
+  for (int i = 0; i < hd; i += 2) {
+    const float freq = 1.f / std::pow(s.rope_theta, float(i) / float(hd));
+    const float wavelen = 2.f * float(M_PI) / freq;
+    if (wavelen < high_wavelen) {
+      out.push_back(1.f);
+    } else if (wavelen > low_wavelen) {
+      out.push_back(s.llama3_factor);
+    } else {
+      const float smooth = (float(s.llama3_original_context) / wavelen - s.llama3_low) /
+                           (s.llama3_high - s.llama3_low);
+      out.push_back(1.f / ((1.f - smooth) / s.llama3_factor + smooth));
+    }
+  }
+  return out;
+}
+
 void write_tiny_gguf(const std::string& path, const TinySpec& s) {
   KV_CHECK(s.vocab >= 259, "tiny model: vocab {} < 259 (256 bytes + 3 specials)", s.vocab);
   KV_CHECK(s.hidden % s.heads == 0, "tiny model: heads must divide hidden");
@@ -170,8 +191,23 @@ void write_tiny_gguf(const std::string& path, const TinySpec& s) {
       data = permute_qk(data, s.heads, hd, s.hidden);
     if (permute && t.gguf_name.ends_with("attn_k.weight"))
       data = permute_qk(data, s.kv_heads, hd, s.hidden);
+    if (!t.is_norm && s.prequantize != DType::F32) {
+      const std::vector<uint8_t> q = quantize(s.prequantize, data.data(), int64_t(data.size()));
+      TensorView v;
+      v.type = s.prequantize;
+      v.n_dims = 1;
+      v.ne[0] = int64_t(data.size());
+      v.data = q.data();
+      v.nbytes = q.size();
+      data = dequantize(v);
+    }
     const DType type = t.is_norm ? DType::F32 : s.matrix_type;
     w.add_tensor(t.gguf_name, type, ne, quantize(type, data.data(), int64_t(data.size())));
+  }
+  if (s.llama3_factor != 0.f) {
+    const std::vector<float> f = llama3_rope_factors(s);
+    w.add_tensor("rope_freqs.weight", DType::F32, {int64_t(f.size())},
+                 quantize(DType::F32, f.data(), int64_t(f.size())));
   }
   w.write(path);
 }
@@ -202,7 +238,13 @@ void write_tiny_safetensors(const std::string& dir, const TinySpec& s) {
       {"rms_norm_eps", 1e-5},
       {"hidden_act", "silu"},
       {"tie_word_embeddings", s.tied},
-      {"rope_scaling", nullptr},
+      {"rope_scaling", s.llama3_factor == 0.f ? nlohmann::json(nullptr)
+                                              : nlohmann::json{{"rope_type", "llama3"},
+                                                               {"factor", s.llama3_factor},
+                                                               {"low_freq_factor", s.llama3_low},
+                                                               {"high_freq_factor", s.llama3_high},
+                                                               {"original_max_position_embeddings",
+                                                                s.llama3_original_context}}},
       {"torch_dtype", "float32"},
   };
   write_text(fs::path(dir) / "config.json", cfg.dump(2));

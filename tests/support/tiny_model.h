@@ -24,7 +24,21 @@ struct TinySpec {
   bool tied = false;               // no output.weight / lm_head.weight
   int st_shards = 1;               // safetensors files (> 1 writes model.safetensors.index.json)
   std::string arch = "llama";      // or "qwen2": q/k/v biases, no q/k permutation in GGUF
+  // Matrices are quantised to this type and back before they are written
+  // (F32: untouched). With matrix_type F32 this gives a model whose f32
+  // weights are exactly those of a quantised one.
+  DType prequantize = DType::F32;
+  // Llama-3 RoPE scaling (factor 0: none). The folder's config.json carries
+  // rope_scaling {rope_type llama3, ...}; the GGUF carries, as llama.cpp's
+  // converter writes it, a rope_freqs.weight tensor [head_dim / 2] of
+  // frequency divisors and no scaling metadata.
+  float llama3_factor = 0.f, llama3_low = 1.f, llama3_high = 4.f;
+  int llama3_original_context = 8192;
 };
+
+// The rope_freqs.weight factors llama.cpp's convert_hf_to_gguf.py writes for
+// s's Llama-3 scaling (f32 frequencies, as the converter computes them).
+std::vector<float> llama3_rope_factors(const TinySpec& s);
 
 // One weight in Hugging Face orientation (shape outermost first, e.g. [out, in])
 // and without any permutation.

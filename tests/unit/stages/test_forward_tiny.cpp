@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "stages/forward.h"
@@ -15,8 +16,7 @@ namespace fs = std::filesystem;
 namespace {
 
 fs::path temp_dir(const std::string& tag) {
-  fs::path d = fs::temp_directory_path() /
-               ("kvasir-fwd-" + tag + "-" + std::to_string(::getpid()));
+  fs::path d = fs::temp_directory_path() / ("kvasir-fwd-" + tag + "-" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -84,8 +84,8 @@ TEST(ForwardTiny, ChunkingAndKvTypeDoNotChangeTheResult) {
   auto g = ModelFile::open((d / "tiny.gguf").string());
   const auto ids = some_ids(50, spec.vocab);
   const auto whole = logits_of(*g, ids, 64);
-  EXPECT_LT(max_abs_diff(whole, logits_of(*g, ids, 1)), 1e-4);   // token by token
-  EXPECT_LT(max_abs_diff(whole, logits_of(*g, ids, 7)), 1e-4);   // odd chunks
+  EXPECT_LT(max_abs_diff(whole, logits_of(*g, ids, 1)), 1e-4);               // token by token
+  EXPECT_LT(max_abs_diff(whole, logits_of(*g, ids, 7)), 1e-4);               // odd chunks
   EXPECT_LT(max_abs_diff(whole, logits_of(*g, ids, 64, DType::F16)), 2e-2);  // f16 KV
   fs::remove_all(d);
 }
@@ -138,5 +138,64 @@ TEST(ForwardTiny, RowsOfABatchAreIndependent) {
     EXPECT_NEAR(out[size_t(v)], la[8 * size_t(c.vocab) + size_t(v)], 1e-4);
     EXPECT_NEAR(out[size_t(c.vocab + v)], lb[4 * size_t(c.vocab) + size_t(v)], 1e-4);
   }
+  fs::remove_all(d);
+}
+
+// K-quant matrices (and embeddings) against a F32 model holding exactly the
+// dequantised weights: what remains is the 8-bit activation rounding of the
+// integer dots. Hidden 256 and ffn 512: K-quant rows are multiples of 256.
+TEST(ForwardTiny, KQuantModelsMatchTheirDequantisedWeights) {
+  const fs::path d = temp_dir("kquant");
+  test::TinySpec spec;
+  spec.hidden = 256;
+  spec.ffn = 512;
+  const auto ids = some_ids(20, spec.vocab);
+  test::write_tiny_gguf((d / "f32.gguf").string(), spec);
+  const auto plain = logits_of(*ModelFile::open((d / "f32.gguf").string()), ids, 20);
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    test::TinySpec q = spec, deq = spec;
+    q.matrix_type = t;
+    deq.prequantize = t;
+    const std::string pq = (d / (std::string(dtype_name(t)) + ".gguf")).string();
+    const std::string pd = (d / (std::string(dtype_name(t)) + "-f32.gguf")).string();
+    test::write_tiny_gguf(pq, q);
+    test::write_tiny_gguf(pd, deq);
+    auto mq = ModelFile::open(pq);
+    auto md = ModelFile::open(pd);
+    const auto lq = logits_of(*mq, ids, 20), ld = logits_of(*md, ids, 20);
+    double scale = 0;
+    for (float v : ld) scale = std::max(scale, double(std::abs(v)));
+    const double err = max_abs_diff(lq, ld);
+    std::printf("%s: max |logit - dequantised-f32 logit| = %.5f (max |logit| %.3f)\n",
+                dtype_name(t), err, scale);
+    EXPECT_LT(err, 0.03 * scale) << dtype_name(t);
+    // And the quantiser itself is sane: close to the unquantised model.
+    EXPECT_LT(max_abs_diff(ld, plain), (t == DType::Q6_K ? 0.1 : 0.5) * scale) << dtype_name(t);
+  }
+  fs::remove_all(d);
+}
+
+// A GGUF Llama-3 file carries its RoPE scaling as rope_freqs.weight; the
+// same model as a Hugging Face folder carries rope_scaling {llama3}. Both
+// must give the same logits, and different ones from the unscaled model.
+TEST(ForwardTiny, RopeFreqsTensorEqualsLlama3Scaling) {
+  const fs::path d = temp_dir("ropefreqs");
+  test::TinySpec spec;
+  spec.llama3_factor = 8.f;
+  spec.llama3_original_context = 32;  // head_dim 16: pairs 0 kept, 1 smoothed, 2-7 scaled
+  test::write_tiny_gguf((d / "l3.gguf").string(), spec);
+  test::write_tiny_safetensors((d / "hf").string(), spec);
+  test::TinySpec plain_spec = spec;
+  plain_spec.llama3_factor = 0.f;
+  test::write_tiny_gguf((d / "plain.gguf").string(), plain_spec);
+  auto g = ModelFile::open((d / "l3.gguf").string());
+  auto s = ModelFile::open((d / "hf").string());
+  auto p = ModelFile::open((d / "plain.gguf").string());
+  ASSERT_TRUE(g->config().rope_freqs_tensor);
+  ASSERT_FALSE(s->config().rope_freqs_tensor);
+  const auto ids = some_ids(37, spec.vocab);
+  const auto lg = logits_of(*g, ids, 8), ls = logits_of(*s, ids, 8), lp = logits_of(*p, ids, 8);
+  EXPECT_LT(max_abs_diff(lg, ls), 1e-4);
+  EXPECT_GT(max_abs_diff(lg, lp), 1e-2);
   fs::remove_all(d);
 }
