@@ -118,6 +118,8 @@ int run_agent(ipc::Segment& seg, const AgentConfig& cfg, const StageForward& for
       fb.n_rows = m.n_rows;
       fb.tokens = b.tokens.data();
       fb.n_tokens = m.n_tokens;
+      fb.slot = m.slot;
+      fb.batch_id = m.batch_id;
       try {
         forward(fb, head ? nullptr : seg.boundary(m.slot, s - 1),
                 tail ? nullptr : seg.boundary(m.slot, s), tail ? logits.data() : nullptr);

@@ -49,6 +49,10 @@ struct ForwardBatch {
   const int32_t* tokens = nullptr;  // [n_tokens] — head only
   int64_t n_tokens = 0;             // sum of rows' n_tokens
   bool all_logits = false;          // tail: logits of every token, not only sampled rows' last
+  // The ring's slot and batch id: GPU stages key their device boundaries and
+  // credits by them (ipc/cuda_boundary.h); the CPU executor ignores them.
+  uint32_t slot = 0;
+  uint64_t batch_id = 0;
 };
 
 class SliceExecutor {

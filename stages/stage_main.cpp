@@ -15,6 +15,7 @@
 
 #include "base/check.h"
 #include "stages/agent.h"
+#include "stages/cuda_plugin.h"
 
 namespace kvasir {
 
@@ -48,7 +49,8 @@ int stage_main(int stage, const std::string& segment_name) {
   try {
     const ipc::SegmentParams& p = seg->params();
     const ipc::StagePlan& plan = p.stages[stage];
-    KV_CHECK(std::strcmp(plan.device, "cpu") == 0, "device {}: this build has no CUDA backend",
+    if (cuda_ordinal(plan.device) >= 0) return run_cuda_stage(*seg, stage);  // the plugin's
+    KV_CHECK(std::strcmp(plan.device, "cpu") == 0, "device {}: not \"cpu\" or \"cuda:N\"",
              plan.device);
     auto model = ModelFile::open(p.model_path);
     const ModelConfig& mc = model->config();

@@ -1,0 +1,114 @@
+/* stages/cuda/plugin_abi.h — the C ABI of libkvasir_cuda.so, the CUDA backend.
+ *
+ * The stage process (stages/cuda_plugin.cpp) dlopen()s the plugin only when
+ * its plan says cuda:N, so the normal binaries never link libcudart or
+ * cuBLAS: a build made with nvcc still runs CPU plans on a machine without a
+ * GPU or driver. Everything crossing this line is plain C data; errors are
+ * status codes plus a text in the caller's buffer, never exceptions.
+ *
+ * Versioning: kvasir_cuda_plugin_v1() returns a table whose abi_version must
+ * equal KVASIR_CUDA_ABI_VERSION and whose struct_size must be at least the
+ * caller's sizeof(KvasirCudaPluginV1); `build` must equal the caller's
+ * KVASIR_CUDA_BUILD_TAG (the plugin links the same static kvasir libraries,
+ * e.g. the ipc::CudaBoundaryTable it is handed, so it must come from the
+ * same build). Any mismatch: the loader refuses the plugin, naming both.
+ */
+#ifndef KVASIR_STAGES_CUDA_PLUGIN_ABI_H
+#define KVASIR_STAGES_CUDA_PLUGIN_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVASIR_CUDA_ABI_VERSION 1u
+/* Same version and compiler, or refuse (see above). CMake defines
+ * KVASIR_BUILD_TAG identically for the loader and the plugin. */
+#ifndef KVASIR_BUILD_TAG
+#define KVASIR_BUILD_TAG "untagged"
+#endif
+#define KVASIR_CUDA_BUILD_TAG "kvasir-cuda-abi1 " KVASIR_BUILD_TAG
+
+enum KvasirCudaStatus {
+  KVASIR_CUDA_OK = 0,
+  KVASIR_CUDA_NO_DRIVER = 1, /* no usable NVIDIA driver (cudaGetDeviceCount failed) */
+  KVASIR_CUDA_NO_DEVICE = 2, /* the ordinal is not among the visible devices */
+  KVASIR_CUDA_BAD_ARGS = 3,  /* a config or batch field out of range */
+  KVASIR_CUDA_NO_MEMORY = 4, /* weights or the minimum KV do not fit */
+  KVASIR_CUDA_MODEL = 5,     /* the model file lacks a tensor / has a type not handled */
+  KVASIR_CUDA_RUNTIME = 6,   /* a CUDA / cuBLASLt call failed (text says which) */
+  KVASIR_CUDA_IPC = 7,       /* boundary export/import failed or a peer broke the protocol */
+  KVASIR_CUDA_BATCH = 8      /* a malformed batch: that batch fails, the stage lives */
+};
+
+/* One stage's slice and widths (the plan). */
+typedef struct KvasirCudaStageConfig {
+  uint32_t struct_size; /* sizeof(KvasirCudaStageConfig) */
+  int32_t device;       /* CUDA ordinal N of cuda:N */
+  const char* model_path;
+  int32_t first_layer, last_layer; /* inclusive */
+  int32_t head, tail;              /* embeds tokens / final norm + output head */
+  int32_t block_size;              /* KV tokens per block */
+  int32_t max_rows, max_tokens, max_table;
+  int32_t inflight;              /* ring slots: device boundary slots per link */
+  double gpu_memory_utilization; /* (0, 1]: share of free memory (after weights) for KV */
+} KvasirCudaStageConfig;
+
+typedef struct KvasirCudaRow {
+  int32_t pos0, n_tokens;
+  const int32_t* block_table; /* [n_table] host */
+  int32_t n_table;
+  int32_t want_logits; /* tail: this row's last token is sampled */
+} KvasirCudaRow;
+
+/* One forward pass. Host pointers; device boundaries (attach_boundaries)
+ * replace hidden_in / hidden_out for links between two GPU stages. */
+typedef struct KvasirCudaBatch {
+  uint64_t batch_id; /* the ring's, > 0, increasing: keys the boundary credits */
+  uint32_t slot;     /* ring slot: which device boundary buffer */
+  const KvasirCudaRow* rows;
+  int32_t n_rows;
+  const int32_t* tokens; /* [n_tokens] head only */
+  int64_t n_tokens;
+  int32_t all_logits;     /* tail: logits of every token */
+  const float* hidden_in; /* [n_tokens, hidden] f32 host, or null (head / device input) */
+  float* hidden_out;      /* [n_tokens, hidden] f32 host, or null (tail / device output) */
+  float* logits;          /* tail: [sampled rows (or n_tokens), vocab] f32 host */
+} KvasirCudaBatch;
+
+typedef struct KvasirCudaStage KvasirCudaStage; /* opaque */
+
+typedef struct KvasirCudaPluginV1 {
+  uint32_t abi_version; /* KVASIR_CUDA_ABI_VERSION */
+  uint32_t struct_size; /* sizeof(KvasirCudaPluginV1) */
+  const char* build;    /* KVASIR_CUDA_BUILD_TAG of the plugin */
+
+  /* Is there a driver, and is `device` one of the visible devices? */
+  int (*probe)(int32_t device, char* err, size_t err_cap);
+  /* Selects the device, uploads the slice's weights (bf16), and measures
+   * the KV capacity in blocks from gpu_memory_utilization of what is free. */
+  int (*open)(const KvasirCudaStageConfig* cfg, KvasirCudaStage** out, int64_t* capacity_blocks,
+              char* err, size_t err_cap);
+  /* Allocates n_blocks (<= capacity) KV blocks: the daemon's minimum. */
+  int (*allocate_kv)(KvasirCudaStage* st, int32_t n_blocks, char* err, size_t err_cap);
+  /* table: the segment's kvasir::ipc::CudaBoundaryTable (same build).
+   * export_link >= 0: allocate and publish this stage's output slots;
+   * import_link >= 0: open the previous stage's slots (waits until published
+   * or until *stop becomes non-zero). -1 = that side is a host boundary. */
+  int (*attach_boundaries)(KvasirCudaStage* st, void* table, int32_t import_link,
+                           int32_t export_link, const volatile uint32_t* stop, char* err,
+                           size_t err_cap);
+  int (*forward)(KvasirCudaStage* st, const KvasirCudaBatch* batch, char* err, size_t err_cap);
+  void (*close)(KvasirCudaStage* st);
+} KvasirCudaPluginV1;
+
+typedef const KvasirCudaPluginV1* (*KvasirCudaPluginEntry)(void);
+#define KVASIR_CUDA_PLUGIN_ENTRY "kvasir_cuda_plugin_v1"
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVASIR_STAGES_CUDA_PLUGIN_ABI_H */

@@ -1,0 +1,209 @@
+#include "stages/cuda_plugin.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "base/check.h"
+#include "ipc/cuda_boundary.h"
+#include "stages/agent.h"
+
+namespace kvasir {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kPluginFile = "libkvasir_cuda.so";
+
+std::string exe_dir() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : exe.parent_path().string();
+}
+
+std::string text(const char* buf, size_t cap) {
+  return std::string(buf, strnlen(buf, cap));
+}
+
+}  // namespace
+
+int cuda_ordinal(const char* device) {
+  if (!device || std::strncmp(device, "cuda:", 5) != 0) return -1;
+  const char* p = device + 5;
+  int n = 0, digits = 0;
+  for (; *p; ++p, ++digits) {
+    if (*p < '0' || *p > '9' || digits >= 4) return -1;
+    n = n * 10 + (*p - '0');
+  }
+  return digits ? n : -1;
+}
+
+std::vector<std::string> CudaPlugin::search_paths() {
+  std::vector<std::string> out;
+  // An explicit path is the only one tried: what the operator (or a test) named.
+  if (const char* env = std::getenv("KVASIR_CUDA_PLUGIN"); env && *env) return {env};
+  std::string dir = exe_dir();
+  if (!dir.empty()) {
+    out.push_back((fs::path(dir) / kPluginFile).string());
+    out.push_back(
+        (fs::path(dir) / ".." / "lib" / "kvasir" / kPluginFile).lexically_normal().string());
+  }
+  return out;
+}
+
+std::unique_ptr<CudaPlugin> CudaPlugin::load(int device) {
+  KV_CHECK(device >= 0, "plan asks for a CUDA device with a bad ordinal {}", device);
+  const std::string want = fmt::format("cuda:{}", device);
+  std::string tried, found;
+  std::error_code ec;
+  for (const auto& p : search_paths()) {
+    if (fs::is_regular_file(p, ec)) {
+      found = p;
+      break;
+    }
+    tried += (tried.empty() ? "" : ", ") + p;
+  }
+  KV_CHECK(!found.empty(),
+           "plan asks for {} but this build has no CUDA plugin ({} not found in: {}); build "
+           "where nvcc is installed (KVASIR_CUDA=AUTO/ON), or set KVASIR_CUDA_PLUGIN",
+           want, kPluginFile, tried.empty() ? "(no path)" : tried);
+  dlerror();
+  void* h = dlopen(found.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char* e = dlerror();
+    KV_FAIL(
+        "plan asks for {} but the CUDA plugin {} cannot be loaded: {} (are the CUDA runtime "
+        "and cuBLAS libraries installed?)",
+        want, found, e ? e : "unknown error");
+  }
+  auto entry = reinterpret_cast<KvasirCudaPluginEntry>(dlsym(h, KVASIR_CUDA_PLUGIN_ENTRY));
+  KV_CHECK(entry, "plan asks for {} but {} has no {} entry point", want, found,
+           KVASIR_CUDA_PLUGIN_ENTRY);
+  const KvasirCudaPluginV1* api = entry();
+  KV_CHECK(api && api->abi_version == KVASIR_CUDA_ABI_VERSION &&
+               api->struct_size >= sizeof(KvasirCudaPluginV1),
+           "plan asks for {} but {} speaks plugin ABI {} (this binary: {})", want, found,
+           api ? api->abi_version : 0u, KVASIR_CUDA_ABI_VERSION);
+  const std::string build = api->build ? api->build : "";
+  KV_CHECK(build == KVASIR_CUDA_BUILD_TAG,
+           "plan asks for {} but {} comes from another build (\"{}\", this binary: \"{}\")", want,
+           found, build, KVASIR_CUDA_BUILD_TAG);
+  KV_CHECK(api->probe && api->open && api->allocate_kv && api->attach_boundaries && api->forward &&
+               api->close,
+           "plan asks for {} but {} has an incomplete function table", want, found);
+  char err[512] = {};
+  int rc = api->probe(device, err, sizeof err);
+  if (rc == KVASIR_CUDA_NO_DRIVER)
+    KV_FAIL("plan asks for {} but this machine has no usable NVIDIA driver ({})", want,
+            text(err, sizeof err));
+  if (rc == KVASIR_CUDA_NO_DEVICE) KV_FAIL("plan asks for {} but {}", want, text(err, sizeof err));
+  KV_CHECK(rc == KVASIR_CUDA_OK, "plan asks for {} but the device check failed: {}", want,
+           text(err, sizeof err));
+  std::unique_ptr<CudaPlugin> p(new CudaPlugin);
+  p->handle_ = h;
+  p->api_ = api;
+  p->path_ = found;
+  return p;
+}
+
+int run_cuda_stage(ipc::Segment& seg, int stage) {
+  const ipc::SegmentParams& p = seg.params();
+  const ipc::StagePlan& plan = p.stages[stage];
+  ipc::StageShared& me = seg.stage(stage);
+  const int dev = cuda_ordinal(plan.device);
+  auto plugin = CudaPlugin::load(dev);
+  const KvasirCudaPluginV1& api = plugin->api();
+
+  KvasirCudaStageConfig cfg{};
+  cfg.struct_size = sizeof cfg;
+  cfg.device = dev;
+  cfg.model_path = p.model_path;
+  cfg.first_layer = plan.first;
+  cfg.last_layer = plan.last;
+  cfg.head = stage == 0;
+  cfg.tail = stage == p.n_stages - 1;
+  cfg.block_size = p.block_size;
+  cfg.max_rows = p.dims.max_rows;
+  cfg.max_tokens = p.dims.max_tokens;
+  cfg.max_table = p.dims.max_table;
+  cfg.inflight = p.dims.inflight;
+  cfg.gpu_memory_utilization = p.kv_gpu_util;
+
+  char err[512] = {};
+  KvasirCudaStage* st = nullptr;
+  int64_t cap = 0;
+  int rc = api.open(&cfg, &st, &cap, err, sizeof err);
+  KV_CHECK(rc == KVASIR_CUDA_OK && st, "{}: {}", plan.device, text(err, sizeof err));
+  struct Closer {
+    const KvasirCudaPluginV1& api;
+    KvasirCudaStage* st;
+    ~Closer() { api.close(st); }
+  } closer{api, st};
+  KV_CHECK(cap >= 1, "{}: kv.gpu_memory_utilization {} of the free memory holds no KV block",
+           plan.device, p.kv_gpu_util);
+  me.capacity_blocks.store(cap);
+  me.status.store(ipc::kStageSized);
+  seg.header().state.ring();
+
+  while (seg.header().kv_blocks.load() <= 0) {
+    uint32_t seen = seg.header().state.seen();
+    if (seg.stopping()) return 0;
+    if (seg.header().kv_blocks.load() > 0) break;
+    seg.header().state.wait(seen, 100'000'000);
+  }
+  const int32_t n_blocks = seg.header().kv_blocks.load();
+  KV_CHECK(n_blocks <= cap, "the daemon asked for {} blocks, this stage holds {}", n_blocks, cap);
+  rc = api.allocate_kv(st, n_blocks, err, sizeof err);
+  KV_CHECK(rc == KVASIR_CUDA_OK, "{}: {}", plan.device, text(err, sizeof err));
+
+  // Device boundaries where both ends of a link are GPU stages (the hidden
+  // state then never crosses the host); host boundaries elsewhere.
+  const bool prev_gpu = stage > 0 && cuda_ordinal(p.stages[stage - 1].device) >= 0;
+  const bool next_gpu = stage + 1 < p.n_stages && cuda_ordinal(p.stages[stage + 1].device) >= 0;
+  const uint32_t* stop = reinterpret_cast<const uint32_t*>(&seg.header().shutdown);
+  rc = api.attach_boundaries(st, &seg.cuda_table(), prev_gpu ? stage - 1 : -1,
+                             next_gpu ? stage : -1, stop, err, sizeof err);
+  if (rc != KVASIR_CUDA_OK && seg.stopping()) return 0;
+  KV_CHECK(rc == KVASIR_CUDA_OK, "{}: boundaries: {}", plan.device, text(err, sizeof err));
+  me.status.store(ipc::kStageReady);
+  seg.header().state.ring();
+
+  // The model's vocabulary for the tail's logits: the plugin read the model.
+  int32_t vocab = 0;
+  if (cfg.tail) {
+    auto model = ModelFile::open(p.model_path);
+    vocab = model->config().vocab;
+  }
+  std::vector<KvasirCudaRow> rows(size_t(p.dims.max_rows));
+  AgentConfig ac{stage, vocab, n_blocks};
+  int out =
+      run_agent(seg, ac, [&](const ForwardBatch& b, const float* in, float* hout, float* logits) {
+        KV_CHECK(b.n_rows >= 0 && b.n_rows <= int32_t(rows.size()), "batch: {} rows", b.n_rows);
+        for (int32_t r = 0; r < b.n_rows; ++r)
+          rows[size_t(r)] = KvasirCudaRow{b.rows[r].pos0, b.rows[r].n_tokens, b.rows[r].block_table,
+                                          b.rows[r].n_table, b.rows[r].want_logits ? 1 : 0};
+        KvasirCudaBatch cb{};
+        cb.batch_id = b.batch_id;
+        cb.slot = b.slot;
+        cb.rows = rows.data();
+        cb.n_rows = b.n_rows;
+        cb.tokens = b.tokens;
+        cb.n_tokens = b.n_tokens;
+        cb.all_logits = b.all_logits ? 1 : 0;
+        cb.hidden_in = in;
+        cb.hidden_out = hout;
+        cb.logits = logits;
+        char ferr[512] = {};
+        int frc = api.forward(st, &cb, ferr, sizeof ferr);
+        KV_CHECK(frc == KVASIR_CUDA_OK, "{}", text(ferr, sizeof ferr));
+      });
+  me.status.store(ipc::kStageStopped);
+  seg.header().state.ring();
+  return out;
+}
+
+}  // namespace kvasir

@@ -1,0 +1,47 @@
+// stages/cuda_plugin.h — the stage process's side of the CUDA backend: finds
+// and dlopen()s libkvasir_cuda.so (stages/cuda/plugin_abi.h) when the plan
+// says cuda:N, and runs a GPU stage through it. No CUDA headers or libraries
+// here: a build without nvcc has this file too, and answers a cuda:N plan
+// with a message that says why it cannot run it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ipc/segment.h"
+#include "stages/cuda/plugin_abi.h"
+
+namespace kvasir {
+
+// "cuda:N" → N (0..9999); -1 for anything else (validated plans only hold
+// "cpu" or "cuda:N").
+int cuda_ordinal(const char* device);
+
+class CudaPlugin {
+ public:
+  // Where the plugin is looked for: $KVASIR_CUDA_PLUGIN (a file) alone when
+  // set; else the executable's folder, then <exe>/../lib/kvasir/.
+  static std::vector<std::string> search_paths();
+  // Loads the plugin, checks its ABI and build tag, probes the driver and
+  // the device. Throws kvasir::Error "plan asks for cuda:N but …" naming the
+  // fault (no plugin in this build, cannot load it, no driver, no device).
+  static std::unique_ptr<CudaPlugin> load(int device);
+
+  const KvasirCudaPluginV1& api() const { return *api_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  CudaPlugin() = default;
+  // Never dlclose()d: the CUDA runtime's own destructors run at exit.
+  void* handle_ = nullptr;
+  const KvasirCudaPluginV1* api_ = nullptr;
+  std::string path_;
+};
+
+// A stage whose plan says cuda:N: the same start-up handshake as a CPU stage
+// (sized → the daemon's block count → ready → agent), with the executor in
+// the plugin. Throws kvasir::Error before serving; returns the exit code.
+int run_cuda_stage(ipc::Segment& seg, int stage);
+
+}  // namespace kvasir
