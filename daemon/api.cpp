@@ -391,15 +391,15 @@ int run_api(const Config& cfg, Engine& engine, const ApiContext& ctx) {
       api->begin_drain();
       drain_until = now + millis(cfg.server.drain_timeout);
       drained_from = api->in_flight();
-      fmt::print(stderr, "kvasird: stopping: draining {} request(s) for up to {} s\n",
-                 drained_from, cfg.server.drain_timeout);
+      fmt::print(stderr, "kvasird: stopping: draining {} request(s) for up to {} s\n", drained_from,
+                 cfg.server.drain_timeout);
     }
     if (phase == Phase::kDraining) {
       bool abort_now = ctx.abort && ctx.abort->load();
       if (api->in_flight() > 0 && (abort_now || now >= drain_until)) {
-        abort_why = abort_now ? "a second stop signal"
-                              : fmt::format("server.drain_timeout passed, {} s",
-                                            cfg.server.drain_timeout);
+        abort_why =
+            abort_now ? "a second stop signal"
+                      : fmt::format("server.drain_timeout passed, {} s", cfg.server.drain_timeout);
         aborted = api->abort_all(
             fmt::format("the daemon is stopping; this request was aborted ({})", abort_why));
       }
@@ -408,8 +408,7 @@ int run_api(const Config& cfg, Engine& engine, const ApiContext& ctx) {
         close_until = now + std::min(hopts.write_timeout, std::chrono::milliseconds(5000));
       }
     }
-    if (phase == Phase::kClosing &&
-        (server.busy_connections() == 0 || now >= close_until)) {
+    if (phase == Phase::kClosing && (server.busy_connections() == 0 || now >= close_until)) {
       std::string line =
           aborted ? fmt::format("kvasird: drain ended ({}): {} request(s) finished, {} aborted",
                                 abort_why, drained_from - std::min(drained_from, aborted), aborted)

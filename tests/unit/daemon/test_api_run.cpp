@@ -22,10 +22,10 @@
 
 using namespace kvasir;
 using namespace std::chrono_literals;
+using nlohmann::json;
 using test::parse_resp;
 using test::Resp;
 using test::sse_events;
-using nlohmann::json;
 namespace asio = boost::asio;
 using Socket = asio::local::stream_protocol::socket;
 using Clock = std::chrono::steady_clock;
@@ -127,8 +127,9 @@ TEST_F(RunApiTest, DrainRefusesNewRequestsAndFinishesStreams) {
   engine_.delay_ms = 25;
   start();
   auto s = connect();
-  asio::write(*s, asio::buffer(post_req(
-                      R"({"prompt":"x","max_tokens":40,"ignore_eos":true,"stream":true})")));
+  asio::write(
+      *s,
+      asio::buffer(post_req(R"({"prompt":"x","max_tokens":40,"ignore_eos":true,"stream":true})")));
   std::this_thread::sleep_for(150ms);
   stop_ = true;
   std::this_thread::sleep_for(150ms);  // the poll (100 ms) has seen it
@@ -239,7 +240,7 @@ TEST_F(RunApiTest, MaxConnectionsRefusesExtraConnectionsCleanly) {
   EXPECT_NE(refused.j()["error"]["message"].get<std::string>().find("server.max_connections"),
             std::string::npos);
   EXPECT_NE(refused.head.find("Retry-After"), std::string::npos);
-  a.reset();                           // closes: the server notices EOF
+  a.reset();  // closes: the server notices EOF
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(call("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").status, 200);
 }
