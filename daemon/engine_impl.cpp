@@ -233,12 +233,16 @@ bool BridgeEngine::submit_batch() {
     dr.n_table = int32_t(s->table.size());
     dr.sample = row.sample;
     b.rows.push_back(dr);
-    b.tokens.insert(b.tokens.end(), s->tokens.begin() + row.pos0,
-                    s->tokens.begin() + row.pos0 + row.n_tokens);
+    if (row.pad)  // `static` padding's filler (docs/scheduler.md): any valid id will do
+      b.tokens.insert(b.tokens.end(), size_t(row.n_tokens), s->tokens.back());
+    else
+      b.tokens.insert(b.tokens.end(), s->tokens.begin() + row.pos0,
+                      s->tokens.begin() + row.pos0 + row.n_tokens);
     std::copy(s->table.begin(), s->table.end(), b.tables.begin() + int64_t(r) * d.max_table);
     b.sampling.push_back(s->req.sampling);
     s->batches_in_flight++;
-    if (row.pos0 < s->n_prompt) prompt_tokens += std::min(row.n_tokens, s->n_prompt - row.pos0);
+    if (!row.pad && row.pos0 < s->n_prompt)
+      prompt_tokens += std::min(row.n_tokens, s->n_prompt - row.pos0);
   }
   b.n_tokens = int32_t(b.tokens.size());
   ipc::write_desc(seg_.desc(k), b, d);

@@ -30,8 +30,11 @@ namespace {
 int64_t remaining(const Sequence& s) {
   return int64_t(s.tokens.size()) - s.n_scheduled;
 }
+int64_t padding(const Sequence& s) {
+  return s.pad_end - s.pad_next;
+}
 bool schedulable(const Sequence& s) {
-  return remaining(s) > 0 && !s.awaiting && !s.done && !s.cancelled;
+  return (remaining(s) > 0 || padding(s) > 0) && !s.awaiting && !s.done && !s.cancelled;
 }
 }  // namespace
 
@@ -88,7 +91,8 @@ bool CapacityScheduler::grow(Sequence* s, int64_t tokens, BlockManager& blocks,
 void CapacityScheduler::preempt(Sequence* v, BlockManager& blocks, std::deque<Sequence*>& waiting,
                                 std::vector<Sequence*>& running) {
   blocks.release(v->table);
-  v->n_scheduled = 0;  // recompute prompt + generated tokens; nothing is re-sent
+  v->n_scheduled = 0;            // recompute prompt + generated tokens; nothing is re-sent
+  v->pad_next = v->pad_end = 0;  // its next (static) batch pads it afresh
   v->running = false;
   v->preempted++;
   running.erase(std::find(running.begin(), running.end(), v));
@@ -123,6 +127,10 @@ void BatchFormer::begin(int64_t active, int64_t work, int32_t slots, int64_t flo
 
 int32_t BatchFormer::want(const Sequence& s) const {
   if (!schedulable(s) || budget_ <= 0) return 0;
+  // Padding goes first, before the prefill that samples, so no filler
+  // position can land on KV the sequence has already made its own. Filler
+  // can be cut anywhere.
+  if (padding(s) > 0) return int32_t(std::min<int64_t>(padding(s), budget_));
   const int64_t rem = remaining(s);
   if (lim_.policy == Policy::kChunked)
     return int32_t(std::min<int64_t>({rem, budget_, lim_.chunk_size}));
@@ -134,6 +142,12 @@ int32_t BatchFormer::want(const Sequence& s) const {
 }
 
 void BatchFormer::add(std::vector<SchedRow>& rows, Sequence* s, int32_t n) {
+  if (padding(*s) > 0) {
+    rows.push_back(SchedRow{s, int32_t(s->pad_next), n, false, true});
+    s->pad_next += n;
+    budget_ -= n;
+    return;
+  }
   SchedRow r{s, int32_t(s->n_scheduled), n, n == remaining(*s)};
   s->n_scheduled += n;
   s->awaiting = r.sample;
@@ -148,7 +162,8 @@ bool Scheduler::take(std::vector<SchedRow>& rows, Sequence* s, BlockManager& blo
   if (form_.full(rows)) return false;
   const int32_t n = form_.want(*s);
   if (n <= 0) return false;
-  if (!cap_.grow(s, s->n_scheduled + n, blocks, waiting, running, rows, true)) return false;
+  const int64_t end = padding(*s) > 0 ? s->pad_next + n : s->n_scheduled + n;
+  if (!cap_.grow(s, end, blocks, waiting, running, rows, true)) return false;
   form_.add(rows, s, n);
   return true;
 }
@@ -162,6 +177,8 @@ std::vector<SchedRow> Scheduler::next(std::deque<Sequence*>& waiting,
   // block per running sequence (their next decodes): admitting into a pool
   // that decodes are about to need would only cause a preemption.
   int32_t admitted = 0;
+  int64_t longest = 0;  // `static`: the batch's longest prompt, its padded length
+  const int32_t free_before = blocks.free();
   while (cap_.may_admit(waiting, running, admitted)) {
     Sequence* s = waiting.front();
     const int64_t rem = remaining(*s);
@@ -169,9 +186,26 @@ std::vector<SchedRow> Scheduler::next(std::deque<Sequence*>& waiting,
                                                           : std::min<int64_t>(rem, lim_.max_tokens);
     const int32_t need = blocks.blocks_for(s->n_scheduled + first) - int32_t(s->table.size());
     if (need + int32_t(running.size()) > blocks.free() && !running.empty()) break;
+    // A padded batch holds KV for every member's padded prompt: admit no
+    // more than fit together (the first always does: submission checked it).
+    const int64_t padded = std::max(longest, rem);
+    if (lim_.policy == Policy::kStatic && admitted > 0 &&
+        int64_t(admitted + 1) * blocks.blocks_for(padded) > free_before)
+      break;
     if (!blocks.ensure(s->table, s->n_scheduled + first)) break;
     cap_.admit(s, waiting, running);
     admitted++;
+    longest = padded;
+  }
+  if (lim_.policy == Policy::kStatic) {
+    // Pad every member to the longest prompt of the batch (the members are
+    // the last `admitted` of running; a recomputed one counts its tokens
+    // so far as prompt, as its prefill computes them).
+    for (int32_t i = 0; i < admitted; ++i) {
+      Sequence* s = running[running.size() - size_t(admitted) + size_t(i)];
+      s->pad_next = int64_t(s->tokens.size());
+      s->pad_end = std::max(longest, s->pad_next);
+    }
   }
 
   // The work at hand: every token the running sequences could send now
@@ -183,7 +217,7 @@ std::vector<SchedRow> Scheduler::next(std::deque<Sequence*>& waiting,
     if (s->done) continue;
     active++;
     if (!schedulable(*s)) continue;
-    work += remaining(*s);
+    work += remaining(*s) + padding(*s);
     if (lim_.policy != Policy::kChunked && remaining(*s) <= lim_.max_tokens)
       floor = std::max(floor, remaining(*s));
   }
@@ -192,10 +226,12 @@ std::vector<SchedRow> Scheduler::next(std::deque<Sequence*>& waiting,
   // fills the rest of the budget. A copy: preemption edits `running`.
   const std::vector<Sequence*> order = running;
   for (Sequence* s : order)
-    if (s->running && remaining(*s) == 1) take(rows, s, blocks, waiting, running);
+    if (s->running && remaining(*s) == 1 && padding(*s) == 0)
+      take(rows, s, blocks, waiting, running);
   // Then prefill (whole or chunks), oldest admission first.
   for (Sequence* s : order)
-    if (s->running && remaining(*s) > 1) take(rows, s, blocks, waiting, running);
+    if (s->running && (remaining(*s) > 1 || padding(*s) > 0))
+      take(rows, s, blocks, waiting, running);
   return rows;
 }
 

@@ -62,6 +62,10 @@ struct Sequence {
   uint64_t admitted = 0;       // admission order: the newest is preempted first
   int32_t preempted = 0;       // times it lost its blocks
   std::vector<int32_t> table;  // KV blocks
+  // `static` padding (docs/scheduler.md): filler positions [pad_next,
+  // pad_end) past its prompt still to be computed before its prefill, so
+  // its prefill costs what the batch's longest prompt costs.
+  int64_t pad_next = 0, pad_end = 0;
 };
 
 struct SchedRow {
@@ -69,6 +73,11 @@ struct SchedRow {
   int32_t pos0 = 0;
   int32_t n_tokens = 0;
   bool sample = false;
+  // Padding (`static`): n_tokens filler tokens at [pos0, pos0 + n_tokens),
+  // all past the sequence's tokens. Computed like any row, never sampled;
+  // the KV they write is overwritten by the sequence's own decodes before
+  // any row reads it (attention at position q reads positions <= q only).
+  bool pad = false;
 };
 
 struct SchedLimits {

@@ -48,7 +48,9 @@ struct Sim {
       std::string b;
       for (auto& r : rows) {
         r.seq->batches_in_flight++;
-        b += (b.empty() ? "" : " ") + std::to_string(r.seq->id) + ":" + std::to_string(r.n_tokens);
+        b += (b.empty() ? "" : " ") + std::to_string(r.seq->id) + ":" + std::to_string(r.n_tokens) +
+             (r.pad ? "p" : "");
+        computed += r.n_tokens;
       }
       out += (out.empty() ? "" : " | ") + b;
       ring.push_back(std::move(rows));
@@ -80,18 +82,26 @@ struct Sim {
     ASSERT_EQ(ids.size(), n) << "a block is in two tables";
   }
 
+  // KV by position, as a stage holds it: a row writes its positions (a
+  // recompute rewrites them; padding writes filler, kFiller) and reads
+  // positions [0, pos0 + n_tokens) (attention is causal).
+  static constexpr int32_t kUnwritten = -1, kFiller = -2;
   void complete(const std::vector<SchedRow>& rows) {
     for (auto& r : rows) {
       Sequence* s = r.seq;
       s->batches_in_flight--;
       auto& kv = kv_[s->id];
-      ASSERT_LE(r.pos0, int32_t(kv.size())) << "a hole in the KV of " << s->id;
-      kv.resize(size_t(r.pos0));  // a recompute rewrites from pos0
-      for (int32_t t = 0; t < r.n_tokens; ++t) kv.push_back(s->tokens[size_t(r.pos0 + t)]);
+      const size_t end = size_t(r.pos0 + r.n_tokens);
+      if (kv.size() < end) kv.resize(end, kUnwritten);
+      for (size_t p = size_t(r.pos0); p < end; ++p) kv[p] = r.pad ? kFiller : s->tokens[p];
+      if (r.pad) continue;  // its output is thrown away: it may read anything
+      // What a real row reads must be its own tokens: no hole, no filler.
+      for (size_t p = 0; p < end; ++p)
+        ASSERT_EQ(kv[p], s->tokens[p]) << "sequence " << s->id << " reads a bad position " << p;
       if (!r.sample) continue;
       s->awaiting = false;
       uint64_t h = 1469598103934665603ull;
-      for (int32_t x : kv) h = (h ^ uint64_t(x)) * 1099511628211ull;
+      for (size_t p = 0; p < end; ++p) h = (h ^ uint64_t(kv[p])) * 1099511628211ull;
       s->tokens.push_back(int32_t(h % 50000));
       if (++s->n_generated >= s->req.max_tokens) s->done = true;
     }
@@ -115,6 +125,7 @@ struct Sim {
   std::vector<std::unique_ptr<Sequence>> all;
   std::deque<std::vector<SchedRow>> ring;
   std::map<RequestId, std::vector<int32_t>> kv_;
+  int64_t computed = 0;  // tokens sent to the ring, padding included
 };
 
 SchedLimits lim(Policy p, int32_t inflight = 1) {
@@ -144,9 +155,52 @@ TEST(Scheduler, NaiveRunsOneRequestAtATime) {
 }
 
 TEST(Scheduler, StaticWaitsForTheWholeBatch) {
-  // 1, 2, 3 form the batch; 4 waits until all three have finished even
-  // though the budget has room for it earlier.
-  EXPECT_EQ(timeline(Policy::kStatic), (T{"1:6", "1:1 2:3", "2:1 3:5", "4:2"}));
+  // 1, 2, 3 form the batch, padded to the longest prompt (6): 2 gets 3
+  // filler tokens, 3 one; the filler goes before each one's prompt. 4 waits
+  // until all three have finished even though the budget has room for it
+  // earlier.
+  EXPECT_EQ(timeline(Policy::kStatic), (T{"1:6 2:2p", "1:1 2:1p 3:1p", "2:3 3:5", "2:1", "4:2"}));
+}
+
+std::map<RequestId, std::vector<int32_t>> outputs(const Sim& sim);
+
+TEST(Scheduler, StaticPaysForItsPadding) {
+  // Prompts of 1, 7, 3 and 12 tokens, 2 new tokens each, one batch: each
+  // member's prefill costs the longest prompt (4 x 12 = 48 tokens), then
+  // 4 rows decode once (the first token comes from the prefill). Outputs
+  // are those of the requests run one at a time: the filler is never read.
+  SchedLimits l{8, 16, 16, 256};
+  l.policy = Policy::kStatic;
+  Sim st(l, 1000), one(lim(Policy::kNaive), 1000);
+  for (Sim* s : {&st, &one}) {
+    s->add(1, 1, 2);
+    s->add(2, 7, 2);
+    s->add(3, 3, 2);
+    s->add(4, 12, 2);
+    s->run();
+    ASSERT_TRUE(s->idle());
+  }
+  EXPECT_EQ(st.computed, 4 * 12 + 4);
+  EXPECT_EQ(one.computed, 1 + 7 + 3 + 12 + 4);
+  EXPECT_EQ(outputs(st), outputs(one));
+  EXPECT_EQ(st.bm.free(), st.bm.total());
+}
+
+TEST(Scheduler, StaticAdmitsOnlyWhatItsPaddedBatchCanHold) {
+  // Blocks of 4, 8 in the pool: prompts 12, 1, 1 padded to 12 need 3 blocks
+  // each; two fit (6), the third waits for the next batch.
+  SchedLimits l{8, 16, 16, 256};
+  l.policy = Policy::kStatic;
+  Sim sim(l, 8);
+  sim.add(1, 12, 1);
+  sim.add(2, 1, 1);
+  sim.add(3, 1, 1);
+  EXPECT_EQ(sim.step(), "1:12 2:4p");
+  EXPECT_EQ(sim.step(), "2:7p");
+  EXPECT_EQ(sim.step(), "2:1");
+  EXPECT_EQ(sim.step(), "3:1");
+  EXPECT_TRUE(sim.idle());
+  EXPECT_EQ(sim.bm.free(), sim.bm.total());
 }
 
 TEST(Scheduler, ContinuousAdmitsEveryIterationWithWholePrefills) {
@@ -227,7 +281,8 @@ TEST(Scheduler, BurstIsBalancedByTokensNotOnlyRows) {
 
 TEST(Scheduler, BalancedBudgetNeverStarvesAWholePrefill) {
   // Whole prefills cannot be cut: a lone 7-token prompt with three free
-  // slots still goes in one piece (the share, 3, is below it).
+  // slots still goes in one piece (the share, 3, is below it). Under
+  // `static` the second is padded to 7 first (5 filler tokens).
   for (Policy p : {Policy::kStatic, Policy::kContinuous}) {
     SchedLimits l{8, 16, 8, 256};
     l.policy = p;
@@ -235,7 +290,8 @@ TEST(Scheduler, BalancedBudgetNeverStarvesAWholePrefill) {
     Sim sim(l, 1000);
     sim.add(1, 7, 2);
     sim.add(2, 2, 1);
-    EXPECT_EQ(sim.step(), "1:7 | 2:2") << policy_name(p);
+    EXPECT_EQ(sim.step(), p == Policy::kStatic ? "1:7 | 2:4p | 2:1p" : "1:7 | 2:2")
+        << policy_name(p);
     sim.run();
     EXPECT_TRUE(sim.idle());
   }
