@@ -50,6 +50,9 @@ Run run_plan(const std::string& model_path, int n_layers, const std::vector<std:
   Config cfg = load_config(
       write_config(dir, model_path, plan_toml(n_layers, int(devices.size()), 1, 0, 8, 128)));
   for (size_t i = 0; i < devices.size(); ++i) cfg.plan.stages[i].device = devices[i];
+  // Stages sharing one GPU each size their KV from what is free when they
+  // measure: a fifth each leaves room for three of them.
+  cfg.kv.gpu_memory_utilization = 0.2;
   ModelConfig mc = check_config(cfg);
   SupervisorOptions opt;
   opt.exe = kvasird_path();
