@@ -84,7 +84,9 @@ HttpResult exchange(Socket& sock, const Endpoint& ep, const std::string& method,
     p.get().body().data = tmp;
     p.get().body().size = sizeof tmp;
     beast::error_code ec;
-    http::read(sock, buf, p, ec);
+    // read_some: hand over what has arrived. http::read would wait until the
+    // 8 KiB buffer is full, so a stream of small SSE events came in bursts.
+    http::read_some(sock, buf, p, ec);
     if (ec == http::error::need_buffer) ec = {};
     if (ec) throw beast::system_error(ec);
     std::string_view got(tmp, sizeof tmp - p.get().body().size);

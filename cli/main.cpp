@@ -6,6 +6,10 @@
 //   kvasir chat [--max-tokens N] [--temperature T] [--system TEXT]
 //   kvasir tokenize [--json] TEXT|-      kvasir detokenize IDS...
 //   kvasir top [--once [--json]]
+//   kvasir bench [--requests N] [--concurrency C | --rate R] [--max-tokens N]
+//                [--prompt-len L1,L2,...] [--trace FILE] [--seed S] [--json]
+//                [--ttft-target MS] [--itl-target MS] [--progress auto|always|never]
+//                [--compare-policies --config FILE [--kvasird PATH] [--policies P,...]]
 // Every command takes --socket PATH (default $KVASIR_SOCKET, then
 // /run/kvasir/kvasir.sock) or --url http://HOST:PORT ($KVASIR_API_KEY for TCP).
 #include <unistd.h>
@@ -13,12 +17,15 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
+#include "cli/bench.h"
 #include "cli/http_client.h"
 #include "cli/top.h"
 
@@ -83,7 +90,10 @@ int cmd_status(const Endpoint& ep, double wait_s, bool as_json) {
     std::cout << stats.dump(2) << "\n";
     return 0;
   }
-  std::cout << "kvasird at " << ep.describe() << ": ready\n";
+  json hj = json::parse(h.body, nullptr, false);
+  const bool degraded = !hj.is_discarded() && hj.value("status", std::string()) == "degraded";
+  std::cout << "kvasird at " << ep.describe()
+            << (degraded ? ": degraded (recovering a lost stage; requests wait)\n" : ": ready\n");
   std::cout << "model: " << stats.value("model", "?") << "\n";
   if (stats.contains("plan")) std::cout << "plan: " << stats["plan"].dump() << "\n";
   if (stats.contains("stages") && stats["stages"].is_array()) {
@@ -227,6 +237,44 @@ int cmd_top(const Endpoint& ep, bool once, bool as_json) {
   return 0;
 }
 
+// ---- bench ----
+struct BenchCli {
+  BenchOptions o;
+  CompareOptions c;
+  bool compare = false;
+};
+
+// kvasird beside this binary (installed: both in bin/), or in the build tree.
+std::string default_kvasird() {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "kvasird";
+  for (auto p : {self.parent_path() / "kvasird", self.parent_path() / ".." / "daemon" / "kvasird"})
+    if (std::filesystem::exists(p, ec)) return p.lexically_normal().string();
+  return "kvasird";
+}
+
+int cmd_bench(const Endpoint& ep, BenchCli& b) {
+  std::vector<BenchRequest> trace;
+  if (!b.o.trace.empty()) {
+    std::ifstream in(b.o.trace);
+    if (!in) throw Failure{"cannot read the trace " + b.o.trace};
+    try {
+      trace = parse_trace(in, b.o.max_tokens);
+    } catch (const std::runtime_error& e) {
+      throw Failure{b.o.trace + ": " + e.what()};
+    }
+  }
+  std::vector<BenchRequest> w = make_workload(b.o, b.o.trace.empty() ? nullptr : &trace);
+  if (b.compare) {
+    if (b.c.kvasird.empty()) b.c.kvasird = default_kvasird();
+    return compare_policies(b.c, b.o, w);
+  }
+  nlohmann::json s = run_bench(ep, b.o, w);
+  std::cout << (b.o.json ? s.dump(2) + "\n" : render_summary(s));
+  return s.value("failed", 0) > 0 ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -282,7 +330,44 @@ int main(int argc, char** argv) {
   top->add_flag("--json", top_json, "as JSON");
   add_common(top, common);
 
+  BenchCli bc;
+  auto* bench = app.add_subcommand("bench", "load generator: throughput, TTFT/ITL, KV waste");
+  bench->add_option("--requests", bc.o.requests, "requests to send (default 100, or the trace's)")
+      ->check(CLI::Range(1, kMaxBenchRequests));
+  auto* conc = bench
+                   ->add_option("--concurrency", bc.o.concurrency,
+                                "requests outstanding at most (default 1 without --rate/--trace)")
+                   ->check(CLI::Range(1, kMaxBenchWorkers));
+  bench->add_option("--rate", bc.o.rate, "Poisson arrivals per second (open loop)")
+      ->check(CLI::Range(1e-6, 1e6));
+  bench->add_option("--max-tokens", bc.o.max_tokens, "tokens generated per request, exactly")
+      ->check(CLI::Range(1, kMaxBenchTokens));
+  bench->add_option("--prompt-len", bc.o.prompt_lens, "synthetic prompt lengths, cycled")
+      ->delimiter(',')
+      ->check(CLI::Range(1, kMaxBenchTokens));
+  bench->add_option("--trace", bc.o.trace,
+                    "JSON lines: {\"t\":S, \"prompt_len\":N|\"prompt\":T, "
+                    "\"max_tokens\":N}");
+  bench->add_option("--seed", bc.o.seed, "seed of arrivals and prompts");
+  bench->add_option("--ttft-target", bc.o.ttft_target_ms, "goodput: TTFT target (ms)")
+      ->check(CLI::PositiveNumber);
+  bench->add_option("--itl-target", bc.o.itl_target_ms, "goodput: mean ITL target (ms)")
+      ->check(CLI::PositiveNumber);
+  bench->add_flag("--json", bc.o.json, "print one JSON object");
+  bench->add_option("--progress", bc.o.progress, "progress bar on stderr")
+      ->check(CLI::IsMember({"auto", "always", "never"}));
+  bench->add_flag("--compare-policies", bc.compare,
+                  "start kvasird once per policy (from --config) and compare them");
+  bench->add_option("--config", bc.c.config, "with --compare-policies: the config to start from");
+  bench->add_option("--kvasird", bc.c.kvasird, "with --compare-policies: the daemon binary");
+  bench->add_option("--policies", bc.c.policies, "with --compare-policies: which (default all)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"naive", "static", "continuous", "continuous+chunked"}));
+  add_common(bench, common);
+
   CLI11_PARSE(app, argc, argv);
+  // Closed loop by default: one request at a time unless arrivals are timed.
+  if (conc->count() == 0 && bc.o.rate <= 0 && bc.o.trace.empty()) bc.o.concurrency = 1;
   try {
     Endpoint ep = resolve_endpoint(common.socket, common.url);
     if (*status) return cmd_status(ep, wait_s, status_json);
@@ -291,6 +376,7 @@ int main(int argc, char** argv) {
     if (*tok) return cmd_tokenize(ep, text, tok_json);
     if (*detok) return cmd_detokenize(ep, ids);
     if (*top) return cmd_top(ep, top_once, top_json);
+    if (*bench) return cmd_bench(ep, bc);
   } catch (const Failure& f) {
     std::cout << std::flush;
     std::cerr << "kvasir: error: " << f.message << "\n";

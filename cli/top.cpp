@@ -71,6 +71,11 @@ TopView make_view(const json& now, const json* prev, double dt) {
       st.busy = std::clamp(d("busy_s") / span, 0.0, 1.0);
       st.starved = std::clamp(d("starved_s") / span, 0.0, 1.0);
       st.blocked = std::clamp(d("blocked_s") / span, 0.0, 1.0);
+      // A stage's counters and our clock are read at different instants, so
+      // the shares can add up to a little over the interval; they partition
+      // the stage's time, so scale them back to sum to at most 100%.
+      double sum = st.busy + st.starved + st.blocked;
+      if (sum > 1.0) st.busy /= sum, st.starved /= sum, st.blocked /= sum;
       st.batches_per_s = d("batches") / span;
       st.tokens_per_s = d("tokens") / span;
       v.stages.push_back(st);

@@ -108,7 +108,8 @@ int main(int argc, char** argv) {
   };
   // Optional 4th argument: "tiles" times only the quantised types with the
   // 1×4 and the 2×4 register tile (weight rows × activation rows) side by
-  // side, the ratio in the last column.
+  // side, the ratio in the last column. Optional 5th: the types to run
+  // ("Q4_0,Q4_1").
   const bool tiles = argc > 4 && std::string(argv[4]) == "tiles";
   const Shape shapes[] = {{576, 1536}, {1536, 576},  {576, 576},
                           {192, 576},  {49152, 576}, {1536, 768}};
@@ -117,12 +118,13 @@ int main(int argc, char** argv) {
   for (DType t : types) {
     const bool kquant = dtype_info(t).block == 256;
     if (tiles && dtype_info(t).block == 1) continue;
+    if (argc > 5 && std::string(argv[5]).find(dtype_name(t)) == std::string::npos) continue;
     for (const Shape& s : shapes) {
       if (s.rows == 49152 && t != DType::Q8_0) continue;  // the output head is Q8_0
       if (s.cols % dtype_info(t).block != 0) continue;    // K-quants: cols % 256
       if (s.cols == 768 && !kquant) continue;             // a K-quant-only shape
       const Weight w = make_weight(t, s.rows, s.cols, rng);
-      for (int64_t n : tiles ? std::vector<int64_t>{4, 16, 64} : std::vector<int64_t>{1, 16}) {
+      for (int64_t n : tiles ? std::vector<int64_t>{1, 4, 16, 64} : std::vector<int64_t>{1, 16}) {
         std::vector<float> x(size_t(n * s.cols), 0.5f), y(size_t(n * s.rows));
         auto run = [&] { matmul(w.view, x.data(), n, y.data(), &pool); };
         if (tiles) {

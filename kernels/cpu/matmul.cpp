@@ -100,7 +100,10 @@ void matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool
   const int64_t tile = act_tile(x_row_bytes);
   const auto* wdata = static_cast<const uint8_t*>(w.data);
   const size_t x_elem = quant ? sizeof(BlockQ8x) : sizeof(float);
-  const int max_nw = g_max_nw.load(std::memory_order_relaxed);
+  // Two weight rows per register tile only with full 4-row activation tiles:
+  // below that the second row shares almost nothing and measured slower
+  // (bench_kernels_matmul ... tiles, docs/kernels.md).
+  const int max_nw = n >= detail::kMaxNX ? g_max_nw.load(std::memory_order_relaxed) : 1;
 
   auto body = [&](int64_t r0, int64_t r1, int) {
     for (int64_t rb = r0; rb < r1; rb += kRowTile) {

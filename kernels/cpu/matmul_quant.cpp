@@ -129,6 +129,9 @@ KV_AVX2 void quantize_avx2(const float* x, int64_t cols, BlockQ8x* out) {
   }
 }
 
+#ifndef KV_Q4_NW
+#define KV_Q4_NW 2
+#endif
 #define KV_ISA avx2
 #define KV_TARGET __attribute__((target("avx2,fma,f16c")))
 #define KV_DOT_U8S8(a, b) _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))

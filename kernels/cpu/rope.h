@@ -37,7 +37,7 @@ struct RopeConfig {
 // applied as Hugging Face's _compute_llama3_parameters does. Throws
 // kvasir::Error on an invalid config. (GGUF Llama-3 files may instead carry
 // a rope_freqs tensor: divide theta^(-2i/d) by it and pass the result to
-// rope() directly.)
+// rope() directly — stages/forward.cpp does.)
 std::vector<float> rope_inv_freq(const RopeConfig& cfg);
 
 // Rotates x: [n_tokens, n_heads, head_dim] in place; pos[t] is token t's

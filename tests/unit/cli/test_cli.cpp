@@ -74,7 +74,8 @@ json snapshot(double t, std::vector<double> busy, int64_t preempt = 0, int64_t f
 
 TEST(Top, SharesFromTwoSnapshots) {
   json a = snapshot(10, {0.5, 0.5}), b = snapshot(11, {0.5, 0.5});
-  b["stages"][0]["busy_s"] = 5.0 + 0.9;  // 90% busy in the last second
+  b["stages"][0]["busy_s"] = 5.0 + 0.9;     // 90% busy in the last second
+  b["stages"][0]["starved_s"] = 5.0 + 0.1;  // (and so 10% starved)
   TopView v = make_view(b, &a, 1.0);
   ASSERT_EQ(v.stages.size(), 2u);
   EXPECT_NEAR(v.stages[0].busy, 0.9, 1e-9);
@@ -82,6 +83,19 @@ TEST(Top, SharesFromTwoSnapshots) {
   EXPECT_NEAR(v.stages[0].batches_per_s, 10, 1e-9);
   EXPECT_NEAR(v.gen_tokens_per_s, 50, 1e-9);
   EXPECT_NE(render(v).find("15-29"), std::string::npos);
+}
+
+TEST(Top, SharesNeverSumPastTheInterval) {
+  // Counters read a little after the clock: busy 0.7 s + starved 0.5 s in a
+  // 1 s interval. Shown as-is that is 120%; the shares must partition 100%.
+  json a = snapshot(10, {0.5, 0.5}), b = snapshot(11, {0.5, 0.5});
+  b["stages"][0]["busy_s"] = 5.0 + 0.7;
+  b["stages"][0]["starved_s"] = 5.0 + 0.5;
+  TopView v = make_view(b, &a, 1.0);
+  const StageView& s = v.stages[0];
+  EXPECT_NEAR(s.busy + s.starved + s.blocked, 1.0, 1e-9);
+  EXPECT_NEAR(s.busy / s.starved, 0.7 / 0.5, 1e-9);  // proportions kept
+  EXPECT_NEAR(v.stages[1].busy, 0.5, 1e-9);          // a stage under 100% is untouched
 }
 
 TEST(Top, Diagnoses) {

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# `kvasir bench` against the REAL kvasird (2 CPU stages, default model):
+# its figures must agree with each other and with the daemon's own counters;
+# a trace run; refusals of bad input; --compare-policies starting its own
+# daemons, on a KV pool too small for the load (preemptions counted).
+#
+# Usage: test_bench_cli.sh KVASIRD KVASIR [SOURCE_DIR]
+# Exit 0 = passed, 77 = skipped (no model file), anything else = failed.
+set -uo pipefail
+
+KVASIRD=${1:?kvasird path}
+KVASIR=${2:?kvasir path}
+SRC=${3:-$(cd "$(dirname "$0")/../.." && pwd)}
+. "$SRC/tests/integration/lib.sh"
+kv_setup bench-cli
+
+kv_config '[kv]
+memory = "64MiB"' > "$WORK/kvasir.toml"
+kv_start "$KVASIRD" "$KVASIR" "$WORK/kvasir.toml"
+ok "kvasird ready"
+
+engine() {  # engine FIELD: a counter of GET /kvasir/v1/stats
+  curl -s --unix-socket "$SOCK" http://x/kvasir/v1/stats |
+    python3 -c "import json,sys; print(json.load(sys.stdin)['engine']['$1'])"
+}
+gen0=$(engine tokens_generated); prompt0=$(engine tokens_prompt)
+
+B=("$KVASIR" bench --socket "$SOCK")
+"${B[@]}" --requests 8 --concurrency 4 --max-tokens 8 --prompt-len 16,40 --json \
+  > "$WORK/run.json" 2> "$WORK/run.err"
+expect "bench --json exits 0" "$?" "0"
+check=$(python3 - "$WORK/run.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+bad = []
+def want(cond, what):
+    if not cond: bad.append(what)
+want(s["completed"] == 8 and s["failed"] == 0, f"completed/failed {s['completed']}/{s['failed']}")
+want(s["output_tokens"] == 64, f"output_tokens {s['output_tokens']} != 8x8")
+want(s["prompt_tokens"] == 4 * 16 + 4 * 40, f"prompt_tokens {s['prompt_tokens']} != 224")
+d = s["duration_s"]
+want(d > 0, "duration")
+want(abs(s["output_tok_s"] - 64 / d) < 1e-6 * s["output_tok_s"] + 1e-9, "output_tok_s != 64/duration")
+want(abs(s["total_tok_s"] - 288 / d) < 1e-6 * s["total_tok_s"] + 1e-9, "total_tok_s != 288/duration")
+want(abs(s["requests_per_s"] - 8 / d) < 1e-6 * s["requests_per_s"] + 1e-9, "requests_per_s")
+want(s["ttft_ms"]["count"] == 8, "one TTFT per request")
+want(s["itl_ms"]["count"] == 8 * 7, f"ITL samples {s['itl_ms']['count']} != 8x7")
+want(s["e2e_ms"]["count"] == 8, "one E2E per request")
+for k in ("ttft_ms", "itl_ms", "e2e_ms"):
+    x = s[k]
+    want(0 < x["p50"] <= x["p99"], f"{k}: 0 < p50 <= p99 ({x})")
+    want(0 < x["mean"] <= x["p99"] * 8, f"{k}: mean {x['mean']}")
+want(s["ttft_ms"]["p99"] <= s["e2e_ms"]["p99"], "TTFT p99 <= E2E p99")
+want(s["e2e_ms"]["p99"] <= d * 1000 * 1.01, "E2E within the run")
+want(s["preemptions"] == 0, f"preemptions {s['preemptions']} on a roomy pool")
+w = s["kv_waste"]
+want(s["kv_waste_samples"] == 0 or (w is not None and 0 <= w < 1), f"kv_waste {w}")
+want(s["goodput"] is None, "no goodput without targets")
+print("; ".join(bad) if bad else "consistent")
+PY
+)
+expect "bench figures consistent" "$check" "consistent"
+expect "daemon generated exactly 64 tokens" "$(( $(engine tokens_generated) - gen0 ))" "64"
+expect "daemon prefilled exactly 224 prompt tokens" "$(( $(engine tokens_prompt) - prompt0 ))" "224"
+
+# A trace: timed arrivals, a text prompt, per-request max_tokens; goodput.
+cat > "$WORK/trace.jsonl" <<'T'
+# t (s), prompt or prompt_len, max_tokens
+{"t": 0, "prompt_len": 20, "max_tokens": 5}
+{"t": 0.3, "prompt": "The capital of France is", "max_tokens": 6}
+{"t": 0.6, "prompt_len": 33}
+T
+"${B[@]}" --trace "$WORK/trace.jsonl" --max-tokens 4 --ttft-target 60000 --itl-target 60000 \
+  --json > "$WORK/trace.json" 2>&1
+expect "bench --trace exits 0" "$?" "0"
+check=$(python3 - "$WORK/trace.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+ok = (s["completed"] == 3 and s["output_tokens"] == 5 + 6 + 4 and s["duration_s"] >= 0.6
+      and s["itl_ms"]["count"] == 4 + 5 + 3 and s["goodput"]["requests"] == 3)
+print("consistent" if ok else json.dumps(s))
+PY
+)
+expect "trace run: 3 requests, 15 tokens, arrivals honoured, all within generous targets" "$check" "consistent"
+
+table=$("${B[@]}" --requests 2 --max-tokens 3 --prompt-len 8 --progress always 2> "$WORK/bar.err")
+[[ "$table" == *"output tok/s"* && "$table" == *"ITL p99 ms"* ]] && ok "readable table" || bad "table: $table"
+grep -q '2/2' "$WORK/bar.err" && ok "progress bar on stderr" || bad "progress bar: $(cat "$WORK/bar.err")"
+
+# Refusals: a bad trace line, a prompt past the context, a bad option.
+echo '{"t": 0, "prompt_len": -3}' > "$WORK/bad.jsonl"
+err=$("${B[@]}" --trace "$WORK/bad.jsonl" 2>&1); rc=$?
+[ $rc -ne 0 ] && [[ "$err" == *"line 1"* ]] && ok "bad trace refused: $err" || bad "bad trace: rc=$rc $err"
+err=$("${B[@]}" --requests 1 --prompt-len 100000 --max-tokens 4 2>&1); rc=$?
+[ $rc -ne 0 ] && [[ "$err" == *context* ]] && ok "prompt past the context refused: $err" || bad "long prompt: rc=$rc $err"
+"${B[@]}" --concurrency 0 > /dev/null 2>&1 && bad "--concurrency 0 accepted" || ok "--concurrency 0 refused"
+kv_stop
+expect "kvasird exits 0" "$?" "0"
+
+# --compare-policies starts one daemon per policy. The pool, 8 blocks of 16
+# tokens (180 KiB each for 15 layers), holds one request of 40 + 56 tokens
+# (6 blocks) but not the 4 at once that continuous batching admits as their
+# prompts fit: their decodes run the pool dry, so it must preempt, and every
+# request still completes. naive runs one at a time and never preempts.
+kv_config '[kv]
+memory = "1440KiB"' > "$WORK/small.toml"
+"$KVASIR" bench --compare-policies --config "$WORK/small.toml" --kvasird "$KVASIRD" \
+  --policies naive,continuous+chunked --requests 8 --concurrency 4 --max-tokens 56 \
+  --prompt-len 40 --json > "$WORK/cmp.json" 2> "$WORK/cmp.err"
+expect "compare-policies exits 0" "$?" "0"
+check=$(python3 - "$WORK/cmp.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))["policies"]
+n, c = p["naive"], p["continuous+chunked"]
+bad = []
+for name, s in p.items():
+    if s.get("completed") != 8 or s.get("output_tokens") != 8 * 56:
+        bad.append(f"{name}: {s}")
+if n.get("preemptions") != 0: bad.append(f"naive preempted {n.get('preemptions')}")
+if not c.get("preemptions", 0) > 0: bad.append(f"continuous+chunked did not preempt: {c.get('preemptions')}")
+print("; ".join(bad) if bad else "consistent")
+PY
+)
+expect "compare-policies: both complete all 8 on a small pool, chunked preempts" "$check" "consistent"
+"$KVASIR" bench --compare-policies --config "$WORK/small.toml" --kvasird "$KVASIRD" \
+  --policies naive --requests 1 --max-tokens 2 --prompt-len 8 > "$WORK/cmp.txt" 2>&1
+grep -q 'naive' "$WORK/cmp.txt" && ok "compare table" || bad "compare table: $(cat "$WORK/cmp.txt")"
+pgrep -f 'config /tmp/kvasir-bench\.' > /dev/null && bad "a compared daemon is still running" || ok "compared daemons stopped"
+
+[ $fails -eq 0 ] && echo "all passed" || { echo "$fails FAILED"; cat "$WORK/cmp.err" 2>/dev/null; tail -20 "$WORK/kvasird.log"; }
+exit $((fails > 0))

@@ -1,0 +1,141 @@
+// kvasir bench's pure parts: the trace reader (untrusted input), the
+// workload (Poisson arrivals, prompt-length cycling), percentiles and the
+// summary's arithmetic. The run against a real daemon is
+// tests/integration/test_bench_cli.sh.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "cli/bench.h"
+
+using namespace kvasir::cli;
+using nlohmann::json;
+
+TEST(BenchTrace, ReadsPromptsLengthsAndDefaults) {
+  std::istringstream in(
+      "# comment\n"
+      "{\"t\": 0, \"prompt_len\": 16}\n"
+      "\n"
+      "{\"t\": 0.5, \"prompt\": \"hello\", \"max_tokens\": 4}\n");
+  auto w = parse_trace(in, 32);
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0].prompt_len, 16);
+  EXPECT_EQ(w[0].max_tokens, 32);
+  EXPECT_EQ(w[1].prompt, "hello");
+  EXPECT_EQ(w[1].max_tokens, 4);
+  EXPECT_DOUBLE_EQ(w[1].arrival_s, 0.5);
+}
+
+TEST(BenchTrace, RefusesBadLinesNamingThem) {
+  auto err = [](const std::string& text) {
+    std::istringstream in(text);
+    try {
+      parse_trace(in, 8);
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(err("{\"t\":0,\"prompt_len\":4}\nnot json\n").find("line 2"), std::string::npos);
+  EXPECT_NE(err("{\"prompt_len\":4}").find("t (arrival"), std::string::npos);
+  EXPECT_NE(err("{\"t\":-1,\"prompt_len\":4}").find("between"), std::string::npos);
+  EXPECT_NE(err("{\"t\":1,\"prompt_len\":4}\n{\"t\":0.5,\"prompt_len\":4}").find("decrease"),
+            std::string::npos);
+  EXPECT_NE(err("{\"t\":0,\"prompt_len\":0}").find("prompt_len"), std::string::npos);
+  EXPECT_NE(err("{\"t\":0,\"prompt_len\":99999999999}").find("prompt_len"), std::string::npos);
+  EXPECT_NE(err("{\"t\":0,\"prompt_len\":1.5}").find("integer"), std::string::npos);
+  EXPECT_NE(err("{\"t\":0,\"prompt\":\"\"}").find("non-empty"), std::string::npos);
+  EXPECT_NE(err("{\"t\":0,\"prompt\":\"x\",\"prompt_len\":3}").find("not both"), std::string::npos);
+  EXPECT_NE(err("{\"t\":0,\"prompt_len\":3,\"max_tokens\":0}").find("max_tokens"),
+            std::string::npos);
+  EXPECT_NE(err("{\"t\":0}").find("required"), std::string::npos);
+  EXPECT_NE(err("# only a comment\n").find("no requests"), std::string::npos);
+}
+
+TEST(BenchWorkload, CyclesLengthsAndSeedsPoissonArrivals) {
+  BenchOptions o;
+  o.requests = 2000;
+  o.prompt_lens = {16, 40};
+  o.max_tokens = 8;
+  auto closed = make_workload(o, nullptr);
+  ASSERT_EQ(closed.size(), 2000u);
+  EXPECT_EQ(closed[0].prompt_len, 16);
+  EXPECT_EQ(closed[1].prompt_len, 40);
+  EXPECT_EQ(closed[2].prompt_len, 16);
+  EXPECT_EQ(closed[1999].arrival_s, 0.0);  // no rate: all at once
+
+  o.rate = 10;
+  o.seed = 7;
+  auto a = make_workload(o, nullptr), b = make_workload(o, nullptr);
+  o.seed = 8;
+  auto c = make_workload(o, nullptr);
+  EXPECT_EQ(a[1999].arrival_s, b[1999].arrival_s);  // same seed, same arrivals
+  EXPECT_NE(a[1999].arrival_s, c[1999].arrival_s);
+  for (size_t i = 1; i < a.size(); ++i) ASSERT_GE(a[i].arrival_s, a[i - 1].arrival_s);
+  // 1999 exponential gaps of mean 0.1 s: the total is 199.9 s ± a few %.
+  EXPECT_NEAR(a[1999].arrival_s, 199.9, 15);
+}
+
+TEST(BenchWorkload, TraceCutToRequests) {
+  std::vector<BenchRequest> trace(5);
+  BenchOptions o;
+  o.requests = 3;
+  EXPECT_EQ(make_workload(o, &trace).size(), 3u);
+  o.requests = 0;
+  EXPECT_EQ(make_workload(o, &trace).size(), 5u);
+}
+
+TEST(BenchStats, Percentiles) {
+  Dist d = distribution({4, 1, 3, 2, 5});
+  EXPECT_DOUBLE_EQ(d.mean, 3);
+  EXPECT_DOUBLE_EQ(d.p50, 3);
+  EXPECT_DOUBLE_EQ(d.p99, 4.96);  // numpy.percentile([1..5], 99)
+  EXPECT_EQ(distribution({}).count, 0u);
+}
+
+TEST(BenchStats, SummaryArithmetic) {
+  std::vector<RequestResult> rs(3);
+  for (int i = 0; i < 2; ++i) {
+    rs[i].ok = true;
+    rs[i].prompt_tokens = 10;
+    rs[i].completion_tokens = 4;
+    rs[i].ttft_s = 0.1 * (i + 1);
+    rs[i].e2e_s = 1;
+    rs[i].itl_s = {0.01, 0.02, 0.03};
+  }
+  rs[2].error = "boom";
+  BenchOptions o;
+  o.ttft_target_ms = 150;  // only the first request meets it
+  StatsSample before{3, 0, 0, 0}, after{5, 0, 0, 0};
+  std::vector<StatsSample> samples = {{0, 0, 0, 0}, {0, 90, 10, 2}, {0, 70, 30, 2}, {0, -1, -1, 0}};
+  json s = summarize(rs, 2.0, before, after, samples, o);
+  EXPECT_EQ(s["completed"], 2);
+  EXPECT_EQ(s["failed"], 1);
+  EXPECT_EQ(s["output_tokens"], 8);
+  EXPECT_DOUBLE_EQ(s["output_tok_s"].get<double>(), 4.0);
+  EXPECT_DOUBLE_EQ(s["total_tok_s"].get<double>(), 14.0);
+  EXPECT_DOUBLE_EQ(s["requests_per_s"].get<double>(), 1.0);
+  EXPECT_EQ(s["preemptions"], 2);
+  EXPECT_EQ(s["itl_ms"]["count"], 6);
+  EXPECT_NEAR(s["ttft_ms"]["mean"].get<double>(), 150, 1e-9);
+  // Waste averaged over the two samples holding KV: (10% + 30%) / 2.
+  EXPECT_NEAR(s["kv_waste"].get<double>(), 0.2, 1e-12);
+  EXPECT_EQ(s["kv_waste_samples"], 2);
+  EXPECT_EQ(s["goodput"]["requests"], 1);
+  EXPECT_EQ(s["errors"][0], "boom");
+  std::string table = render_summary(s);
+  EXPECT_NE(table.find("20.00%"), std::string::npos);
+  std::string cmp = render_compare({{"naive", s}, {"static", s}});
+  EXPECT_NE(cmp.find("naive"), std::string::npos);
+  EXPECT_NE(cmp.find("ITL p99 ms"), std::string::npos);
+}
+
+TEST(BenchStats, NoWasteFiguresFromAnOlderDaemon) {
+  json stats = {{"engine", {{"preemptions", 4}, {"running", 2}}}};
+  StatsSample x = parse_stats(stats);
+  EXPECT_EQ(x.preemptions, 4);
+  EXPECT_EQ(x.kv_waste, -1);
+  json s = summarize({}, 1.0, x, x, {x}, BenchOptions{});
+  EXPECT_TRUE(s["kv_waste"].is_null());
+  EXPECT_TRUE(s["goodput"].is_null());
+}
