@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""The scheduler figures of docs/scheduler.md: every policy on one mixed trace.
+
+Generates a trace of short and long (>= 1,500-token) prompts, writes a
+2-CPU-stage config of the default model, and runs
+`kvasir bench --compare-policies` on it (one kvasird per policy, the same
+trace each), then a run with a KV pool too small for the load. Prints the
+figures as markdown with each issue-5 goal checked, and `uptime` before and
+after (the machine is shared; the load says how far to trust the figures).
+
+  python3 bench/policies/run.py --bin build/bin [--out /tmp/kvasir-policies]
+
+Everything it writes (trace, configs, raw JSON) stays in --out.
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+POLICIES = ["naive", "static", "continuous", "continuous+chunked"]
+
+
+def make_trace(a):
+    """Shorts arrive in a burst at the start; longs land while they decode.
+
+    Arrivals are front-loaded so every policy is saturated (throughput is the
+    engine's, not the trace's); the long prompts arrive one by one over the
+    first seconds, so whole-prompt prefills land in the middle of decodes,
+    which is what chunked prefill exists to smooth out.
+    """
+    rng = random.Random(a.seed)
+    reqs = []
+    for i in range(a.shorts):
+        reqs.append({"t": round(i * a.short_gap, 3), "prompt_len": a.short_len + rng.randrange(0, 17),
+                     "max_tokens": a.short_max})
+    for i in range(a.longs):
+        reqs.append({"t": round(a.long_start + i * a.long_gap, 3),
+                     "prompt_len": a.long_len + rng.randrange(0, 65), "max_tokens": a.long_max})
+    reqs.sort(key=lambda r: r["t"])
+    return reqs
+
+
+def config(model, kv_memory, threads):
+    return f"""[model]
+path = "{model}"
+[[stages]]
+layers = "0-14"
+device = "cpu"
+threads = {threads}
+[[stages]]
+layers = "15-29"
+device = "cpu"
+threads = {threads}
+[kv]
+memory = "{kv_memory}"
+[server]
+socket = "unused.sock"
+"""
+
+
+def uptime():
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def bench(a, cfg, trace, policies, out_json):
+    cmd = [os.path.join(a.bin, "kvasir"), "bench", "--compare-policies", "--config", cfg,
+           "--kvasird", os.path.join(a.bin, "kvasird"), "--policies", ",".join(policies),
+           "--trace", trace, "--json", "--progress", "never"]
+    print("$", " ".join(cmd), file=sys.stderr, flush=True)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    open(out_json, "w").write(r.stdout)
+    if r.returncode != 0:
+        print(r.stderr, file=sys.stderr)
+    return json.loads(r.stdout)["policies"] if r.stdout.strip() else {}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"), help="folder of kvasir and kvasird")
+    p.add_argument("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    p.add_argument("--out", default="/tmp/kvasir-policies")
+    p.add_argument("--threads", type=int, default=1, help="threads per stage")
+    p.add_argument("--shorts", type=int, default=24)
+    p.add_argument("--short-len", type=int, default=48)
+    p.add_argument("--short-max", type=int, default=96)
+    p.add_argument("--short-gap", type=float, default=0.05, help="seconds between short arrivals")
+    p.add_argument("--longs", type=int, default=3)
+    p.add_argument("--long-len", type=int, default=1536)
+    p.add_argument("--long-max", type=int, default=32)
+    p.add_argument("--long-start", type=float, default=1.0)
+    p.add_argument("--long-gap", type=float, default=2.0)
+    p.add_argument("--kv", default="256MiB", help="kv.memory of the roomy runs")
+    p.add_argument("--small-kv", default="23400KiB",
+                   help="kv.memory of the too-small run: 130 blocks of 180 KiB, room for the longest request alone")
+    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--skip-small", action="store_true")
+    p.add_argument("--seed", type=int, default=1)
+    a = p.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+
+    trace = os.path.join(a.out, "trace.jsonl")
+    reqs = make_trace(a)
+    with open(trace, "w") as f:
+        for r in reqs:
+            f.write(json.dumps(r) + "\n")
+    roomy = os.path.join(a.out, "roomy.toml")
+    small = os.path.join(a.out, "small.toml")
+    open(roomy, "w").write(config(a.model, a.kv, a.threads))
+    open(small, "w").write(config(a.model, a.small_kv, a.threads))
+
+    before = uptime()
+    runs = bench(a, roomy, trace, a.policies.split(","), os.path.join(a.out, "policies.json"))
+    mid = uptime()
+    small_run = {} if a.skip_small else bench(a, small, trace, ["continuous+chunked"],
+                                              os.path.join(a.out, "small.json"))
+    after = uptime()
+
+    n_prompt = sum(r["prompt_len"] for r in reqs)
+    print(f"trace: {a.shorts} short prompts ({a.short_len}-{a.short_len + 16} tokens, {a.short_max} "
+          f"generated) and {a.longs} long ({a.long_len}-{a.long_len + 64} tokens, {a.long_max} "
+          f"generated); {n_prompt} prompt tokens; 2 CPU stages x {a.threads} thread(s)")
+    print(f"uptime before: {before}\nuptime between: {mid}\nuptime after: {after}\n")
+    rows = [("output tok/s", lambda s: f"{s['output_tok_s']:.1f}"),
+            ("total tok/s", lambda s: f"{s['total_tok_s']:.1f}"),
+            ("requests/s", lambda s: f"{s['requests_per_s']:.3f}"),
+            ("TTFT p50 / p99 ms", lambda s: f"{s['ttft_ms']['p50']:.0f} / {s['ttft_ms']['p99']:.0f}"),
+            ("ITL p50 / p99 ms", lambda s: f"{s['itl_ms']['p50']:.0f} / {s['itl_ms']['p99']:.0f}"),
+            ("E2E p50 / p99 ms", lambda s: f"{s['e2e_ms']['p50']:.0f} / {s['e2e_ms']['p99']:.0f}"),
+            ("KV waste (mean)", lambda s: "n/a" if s["kv_waste"] is None else f"{100 * s['kv_waste']:.2f}%"),
+            ("preemptions", lambda s: str(s["preemptions"])),
+            ("completed / failed", lambda s: f"{s['completed']} / {s['failed']}")]
+    names = [n for n in a.policies.split(",") if n in runs]
+    print("| | " + " | ".join(f"`{n}`" for n in names) + " |")
+    print("|---|" + "---|" * len(names))
+    for label, f in rows:
+        cells = []
+        for n in names:
+            s = runs[n]
+            cells.append(f(s) if "error" not in s else "error")
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+    def get(n, k):
+        s = runs.get(n, {})
+        return None if "error" in s or not s else s[k] if not isinstance(k, tuple) else s[k[0]][k[1]]
+
+    print()
+    c = "continuous+chunked"
+    if get(c, "output_tok_s") and get("naive", "output_tok_s"):
+        r = get(c, "output_tok_s") / get("naive", "output_tok_s")
+        print(f"- output tok/s chunked / naive = {r:.2f} (goal >= 2): {'met' if r >= 2 else 'NOT met'}")
+    if get(c, "output_tok_s") and get("static", "output_tok_s"):
+        r = get(c, "output_tok_s") / get("static", "output_tok_s")
+        print(f"- output tok/s chunked / static = {r:.2f} (goal >= 1): {'met' if r >= 1 else 'NOT met'}")
+    if get(c, ("itl_ms", "p99")) and get("continuous", ("itl_ms", "p99")):
+        r = get(c, ("itl_ms", "p99")) / get("continuous", ("itl_ms", "p99"))
+        print(f"- ITL p99 chunked / continuous = {r:.2f} (goal <= 0.5): {'met' if r <= 0.5 else 'NOT met'}")
+    w = get(c, "kv_waste")
+    if w is not None:
+        print(f"- KV waste, chunked, mean of {runs[c]['kv_waste_samples']} samples = {100 * w:.2f}% "
+              f"(goal < 4%): {'met' if w < 0.04 else 'NOT met'}")
+    if small_run:
+        s = small_run.get(c, {})
+        if "error" in s or not s:
+            print(f"- small pool ({a.small_kv}): error {s.get('error')}")
+        else:
+            okk = s["completed"] == len(reqs) and s["failed"] == 0
+            print(f"- small pool ({a.small_kv}), chunked: {s['completed']}/{len(reqs)} completed, "
+                  f"{s['preemptions']} preemptions, output {s['output_tok_s']:.1f} tok/s: "
+                  f"{'every request completed' if okk else 'NOT all completed'}")
+
+
+if __name__ == "__main__":
+    main()
