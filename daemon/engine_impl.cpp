@@ -232,6 +232,8 @@ bool BridgeEngine::submit_batch() {
     dr.n_tokens = row.n_tokens;
     dr.n_table = int32_t(s->table.size());
     dr.sample = row.sample;
+    dr.pad = row.pad;
+    dr.n_prompt = s->n_prompt;  // the tail's penalties tell prompt from output by it
     b.rows.push_back(dr);
     if (row.pad)  // `static` padding's filler (docs/scheduler.md): any valid id will do
       b.tokens.insert(b.tokens.end(), size_t(row.n_tokens), s->tokens.back());

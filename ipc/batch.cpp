@@ -108,6 +108,11 @@ std::string read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, i
         return fmt::format("batch {} row {}: block id {} out of range [0, {})", m.batch_id, r,
                            t[i], n_blocks);
     if (row.sample > 1) return fmt::format("batch {} row {}: sample flag {}", m.batch_id, r, row.sample);
+    if (row.pad > 1 || (row.pad && row.sample))
+      return fmt::format("batch {} row {}: pad flag {} (sample {})", m.batch_id, r, row.pad,
+                         row.sample);
+    if (row.n_prompt < 0)
+      return fmt::format("batch {} row {}: n_prompt {} < 0", m.batch_id, r, row.n_prompt);
   }
   if (sum != nt)
     return fmt::format("batch {}: rows carry {} tokens, header says {}", m.batch_id, sum, nt);

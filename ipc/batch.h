@@ -15,7 +15,7 @@
 namespace kvasir::ipc {
 
 constexpr uint16_t kMsgBatch = 1;
-constexpr uint16_t kMsgVersion = 1;
+constexpr uint16_t kMsgVersion = 2;  // 2: DescRow gained n_prompt and pad
 
 enum BatchStatus : int32_t {
   kBatchOk = 0,
@@ -55,8 +55,16 @@ struct DescRow {
   int32_t pos0 = 0;
   int32_t n_tokens = 0;
   int32_t n_table = 0;
+  // Positions below n_prompt hold the request's prompt, the rest tokens it
+  // generated. A recompute after preemption resends both from position 0:
+  // the tail needs the boundary to keep the penalties' history (prompt vs
+  // output counts) what it was without the preemption.
+  int32_t n_prompt = 0;
   uint8_t sample = 0;  // the tail samples this row's last token
-  uint8_t reserved[3] = {};
+  // Filler (`static` policy's padding, docs/scheduler.md): computed, never
+  // sampled, not the sequence's tokens; left out of the penalties' history.
+  uint8_t pad = 0;
+  uint8_t reserved[6] = {};
 };
 
 struct TopLogprob {

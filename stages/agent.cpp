@@ -15,39 +15,10 @@ void set_error(char* dst, size_t cap, const std::string& msg) {
   std::snprintf(dst, cap, "%s", msg.c_str());
 }
 
-// The tail's per-sequence token history, for the penalties (stages/sampler.h).
-// Built only for rows whose parameters use a penalty. A row's input tokens at
-// positions the tail has not seen yet are prompt (or recomputed) tokens; the
-// tokens the tail sampled itself are already counted as output.
-struct Histories {
-  struct H {
-    SequenceHistory hist;
-    int64_t seen = 0;        // positions accounted for
-    uint64_t last_batch = 0;  // for eviction
-  };
-  std::unordered_map<uint64_t, H> map;
-
-  static bool needed(const SamplingParams& p) {
-    return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
-           p.frequency_penalty != 0.0f;
-  }
-  H& feed(uint64_t seq, const ipc::DescRow& row, const int32_t* tokens, uint64_t batch) {
-    H& h = map[seq];
-    if (row.pos0 == 0) {
-      h.hist.clear();
-      h.seen = 0;
-    }
-    for (int32_t t = 0; t < row.n_tokens; ++t)
-      if (row.pos0 + t >= h.seen) h.hist.add_prompt(tokens[t]);
-    h.seen = std::max<int64_t>(h.seen, row.pos0 + row.n_tokens);
-    h.last_batch = batch;
-    return h;
-  }
-  void evict_older_than(uint64_t batch) {
-    for (auto it = map.begin(); it != map.end();)
-      it = it->second.last_batch + 4096 < batch ? map.erase(it) : std::next(it);
-  }
-};
+bool penalized(const SamplingParams& p) {
+  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
+         p.frequency_penalty != 0.0f;
+}
 
 }  // namespace
 
@@ -66,7 +37,7 @@ int run_agent(ipc::Segment& seg, const AgentConfig& cfg, const StageForward& for
   if (tail) logits.resize(size_t(d.max_rows) * size_t(cfg.vocab));
   std::vector<ForwardRow> frows(size_t(d.max_rows));
   Sampler sampler;
-  Histories histories;
+  PenaltyHistories histories;  // the tail's, by position (stages/sampler.h)
   ipc::Batch b;
   uint64_t last_id = 0;
 
@@ -131,15 +102,28 @@ int run_agent(ipc::Segment& seg, const AgentConfig& cfg, const StageForward& for
             result.token[r] = -1;
             result.n_top[r] = 0;
             const SequenceHistory* hist = nullptr;
-            if (Histories::needed(sp))
-              hist = &histories.feed(row.seq_id, row, b.tokens.data() + t_off, m.batch_id).hist;
+            bool lost = false;
+            if (penalized(sp)) {
+              hist = histories.feed(row.seq_id,
+                                    PenaltyHistories::Row{row.pos0, row.n_tokens, row.n_prompt,
+                                                          b.tokens.data() + t_off, row.pad != 0},
+                                    m.batch_id);
+              lost = hist == nullptr;
+            }
             t_off += row.n_tokens;
             if (!row.sample) continue;
-            SampleResult sr = sampler.sample(logits.data() + int64_t(k++) * cfg.vocab, cfg.vocab,
-                                             sp, hist, uint64_t(row.pos0 + row.n_tokens));
+            float* row_logits = logits.data() + int64_t(k++) * cfg.vocab;
+            if (lost) {
+              // Its history was evicted: penalties without it would be
+              // silently wrong. Token -1 fails this sequence alone.
+              std::fprintf(stderr, "kvasir stage %d: sequence %llu lost its penalty history\n", s,
+                           (unsigned long long)row.seq_id);
+              continue;
+            }
+            SampleResult sr = sampler.sample(row_logits, cfg.vocab, sp, hist,
+                                             uint64_t(row.pos0 + row.n_tokens));
             KV_CHECK(!sr.all_masked, "row {} (sequence {}): every logit is NaN or -inf", r,
                      row.seq_id);
-            if (hist) const_cast<SequenceHistory*>(hist)->add_output(sr.token);
             result.token[r] = sr.token;
             result.logprob[r] = sr.logprob;
             result.n_top[r] = sr.n_top;

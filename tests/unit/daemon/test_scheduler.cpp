@@ -18,6 +18,7 @@
 
 #include "daemon/block_manager.h"
 #include "daemon/scheduler.h"
+#include "stages/sampler.h"
 
 namespace kvasir {
 namespace {
@@ -94,6 +95,17 @@ struct Sim {
       const size_t end = size_t(r.pos0 + r.n_tokens);
       if (kv.size() < end) kv.resize(end, kUnwritten);
       for (size_t p = size_t(r.pos0); p < end; ++p) kv[p] = r.pad ? kFiller : s->tokens[p];
+      // The tail's penalty history sees every row, as in stages/agent.cpp.
+      const SequenceHistory* hist = nullptr;
+      if (penalize) {
+        const std::vector<int32_t> filler(size_t(r.n_tokens), s->tokens.back());
+        hist = hists.feed(
+            s->id,
+            PenaltyHistories::Row{r.pos0, r.n_tokens, s->n_prompt,
+                                  r.pad ? filler.data() : s->tokens.data() + r.pos0, r.pad},
+            ++batch_no);
+        ASSERT_NE(hist, nullptr);
+      }
       if (r.pad) continue;  // its output is thrown away: it may read anything
       // What a real row reads must be its own tokens: no hole, no filler.
       for (size_t p = 0; p < end; ++p)
@@ -102,7 +114,18 @@ struct Sim {
       s->awaiting = false;
       uint64_t h = 1469598103934665603ull;
       for (size_t p = 0; p < end; ++p) h = (h ^ uint64_t(kv[p])) * 1099511628211ull;
-      s->tokens.push_back(int32_t(h % 50000));
+      if (penalize) {
+        // A small vocabulary whose logits favour repeating the last token:
+        // the penalties decide what comes next, so a history miscounted by
+        // a recompute changes the output.
+        std::vector<float> logits(kPenVocab);
+        for (int32_t v = 0; v < kPenVocab; ++v)
+          logits[size_t(v)] =
+              float((h >> (4 * v)) & 15) / 8.0f + (v == s->tokens.back() ? 2.f : 0.f);
+        s->tokens.push_back(sampler.sample(logits.data(), kPenVocab, params, hist, end).token);
+      } else {
+        s->tokens.push_back(int32_t(h % 50000));
+      }
       if (++s->n_generated >= s->req.max_tokens) s->done = true;
     }
     // The bridge's reap: finished sequences leave and free their blocks.
@@ -126,6 +149,13 @@ struct Sim {
   std::deque<std::vector<SchedRow>> ring;
   std::map<RequestId, std::vector<int32_t>> kv_;
   int64_t computed = 0;  // tokens sent to the ring, padding included
+  // Penalised sampling (the tail's sampler and histories) instead of a hash.
+  static constexpr int32_t kPenVocab = 8;
+  bool penalize = false;
+  SamplingParams params;
+  PenaltyHistories hists;
+  Sampler sampler;
+  uint64_t batch_no = 0;
 };
 
 SchedLimits lim(Policy p, int32_t inflight = 1) {
@@ -318,6 +348,37 @@ TEST(Scheduler, PreemptionKeepsOutputsAndFreesEverything) {
       EXPECT_EQ(big.sch.preemptions(), 0);
       EXPECT_EQ(outputs(small), outputs(big)) << policy_name(p);
       EXPECT_EQ(small.bm.free(), small.bm.total());
+    }
+  }
+}
+
+TEST(Scheduler, PreemptionKeepsPenalisedOutputs) {
+  // As above, with presence / frequency / repetition penalties: the tail's
+  // history of a recomputed sequence must count its generated tokens as
+  // output again, or the penalties (and so the tokens) change.
+  SamplingParams pen;
+  pen.temperature = 0;
+  pen.presence_penalty = 0.8f;
+  pen.frequency_penalty = 0.5f;
+  pen.repetition_penalty = 1.2f;
+  for (Policy p : {Policy::kStatic, Policy::kContinuous, Policy::kChunked}) {
+    for (int inflight : {1, 2}) {
+      Sim small(lim(p, inflight), 6), big(lim(p, inflight), 1000), plain(lim(p, inflight), 1000);
+      for (Sim* s : {&small, &big, &plain}) {
+        s->penalize = true;
+        s->params = pen;
+        for (int i = 1; i <= 3; ++i) s->add(RequestId(i), 4, 8);
+      }
+      plain.params = SamplingParams{};
+      plain.params.temperature = 0;
+      small.run();
+      big.run();
+      plain.run();
+      ASSERT_TRUE(small.idle()) << policy_name(p);
+      EXPECT_GT(small.sch.preemptions(), 0) << policy_name(p);
+      EXPECT_EQ(outputs(small), outputs(big)) << policy_name(p) << " inflight " << inflight;
+      // The penalties matter here (else the comparison proves nothing).
+      EXPECT_NE(outputs(big), outputs(plain)) << policy_name(p);
     }
   }
 }
