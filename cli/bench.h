@@ -82,8 +82,8 @@ struct StatsSample {
 StatsSample parse_stats(const nlohmann::json& stats);
 
 // The run's summary as one JSON object (docs/cli.md lists its keys).
-// `samples` are the stats polled during the run; kv_waste is the mean, over
-// samples with KV allocated, of waste / (used + waste).
+// `samples` are the stats polled during the run; kv_waste is the sum of
+// their waste over the sum of their allocated slots (used + waste).
 nlohmann::json summarize(const std::vector<RequestResult>& results, double wall_s,
                          const StatsSample& before, const StatsSample& after,
                          const std::vector<StatsSample>& samples, const BenchOptions& o);

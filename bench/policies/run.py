@@ -129,7 +129,7 @@ def main():
             ("TTFT p50 / p99 ms", lambda s: f"{s['ttft_ms']['p50']:.0f} / {s['ttft_ms']['p99']:.0f}"),
             ("ITL p50 / p99 ms", lambda s: f"{s['itl_ms']['p50']:.0f} / {s['itl_ms']['p99']:.0f}"),
             ("E2E p50 / p99 ms", lambda s: f"{s['e2e_ms']['p50']:.0f} / {s['e2e_ms']['p99']:.0f}"),
-            ("KV waste (mean)", lambda s: "n/a" if s["kv_waste"] is None else f"{100 * s['kv_waste']:.2f}%"),
+            ("KV waste", lambda s: "n/a" if s["kv_waste"] is None else f"{100 * s['kv_waste']:.2f}%"),
             ("preemptions", lambda s: str(s["preemptions"])),
             ("completed / failed", lambda s: f"{s['completed']} / {s['failed']}")]
     names = [n for n in a.policies.split(",") if n in runs]
@@ -159,7 +159,7 @@ def main():
         print(f"- ITL p99 chunked / continuous = {r:.2f} (goal <= 0.5): {'met' if r <= 0.5 else 'NOT met'}")
     w = get(c, "kv_waste")
     if w is not None:
-        print(f"- KV waste, chunked, mean of {runs[c]['kv_waste_samples']} samples = {100 * w:.2f}% "
+        print(f"- KV waste, chunked, over {runs[c]['kv_waste_samples']} samples = {100 * w:.2f}% "
               f"(goal < 4%): {'met' if w < 0.04 else 'NOT met'}")
     if small_run:
         s = small_run.get(c, {})

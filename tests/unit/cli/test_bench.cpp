@@ -107,7 +107,8 @@ TEST(BenchStats, SummaryArithmetic) {
   BenchOptions o;
   o.ttft_target_ms = 150;  // only the first request meets it
   StatsSample before{3, 0, 0, 0}, after{5, 0, 0, 0};
-  std::vector<StatsSample> samples = {{0, 0, 0, 0}, {0, 90, 10, 2}, {0, 70, 30, 2}, {0, -1, -1, 0}};
+  std::vector<StatsSample> samples = {
+      {0, 0, 0, 0}, {0, 290, 10, 2}, {0, 70, 30, 2}, {0, -1, -1, 0}};
   json s = summarize(rs, 2.0, before, after, samples, o);
   EXPECT_EQ(s["completed"], 2);
   EXPECT_EQ(s["failed"], 1);
@@ -118,13 +119,14 @@ TEST(BenchStats, SummaryArithmetic) {
   EXPECT_EQ(s["preemptions"], 2);
   EXPECT_EQ(s["itl_ms"]["count"], 6);
   EXPECT_NEAR(s["ttft_ms"]["mean"].get<double>(), 150, 1e-9);
-  // Waste averaged over the two samples holding KV: (10% + 30%) / 2.
-  EXPECT_NEAR(s["kv_waste"].get<double>(), 0.2, 1e-12);
+  // Waste over allocated slots, summed over the two samples holding KV:
+  // (10 + 30) / (300 + 100), not the mean of their ratios (3.3% and 30%).
+  EXPECT_NEAR(s["kv_waste"].get<double>(), 0.1, 1e-12);
   EXPECT_EQ(s["kv_waste_samples"], 2);
   EXPECT_EQ(s["goodput"]["requests"], 1);
   EXPECT_EQ(s["errors"][0], "boom");
   std::string table = render_summary(s);
-  EXPECT_NE(table.find("20.00%"), std::string::npos);
+  EXPECT_NE(table.find("10.00%"), std::string::npos);
   std::string cmp = render_compare({{"naive", s}, {"static", s}});
   EXPECT_NE(cmp.find("naive"), std::string::npos);
   EXPECT_NE(cmp.find("ITL p99 ms"), std::string::npos);
