@@ -43,8 +43,9 @@ def make_trace(a):
     return reqs
 
 
-def config(model, kv_memory, threads):
-    return f"""[model]
+def config(model, kv_memory, threads, chunk_size):
+    sched = f"[scheduler]\nchunk_size = {chunk_size}\n" if chunk_size else ""
+    return f"""{sched}[model]
 path = "{model}"
 [[stages]]
 layers = "0-14"
@@ -95,6 +96,8 @@ def main():
     p.add_argument("--kv", default="256MiB", help="kv.memory of the roomy runs")
     p.add_argument("--small-kv", default="23400KiB",
                    help="kv.memory of the too-small run: 130 blocks of 180 KiB, room for the longest request alone")
+    p.add_argument("--chunk-size", type=int, default=0,
+                   help="scheduler.chunk_size (0: the default, 512); only continuous+chunked uses it")
     p.add_argument("--policies", default=",".join(POLICIES))
     p.add_argument("--skip-small", action="store_true")
     p.add_argument("--seed", type=int, default=1)
@@ -108,8 +111,8 @@ def main():
             f.write(json.dumps(r) + "\n")
     roomy = os.path.join(a.out, "roomy.toml")
     small = os.path.join(a.out, "small.toml")
-    open(roomy, "w").write(config(a.model, a.kv, a.threads))
-    open(small, "w").write(config(a.model, a.small_kv, a.threads))
+    open(roomy, "w").write(config(a.model, a.kv, a.threads, a.chunk_size))
+    open(small, "w").write(config(a.model, a.small_kv, a.threads, a.chunk_size))
 
     before = uptime()
     runs = bench(a, roomy, trace, a.policies.split(","), os.path.join(a.out, "policies.json"))
@@ -121,7 +124,8 @@ def main():
     n_prompt = sum(r["prompt_len"] for r in reqs)
     print(f"trace: {a.shorts} short prompts ({a.short_len}-{a.short_len + 16} tokens, {a.short_max} "
           f"generated) and {a.longs} long ({a.long_len}-{a.long_len + 64} tokens, {a.long_max} "
-          f"generated); {n_prompt} prompt tokens; 2 CPU stages x {a.threads} thread(s)")
+          f"generated); {n_prompt} prompt tokens; 2 CPU stages x {a.threads} thread(s); "
+          f"chunk_size {a.chunk_size or 'default (512)'}")
     print(f"uptime before: {before}\nuptime between: {mid}\nuptime after: {after}\n")
     rows = [("output tok/s", lambda s: f"{s['output_tok_s']:.1f}"),
             ("total tok/s", lambda s: f"{s['total_tok_s']:.1f}"),
