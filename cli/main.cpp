@@ -59,6 +59,27 @@ std::string read_stdin() {
 }
 
 // ---- status ----
+// /health's "loading" object as one line: phase, then per stage its state,
+// MiB paged in of the slice, layers done.
+std::string loading_text(const json& health) {
+  auto it = health.find("loading");
+  if (it == health.end() || !it->is_object()) return "";
+  const json& l = *it;
+  std::string out = l.value("phase", std::string("loading"));
+  if (auto st = l.find("stages"); st != l.end() && st->is_array())
+    for (const auto& s : *st) {
+      if (!s.is_object()) continue;
+      char buf[160];
+      std::snprintf(
+          buf, sizeof buf, "; stage %d (%s): %s %.1f/%.1f MiB, %d/%d layers", s.value("index", 0),
+          s.value("layers", std::string("?")).c_str(), s.value("status", std::string("?")).c_str(),
+          s.value("bytes_loaded", 0.0) / 1048576.0, s.value("bytes_total", 0.0) / 1048576.0,
+          s.value("layers_loaded", 0), s.value("layers_total", 0));
+      out += buf;
+    }
+  return out;
+}
+
 int cmd_status(const Endpoint& ep, double wait_s, bool as_json) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
   HttpResult h;
@@ -67,11 +88,13 @@ int cmd_status(const Endpoint& ep, double wait_s, bool as_json) {
     try {
       h = http_call(ep, "GET", "/health");
       if (h.status == 200) break;
-      // 503 while loading: {"status":"loading","loading":{...progress...}}
+      // 503 while loading: {"status":"loading","loading":{...progress...}};
+      // 503 "stopping" while a stop drains.
       json j = json::parse(h.body, nullptr, false);
-      std::string progress =
-          !j.is_discarded() && j.contains("loading") ? j["loading"].dump() : std::string();
-      last_error = "kvasird at " + ep.describe() + " is loading" +
+      std::string progress = !j.is_discarded() ? loading_text(j) : std::string();
+      std::string state =
+          !j.is_discarded() && j.value("status", "") == "stopping" ? "is stopping" : "is loading";
+      last_error = "kvasird at " + ep.describe() + " " + state +
                    (progress.empty() ? std::string() : ": " + progress);
       if (!progress.empty() && progress != last_progress && wait_s > 0)
         std::cerr << "kvasir: loading: " << progress << "\n";

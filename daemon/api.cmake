@@ -23,4 +23,6 @@ target_link_libraries(kvasir_api_codec PUBLIC kvasir_api kvasir_model)
 
 if(TARGET kvasird)
   target_link_libraries(kvasird PRIVATE kvasir_api kvasir_api_codec)
+  # Start-up progress read from the segment (needs kvasir_ipc, like kvasird).
+  target_sources(kvasird PRIVATE ${CMAKE_CURRENT_LIST_DIR}/loading.cpp)
 endif()

@@ -1,6 +1,9 @@
 // kvasird — the daemon. Kept short on purpose: parse arguments, load the
-// config, start the stages (supervisor) and the bridge (engine), hand over
-// to the HTTP API (daemon/api.h), and stop everything in order.
+// config, open the HTTP API (daemon/api.h) at once — it answers 503 "loading"
+// with per-stage progress while the stages start (daemon/loading.h) — start
+// the stages (supervisor) and the bridge (engine), and on SIGTERM/SIGINT stop
+// everything in order: drain the API (a second signal aborts what is left),
+// then stop the stages and remove the shared segment and the socket.
 //
 //   kvasird --config FILE            run in the foreground
 //   kvasird --check --config FILE    validate (model included), exit 0 / 1
@@ -10,26 +13,76 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include "base/check.h"
+#include "daemon/api.h"
 #include "daemon/config.h"
 #include "daemon/engine_impl.h"
+#include "daemon/loading.h"
 #include "daemon/supervisor.h"
+#include "model/chat_template.h"
 #include "model/gguf.h"
 #include "model/model_file.h"
 #include "model/tokenizer.h"
 #include "stages/agent.h"
-#ifdef KVASIR_HAVE_API
-#include "daemon/api.h"
-#include "model/chat_template.h"
-#endif
 
 namespace {
-std::atomic<bool> g_stop{false};
-void on_signal(int) { g_stop.store(true); }
+std::atomic<bool> g_stop{false};   // first SIGTERM/SIGINT: graceful stop
+std::atomic<bool> g_abort{false};  // second: abort what the drain has not finished
+std::atomic<int> g_signals{0};
+void on_signal(int) {
+  if (g_signals.fetch_add(1) >= 1) g_abort.store(true);
+  g_stop.store(true);
+}
+
+// The API's thread: run_api, plus the hand-shake that tells main the
+// listeners are up (or why they could not be).
+struct ApiThread {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool listening = false, ended = false;
+  std::string error;
+  int rc = 0;
+  std::thread thread;
+
+  void start(const kvasir::Config& cfg, kvasir::Engine& engine, kvasir::ApiContext ctx) {
+    ctx.on_listening = [this] {
+      std::lock_guard lk(mu);
+      listening = true;
+      cv.notify_all();
+    };
+    thread = std::thread([this, &cfg, &engine, ctx] {
+      int r = 0;
+      std::string err;
+      try {
+        r = kvasir::run_api(cfg, engine, ctx);
+      } catch (const kvasir::Error& e) {
+        err = e.message();
+      } catch (const std::exception& e) {
+        err = e.what();
+      }
+      std::lock_guard lk(mu);
+      rc = r;
+      error = err;
+      ended = true;
+      cv.notify_all();
+    });
+  }
+  // True once listening; false if run_api ended first (error says why).
+  bool wait_listening() {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return listening || ended; });
+    return listening && !ended;
+  }
+  void join() {
+    if (thread.joinable()) thread.join();
+  }
+};
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -49,6 +102,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   using namespace kvasir;
+  ApiThread api;
   try {
     Config cfg = load_config(config_path);
     if (!std::filesystem::exists(cfg.model.path)) {
@@ -65,6 +119,7 @@ int main(int argc, char** argv) {
                   cfg.plan.stages.size(), mc.n_layers, cfg.plan.inflight());
       return 0;
     }
+    // Before any thread starts, so every thread inherits the dispositions.
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     signal(SIGPIPE, SIG_IGN);
@@ -72,8 +127,103 @@ int main(int argc, char** argv) {
     auto model = ModelFile::open(cfg.model.path);
     std::unique_ptr<Tokenizer> tok;
     if (model->gguf()) tok = Tokenizer::from_gguf(*model->gguf());
+    std::unique_ptr<ChatTemplate> chat;
+    if (model->gguf()) {
+      try {
+        chat = std::make_unique<ChatTemplate>(ChatTemplate::from_gguf(*model->gguf()));
+      } catch (const Error&) {  // no template: chat requests get 400
+      }
+    }
     Supervisor sup(cfg, mc);
-    sup.start();
+    LoadingMonitor loading(cfg, sup.segment_name());
+    DeferredEngine deferred;  // 503 "loading" until the bridge is attached
+    std::atomic<BridgeEngine*> bridge{nullptr};
+
+    ApiContext ctx;
+    if (tok) ctx.codec = make_text_codec(*tok, chat.get());
+    ctx.model_name = mc.name;
+    ctx.max_model_len = mc.context_length;
+    ctx.stop = &g_stop;
+    ctx.abort = &g_abort;
+    ctx.loading = [&] { return loading.snapshot(); };
+    ctx.stage_stats = [&] {
+      nlohmann::json st = nlohmann::json::array();
+      BridgeEngine* e = bridge.load();
+      auto snaps = e ? e->stage_stats() : std::vector<StageSnapshot>{};
+      for (size_t i = 0; i < cfg.plan.stages.size(); ++i) {
+        const auto& s = cfg.plan.stages[i];
+        nlohmann::json one = {
+            {"index", i}, {"layers", fmt::format("{}-{}", s.first, s.last)}, {"device", s.device}};
+        if (i < snaps.size()) {
+          one.update({{"busy_s", snaps[i].busy_ns / 1e9},
+                      {"starved_s", snaps[i].starved_ns / 1e9},
+                      {"blocked_s", snaps[i].blocked_ns / 1e9},
+                      {"batches", snaps[i].batches},
+                      {"tokens", snaps[i].tokens}});
+        }
+        st.push_back(std::move(one));
+      }
+      return nlohmann::json{{"inflight", cfg.plan.inflight()}, {"stages", st}};
+    };
+    api.start(cfg, deferred, ctx);
+    // Whatever happens next, the API thread (which uses everything above)
+    // ends before those objects do.
+    struct JoinApi {
+      ApiThread& a;
+      ~JoinApi() {
+        g_stop.store(true);
+        g_abort.store(true);
+        a.join();
+      }
+    } join_api{api};
+    if (!api.wait_listening()) {
+      api.join();
+      std::fprintf(stderr, "kvasird: %s\n", api.error.c_str());
+      return 1;
+    }
+
+    // Progress in the log while the stages load (about once a second).
+    std::atomic<bool> loaded{false};
+    std::thread progress([&] {
+      std::string last;
+      for (int tick = 0; !loaded.load(); ++tick) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (tick % 10 != 9 || loaded.load()) continue;
+        std::string line = loading.log_line();
+        if (line != last) std::fprintf(stderr, "kvasird: loading: %s\n", line.c_str());
+        last = line;
+      }
+    });
+    // A stop signal while loading: the stages see the segment's shutdown flag
+    // (they leave their preload early) and start() fails; that is a stop.
+    std::thread stop_while_loading([&] {
+      while (!loaded.load()) {
+        if (g_stop.load() && loading.request_shutdown()) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+    std::string start_error;
+    try {
+      sup.start();
+    } catch (const Error& e) {
+      start_error = e.message();
+    }
+    std::string done_line = loading.log_line();
+    loaded.store(true);
+    progress.join();
+    stop_while_loading.join();
+    if (!start_error.empty()) {
+      g_stop.store(true);
+      api.join();
+      if (g_signals.load() > 0) {
+        std::fprintf(stderr, "kvasird: stopped while loading\n");
+        return 0;
+      }
+      std::fprintf(stderr, "kvasird: %s\n", start_error.c_str());
+      return 1;
+    }
+    loading.finish();
+    std::fprintf(stderr, "kvasird: loaded: %s\n", done_line.c_str());
     std::fprintf(stderr, "kvasird: %zu stages ready, %d KV blocks of %d tokens, segment %s\n",
                  cfg.plan.stages.size(), sup.kv_blocks(), cfg.kv.block_size,
                  sup.segment_name().c_str());
@@ -101,45 +251,24 @@ int main(int argc, char** argv) {
       }
       return std::nullopt;
     });
+    bridge.store(&engine);
+    deferred.attach(&engine);
 
-    int rc = 0;
-#ifdef KVASIR_HAVE_API
-    std::unique_ptr<ChatTemplate> chat;
-    if (model->gguf()) {
-      try {
-        chat = std::make_unique<ChatTemplate>(ChatTemplate::from_gguf(*model->gguf()));
-      } catch (const Error&) {  // no template: chat requests get 400
-      }
-    }
-    ApiContext ctx;
-    if (tok) ctx.codec = make_text_codec(*tok, chat.get());
-    ctx.model_name = mc.name;
-    ctx.max_model_len = mc.context_length;
-    ctx.stop = &g_stop;
-    ctx.stage_stats = [&] {
-      nlohmann::json st = nlohmann::json::array();
-      auto snaps = engine.stage_stats();
-      for (size_t i = 0; i < snaps.size(); ++i) {
-        const auto& s = cfg.plan.stages[i];
-        st.push_back({{"index", i}, {"layers", fmt::format("{}-{}", s.first, s.last)},
-                      {"device", s.device}, {"busy_s", snaps[i].busy_ns / 1e9},
-                      {"starved_s", snaps[i].starved_ns / 1e9},
-                      {"blocked_s", snaps[i].blocked_ns / 1e9}, {"batches", snaps[i].batches},
-                      {"tokens", snaps[i].tokens}});
-      }
-      return nlohmann::json{{"inflight", cfg.plan.inflight()}, {"stages", st}};
-    };
-    rc = run_api(cfg, engine, ctx);
-#else
-    while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-#endif
+    api.join();  // returns after the graceful stop (or a lost stage)
+    deferred.attach(nullptr);
+    bridge.store(nullptr);
     engine.shutdown();
-    sup.stop();
+    sup.stop();  // stages end; the segment is removed
     if (!stage_error.empty()) {
       std::fprintf(stderr, "kvasird: %s\n", stage_error.c_str());
       return 1;
     }
-    return rc;
+    if (!api.error.empty()) {
+      std::fprintf(stderr, "kvasird: %s\n", api.error.c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "kvasird: stopped\n");
+    return api.rc;
   } catch (const Error& e) {
     std::fprintf(stderr, "kvasird: %s\n", e.message().c_str());
     return 1;

@@ -71,6 +71,12 @@ struct alignas(64) StageShared {
   std::atomic<uint32_t> status{kStageStarting};
   std::atomic<int32_t> pid{0};
   std::atomic<int64_t> capacity_blocks{0};  // what this stage's kv.memory holds
+  // Start-up progress (daemon log, /health, `kvasir status` while loading):
+  // bytes of this stage's slice of the weights paged in so far, of the total,
+  // and whole layers done. Written by the stage only, read by the daemon.
+  std::atomic<uint64_t> load_bytes_done{0};
+  std::atomic<uint64_t> load_bytes_total{0};
+  std::atomic<int32_t> load_layers_done{0};
   StageStats stats;
   char error[512] = {};
 };

@@ -10,12 +10,15 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "base/check.h"
 #include "stages/agent.h"
 #include "stages/cuda_plugin.h"
+#include "stages/preload.h"
 
 namespace kvasir {
 
@@ -65,6 +68,19 @@ int stage_main(int stage, const std::string& segment_name) {
     me.capacity_blocks.store(cap);
     me.status.store(ipc::kStageSized);
     seg->header().state.ring();
+
+    // Page the slice in while the daemon decides the block count; progress
+    // goes to the segment for the daemon's log and `kvasir status`.
+    PreloadConfig pc;
+    if (const char* d = std::getenv("KVASIR_TEST_PRELOAD_DELAY_MS"))
+      pc.delay_ms_per_layer = std::clamp(std::atoi(d), 0, 1000);
+    pc.progress = [&](const PreloadProgress& pr) {
+      me.load_bytes_total.store(pr.bytes_total);
+      me.load_bytes_done.store(pr.bytes_done);
+      me.load_layers_done.store(pr.layers_done);
+      return !seg->stopping();
+    };
+    if (!preload_slice(*model, slice, pc)) return 0;
 
     // Wait for the daemon's decision: the smallest capacity of all stages.
     while (seg->header().kv_blocks.load() <= 0) {
