@@ -193,6 +193,15 @@ Credit CudaBoundaryTable::mark_written(int32_t link, int32_t slot, uint64_t batc
   return Credit::kOk;
 }
 
+Credit CudaBoundaryTable::reclaim(int32_t link, int32_t slot, uint64_t batch) {
+  CudaBoundaryRecord* r = rec(link, slot);
+  if (!r) return Credit::kBadIndex;
+  const uint64_t p = r->produced.load(std::memory_order_acquire);
+  if (batch == 0 || batch <= p) return Credit::kStale;
+  r->consumed.store(p, std::memory_order_release);
+  return Credit::kOk;
+}
+
 Credit CudaBoundaryTable::check_readable(int32_t link, int32_t slot, uint64_t batch) const {
   CudaBoundaryRecord* r = rec(link, slot);
   if (!r) return Credit::kBadIndex;

@@ -141,6 +141,14 @@ class CudaBoundaryTable {
   Credit mark_written(int32_t link, int32_t slot, uint64_t batch);          // exporter, after
   Credit check_readable(int32_t link, int32_t slot, uint64_t batch) const;  // importer, before
   Credit release(int32_t link, int32_t slot, uint64_t batch);  // importer, after the copy completed
+  // Exporter, when acquire_write says busy for `batch`: the slot's previous
+  // batch was failed downstream before the importer copied it (a refused
+  // descriptor never reaches the importer's forward), so its credit never
+  // came back. The ring only hands a slot out again after its previous batch
+  // reached the bridge, and an importer synchronises before it passes a batch
+  // on, so nobody can still read it: the credit is taken back. kOk if taken
+  // back; kStale if `batch` does not move forward; kBadIndex.
+  Credit reclaim(int32_t link, int32_t slot, uint64_t batch);
 
  private:
   CudaBoundaryRecord* rec(int32_t link, int32_t slot) const;

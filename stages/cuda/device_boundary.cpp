@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -109,6 +110,13 @@ std::string DeviceBoundaries::send(cudaStream_t stream, uint32_t slot, uint64_t 
   if (out_link_ < 0 || slot >= out_ptr_.size() || n_bytes > out_bytes_)
     return fmt::format("boundary send: slot {} / {} bytes out of range", slot, n_bytes);
   ipc::Credit c = table_->acquire_write(out_link_, int32_t(slot), batch);
+  if (c == ipc::Credit::kBusy) {  // failed downstream before it was copied: see reclaim()
+    std::fprintf(stderr,
+                 "kvasir: boundary %d slot %u: the previous batch was never copied out "
+                 "(failed downstream); reusing the slot for batch %llu\n",
+                 out_link_, slot, static_cast<unsigned long long>(batch));
+    c = table_->reclaim(out_link_, int32_t(slot), batch);
+  }
   if (c != ipc::Credit::kOk)
     return fmt::format("boundary slot {} for batch {}: {}", slot, batch, ipc::credit_name(c));
   cudaError_t e = cudaMemcpyAsync(out_ptr_[slot], src, n_bytes, cudaMemcpyDeviceToDevice, stream);

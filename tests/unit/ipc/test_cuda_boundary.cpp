@@ -175,6 +175,16 @@ TEST(CudaBoundaryTable, CreditsFollowTheBatch) {
   EXPECT_EQ(t.acquire_write(0, 0, 1), Credit::kStale);
   EXPECT_EQ(t.acquire_write(0, 0, 0), Credit::kStale);
   EXPECT_EQ(t.mark_written(0, 0, 3), Credit::kOk);
+  // A batch failed downstream before the importer copied it: its credit never
+  // comes back, and the exporter takes it back when the slot comes round again.
+  EXPECT_EQ(t.acquire_write(0, 0, 5), Credit::kBusy);
+  EXPECT_EQ(t.reclaim(0, 0, 3), Credit::kStale);
+  EXPECT_EQ(t.reclaim(0, 0, 5), Credit::kOk);
+  EXPECT_EQ(t.acquire_write(0, 0, 5), Credit::kOk);
+  EXPECT_EQ(t.check_readable(0, 0, 3), Credit::kStale);  // the abandoned batch is gone
+  EXPECT_EQ(t.mark_written(0, 0, 5), Credit::kOk);
+  EXPECT_EQ(t.check_readable(0, 0, 5), Credit::kOk);
+  EXPECT_EQ(t.reclaim(7, 0, 9), Credit::kBadIndex);
   // Slots are independent.
   EXPECT_EQ(t.acquire_write(0, 1, 2), Credit::kOk);
   EXPECT_EQ(t.acquire_write(1, 0, 2), Credit::kBadIndex);
