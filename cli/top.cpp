@@ -39,6 +39,7 @@ TopView make_view(const json& now, const json* prev, double dt) {
   v.blocks_total = int64_t(num(e, "blocks_total"));
   v.blocks_free = int64_t(num(e, "blocks_free"));
   v.preemptions = int64_t(num(e, "preemptions"));
+  v.restarts = int64_t(num(e, "restarts"));
   double up = std::max(num(now, "uptime_s"), 1e-9);
   if (prev) {
     const json& pe = sub(*prev, "engine");
@@ -128,6 +129,7 @@ std::string render(const TopView& v) {
   o += fmt::format("KV: {} / {} blocks used ({:.0f}%), preemptions {}\n", used, v.blocks_total,
                    v.blocks_total ? 100.0 * double(used) / double(v.blocks_total) : 0.0,
                    v.preemptions);
+  if (v.restarts > 0) o += fmt::format("stage restarts: {}\n", v.restarts);
   o += fmt::format("requests: {} running, {} waiting; tokens/s: {:.1f} generated, {:.1f} prompt\n",
                    v.running, v.waiting, v.gen_tokens_per_s, v.prompt_tokens_per_s);
   o += fmt::format("TTFT p50 {:.0f} ms  p99 {:.0f} ms;  ITL p50 {:.0f} ms  p99 {:.0f} ms\n",

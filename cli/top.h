@@ -26,6 +26,7 @@ struct TopView {
   int inflight = 0;
   int waiting = 0, running = 0;
   int64_t blocks_total = 0, blocks_free = 0, preemptions = 0, preemptions_delta = 0;
+  int64_t restarts = 0;  // stage processes restarted after a loss (docs/recovery.md)
   double gen_tokens_per_s = 0, prompt_tokens_per_s = 0;
   double ttft_p50 = 0, ttft_p99 = 0, itl_p50 = 0, itl_p99 = 0;
 };

@@ -18,7 +18,7 @@
 namespace kvasir {
 
 struct GenRequest {
-  std::vector<int32_t> prompt;   // token ids, checked against the vocabulary
+  std::vector<int32_t> prompt;  // token ids, checked against the vocabulary
   int32_t max_tokens = 16;
   SamplingParams sampling;
   std::vector<int32_t> stop_ids;  // besides the model's end-of-generation ids
@@ -46,6 +46,17 @@ struct EngineStats {
   // KV positions held by running sequences, and internal waste: allocated
   // slots past each sequence's last position (the tail of its last block).
   int64_t kv_slots_used = 0, kv_waste = 0;
+  // Stage crash recovery (docs/recovery.md). While a lost stage is being
+  // restarted the engine is degraded: requests wait (none fails), then every
+  // running sequence is recomputed. "failed": the restart limit was hit; the
+  // engine refuses work and `failure` says why.
+  int64_t restarts = 0;        // stage processes restarted
+  int64_t faults = 0;          // stage losses (deaths and watchdog kills)
+  int64_t requeued = 0;        // sequences recomputed after a loss
+  bool degraded = false;       // recovering right now
+  double last_recovery_s = 0;  // last loss seen → ring serving again
+  std::string state = "ok";    // "ok", "recovering", "failed"
+  std::string failure;         // with "failed": why
 };
 
 class Engine {

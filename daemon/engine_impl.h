@@ -10,6 +10,12 @@
 // Results are untrusted: a message whose slot is not outstanding, whose
 // batch id does not match the one submitted in that slot, or whose counts
 // differ is refused (counted, logged) and changes nothing.
+//
+// Recovery (docs/recovery.md): when the health hook reports a new stage
+// loss, the engine starts a new epoch (batches with older ids are dropped
+// by every receiver), frees every slot, requeues every running sequence to
+// be recomputed from its prompt plus the tokens already streamed, and
+// submits nothing until every stage serves again and the ring is drained.
 #pragma once
 
 #include <atomic>
@@ -25,6 +31,7 @@
 
 #include "daemon/block_manager.h"
 #include "daemon/engine.h"
+#include "daemon/ring_health.h"
 #include "daemon/scheduler.h"
 #include "ipc/segment.h"
 
@@ -52,6 +59,9 @@ class BridgeEngine : public Engine {
   // and ready() turns false.
   BridgeEngine(ipc::Segment& seg, BridgeConfig cfg,
                std::function<std::optional<std::string>()> health = {});
+  // health: the supervisor's view (Supervisor::health), read every wake-up:
+  // a new fault starts a recovery, `failed` fails the engine for good.
+  BridgeEngine(ipc::Segment& seg, BridgeConfig cfg, std::function<RingHealth()> health);
   ~BridgeEngine() override;
 
   RequestId submit(GenRequest req, EventSink sink) override;
@@ -65,6 +75,7 @@ class BridgeEngine : public Engine {
   std::string failure() const;
   std::vector<StageSnapshot> stage_stats() const;
   uint64_t refused_results() const { return refused_results_.load(); }
+  uint64_t stale_results() const { return stale_results_.load(); }
 
  private:
   struct Slot {
@@ -81,10 +92,12 @@ class BridgeEngine : public Engine {
   void reap();
   std::string check_request(const GenRequest& r) const;
   void fail_all(const std::string& why);
+  void invalidate(uint64_t faults);  // a stage was lost: new epoch, free slots, requeue
+  void check_health();
 
   ipc::Segment& seg_;
   BridgeConfig cfg_;
-  std::function<std::optional<std::string>()> health_;
+  std::function<RingHealth()> health_;
   BlockManager blocks_;
   Scheduler sched_;
 
@@ -103,12 +116,15 @@ class BridgeEngine : public Engine {
   std::vector<Slot> slots_;
   uint64_t next_batch_id_ = 1;
   std::set<int32_t> eos_;
+  uint64_t faults_seen_ = 0;
+  bool recovering_ = false;
+  int64_t fault_ns_ = 0;  // when the engine saw the loss being recovered
 
   mutable std::mutex stats_mu_;
   EngineStats stats_;
   std::string failure_;
   std::atomic<bool> failed_{false}, stopping_{false};
-  std::atomic<uint64_t> refused_results_{0};
+  std::atomic<uint64_t> refused_results_{0}, stale_results_{0};
   std::thread thread_;
 };
 

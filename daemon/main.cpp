@@ -242,15 +242,10 @@ int main(int argc, char** argv) {
     if (tok)
       for (int32_t id = 0; id < tok->vocab_size(); ++id)
         if (tok->is_eog(id)) bc.eos_ids.push_back(id);
-    std::string stage_error;
-    BridgeEngine engine(sup.segment(), bc, [&]() -> std::optional<std::string> {
-      if (auto ex = sup.poll()) {
-        stage_error = ex->error;
-        g_stop.store(true);  // a lost stage ends the daemon
-        return ex->error;
-      }
-      return std::nullopt;
-    });
+    // A lost stage is restarted and its requests recomputed
+    // (docs/recovery.md); past the restart limit the engine fails for good:
+    // /health says unhealthy and new work is refused, the daemon stays up.
+    BridgeEngine engine(sup.segment(), bc, [&] { return sup.health(); });
     bridge.store(&engine);
     deferred.attach(&engine);
 
@@ -259,8 +254,8 @@ int main(int argc, char** argv) {
     bridge.store(nullptr);
     engine.shutdown();
     sup.stop();  // stages end; the segment is removed
-    if (!stage_error.empty()) {
-      std::fprintf(stderr, "kvasird: %s\n", stage_error.c_str());
+    if (!engine.failure().empty()) {
+      std::fprintf(stderr, "kvasird: %s\n", engine.failure().c_str());
       return 1;
     }
     if (!api.error.empty()) {

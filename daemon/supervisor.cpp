@@ -1,7 +1,9 @@
 #include "daemon/supervisor.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,8 +24,8 @@ ipc::SegmentParams Supervisor::params_for(const Config& cfg, const ModelConfig& 
   const int64_t ctx = m.context_length > 0 ? m.context_length : 4096;
   p.dims.max_rows = cfg.plan.max_rows;
   p.dims.max_tokens = cfg.plan.max_tokens;
-  p.dims.max_table = int32_t(std::min<int64_t>((ctx + cfg.kv.block_size - 1) / cfg.kv.block_size,
-                                               1 << 16));
+  p.dims.max_table =
+      int32_t(std::min<int64_t>((ctx + cfg.kv.block_size - 1) / cfg.kv.block_size, 1 << 16));
   p.dims.hidden = m.hidden;
   p.dims.inflight = cfg.plan.inflight();
   p.block_size = cfg.kv.block_size;
@@ -47,13 +49,61 @@ Supervisor::Supervisor(const Config& cfg, const ModelConfig& model, SupervisorOp
   name_ = ipc::Segment::name_for(opt_.instance.empty() ? cfg_.server.socket : opt_.instance);
 }
 
-Supervisor::~Supervisor() { stop(); }
+Supervisor::~Supervisor() {
+  stop();
+}
+
+namespace {
+// pidfd_open(2) (Linux 5.3): a descriptor that polls readable when the
+// process exits. -1 where the kernel lacks it: the monitor then finds deaths
+// by waitpid at its tick instead.
+int pidfd_open(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return int(syscall(SYS_pidfd_open, pid, 0));
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+}  // namespace
+
+std::vector<pid_t> Supervisor::pids() const {
+  std::lock_guard lk(mu_);
+  return pids_;
+}
+
+RingHealth Supervisor::health() const {
+  std::lock_guard lk(mu_);
+  return health_;
+}
+
+void Supervisor::wake_bridge() {
+  if (seg_) seg_->ring(seg_->n_stages()).not_empty.ring();
+}
+
+pid_t Supervisor::spawn(int s) {
+  std::string stage_arg = std::to_string(s);
+  const pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    // Child: nothing but exec (no allocation-heavy work after fork).
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(120);
+    const char* argv[] = {"kvasird",   "--stage",     stage_arg.c_str(),
+                          "--segment", name_.c_str(), nullptr};
+    execv(opt_.exe.c_str(), const_cast<char* const*>(argv));
+    _exit(127);
+  }
+  return pid;
+}
 
 std::string Supervisor::describe_exit(int stage, int status) {
-  std::string err = seg_ ? std::string(seg_->stage(stage).error,
-                                       strnlen(seg_->stage(stage).error, sizeof ipc::StageShared::error))
-                         : std::string();
-  std::string how = WIFEXITED(status)   ? fmt::format("exited with status {}", WEXITSTATUS(status))
+  std::string err =
+      seg_ ? std::string(seg_->stage(stage).error,
+                         strnlen(seg_->stage(stage).error, sizeof ipc::StageShared::error))
+           : std::string();
+  std::string how = WIFEXITED(status) ? fmt::format("exited with status {}", WEXITSTATUS(status))
                     : WIFSIGNALED(status) ? fmt::format("killed by signal {}", WTERMSIG(status))
                                           : "ended";
   return err.empty() ? fmt::format("stage {} {}", stage, how)
@@ -64,20 +114,10 @@ void Supervisor::start() {
   KV_CHECK(!seg_, "supervisor already started");
   seg_ = ipc::Segment::create(name_, params_for(cfg_, model_));
   const int S = seg_->n_stages();
-  const pid_t parent = getpid();
+  watch_.resize(size_t(S));
   for (int s = 0; s < S; ++s) {
-    std::string stage_arg = std::to_string(s);
-    pid_t pid = fork();
+    pid_t pid = spawn(s);
     KV_CHECK(pid >= 0, "fork for stage {}: {}", s, std::strerror(errno));
-    if (pid == 0) {
-      // Child: nothing but exec (no allocation-heavy work after fork).
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(120);
-      const char* argv[] = {"kvasird", "--stage", stage_arg.c_str(), "--segment",
-                            name_.c_str(), nullptr};
-      execv(opt_.exe.c_str(), const_cast<char* const*>(argv));
-      _exit(127);
-    }
     pids_.push_back(pid);
   }
 
@@ -100,7 +140,7 @@ void Supervisor::start() {
         done += st >= want;
       }
       if (done == S) return;
-      if (auto ex = poll()) {
+      if (auto ex = reap_starting()) {
         stop();
         KV_FAIL("{}", ex->error);
       }
@@ -120,38 +160,202 @@ void Supervisor::start() {
   seg_->header().kv_blocks.store(kv_blocks_);
   seg_->header().state.ring();
   wait_all(ipc::kStageReady, "ready");
+
+  const int64_t now = ipc::now_ns();
+  for (int s = 0; s < S; ++s) {
+    watch_[s].pidfd = pidfd_open(pids_[s]);
+    watch_[s].since_ns = now;
+    watch_[s].history.assign(size_t(std::max(1, opt_.recovery.watchdog_history)), 0);
+  }
+  monitor_ = std::thread([this] { monitor(); });
 }
 
-std::optional<StageExit> Supervisor::poll() {
+// Start-up only (the monitor is not running yet).
+std::optional<StageExit> Supervisor::reap_starting() {
   for (size_t s = 0; s < pids_.size(); ++s) {
     if (pids_[s] <= 0) continue;
     int status = 0;
-    pid_t r = waitpid(pids_[s], &status, WNOHANG);
-    if (r == pids_[s]) {
+    if (waitpid(pids_[s], &status, WNOHANG) == pids_[s]) {
       pids_[s] = -1;
-      if (seg_) {
-        auto& st = seg_->stage(int(s)).status;
-        if (st.load() != ipc::kStageStopped && st.load() != ipc::kStageFailed)
-          st.store(ipc::kStageDead);
-        seg_->header().state.ring();
-      }
-      if (!stopped_) return StageExit{int(s), describe_exit(int(s), status)};
+      seg_->stage(int(s)).status.store(ipc::kStageDead);
+      return StageExit{int(s), describe_exit(int(s), status)};
     }
   }
   return std::nullopt;
 }
 
+std::optional<StageExit> Supervisor::poll() {
+  std::lock_guard lk(mu_);
+  if (health_.failed.empty() || reported_) return std::nullopt;
+  reported_ = true;
+  int stage = -1;
+  for (size_t s = 0; s < pids_.size(); ++s)
+    if (pids_[s] <= 0) stage = int(s);
+  return StageExit{stage, health_.failed};
+}
+
+void Supervisor::on_death(int s, const std::string& why, int64_t now) {
+  Watch& w = watch_[s];
+  pids_[s] = -1;
+  if (w.pidfd >= 0) close(w.pidfd);
+  w.pidfd = -1;
+  auto& st = seg_->stage(s);
+  if (st.status.load() != ipc::kStageStopped) st.status.store(ipc::kStageDead);
+  // What it held is gone with it: the drain check must not wait for it.
+  st.passed.store(seg_->ring(s).tail.load(std::memory_order_acquire), std::memory_order_release);
+  st.phase.store(ipc::kPhaseIdle);
+  seg_->header().state.ring();
+  health_.faults++;
+  health_.serving = false;
+  health_.last_fault = w.hang.empty() ? why : w.hang + " (" + why + ")";
+  w.hang.clear();
+  std::fprintf(stderr, "kvasird: %s\n", health_.last_fault.c_str());
+  while (!losses_.empty() && now - losses_.front() > int64_t(60e9)) losses_.pop_front();
+  losses_.push_back(now);
+  const RecoveryOptions& r = opt_.recovery;
+  if (int(losses_.size()) > r.max_restarts_per_minute) {
+    health_.failed = r.max_restarts_per_minute == 0
+                         ? health_.last_fault
+                         : fmt::format(
+                               "unhealthy: {} stage losses within 60 s (limit {}), not "
+                               "restarting; last: {}",
+                               losses_.size(), r.max_restarts_per_minute, health_.last_fault);
+    std::fprintf(stderr, "kvasird: %s\n", health_.failed.c_str());
+    return;
+  }
+  double delay = r.backoff_s;
+  for (size_t i = 1; i < losses_.size() && delay < r.backoff_max_s; ++i) delay *= 2;
+  w.restart_at = now + int64_t(std::min(delay, r.backoff_max_s) * 1e9);
+  w.fault_no = health_.faults;
+}
+
+void Supervisor::watchdog(int64_t now) {
+  const RecoveryOptions& r = opt_.recovery;
+  for (size_t s = 0; s < pids_.size(); ++s) {
+    Watch& w = watch_[s];
+    if (pids_[s] <= 0) continue;
+    auto& st = seg_->stage(int(s));
+    const uint64_t batches = st.stats.batches.load(std::memory_order_relaxed);
+    if (batches != w.last_batches) {  // sampled: a tick may see only the last of several
+      w.last_batches = batches;
+      w.history[w.next++ % w.history.size()] = st.last_busy_ns.load(std::memory_order_relaxed);
+    }
+    ipc::Ring& in = seg_->ring(int(s));
+    const uint32_t passed = st.passed.load(std::memory_order_acquire);
+    const uint32_t tail = in.tail.load(std::memory_order_acquire);
+    const bool pending = in.head.load(std::memory_order_acquire) != tail || tail != passed;
+    // Waiting for room downstream is the downstream's fault, not this
+    // stage's — if the ring downstream really is full (a stage stopped just
+    // after it set "blocked" is still this stage's hang).
+    ipc::Ring& out = seg_->ring(int(s) + 1);
+    const bool blocked =
+        st.phase.load() == ipc::kPhaseBlocked && out.size() >= uint32_t(seg_->dims().inflight);
+    if (!pending || blocked || passed != w.last_passed || st.status.load() != ipc::kStageReady ||
+        w.restart_at > 0) {
+      w.last_passed = passed;
+      w.since_ns = now;
+      continue;
+    }
+    if (r.watchdog_floor_s <= 0) continue;
+    const double held = double(now - w.since_ns) / 1e9;
+    if (held <= r.watchdog_floor_s) continue;
+    std::vector<uint64_t> h;
+    for (uint64_t v : w.history)
+      if (v) h.push_back(v);
+    double p99 = 0;
+    if (!h.empty()) {
+      auto k = h.begin() + int64_t(double(h.size() - 1) * 0.99);
+      std::nth_element(h.begin(), k, h.end());
+      p99 = double(*k) / 1e9;
+    }
+    const double limit = std::max(r.watchdog_k * p99, r.watchdog_floor_s);
+    if (held <= limit || !w.hang.empty()) continue;
+    w.hang = fmt::format(
+        "stage {} held a batch for {:.2f} s (limit {:.2f} s = max({} x p99 {:.3f} "
+        "s, floor {} s)): hung, killed",
+        s, held, limit, r.watchdog_k, p99, r.watchdog_floor_s);
+    kill(pids_[s], SIGKILL);  // SIGKILL ends a SIGSTOPped process too
+  }
+}
+
+void Supervisor::monitor() {
+  const int S = int(watch_.size());
+  std::vector<pollfd> fds;
+  while (!quit_.load()) {
+    fds.clear();
+    {
+      std::lock_guard lk(mu_);
+      for (int s = 0; s < S; ++s)
+        if (watch_[s].pidfd >= 0) fds.push_back(pollfd{watch_[s].pidfd, POLLIN, 0});
+    }
+    ::poll(fds.data(), nfds_t(fds.size()), int(opt_.recovery.tick_s * 1000));
+    std::lock_guard lk(mu_);
+    if (stopped_) continue;  // stop() owns the children now
+    const int64_t now = ipc::now_ns();
+    bool changed = false;
+    for (int s = 0; s < S; ++s) {
+      if (pids_[s] <= 0) continue;
+      int status = 0;
+      if (waitpid(pids_[s], &status, WNOHANG) == pids_[s]) {
+        on_death(s, describe_exit(s, status), now);
+        changed = true;
+      }
+    }
+    if (!health_.failed.empty()) {
+      if (changed) wake_bridge();
+      continue;
+    }
+    watchdog(now);
+    for (int s = 0; s < S; ++s) {
+      Watch& w = watch_[s];
+      if (w.restart_at <= 0 || now < w.restart_at) continue;
+      // The bridge must have started the new epoch first: the new process
+      // would otherwise take a batch of the dead one for live work.
+      if (seg_->header().epoch.load(std::memory_order_acquire) < w.fault_no) continue;
+      w.restart_at = 0;
+      auto& st = seg_->stage(s);
+      // A fresh StageShared for the new process; the stats go on counting.
+      st.status.store(ipc::kStageStarting);
+      st.pid.store(0);
+      st.capacity_blocks.store(0);
+      std::memset(st.error, 0, sizeof st.error);
+      pid_t pid = spawn(s);
+      if (pid < 0) {
+        on_death(s, fmt::format("stage {}: fork: {}", s, std::strerror(errno)), now);
+        continue;
+      }
+      pids_[s] = pid;
+      w.pidfd = pidfd_open(pid);
+      w.since_ns = now;
+      health_.restarts++;
+      std::fprintf(stderr, "kvasird: restarted stage %d (pid %d)\n", s, int(pid));
+    }
+    bool serving = true;
+    for (int s = 0; s < S; ++s)
+      serving = serving && pids_[s] > 0 && seg_->stage(s).status.load() == ipc::kStageReady;
+    if (serving != health_.serving || changed) {
+      health_.serving = serving;
+      wake_bridge();
+    }
+  }
+}
+
 void Supervisor::stop() {
-  if (stopped_) return;
-  stopped_ = true;
+  {
+    std::lock_guard lk(mu_);
+    if (stopped_) return;
+    stopped_ = true;  // the monitor leaves the children alone from now on
+  }
   if (seg_) seg_->request_shutdown();
   auto all_gone = [&] {
     bool gone = true;
     for (auto& pid : pids_) {
       if (pid <= 0) continue;
       int status = 0;
-      if (waitpid(pid, &status, WNOHANG) == pid) pid = -1;
-      else gone = false;
+      if (waitpid(pid, &status, WNOHANG) == pid)
+        pid = -1;
+      else
+        gone = false;
     }
     return gone;
   };
@@ -170,6 +374,12 @@ void Supervisor::stop() {
       wait_for(opt_.stop_timeout_s);
     }
   }
+  // Only now: the monitor forked the restarted stages, and its exit would
+  // SIGKILL them (PDEATHSIG) before they could stop cleanly.
+  quit_ = true;
+  if (monitor_.joinable()) monitor_.join();
+  for (Watch& w : watch_)
+    if (w.pidfd >= 0) close(w.pidfd), w.pidfd = -1;
   if (seg_) ipc::Segment::remove(name_);
 }
 

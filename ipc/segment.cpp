@@ -201,6 +201,18 @@ void Segment::request_shutdown() {
   }
 }
 
+bool Segment::drained() {
+  const int S = n_stages();
+  for (int i = 0; i <= S; ++i) {
+    Ring& r = ring(i);
+    const uint32_t head = r.head.load(std::memory_order_acquire);
+    const uint32_t tail = r.tail.load(std::memory_order_acquire);
+    if (head != tail) return false;  // queued
+    if (i < S && stage(i).passed.load(std::memory_order_acquire) != tail) return false;  // held
+  }
+  return true;
+}
+
 StageShared& Segment::stage(int i) {
   KV_CHECK(i >= 0 && i < n_stages(), "stage {} out of range", i);
   return *reinterpret_cast<StageShared*>(static_cast<char*>(base_) + lay_.stages +

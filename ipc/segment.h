@@ -28,7 +28,7 @@ class mapped_region;
 namespace kvasir::ipc {
 
 constexpr uint32_t kSegMagic = 0x5253564B;  // "KVSR" little-endian
-constexpr uint32_t kSegVersion = 1;
+constexpr uint32_t kSegVersion = 2;  // 2: epochs and per-stage progress (recovery)
 constexpr int kMaxStages = 16;
 
 struct StagePlan {
@@ -58,6 +58,10 @@ enum StageStatus : uint32_t {
   kStageDead = 5,     // set by the supervisor when the process vanished
 };
 
+// What a stage is doing right now (StageShared::phase), for the watchdog
+// and the drain check: busy means it holds a batch.
+enum StagePhase : uint32_t { kPhaseIdle = 0, kPhaseBusy = 1, kPhaseBlocked = 2 };
+
 struct StageStats {
   std::atomic<uint64_t> busy_ns{0};     // holding a batch
   std::atomic<uint64_t> starved_ns{0};  // waiting for a batch
@@ -65,6 +69,7 @@ struct StageStats {
   std::atomic<uint64_t> batches{0};
   std::atomic<uint64_t> tokens{0};
   std::atomic<uint64_t> refused{0};     // malformed messages or descriptors
+  std::atomic<uint64_t> dropped{0};     // messages of a dead epoch (recovery)
 };
 
 struct alignas(64) StageShared {
@@ -78,6 +83,13 @@ struct alignas(64) StageShared {
   std::atomic<uint64_t> load_bytes_total{0};
   std::atomic<int32_t> load_layers_done{0};
   StageStats stats;
+  // Recovery (docs/recovery.md). `passed` counts the messages this stage has
+  // finished with (pushed on or dropped); its inbound ring's tail counts the
+  // ones it took, so tail - passed is what it holds: 0 or 1. When a stage
+  // dies the supervisor sets passed = tail (what it held is gone).
+  std::atomic<uint32_t> passed{0};
+  std::atomic<uint32_t> phase{kPhaseIdle};
+  std::atomic<uint64_t> last_busy_ns{0};  // duration of its last batch (watchdog history)
   char error[512] = {};
 };
 
@@ -89,6 +101,13 @@ struct SegmentHeader {
   std::atomic<uint32_t> shutdown{0};  // 1: every loop ends
   std::atomic<int32_t> kv_blocks{0};  // decided by the daemon: min capacity
   Bell state;                         // rung on any status/decision change
+  // Batches with an id below this belong to a dead epoch (a stage died while
+  // they were in the ring): every receiver drops them. Only the bridge
+  // raises it, before it submits anything of the new epoch.
+  std::atomic<uint64_t> epoch_first_batch{0};
+  // The stage losses the bridge has handled (started a new epoch for); the
+  // supervisor restarts a lost stage only once this covers its loss.
+  std::atomic<uint32_t> epoch{0};
   SegmentParams params;
 };
 
@@ -119,6 +138,15 @@ class Segment {
   int n_stages() const { return params_.n_stages; }
   bool stopping() const { return hdr_->shutdown.load(std::memory_order_acquire) != 0; }
   void request_shutdown();  // sets shutdown and wakes every waiter
+  // True when a message with this id belongs to a dead epoch.
+  bool stale(uint64_t batch_id) const {
+    return batch_id < hdr_->epoch_first_batch.load(std::memory_order_acquire);
+  }
+  // True when no message is queued in any ring and no stage holds one. Reads
+  // ring by ring in data-flow order, so a message moving forward during the
+  // read is still seen (it is counted twice, never missed). Meaningful only
+  // while nothing new enters ring 0 (the bridge has stopped submitting).
+  bool drained();
 
   StageShared& stage(int i);
   Ring& ring(int i);  // i in [0, n_stages]: ring i feeds stage i, ring n_stages the bridge

@@ -48,13 +48,29 @@ int run_agent(ipc::Segment& seg, const AgentConfig& cfg, const StageForward& for
     int64_t t1 = ipc::now_ns();
     me.stats.starved_ns.fetch_add(uint64_t(t1 - t0), std::memory_order_relaxed);
 
+    // Whatever happens to this message, `passed` counts it once we are done
+    // with it (pushed on or dropped): the bridge's drain check relies on it.
+    auto pass = [&] { me.passed.fetch_add(1, std::memory_order_release); };
+    // A batch of a dead epoch (a stage died while it was in the ring): its
+    // sequences are being recomputed, so nothing downstream wants it and its
+    // slot may already carry a new batch. Drop it without touching the slot.
+    if (seg.stale(m.batch_id)) {
+      me.stats.dropped.fetch_add(1, std::memory_order_relaxed);
+      pass();
+      continue;
+    }
+    me.phase.store(ipc::kPhaseBusy, std::memory_order_relaxed);
     std::string why = ipc::check_msg(m, d, last_id);
     if (!why.empty()) {
       me.stats.refused.fetch_add(1);
       std::fprintf(stderr, "kvasir stage %d: refused a message: %s\n", s, why.c_str());
       // With a usable slot and id, fail that batch downstream so the bridge
       // hears of it; otherwise there is nothing safe to touch: drop it.
-      if (m.slot >= uint32_t(d.inflight) || m.batch_id <= last_id) continue;
+      if (m.slot >= uint32_t(d.inflight) || m.batch_id <= last_id) {
+        me.phase.store(ipc::kPhaseIdle, std::memory_order_relaxed);
+        pass();
+        continue;
+      }
       m.kind = ipc::kMsgBatch;
       m.version = ipc::kMsgVersion;
       m.status = ipc::kBatchRefused;
@@ -149,7 +165,11 @@ int run_agent(ipc::Segment& seg, const AgentConfig& cfg, const StageForward& for
     me.stats.busy_ns.fetch_add(uint64_t(t2 - t1), std::memory_order_relaxed);
     me.stats.batches.fetch_add(1, std::memory_order_relaxed);
     me.stats.tokens.fetch_add(uint64_t(m.n_tokens), std::memory_order_relaxed);
+    me.last_busy_ns.store(uint64_t(t2 - t1), std::memory_order_relaxed);
+    me.phase.store(ipc::kPhaseBlocked, std::memory_order_relaxed);
     if (!out.push(m, stop)) break;
+    pass();
+    me.phase.store(ipc::kPhaseIdle, std::memory_order_relaxed);
     me.stats.blocked_ns.fetch_add(uint64_t(ipc::now_ns() - t2), std::memory_order_relaxed);
   }
   return 0;

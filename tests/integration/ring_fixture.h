@@ -54,7 +54,8 @@ inline std::string write_config(const std::string& dir, const std::string& model
   return path;
 }
 
-// Events of many requests, gathered from the engine thread.
+// Events of many requests, gathered from the engine thread. Also used by
+// the bridge's unit test (tests/unit/daemon/test_ring_engine.cpp).
 struct Collector {
   std::mutex mu;
   std::condition_variable cv;
@@ -73,7 +74,7 @@ struct Collector {
       }
     };
   }
-  bool wait_all(size_t n, int seconds) {
+  bool wait_all(size_t n, int seconds = 30) {
     std::unique_lock lk(mu);
     return cv.wait_for(lk, std::chrono::seconds(seconds), [&] { return finish.size() >= n; });
   }
@@ -107,6 +108,8 @@ inline std::vector<int32_t> reference_greedy(SliceExecutor& ex, int32_t n_blocks
   return out;
 }
 
+#ifdef KVASIRD_PATH  // the integration tests' build of kvasird
 inline std::string kvasird_path() { return KVASIRD_PATH; }
+#endif
 
 }  // namespace kvasir::test

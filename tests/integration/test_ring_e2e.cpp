@@ -273,9 +273,10 @@ TEST(RingE2E, StageFailingAtStartupReportsItsError) {
   std::filesystem::remove_all(dir);
 }
 
-// A stage killed while serving: every request fails with its error, the
-// engine turns not ready.
-TEST(RingE2E, StageDeathFailsRequests) {
+// Fail-stop mode (recovery.max_restarts_per_minute = 0): a stage killed
+// while serving fails every request with its error, the engine turns not
+// ready. (With restarts, tests/integration/test_recovery.cpp.)
+TEST(RingE2E, StageDeathFailsRequestsInFailStopMode) {
   std::string dir = temp_dir("death");
   std::string model = dir + "/tiny.gguf";
   TinySpec spec;
@@ -285,6 +286,7 @@ TEST(RingE2E, StageDeathFailsRequests) {
   ModelConfig mc = check_config(cfg);
   SupervisorOptions opt;
   opt.exe = kvasird_path();
+  opt.recovery.max_restarts_per_minute = 0;
   Supervisor sup(cfg, mc, opt);
   sup.start();
   BridgeConfig bc;

@@ -4,14 +4,14 @@
 // and puts all the mass on (h mod vocab). So with S stages every sampled
 // token is (last input token + S - 1) mod vocab.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <condition_variable>
-#include <mutex>
 
 #include "daemon/engine_impl.h"
 #include "stages/agent.h"
+#include "tests/integration/ring_fixture.h"
 
 namespace kvasir {
 namespace {
@@ -50,17 +50,20 @@ struct Ring {
     for (int s = 0; s < S; ++s) p.stages[s] = ipc::StagePlan{s, s, 1, "cpu"};
     seg = ipc::Segment::create(name, p);
     seg->header().kv_blocks = blocks;
-    for (int s = 0; s < S; ++s) {
-      pid_t pid = fork();
-      if (pid == 0) {
-        auto mine = ipc::Segment::open(name);
-        AgentConfig ac{s, kVocab, blocks};
-        int rc = run_agent(*mine, ac, [&](const ForwardBatch& b, const float* in, float* out,
-                                          float* lg) { fake_forward(s, S, b, in, out, lg); });
-        _exit(rc);
-      }
-      kids.push_back(pid);
+    for (int s = 0; s < S; ++s) kids.push_back(spawn(s));
+  }
+  pid_t spawn(int s) {
+    const int S = seg->n_stages();
+    const int32_t blocks = seg->header().kv_blocks.load();
+    pid_t pid = fork();
+    if (pid == 0) {
+      auto mine = ipc::Segment::open(name);
+      AgentConfig ac{s, kVocab, blocks};
+      int rc = run_agent(*mine, ac, [&](const ForwardBatch& b, const float* in, float* out,
+                                        float* lg) { fake_forward(s, S, b, in, out, lg); });
+      _exit(rc);
     }
+    return pid;
   }
   ~Ring() {
     seg->request_shutdown();
@@ -73,29 +76,7 @@ struct Ring {
   }
 };
 
-struct Collector {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<int, std::vector<int32_t>> tokens;
-  std::map<int, FinishReason> finish;
-  std::map<int, std::string> errors;
-
-  EventSink sink(int key) {
-    return [this, key](const TokenEvent& ev) {
-      std::lock_guard lk(mu);
-      if (ev.token >= 0) tokens[key].push_back(ev.token);
-      if (ev.finish != FinishReason::kNone) {
-        finish[key] = ev.finish;
-        errors[key] = ev.error;
-        cv.notify_all();
-      }
-    };
-  }
-  bool wait_all(size_t n) {
-    std::unique_lock lk(mu);
-    return cv.wait_for(lk, std::chrono::seconds(30), [&] { return finish.size() >= n; });
-  }
-};
+using test::Collector;  // the ring fixture's (tests/integration/ring_fixture.h)
 
 BridgeConfig bridge_cfg(int max_rows, int max_tokens, int blocks) {
   BridgeConfig c;
@@ -198,6 +179,68 @@ TEST(RingEngine, StopIdsAndCancel) {
   for (int tries = 0; tries < 100 && engine.stats().blocks_free != 100; ++tries)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(engine.stats().blocks_free, 100);
+}
+
+// A stage process killed mid-run. The health hook plays the supervisor
+// (reap, count what the dead one held as passed, start a fresh agent); the
+// bridge must start a new epoch, requeue every running sequence and finish
+// every request with exactly the tokens of a fault-free run: any gap or
+// duplicate breaks the fake ring's arithmetic sequence.
+TEST(RingEngine, LostStageIsReplacedAndNoTokenIsLostOrRepeated) {
+  constexpr int S = 3, N = 24;
+  Ring ring(S, 3, 4, 32, 400);
+  RingHealth h;
+  BridgeEngine engine(*ring.seg, bridge_cfg(4, 32, 400), [&] {
+    for (int s = 0; s < S; ++s) {
+      int st = 0;
+      if (ring.kids[s] > 0 && waitpid(ring.kids[s], &st, WNOHANG) == ring.kids[s]) {
+        ring.seg->stage(s).passed.store(ring.seg->ring(s).tail.load());
+        h.faults++;
+        h.serving = false;
+        ring.kids[s] = -1;
+      }
+      // Like the supervisor: a replacement only once the bridge has started
+      // the new epoch (it must never serve a batch of the dead one).
+      if (ring.kids[s] < 0 && ring.seg->header().epoch.load() >= h.faults) {
+        ring.kids[s] = ring.spawn(s);
+        h.restarts++;
+        h.serving = true;
+      }
+    }
+    return h;
+  });
+  Collector col;
+  for (int i = 0; i < N; ++i) {
+    GenRequest r;
+    for (int j = 0; j <= i % 11; ++j) r.prompt.push_back((i * 5 + j) % kVocab);
+    r.max_tokens = 150 + i;
+    r.sampling.temperature = 0;
+    ASSERT_NE(engine.submit(r, col.sink(i)), 0u);
+  }
+  for (int i = 0; i < 20000 && engine.stats().tokens_generated < 600; ++i)
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  const pid_t victim = ring.kids[1];
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_TRUE(col.wait_all(N));
+  for (int i = 0; i < N; ++i) {
+    ASSERT_EQ(col.finish[i], FinishReason::kLength) << i << " " << col.errors[i];
+    ASSERT_EQ(int(col.tokens[i].size()), 150 + i);
+    int32_t last = (i * 5 + i % 11) % kVocab;
+    for (int32_t t : col.tokens[i]) {
+      last = (last + S - 1) % kVocab;
+      ASSERT_EQ(t, last) << "request " << i;
+    }
+  }
+  for (int tries = 0; tries < 100 && engine.stats().blocks_free != 400; ++tries)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EngineStats st = engine.stats();
+  EXPECT_EQ(st.blocks_free, 400);
+  EXPECT_EQ(st.faults, 1);
+  EXPECT_EQ(st.state, "ok");
+  EXPECT_GT(st.requeued, 0);
+  EXPECT_EQ(engine.refused_results(), 0u);
+  engine.shutdown();
+  // The dead one was reaped by the hook; the destructor waits for the rest.
 }
 
 TEST(RingEngine, BogusResultIsRefused) {
