@@ -91,6 +91,11 @@ int cmd_status(const Endpoint& ep, double wait_s, bool as_json) {
       // 503 while loading: {"status":"loading","loading":{...progress...}};
       // 503 "stopping" while a stop drains.
       json j = json::parse(h.body, nullptr, false);
+      if (!j.is_discarded() && j.value("status", std::string()) == "unhealthy") {
+        std::cerr << "kvasir: kvasird at " << ep.describe()
+                  << " is unhealthy: " << j.value("error", std::string("?")) << "\n";
+        return 3;  // the restart limit was hit: waiting will not help
+      }
       std::string progress = !j.is_discarded() ? loading_text(j) : std::string();
       std::string state =
           !j.is_discarded() && j.value("status", "") == "stopping" ? "is stopping" : "is loading";

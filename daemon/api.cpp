@@ -131,7 +131,12 @@ json engine_stats_json(const EngineStats& s) {
           {"tokens_generated", s.tokens_generated},
           {"tokens_prompt", s.tokens_prompt},
           {"kv_slots_used", s.kv_slots_used},
-          {"kv_waste", s.kv_waste}};
+          {"kv_waste", s.kv_waste},
+          {"state", s.state},
+          {"restarts", s.restarts},
+          {"faults", s.faults},
+          {"requeued", s.requeued},
+          {"last_recovery_s", s.last_recovery_s}};
 }
 
 double num(const json& j, const char* key) {
@@ -168,7 +173,14 @@ void ApiService::Impl::handle(HttpRequest& req, const std::shared_ptr<Responder>
       // Load balancers and `kvasir status` move away from a stopping daemon.
       if (draining)
         return send_json(res, route, 503, {{"status", "stopping"}, {"in_flight", gens_size()}});
-      if (engine.ready()) return send_json(res, route, 200, {{"status", "ok"}});
+      // Recovery (docs/recovery.md): "degraded" while a lost stage is being
+      // restarted (requests are still taken; they wait), "unhealthy" once
+      // the restart limit is hit (work is refused).
+      if (EngineStats es = engine.stats(); es.state == "failed")
+        return send_json(res, route, 503, {{"status", "unhealthy"}, {"error", es.failure}});
+      else if (engine.ready())
+        return send_json(res, route, 200,
+                         {{"status", es.degraded ? "degraded" : "ok"}, {"restarts", es.restarts}});
       json body = {{"status", "loading"}};
       if (ctx.loading) body["loading"] = ctx.loading();
       return send_json(res, route, 503, body);
@@ -277,6 +289,11 @@ std::string ApiService::Impl::metrics_text() {
         s.blocks_total > 0 ? double(s.blocks_total - s.blocks_free) / double(s.blocks_total) : 0.0);
   gauge("kvasir_preemptions_total", "Sequences preempted for lack of KV blocks",
         double(s.preemptions), "counter");
+  gauge("kvasir_stage_restarts_total", "Stage processes restarted after a loss",
+        double(s.restarts), "counter");
+  gauge("kvasir_requests_requeued_total", "Sequences recomputed after a stage loss",
+        double(s.requeued), "counter");
+  gauge("kvasir_degraded", "1 while a lost stage is being recovered", s.degraded ? 1 : 0);
   {
     std::lock_guard lk(metrics.mu);
     gauge("kvasir_requests_cancelled_total", "Requests whose client disconnected",

@@ -10,8 +10,26 @@
 
 namespace kvasir {
 
+namespace {
+// The fail-stop hook (an error text when a stage is gone) as a RingHealth.
+std::function<RingHealth()> fail_stop(std::function<std::optional<std::string>()> h) {
+  if (!h) return {};
+  return [h = std::move(h)] {
+    RingHealth r;
+    if (auto e = h()) {
+      r.failed = *e;
+      r.serving = false;
+    }
+    return r;
+  };
+}
+}  // namespace
+
 BridgeEngine::BridgeEngine(ipc::Segment& seg, BridgeConfig cfg,
                            std::function<std::optional<std::string>()> health)
+    : BridgeEngine(seg, std::move(cfg), fail_stop(std::move(health))) {}
+
+BridgeEngine::BridgeEngine(ipc::Segment& seg, BridgeConfig cfg, std::function<RingHealth()> health)
     : seg_(seg),
       cfg_(std::move(cfg)),
       health_(std::move(health)),
@@ -272,6 +290,10 @@ bool BridgeEngine::read_results() {
     if (m.kind != ipc::kMsgBatch || m.version != ipc::kMsgVersion ||
         m.slot >= uint32_t(slots_.size()) || !slots_[m.slot].busy ||
         slots_[m.slot].batch_id != m.batch_id ||
+    if (seg_.stale(m.batch_id)) {  // of a dead epoch: its slot was freed at the loss
+      stale_results_++;
+      continue;
+    }
         m.n_rows != int32_t(slots_[m.slot].rows.size())) {
       refused_results_++;
       std::fprintf(stderr, "kvasird: refused a result (batch %llu, slot %u)\n",
@@ -345,10 +367,83 @@ void BridgeEngine::fail_all(const std::string& why) {
 void BridgeEngine::loop() {
   ipc::Bell& bell = seg_.ring(seg_.n_stages()).not_empty;
   while (!stopping_.load()) {
-    uint32_t seen = bell.seen();
-    if (health_ && !failed_) {
-      if (auto err = health_()) fail_all(*err);
+// Every batch in the ring is lost with the stage (and every stage's KV is
+// suspect: the restarted one starts empty). A new epoch begins at the next
+// batch id: every receiver drops anything older. Each running sequence goes
+// back to the head of the queue, oldest first, to be recomputed from its
+// prompt plus the tokens already streamed (the scheduler's preemption by
+// recompute: nothing is re-sent, and the sampler's draw depends on (seed,
+// position) only, so the text continues exactly).
+void BridgeEngine::invalidate(uint64_t faults) {
+  seg_.header().epoch_first_batch.store(next_batch_id_, std::memory_order_release);
+  // The acknowledgement the supervisor waits for before it restarts a stage:
+  // a new process must never see a batch of the dead epoch as live.
+  seg_.header().epoch.store(uint32_t(faults), std::memory_order_release);
+  for (Slot& slot : slots_) {
+    for (const SchedRow& row : slot.rows) {
+      row.seq->batches_in_flight--;
+      row.seq->awaiting = false;
     }
+    slot.busy = false;
+    slot.rows.clear();
+  }
+  std::vector<Sequence*> requeue;
+  for (Sequence* s : running_)
+    if (!s->done) requeue.push_back(s);
+  std::sort(requeue.begin(), requeue.end(),
+            [](const Sequence* a, const Sequence* b) { return a->admitted < b->admitted; });
+  for (auto it = requeue.rbegin(); it != requeue.rend(); ++it) {
+    Sequence* s = *it;
+    blocks_.release(s->table);
+    s->n_scheduled = 0;
+    s->running = false;
+    waiting_.push_front(s);
+  }
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [](const Sequence* s) { return !s->done; }),
+                 running_.end());
+  std::lock_guard lk(stats_mu_);
+  stats_.requeued += int64_t(requeue.size());
+}
+
+void BridgeEngine::check_health() {
+  if (!health_ || failed_) return;
+  RingHealth h = health_();
+  if (!h.failed.empty()) {
+    fail_all(h.failed);
+    std::lock_guard lk(stats_mu_);
+    stats_.state = "failed";
+    stats_.failure = h.failed;
+    stats_.degraded = false;
+    stats_.restarts = h.restarts;
+    stats_.faults = int64_t(h.faults);
+    return;
+  }
+  if (h.faults != faults_seen_) {
+    faults_seen_ = h.faults;
+    invalidate(h.faults);
+    if (!recovering_) fault_ns_ = ipc::now_ns();
+    recovering_ = true;
+    std::fprintf(stderr, "kvasird: recovering: %s\n", h.last_fault.c_str());
+  }
+  bool resumed = false;
+  if (recovering_ && h.serving && seg_.drained()) {
+    recovering_ = false;
+    resumed = true;
+  }
+  std::lock_guard lk(stats_mu_);
+  stats_.restarts = h.restarts;
+  stats_.faults = int64_t(h.faults);
+  stats_.degraded = recovering_;
+  stats_.state = recovering_ ? "recovering" : "ok";
+  if (resumed) {
+    stats_.last_recovery_s = double(ipc::now_ns() - fault_ns_) / 1e9;
+    std::fprintf(stderr, "kvasird: recovered in %.3f s\n", stats_.last_recovery_s);
+  }
+}
+
+    uint32_t seen = bell.seen();
+    check_health();
     take_inbox();
     if (failed_) {
       for (auto& [id, s] : seqs_) finish(s.get(), FinishReason::kError, failure());
@@ -360,8 +455,12 @@ void BridgeEngine::loop() {
     }
     bool progress = read_results();
     reap();
-    while (submit_batch()) progress = true;
-    if (!progress) bell.wait(seen, 100'000'000);
+    // While recovering nothing enters the ring: the drain check needs it
+    // quiet, and the restarted stage is not ready. Requests wait meanwhile.
+    if (!recovering_)
+      while (submit_batch()) progress = true;
+    // Recovering: re-check the drain soon (stages ring no bell for it).
+    if (!progress) bell.wait(seen, recovering_ ? 10'000'000 : 100'000'000);
   }
   for (auto& [id, s] : seqs_) finish(s.get(), FinishReason::kAbort);
 }
