@@ -124,16 +124,24 @@ bool CudaSliceExecutor::load(const KvasirCudaStageConfig& cfg, Fault& f) {
       cudaFree(raw);
       return good;
     }
+    // Rows are widened into a ~8 MiB bf16 staging block, copied up a block at
+    // a time (one cudaMemcpy per row would cost millions of calls on an 8B model).
+    const int64_t per_block = std::max<int64_t>(1, (int64_t(8) << 20) / (2 * cols));
     row_f32.resize(size_t(cols));
-    row_bf16.resize(size_t(cols));
-    for (int64_t r = 0; r < rows; ++r) {
-      try {
-        cpu::dequantize_row(t, r, row_f32.data());
-      } catch (const Error& e) {
-        return fail(f, KVASIR_CUDA_MODEL, fmt::format("{}: {}", what, e.message()));
+    row_bf16.resize(size_t(std::min(rows, per_block) * cols));
+    for (int64_t r0 = 0; r0 < rows; r0 += per_block) {
+      const int64_t n = std::min(per_block, rows - r0);
+      for (int64_t r = 0; r < n; ++r) {
+        try {
+          cpu::dequantize_row(t, r0 + r, row_f32.data());
+        } catch (const Error& e) {
+          return fail(f, KVASIR_CUDA_MODEL, fmt::format("{}: {}", what, e.message()));
+        }
+        __nv_bfloat16* out = row_bf16.data() + r * cols;
+        for (int64_t i = 0; i < cols; ++i) out[i] = __float2bfloat16(row_f32[size_t(i)]);
       }
-      for (int64_t i = 0; i < cols; ++i) row_bf16[size_t(i)] = __float2bfloat16(row_f32[size_t(i)]);
-      if (!ok(cudaMemcpy(dst + r * cols, row_bf16.data(), size_t(cols) * 2, cudaMemcpyHostToDevice),
+      if (!ok(cudaMemcpy(dst + r0 * cols, row_bf16.data(), size_t(n * cols) * 2,
+                         cudaMemcpyHostToDevice),
               what, f))
         return false;
     }
