@@ -113,16 +113,17 @@ RequestId BridgeEngine::submit(GenRequest req, EventSink sink) {
   RequestId id;
   {
     std::lock_guard lk(inbox_mu_);
-    int64_t queued;
-    {
-      std::lock_guard lk2(stats_mu_);
-      queued = stats_.waiting;
-    }
-    if (int64_t(inbox_.size()) + queued >= cfg_.max_queue)
+    // queued_ counts this request from now until reap sees it leave the
+    // queue, so concurrent submissions can never overshoot the bound (a
+    // count read from the stats lagged the inbox -> waiting move).
+    if (queued_ >= size_t(std::max(cfg_.max_queue, 0))) {
+      sink = std::move(s->sink);  // the refusal must reach the caller (the API answers 429)
       return refuse(fmt::format("queue full ({} requests waiting)", cfg_.max_queue));
+    }
     id = next_id_++;
     s->id = id;
     inbox_.push_back(std::move(s));
+    queued_++;
   }
   seg_.ring(seg_.n_stages()).not_empty.ring();
   return id;
@@ -219,6 +220,10 @@ void BridgeEngine::reap() {
     used += std::min<int64_t>(n, s->n_scheduled);
   }
   for (const Sequence* s : waiting_) slots += int64_t(s->table.size()) * blocks_.block_size();
+  {
+    std::lock_guard lk(inbox_mu_);
+    queued_ = inbox_.size() + waiting_.size();
+  }
   std::lock_guard lk(stats_mu_);
   stats_.waiting = int32_t(waiting_.size());
   stats_.running = int32_t(running_.size());
@@ -287,13 +292,13 @@ bool BridgeEngine::read_results() {
   ipc::Ring& ring = seg_.ring(seg_.n_stages());
   while (ring.try_pop(m)) {
     any = true;
-    if (m.kind != ipc::kMsgBatch || m.version != ipc::kMsgVersion ||
-        m.slot >= uint32_t(slots_.size()) || !slots_[m.slot].busy ||
-        slots_[m.slot].batch_id != m.batch_id ||
     if (seg_.stale(m.batch_id)) {  // of a dead epoch: its slot was freed at the loss
       stale_results_++;
       continue;
     }
+    if (m.kind != ipc::kMsgBatch || m.version != ipc::kMsgVersion ||
+        m.slot >= uint32_t(slots_.size()) || !slots_[m.slot].busy ||
+        slots_[m.slot].batch_id != m.batch_id ||
         m.n_rows != int32_t(slots_[m.slot].rows.size())) {
       refused_results_++;
       std::fprintf(stderr, "kvasird: refused a result (batch %llu, slot %u)\n",
@@ -364,9 +369,6 @@ void BridgeEngine::fail_all(const std::string& why) {
   for (auto& [id, s] : seqs_) finish(s.get(), FinishReason::kError, why);
 }
 
-void BridgeEngine::loop() {
-  ipc::Bell& bell = seg_.ring(seg_.n_stages()).not_empty;
-  while (!stopping_.load()) {
 // Every batch in the ring is lost with the stage (and every stage's KV is
 // suspect: the restarted one starts empty). A new epoch begins at the next
 // batch id: every receiver drops anything older. Each running sequence goes
@@ -442,6 +444,9 @@ void BridgeEngine::check_health() {
   }
 }
 
+void BridgeEngine::loop() {
+  ipc::Bell& bell = seg_.ring(seg_.n_stages()).not_empty;
+  while (!stopping_.load()) {
     uint32_t seen = bell.seen();
     check_health();
     take_inbox();
