@@ -210,7 +210,14 @@ __device__ bool select_cut(const Row& r, int stage, bool mass, double thr, bool 
   if (w > 0.0 && thr > above) {
     n = (long long)ceil((thr - above) / w);
     if (n < 1) n = 1;
-    if (strict && above + double(n) * w <= thr) ++n;
+    // ceil of a rounded quotient may be one off either way: settle it on
+    // the crossing test itself.
+    auto crosses = [&](long long k) {
+      const double cum = above + double(k) * w;
+      return strict ? cum > thr : cum >= thr;
+    };
+    while (n < (long long)n_tie && !crosses(n)) ++n;
+    while (n > 1 && crosses(n - 1)) --n;
   }
   if (n > (long long)n_tie) n = n_tie;
   // n-th lowest id among passing tokens with this key: chunked scan in id order.
