@@ -348,6 +348,7 @@ void Supervisor::stop() {
   }
   if (seg_) seg_->request_shutdown();
   auto all_gone = [&] {
+    std::lock_guard lk(mu_);  // pids() may read them meanwhile
     bool gone = true;
     for (auto& pid : pids_) {
       if (pid <= 0) continue;
