@@ -67,29 +67,29 @@ struct HttpServer::Impl {
   void accept(Acceptor& acc, bool tcp, std::shared_ptr<Impl> self);
 
   // Over max_connections: a short 503 and close, so the client gets an answer
-  // (not a reset) and the server holds no buffers for it. The write is one
-  // small segment into an empty socket buffer; a peer that never reads
-  // cannot hold it past write_timeout.
+  // (not a reset) and the server holds nothing for it. One non-blocking write
+  // into the new socket's empty buffer (the answer is a few hundred bytes);
+  // if even that would block, the socket is just closed. Nothing async, so
+  // nothing outlives this call.
   template <class Socket>
   void refuse(Socket sock) {
     refused++;
     std::string body = error_json(503, "the server has too many open connections (" +
                                            std::to_string(opts.max_connections) +
                                            ", server.max_connections); retry shortly");
-    auto msg = std::make_shared<std::string>(
+    std::string msg =
         "HTTP/1.1 503 Service Unavailable\r\nServer: kvasir\r\nContent-Type: application/json"
         "\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " +
-        std::to_string(body.size()) + "\r\n\r\n" + body);
-    auto s = std::make_shared<Socket>(std::move(sock));
-    auto t = std::make_shared<asio::steady_timer>(io, opts.write_timeout);
-    t->async_wait([s](error_code ec) {
-      if (!ec) s->close(ec);
-    });
-    asio::async_write(*s, asio::buffer(*msg), [s, t, msg](error_code ec, size_t) {
-      t->cancel();
-      s->shutdown(asio::socket_base::shutdown_both, ec);
-      s->close(ec);
-    });
+        std::to_string(body.size()) + "\r\n\r\n" + body;
+    error_code ec;
+    sock.non_blocking(true, ec);
+    if (!ec) sock.write_some(asio::buffer(msg), ec);
+    sock.shutdown(asio::socket_base::shutdown_send, ec);
+    // Read what already arrived (the request, usually): closing with unread
+    // bytes makes TCP send a reset, which can destroy the answer in flight.
+    std::array<char, 4096> buf;
+    for (int i = 0; i < 16 && !ec; ++i) sock.read_some(asio::buffer(buf), ec);
+    sock.close(ec);
   }
   uint64_t refused = 0;
 };
@@ -538,9 +538,13 @@ size_t HttpServer::busy_connections() const {
   return n;
 }
 
-size_t HttpServer::connections() const { return impl_->conns.size(); }
+size_t HttpServer::connections() const {
+  return impl_->conns.size();
+}
 
-uint64_t HttpServer::refused_connections() const { return impl_->refused; }
+uint64_t HttpServer::refused_connections() const {
+  return impl_->refused;
+}
 
 void HttpServer::stop_accepting() {
   asio::post(impl_->io, [impl = impl_] {
