@@ -13,6 +13,7 @@
 #   3. SIGTERM then a second SIGTERM: the running stream ends with an error
 #      event naming the second signal, then [DONE]; exit 1; nothing left.
 #   4. server.drain_timeout passes: same, naming drain_timeout.
+#   5. SIGTERM while the stages load: they stop early, exit 0, nothing left.
 #
 # Usage: test_drain.sh KVASIRD KVASIR [SOURCE_DIR]
 # Exit 0 = passed, 77 = skipped (no model file), anything else = failed.
@@ -225,6 +226,22 @@ end=$(stream_end "$WORK/s4")
 [[ "$end" == "error: "*"drain_timeout"*"+DONE" ]] &&
   ok "stream 4 ended with an error event after $secs s: $end" || bad "stream 4 end: $end"
 nothing_left "after drain_timeout"
+
+# ---- 5. a stop while the stages are still loading ----
+config 30
+start run4 KVASIR_TEST_PRELOAD_DELAY_MS=300
+for _ in $(seq 1 400); do
+  "${C[@]}" http://x/health 2>/dev/null | grep -q '"status":"loading"' && break
+  sleep 0.05
+done
+STAGES=$(ps -o pid= --ppid "$PID" | tr -d ' ' | tr '\n' ' ')
+SEG=$(ps -o args= --ppid "$PID" | sed -n 's/.*--segment \(kvasir-[0-9a-f]*\).*/\1/p' | head -1)
+kill -TERM "$PID"
+wait_exit 30
+expect "kvasird exit status after a stop while loading" "$EXIT" "0"
+grep -q 'stopped while loading' "$WORK/run4.log" && ok "log: stopped while loading" ||
+  bad "no 'stopped while loading' in the log"
+nothing_left "after a stop while loading"
 
 if [ $fails -eq 0 ]; then
   echo "all passed"
