@@ -85,11 +85,28 @@ struct HttpServer::Impl {
     sock.non_blocking(true, ec);
     if (!ec) sock.write_some(asio::buffer(msg), ec);
     sock.shutdown(asio::socket_base::shutdown_send, ec);
-    // Read what already arrived (the request, usually): closing with unread
-    // bytes makes TCP send a reset, which can destroy the answer in flight.
-    std::array<char, 4096> buf;
-    for (int i = 0; i < 16 && !ec; ++i) sock.read_some(asio::buffer(buf), ec);
-    sock.close(ec);
+    // Linger: read and discard what the client sends until it closes, for at
+    // most 2 s. Closing at once fails most clients: they connect, then
+    // write, and the request arrives after the accept; a close before it
+    // makes their write fail (EPIPE on a Unix socket, a reset on TCP) and
+    // they never read the 503 (tests/integration/test_load.sh: every client
+    // past the cap got "Connection lost"). The timer bounds what a flood of
+    // refused connections can hold.
+    auto s = std::make_shared<Socket>(std::move(sock));
+    auto t = std::make_shared<asio::steady_timer>(io, std::chrono::seconds(2));
+    t->async_wait([s](error_code e) {
+      if (!e) s->close(e);
+    });
+    drain_refused(s, t);
+  }
+  template <class Socket>
+  static void drain_refused(std::shared_ptr<Socket> s, std::shared_ptr<asio::steady_timer> t) {
+    auto buf = std::make_shared<std::array<char, 4096>>();
+    s->async_read_some(asio::buffer(*buf), [s, t, buf](error_code ec, size_t) {
+      if (!ec) return drain_refused(s, t);
+      t->cancel();
+      s->close(ec);
+    });
   }
   uint64_t refused = 0;
 };
