@@ -152,7 +152,9 @@ KV_AVX2 void quantize_avx2(const float* x, int64_t cols, BlockQ8x* out) {
 // self-initialised variable that -Wuninitialized reports when inlined.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef __clang__
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #define KV_ISA avx512
 #define KV_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
 #define KV_DOT_U8S8_512(a, b) _mm512_madd_epi16(_mm512_maddubs_epi16(a, b), _mm512_set1_epi16(1))

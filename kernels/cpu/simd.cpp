@@ -4,16 +4,32 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace kvasir::cpu {
 namespace {
 
 constexpr const char* kNames[kSimdLevels] = {"scalar", "avx2", "avx_vnni", "avx512", "avx512_vnni"};
 
+#if defined(__x86_64__) || defined(__i386__)
+// CPUID bit `bit` of register reg (0 eax, 1 ebx, 2 ecx, 3 edx) of leaf/sub.
+// For the flags clang 14's __builtin_cpu_supports does not name (f16c,
+// avxvnni); their register state is that of AVX, which the avx2 check
+// (OS support included) already covers.
+bool cpuid_bit(unsigned leaf, unsigned sub, int reg, int bit) {
+  unsigned r[4];
+  if (!__get_cpuid_count(leaf, sub, &r[0], &r[1], &r[2], &r[3])) return false;
+  return (r[reg] >> bit) & 1u;
+}
+#endif
+
 bool cpu_has(SimdLevel level) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+                    cpuid_bit(1, 0, 2, 29);  // f16c
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   switch (level) {
@@ -22,7 +38,7 @@ bool cpu_has(SimdLevel level) {
     case SimdLevel::kAvx2:
       return avx2;
     case SimdLevel::kAvxVnni:
-      return avx2 && __builtin_cpu_supports("avxvnni");
+      return avx2 && cpuid_bit(7, 1, 0, 4);  // avxvnni
     case SimdLevel::kAvx512:
       return avx512;
     case SimdLevel::kAvx512Vnni:
