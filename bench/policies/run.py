@@ -43,9 +43,10 @@ def make_trace(a):
     return reqs
 
 
-def config(model, kv_memory, threads, chunk_size):
+def config(model, kv_memory, threads, chunk_size, batch_tokens):
     sched = f"[scheduler]\nchunk_size = {chunk_size}\n" if chunk_size else ""
-    return f"""{sched}[model]
+    plan = f"[plan]\nmax_tokens = {batch_tokens}\n" if batch_tokens else ""
+    return f"""{sched}{plan}[model]
 path = "{model}"
 [[stages]]
 layers = "0-14"
@@ -98,8 +99,13 @@ def main():
                    help="kv.memory of the too-small run: 130 blocks of 180 KiB, room for the longest request alone")
     p.add_argument("--chunk-size", type=int, default=0,
                    help="scheduler.chunk_size (0: the default, 512); only continuous+chunked uses it")
+    p.add_argument("--batch-tokens", type=int, default=0,
+                   help="plan.max_tokens, the token budget of one micro-batch (0: the default, 512); "
+                        "on a loaded machine keep a batch under the stage watchdog's 10 s floor")
     p.add_argument("--policies", default=",".join(POLICIES))
     p.add_argument("--skip-small", action="store_true")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: print the figures from the JSON files already in --out")
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -111,15 +117,31 @@ def main():
             f.write(json.dumps(r) + "\n")
     roomy = os.path.join(a.out, "roomy.toml")
     small = os.path.join(a.out, "small.toml")
-    open(roomy, "w").write(config(a.model, a.kv, a.threads, a.chunk_size))
-    open(small, "w").write(config(a.model, a.small_kv, a.threads, a.chunk_size))
+    open(roomy, "w").write(config(a.model, a.kv, a.threads, a.chunk_size, a.batch_tokens))
+    open(small, "w").write(config(a.model, a.small_kv, a.threads, a.chunk_size, a.batch_tokens))
 
-    before = uptime()
-    runs = bench(a, roomy, trace, a.policies.split(","), os.path.join(a.out, "policies.json"))
-    mid = uptime()
-    small_run = {} if a.skip_small else bench(a, small, trace, ["continuous+chunked"],
-                                              os.path.join(a.out, "small.json"))
-    after = uptime()
+    def load(path):
+        try:
+            return json.load(open(path))["policies"]
+        except (OSError, ValueError, KeyError):
+            return {}
+
+    runs = {}
+    if a.report_only:
+        before = mid = after = "(not run now)"
+        for pol in a.policies.split(","):
+            runs.update(load(os.path.join(a.out, f"policy-{pol}.json")))
+        small_run = load(os.path.join(a.out, "small.json"))
+    else:
+        before = uptime()
+        # One invocation per policy, so each result is on disk as soon as it is in.
+        for pol in a.policies.split(","):
+            print(f"uptime before {pol}: {uptime()}", flush=True)
+            runs.update(bench(a, roomy, trace, [pol], os.path.join(a.out, f"policy-{pol}.json")))
+        mid = uptime()
+        small_run = {} if a.skip_small else bench(a, small, trace, ["continuous+chunked"],
+                                                  os.path.join(a.out, "small.json"))
+        after = uptime()
 
     n_prompt = sum(r["prompt_len"] for r in reqs)
     print(f"trace: {a.shorts} short prompts ({a.short_len}-{a.short_len + 16} tokens, {a.short_max} "
