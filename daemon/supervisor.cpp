@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -229,6 +230,31 @@ void Supervisor::on_death(int s, const std::string& why, int64_t now) {
   w.fault_no = health_.faults;
 }
 
+// utime + stime of a whole process (all its threads), in clock ticks; -1 if
+// unreadable. Field 2 (comm) may hold spaces and parentheses: parse after
+// the last ')'.
+int64_t Supervisor::process_cpu_ticks(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", int(pid));
+  FILE* f = std::fopen(path, "re");
+  if (!f) return -1;
+  char buf[1024];
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  const char* p = std::strrchr(buf, ')');
+  if (!p) return -1;
+  // After ')': state(3) ppid pgrp session tty tpgid flags minflt cminflt
+  // majflt cmajflt utime(14) stime(15).
+  char state = 0;
+  long long v[12] = {};
+  if (std::sscanf(p + 1, " %c %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld", &state,
+                  &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10],
+                  &v[11]) != 13)
+    return -1;
+  return int64_t(v[10] + v[11]);
+}
+
 void Supervisor::watchdog(int64_t now) {
   const RecoveryOptions& r = opt_.recovery;
   for (size_t s = 0; s < pids_.size(); ++s) {
@@ -254,11 +280,24 @@ void Supervisor::watchdog(int64_t now) {
         w.restart_at > 0) {
       w.last_passed = passed;
       w.since_ns = now;
+      w.cpu_ticks = -1;
       continue;
     }
     if (r.watchdog_floor_s <= 0) continue;
+    // CPU time that still advances means the stage is computing — slowly,
+    // on a loaded machine — not stopped or blocked: a batch held long is
+    // then no hang (killing it would only recompute the same slow batch,
+    // again and again). A stopped (SIGSTOP) or blocked process's CPU time
+    // stands still.
+    const int64_t ticks = process_cpu_ticks(pids_[s]);
+    if (ticks < 0 || ticks != w.cpu_ticks) {
+      w.cpu_ticks = ticks;
+      w.cpu_since_ns = now;
+    }
     const double held = double(now - w.since_ns) / 1e9;
-    if (held <= r.watchdog_floor_s) continue;
+    const double idle = double(now - std::max(w.since_ns, w.cpu_since_ns)) / 1e9;
+    const bool busy_too_long = r.watchdog_busy_cap_s > 0 && held > r.watchdog_busy_cap_s;
+    if (idle <= r.watchdog_floor_s && !busy_too_long) continue;
     std::vector<uint64_t> h;
     for (uint64_t v : w.history)
       if (v) h.push_back(v);
@@ -269,11 +308,11 @@ void Supervisor::watchdog(int64_t now) {
       p99 = double(*k) / 1e9;
     }
     const double limit = std::max(r.watchdog_k * p99, r.watchdog_floor_s);
-    if (held <= limit || !w.hang.empty()) continue;
+    if ((idle <= limit && !busy_too_long) || !w.hang.empty()) continue;
     w.hang = fmt::format(
-        "stage {} held a batch for {:.2f} s (limit {:.2f} s = max({} x p99 {:.3f} "
-        "s, floor {} s)): hung, killed",
-        s, held, limit, r.watchdog_k, p99, r.watchdog_floor_s);
+        "stage {} held a batch for {:.2f} s, {:.2f} s without CPU progress (limit {:.2f} s = "
+        "max({} x p99 {:.3f} s, floor {} s); busy cap {} s): hung, killed",
+        s, held, idle, limit, r.watchdog_k, p99, r.watchdog_floor_s, r.watchdog_busy_cap_s);
     kill(pids_[s], SIGKILL);  // SIGKILL ends a SIGSTOPped process too
   }
 }

@@ -53,7 +53,10 @@ struct RecoveryOptions {
   double watchdog_k = 10;           // a batch held > k × p99 of the stage's batch times...
   double watchdog_floor_s = 10;     // ...and > this (seconds) is a hang; 0 disables
   int watchdog_history = 256;       // batch times remembered per stage
-  double tick_s = 0.02;             // monitor wake-up when no pidfd fires
+  // A stage whose CPU time still advances is slow, not hung (a loaded
+  // machine): it is spared until it has held one batch this long.
+  double watchdog_busy_cap_s = 600;
+  double tick_s = 0.02;  // monitor wake-up when no pidfd fires
 };
 
 struct SupervisorOptions {
@@ -88,13 +91,19 @@ class Supervisor {
   std::vector<pid_t> pids() const;
   const std::string& segment_name() const { return name_; }
 
+  // utime + stime of a whole process in clock ticks, -1 if unreadable: the
+  // watchdog's "still computing" signal (exposed for tests).
+  static int64_t process_cpu_ticks(pid_t pid);
+
   // The segment parameters a config and model give (exposed for tests).
   static ipc::SegmentParams params_for(const Config& cfg, const ModelConfig& model);
 
  private:
   struct Watch {  // per-stage watchdog and restart state (monitor thread, under mu_)
     uint32_t last_passed = 0;
-    int64_t since_ns = 0;  // when the stage last made progress (or had nothing to do)
+    int64_t since_ns = 0;      // when the stage last made progress (or had nothing to do)
+    int64_t cpu_ticks = -1;    // the process's utime + stime when last sampled
+    int64_t cpu_since_ns = 0;  // when that CPU time last advanced
     uint64_t last_batches = 0;
     std::vector<uint64_t> history;  // recent batch times, ns (a ring)
     size_t next = 0;
