@@ -1,11 +1,13 @@
 #include "ipc/segment.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <thread>
@@ -19,8 +21,17 @@ namespace {
 
 uint64_t align_to(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-bool pid_alive(int32_t pid) {
+// Whether the owner recorded in a segment header still runs. kill(pid, 0)
+// alone is not enough: a zombie passes it (a SIGKILLed daemon whose parent
+// has not reaped it yet), and so does an unrelated process that got the dead
+// owner's pid. `start` is the owner's start time as recorded (0: unknown, as
+// in a header of another version or where /proc could not say).
+bool owner_alive(int32_t pid, uint64_t start) {
   if (pid <= 0) return false;
+  if (const uint64_t now = process_start_time(pid); now != 0) return start == 0 || now == start;
+  // No such process, a zombie, or no /proc: only the last is unsure.
+  struct stat st {};
+  if (::stat("/proc/self/stat", &st) == 0) return false;
   return kill(pid, 0) == 0 || errno == EPERM;
 }
 
@@ -29,6 +40,32 @@ std::unique_ptr<bip::mapped_region> map_object(bip::shared_memory_object& shm) {
 }
 
 }  // namespace
+
+uint64_t process_start_time(int32_t pid) {
+  if (pid <= 0) return 0;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", int(pid));
+  FILE* f = std::fopen(path, "re");
+  if (!f) return 0;
+  char buf[1024];
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  // Field 2 (comm) may hold spaces and parentheses: fields count from the
+  // last ')'. After it: state(3), then 18 numbers up to starttime(22).
+  const char* p = std::strrchr(buf, ')');
+  if (!p) return 0;
+  char state = 0;
+  unsigned long long v[19] = {};
+  const int got = std::sscanf(
+      p + 1,
+      " %c %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu "
+      "%llu %llu %llu",
+      &state, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11],
+      &v[12], &v[13], &v[14], &v[15], &v[16], &v[17], &v[18]);
+  if (got != 20 || state == 'Z' || state == 'X' || state == 'x') return 0;
+  return uint64_t(v[18]) + 1;  // +1: a process started at tick 0 is still not "unknown"
+}
 
 std::string Segment::name_for(const std::string& key) {
   // FNV-1a 64: stable across runs and builds (std::hash is not promised to be).
@@ -94,6 +131,7 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, const SegmentP
     }
     // It exists: live instance, or leftovers of a killed one?
     int32_t owner = 0;
+    uint64_t owner_start = 0;
     for (int look = 0; look < 5; ++look) {
       try {
         bip::shared_memory_object old(bip::open_only, name.c_str(), bip::read_only);
@@ -103,6 +141,8 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, const SegmentP
           bip::mapped_region r(old, bip::read_only, 0, sizeof(SegmentHeader));
           auto* h = static_cast<const SegmentHeader*>(r.get_address());
           owner = h->owner_pid.load();
+          // Only a header of this version has owner_start where we look.
+          owner_start = h->version == kSegVersion ? h->owner_start.load() : 0;
           if (h->magic == kSegMagic) break;
         }
       } catch (const bip::interprocess_exception&) {
@@ -112,7 +152,7 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, const SegmentP
       // Being created right now by someone else? Give them a moment.
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    KV_CHECK(!pid_alive(owner),
+    KV_CHECK(!owner_alive(owner, owner_start),
              "kvasird is already running for this instance (pid {}, segment /dev/shm/{})", owner,
              name);
     bip::shared_memory_object::remove(name.c_str());  // stale: reclaim
@@ -139,6 +179,7 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, const SegmentP
   s->cuda_ = CudaBoundaryTable::create(base + lay.cuda, lay.total - lay.cuda, params.n_stages - 1,
                                        params.dims.inflight);
   s->hdr_->owner_pid.store(getpid());
+  s->hdr_->owner_start.store(process_start_time(getpid()));
   std::atomic_thread_fence(std::memory_order_release);
   s->hdr_->magic = kSegMagic;
   return s;

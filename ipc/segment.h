@@ -6,9 +6,11 @@
 // plan, so an opener recomputes every offset itself and checks the mapped
 // size, instead of trusting offsets stored in memory another process wrote.
 //
-// Instance ownership: the header records the owner's pid. Creating over an
-// existing segment whose owner is alive refuses ("already running"); one
-// whose owner is dead (a daemon killed with SIGKILL) is reclaimed.
+// Instance ownership: the header records the owner's pid and its start time
+// (/proc/PID/stat). Creating over an existing segment whose owner is alive
+// refuses ("already running"); one whose owner is dead (a daemon killed with
+// SIGKILL) is reclaimed — also when the dead owner is a zombie not yet
+// reaped, or its pid now belongs to another process (start time differs).
 #pragma once
 
 #include <atomic>
@@ -28,7 +30,8 @@ class mapped_region;
 namespace kvasir::ipc {
 
 constexpr uint32_t kSegMagic = 0x5253564B;  // "KVSR" little-endian
-constexpr uint32_t kSegVersion = 2;  // 2: epochs and per-stage progress (recovery)
+// 2: epochs and per-stage progress (recovery); 3: the owner's start time.
+constexpr uint32_t kSegVersion = 3;
 constexpr int kMaxStages = 16;
 
 struct StagePlan {
@@ -99,6 +102,9 @@ struct SegmentHeader {
   uint64_t total_size = 0;
   std::atomic<int32_t> owner_pid{0};
   std::atomic<uint32_t> shutdown{0};  // 1: every loop ends
+  // The owner's start time (process_start_time), so that a recycled pid is
+  // not taken for the owner. 0: unknown (no /proc).
+  std::atomic<uint64_t> owner_start{0};
   std::atomic<int32_t> kv_blocks{0};  // decided by the daemon: min capacity
   Bell state;                         // rung on any status/decision change
   // Batches with an id below this belong to a dead epoch (a stage died while
@@ -112,6 +118,11 @@ struct SegmentHeader {
 };
 
 using Ring = SpscRing<BatchMsg>;
+
+// When process `pid` started (field 22 of /proc/PID/stat: clock ticks since
+// boot). 0 if there is no such process, it is a zombie (it runs no code and
+// holds nothing), or /proc cannot say.
+uint64_t process_start_time(int32_t pid);
 
 class Segment {
  public:

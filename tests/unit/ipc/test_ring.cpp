@@ -105,6 +105,69 @@ TEST(Segment, StaleSegmentOfDeadOwnerIsReclaimed) {
   Segment::remove(name);
 }
 
+// A SIGKILLed daemon whose parent has not reaped it yet is a zombie: kill(pid,
+// 0) still succeeds, but it runs no code and holds nothing — its segment is
+// stale and must not block the next start.
+TEST(Segment, ZombieOwnerDoesNotBlockANewStart) {
+  auto name = unique_name("zombie");
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  pid_t c = spawn([&] {
+    auto seg = Segment::create(name, params());
+    char b = 1;
+    if (write(go[1], &b, 1) != 1) return 3;
+    _exit(0);  // dies without removing, as after SIGKILL
+    return 0;
+  });
+  char b = 0;
+  ASSERT_EQ(read(go[0], &b, 1), 1);
+  // Not reaped: wait until the child is a zombie (not merely still exiting).
+  for (int i = 0; i < 500 && process_start_time(c) != 0; ++i) usleep(10000);
+  ASSERT_EQ(kill(c, 0), 0) << "the zombie must still pass kill(pid, 0)";
+  ASSERT_EQ(process_start_time(c), 0u);
+  ASSERT_TRUE(Segment::exists(name));
+  auto seg = Segment::create(name, params());  // threw "already running" before
+  EXPECT_EQ(seg->header().owner_pid.load(), getpid());
+  EXPECT_EQ(wait_rc(c), 0);
+  close(go[0]);
+  close(go[1]);
+  Segment::remove(name);
+}
+
+// The recorded owner pid belongs to a live process, but not the one that
+// created the segment (pids are reused): its start time differs, so the
+// segment is stale. With the right start time the same pid is the owner.
+TEST(Segment, RecycledOwnerPidIsNotTheOwner) {
+  auto name = unique_name("recycled");
+  int hold[2];
+  ASSERT_EQ(pipe(hold), 0);
+  pid_t other = spawn([&] {  // a live process that is no daemon
+    close(hold[1]);
+    char b;
+    return read(hold[0], &b, 1) == 0 ? 0 : 4;
+  });
+  const uint64_t start = process_start_time(other);
+  ASSERT_NE(start, 0u);
+  EXPECT_NE(process_start_time(getpid()), 0u);
+  auto seg = Segment::create(name, params());
+  EXPECT_EQ(seg->header().owner_start.load(), process_start_time(getpid()));
+  seg->header().owner_pid = other;
+  seg->header().owner_start = start;  // the live owner: refused
+  try {
+    Segment::create(name, params());
+    ADD_FAILURE() << "a live owner was not detected";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("already running"), std::string::npos) << e.what();
+  }
+  seg->header().owner_start = start + 1;  // same pid, another process: stale
+  auto again = Segment::create(name, params());
+  EXPECT_EQ(again->header().owner_pid.load(), getpid());
+  close(hold[1]);
+  close(hold[0]);
+  EXPECT_EQ(wait_rc(other), 0);
+  Segment::remove(name);
+}
+
 TEST(Segment, CorruptHeaderRefusedByOpener) {
   auto name = unique_name("corrupt");
   auto seg = Segment::create(name, params());
