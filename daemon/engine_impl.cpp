@@ -54,7 +54,9 @@ BridgeEngine::BridgeEngine(ipc::Segment& seg, BridgeConfig cfg, std::function<Ri
   thread_ = std::thread([this] { loop(); });
 }
 
-BridgeEngine::~BridgeEngine() { shutdown(); }
+BridgeEngine::~BridgeEngine() {
+  shutdown();
+}
 
 void BridgeEngine::shutdown() {
   if (stopping_.exchange(true)) {
@@ -146,10 +148,9 @@ std::vector<StageSnapshot> BridgeEngine::stage_stats() const {
   std::vector<StageSnapshot> v;
   for (int s = 0; s < seg_.n_stages(); ++s) {
     auto& st = seg_.stage(s);
-    v.push_back(StageSnapshot{st.status.load(), st.stats.busy_ns.load(),
-                              st.stats.starved_ns.load(), st.stats.blocked_ns.load(),
-                              st.stats.batches.load(), st.stats.tokens.load(),
-                              st.stats.refused.load()});
+    v.push_back(StageSnapshot{st.status.load(), st.stats.busy_ns.load(), st.stats.starved_ns.load(),
+                              st.stats.blocked_ns.load(), st.stats.batches.load(),
+                              st.stats.tokens.load(), st.stats.refused.load()});
   }
   return v;
 }
@@ -188,9 +189,9 @@ void BridgeEngine::finish(Sequence* s, FinishReason why, const std::string& erro
 }
 
 void BridgeEngine::reap() {
-  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(),
-                                [](Sequence* s) { return s->done; }),
-                 waiting_.end());
+  waiting_.erase(
+      std::remove_if(waiting_.begin(), waiting_.end(), [](Sequence* s) { return s->done; }),
+      waiting_.end());
   for (auto it = running_.begin(); it != running_.end();) {
     Sequence* s = *it;
     if (s->done && s->batches_in_flight == 0) {
@@ -236,9 +237,15 @@ void BridgeEngine::reap() {
 bool BridgeEngine::submit_batch() {
   auto slot_it = std::find_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.busy; });
   if (slot_it == slots_.end()) return false;
-  const auto n_free = int32_t(std::count_if(slots_.begin(), slots_.end(),
-                                             [](const Slot& s) { return !s.busy; }));
-  std::vector<SchedRow> rows = sched_.next(waiting_, running_, blocks_, n_free);
+  RingLoad load;
+  for (const Slot& s : slots_) {
+    if (!s.busy) {
+      load.free_slots++;
+      continue;
+    }
+    for (const SchedRow& r : s.rows) load.tokens_in_flight += r.n_tokens;
+  }
+  std::vector<SchedRow> rows = sched_.next(waiting_, running_, blocks_, load);
   if (rows.empty()) return false;
   const uint32_t k = uint32_t(slot_it - slots_.begin());
   const ipc::SlotDims& d = seg_.dims();
@@ -298,8 +305,7 @@ bool BridgeEngine::read_results() {
     }
     if (m.kind != ipc::kMsgBatch || m.version != ipc::kMsgVersion ||
         m.slot >= uint32_t(slots_.size()) || !slots_[m.slot].busy ||
-        slots_[m.slot].batch_id != m.batch_id ||
-        m.n_rows != int32_t(slots_[m.slot].rows.size())) {
+        slots_[m.slot].batch_id != m.batch_id || m.n_rows != int32_t(slots_[m.slot].rows.size())) {
       refused_results_++;
       std::fprintf(stderr, "kvasird: refused a result (batch %llu, slot %u)\n",
                    (unsigned long long)m.batch_id, m.slot);
@@ -344,11 +350,13 @@ bool BridgeEngine::read_results() {
       s->tokens.push_back(tok);
       s->n_generated++;
       generated++;
-      const bool stop = (!s->req.ignore_eos && eos_.count(tok)) ||
-                        std::find(s->req.stop_ids.begin(), s->req.stop_ids.end(), tok) !=
-                            s->req.stop_ids.end();
-      if (stop) ev.finish = FinishReason::kStop;
-      else if (s->n_generated >= s->req.max_tokens) ev.finish = FinishReason::kLength;
+      const bool stop =
+          (!s->req.ignore_eos && eos_.count(tok)) ||
+          std::find(s->req.stop_ids.begin(), s->req.stop_ids.end(), tok) != s->req.stop_ids.end();
+      if (stop)
+        ev.finish = FinishReason::kStop;
+      else if (s->n_generated >= s->req.max_tokens)
+        ev.finish = FinishReason::kLength;
       if (s->sink) s->sink(ev);
       if (ev.finish != FinishReason::kNone) finish(s, FinishReason::kNone);
     }
@@ -401,9 +409,9 @@ void BridgeEngine::invalidate(uint64_t faults) {
     s->running = false;
     waiting_.push_front(s);
   }
-  running_.erase(std::remove_if(running_.begin(), running_.end(),
-                                [](const Sequence* s) { return !s->done; }),
-                 running_.end());
+  running_.erase(
+      std::remove_if(running_.begin(), running_.end(), [](const Sequence* s) { return !s->done; }),
+      running_.end());
   std::lock_guard lk(stats_mu_);
   stats_.requeued += int64_t(requeue.size());
 }

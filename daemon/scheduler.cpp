@@ -102,12 +102,12 @@ void CapacityScheduler::preempt(Sequence* v, BlockManager& blocks, std::deque<Se
 
 // ---- micro-batch forming ----------------------------------------------------
 
-void BatchFormer::begin(int64_t active, int64_t work, int32_t slots, int64_t floor) {
+void BatchFormer::begin(int64_t active, int64_t work, RingLoad load, int64_t floor) {
   budget_ = lim_.max_tokens;
   row_cap_ = lim_.max_rows;
   if (lim_.inflight <= 1) return;
-  if (slots <= 0) {
-    // The ring's free slots unknown: balance rows only, over all the slots.
+  if (load.free_slots <= 0) {
+    // The ring unknown: balance rows only, over all the slots.
     if (active > 0)
       row_cap_ =
           int32_t(std::min<int64_t>(lim_.max_rows, (active + lim_.inflight - 1) / lim_.inflight));
@@ -115,13 +115,24 @@ void BatchFormer::begin(int64_t active, int64_t work, int32_t slots, int64_t flo
   }
   // Balance by tokens: a row cap alone lets one batch take a 500-token chunk
   // and the next two decodes; the pipeline then runs at the pace of the big
-  // one, the other batches leaving their stages idle. The work at hand is
-  // split evenly over the free slots (one free slot: it takes everything,
-  // as with a single micro-batch). When there is more work than the slots
-  // can carry the budget stays at max_tokens: nothing is held back.
+  // one, the other batches leaving their stages idle. Two shares, the
+  // smaller wins:
+  //  - the work ready now split over the free slots (the batches formed
+  //    together to fill them carry similar token counts);
+  //  - the whole ring's work, tokens in flight included, split over all its
+  //    slots. Without it a batch formed while the others are busy takes
+  //    everything ready, and an imbalance (14 decodes in one batch, 2 in the
+  //    other, after a staggered burst) repeats forever, each decode going
+  //    back into the batch it came from: 16 concurrent decodes ran at 0.64x
+  //    the balanced rate (bench/serve). Work held back goes into the next
+  //    free slot.
+  // When there is more work than the ring can carry the budget stays at
+  // max_tokens: nothing is held back.
   if (work > 0) {
-    const int64_t share = std::max<int64_t>((work + slots - 1) / slots, floor);
-    budget_ = int32_t(std::clamp<int64_t>(share, 1, lim_.max_tokens));
+    const int64_t total = work + std::max<int64_t>(load.tokens_in_flight, 0);
+    const int64_t share = std::min((work + load.free_slots - 1) / load.free_slots,
+                                   (total + lim_.inflight - 1) / lim_.inflight);
+    budget_ = int32_t(std::clamp<int64_t>(std::max(share, floor), 1, lim_.max_tokens));
   }
 }
 
@@ -170,7 +181,7 @@ bool Scheduler::take(std::vector<SchedRow>& rows, Sequence* s, BlockManager& blo
 
 std::vector<SchedRow> Scheduler::next(std::deque<Sequence*>& waiting,
                                       std::vector<Sequence*>& running, BlockManager& blocks,
-                                      int32_t free_slots) {
+                                      RingLoad load) {
   std::vector<SchedRow> rows;
   // Admission first, so the row cap sees everyone who wants the ring. A
   // waiter is admitted only with blocks for its first piece and one spare
@@ -221,7 +232,7 @@ std::vector<SchedRow> Scheduler::next(std::deque<Sequence*>& waiting,
     if (lim_.policy != Policy::kChunked && remaining(*s) <= lim_.max_tokens)
       floor = std::max(floor, remaining(*s));
   }
-  form_.begin(active, work, free_slots, floor);
+  form_.begin(active, work, load, floor);
   // Decodes first: their latency is what users feel, and chunked prefill
   // fills the rest of the budget. A copy: preemption edits `running`.
   const std::vector<Sequence*> order = running;

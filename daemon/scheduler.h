@@ -80,6 +80,12 @@ struct SchedRow {
   bool pad = false;
 };
 
+// The ring as the bridge sees it when it forms a batch.
+struct RingLoad {
+  int32_t free_slots = 0;        // free now, counting this batch's (<= 0: unknown)
+  int64_t tokens_in_flight = 0;  // tokens of the batches in the busy slots
+};
+
 struct SchedLimits {
   int32_t max_rows = 32;
   int32_t max_tokens = 512;
@@ -123,15 +129,15 @@ class BatchFormer {
  public:
   explicit BatchFormer(const SchedLimits& lim) : lim_(lim) {}
 
-  // Starts a batch. `slots` = the ring's free slots, counting this batch's
-  // (<= 0: unknown). Known: the token budget becomes ceil(work / slots),
-  // `work` being the tokens the running sequences could send now, so the
-  // batches formed to fill the free slots carry similar token counts;
-  // `floor` = the largest piece that cannot be cut (a whole prefill), below
-  // which the budget never drops, or that piece would never go. Unknown:
-  // rows are capped at ceil(active / inflight), `active` = running
-  // sequences that want the ring.
-  void begin(int64_t active, int64_t work = 0, int32_t slots = 0, int64_t floor = 0);
+  // Starts a batch. Ring known (load.free_slots > 0): the token budget
+  // becomes min(ceil(work / free_slots), ceil((work + tokens_in_flight) /
+  // inflight)), `work` being the tokens the running sequences could send
+  // now, so every micro-batch in the ring carries a similar token count;
+  // `floor` = the largest piece
+  // that cannot be cut (a whole prefill), below which the budget never
+  // drops, or that piece would never go. Unknown: rows are capped at
+  // ceil(active / inflight), `active` = running sequences that want the ring.
+  void begin(int64_t active, int64_t work = 0, RingLoad load = {}, int64_t floor = 0);
   // Tokens s would put in this batch now (0: not now).
   int32_t want(const Sequence& s) const;
   void add(std::vector<SchedRow>& rows, Sequence* s, int32_t n);
@@ -151,11 +157,11 @@ class Scheduler {
 
   // Builds the next micro-batch: admits waiting sequences, grows block
   // tables (preempting when needed), marks the chosen positions scheduled.
-  // Empty when there is nothing to run. `free_slots`: ring slots free now,
-  // counting the one this batch will take (<= 0: unknown, no token
-  // balancing); the work available is spread evenly over them.
+  // Empty when there is nothing to run. `load`: the ring now (free_slots
+  // <= 0: unknown, no token balancing); the work, ready and in flight, is
+  // spread evenly over the ring's slots.
   std::vector<SchedRow> next(std::deque<Sequence*>& waiting, std::vector<Sequence*>& running,
-                             BlockManager& blocks, int32_t free_slots = 0);
+                             BlockManager& blocks, RingLoad load = {});
 
   int64_t preemptions() const { return cap_.preemptions(); }
   const SchedLimits& limits() const { return lim_; }
