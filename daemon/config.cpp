@@ -50,6 +50,18 @@ int32_t get_int(const toml::table& t, std::string_view key, const std::string& f
   return int32_t(*v);
 }
 
+// A number of seconds (or a factor) in [lo, hi]; TOML integers are accepted.
+double get_double(const toml::table& t, std::string_view key, const std::string& field, double def,
+                  double lo, double hi, std::string_view unit = "seconds") {
+  auto* n = t.get(key);
+  if (!n) return def;
+  auto v = n->value<double>();  // an integer converts; a string or a bool does not
+  KV_CHECK(v && (n->is_integer() || n->is_floating_point()), "{}: must be a number", field);
+  KV_CHECK(std::isfinite(*v) && *v >= lo && *v <= hi,
+           "{}: {} is out of range: must be {} in [{}, {}]", field, *v, unit, lo, hi);
+  return *v;
+}
+
 std::string get_str(const toml::table& t, std::string_view key, const std::string& field,
                     const std::string& def) {
   auto* n = t.get(key);
@@ -126,6 +138,32 @@ std::string read_api_key_file(const std::string& path) {
     KV_CHECK(c >= 0x21 && c < 0x7f,
              "{}: {}: the key must be one line of printable characters without spaces", f, path);
   return key;
+}
+
+// [recovery] (docs/recovery.md). The bounds keep every value meaningful: a
+// back-off past an hour or a watchdog k below 1 (a batch as slow as its own
+// p99 is "hung") is a typo, not a policy.
+void parse_recovery(const toml::table& t, RecoveryCfg& r) {
+  check_keys(t, "recovery",
+             {"watchdog_k", "watchdog_floor_s", "watchdog_busy_cap_s", "backoff_s", "backoff_max_s",
+              "max_restarts", "restart_window_s"});
+  r.watchdog_k =
+      get_double(t, "watchdog_k", "recovery.watchdog_k", r.watchdog_k, 1, 1e6, "a factor");
+  r.watchdog_floor_s =
+      get_double(t, "watchdog_floor_s", "recovery.watchdog_floor_s", r.watchdog_floor_s, 0, 86400);
+  // Below the floor is allowed: 0 means no cap; a cap under the floor only
+  // catches spinning stages sooner.
+  r.watchdog_busy_cap_s = get_double(t, "watchdog_busy_cap_s", "recovery.watchdog_busy_cap_s",
+                                     r.watchdog_busy_cap_s, 0, 86400);
+  r.backoff_s = get_double(t, "backoff_s", "recovery.backoff_s", r.backoff_s, 0, 3600);
+  r.backoff_max_s =
+      get_double(t, "backoff_max_s", "recovery.backoff_max_s", r.backoff_max_s, 0, 3600);
+  KV_CHECK(r.backoff_max_s >= r.backoff_s,
+           "recovery.backoff_max_s: {} is below recovery.backoff_s = {}", r.backoff_max_s,
+           r.backoff_s);
+  r.max_restarts = get_int(t, "max_restarts", "recovery.max_restarts", r.max_restarts, 0, 1000);
+  r.restart_window_s =
+      get_double(t, "restart_window_s", "recovery.restart_window_s", r.restart_window_s, 1, 86400);
 }
 
 }  // namespace
@@ -209,7 +247,7 @@ Config parse_config(std::string_view text, const std::string& base_dir,
   }
   Config c;
   c.source = source;
-  check_keys(root, "", {"model", "plan", "stages", "kv", "scheduler", "server"});
+  check_keys(root, "", {"model", "plan", "stages", "kv", "scheduler", "server", "recovery"});
 
   auto* model = sub_table(root, "model");
   KV_CHECK(model, "model: missing [model] table (model.path is required)");
@@ -316,6 +354,7 @@ Config parse_config(std::string_view text, const std::string& base_dir,
       KV_CHECK(ok, "server.http: \"{}\" is not \"host:port\"", c.server.http);
     }
   }
+  if (auto* r = sub_table(root, "recovery")) parse_recovery(*r, c.recovery);
   KV_CHECK(!c.server.socket.empty(), "server.socket: required");
   c.server.socket = resolve(base_dir, c.server.socket);
   if (!c.server.api_key_file.empty()) {

@@ -75,6 +75,18 @@ struct ServerCfg {
   int32_t max_connections = 256;
 };
 
+// Stage crash recovery (docs/recovery.md): the watchdog, the restart
+// back-off and the restart limit. Ranges are checked in parse_config.
+struct RecoveryCfg {
+  double watchdog_k = 10;            // a batch held > k × p99 of the stage's batch times...
+  double watchdog_floor_s = 10;      // ...and > this many seconds is a hang; 0 = no watchdog
+  double watchdog_busy_cap_s = 600;  // a stage still using CPU is spared this long; 0 = forever
+  double backoff_s = 0.05;           // delay before restarting a lost stage...
+  double backoff_max_s = 5;          // ...doubling per loss within the window, up to this
+  int32_t max_restarts = 5;          // losses tolerated within restart_window_s; 0 = fail-stop
+  double restart_window_s = 60;      // the window max_restarts counts over
+};
+
 struct Config {
   std::string source;  // the file it came from ("<string>" when parsed from text)
   ModelCfg model;
@@ -82,6 +94,7 @@ struct Config {
   KvCfg kv;
   SchedulerCfg scheduler;
   ServerCfg server;
+  RecoveryCfg recovery;
 };
 
 // "512MiB", "8 MiB", "1GiB", "4096", "64KiB", "1.5GiB", "100MB" (decimal) → bytes.

@@ -134,7 +134,9 @@ int main(int argc, char** argv) {
       } catch (const Error&) {  // no template: chat requests get 400
       }
     }
-    Supervisor sup(cfg, mc);
+    SupervisorOptions sup_opt;
+    static_cast<RecoveryCfg&>(sup_opt.recovery) = cfg.recovery;  // [recovery] of the config
+    Supervisor sup(cfg, mc, sup_opt);
     LoadingMonitor loading(cfg, sup.segment_name());
     DeferredEngine deferred;  // 503 "loading" until the bridge is attached
     std::atomic<BridgeEngine*> bridge{nullptr};

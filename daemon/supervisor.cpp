@@ -211,16 +211,18 @@ void Supervisor::on_death(int s, const std::string& why, int64_t now) {
   health_.last_fault = w.hang.empty() ? why : w.hang + " (" + why + ")";
   w.hang.clear();
   std::fprintf(stderr, "kvasird: %s\n", health_.last_fault.c_str());
-  while (!losses_.empty() && now - losses_.front() > int64_t(60e9)) losses_.pop_front();
-  losses_.push_back(now);
   const RecoveryOptions& r = opt_.recovery;
-  if (int(losses_.size()) > r.max_restarts_per_minute) {
-    health_.failed = r.max_restarts_per_minute == 0
-                         ? health_.last_fault
-                         : fmt::format(
-                               "unhealthy: {} stage losses within 60 s (limit {}), not "
-                               "restarting; last: {}",
-                               losses_.size(), r.max_restarts_per_minute, health_.last_fault);
+  const auto window_ns = int64_t(r.restart_window_s * 1e9);
+  while (!losses_.empty() && now - losses_.front() > window_ns) losses_.pop_front();
+  losses_.push_back(now);
+  if (int(losses_.size()) > r.max_restarts) {
+    health_.failed =
+        r.max_restarts == 0
+            ? health_.last_fault
+            : fmt::format(
+                  "unhealthy: {} stage losses within {:g} s (limit {}), not "
+                  "restarting; last: {}",
+                  losses_.size(), r.restart_window_s, r.max_restarts, health_.last_fault);
     std::fprintf(stderr, "kvasird: %s\n", health_.failed.c_str());
     return;
   }

@@ -13,13 +13,13 @@
 //           `tick_s` runs the per-batch watchdog: a stage holding one batch
 //           longer than max(k × p99 of its batch times, floor) is SIGKILLed
 //           and treated as dead. A dead stage is restarted (same slice) after
-//           a back-off, unless more than `max_restarts_per_minute` losses
-//           happened within 60 s: then the supervisor gives up (health().failed).
+//           a back-off, unless more than `max_restarts` losses
+//           happened within `restart_window_s`: then the supervisor gives up (health().failed).
 //           Every change rings the bridge's bell (docs/recovery.md).
 // health(): faults so far, restarts, whether every stage serves, and why it
 //           gave up, if it did. Thread-safe.
 // poll():   the fatal exit, once, after the supervisor gave up (with
-//           max_restarts_per_minute = 0: at the first loss, fail-stop).
+//           max_restarts = 0: at the first loss, fail-stop).
 // stop():   shutdown flag + wake-ups, wait, SIGTERM, wait, SIGKILL; removes
 //           the segment. Idempotent; also run by the destructor.
 //
@@ -46,17 +46,11 @@
 
 namespace kvasir {
 
-struct RecoveryOptions {
-  int max_restarts_per_minute = 5;  // losses tolerated within 60 s; 0: fail-stop
-  double backoff_s = 0.05;          // delay before the first restart of a stage...
-  double backoff_max_s = 5;         // ...doubling per loss within 60 s, up to this
-  double watchdog_k = 10;           // a batch held > k × p99 of the stage's batch times...
-  double watchdog_floor_s = 10;     // ...and > this (seconds) is a hang; 0 disables
-  int watchdog_history = 256;       // batch times remembered per stage
-  // A stage whose CPU time still advances is slow, not hung (a loaded
-  // machine): it is spared until it has held one batch this long.
-  double watchdog_busy_cap_s = 600;
-  double tick_s = 0.02;  // monitor wake-up when no pidfd fires
+// The [recovery] keys of the config (RecoveryCfg, daemon/config.h: the
+// watchdog, back-off and restart limit), plus what only tests tune.
+struct RecoveryOptions : RecoveryCfg {
+  int watchdog_history = 256;  // batch times remembered per stage
+  double tick_s = 0.02;        // monitor wake-up when no pidfd fires
 };
 
 struct SupervisorOptions {

@@ -239,7 +239,7 @@ TEST_F(Recovery, PastTheLimitTheEngineFailsAndRefuses) {
   ModelConfig mc = check_config(cfg);
   SupervisorOptions opt;
   opt.exe = kvasird_path();
-  opt.recovery.max_restarts_per_minute = 1;
+  opt.recovery.max_restarts = 1;
   Supervisor sup(cfg, mc, opt);
   sup.start();
   BridgeConfig bc;

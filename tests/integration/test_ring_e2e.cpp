@@ -273,7 +273,7 @@ TEST(RingE2E, StageFailingAtStartupReportsItsError) {
   std::filesystem::remove_all(dir);
 }
 
-// Fail-stop mode (recovery.max_restarts_per_minute = 0): a stage killed
+// Fail-stop mode (recovery.max_restarts = 0): a stage killed
 // while serving fails every request with its error, the engine turns not
 // ready. (With restarts, tests/integration/test_recovery.cpp.)
 TEST(RingE2E, StageDeathFailsRequestsInFailStopMode) {
@@ -286,7 +286,7 @@ TEST(RingE2E, StageDeathFailsRequestsInFailStopMode) {
   ModelConfig mc = check_config(cfg);
   SupervisorOptions opt;
   opt.exe = kvasird_path();
-  opt.recovery.max_restarts_per_minute = 0;
+  opt.recovery.max_restarts = 0;
   Supervisor sup(cfg, mc, opt);
   sup.start();
   BridgeConfig bc;

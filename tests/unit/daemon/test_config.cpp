@@ -321,6 +321,56 @@ TEST(Config, ApiKeyFile) {
   fs::remove_all(dir);
 }
 
+// [recovery]: defaults as docs/recovery.md states them; every key read; each
+// range and type refused naming its key.
+TEST(Config, RecoveryKeys) {
+  auto c = parse_config(kGood, "/b");
+  EXPECT_EQ(c.recovery.watchdog_k, 10);
+  EXPECT_EQ(c.recovery.watchdog_floor_s, 10);
+  EXPECT_EQ(c.recovery.watchdog_busy_cap_s, 600);
+  EXPECT_EQ(c.recovery.backoff_s, 0.05);
+  EXPECT_EQ(c.recovery.backoff_max_s, 5);
+  EXPECT_EQ(c.recovery.max_restarts, 5);
+  EXPECT_EQ(c.recovery.restart_window_s, 60);
+  c = parse_config(std::string(kGood) +
+                       "[recovery]\nwatchdog_k = 4\nwatchdog_floor_s = 0.5\n"
+                       "watchdog_busy_cap_s = 0\nbackoff_s = 0\nbackoff_max_s = 2.5\n"
+                       "max_restarts = 0\nrestart_window_s = 300\n",
+                   "/b");
+  EXPECT_EQ(c.recovery.watchdog_k, 4);
+  EXPECT_EQ(c.recovery.watchdog_floor_s, 0.5);
+  EXPECT_EQ(c.recovery.watchdog_busy_cap_s, 0);
+  EXPECT_EQ(c.recovery.backoff_s, 0);
+  EXPECT_EQ(c.recovery.backoff_max_s, 2.5);
+  EXPECT_EQ(c.recovery.max_restarts, 0);
+  EXPECT_EQ(c.recovery.restart_window_s, 300);
+  struct Bad {
+    const char* line;
+    const char* want;
+  };
+  for (auto [line, want] : std::initializer_list<Bad>{
+           {"watchdog_k = 0.5", "recovery.watchdog_k: 0.5 is out of range"},
+           {"watchdog_k = \"10\"", "recovery.watchdog_k: must be a number"},
+           {"watchdog_k = true", "recovery.watchdog_k: must be a number"},
+           {"watchdog_floor_s = -1", "recovery.watchdog_floor_s: -1 is out of range"},
+           {"watchdog_floor_s = nan", "recovery.watchdog_floor_s"},
+           {"watchdog_floor_s = inf", "recovery.watchdog_floor_s"},
+           {"watchdog_busy_cap_s = 100000", "recovery.watchdog_busy_cap_s"},
+           {"backoff_s = -0.1", "recovery.backoff_s"},
+           {"backoff_s = 3601", "recovery.backoff_s"},
+           {"backoff_s = 2\nbackoff_max_s = 1", "recovery.backoff_max_s: 1 is below"},
+           {"max_restarts = -1", "recovery.max_restarts: -1 is out of range [0, 1000]"},
+           {"max_restarts = 1.5", "recovery.max_restarts: must be an integer"},
+           {"restart_window_s = 0", "recovery.restart_window_s"},
+           {"max_restart = 3", "recovery.max_restart: unknown key"},
+       }) {
+    auto m = refusal(std::string(kGood) + "[recovery]\n" + line + "\n");
+    EXPECT_EQ(m.rfind(want, 0), 0u) << line << ": " << m;
+  }
+  auto m = refusal("recovery = 3\n" + std::string(kGood));  // a root key, before any table
+  EXPECT_NE(m.find("recovery: must be a table"), std::string::npos) << m;
+}
+
 TEST(Config, LoadFileResolvesAgainstItsFolderAndMissingFileNamed) {
   auto dir = std::filesystem::temp_directory_path() / ("kvcfg-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
