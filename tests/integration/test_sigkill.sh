@@ -10,6 +10,7 @@
 #     behind, stale.
 #  3. The next start of the same config reclaims both without manual
 #     cleanup, serves the same text, and a clean SIGTERM then removes both.
+#  4. The same when the killed daemon is a zombie (not reaped yet).
 # Steps 2–3 run ROUNDS times (default 3) to catch what only shows on a
 # reuse of leftovers from a leftover.
 #
@@ -106,6 +107,50 @@ for round in $(seq 1 "$ROUNDS"); do
   expect "round $round: same segment name" "$(kv_segment "$WORK/r$round.log")" "$SEG"
   expect "round $round: restarted kvasird serves the same text" "$(complete)" "$TEXT"
 done
+
+# 4. A zombie owner: a daemon SIGKILLed but not yet reaped by its parent
+#    still passes kill(pid, 0), yet it runs no code and holds nothing: the
+#    next start must reclaim its leftovers (the owner check compares the
+#    start time in /proc/PID/stat; ipc/segment.cpp). The daemon's parent is a
+#    python process that never reaps it (bash would, at once).
+kill -TERM "$PID"
+timeout 60 tail --pid="$PID" -f /dev/null
+wait "$PID"
+expect "SIGTERM → exit 0" "$?" "0"
+KEEPER='
+import os, subprocess, sys, time
+parent = os.getppid()
+p = subprocess.Popen([sys.argv[1], "--config", sys.argv[2]], stdout=open(sys.argv[3], "w"),
+                     stderr=subprocess.STDOUT)
+open(sys.argv[4], "w").write(str(p.pid))
+while os.getppid() == parent:  # never p.wait(): p stays a zombie once killed
+    time.sleep(0.2)
+'
+python3 -c "$KEEPER" "$KVASIRD" "$CONF" "$WORK/z.log" "$WORK/z.pid" &
+KEEPER_PID=$!
+for _ in $(seq 1 100); do [ -s "$WORK/z.pid" ] && break; sleep 0.05; done
+Z=$(cat "$WORK/z.pid" 2>/dev/null)
+if [ -n "$Z" ] && kv_wait_ready "$SOCK" 180; then
+  kill -KILL "$Z"
+  for _ in $(seq 1 100); do [ "$(awk '{print $3}' "/proc/$Z/stat" 2>/dev/null)" == Z ] && break; sleep 0.05; done
+  expect "zombie: the killed daemon is a zombie, unreaped" "$(awk '{print $3}' "/proc/$Z/stat" 2>/dev/null)" "Z"
+  kill -0 "$Z" 2>/dev/null && ok "zombie: its pid still passes kill(pid, 0)" || bad "zombie: kill(pid, 0) fails"
+  kv_spawn PID "$CONF" "$WORK/z2.log"
+  if kv_wait_ready "$SOCK" 180; then
+    ok "zombie: the next start reclaimed its segment and socket"
+  else
+    bad "zombie: the next start did not become ready"
+    cat "$WORK/z2.log"
+  fi
+  expect "zombie: still a zombie while the new daemon started" "$(awk '{print $3}' "/proc/$Z/stat" 2>/dev/null)" "Z"
+  expect "zombie: restarted kvasird serves the same text" "$(complete)" "$TEXT"
+else
+  bad "zombie: the daemon under the python parent did not become ready"
+  cat "$WORK/z.log"
+fi
+[ -n "$Z" ] && kill -KILL "$Z" 2>/dev/null  # (a zombie already, unless something failed)
+kill "$KEEPER_PID" 2>/dev/null
+wait "$KEEPER_PID" 2>/dev/null
 
 # A clean stop of the last one removes both.
 kill -TERM "$PID"
