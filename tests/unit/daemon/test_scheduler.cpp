@@ -334,6 +334,25 @@ TEST(Scheduler, StaggeredBurstEvensOutInsteadOfRepeating) {
   }
 }
 
+TEST(Scheduler, AdmittedSequencesHoldNoBlocksUntilScheduled) {
+  // Both prompts are admitted at once, but the budget (8) carries only the
+  // first one's chunk. The second is promised its blocks, not given them:
+  // held from admission they sat unwritten (KV waste) until its turn.
+  SchedLimits l{8, 8, 8, 256};
+  l.policy = Policy::kChunked;
+  l.inflight = 1;
+  Sim sim(l, 1000);
+  Sequence* a = sim.add(1, 24, 1);
+  Sequence* b = sim.add(2, 24, 1);
+  EXPECT_EQ(sim.step(), "1:8");
+  EXPECT_TRUE(b->running);
+  EXPECT_EQ(a->table.size(), 2u);  // 8 positions, blocks of 4
+  EXPECT_TRUE(b->table.empty());
+  sim.run();
+  EXPECT_TRUE(sim.idle());
+  EXPECT_EQ(sim.bm.free(), sim.bm.total());
+}
+
 TEST(Scheduler, BalancedBudgetNeverStarvesAWholePrefill) {
   // Whole prefills cannot be cut: a lone 7-token prompt with three free
   // slots still goes in one piece (the share, 3, is below it). Under
