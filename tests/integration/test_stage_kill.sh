@@ -11,6 +11,8 @@
 #  2. The same with SIGSTOP of the middle stage: the watchdog, whose floor
 #     comes from the config ([recovery] watchdog_floor_s, small here),
 #     finds it hung and kills it; then as in 1.
+# [recovery] backoff_s = 1 (config) holds each restart back 1 s (2 s the
+# second time), so the degraded spell is long enough to be seen.
 #
 # Usage: test_stage_kill.sh KVASIRD KVASIR [SOURCE_DIR]
 # Exit 0 = passed, 77 = skipped (no model file), anything else = failed.
@@ -47,6 +49,10 @@ threads = 1
 socket = "$SOCK"
 [recovery]
 watchdog_floor_s = $FLOOR
+# A restart waits backoff_s (then 2x): the degraded spell lasts at least
+# that long, so a 50 ms /health poll on a loaded machine cannot miss it
+# (with the default 0.05 s a recovery can be over in 0.15 s).
+backoff_s = 1
 CFG
 kv_start "$KVASIRD" "$KVASIR" "$CONF"
 LOG="$WORK/kvasird.log"
@@ -57,8 +63,14 @@ stage_pid() {  # stage_pid N: the kvasird --stage N child of the daemon
     tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q -- "--stage $1 " && { echo "$p"; return; }
   done
 }
-health() { kv_curl "$SOCK" --max-time 5 http://x/health | python3 -c \
-  'import json,sys; print(json.load(sys.stdin)["status"])' 2> /dev/null || echo none; }
+health() {  # the status word of GET /health (cheap: polled every 50 ms)
+  case "$(kv_curl "$SOCK" --max-time 5 http://x/health)" in
+    *'"degraded"'*) echo degraded ;;
+    *'"ok"'*) echo ok ;;
+    *'"unhealthy"'*) echo unhealthy ;;
+    *) echo none ;;
+  esac
+}
 restarts() { kv_curl "$SOCK" http://x/metrics | awk '$1 == "kvasir_stage_restarts_total" {print $2}'; }
 
 # Starts the N clients; their raw SSE streams land in $WORK/$1.$i.
