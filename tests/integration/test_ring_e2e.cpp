@@ -342,6 +342,10 @@ std::vector<pid_t> wait_ready(const std::string& seg_name, int stages, pid_t dae
     if (!ipc::Segment::exists(seg_name)) continue;
     try {
       auto seg = ipc::Segment::open(seg_name);
+      // A stale segment of a killed daemon (ready stages and all) is not
+      // this daemon's: under ASan the new one is slow to reclaim it, and a
+      // SIGTERM sent on the stale "ready" hit it before its handlers.
+      if (seg->header().owner_pid.load() != daemon) continue;
       std::vector<pid_t> pids;
       for (int s = 0; s < stages; ++s)
         if (seg->stage(s).status.load() == ipc::kStageReady) pids.push_back(seg->stage(s).pid);
