@@ -30,6 +30,16 @@ namespace kvasir {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+
+// The io_context as responders see it. Engine threads post to it; a
+// sequence may outlive the API (queued or aborted requests at exit, freed by
+// the engine after run_api's io_context is gone): ~HttpServer clears `io`
+// under the lock, and later posts are dropped instead of reaching freed
+// memory (found by ASan: heap-use-after-free in ~ResponderImpl at exit).
+struct IoHandle {
+  std::mutex mu;
+  asio::io_context* io;
+};
 using error_code = boost::system::error_code;
 
 namespace {
@@ -52,6 +62,7 @@ std::string error_json(int status, const std::string& message) {
 
 struct HttpServer::Impl {
   asio::io_context& io;
+  std::shared_ptr<IoHandle> ioh;  // what responders post through
   HttpServerOptions opts;
   HttpHandler handler;
   std::unique_ptr<asio::local::stream_protocol::acceptor> unix_acc;
@@ -61,7 +72,9 @@ struct HttpServer::Impl {
   bool stopped = false;
 
   Impl(asio::io_context& io, HttpServerOptions o, HttpHandler h)
-      : io(io), opts(std::move(o)), handler(std::move(h)) {}
+      : io(io), ioh(std::make_shared<IoHandle>()), opts(std::move(o)), handler(std::move(h)) {
+    ioh->io = &io;
+  }
 
   template <class Acceptor, class Socket>
   void accept(Acceptor& acc, bool tcp, std::shared_ptr<Impl> self);
@@ -119,8 +132,8 @@ class Session;
 template <class Socket>
 class ResponderImpl : public Responder {
  public:
-  ResponderImpl(std::weak_ptr<Session<Socket>> s, asio::io_context& io)
-      : s_(std::move(s)), io_(io) {}
+  ResponderImpl(std::weak_ptr<Session<Socket>> s, std::shared_ptr<IoHandle> io)
+      : s_(std::move(s)), io_(std::move(io)) {}
   ~ResponderImpl() override;
   void respond(int status, std::string ctype, std::string body) override;
   void start_stream(int status, std::string ctype) override;
@@ -142,12 +155,14 @@ class ResponderImpl : public Responder {
  private:
   template <class F>
   void post(F&& f) {
-    asio::post(io_, [w = s_, f = std::forward<F>(f)]() mutable {
+    std::lock_guard lk(io_->mu);
+    if (!io_->io) return;  // the server is gone: nobody to answer
+    asio::post(*io_->io, [w = s_, f = std::forward<F>(f)]() mutable {
       if (auto s = w.lock()) f(*s);
     });
   }
   std::weak_ptr<Session<Socket>> s_;
-  asio::io_context& io_;
+  std::shared_ptr<IoHandle> io_;
   std::mutex mu_;
   std::function<void()> close_fn_;
   bool done_ = false;     // respond() or finish() called
@@ -330,7 +345,7 @@ class Session : public Conn, public std::enable_shared_from_this<Session<Socket>
     req.tcp = tcp_;
     keep_alive_ = msg.keep_alive();
 
-    current_ = std::make_shared<ResponderImpl<Socket>>(this->weak_from_this(), srv_->io);
+    current_ = std::make_shared<ResponderImpl<Socket>>(this->weak_from_this(), srv_->ioh);
     watch_disconnect();
     try {
       srv_->handler(std::move(req), current_);
@@ -403,11 +418,10 @@ template <class Socket>
 ResponderImpl<Socket>::~ResponderImpl() {
   // A handler that dropped its responder without answering: don't hang the client.
   if (!started_)
-    asio::post(io_, [w = s_] {
-      if (auto s = w.lock())
-        s->do_respond(
-            500, "application/json",
-            R"({"error":{"message":"no response","type":"server_error","param":null,"code":null}})");
+    post([](Session<Socket>& s) {
+      s.do_respond(
+          500, "application/json",
+          R"({"error":{"message":"no response","type":"server_error","param":null,"code":null}})");
     });
 }
 
@@ -477,6 +491,10 @@ HttpServer::HttpServer(asio::io_context& io, HttpServerOptions opts, HttpHandler
     : impl_(std::make_shared<Impl>(io, std::move(opts), std::move(handler))) {}
 
 HttpServer::~HttpServer() {
+  {
+    std::lock_guard lk(impl_->ioh->mu);
+    impl_->ioh->io = nullptr;
+  }
   if (!impl_->unix_path.empty()) ::unlink(impl_->unix_path.c_str());
 }
 
