@@ -27,9 +27,13 @@ def make_trace(a):
     """Shorts arrive in a burst at the start; longs land while they decode.
 
     Arrivals are front-loaded so every policy is saturated (throughput is the
-    engine's, not the trace's); the long prompts arrive one by one over the
-    first seconds, so whole-prompt prefills land in the middle of decodes,
-    which is what chunked prefill exists to smooth out.
+    engine's, not the trace's); the long prompts arrive one by one from 20 s
+    on, 5 s apart (the shorts' own prefill, 24 x ~136 tokens, takes 12-20 s
+    on two CPU stages, longer under the whole-prefill policies), so
+    whole-prompt prefills land in the middle of decodes, which is what
+    chunked prefill exists to smooth out. Shorts are 128-144 prompt and
+    128 output tokens (a chat turn); sessions 1-2 used 48-64 / 96 and longs
+    at 1, 3, 5 s (--short-len 48 --short-max 96 --long-start 1 --long-gap 2).
     """
     rng = random.Random(a.seed)
     reqs = []
@@ -86,14 +90,14 @@ def main():
     p.add_argument("--out", default="/tmp/kvasir-policies")
     p.add_argument("--threads", type=int, default=1, help="threads per stage")
     p.add_argument("--shorts", type=int, default=24)
-    p.add_argument("--short-len", type=int, default=48)
-    p.add_argument("--short-max", type=int, default=96)
+    p.add_argument("--short-len", type=int, default=128)
+    p.add_argument("--short-max", type=int, default=128)
     p.add_argument("--short-gap", type=float, default=0.05, help="seconds between short arrivals")
     p.add_argument("--longs", type=int, default=3)
     p.add_argument("--long-len", type=int, default=1536)
     p.add_argument("--long-max", type=int, default=32)
-    p.add_argument("--long-start", type=float, default=1.0)
-    p.add_argument("--long-gap", type=float, default=2.0)
+    p.add_argument("--long-start", type=float, default=20.0)
+    p.add_argument("--long-gap", type=float, default=5.0)
     p.add_argument("--kv", default="256MiB", help="kv.memory of the roomy runs")
     p.add_argument("--small-kv", default="23400KiB",
                    help="kv.memory of the too-small run: 130 blocks of 180 KiB, room for the longest request alone")
