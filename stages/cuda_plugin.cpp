@@ -133,6 +133,18 @@ int run_cuda_stage(ipc::Segment& seg, int stage) {
   cfg.inflight = p.dims.inflight;
   cfg.gpu_memory_utilization = p.kv_gpu_util;
 
+  // The boundaries are strided by the plan's hidden width: it must be the
+  // model's (the CPU stage checks the same in stage_main.cpp). The tail also
+  // needs the vocabulary for its logits.
+  int32_t vocab = 0;
+  {
+    auto model = ModelFile::open(p.model_path);
+    KV_CHECK(model->config().hidden == p.dims.hidden,
+             "{}: the model's hidden size {} is not the plan's {}", plan.device,
+             model->config().hidden, p.dims.hidden);
+    vocab = model->config().vocab;
+  }
+
   char err[512] = {};
   KvasirCudaStage* st = nullptr;
   int64_t cap = 0;
@@ -172,12 +184,7 @@ int run_cuda_stage(ipc::Segment& seg, int stage) {
   me.status.store(ipc::kStageReady);
   seg.header().state.ring();
 
-  // The model's vocabulary for the tail's logits: the plugin read the model.
-  int32_t vocab = 0;
-  if (cfg.tail) {
-    auto model = ModelFile::open(p.model_path);
-    vocab = model->config().vocab;
-  }
+  if (!cfg.tail) vocab = 0;
   std::vector<KvasirCudaRow> rows(size_t(p.dims.max_rows));
   AgentConfig ac{stage, vocab, n_blocks};
   int out =

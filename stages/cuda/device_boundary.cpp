@@ -42,6 +42,10 @@ std::string DeviceBoundaries::export_link(ipc::CudaBoundaryTable* table, int32_t
     if (e != cudaSuccess) return cuda_why("boundary slot cudaMalloc", e);
     e = cudaMemset(out_ptr_[size_t(slot)], 0, s.bytes);
     if (e != cudaSuccess) return cuda_why("boundary slot cudaMemset", e);
+    // The memset runs on the legacy stream, which the stage's non-blocking
+    // stream does not wait for: finish it before any copy into the slot.
+    e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) return cuda_why("boundary slot cudaDeviceSynchronize", e);
     // Interprocess events must not time (CUDA's rule for cudaEventInterprocess).
     e = cudaEventCreateWithFlags(&out_ev_[size_t(slot)],
                                  cudaEventDisableTiming | cudaEventInterprocess);

@@ -112,7 +112,10 @@ bool CudaSliceExecutor::load(const KvasirCudaStageConfig& cfg, Fault& f) {
     if (device_dequant_type(t.type)) {
       void* raw = nullptr;
       if (!ok(cudaMalloc(&raw, t.nbytes), "cudaMalloc(raw weights)", f)) return false;
-      bool good = ok(cudaMemcpy(raw, t.data, t.nbytes, cudaMemcpyHostToDevice), what, f);
+      // On stream_, not the legacy stream: stream_ is non-blocking, so the
+      // dequant kernel would not be ordered after a plain cudaMemcpy.
+      bool good =
+          ok(cudaMemcpyAsync(raw, t.data, t.nbytes, cudaMemcpyHostToDevice, stream_), what, f);
       DequantArgs a;
       a.src = raw;
       a.type = t.type;
@@ -226,7 +229,27 @@ bool CudaSliceExecutor::load(const KvasirCudaStageConfig& cfg, Fault& f) {
   rc.llama3_high_freq_factor = c.rope_llama3_high_freq_factor;
   rc.llama3_original_context = c.rope_llama3_original_context;
   rc.linear_factor = c.rope_linear_factor;
+  // Llama-3 GGUF files carry the scaling as per-pair divisors
+  // (rope_freqs.weight) and no scaling metadata: as on the CPU
+  // (stages/forward.cpp), the plain frequencies, divided.
+  if (c.rope_freqs_tensor) rc.llama3_factor = 0.f;
   std::vector<float> inv = cpu::rope_inv_freq(rc);
+  if (c.rope_freqs_tensor) {
+    const TensorView* rf = tensor("rope_freqs.weight");
+    if (!rf) return false;
+    if (rf->type != DType::F32 || rf->rows() != 1 || rf->cols() != int64_t(inv.size()))
+      return fail(f, KVASIR_CUDA_MODEL,
+                  fmt::format("rope_freqs.weight: expected {} f32 values", inv.size()));
+    const float* fr = static_cast<const float*>(rf->data);
+    for (size_t i = 0; i < inv.size(); ++i) {
+      if (!(std::isfinite(fr[i]) && fr[i] > 0.f))
+        return fail(f, KVASIR_CUDA_MODEL,
+                    fmt::format("rope_freqs.weight[{}] is {}: frequency divisors must be finite "
+                                "and positive",
+                                i, fr[i]));
+      inv[i] /= fr[i];
+    }
+  }
   inv_freq_ = static_cast<float*>(dev_alloc(inv.size() * 4, "inv_freq", f));
   if (!inv_freq_ ||
       !ok(cudaMemcpy(inv_freq_, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice), "inv_freq", f))
@@ -246,7 +269,11 @@ bool CudaSliceExecutor::load(const KvasirCudaStageConfig& cfg, Fault& f) {
   attn_ws_bytes_ =
       std::min(kAttnWorkspaceCap,
                paged_attention_workspace_bytes(
-                   int32_t(R), c.n_heads, c.head_dim,
+                   // the largest batch that still splits (rows x heads < 2048),
+                   // not max_rows: sized for max_rows it is 0 for wide plans
+                   int32_t(std::max<int64_t>(
+                       1, std::min<int64_t>(int64_t(R), 2047 / std::max(1, c.n_heads)))),
+                   c.n_heads, c.head_dim,
                    int32_t(std::min<int64_t>(int64_t(cfg.max_table) * cfg.block_size, 1 << 24))));
   attn_ws_ = static_cast<float*>(dev_alloc(attn_ws_bytes_, "attention workspace", f));
   d_err_ = static_cast<int32_t*>(dev_alloc(4, "error flag", f));
@@ -418,6 +445,10 @@ bool CudaSliceExecutor::forward(const KvasirCudaBatch& b, Fault& f) {
     }
     std::string why = bounds_.release(b.slot, b.batch_id);
     if (!why.empty() && good) good = fail(f, KVASIR_CUDA_IPC, why);
+  } else if (!good) {
+    // A pass that failed after queuing work may still be reading the pinned
+    // staging arrays the next batch overwrites: let it finish first.
+    cudaStreamSynchronize(stream_);
   }
   return good;
 }
