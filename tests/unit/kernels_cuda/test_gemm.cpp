@@ -48,8 +48,12 @@ TEST(CudaGemm, MatchesDoubleReference) {
   struct Shape {
     int64_t m, n, k;
   };
-  for (Shape s : {Shape{1, 64, 64}, Shape{7, 576, 576}, Shape{128, 1000, 1536},
-                  Shape{3, 49152, 576}, Shape{33, 1536, 8192}}) {
+  // m <= 4 with k % 8 == 0 takes the skinny kernel (kernels/cuda/gemv.h);
+  // k = 100 does not (cuBLASLt), nor m >= 5.
+  for (Shape s :
+       {Shape{1, 64, 64}, Shape{7, 576, 576}, Shape{128, 1000, 1536}, Shape{3, 49152, 576},
+        Shape{33, 1536, 8192}, Shape{1, 1, 8}, Shape{2, 33, 72}, Shape{4, 4097, 4096},
+        Shape{1, 14336, 4096}, Shape{1, 10, 100}, Shape{5, 17, 64}}) {
     for (GemmOut ot : {GemmOut::kF32, GemmOut::kBF16}) {
       for (float beta : {0.f, 1.f}) {
         SCOPED_TRACE(std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) +
