@@ -38,7 +38,12 @@ inline std::string cuda_unavailable() {
     if (!why_.empty()) GTEST_SKIP() << "SKIPPED: no CUDA device (" << why_ << ")"; \
   } while (0)
 
-#define KV_CUDA_OK(expr) ASSERT_EQ(cudaSuccess, (expr)) << #expr << ": " << cudaGetErrorString(expr)
+// Evaluates expr once (a launch must not run again to name its error).
+#define KV_CUDA_OK(expr)                                                   \
+  do {                                                                     \
+    const cudaError_t e_ = (expr);                                         \
+    ASSERT_EQ(cudaSuccess, e_) << #expr << ": " << cudaGetErrorString(e_); \
+  } while (0)
 
 // A device array of T that frees itself. Tests only: aborts the test (via
 // ADD_FAILURE, null pointer) if an allocation fails.
