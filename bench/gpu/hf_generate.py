@@ -29,7 +29,7 @@ def main():
     if not torch.cuda.is_available():
         print(json.dumps({"what": "hf_generate", "skipped": "torch sees no CUDA device"}))
         return 0
-    model = AutoModelForCausalLM.from_pretrained(a.model, torch_dtype=torch.bfloat16).cuda().eval()
+    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16).cuda().eval()
     vocab = model.config.vocab_size
     for n in [int(x) for x in a.batches.split(",") if x]:
         ids = torch.tensor([[(r * 131 + t * 7) % vocab for t in range(a.prompt)] for r in range(n)],
