@@ -1,5 +1,6 @@
 #include "stages/agent.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <unordered_map>
@@ -16,8 +17,7 @@ void set_error(char* dst, size_t cap, const std::string& msg) {
 }
 
 bool penalized(const SamplingParams& p) {
-  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
-         p.frequency_penalty != 0.0f;
+  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
 }
 
 }  // namespace
@@ -36,6 +36,9 @@ int run_agent(ipc::Segment& seg, const AgentConfig& cfg, const StageForward& for
   std::vector<float> logits;
   if (tail) logits.resize(size_t(d.max_rows) * size_t(cfg.vocab));
   std::vector<ForwardRow> frows(size_t(d.max_rows));
+  // Rows a GPU tail sampled on its device (ForwardBatch::sampled_token).
+  std::vector<int32_t> dev_token(size_t(d.max_rows));
+  std::vector<float> dev_logprob(size_t(d.max_rows));
   Sampler sampler;
   PenaltyHistories histories;  // the tail's, by position (stages/sampler.h)
   ipc::Batch b;
@@ -107,6 +110,12 @@ int run_agent(ipc::Segment& seg, const AgentConfig& cfg, const StageForward& for
       fb.n_tokens = m.n_tokens;
       fb.slot = m.slot;
       fb.batch_id = m.batch_id;
+      if (tail) {
+        std::fill_n(dev_token.begin(), m.n_rows, -1);
+        fb.sampling = b.sampling.data();
+        fb.sampled_token = dev_token.data();
+        fb.sampled_logprob = dev_logprob.data();
+      }
       try {
         forward(fb, head ? nullptr : seg.boundary(m.slot, s - 1),
                 tail ? nullptr : seg.boundary(m.slot, s), tail ? logits.data() : nullptr);
@@ -129,6 +138,11 @@ int run_agent(ipc::Segment& seg, const AgentConfig& cfg, const StageForward& for
             t_off += row.n_tokens;
             if (!row.sample) continue;
             float* row_logits = logits.data() + int64_t(k++) * cfg.vocab;
+            if (dev_token[size_t(r)] >= 0) {  // sampled on the device: only its id came back
+              result.token[r] = dev_token[size_t(r)];
+              result.logprob[r] = dev_logprob[size_t(r)];
+              continue;
+            }
             if (lost) {
               // Its history was evicted: penalties without it would be
               // silently wrong. Token -1 fails this sequence alone.
@@ -136,8 +150,8 @@ int run_agent(ipc::Segment& seg, const AgentConfig& cfg, const StageForward& for
                            (unsigned long long)row.seq_id);
               continue;
             }
-            SampleResult sr = sampler.sample(row_logits, cfg.vocab, sp, hist,
-                                             uint64_t(row.pos0 + row.n_tokens));
+            SampleResult sr =
+                sampler.sample(row_logits, cfg.vocab, sp, hist, uint64_t(row.pos0 + row.n_tokens));
             KV_CHECK(!sr.all_masked, "row {} (sequence {}): every logit is NaN or -inf", r,
                      row.seq_id);
             result.token[r] = sr.token;

@@ -10,6 +10,7 @@
 
 #include "base/check.h"
 #include "ipc/cuda_boundary.h"
+#include "ipc/sampling.h"
 #include "stages/agent.h"
 
 namespace kvasir {
@@ -186,6 +187,7 @@ int run_cuda_stage(ipc::Segment& seg, int stage) {
 
   if (!cfg.tail) vocab = 0;
   std::vector<KvasirCudaRow> rows(size_t(p.dims.max_rows));
+  std::vector<KvasirCudaSample> sample(size_t(p.dims.max_rows));
   AgentConfig ac{stage, vocab, n_blocks};
   int out =
       run_agent(seg, ac, [&](const ForwardBatch& b, const float* in, float* hout, float* logits) {
@@ -204,6 +206,28 @@ int run_cuda_stage(ipc::Segment& seg, int stage) {
         cb.hidden_in = in;
         cb.hidden_out = hout;
         cb.logits = logits;
+        if (cfg.tail && b.sampling && b.sampled_token && b.sampled_logprob) {
+          // Only ids leave the GPU for rows its sampler covers; penalties
+          // (which need the sequence's history) and top-N logprobs are done
+          // by the agent's sampler on the host, from that row's logits.
+          for (int32_t r = 0; r < b.n_rows; ++r) {
+            const SamplingParams& sp = b.sampling[r];
+            const bool dev = b.rows[r].want_logits && sp.repetition_penalty == 1.0f &&
+                             sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f &&
+                             sp.logprobs == 0 && validate_sampling(sp).empty();
+            sample[size_t(r)] =
+                KvasirCudaSample{dev ? 1 : 0,
+                                 sp.temperature,
+                                 sp.top_p,
+                                 sp.min_p,
+                                 sp.top_k,
+                                 sp.seed,
+                                 uint64_t(b.rows[r].pos0) + uint64_t(b.rows[r].n_tokens)};
+          }
+          cb.sample = sample.data();
+          cb.token_out = b.sampled_token;
+          cb.logprob_out = b.sampled_logprob;
+        }
         char ferr[512] = {};
         int frc = api.forward(st, &cb, ferr, sizeof ferr);
         KV_CHECK(frc == KVASIR_CUDA_OK, "{}", text(ferr, sizeof ferr));

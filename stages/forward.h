@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "ipc/sampling.h"
 #include "kernels/cpu/paged_kv.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/thread_pool.h"
@@ -53,6 +54,14 @@ struct ForwardBatch {
   // credits by them (ipc/cuda_boundary.h); the CPU executor ignores them.
   uint32_t slot = 0;
   uint64_t batch_id = 0;
+  // Tail, optional: each row's sampling controls (with the sampled position
+  // pos0 + n_tokens). A backend that samples on its device (a GPU stage)
+  // writes the chosen id and its raw logprob for the rows it sampled and
+  // leaves -1 in sampled_token where the host samples from `logits`; the
+  // CPU executor samples nothing (the agent's sampler does).
+  const SamplingParams* sampling = nullptr;  // [n_rows]
+  int32_t* sampled_token = nullptr;          // [n_rows] -1 on entry
+  float* sampled_logprob = nullptr;          // [n_rows]
 };
 
 class SliceExecutor {
@@ -70,8 +79,7 @@ class SliceExecutor {
   //             with all_logits, [n_tokens, vocab] (teacher forcing, prompt logprobs).
   // Throws kvasir::Error on a malformed batch (token id out of range, too
   // many tokens, a position outside the row's block table, a bad block id).
-  void forward(const ForwardBatch& batch, const float* hidden_in, float* hidden_out,
-               float* logits);
+  void forward(const ForwardBatch& batch, const float* hidden_in, float* hidden_out, float* logits);
 
   const ModelConfig& config() const { return cfg_; }
   const SliceSpec& slice() const { return slice_; }

@@ -154,6 +154,9 @@ int main(int argc, char** argv) {
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   std::vector<float> logits(size_t(max_n) * size_t(mc.vocab));
+  std::vector<KvasirCudaSample> sample(static_cast<size_t>(max_n));
+  std::vector<int32_t> sampled(static_cast<size_t>(max_n));
+  std::vector<float> sampled_lp(static_cast<size_t>(max_n));
   uint64_t batch_id = 0;
   for (int n : batches) {
     std::vector<std::vector<int32_t>> tables(static_cast<size_t>(n));
@@ -204,6 +207,13 @@ int main(int argc, char** argv) {
       b.tokens = tokens.data();
       b.n_tokens = n;
       b.logits = logits.data();
+      // Greedy on the device, as the daemon samples a plain request: only
+      // ids leave the GPU.
+      for (int r = 0; r < n; ++r)
+        sample[size_t(r)] = KvasirCudaSample{1, 0.f, 1.f, 0.f, 0, 1, uint64_t(prompt + s + 1)};
+      b.sample = sample.data();
+      b.token_out = sampled.data();
+      b.logprob_out = sampled_lp.data();
       const bool gpu_only = s % 2 == 1;
       if (gpu_only) {
         CK(cudaLaunchHostFunc(

@@ -18,6 +18,7 @@
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/swiglu.h"
+#include "kernels/cuda/token_logprob.h"
 
 namespace kvasir::cuda {
 namespace {
@@ -50,6 +51,9 @@ CudaSliceExecutor::~CudaSliceExecutor() {
   for (void* p : allocs_) cudaFree(p);
   if (h_ints_) cudaFreeHost(h_ints_);
   if (h_err_) cudaFreeHost(h_err_);
+  for (void* h : {static_cast<void*>(h_samp_), static_cast<void*>(h_tok_),
+                  static_cast<void*>(h_flags_), static_cast<void*>(h_lp_)})
+    if (h) cudaFreeHost(h);
   if (lt_) cublasLtDestroy(lt_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -280,6 +284,18 @@ bool CudaSliceExecutor::load(const KvasirCudaStageConfig& cfg, Fault& f) {
   if (cfg.tail) {
     last_ = static_cast<float*>(dev_alloc(R * H * 4, "last rows", f));
     logits_ = static_cast<float*>(dev_alloc(R * uint64_t(c.vocab) * 4, "logits", f));
+    d_samp_ = static_cast<GpuSamplingRow*>(dev_alloc(R * sizeof(GpuSamplingRow), "sampling", f));
+    d_tok_ = static_cast<int32_t*>(dev_alloc(R * 4, "sampled ids", f));
+    d_flags_ = static_cast<int32_t*>(dev_alloc(R * 4, "sampling flags", f));
+    d_lp_ = static_cast<float*>(dev_alloc(R * 4, "sampled logprobs", f));
+    if (!d_samp_ || !d_tok_ || !d_flags_ || !d_lp_ ||
+        !ok(cudaMallocHost(reinterpret_cast<void**>(&h_samp_), R * sizeof(GpuSamplingRow)),
+            "cudaMallocHost", f) ||
+        !ok(cudaMallocHost(reinterpret_cast<void**>(&h_tok_), R * 4), "cudaMallocHost", f) ||
+        !ok(cudaMallocHost(reinterpret_cast<void**>(&h_flags_), R * 4), "cudaMallocHost", f) ||
+        !ok(cudaMallocHost(reinterpret_cast<void**>(&h_lp_), R * 4), "cudaMallocHost", f))
+      return false;
+    sel_row_.assign(size_t(R), 0);
   }
   // q_start[R+1] | pos0[R] | tables[R*max_table] | pos[T] | tokens[T] | gather[R]
   n_ints_ = (R + 1) + R + R * uint64_t(cfg.max_table) + T + T + R;
@@ -586,6 +602,24 @@ bool CudaSliceExecutor::forward_impl(const KvasirCudaBatch& b, bool& received, F
   if (*h_err_ != kErrorNone)
     return fail(f, KVASIR_CUDA_BATCH,
                 fmt::format("batch: a kernel found a malformed index (code {})", *h_err_));
+  return !cfg_.tail || finish_sampling(b, f);
+}
+
+bool CudaSliceExecutor::finish_sampling(const KvasirCudaBatch& b, Fault& f) {
+  if (!dev_sampled_) return true;
+  int32_t k = 0;
+  for (int32_t r = 0; r < b.n_rows; ++r) {
+    if (!b.rows[r].want_logits) continue;
+    const int32_t sel = k++;
+    if (!b.sample[r].on_device) continue;
+    if (h_flags_[sel] & kSampleAllMasked)
+      return fail(f, KVASIR_CUDA_BATCH,
+                  fmt::format("row {}: every logit is NaN or -inf", r));  // as on the host
+    if (h_flags_[sel] & kSampleBadParams)
+      return fail(f, KVASIR_CUDA_BATCH, fmt::format("row {}: sampling controls out of range", r));
+    b.token_out[r] = h_tok_[sel];
+    b.logprob_out[r] = h_lp_[sel];
+  }
   return true;
 }
 
@@ -593,6 +627,7 @@ bool CudaSliceExecutor::tail(const KvasirCudaBatch& b, int64_t T, const int32_t*
                              int32_t* d_gather, Fault& f) {
   const ModelConfig& c = mc_;
   const int64_t H = c.hidden, R = cfg_.max_rows, V = c.vocab;
+  dev_sampled_ = false;
   if (!b.logits) return fail(f, KVASIR_CUDA_BATCH, "batch: the tail needs a logits buffer");
   RmsNormArgs n;
   n.weight = out_norm_;
@@ -615,13 +650,36 @@ bool CudaSliceExecutor::tail(const KvasirCudaBatch& b, int64_t T, const int32_t*
   }
   // The last token of each sampled row.
   int32_t* g = const_cast<int32_t*>(h_gather);
-  int32_t n_sel = 0;
+  int32_t n_sel = 0, n_dev = 0;
   int64_t t = 0;
   for (int32_t r = 0; r < b.n_rows; ++r) {
     t += b.rows[r].n_tokens;
-    if (b.rows[r].want_logits) g[n_sel++] = int32_t(t - 1);
+    if (!b.rows[r].want_logits) continue;
+    if (b.sample && b.sample[r].on_device) {
+      // Checked on the host too: the kernel would sample a bad row greedily.
+      const KvasirCudaSample& sp = b.sample[r];
+      if (!(std::isfinite(sp.temperature) && sp.temperature >= 0.f) ||
+          !(sp.top_p > 0.f && sp.top_p <= 1.f) || !(sp.min_p >= 0.f && sp.min_p <= 1.f) ||
+          sp.top_k < 0)
+        return fail(f, KVASIR_CUDA_BATCH, fmt::format("row {}: sampling controls out of range", r));
+      GpuSamplingRow& row = h_samp_[n_sel];
+      row.temperature = sp.temperature;
+      row.top_p = sp.top_p;
+      row.min_p = sp.min_p;
+      row.top_k = sp.top_k;
+      row.seed = sp.seed;
+      row.position = sp.position;
+      ++n_dev;
+    } else {
+      h_samp_[n_sel] = GpuSamplingRow{};  // sampled (greedy) but unused: the host samples it
+    }
+    sel_row_[size_t(n_sel)] = r;
+    g[n_sel++] = int32_t(t - 1);
   }
+  dev_sampled_ = n_dev > 0;
   if (n_sel == 0) return true;
+  if (dev_sampled_ && (!b.token_out || !b.logprob_out))
+    return fail(f, KVASIR_CUDA_BATCH, "batch: device sampling without token/logprob outputs");
   GatherRowsArgs ga;
   ga.x = x_;
   ga.rows = d_gather;
@@ -632,14 +690,52 @@ bool CudaSliceExecutor::tail(const KvasirCudaBatch& b, int64_t T, const int32_t*
   ga.error = d_err_;
   n.x = last_;
   n.n_rows = n_sel;
-  return ok(cudaMemcpyAsync(d_gather, g, size_t(n_sel) * 4, cudaMemcpyHostToDevice, stream_),
-            "gather upload", f) &&
-         ok(launch_gather_rows(ga, stream_), "gather_rows", f) &&
-         ok(launch_rmsnorm(n, stream_), "final rmsnorm", f) &&
-         gemm(xn_, output_, logits_, false, n_sel, V, H, 0.f, "output", f) &&
-         ok(cudaMemcpyAsync(b.logits, logits_, size_t(n_sel) * size_t(V) * 4,
+  if (!ok(cudaMemcpyAsync(d_gather, g, size_t(n_sel) * 4, cudaMemcpyHostToDevice, stream_),
+          "gather upload", f) ||
+      !ok(launch_gather_rows(ga, stream_), "gather_rows", f) ||
+      !ok(launch_rmsnorm(n, stream_), "final rmsnorm", f) ||
+      !gemm(xn_, output_, logits_, false, n_sel, V, H, 0.f, "output", f))
+    return false;
+  if (!dev_sampled_)  // every row on the host: the logits, packed, as they are
+    return ok(cudaMemcpyAsync(b.logits, logits_, size_t(n_sel) * size_t(V) * 4,
+                              cudaMemcpyDeviceToHost, stream_),
+              "logits download", f);
+  // Sample every gathered row (host rows' results are not used), take the
+  // chosen tokens' raw logprobs, and copy only the host rows' logits.
+  SampleArgs sa;
+  sa.logits = logits_;
+  sa.rows = d_samp_;
+  sa.n_rows = n_sel;
+  sa.vocab = int32_t(V);
+  sa.tokens = d_tok_;
+  sa.flags = d_flags_;
+  TokenLogprobArgs la;
+  la.logits = logits_;
+  la.tokens = d_tok_;
+  la.n_rows = n_sel;
+  la.vocab = int32_t(V);
+  la.logprobs = d_lp_;
+  if (!ok(cudaMemcpyAsync(d_samp_, h_samp_, size_t(n_sel) * sizeof(GpuSamplingRow),
+                          cudaMemcpyHostToDevice, stream_),
+          "sampling upload", f) ||
+      !ok(launch_sample(sa, stream_), "sample", f) ||
+      !ok(launch_token_logprob(la, stream_), "token logprob", f) ||
+      !ok(cudaMemcpyAsync(h_tok_, d_tok_, size_t(n_sel) * 4, cudaMemcpyDeviceToHost, stream_),
+          "sampled ids", f) ||
+      !ok(cudaMemcpyAsync(h_flags_, d_flags_, size_t(n_sel) * 4, cudaMemcpyDeviceToHost, stream_),
+          "sampling flags", f) ||
+      !ok(cudaMemcpyAsync(h_lp_, d_lp_, size_t(n_sel) * 4, cudaMemcpyDeviceToHost, stream_),
+          "sampled logprobs", f))
+    return false;
+  for (int32_t k = 0; k < n_sel; ++k) {
+    const int32_t r = sel_row_[size_t(k)];
+    if (b.sample[r].on_device) continue;
+    if (!ok(cudaMemcpyAsync(b.logits + int64_t(k) * V, logits_ + int64_t(k) * V, size_t(V) * 4,
                             cudaMemcpyDeviceToHost, stream_),
-            "logits download", f);
+            "logits download", f))
+      return false;
+  }
+  return true;
 }
 
 }  // namespace kvasir::cuda

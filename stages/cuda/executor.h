@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kernels/cuda/paged_kv_layout.h"
+#include "kernels/cuda/sampling.h"
 #include "model/model_file.h"
 #include "stages/cuda/device_boundary.h"
 #include "stages/cuda/plugin_abi.h"
@@ -70,6 +71,8 @@ class CudaSliceExecutor {
   bool forward_impl(const KvasirCudaBatch& b, bool& received, Fault& f);
   bool tail(const KvasirCudaBatch& b, int64_t T, const int32_t* h_gather, int32_t* d_gather,
             Fault& f);
+  // After the batch's synchronisation: the device-sampled rows' tokens.
+  bool finish_sampling(const KvasirCudaBatch& b, Fault& f);
   void* dev_alloc(uint64_t bytes, const char* what, Fault& f);
 
   KvasirCudaStageConfig cfg_{};
@@ -108,6 +111,18 @@ class CudaSliceExecutor {
   uint64_t n_ints_ = 0;
   int32_t* h_err_ = nullptr;  // pinned
   int32_t* d_pos_ = nullptr;  // [T] inside d_ints_: positions of the packed tokens
+  // Tail sampling on the device, per sampled row in packed order (the
+  // logits_ rows): controls, chosen ids, kSample* flags, raw logprobs.
+  GpuSamplingRow* d_samp_ = nullptr;  // [max_rows]
+  int32_t* d_tok_ = nullptr;          // [max_rows]
+  int32_t* d_flags_ = nullptr;        // [max_rows]
+  float* d_lp_ = nullptr;             // [max_rows]
+  GpuSamplingRow* h_samp_ = nullptr;  // pinned [max_rows]
+  int32_t* h_tok_ = nullptr;          // pinned [max_rows]
+  int32_t* h_flags_ = nullptr;        // pinned [max_rows]
+  float* h_lp_ = nullptr;             // pinned [max_rows]
+  std::vector<int32_t> sel_row_;      // packed sampled index -> batch row
+  bool dev_sampled_ = false;          // this batch sampled rows on the device
   DeviceBoundaries bounds_;
 };
 

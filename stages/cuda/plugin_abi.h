@@ -23,13 +23,13 @@
 extern "C" {
 #endif
 
-#define KVASIR_CUDA_ABI_VERSION 1u
+#define KVASIR_CUDA_ABI_VERSION 2u
 /* Same version and compiler, or refuse (see above). CMake defines
  * KVASIR_BUILD_TAG identically for the loader and the plugin. */
 #ifndef KVASIR_BUILD_TAG
 #define KVASIR_BUILD_TAG "untagged"
 #endif
-#define KVASIR_CUDA_BUILD_TAG "kvasir-cuda-abi1 " KVASIR_BUILD_TAG
+#define KVASIR_CUDA_BUILD_TAG "kvasir-cuda-abi2 " KVASIR_BUILD_TAG
 
 enum KvasirCudaStatus {
   KVASIR_CUDA_OK = 0,
@@ -63,6 +63,17 @@ typedef struct KvasirCudaRow {
   int32_t want_logits; /* tail: this row's last token is sampled */
 } KvasirCudaRow;
 
+/* Tail: one row's sampling on the device (kernels/cuda/sampling.h). Rows
+ * with on_device = 0 are sampled on the host from the copied logits (the
+ * stage sends those with penalties or top-N logprobs there). */
+typedef struct KvasirCudaSample {
+  int32_t on_device;
+  float temperature, top_p, min_p;
+  int32_t top_k;
+  uint64_t seed;
+  uint64_t position; /* keys the (seed, position) draw, as on the host */
+} KvasirCudaSample;
+
 /* One forward pass. Host pointers; device boundaries (attach_boundaries)
  * replace hidden_in / hidden_out for links between two GPU stages. */
 typedef struct KvasirCudaBatch {
@@ -76,6 +87,13 @@ typedef struct KvasirCudaBatch {
   const float* hidden_in; /* [n_tokens, hidden] f32 host, or null (head / device input) */
   float* hidden_out;      /* [n_tokens, hidden] f32 host, or null (tail / device output) */
   float* logits;          /* tail: [sampled rows (or n_tokens), vocab] f32 host */
+  /* Tail, optional (null: every sampled row's logits go to the host). Per
+   * row: sample[r].on_device rows get token_out[r] / logprob_out[r] (the raw
+   * log-softmax of the token) and their logits stay on the device; the
+   * others' logits are copied to `logits` at their packed index as before. */
+  const KvasirCudaSample* sample; /* [n_rows] */
+  int32_t* token_out;             /* [n_rows] host */
+  float* logprob_out;             /* [n_rows] host */
 } KvasirCudaBatch;
 
 typedef struct KvasirCudaStage KvasirCudaStage; /* opaque */

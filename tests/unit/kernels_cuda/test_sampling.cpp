@@ -8,12 +8,14 @@
 // The RNG equality check runs on every machine.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <limits>
 
 #include "ipc/sampling.h"
 #include "kernels/cuda/sampling.h"
 #include "kernels/cuda/sampling_rng.h"
+#include "kernels/cuda/token_logprob.h"
 #include "stages/sampler.h"
 #include "tests/unit/kernels_cuda/cuda_test.h"
 
@@ -115,8 +117,18 @@ TEST(CudaSampling, SameTokensAsTheCpuSampler) {
       a.tokens = dtok.get();
       a.flags = dflag.get();
       KV_CUDA_OK(launch_sample(a, nullptr));
+      // The chosen ids' raw logprobs (kernels/cuda/token_logprob.h).
+      DeviceBuffer<float> dlp(static_cast<size_t>(n));
+      TokenLogprobArgs la;
+      la.logits = dl.get();
+      la.tokens = dtok.get();
+      la.n_rows = n;
+      la.vocab = vocab;
+      la.logprobs = dlp.get();
+      KV_CUDA_OK(launch_token_logprob(la, nullptr));
       KV_CUDA_OK(cudaDeviceSynchronize());
       const std::vector<int32_t> got = dtok.read(), flags = dflag.read();
+      const std::vector<float> got_lp = dlp.read();
       Sampler cpu;
       for (int i = 0; i < n; ++i) {
         std::vector<float> row(logits.begin() + int64_t(i) * vocab,
@@ -140,6 +152,11 @@ TEST(CudaSampling, SameTokensAsTheCpuSampler) {
               << " min_p=" << rows[size_t(i)].min_p;
         }
         EXPECT_EQ(flags[size_t(i)], 0);
+        if (got[size_t(i)] == want.token) {
+          // f32 logits, sums in double on both sides: agree to float rounding.
+          EXPECT_NEAR(got_lp[size_t(i)], want.logprob, 1e-4 + 1e-5 * std::fabs(want.logprob))
+              << "row " << i;
+        }
         ++total;
       }
     }
