@@ -314,7 +314,9 @@ Config parse_config(std::string_view text, const std::string& base_dir,
     c.scheduler.chunk_size = get_int(*s, "chunk_size", "scheduler.chunk_size", 512, 1, 1 << 20);
     c.scheduler.max_num_seqs =
         get_int(*s, "max_num_seqs", "scheduler.max_num_seqs", 256, 1, 1 << 20);
-    c.scheduler.max_queue = get_int(*s, "max_queue", "scheduler.max_queue", 1024, 0, 1 << 24);
+    // At least 1: a request waits in the queue before its first batch, so 0
+    // would refuse every request (a daemon that serves nobody).
+    c.scheduler.max_queue = get_int(*s, "max_queue", "scheduler.max_queue", 1024, 1, 1 << 24);
   }
 
   if (auto* s = sub_table(root, "server")) {

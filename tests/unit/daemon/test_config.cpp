@@ -234,6 +234,14 @@ TEST(Config, UnknownPolicyRefused) {
   EXPECT_NE(m.find("scheduler.policy"), std::string::npos) << m;
 }
 
+TEST(Config, MaxQueueZeroRefused) {
+  // Every request passes through the queue: 0 would refuse them all.
+  auto m = refusal(std::string(kGood) + "[scheduler]\nmax_queue = 0\n");
+  EXPECT_NE(m.find("scheduler.max_queue: 0 is out of range [1,"), std::string::npos) << m;
+  Config c = parse_config(std::string(kGood) + "[scheduler]\nmax_queue = 1\n", "/b");
+  EXPECT_EQ(c.scheduler.max_queue, 1);
+}
+
 TEST(Config, EveryPolicyNameAccepted) {
   for (const char* p : {"naive", "static", "continuous", "continuous+chunked"}) {
     Config c = parse_config(std::string(kGood) + "[scheduler]\npolicy = \"" + p + "\"\n", "/b");
