@@ -382,6 +382,16 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
                "{}: tensor '{}': dimension {} is {}, beyond int64", path, name, d, ne);
       t.view.ne[d] = int64_t(ne);
     }
+    // The row count (ne[1] x ne[2] x ne[3], TensorView::rows()) and the
+    // element count must fit int64 too: with a zero-length row the byte size
+    // below is 0 whatever the other dimensions are (found by fuzz_gguf:
+    // rows() multiplied 5539037184 by 1.08e18).
+    int64_t n_rows = 1, elems = 0;
+    for (uint32_t d = 1; d < n_dims; ++d)
+      KV_CHECK(!__builtin_mul_overflow(n_rows, t.view.ne[d], &n_rows),
+               "{}: tensor '{}': its row count overflows int64", path, name);
+    KV_CHECK(!__builtin_mul_overflow(n_rows, t.view.ne[0], &elems),
+             "{}: tensor '{}': its element count overflows int64", path, name);
     const uint32_t raw = r.read<uint32_t>("type", name);
     const DTypeInfo* info = dtype_info(raw);
     KV_CHECK(info, "{}: tensor '{}': unknown tensor type {}", path, name, raw);

@@ -190,6 +190,17 @@ TEST_F(GgufBad, DimensionBeyondInt64) {
   expect_bad(w, {"'big'", "int64"});
 }
 
+TEST_F(GgufBad, RowOrElementCountBeyondInt64) {
+  // Zero-length rows: 0 bytes whatever the row count, which still must fit
+  // (TensorView::rows(); the fuzz_gguf finding of 2026-11-29).
+  GgufWriter w = base_writer();
+  w.add_tensor_raw("rows", 0, {0, uint64_t(1) << 33, uint64_t(1) << 31}, {});
+  expect_bad(w, {"'rows'", "row count overflows int64"});
+  GgufWriter e = base_writer();  // rows fit, rows x cols do not
+  e.add_tensor_raw("elems", 0, {uint64_t(1) << 40, uint64_t(1) << 30}, {});
+  expect_bad(e, {"'elems'", "element count overflows int64"});
+}
+
 TEST_F(GgufBad, UnknownTensorType) {
   GgufWriter w = base_writer();
   w.add_tensor_raw("odd", 99, {32}, Bytes(128, 0));
