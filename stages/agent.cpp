@@ -16,10 +16,6 @@ void set_error(char* dst, size_t cap, const std::string& msg) {
   std::snprintf(dst, cap, "%s", msg.c_str());
 }
 
-bool penalized(const SamplingParams& p) {
-  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-}
-
 }  // namespace
 
 int run_agent(ipc::Segment& seg, const AgentConfig& cfg, const StageForward& forward) {
@@ -128,7 +124,7 @@ int run_agent(ipc::Segment& seg, const AgentConfig& cfg, const StageForward& for
             result.n_top[r] = 0;
             const SequenceHistory* hist = nullptr;
             bool lost = false;
-            if (penalized(sp)) {
+            if (penalties_active(sp)) {
               hist = histories.feed(row.seq_id,
                                     PenaltyHistories::Row{row.pos0, row.n_tokens, row.n_prompt,
                                                           b.tokens.data() + t_off, row.pad != 0},

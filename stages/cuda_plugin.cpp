@@ -12,6 +12,7 @@
 #include "ipc/cuda_boundary.h"
 #include "ipc/sampling.h"
 #include "stages/agent.h"
+#include "stages/sampler.h"
 
 namespace kvasir {
 namespace fs = std::filesystem;
@@ -212,9 +213,8 @@ int run_cuda_stage(ipc::Segment& seg, int stage) {
           // by the agent's sampler on the host, from that row's logits.
           for (int32_t r = 0; r < b.n_rows; ++r) {
             const SamplingParams& sp = b.sampling[r];
-            const bool dev = b.rows[r].want_logits && sp.repetition_penalty == 1.0f &&
-                             sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f &&
-                             sp.logprobs == 0 && validate_sampling(sp).empty();
+            const bool dev = b.rows[r].want_logits && !penalties_active(sp) && sp.logprobs == 0 &&
+                             validate_sampling(sp).empty();
             sample[size_t(r)] =
                 KvasirCudaSample{dev ? 1 : 0,
                                  sp.temperature,

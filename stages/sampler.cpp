@@ -35,10 +35,6 @@ struct ByValueDesc {
   }
 };
 
-bool penalties_active(const SamplingParams& p) {
-  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-}
-
 float clamp_finite(float x) {
   // -inf (a masked token) stays masked; overflow from a tiny repetition
   // penalty becomes the largest finite value instead of +inf.
@@ -217,6 +213,10 @@ float nucleus_threshold(const float* prob, int32_t n, double need) {
 }
 
 }  // namespace
+
+bool penalties_active(const SamplingParams& p) {
+  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+}
 
 // ---------------------------------------------------------------------------
 // SequenceHistory

@@ -139,6 +139,10 @@ void apply_penalties(float* logits, int32_t vocab, const SamplingParams& p,
 
 // One sampler per thread: it owns the scratch buffers, so steady-state
 // sampling allocates nothing once they have grown to the vocabulary.
+// Whether any of the repetition / presence / frequency penalties is on:
+// such a row needs its sequence's history (the agent's, on the host).
+bool penalties_active(const SamplingParams& p);
+
 class Sampler {
  public:
   // logits: [vocab], used as scratch (contents unspecified afterwards).
