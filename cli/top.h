@@ -2,7 +2,7 @@
 //
 // Two snapshots of /kvasir/v1/stats (a second apart) give each stage's
 // busy/starved/blocked shares and rates; diagnose() names the bottleneck
-// (DESIGN.md §6) with the setting to change. Pure functions, tested in
+// (docs/scheduler.md) with the setting to change. Pure functions, tested in
 // tests/unit/cli/test_cli.cpp; the terminal loop is in top.cpp.
 #pragma once
 

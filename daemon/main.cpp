@@ -7,6 +7,8 @@
 //
 //   kvasird --config FILE            run in the foreground
 //   kvasird --check --config FILE    validate (model included), exit 0 / 1
+//   kvasird --log-level LEVEL        trace | debug | info | warn | error | off
+//                                    (overrides [log] level)
 //   kvasird --stage N --segment NAME (internal) a stage process
 #include <signal.h>
 #include <unistd.h>
@@ -17,19 +19,21 @@
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "base/check.h"
-#include "daemon/api.h"
-#include "daemon/config.h"
-#include "daemon/engine_impl.h"
-#include "daemon/loading.h"
-#include "daemon/supervisor.h"
+#include "base/log.h"
+#include "daemon/api/api.h"
+#include "daemon/config/config.h"
+#include "daemon/engine/bridge.h"
+#include "daemon/supervisor/loading.h"
+#include "daemon/supervisor/supervisor.h"
 #include "model/chat_template.h"
 #include "model/gguf.h"
 #include "model/model_file.h"
 #include "model/tokenizer.h"
-#include "stages/agent.h"
+#include "stages/stage.h"
 
 namespace {
 std::atomic<bool> g_stop{false};   // first SIGTERM/SIGINT: graceful stop
@@ -87,30 +91,41 @@ struct ApiThread {
 
 int main(int argc, char** argv) {
   CLI::App app{"kvasird — serves one model as a ring of stage processes"};
-  std::string config_path, segment;
+  std::string config_path, segment, log_level;
   bool check = false;
   int stage = -1;
   app.add_option("--config", config_path, "configuration file (TOML)");
   app.add_flag("--check", check, "validate the configuration and the model, then exit");
+  app.add_option("--log-level", log_level,
+                 "trace, debug, info, warn, error or off (default: [log] level, else info)")
+      ->check([](const std::string& v) {
+        return kvasir::log::parse_level(v) ? std::string() : "not a log level: " + v;
+      });
   app.add_option("--stage", stage, "(internal) run stage N")->group("");
   app.add_option("--segment", segment, "(internal) the instance's shared segment")->group("");
   CLI11_PARSE(app, argc, argv);
 
-  if (stage >= 0) return kvasir::stage_main(stage, segment);
+  using namespace kvasir;
+  const std::optional<log::Level> level = log::parse_level(log_level);
+  if (stage >= 0) {
+    log::init({fmt::format("kvasird stage {}", stage), level.value_or(log::Level::kInfo)});
+    return stage_main(stage, segment);
+  }
+  log::init({"kvasird", level.value_or(log::Level::kInfo)});
   if (config_path.empty()) {
-    std::fprintf(stderr, "kvasird: --config FILE is required\n");
+    KV_LOG_ERROR("main", "--config FILE is required");
     return 2;
   }
-  using namespace kvasir;
   ApiThread api;
   try {
     Config cfg = load_config(config_path);
+    if (!level) log::set_level(*log::parse_level(cfg.log.level));
     if (!std::filesystem::exists(cfg.model.path)) {
-      std::fprintf(stderr,
-                   "kvasird: no model at %s: get the default model with "
+      KV_LOG_ERROR("main",
+                   "no model at {}: get the default model with "
                    "`sudo /usr/share/kvasir/fetch-model` (Debian package) or `scripts/fetch-model` "
-                   "(source tree), or set model.path in %s\n",
-                   cfg.model.path.c_str(), config_path.c_str());
+                   "(source tree), or set model.path in {}",
+                   cfg.model.path, config_path);
       return 1;
     }
     ModelConfig mc = check_config(cfg);
@@ -139,7 +154,7 @@ int main(int argc, char** argv) {
     Supervisor sup(cfg, mc, sup_opt);
     LoadingMonitor loading(cfg, sup.segment_name());
     DeferredEngine deferred;  // 503 "loading" until the bridge is attached
-    std::atomic<BridgeEngine*> bridge{nullptr};
+    std::atomic<Bridge*> bridge{nullptr};
 
     ApiContext ctx;
     if (tok) ctx.codec = make_text_codec(*tok, chat.get());
@@ -150,7 +165,7 @@ int main(int argc, char** argv) {
     ctx.loading = [&] { return loading.snapshot(); };
     ctx.stage_stats = [&] {
       nlohmann::json st = nlohmann::json::array();
-      BridgeEngine* e = bridge.load();
+      Bridge* e = bridge.load();
       auto snaps = e ? e->stage_stats() : std::vector<StageSnapshot>{};
       for (size_t i = 0; i < cfg.plan.stages.size(); ++i) {
         const auto& s = cfg.plan.stages[i];
@@ -180,7 +195,7 @@ int main(int argc, char** argv) {
     } join_api{api};
     if (!api.wait_listening()) {
       api.join();
-      std::fprintf(stderr, "kvasird: %s\n", api.error.c_str());
+      KV_LOG_ERROR("main", "{}", api.error);
       return 1;
     }
 
@@ -192,7 +207,7 @@ int main(int argc, char** argv) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         if (tick % 10 != 9 || loaded.load()) continue;
         std::string line = loading.log_line();
-        if (line != last) std::fprintf(stderr, "kvasird: loading: %s\n", line.c_str());
+        if (line != last) KV_LOG_INFO("main", "loading: {}", line);
         last = line;
       }
     });
@@ -218,24 +233,23 @@ int main(int argc, char** argv) {
       g_stop.store(true);
       api.join();
       if (g_signals.load() > 0) {
-        std::fprintf(stderr, "kvasird: stopped while loading\n");
+        KV_LOG_INFO("main", "stopped while loading");
         return 0;
       }
-      std::fprintf(stderr, "kvasird: %s\n", start_error.c_str());
+      KV_LOG_ERROR("main", "{}", start_error);
       return 1;
     }
     loading.finish();
-    std::fprintf(stderr, "kvasird: loaded: %s\n", done_line.c_str());
-    std::fprintf(stderr, "kvasird: %zu stages ready, %d KV blocks of %d tokens, segment %s\n",
-                 cfg.plan.stages.size(), sup.kv_blocks(), cfg.kv.block_size,
-                 sup.segment_name().c_str());
+    KV_LOG_INFO("main", "loaded: {}", done_line);
+    KV_LOG_INFO("main", "{} stages ready, {} KV blocks of {} tokens, segment {}",
+                cfg.plan.stages.size(), sup.kv_blocks(), cfg.kv.block_size, sup.segment_name());
 
     BridgeConfig bc;
     bc.limits = SchedLimits{cfg.plan.max_rows, cfg.plan.max_tokens, cfg.scheduler.chunk_size,
                             cfg.scheduler.max_num_seqs};
     // The config validated the name already (daemon/config.cpp).
     bc.limits.policy = parse_policy(cfg.scheduler.policy).value_or(Policy::kChunked);
-    std::fprintf(stderr, "kvasird: scheduler policy %s\n", policy_name(bc.limits.policy));
+    KV_LOG_INFO("main", "scheduler policy {}", policy_name(bc.limits.policy));
     bc.max_queue = cfg.scheduler.max_queue;
     bc.n_blocks = sup.kv_blocks();
     bc.block_size = cfg.kv.block_size;
@@ -247,7 +261,7 @@ int main(int argc, char** argv) {
     // A lost stage is restarted and its requests recomputed
     // (docs/recovery.md); past the restart limit the engine fails for good:
     // /health says unhealthy and new work is refused, the daemon stays up.
-    BridgeEngine engine(sup.segment(), bc, [&] { return sup.health(); });
+    Bridge engine(sup.segment(), bc, [&] { return sup.health(); });
     bridge.store(&engine);
     deferred.attach(&engine);
 
@@ -257,17 +271,17 @@ int main(int argc, char** argv) {
     engine.shutdown();
     sup.stop();  // stages end; the segment is removed
     if (!engine.failure().empty()) {
-      std::fprintf(stderr, "kvasird: %s\n", engine.failure().c_str());
+      KV_LOG_ERROR("main", "{}", engine.failure());
       return 1;
     }
     if (!api.error.empty()) {
-      std::fprintf(stderr, "kvasird: %s\n", api.error.c_str());
+      KV_LOG_ERROR("main", "{}", api.error);
       return 1;
     }
-    std::fprintf(stderr, "kvasird: stopped\n");
+    KV_LOG_INFO("main", "stopped");
     return api.rc;
   } catch (const Error& e) {
-    std::fprintf(stderr, "kvasird: %s\n", e.message().c_str());
+    KV_LOG_ERROR("main", "{}", e.message());
     return 1;
   }
 }

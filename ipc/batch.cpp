@@ -6,8 +6,15 @@
 #include <cstring>
 
 namespace kvasir::ipc {
+
 namespace {
-uint64_t align64(uint64_t x) { return (x + 63) & ~uint64_t(63); }
+template <typename... Args>
+Status refused(fmt::format_string<Args...> f, Args&&... args) {
+  return Status(ErrorCode::kBatchRefused, fmt::format(f, std::forward<Args>(args)...));
+}
+uint64_t align64(uint64_t x) {
+  return (x + 63) & ~uint64_t(63);
+}
 }  // namespace
 
 uint64_t desc_bytes(const SlotDims& d) {
@@ -56,33 +63,31 @@ ResultView result_view(void* base, const SlotDims& d) {
   return v;
 }
 
-std::string check_msg(const BatchMsg& m, const SlotDims& d, uint64_t last_batch_id) {
+Status check_msg(const BatchMsg& m, const SlotDims& d, uint64_t last_batch_id) {
   if (m.kind != kMsgBatch || m.version != kMsgVersion)
-    return fmt::format("message kind {} version {} (expected {} version {})", m.kind, m.version,
-                       kMsgBatch, kMsgVersion);
+    return refused("message kind {} version {} (expected {} version {})", m.kind, m.version,
+                   kMsgBatch, kMsgVersion);
   if (m.slot >= uint32_t(d.inflight))
-    return fmt::format("batch {}: slot {} out of range [0, {})", m.batch_id, m.slot, d.inflight);
+    return refused("batch {}: slot {} out of range [0, {})", m.batch_id, m.slot, d.inflight);
   if (m.batch_id <= last_batch_id)
-    return fmt::format("batch id {} does not follow {} (ids increase)", m.batch_id,
-                       last_batch_id);
+    return refused("batch id {} does not follow {} (ids increase)", m.batch_id, last_batch_id);
   if (m.n_rows < 1 || m.n_rows > d.max_rows)
-    return fmt::format("batch {}: {} rows out of range [1, {}]", m.batch_id, m.n_rows,
-                       d.max_rows);
+    return refused("batch {}: {} rows out of range [1, {}]", m.batch_id, m.n_rows, d.max_rows);
   if (m.n_tokens < m.n_rows || m.n_tokens > d.max_tokens)
-    return fmt::format("batch {}: {} tokens out of range [{}, {}]", m.batch_id, m.n_tokens,
-                       m.n_rows, d.max_tokens);
-  return {};
+    return refused("batch {}: {} tokens out of range [{}, {}]", m.batch_id, m.n_tokens, m.n_rows,
+                   d.max_tokens);
+  return Status();
 }
 
-std::string read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_t n_blocks,
-                      int32_t block_size, Batch& out) {
+Status read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_t n_blocks,
+                 int32_t block_size, Batch& out) {
   DescHeader h;
   std::memcpy(&h, v.hdr, sizeof h);
   if (h.batch_id != m.batch_id || h.n_rows != m.n_rows || h.n_tokens != m.n_tokens)
-    return fmt::format("slot {}: descriptor (batch {}, {} rows, {} tokens) does not match the "
-                       "message (batch {}, {} rows, {} tokens)",
-                       m.slot, h.batch_id, h.n_rows, h.n_tokens, m.batch_id, m.n_rows,
-                       m.n_tokens);
+    return refused(
+        "slot {}: descriptor (batch {}, {} rows, {} tokens) does not match the "
+        "message (batch {}, {} rows, {} tokens)",
+        m.slot, h.batch_id, h.n_rows, h.n_tokens, m.batch_id, m.n_rows, m.n_tokens);
   const int32_t nr = m.n_rows, nt = m.n_tokens;  // already range-checked by check_msg
   out.batch_id = h.batch_id;
   out.n_tokens = nt;
@@ -94,29 +99,30 @@ std::string read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, i
   for (int32_t r = 0; r < nr; ++r) {
     const DescRow& row = out.rows[r];
     if (row.n_tokens < 1 || row.n_tokens > nt)
-      return fmt::format("batch {} row {}: {} tokens", m.batch_id, r, row.n_tokens);
+      return refused("batch {} row {}: {} tokens", m.batch_id, r, row.n_tokens);
     sum += row.n_tokens;
     if (row.n_table < 0 || row.n_table > d.max_table)
-      return fmt::format("batch {} row {}: table of {} blocks (max {})", m.batch_id, r,
-                         row.n_table, d.max_table);
+      return refused("batch {} row {}: table of {} blocks (max {})", m.batch_id, r, row.n_table,
+                     d.max_table);
     if (row.pos0 < 0 || int64_t(row.pos0) + row.n_tokens > int64_t(row.n_table) * block_size)
-      return fmt::format("batch {} row {}: positions {}..{} outside its {} blocks", m.batch_id, r,
-                         row.pos0, int64_t(row.pos0) + row.n_tokens - 1, row.n_table);
+      return refused("batch {} row {}: positions {}..{} outside its {} blocks", m.batch_id, r,
+                     row.pos0, int64_t(row.pos0) + row.n_tokens - 1, row.n_table);
     const int32_t* t = out.tables.data() + int64_t(r) * d.max_table;
     for (int32_t i = 0; i < row.n_table; ++i)
       if (t[i] < 0 || t[i] >= n_blocks)
-        return fmt::format("batch {} row {}: block id {} out of range [0, {})", m.batch_id, r,
-                           t[i], n_blocks);
-    if (row.sample > 1) return fmt::format("batch {} row {}: sample flag {}", m.batch_id, r, row.sample);
+        return refused("batch {} row {}: block id {} out of range [0, {})", m.batch_id, r, t[i],
+                       n_blocks);
+    if (row.sample > 1)
+      return refused("batch {} row {}: sample flag {}", m.batch_id, r, row.sample);
     if (row.pad > 1 || (row.pad && row.sample))
-      return fmt::format("batch {} row {}: pad flag {} (sample {})", m.batch_id, r, row.pad,
-                         row.sample);
+      return refused("batch {} row {}: pad flag {} (sample {})", m.batch_id, r, row.pad,
+                     row.sample);
     if (row.n_prompt < 0)
-      return fmt::format("batch {} row {}: n_prompt {} < 0", m.batch_id, r, row.n_prompt);
+      return refused("batch {} row {}: n_prompt {} < 0", m.batch_id, r, row.n_prompt);
   }
   if (sum != nt)
-    return fmt::format("batch {}: rows carry {} tokens, header says {}", m.batch_id, sum, nt);
-  return {};
+    return refused("batch {}: rows carry {} tokens, header says {}", m.batch_id, sum, nt);
+  return Status();
 }
 
 void write_desc(const DescView& v, const Batch& b, const SlotDims& d) {

@@ -2,32 +2,32 @@
 // descriptor and the result, and the checks a receiver applies to each.
 //
 // Typed and versioned: every message carries kind and version; a receiver
-// refuses anything else. Errors cross process boundaries as status codes
-// (BatchStatus) plus a text in the batch's result slot, never as exceptions.
+// refuses anything else. Errors cross process boundaries as an ErrorCode
+// (base/status.h) in the message's status plus a text in the batch's result
+// slot, never as exceptions.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "ipc/sampling.h"
 
 namespace kvasir::ipc {
 
 constexpr uint16_t kMsgBatch = 1;
-constexpr uint16_t kMsgVersion = 2;  // 2: DescRow gained n_prompt and pad
-
-enum BatchStatus : int32_t {
-  kBatchOk = 0,
-  kBatchRefused = 1,  // a stage found the descriptor malformed
-  kBatchFailed = 2,   // a stage's forward pass threw
-};
+// 2: DescRow gained n_prompt and pad. 3: status carries an ErrorCode.
+constexpr uint16_t kMsgVersion = 3;
 
 // One ring message: "the batch in slot `slot` is yours".
 struct BatchMsg {
   uint16_t kind = kMsgBatch;
   uint16_t version = kMsgVersion;
-  int32_t status = kBatchOk;
+  // An ErrorCode: kOk, or why the batch failed (kBatchRefused: a stage
+  // found the message or descriptor malformed; kStageFailed, kDevice, ...:
+  // its forward pass failed). Set once by the stage that failed it.
+  int32_t status = 0;
   uint64_t batch_id = 0;  // strictly increasing per instance, starting at 1
   uint32_t slot = 0;
   int32_t n_rows = 0;
@@ -75,7 +75,7 @@ struct TopLogprob {
 struct ResultHeader {
   uint64_t batch_id = 0;
   int32_t n_rows = 0;
-  int32_t status = kBatchOk;
+  int32_t status = 0;  // an ErrorCode, as in BatchMsg
   char error[256] = {};
 };
 
@@ -117,15 +117,15 @@ struct Batch {
 };
 
 // Checks a message against the widths and the last batch id this receiver
-// saw (ids must increase). Empty if fine, else why.
-std::string check_msg(const BatchMsg& m, const SlotDims& d, uint64_t last_batch_id);
+// saw (ids must increase). Not ok: kBatchRefused and why.
+Status check_msg(const BatchMsg& m, const SlotDims& d, uint64_t last_batch_id);
 
 // Copies the descriptor of m.slot and checks it against the message and the
 // widths: same batch id and counts, rows' tokens sum to n_tokens, each row
 // has >= 1 token, a table long enough for its positions, block ids in
-// [0, n_blocks). Empty if fine, else why (out is then unspecified).
-std::string read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_t n_blocks,
-                      int32_t block_size, Batch& out);
+// [0, n_blocks). Not ok: kBatchRefused and why (out is then unspecified).
+Status read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_t n_blocks,
+                 int32_t block_size, Batch& out);
 
 // Writes a descriptor (bridge side). The batch must already be valid.
 void write_desc(const DescView& v, const Batch& b, const SlotDims& d);

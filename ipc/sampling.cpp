@@ -11,25 +11,36 @@
 
 namespace kvasir {
 
-std::string validate_sampling(const SamplingParams& p) {
+Status validate_sampling(const SamplingParams& p, const char** field) {
+  auto bad = [&](const char* name, std::string message) {
+    if (field) *field = name;
+    return Status(ErrorCode::kInvalidArgument, std::move(message));
+  };
   if (!std::isfinite(p.temperature) || !(p.temperature >= 0.0f))
-    return fmt::format("temperature must be a finite number >= 0 (got {})", p.temperature);
+    return bad("temperature",
+               fmt::format("temperature must be a finite number >= 0 (got {})", p.temperature));
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
-    return fmt::format("top_p must be in (0, 1] (got {})", p.top_p);
-  if (p.top_k < 0) return fmt::format("top_k must be >= 0, 0 = off (got {})", p.top_k);
+    return bad("top_p", fmt::format("top_p must be in (0, 1] (got {})", p.top_p));
+  if (p.top_k < 0)
+    return bad("top_k", fmt::format("top_k must be >= 0, 0 = off (got {})", p.top_k));
   if (!(p.min_p >= 0.0f && p.min_p <= 1.0f))
-    return fmt::format("min_p must be in [0, 1] (got {})", p.min_p);
+    return bad("min_p", fmt::format("min_p must be in [0, 1] (got {})", p.min_p));
   if (!std::isfinite(p.repetition_penalty) || !(p.repetition_penalty > 0.0f))
-    return fmt::format("repetition_penalty must be a finite number > 0 (got {})",
-                       p.repetition_penalty);
+    return bad("repetition_penalty",
+               fmt::format("repetition_penalty must be a finite number > 0 (got {})",
+                           p.repetition_penalty));
   if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f))
-    return fmt::format("presence_penalty must be in [-2, 2] (got {})", p.presence_penalty);
+    return bad("presence_penalty",
+               fmt::format("presence_penalty must be in [-2, 2] (got {})", p.presence_penalty));
   if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f))
-    return fmt::format("frequency_penalty must be in [-2, 2] (got {})", p.frequency_penalty);
+    return bad("frequency_penalty",
+               fmt::format("frequency_penalty must be in [-2, 2] (got {})", p.frequency_penalty));
   if (p.logprobs > kMaxLogprobs)
-    return fmt::format("logprobs must be in [0, {}] (got {})", kMaxLogprobs, p.logprobs);
-  if (p.has_seed > 1) return fmt::format("has_seed must be 0 or 1 (got {})", p.has_seed);
-  return {};
+    return bad("logprobs",
+               fmt::format("logprobs must be in [0, {}] (got {})", kMaxLogprobs, p.logprobs));
+  if (p.has_seed > 1)
+    return bad("has_seed", fmt::format("has_seed must be 0 or 1 (got {})", p.has_seed));
+  return Status();
 }
 
 }  // namespace kvasir

@@ -7,28 +7,30 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
+
+#include "base/status.h"
 
 namespace kvasir {
 
 struct SamplingParams {
-  float temperature = 1.0f;  // 0 = greedy
-  float top_p = 1.0f;        // (0, 1]
-  int32_t top_k = 0;         // 0 = off
-  float min_p = 0.0f;        // [0, 1]
+  float temperature = 1.0f;         // 0 = greedy
+  float top_p = 1.0f;               // (0, 1]
+  int32_t top_k = 0;                // 0 = off
+  float min_p = 0.0f;               // [0, 1]
   float repetition_penalty = 1.0f;  // > 0; 1 = off (prompt + output tokens)
   float presence_penalty = 0.0f;    // [-2, 2] (output tokens)
   float frequency_penalty = 0.0f;   // [-2, 2] (output tokens)
   uint64_t seed = 0;                // with has_seed: reproducible across runs and plans
   uint8_t has_seed = 0;
-  uint8_t logprobs = 0;             // top-N alternatives to return (0..kMaxLogprobs)
+  uint8_t logprobs = 0;  // top-N alternatives to return (0..kMaxLogprobs)
   uint8_t reserved[6] = {};
 };
 
 constexpr int kMaxLogprobs = 8;
 
-// Empty if valid; otherwise a message naming the parameter, e.g.
-// "temperature must be >= 0 (got -1)". NaN is refused everywhere.
-std::string validate_sampling(const SamplingParams& p);
+// Ok if valid; otherwise kInvalidArgument and a message naming the
+// parameter, e.g. "temperature must be >= 0 (got -1)"; *field (when given)
+// is then the parameter's name, e.g. "temperature". NaN is refused everywhere.
+Status validate_sampling(const SamplingParams& p, const char** field = nullptr);
 
 }  // namespace kvasir

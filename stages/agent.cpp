@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "base/log.h"
 #include "stages/sampler.h"
 
 namespace kvasir {
@@ -59,10 +60,10 @@ int run_agent(ipc::Segment& seg, const AgentConfig& cfg, const StageForward& for
       continue;
     }
     me.phase.store(ipc::kPhaseBusy, std::memory_order_relaxed);
-    std::string why = ipc::check_msg(m, d, last_id);
-    if (!why.empty()) {
+    Status why = ipc::check_msg(m, d, last_id);
+    if (!why.ok()) {
       me.stats.refused.fetch_add(1);
-      std::fprintf(stderr, "kvasir stage %d: refused a message: %s\n", s, why.c_str());
+      KV_LOG_WARN("agent", "refused a message: {}", why.message());
       // With a usable slot and id, fail that batch downstream so the bridge
       // hears of it; otherwise there is nothing safe to touch: drop it.
       if (m.slot >= uint32_t(d.inflight) || m.batch_id <= last_id) {
@@ -72,26 +73,26 @@ int run_agent(ipc::Segment& seg, const AgentConfig& cfg, const StageForward& for
       }
       m.kind = ipc::kMsgBatch;
       m.version = ipc::kMsgVersion;
-      m.status = ipc::kBatchRefused;
+      m.status = int32_t(why.code());
       m.origin = s;
       set_error(seg.result(m.slot).hdr->error, sizeof(ipc::ResultHeader::error),
-                fmt::format("stage {}: {}", s, why));
+                fmt::format("stage {}: {}", s, why.message()));
       m.n_rows = std::clamp(m.n_rows, 0, d.max_rows);
     }
     last_id = m.batch_id;
 
     auto result = seg.result(m.slot);
-    if (m.status == ipc::kBatchOk) {
+    if (m.status == int32_t(ErrorCode::kOk)) {
       why = ipc::read_desc(seg.desc(m.slot), m, d, cfg.n_blocks, block_size, b);
-      if (!why.empty()) {
+      if (!why.ok()) {
         me.stats.refused.fetch_add(1);
-        m.status = ipc::kBatchRefused;
+        m.status = int32_t(why.code());
         m.origin = s;
         set_error(result.hdr->error, sizeof(ipc::ResultHeader::error),
-                  fmt::format("stage {}: {}", s, why));
+                  fmt::format("stage {}: {}", s, why.message()));
       }
     }
-    if (m.status == ipc::kBatchOk) {
+    if (m.status == int32_t(ErrorCode::kOk)) {
       int n_sample = 0;
       for (int32_t r = 0; r < m.n_rows; ++r) {
         const ipc::DescRow& row = b.rows[r];
@@ -142,8 +143,7 @@ int run_agent(ipc::Segment& seg, const AgentConfig& cfg, const StageForward& for
             if (lost) {
               // Its history was evicted: penalties without it would be
               // silently wrong. Token -1 fails this sequence alone.
-              std::fprintf(stderr, "kvasir stage %d: sequence %llu lost its penalty history\n", s,
-                           (unsigned long long)row.seq_id);
+              KV_LOG_ERROR("agent", "sequence {} lost its penalty history", row.seq_id);
               continue;
             }
             SampleResult sr =
@@ -159,8 +159,16 @@ int run_agent(ipc::Segment& seg, const AgentConfig& cfg, const StageForward& for
           (void)n_sample;
           if ((m.batch_id & 1023) == 0) histories.evict_older_than(m.batch_id);
         }
+      } catch (const Error& e) {
+        // The code of what failed (kDevice, kOutOfMemory, ...); a check on
+        // the batch's own contents is the stage's failure to run it.
+        m.status =
+            int32_t(e.code() == ErrorCode::kInvalidArgument ? ErrorCode::kStageFailed : e.code());
+        m.origin = s;
+        set_error(result.hdr->error, sizeof(ipc::ResultHeader::error),
+                  fmt::format("stage {}: {}", s, e.message()));
       } catch (const std::exception& e) {
-        m.status = ipc::kBatchFailed;
+        m.status = int32_t(ErrorCode::kStageFailed);
         m.origin = s;
         set_error(result.hdr->error, sizeof(ipc::ResultHeader::error),
                   fmt::format("stage {}: {}", s, e.what()));

@@ -36,10 +36,4 @@ struct AgentConfig {
 // Runs until the segment's shutdown flag is set. Returns 0.
 int run_agent(ipc::Segment& seg, const AgentConfig& cfg, const StageForward& forward);
 
-// The stage process: opens the segment, reports its KV capacity, waits for
-// the daemon's block count, builds its SliceExecutor, reports ready, runs
-// the agent. Any failure before serving is written to the stage's error
-// field with status failed; returns the process exit code.
-int stage_main(int stage, const std::string& segment_name);
-
 }  // namespace kvasir

@@ -214,7 +214,7 @@ int run_cuda_stage(ipc::Segment& seg, int stage) {
           for (int32_t r = 0; r < b.n_rows; ++r) {
             const SamplingParams& sp = b.sampling[r];
             const bool dev = b.rows[r].want_logits && !penalties_active(sp) && sp.logprobs == 0 &&
-                             validate_sampling(sp).empty();
+                             validate_sampling(sp).ok();
             sample[size_t(r)] =
                 KvasirCudaSample{dev ? 1 : 0,
                                  sp.temperature,

@@ -318,7 +318,7 @@ void apply_penalties(float* logits, int32_t vocab, const SamplingParams& p,
 SampleResult Sampler::sample(float* logits, int32_t vocab, const SamplingParams& p,
                              const SequenceHistory* hist, uint64_t position) {
   KV_CHECK(logits != nullptr && vocab > 0, "sampler: no logits (vocab {})", vocab);
-  if (std::string err = validate_sampling(p); !err.empty()) KV_FAIL("{}", err);
+  KV_THROW_IF_ERROR(validate_sampling(p));
 
   SampleResult r;
 

@@ -16,9 +16,11 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "base/log.h"
 #include "stages/agent.h"
 #include "stages/cuda_plugin.h"
 #include "stages/preload.h"
+#include "stages/stage.h"
 
 namespace kvasir {
 
@@ -28,16 +30,15 @@ int stage_main(int stage, const std::string& segment_name) {
   try {
     seg = ipc::Segment::open(segment_name);
   } catch (const Error& e) {
-    std::fprintf(stderr, "kvasir stage %d: %s\n", stage, e.message().c_str());
+    KV_LOG_ERROR("stage", "{}", e.message());
     return 2;
   }
   if (getppid() != seg->header().owner_pid.load()) {
-    std::fprintf(stderr, "kvasir stage %d: the daemon is gone\n", stage);
+    KV_LOG_ERROR("stage", "the daemon is gone");
     return 2;
   }
   if (stage < 0 || stage >= seg->n_stages()) {
-    std::fprintf(stderr, "kvasir stage %d: no such stage (plan has %d)\n", stage,
-                 seg->n_stages());
+    KV_LOG_ERROR("stage", "no such stage (plan has {})", seg->n_stages());
     return 2;
   }
   ipc::StageShared& me = seg->stage(stage);
@@ -46,7 +47,7 @@ int stage_main(int stage, const std::string& segment_name) {
     std::snprintf(me.error, sizeof me.error, "%s", msg.c_str());
     me.status.store(ipc::kStageFailed);
     seg->header().state.ring();
-    std::fprintf(stderr, "kvasir stage %d: %s\n", stage, msg.c_str());
+    KV_LOG_ERROR("stage", "{}", msg);
     return 3;
   };
   try {
@@ -90,17 +91,17 @@ int stage_main(int stage, const std::string& segment_name) {
       seg->header().state.wait(seen, 100'000'000);
     }
     kv.n_blocks = seg->header().kv_blocks.load();
-    KV_CHECK(kv.n_blocks <= cap, "the daemon asked for {} blocks, this stage holds {}",
-             kv.n_blocks, cap);
+    KV_CHECK(kv.n_blocks <= cap, "the daemon asked for {} blocks, this stage holds {}", kv.n_blocks,
+             cap);
     SliceExecutor exec(*model, slice, kv, plan.threads, p.dims.max_tokens);
     me.status.store(ipc::kStageReady);
     seg->header().state.ring();
 
     AgentConfig ac{stage, mc.vocab, kv.n_blocks};
-    int rc = run_agent(*seg, ac,
-                       [&](const ForwardBatch& b, const float* in, float* out, float* logits) {
-                         exec.forward(b, in, out, logits);
-                       });
+    int rc =
+        run_agent(*seg, ac, [&](const ForwardBatch& b, const float* in, float* out, float* logits) {
+          exec.forward(b, in, out, logits);
+        });
     me.status.store(ipc::kStageStopped);
     seg->header().state.ring();
     return rc;

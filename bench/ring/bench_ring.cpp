@@ -16,8 +16,8 @@
 #include <string>
 #include <thread>
 
-#include "daemon/engine_impl.h"
-#include "daemon/supervisor.h"
+#include "daemon/engine/bridge.h"
+#include "daemon/supervisor/supervisor.h"
 #include "model/model_file.h"
 
 using namespace kvasir;
@@ -72,7 +72,7 @@ Run run(const Args& a, int inflight) {
   bc.context_length = mc.context_length;
   Run r;
   {
-    BridgeEngine engine(sup.segment(), bc);
+    Bridge engine(sup.segment(), bc);
     std::mt19937 rng(1);
     std::atomic<int> done{0};
     std::atomic<int64_t> tokens{0};

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <thread>
 
+#include "base/log.h"
+
 namespace kvasir::cuda {
 
 static_assert(sizeof(cudaIpcMemHandle_t) == ipc::kIpcHandleBytes, "IPC handle size");
@@ -115,10 +117,10 @@ std::string DeviceBoundaries::send(cudaStream_t stream, uint32_t slot, uint64_t 
     return fmt::format("boundary send: slot {} / {} bytes out of range", slot, n_bytes);
   ipc::Credit c = table_->acquire_write(out_link_, int32_t(slot), batch);
   if (c == ipc::Credit::kBusy) {  // failed downstream before it was copied: see reclaim()
-    std::fprintf(stderr,
-                 "kvasir: boundary %d slot %u: the previous batch was never copied out "
-                 "(failed downstream); reusing the slot for batch %llu\n",
-                 out_link_, slot, static_cast<unsigned long long>(batch));
+    KV_LOG_WARN("boundary",
+                "link {} slot {}: the previous batch was never copied out (failed downstream); "
+                "reusing the slot for batch {}",
+                out_link_, slot, batch);
     c = table_->reclaim(out_link_, int32_t(slot), batch);
   }
   if (c != ipc::Credit::kOk)

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "daemon/openai.h"
-#include "daemon/openai_stop.h"
+#include "daemon/api/openai.h"
+#include "daemon/api/openai_stop.h"
 #include "ipc/sampling.h"
 
 using namespace kvasir;
@@ -24,7 +24,7 @@ static void check_request(const CompletionRequest& r, const ParseLimits& lim) {
     if (s.size() > lim.max_stop_bytes) __builtin_trap();
   if (r.prompt_ids.size() > lim.max_prompt_ids) __builtin_trap();
   if (r.messages.size() > lim.max_messages) __builtin_trap();
-  if (!validate_sampling(r.sampling).empty()) __builtin_trap();
+  if (!validate_sampling(r.sampling).ok()) __builtin_trap();
   StopMatcher m(r.stop);
   for (const auto& s : r.stop) g_sink_api += m.push(s).size() + m.push("x").size();
   g_sink_api += m.flush().size();

@@ -1,6 +1,6 @@
 // tests/integration/ring_fixture.h — helpers for the ring's end-to-end tests:
 // write a config, start real stage processes (the built kvasird, exec'd with
-// --stage N) under an in-process Supervisor + BridgeEngine, and a local
+// --stage N) under an in-process Supervisor + Bridge, and a local
 // reference: one SliceExecutor over the whole model, one request at a time.
 #pragma once
 
@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "daemon/config.h"
-#include "daemon/engine_impl.h"
-#include "daemon/supervisor.h"
+#include "daemon/config/config.h"
+#include "daemon/engine/bridge.h"
+#include "daemon/supervisor/supervisor.h"
 #include "model/model_file.h"
 #include "stages/forward.h"
 
@@ -69,7 +69,7 @@ struct Collector {
       if (ev.token >= 0) tokens[key].push_back(ev.token);
       if (ev.finish != FinishReason::kNone) {
         finish[key] = ev.finish;
-        errors[key] = ev.error;
+        errors[key] = ev.error.message();
         cv.notify_all();
       }
     };

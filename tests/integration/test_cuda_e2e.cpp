@@ -80,7 +80,7 @@ PlanRun run_plan(const std::string& model_path, int n_layers,
   bc.context_length = mc.context_length;
   out.tokens.resize(prompts.size());
   {
-    BridgeEngine engine(sup.segment(), bc, [&]() -> std::optional<std::string> {
+    Bridge engine(sup.segment(), bc, [&]() -> std::optional<std::string> {
       if (auto ex = sup.poll()) return ex->error;
       return std::nullopt;
     });

@@ -171,9 +171,9 @@ expect "kvasir status while loading exits 3" "$rc" "3"
   bad "kvasir status while loading: $out"
 ready run1
 ok "kvasir status --wait returned when ready"
-grep -q 'kvasird: loading: loading weights.*stage 1 (15-29).*MiB' "$WORK/run1.log" &&
+grep -q 'kvasird main: loading: loading weights.*stage 1 (15-29).*MiB' "$WORK/run1.log" &&
   ok "the daemon's log has progress lines" || bad "no progress lines in the log"
-grep -q 'kvasird: loaded: ' "$WORK/run1.log" && ok "the log says loaded" || bad "no 'loaded' line"
+grep -q 'kvasird main: loaded: ' "$WORK/run1.log" && ok "the log says loaded" || bad "no 'loaded' line"
 expect "GET /health once ready" "$("${C[@]}" -o /dev/null -w '%{http_code}' http://x/health)" "200"
 
 # ---- 2. graceful stop: running streams finish, new requests 503 ----

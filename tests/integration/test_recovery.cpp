@@ -86,7 +86,7 @@ Outcome run(const std::string& model_path, int n_layers, const std::vector<Req>&
   bc.context_length = mc.context_length;
   Outcome o;
   {
-    BridgeEngine engine(sup.segment(), bc, [&] { return sup.health(); });
+    Bridge engine(sup.segment(), bc, [&] { return sup.health(); });
     Collector col;
     int64_t total = 0;
     for (size_t i = 0; i < reqs.size(); ++i) {
@@ -110,8 +110,8 @@ Outcome run(const std::string& model_path, int n_layers, const std::vector<Req>&
       bool back = false;
       for (int i = 0; i < 120000 && !back; ++i) {
         EngineStats st = engine.stats();
-        back = st.faults >= k + 1 && st.state == "ok";
-        if (st.state == "failed") break;
+        back = st.faults >= k + 1 && st.state == EngineState::kOk;
+        if (st.state == EngineState::kFailed) break;
         if (!back) std::this_thread::sleep_for(std::chrono::microseconds(250));
       }
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -155,7 +155,7 @@ void expect_intact(const Outcome& o, const std::vector<std::vector<int32_t>>& wa
   EXPECT_EQ(o.stats.restarts, faults);
   EXPECT_EQ(o.stats.blocks_free, o.stats.blocks_total) << "leaked KV blocks";
   EXPECT_EQ(o.stats.running, 0);
-  EXPECT_EQ(o.stats.state, "ok");
+  EXPECT_EQ(o.stats.state, EngineState::kOk);
   if (faults > 0) {
     EXPECT_GT(o.stats.requeued, 0);
   }
@@ -246,12 +246,12 @@ TEST_F(Recovery, PastTheLimitTheEngineFailsAndRefuses) {
   bc.limits = SchedLimits{8, 64, 64, 256};
   bc.n_blocks = sup.kv_blocks();
   bc.vocab = mc.vocab;
-  BridgeEngine engine(sup.segment(), bc, [&] { return sup.health(); });
+  Bridge engine(sup.segment(), bc, [&] { return sup.health(); });
   pid_t first = sup.pids()[1];
   kill(first, SIGKILL);
-  for (int i = 0; i < 3000 && (sup.pids()[1] == first || engine.stats().state != "ok"); ++i)
+  for (int i = 0; i < 3000 && (sup.pids()[1] == first || engine.stats().state != EngineState::kOk); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_EQ(engine.stats().state, "ok");
+  ASSERT_EQ(engine.stats().state, EngineState::kOk);
   EXPECT_EQ(engine.stats().restarts, 1);
   EXPECT_TRUE(engine.ready());
   kill(sup.pids()[1], SIGKILL);
@@ -259,7 +259,7 @@ TEST_F(Recovery, PastTheLimitTheEngineFailsAndRefuses) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_FALSE(engine.ready());
   EngineStats st = engine.stats();
-  EXPECT_EQ(st.state, "failed");
+  EXPECT_EQ(st.state, EngineState::kFailed);
   EXPECT_NE(st.failure.find("unhealthy"), std::string::npos) << st.failure;
   Collector col;
   GenRequest g;

@@ -1,5 +1,5 @@
 // End-to-end: real stage processes (kvasird --stage N, fork + exec) under an
-// in-process Supervisor and BridgeEngine. Greedy output of 2-, 3- and
+// in-process Supervisor and Bridge. Greedy output of 2-, 3- and
 // 4-stage CPU plans must equal, token for token, a single-process
 // SliceExecutor over the whole model, for many concurrent requests of
 // different lengths. Then the daemon as a process: no leftover segment or
@@ -62,7 +62,7 @@ std::vector<std::vector<int32_t>> run_ring(const std::string& model_path, int n_
   bc.context_length = mc.context_length;
   std::vector<std::vector<int32_t>> out(reqs.size());
   {
-    BridgeEngine engine(sup.segment(), bc, [&]() -> std::optional<std::string> {
+    Bridge engine(sup.segment(), bc, [&]() -> std::optional<std::string> {
       if (auto ex = sup.poll()) return ex->error;
       return std::nullopt;
     });
@@ -293,7 +293,7 @@ TEST(RingE2E, StageDeathFailsRequestsInFailStopMode) {
   bc.limits = SchedLimits{4, 32, 32, 256};
   bc.n_blocks = sup.kv_blocks();
   bc.vocab = mc.vocab;
-  BridgeEngine engine(sup.segment(), bc, [&]() -> std::optional<std::string> {
+  Bridge engine(sup.segment(), bc, [&]() -> std::optional<std::string> {
     if (auto ex = sup.poll()) return ex->error;
     return std::nullopt;
   });

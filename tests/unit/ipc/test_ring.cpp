@@ -264,23 +264,23 @@ TEST(Batch, MessageChecks) {
   m.slot = 1;
   m.n_rows = 2;
   m.n_tokens = 3;
-  EXPECT_EQ(check_msg(m, d, 4), "");
-  EXPECT_NE(check_msg(m, d, 5), "");  // not increasing
+  EXPECT_TRUE(check_msg(m, d, 4).ok());
+  EXPECT_EQ(check_msg(m, d, 5).code(), ErrorCode::kBatchRefused);  // not increasing
   auto bad = m;
   bad.slot = 2;
-  EXPECT_NE(check_msg(bad, d, 0).find("slot 2"), std::string::npos);
+  EXPECT_NE(check_msg(bad, d, 0).message().find("slot 2"), std::string::npos);
   bad = m;
   bad.version = 7;
-  EXPECT_NE(check_msg(bad, d, 0), "");
+  EXPECT_EQ(check_msg(bad, d, 0).code(), ErrorCode::kBatchRefused);
   bad = m;
   bad.n_rows = 5;
-  EXPECT_NE(check_msg(bad, d, 0), "");
+  EXPECT_EQ(check_msg(bad, d, 0).code(), ErrorCode::kBatchRefused);
   bad = m;
   bad.n_tokens = 17;
-  EXPECT_NE(check_msg(bad, d, 0), "");
+  EXPECT_EQ(check_msg(bad, d, 0).code(), ErrorCode::kBatchRefused);
   bad = m;
   bad.n_tokens = 1;  // fewer tokens than rows
-  EXPECT_NE(check_msg(bad, d, 0), "");
+  EXPECT_EQ(check_msg(bad, d, 0).code(), ErrorCode::kBatchRefused);
 }
 
 TEST(Batch, DescriptorRoundTripAndChecks) {
@@ -304,26 +304,27 @@ TEST(Batch, DescriptorRoundTripAndChecks) {
   m.n_rows = 2;
   m.n_tokens = 3;
   Batch out;
-  EXPECT_EQ(read_desc(seg->desc(1), m, d, 8, 4, out), "");
+  EXPECT_TRUE(read_desc(seg->desc(1), m, d, 8, 4, out).ok());
   EXPECT_EQ(out.tokens, b.tokens);
   EXPECT_EQ(out.rows[1].pos0, 5);
   EXPECT_EQ(out.tables[d.max_table + 1], 5);
   // Block id beyond the pool.
-  EXPECT_NE(read_desc(seg->desc(1), m, d, 5, 4, out).find("block id 5"), std::string::npos);
+  EXPECT_NE(read_desc(seg->desc(1), m, d, 5, 4, out).message().find("block id 5"),
+            std::string::npos);
   // Message and descriptor disagree.
   auto m2 = m;
   m2.batch_id = 10;
-  EXPECT_NE(read_desc(seg->desc(1), m2, d, 8, 4, out), "");
+  EXPECT_EQ(read_desc(seg->desc(1), m2, d, 8, 4, out).code(), ErrorCode::kBatchRefused);
   // Positions past the table: row 1 at pos 5 with 1 block of 4.
   seg->desc(1).rows[1].n_table = 1;
-  EXPECT_NE(read_desc(seg->desc(1), m, d, 8, 4, out).find("outside"), std::string::npos);
+  EXPECT_NE(read_desc(seg->desc(1), m, d, 8, 4, out).message().find("outside"), std::string::npos);
   seg->desc(1).rows[1].n_table = 2;
   // Rows not summing to the header's count.
   seg->desc(1).rows[0].n_tokens = 1;
-  EXPECT_NE(read_desc(seg->desc(1), m, d, 8, 4, out), "");
+  EXPECT_EQ(read_desc(seg->desc(1), m, d, 8, 4, out).code(), ErrorCode::kBatchRefused);
   seg->desc(1).rows[0].n_tokens = 2;
   seg->desc(1).rows[0].n_table = 99;
-  EXPECT_NE(read_desc(seg->desc(1), m, d, 8, 4, out), "");
+  EXPECT_EQ(read_desc(seg->desc(1), m, d, 8, 4, out).code(), ErrorCode::kBatchRefused);
   Segment::remove(name);
 }
 

@@ -105,7 +105,7 @@ std::set<int> support(const std::vector<int>& counts) {
 // validate_sampling
 
 TEST(ValidateSampling, DefaultsAndBoundsAreValid) {
-  EXPECT_EQ(validate_sampling(SamplingParams{}), "");
+  EXPECT_TRUE(validate_sampling(SamplingParams{}).ok());
   SamplingParams p;
   p.temperature = 0;
   p.top_p = 1;
@@ -115,11 +115,15 @@ TEST(ValidateSampling, DefaultsAndBoundsAreValid) {
   p.frequency_penalty = 2;
   p.repetition_penalty = 0.01f;
   p.logprobs = kMaxLogprobs;
-  EXPECT_EQ(validate_sampling(p), "");
+  EXPECT_TRUE(validate_sampling(p).ok());
 }
 
 void expect_refused(SamplingParams p, const std::string& name, const std::string& value) {
-  std::string err = validate_sampling(p);
+  const char* field = "";
+  Status st = validate_sampling(p, &field);
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(std::string(field), name);
+  const std::string& err = st.message();
   EXPECT_NE(err.find(name), std::string::npos) << err;
   EXPECT_NE(err.find("(got " + value + ")"), std::string::npos) << err;
 }

@@ -1,0 +1,148 @@
+// daemon/api/api.h — the daemon's HTTP API (docs/api.md): one set of routes,
+// served on the Unix socket for the CLI and on TCP for OpenAI clients.
+//
+//   POST /v1/completions, /v1/chat/completions   (stream: true → SSE)
+//   GET  /v1/models, /health, /metrics, /kvasir/v1/stats
+//   POST /tokenize, /detokenize
+//
+// docs/api.md documents every route, field and error. The routes are
+// transport-free (ApiService::handle takes a parsed request and a Responder);
+// the transport is HttpServer (http_server.h).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "daemon/engine/engine.h"
+#include "daemon/api/http_server.h"
+#include "daemon/api/openai.h"
+
+namespace kvasir {
+
+struct Config;
+class Tokenizer;
+class ChatTemplate;
+
+// Incremental detokenizer of one request (UTF-8 safe: holds partial characters).
+class TextStream {
+ public:
+  virtual ~TextStream() = default;
+  virtual std::string push(int32_t id) = 0;
+  virtual std::string flush() = 0;
+};
+
+// What the API needs of the tokenizer and chat template. The daemon adapts
+// model/tokenizer.h (make_text_codec); tests use a fake.
+class TextCodec {
+ public:
+  virtual ~TextCodec() = default;
+  virtual std::vector<int32_t> encode(const std::string& text, bool add_special,
+                                      bool parse_special) const = 0;
+  virtual std::string decode(const std::vector<int32_t>& ids, bool skip_special) const = 0;
+  virtual std::unique_ptr<TextStream> stream(bool skip_special) const = 0;
+  virtual int32_t vocab_size() const = 0;
+  virtual bool is_eog(int32_t id) const = 0;
+  // The chat template applied with the generation prompt; throws kvasir::Error
+  // if the model has none or rendering fails.
+  virtual std::string render_chat(const std::vector<ChatMessageIn>& messages) const = 0;
+};
+
+// Adapts the model's tokenizer and chat template (chat may be nullptr: then
+// chat requests get 400). Both must outlive the codec.
+std::shared_ptr<TextCodec> make_text_codec(const Tokenizer& tok, const ChatTemplate* chat);
+
+struct ApiContext {
+  std::shared_ptr<const TextCodec> codec;
+  std::string model_name;                  // the id in /v1/models and responses
+  std::vector<std::string> model_aliases;  // also accepted as "model" (e.g. the file name)
+  int32_t max_model_len = 0;               // context length (0 = unknown)
+  // Stage and ring statistics for /kvasir/v1/stats and /metrics, as JSON:
+  //   {"plan": {...}, "inflight": N,
+  //    "stages": [{"index","layers","device","busy_s","starved_s","blocked_s",
+  //                "batches","tokens"}, ...]}
+  // Any extra keys are passed through to /kvasir/v1/stats. May be empty.
+  std::function<nlohmann::json()> stage_stats;
+  // Turning true starts the graceful stop (see run_api). May be null.
+  const std::atomic<bool>* stop = nullptr;
+  // Turning true during the drain aborts the requests still running (the
+  // daemon's second SIGTERM). May be null.
+  const std::atomic<bool>* abort = nullptr;
+  // Startup progress for /health and `kvasir status` while not ready (may be empty).
+  std::function<nlohmann::json()> loading;
+  // Called once on run_api's thread when every listener is up (the daemon
+  // starts the stages only then, so a second daemon fails before touching them).
+  std::function<void()> on_listening;
+  // Called on run_api's thread with a line for the daemon's log when the
+  // drain ends: how many requests finished and how many were aborted.
+  std::function<void(const std::string&)> on_drained;
+};
+
+struct ApiOptions {
+  std::string api_key;  // "" = none; checked on TCP requests only
+  ParseLimits limits;
+};
+
+// The routes. Create with the HttpServer's post function (to get engine
+// events back on the io thread). Keep it alive while the server runs.
+class ApiService : public std::enable_shared_from_this<ApiService> {
+ public:
+  ApiService(Engine& engine, ApiContext ctx, ApiOptions opts,
+             std::function<void(std::function<void()>)> post);
+  ~ApiService();
+  void handle(HttpRequest req, std::shared_ptr<Responder> res);
+  // Detaches from the engine: later engine events are dropped, in-flight
+  // requests are cancelled.
+  void shutdown();
+  // New generation requests get 503 from now on (the daemon is stopping);
+  // /health says "stopping".
+  void begin_drain();
+  // Generation requests not yet answered.
+  size_t in_flight() const;
+  // Ends every generation request still running with `message` (503): an
+  // error body if nothing was sent yet, else an SSE error event and [DONE],
+  // so a stream never ends silently. Cancels them in the engine. Io thread.
+  // Returns how many were aborted.
+  size_t abort_all(const std::string& message);
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// An Engine that is not there yet: lets the API serve (health 503 with
+// ctx.loading progress, `kvasir status` while the model loads) before the
+// stages are up. Before attach(), ready() is false and submit() refuses with
+// "the model is still loading"; after, everything forwards. Thread-safe.
+class DeferredEngine : public Engine {
+ public:
+  void attach(Engine* e) { engine_.store(e); }
+  RequestId submit(GenRequest req, EventSink sink) override;
+  void cancel(RequestId id) override;
+  EngineStats stats() const override;
+  RingReport ring_report() const override;
+  bool ready() const override;
+
+ private:
+  std::atomic<Engine*> engine_{nullptr};
+};
+
+// Serves the API on cfg.server.socket and (if set) cfg.server.http until
+// *ctx.stop turns true. Then the graceful stop: new generation requests get
+// 503 ("stopping") while running ones finish, for up to
+// cfg.server.drain_timeout seconds; at the timeout, or when *ctx.abort turns
+// true, the rest are ended with an error (abort_all). Once the last bytes are
+// written (at most write_timeout more) every connection closes, the socket
+// file is removed and run_api returns. One io thread (the caller's). Returns
+// 0 if every request finished, 1 if some were aborted; throws kvasir::Error
+// if a listener cannot be set up.
+int run_api(const Config& cfg, Engine& engine, const ApiContext& ctx);
+
+// Constant-time comparison (API keys).
+bool constant_time_equal(const std::string& a, const std::string& b);
+
+}  // namespace kvasir

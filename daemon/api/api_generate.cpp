@@ -1,0 +1,371 @@
+// daemon/api/api_generate.cpp — one completion or chat request, from the parsed
+// body to the last byte: tokenize, submit, then turn engine events (posted to
+// the io thread) into text with the incremental detokenizer, match stop
+// strings on that text, and answer in one JSON body or as SSE chunks.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "base/check.h"
+#include "daemon/api/api_internal.h"
+#include "daemon/api/openai_stop.h"
+
+namespace kvasir {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+ApiError engine_error(const Status& error) {
+  const std::string& m = error.message();
+  switch (error.code()) {
+    case ErrorCode::kQueueFull:
+      return ApiError(429, m, "", "rate_limit_error", "queue_full");
+    case ErrorCode::kLoading:
+    case ErrorCode::kStopping:
+    case ErrorCode::kAborted:
+    case ErrorCode::kUnavailable:
+      return ApiError(503, m, "", "server_error", "unavailable");
+    case ErrorCode::kInvalidArgument:
+      return ApiError(400, m, "prompt");
+    case ErrorCode::kContextLength:
+      return ApiError(400, m, "prompt", "invalid_request_error", "context_length_exceeded");
+    default:
+      return ApiError(500, m, "", "server_error");
+  }
+}
+
+class Generation : public std::enable_shared_from_this<Generation> {
+ public:
+  Generation(std::shared_ptr<ApiService::Impl> api, std::shared_ptr<Responder> res,
+             CompletionRequest req, std::string route)
+      : api_(std::move(api)),
+        res_(std::move(res)),
+        req_(std::move(req)),
+        route_(std::move(route)),
+        stop_(req_.stop) {}
+
+  void start(std::vector<int32_t> prompt, std::string echo_text) {
+    Engine& engine = api_->engine;
+    meta_.id = fmt::format("{}-{:016x}", req_.chat ? "chatcmpl" : "cmpl",
+                           api_->next_serial.fetch_add(1) * 0x9E3779B97F4A7C15ull);
+    meta_.model = api_->ctx.model_name;
+    meta_.created = std::chrono::duration_cast<std::chrono::seconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
+    usage_.prompt_tokens = int64_t(prompt.size());
+    dec_ = api_->ctx.codec->stream(req_.skip_special_tokens);
+    if (req_.echo) pending_text_ = std::move(echo_text);
+
+    GenRequest g;
+    g.prompt = std::move(prompt);
+    g.max_tokens = req_.max_tokens;
+    g.sampling = req_.sampling;
+    g.stop_ids = req_.stop_token_ids;
+    g.ignore_eos = req_.ignore_eos;
+
+    // Engine events come on the engine's thread: hop to the io thread.
+    auto self = shared_from_this();
+    std::weak_ptr<PostGate> gate = api_->gate;
+    auto sink = [self, gate](const TokenEvent& ev) {
+      if (auto g = gate.lock()) g->run([self, ev] { self->on_event(ev); });
+    };
+    res_->on_close([w = weak_from_this()] {
+      if (auto s = w.lock()) s->client_gone();
+    });
+    serial_ = api_->next_serial.fetch_add(1);
+    {
+      std::lock_guard lk(api_->gens_mu);
+      api_->gens[serial_] = self;
+    }
+    t_submit_ = Clock::now();
+    id_ = engine.submit(std::move(g), std::move(sink));
+    if (cancel_when_submitted_ && id_ != 0) engine.cancel(id_);
+  }
+
+  // The client went away (io thread): abort at the next iteration.
+  void client_gone() {
+    if (done_) return;
+    {
+      std::lock_guard lk(api_->metrics.mu);
+      api_->metrics.cancelled++;
+    }
+    end(false);
+    cancel();
+  }
+
+  // The daemon is stopping and the drain is over (io thread).
+  void abort(const ApiError& e) {
+    if (done_) return;
+    fail(e);
+    cancel();
+  }
+
+  void cancel() {
+    if (RequestId id = id_.load(); id != 0)
+      api_->engine.cancel(id);
+    else
+      cancel_when_submitted_ = true;
+  }
+
+ private:
+  void on_event(const TokenEvent& ev) {
+    if (done_) return;
+    auto now = Clock::now();
+    if (ev.token >= 0) {
+      {
+        std::lock_guard lk(api_->metrics.mu);
+        if (usage_.completion_tokens == 0)
+          api_->metrics.ttft.observe(std::chrono::duration<double>(now - t_submit_).count());
+        else
+          api_->metrics.itl.observe(std::chrono::duration<double>(now - t_last_).count());
+      }
+      t_last_ = now;
+      usage_.completion_tokens++;
+      bool final_stop =
+          ev.finish == FinishReason::kStop &&
+          (api_->ctx.codec->is_eog(ev.token) ||
+           std::count(req_.stop_token_ids.begin(), req_.stop_token_ids.end(), ev.token));
+      std::string piece;
+      try {
+        piece = final_stop ? dec_->flush() : dec_->push(ev.token);
+      } catch (const std::exception&) {
+        piece = "\xEF\xBF\xBD";  // an id the tokenizer cannot decode: U+FFFD
+      }
+      if (req_.logprobs >= 0) add_logprob(ev);
+      std::string out = stop_.push(piece);
+      pending_text_ += out;
+      if (stop_.matched()) {
+        {
+          std::lock_guard lk(api_->metrics.mu);
+          api_->metrics.stopped_by_string++;
+        }
+        cancel();
+        return complete(FinishReason::kStop);
+      }
+      if (ev.finish == FinishReason::kNone) return emit_pending();
+    }
+    switch (ev.finish) {
+      case FinishReason::kNone:
+        return;
+      case FinishReason::kStop:
+      case FinishReason::kLength: {
+        std::string rest = stop_.push(dec_->flush());
+        pending_text_ += rest;
+        if (!stop_.matched()) pending_text_ += stop_.flush();
+        return complete(stop_.matched() ? FinishReason::kStop : ev.finish);
+      }
+      case FinishReason::kAbort:
+        if (!started_)
+          return fail(ApiError(503, "the request was aborted (the daemon is stopping)", "",
+                               "server_error", "aborted"));
+        return complete(FinishReason::kAbort);
+      case FinishReason::kError:
+        return fail(engine_error(ev.error));
+    }
+  }
+
+  void add_logprob(const TokenEvent& ev) {
+    const TextCodec& c = *api_->ctx.codec;
+    auto text_of = [&](int32_t id) {
+      try {
+        return c.decode({id}, false);
+      } catch (const std::exception&) {
+        return std::string();
+      }
+    };
+    TokenLogprob t{text_of(ev.token), ev.logprob, {}};
+    for (const auto& [id, lp] : ev.top_logprobs) t.top.emplace_back(text_of(id), lp);
+    pending_lp_.push_back(std::move(t));
+  }
+
+  json take_logprobs() {
+    if (req_.logprobs < 0) return nullptr;
+    json j = req_.chat ? chat_logprobs_json(pending_lp_)
+                       : completion_logprobs_json(pending_lp_, text_offset_);
+    for (const auto& t : pending_lp_) text_offset_ += t.text.size();
+    pending_lp_.clear();
+    return j;
+  }
+
+  void begin_stream() {
+    if (started_) return;
+    started_ = true;
+    res_->start_stream(200, "text/event-stream");
+    if (req_.chat)
+      res_->write(sse_event(chat_chunk(meta_, std::string(), true, FinishReason::kNone, nullptr)));
+  }
+
+  // Streaming: send what is ready; whole responses accumulate.
+  void emit_pending() {
+    if (!req_.stream) {
+      full_text_ += pending_text_;
+      pending_text_.clear();
+      if (req_.logprobs >= 0)
+        all_lp_.insert(all_lp_.end(), pending_lp_.begin(), pending_lp_.end()), pending_lp_.clear();
+      return;
+    }
+    begin_stream();
+    if (pending_text_.empty()) return;
+    json lp = take_logprobs();
+    json chunk = req_.chat ? chat_chunk(meta_, pending_text_, false, FinishReason::kNone, lp)
+                           : completion_chunk(meta_, pending_text_, FinishReason::kNone, lp);
+    pending_text_.clear();
+    res_->write(sse_event(chunk));
+  }
+
+  void complete(FinishReason f) {
+    if (done_) return;
+    emit_pending();
+    if (!req_.stream) {
+      json lp = nullptr;
+      if (req_.logprobs >= 0)
+        lp = req_.chat ? chat_logprobs_json(all_lp_) : completion_logprobs_json(all_lp_, 0);
+      json body = req_.chat ? chat_response(meta_, full_text_, f, usage_, lp)
+                            : completion_response(meta_, full_text_, f, usage_, lp);
+      api_->send_json(res_, route_, 200, body);
+    } else {
+      json chunk = req_.chat ? chat_chunk(meta_, std::nullopt, false, f, take_logprobs())
+                             : completion_chunk(meta_, "", f, take_logprobs());
+      std::string out = sse_event(chunk);
+      if (req_.include_usage) out += sse_event(usage_chunk(meta_, req_.chat, usage_));
+      out += sse_done();
+      res_->write(std::move(out));
+      res_->finish();
+      api_->count(route_, 200);
+    }
+    end(true);
+  }
+
+  void fail(const ApiError& e) {
+    if (done_) return;
+    if (!started_) {
+      api_->send_error(res_, route_, e);
+    } else {
+      // Headers are gone: the error travels as an event, then the stream ends.
+      res_->write(sse_event(error_body(e)) + sse_done());
+      res_->finish();
+      api_->count(route_, e.status);
+    }
+    end(false);
+  }
+
+  void end(bool ok) {
+    done_ = true;
+    if (ok) {
+      std::lock_guard lk(api_->metrics.mu);
+      api_->metrics.e2e.observe(std::chrono::duration<double>(Clock::now() - t_submit_).count());
+    }
+    std::lock_guard lk(api_->gens_mu);
+    api_->gens.erase(serial_);
+  }
+
+  std::shared_ptr<ApiService::Impl> api_;
+  std::shared_ptr<Responder> res_;
+  CompletionRequest req_;
+  std::string route_;
+  ResponseMeta meta_;
+  std::unique_ptr<TextStream> dec_;
+  StopMatcher stop_;
+  Usage usage_;
+  std::atomic<RequestId> id_{0};  // cancel() may come from another thread (shutdown)
+  uint64_t serial_ = 0;
+  std::atomic<bool> cancel_when_submitted_{false};
+  bool started_ = false, done_ = false;
+  std::string pending_text_, full_text_;
+  std::vector<TokenLogprob> pending_lp_, all_lp_;
+  size_t text_offset_ = 0;
+  Clock::time_point t_submit_, t_last_;
+};
+
+void ApiService::Impl::generate(const HttpRequest& http, const std::shared_ptr<Responder>& res,
+                                bool chat) {
+  const std::string route = chat ? "/v1/chat/completions" : "/v1/completions";
+  ParseLimits lim = opts.limits;
+  if (ctx.max_model_len > 0) lim.max_tokens_cap = std::min(lim.max_tokens_cap, ctx.max_model_len);
+  CompletionRequest req = parse_completion_request(http.body, chat, lim);
+  check_model(req.model);
+  if (draining)
+    throw ApiError(503, "the daemon is stopping; retry on another instance or later", "",
+                   "server_error", "stopping");
+  if (!engine.ready())
+    throw ApiError(503, "the model is still loading; retry later", "", "server_error", "not_ready");
+  const TextCodec& codec = *ctx.codec;
+
+  std::vector<int32_t> prompt;
+  std::string echo_text;
+  if (chat) {
+    std::string text;
+    try {
+      text = codec.render_chat(req.messages);
+    } catch (const Error& e) {
+      throw ApiError(400, "cannot apply the chat template: " + e.message(), "messages");
+    }
+    prompt = codec.encode(text, /*add_special=*/false, /*parse_special=*/true);
+  } else if (req.prompt_text) {
+    prompt = codec.encode(*req.prompt_text, true, true);
+    echo_text = *req.prompt_text;
+  } else {
+    prompt = req.prompt_ids;
+    int32_t vocab = codec.vocab_size();
+    for (size_t i = 0; i < prompt.size(); ++i)
+      if (prompt[i] < 0 || prompt[i] >= vocab)
+        throw ApiError(400,
+                       fmt::format("prompt[{}]: token id {} is out of range (vocabulary: {})", i,
+                                   prompt[i], vocab),
+                       "prompt");
+    if (req.echo) echo_text = codec.decode(prompt, req.skip_special_tokens);
+  }
+  if (prompt.empty())
+    throw ApiError(400, "the prompt encodes to no tokens", chat ? "messages" : "prompt");
+  for (int32_t id : req.stop_token_ids)
+    if (id >= codec.vocab_size())
+      throw ApiError(400, fmt::format("stop_token_ids: {} is out of range", id), "stop_token_ids");
+
+  if (ctx.max_model_len > 0) {
+    int64_t n = int64_t(prompt.size());
+    if (n >= ctx.max_model_len)
+      throw ApiError(400,
+                     fmt::format("this model's maximum context length is {} tokens; the prompt "
+                                 "has {}",
+                                 ctx.max_model_len, n),
+                     chat ? "messages" : "prompt", "invalid_request_error",
+                     "context_length_exceeded");
+    int64_t room = ctx.max_model_len - n;
+    if (req.max_tokens > room) {
+      if (req.max_tokens_given)
+        throw ApiError(400,
+                       fmt::format("this model's maximum context length is {} tokens; you asked "
+                                   "for {} ({} in the prompt, {} to generate)",
+                                   ctx.max_model_len, n + req.max_tokens, n, req.max_tokens),
+                       "max_tokens", "invalid_request_error", "context_length_exceeded");
+      req.max_tokens = int32_t(room);
+    }
+  }
+  auto gen = std::make_shared<Generation>(shared_from_this(), res, std::move(req), route);
+  gen->start(std::move(prompt), std::move(echo_text));
+}
+
+size_t ApiService::abort_all(const std::string& message) {
+  std::vector<std::shared_ptr<Generation>> live;
+  {
+    std::lock_guard lk(impl_->gens_mu);
+    for (auto& [k, w] : impl_->gens)
+      if (auto g = w.lock()) live.push_back(g);
+  }
+  ApiError e(503, message, "", "server_error", "aborted");
+  for (auto& g : live) g->abort(e);
+  return live.size();
+}
+
+void ApiService::shutdown() {
+  impl_->gate->close();
+  std::vector<std::shared_ptr<Generation>> live;
+  {
+    std::lock_guard lk(impl_->gens_mu);
+    for (auto& [k, w] : impl_->gens)
+      if (auto g = w.lock()) live.push_back(g);
+  }
+  for (auto& g : live) g->cancel();
+}
+
+}  // namespace kvasir

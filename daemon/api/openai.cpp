@@ -1,0 +1,495 @@
+// daemon/api/openai.cpp — parsing and shaping of the OpenAI request/response bodies.
+#include "daemon/api/openai.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace kvasir {
+
+using nlohmann::json;
+
+void bad_param(const std::string& param, const std::string& message) {
+  throw ApiError(400, message, param);
+}
+
+namespace {
+// Deepest [ / { nesting outside strings: refused before parsing, so a body of
+// a million '[' costs a scan, not a million allocations.
+size_t nesting_depth(std::string_view s) {
+  size_t depth = 0, max_depth = 0;
+  bool in_str = false, esc = false;
+  for (char c : s) {
+    if (in_str) {
+      if (esc)
+        esc = false;
+      else if (c == '\\')
+        esc = true;
+      else if (c == '"')
+        in_str = false;
+    } else if (c == '"') {
+      in_str = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+constexpr size_t kMaxJsonDepth = 32;
+}  // namespace
+
+json parse_json_object(std::string_view body) {
+  if (nesting_depth(body) > kMaxJsonDepth)
+    throw ApiError(400,
+                   fmt::format("the JSON body is nested deeper than {} levels", kMaxJsonDepth));
+  json j;
+  try {
+    j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/true,
+                    /*ignore_comments=*/false);
+  } catch (const json::exception& e) {
+    throw ApiError(400, fmt::format("malformed JSON body: {}", e.what()));
+  }
+  if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  return j;
+}
+
+namespace {
+
+const char* type_name(const json& v) {
+  return v.type_name();
+}
+
+// Field accessors: absent or null → nullopt; wrong type → 400 naming the field.
+std::optional<bool> get_bool(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean())
+    bad_param(key, fmt::format("{} must be a boolean (got {})", key, type_name(*it)));
+  return it->get<bool>();
+}
+
+std::optional<double> get_number(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number())
+    bad_param(key, fmt::format("{} must be a number (got {})", key, type_name(*it)));
+  double v = it->get<double>();
+  if (!std::isfinite(v)) bad_param(key, fmt::format("{} must be finite", key));
+  return v;
+}
+
+// An integer in [lo, hi]. Floats with an integral value (2.0) are accepted.
+std::optional<int64_t> get_int(const json& j, const char* key, int64_t lo, int64_t hi) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  int64_t v = 0;
+  if (it->is_number_integer()) {
+    if (it->is_number_unsigned() &&
+        it->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+      bad_param(key, fmt::format("{} is out of range (got {})", key, it->dump()));
+    v = it->get<int64_t>();
+  } else if (it->is_number_float()) {
+    double d = it->get<double>();
+    if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.0e18)
+      bad_param(key, fmt::format("{} must be an integer (got {})", key, it->dump()));
+    v = int64_t(d);
+  } else {
+    bad_param(key, fmt::format("{} must be an integer (got {})", key, type_name(*it)));
+  }
+  if (v < lo || v > hi)
+    bad_param(key, fmt::format("{} must be between {} and {} (got {})", key, lo, hi, v));
+  return v;
+}
+
+std::optional<std::string> get_string(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string())
+    bad_param(key, fmt::format("{} must be a string (got {})", key, type_name(*it)));
+  return it->get<std::string>();
+}
+
+std::vector<int32_t> int_array(const json& a, const char* key, size_t max_n) {
+  if (a.size() > max_n)
+    bad_param(key,
+              fmt::format("{} has {} token ids; at most {} are accepted", key, a.size(), max_n));
+  std::vector<int32_t> out;
+  out.reserve(a.size());
+  for (const auto& v : a) {
+    if (!v.is_number_integer())
+      bad_param(key, fmt::format("{} must hold integer token ids (got {})", key, type_name(v)));
+    if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(INT32_MAX)
+                               : (v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX))
+      bad_param(key, fmt::format("{}: token id {} is out of range", key, v.dump()));
+    out.push_back(int32_t(v.get<int64_t>()));
+  }
+  return out;
+}
+
+// The text of a chat message's content: a string, or an array of
+// {"type":"text","text":...} parts (concatenated).
+std::string message_content(const json& c, size_t i) {
+  std::string param = fmt::format("messages[{}].content", i);
+  if (c.is_null()) return "";
+  if (c.is_string()) return c.get<std::string>();
+  if (!c.is_array())
+    bad_param(param, fmt::format("{} must be a string or an array of parts", param));
+  std::string out;
+  for (const auto& part : c) {
+    if (!part.is_object()) bad_param(param, fmt::format("{} parts must be objects", param));
+    auto type = get_string(part, "type");
+    if (type && *type != "text")
+      bad_param(param, fmt::format("{}: content part type '{}' is not supported (only 'text')",
+                                   param, *type));
+    auto text = part.find("text");
+    if (text == part.end() || !text->is_string())
+      bad_param(param, fmt::format("{}: a text part needs a string 'text'", param));
+    out += text->get<std::string>();
+  }
+  return out;
+}
+
+std::vector<ChatMessageIn> parse_messages(const json& j, size_t max_messages) {
+  auto it = j.find("messages");
+  if (it == j.end() || it->is_null()) bad_param("messages", "messages is required");
+  if (!it->is_array() || it->empty())
+    bad_param("messages", "messages must be a non-empty array of {role, content} objects");
+  if (it->size() > max_messages)
+    bad_param("messages",
+              fmt::format("too many messages ({}; at most {})", it->size(), max_messages));
+  std::vector<ChatMessageIn> out;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    if (!m.is_object()) bad_param(fmt::format("messages[{}]", i), "each message must be an object");
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string())
+      bad_param(fmt::format("messages[{}].role", i), "each message needs a string role");
+    std::string r = role->get<std::string>();
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer")
+      bad_param(fmt::format("messages[{}].role", i),
+                fmt::format("unknown role '{}' (system, user, assistant, tool)", r));
+    auto content = m.find("content");
+    out.push_back({r == "developer" ? "system" : r,
+                   content == m.end() ? std::string() : message_content(*content, i)});
+  }
+  return out;
+}
+
+void parse_prompt(const json& j, CompletionRequest& r, const ParseLimits& lim) {
+  auto it = j.find("prompt");
+  if (it == j.end() || it->is_null()) bad_param("prompt", "prompt is required");
+  const json* p = &*it;
+  // A list of one prompt is accepted; batches are not.
+  if (p->is_array() && !p->empty() && ((*p)[0].is_string() || (*p)[0].is_array())) {
+    if (p->size() != 1)
+      bad_param("prompt", fmt::format("batched prompts are not supported (got {}); send one "
+                                      "prompt per request",
+                                      p->size()));
+    p = &(*p)[0];
+  }
+  if (p->is_string()) {
+    r.prompt_text = p->get<std::string>();
+    if (r.prompt_text->empty()) bad_param("prompt", "prompt must not be empty");
+  } else if (p->is_array()) {
+    r.prompt_ids = int_array(*p, "prompt", lim.max_prompt_ids);
+    if (r.prompt_ids.empty()) bad_param("prompt", "prompt must not be empty");
+  } else {
+    bad_param("prompt", fmt::format("prompt must be a string or an array of token ids (got {})",
+                                    type_name(*p)));
+  }
+}
+
+// The stop conditions: "stop" (a string or up to max_stop strings, each
+// non-empty and at most max_stop_bytes) and "stop_token_ids" (up to 64 ids;
+// the vocabulary bound is checked where the vocabulary is known).
+void parse_stops(const json& j, CompletionRequest& r, const ParseLimits& lim) {
+  if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
+    const bool many = it->is_array();
+    if (many && it->size() > lim.max_stop)
+      bad_param("stop", fmt::format("at most {} stop strings (got {})", lim.max_stop, it->size()));
+    for (const json& s : many ? *it : json::array({*it})) {
+      if (!s.is_string()) bad_param("stop", "stop must be a string or an array of strings");
+      std::string v = s.get<std::string>();
+      if (v.empty()) bad_param("stop", "stop strings must not be empty");
+      if (v.size() > lim.max_stop_bytes)
+        bad_param("stop",
+                  fmt::format("a stop string is longer than {} bytes", lim.max_stop_bytes));
+      r.stop.push_back(std::move(v));
+    }
+  }
+  if (auto it = j.find("stop_token_ids"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) bad_param("stop_token_ids", "stop_token_ids must be an array of ids");
+    r.stop_token_ids = int_array(*it, "stop_token_ids", 64);
+  }
+}
+
+}  // namespace
+
+CompletionRequest parse_completion_request(std::string_view body, bool chat,
+                                           const ParseLimits& lim) {
+  json j = parse_json_object(body);
+  CompletionRequest r;
+  r.chat = chat;
+  r.model = get_string(j, "model").value_or("");
+  if (chat)
+    r.messages = parse_messages(j, lim.max_messages);
+  else
+    parse_prompt(j, r, lim);
+
+  if (auto n = get_int(j, "n", INT64_MIN, INT64_MAX); n && *n != 1)
+    bad_param("n", fmt::format("n must be 1: one choice per request (got {})", *n));
+  if (auto n = get_int(j, "best_of", INT64_MIN, INT64_MAX); n && *n != 1)
+    bad_param("best_of", fmt::format("best_of must be 1 (got {})", *n));
+
+  // max_completion_tokens is the newer chat name; max_tokens wins if both.
+  std::optional<int64_t> mt = get_int(j, "max_tokens", 1, lim.max_tokens_cap);
+  if (!mt && chat) mt = get_int(j, "max_completion_tokens", 1, lim.max_tokens_cap);
+  r.max_tokens_given = mt.has_value();
+  r.max_tokens = int32_t(mt.value_or(chat ? lim.default_chat_max_tokens : lim.default_max_tokens));
+
+  SamplingParams& s = r.sampling;
+  if (auto v = get_number(j, "temperature")) s.temperature = float(*v);
+  if (auto v = get_number(j, "top_p")) s.top_p = float(*v);
+  if (auto v = get_int(j, "top_k", -1, INT32_MAX)) s.top_k = *v < 0 ? 0 : int32_t(*v);
+  if (auto v = get_number(j, "min_p")) s.min_p = float(*v);
+  if (auto v = get_number(j, "repetition_penalty")) s.repetition_penalty = float(*v);
+  if (auto v = get_number(j, "presence_penalty")) s.presence_penalty = float(*v);
+  if (auto v = get_number(j, "frequency_penalty")) s.frequency_penalty = float(*v);
+  if (auto v = get_int(j, "seed", INT64_MIN, INT64_MAX)) {
+    s.seed = uint64_t(*v);
+    s.has_seed = 1;
+  }
+
+  if (chat) {
+    bool lp = get_bool(j, "logprobs").value_or(false);
+    auto top = get_int(j, "top_logprobs", 0, 20);
+    if (top && !lp) bad_param("top_logprobs", "top_logprobs needs logprobs: true");
+    if (lp) r.logprobs = int(std::min<int64_t>(top.value_or(0), kMaxLogprobs));
+  } else {
+    auto it = j.find("logprobs");
+    if (it != j.end() && it->is_boolean()) {  // some clients send a boolean
+      if (it->get<bool>()) r.logprobs = 0;
+    } else if (auto v = get_int(j, "logprobs", 0, 20)) {
+      r.logprobs = int(std::min<int64_t>(*v, kMaxLogprobs));
+    }
+    r.echo = get_bool(j, "echo").value_or(false);
+  }
+  if (r.logprobs >= 0) s.logprobs = uint8_t(r.logprobs);
+
+  parse_stops(j, r, lim);
+  r.ignore_eos = get_bool(j, "ignore_eos").value_or(false);
+  r.skip_special_tokens = get_bool(j, "skip_special_tokens").value_or(true);
+  r.stream = get_bool(j, "stream").value_or(false);
+  if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) bad_param("stream_options", "stream_options must be an object");
+    if (!r.stream) bad_param("stream_options", "stream_options is only allowed with stream: true");
+    r.include_usage = get_bool(*it, "include_usage").value_or(false);
+  }
+
+  const char* field = "";
+  if (Status st = validate_sampling(s, &field); !st.ok()) bad_param(field, st.message());
+  return r;
+}
+
+TokenizeRequest parse_tokenize_request(std::string_view body) {
+  json j = parse_json_object(body);
+  TokenizeRequest r;
+  if (j.contains("messages") && !j["messages"].is_null()) {
+    r.messages = parse_messages(j, 4096);
+    r.add_special_tokens = get_bool(j, "add_special_tokens").value_or(false);
+  } else {
+    r.prompt = get_string(j, "prompt");
+    if (!r.prompt) bad_param("prompt", "prompt (a string) or messages is required");
+    r.add_special_tokens = get_bool(j, "add_special_tokens").value_or(true);
+  }
+  return r;
+}
+
+std::vector<int32_t> parse_detokenize_request(std::string_view body, size_t max_ids) {
+  json j = parse_json_object(body);
+  auto it = j.find("tokens");
+  if (it == j.end() || !it->is_array()) bad_param("tokens", "tokens must be an array of token ids");
+  return int_array(*it, "tokens", max_ids);
+}
+
+// ---- responses ----
+
+json error_body(const ApiError& e) {
+  auto opt = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
+  return {
+      {"error",
+       {{"message", e.what()}, {"type", e.type}, {"param", opt(e.param)}, {"code", opt(e.code)}}}};
+}
+
+json finish_reason_json(FinishReason f) {
+  switch (f) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    default:
+      return nullptr;
+  }
+}
+
+json usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+namespace {
+// JSON cannot hold -inf: clamp, as other servers do.
+double safe_lp(float lp) {
+  return std::isfinite(lp) ? double(lp) : -9999.0;
+}
+
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(int(c));
+  return b;
+}
+}  // namespace
+
+json completion_logprobs_json(const std::vector<TokenLogprob>& lp, size_t off) {
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
+  for (const auto& t : lp) {
+    tokens.push_back(t.text);
+    lps.push_back(safe_lp(t.logprob));
+    json top = json::object();
+    for (const auto& [s, v] : t.top) top[s] = safe_lp(v);
+    tops.push_back(std::move(top));
+    offs.push_back(off);
+    off += t.text.size();
+  }
+  return {
+      {"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+}
+
+json chat_logprobs_json(const std::vector<TokenLogprob>& lp) {
+  json content = json::array();
+  for (const auto& t : lp) {
+    json top = json::array();
+    for (const auto& [s, v] : t.top)
+      top.push_back({{"token", s}, {"logprob", safe_lp(v)}, {"bytes", bytes_of(s)}});
+    content.push_back({{"token", t.text},
+                       {"logprob", safe_lp(t.logprob)},
+                       {"bytes", bytes_of(t.text)},
+                       {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+json completion_response(const ResponseMeta& m, const std::string& text, FinishReason f,
+                         const Usage& u, const json& logprobs) {
+  return {{"id", m.id},
+          {"object", "text_completion"},
+          {"created", m.created},
+          {"model", m.model},
+          {"choices", json::array({{{"index", 0},
+                                    {"text", text},
+                                    {"logprobs", logprobs},
+                                    {"finish_reason", finish_reason_json(f)}}})},
+          {"usage", usage_json(u)}};
+}
+
+json chat_response(const ResponseMeta& m, const std::string& text, FinishReason f, const Usage& u,
+                   const json& logprobs) {
+  return {{"id", m.id},
+          {"object", "chat.completion"},
+          {"created", m.created},
+          {"model", m.model},
+          {"choices", json::array({{{"index", 0},
+                                    {"message", {{"role", "assistant"}, {"content", text}}},
+                                    {"logprobs", logprobs},
+                                    {"finish_reason", finish_reason_json(f)}}})},
+          {"usage", usage_json(u)}};
+}
+
+json completion_chunk(const ResponseMeta& m, const std::string& text, FinishReason f,
+                      const json& logprobs) {
+  return {{"id", m.id},
+          {"object", "text_completion"},
+          {"created", m.created},
+          {"model", m.model},
+          {"choices", json::array({{{"index", 0},
+                                    {"text", text},
+                                    {"logprobs", logprobs},
+                                    {"finish_reason", finish_reason_json(f)}}})}};
+}
+
+json chat_chunk(const ResponseMeta& m, const std::optional<std::string>& content, bool with_role,
+                FinishReason f, const json& logprobs) {
+  json delta = json::object();
+  if (with_role) delta["role"] = "assistant";
+  if (content) delta["content"] = *content;
+  return {{"id", m.id},
+          {"object", "chat.completion.chunk"},
+          {"created", m.created},
+          {"model", m.model},
+          {"choices", json::array({{{"index", 0},
+                                    {"delta", delta},
+                                    {"logprobs", logprobs},
+                                    {"finish_reason", finish_reason_json(f)}}})}};
+}
+
+json usage_chunk(const ResponseMeta& m, bool chat, const Usage& u) {
+  return {{"id", m.id},
+          {"object", chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", m.created},
+          {"model", m.model},
+          {"choices", json::array()},
+          {"usage", usage_json(u)}};
+}
+
+std::string sse_event(const json& j) {
+  // dump() escapes control characters, so the payload never holds a newline.
+  return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+std::string sse_done() {
+  return "data: [DONE]\n\n";
+}
+
+std::vector<std::string> SseParser::feed(std::string_view bytes) {
+  buf_.append(bytes);
+  std::vector<std::string> out;
+  for (;;) {
+    // An event ends at a blank line (\n\n or \r\n\r\n).
+    size_t end = buf_.find("\n\n");
+    size_t end_crlf = buf_.find("\r\n\r\n");
+    size_t sep = 2;
+    if (end_crlf != std::string::npos && (end == std::string::npos || end_crlf < end)) {
+      end = end_crlf;
+      sep = 4;
+    }
+    if (end == std::string::npos) break;
+    std::string event = buf_.substr(0, end);
+    buf_.erase(0, end + sep);
+    std::string data;
+    bool any = false;
+    size_t pos = 0;
+    while (pos <= event.size()) {
+      size_t nl = event.find('\n', pos);
+      std::string line = event.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.rfind("data:", 0) == 0) {
+        std::string v = line.substr(5);
+        if (!v.empty() && v[0] == ' ') v.erase(0, 1);
+        if (any) data += '\n';
+        data += v;
+        any = true;
+      }
+      if (nl == std::string::npos) break;
+      pos = nl + 1;
+    }
+    if (any) out.push_back(std::move(data));
+  }
+  return out;
+}
+
+}  // namespace kvasir

@@ -1,0 +1,420 @@
+#include "daemon/config/config.h"
+
+#include <sys/stat.h>
+#include <toml++/toml.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <sstream>
+
+#include "base/check.h"
+#include "base/log.h"
+
+namespace kvasir {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int32_t kMaxInflightLimit = 64;  // ring slots are allocated up front
+
+// Refuses keys the file does not know: a typo must not silently fall back to
+// a default ("max_row = 8" would otherwise run with 32 rows).
+void check_keys(const toml::table& t, const std::string& where,
+                std::initializer_list<std::string_view> known) {
+  for (auto&& [k, v] : t) {
+    bool ok = false;
+    for (auto kk : known) ok = ok || kk == k.str();
+    KV_CHECK(ok, "{}{}: unknown key", where.empty() ? "" : where + ".", k.str());
+  }
+}
+
+const toml::table* sub_table(const toml::table& root, std::string_view name) {
+  auto* n = root.get(name);
+  if (!n) return nullptr;
+  KV_CHECK(n->is_table(), "{}: must be a table ([{}])", name, name);
+  return n->as_table();
+}
+
+int32_t get_int(const toml::table& t, std::string_view key, const std::string& field, int32_t def,
+                int64_t lo, int64_t hi) {
+  auto* n = t.get(key);
+  if (!n) return def;
+  auto v = n->value<int64_t>();
+  KV_CHECK(n->is_integer() && v, "{}: must be an integer", field);
+  KV_CHECK(*v >= lo && *v <= hi, "{}: {} is out of range [{}, {}]", field, *v, lo, hi);
+  return int32_t(*v);
+}
+
+// A number of seconds (or a factor) in [lo, hi]; TOML integers are accepted.
+double get_double(const toml::table& t, std::string_view key, const std::string& field, double def,
+                  double lo, double hi, std::string_view unit = "seconds") {
+  auto* n = t.get(key);
+  if (!n) return def;
+  auto v = n->value<double>();  // an integer converts; a string or a bool does not
+  KV_CHECK(v && (n->is_integer() || n->is_floating_point()), "{}: must be a number", field);
+  KV_CHECK(std::isfinite(*v) && *v >= lo && *v <= hi,
+           "{}: {} is out of range: must be {} in [{}, {}]", field, *v, unit, lo, hi);
+  return *v;
+}
+
+std::string get_str(const toml::table& t, std::string_view key, const std::string& field,
+                    const std::string& def) {
+  auto* n = t.get(key);
+  if (!n) return def;
+  KV_CHECK(n->is_string(), "{}: must be a string", field);
+  return std::string(*n->value<std::string_view>());
+}
+
+uint64_t get_size(const toml::table& t, std::string_view key, const std::string& field,
+                  uint64_t def) {
+  auto* n = t.get(key);
+  if (!n) return def;
+  if (n->is_integer()) {
+    int64_t v = *n->value<int64_t>();
+    KV_CHECK(v >= 0, "{}: must not be negative (got {})", field, v);
+    return uint64_t(v);
+  }
+  KV_CHECK(n->is_string(), "{}: must be a size like \"512MiB\"", field);
+  return parse_size(*n->value<std::string_view>(), field);
+}
+
+std::string resolve(const std::string& base_dir, const std::string& p) {
+  if (p.empty()) return p;
+  fs::path path(p);
+  if (path.is_absolute()) return path.lexically_normal().string();
+  return (fs::path(base_dir) / path).lexically_normal().string();
+}
+
+// "0-14" or "7" → inclusive range.
+void parse_layers(std::string_view s, const std::string& field, StageCfg& st) {
+  auto bad = [&] {
+    KV_FAIL("{}: \"{}\" is not a layer range like \"0-14\" (inclusive)", field, s);
+  };
+  auto num = [&](std::string_view x) -> int32_t {
+    while (!x.empty() && x.front() == ' ') x.remove_prefix(1);
+    while (!x.empty() && x.back() == ' ') x.remove_suffix(1);
+    if (x.empty() || x.size() > 6) bad();
+    int32_t v = 0;
+    for (char c : x) {
+      if (!std::isdigit(static_cast<unsigned char>(c))) bad();
+      v = v * 10 + (c - '0');
+    }
+    return v;
+  };
+  auto dash = s.find('-');
+  if (dash == std::string_view::npos) {
+    st.first = st.last = num(s);
+  } else {
+    st.first = num(s.substr(0, dash));
+    st.last = num(s.substr(dash + 1));
+  }
+  KV_CHECK(st.first <= st.last, "{}: \"{}\" ends before it starts", field, s);
+}
+
+// The key file: one line, read once at start. Refused if others may read it
+// (the key would leak to every local user) or if it is not a small text file.
+std::string read_api_key_file(const std::string& path) {
+  const char* f = "server.api_key_file";
+  struct stat st {};
+  KV_CHECK(::stat(path.c_str(), &st) == 0, "{}: {}: {}", f, path, std::strerror(errno));
+  KV_CHECK(S_ISREG(st.st_mode), "{}: {} is not a regular file", f, path);
+  KV_CHECK((st.st_mode & 0007) == 0,
+           "{}: {} is accessible by other users (mode {:04o}); chmod 600 (or 640 for a group)", f,
+           path, st.st_mode & 07777);
+  KV_CHECK(st.st_size <= 4096, "{}: {} is {} bytes; a key file holds one short line", f, path,
+           int64_t(st.st_size));
+  std::ifstream in(path, std::ios::binary);
+  KV_CHECK(in.good(), "{}: cannot read {}: {}", f, path, std::strerror(errno));
+  std::string key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  KV_CHECK(!in.bad(), "{}: cannot read {}", f, path);
+  while (!key.empty() && (key.back() == '\n' || key.back() == '\r')) key.pop_back();
+  KV_CHECK(!key.empty(), "{}: {} is empty", f, path);
+  for (unsigned char c : key)
+    KV_CHECK(c >= 0x21 && c < 0x7f,
+             "{}: {}: the key must be one line of printable characters without spaces", f, path);
+  return key;
+}
+
+// [recovery] (docs/recovery.md). The bounds keep every value meaningful: a
+// back-off past an hour or a watchdog k below 1 (a batch as slow as its own
+// p99 is "hung") is a typo, not a policy.
+void parse_recovery(const toml::table& t, RecoveryCfg& r) {
+  check_keys(t, "recovery",
+             {"watchdog_k", "watchdog_floor_s", "watchdog_busy_cap_s", "backoff_s", "backoff_max_s",
+              "max_restarts", "restart_window_s"});
+  r.watchdog_k =
+      get_double(t, "watchdog_k", "recovery.watchdog_k", r.watchdog_k, 1, 1e6, "a factor");
+  r.watchdog_floor_s =
+      get_double(t, "watchdog_floor_s", "recovery.watchdog_floor_s", r.watchdog_floor_s, 0, 86400);
+  // Below the floor is allowed: 0 means no cap; a cap under the floor only
+  // catches spinning stages sooner.
+  r.watchdog_busy_cap_s = get_double(t, "watchdog_busy_cap_s", "recovery.watchdog_busy_cap_s",
+                                     r.watchdog_busy_cap_s, 0, 86400);
+  r.backoff_s = get_double(t, "backoff_s", "recovery.backoff_s", r.backoff_s, 0, 3600);
+  r.backoff_max_s =
+      get_double(t, "backoff_max_s", "recovery.backoff_max_s", r.backoff_max_s, 0, 3600);
+  KV_CHECK(r.backoff_max_s >= r.backoff_s,
+           "recovery.backoff_max_s: {} is below recovery.backoff_s = {}", r.backoff_max_s,
+           r.backoff_s);
+  r.max_restarts = get_int(t, "max_restarts", "recovery.max_restarts", r.max_restarts, 0, 1000);
+  r.restart_window_s =
+      get_double(t, "restart_window_s", "recovery.restart_window_s", r.restart_window_s, 1, 86400);
+}
+
+}  // namespace
+
+uint64_t parse_size(std::string_view text, const std::string& field) {
+  std::string s(text);
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  std::string num = s.substr(0, i), unit = s.substr(i);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
+  KV_CHECK(!num.empty() && num.find('.') == num.rfind('.') && num != ".",
+           "{}: \"{}\" is not a size like \"512MiB\"", field, text);
+  double v = std::stod(num);
+  double mult = 0;
+  static const std::pair<const char*, double> units[] = {{"", 1},          {"B", 1},
+                                                         {"KiB", 1024.0},  {"MiB", 1048576.0},
+                                                         {"GiB", 1 << 30}, {"TiB", 1099511627776.0},
+                                                         {"KB", 1e3},      {"MB", 1e6},
+                                                         {"GB", 1e9},      {"TB", 1e12},
+                                                         {"K", 1024.0},    {"M", 1048576.0},
+                                                         {"G", 1 << 30}};
+  for (auto& [name, m] : units)
+    if (unit == name) mult = m;
+  KV_CHECK(mult > 0, "{}: unknown unit \"{}\" in \"{}\" (use B, KiB, MiB, GiB, TiB, KB, MB, GB)",
+           field, unit, text);
+  double bytes = v * mult;
+  KV_CHECK(bytes < 1.8e19 && std::isfinite(bytes), "{}: \"{}\" is too large", field, text);
+  return uint64_t(bytes);
+}
+
+void validate_plan(const PlanCfg& plan) {
+  const auto n = plan.stages.size();
+  KV_CHECK(n >= 2,
+           "stages: the plan has {} stage{}; a ring needs at least two, because head "
+           "(embeddings, batches in) and tail (output head, sampling) are distinct roles",
+           n, n == 1 ? "" : "s");
+  KV_CHECK(plan.max_rows > 0, "plan.max_rows: must be > 0");
+  KV_CHECK(plan.max_tokens > 0, "plan.max_tokens: must be > 0");
+  KV_CHECK(plan.max_rows <= plan.max_tokens,
+           "plan.max_rows: {} rows cannot fit in max_tokens = {} (each row carries >= 1 token)",
+           plan.max_rows, plan.max_tokens);
+  KV_CHECK(plan.max_inflight >= 0 && plan.max_inflight <= kMaxInflightLimit,
+           "plan.max_inflight: {} is out of range [0, {}] (0 = number of stages)",
+           plan.max_inflight, kMaxInflightLimit);
+  std::set<std::string> gpus;
+  for (size_t i = 0; i < n; ++i) {
+    const auto& s = plan.stages[i];
+    const std::string f = fmt::format("stages[{}]", i);
+    KV_CHECK(s.threads > 0, "{}.threads: must be > 0", f);
+    if (s.device != "cpu") {
+      bool ok = s.is_gpu() && s.device.size() > 5 && s.device.size() <= 8;
+      for (size_t k = 5; ok && k < s.device.size(); ++k)
+        ok = std::isdigit(static_cast<unsigned char>(s.device[k]));
+      KV_CHECK(ok, "{}.device: \"{}\" is not \"cpu\" or \"cuda:N\"", f, s.device);
+      KV_CHECK(gpus.insert(s.device).second,
+               "{}.device: {} is already used by another stage (one stage per GPU)", f, s.device);
+    }
+    KV_CHECK(s.first >= 0 && s.first <= s.last, "{}.layers: {}-{} is not a range", f, s.first,
+             s.last);
+    if (i == 0) {
+      KV_CHECK(s.first == 0, "{}.layers: starts at {}; layers 0-{} are assigned to no stage", f,
+               s.first, s.first - 1);
+    } else {
+      const auto& p = plan.stages[i - 1];
+      KV_CHECK(s.first > p.last, "{}.layers: {}-{} overlaps stages[{}] ({}-{})", f, s.first, s.last,
+               i - 1, p.first, p.last);
+      KV_CHECK(s.first == p.last + 1,
+               "{}.layers: starts at {} but stages[{}] ends at {}; layers {}-{} are assigned to "
+               "no stage",
+               f, s.first, i - 1, p.last, p.last + 1, s.first - 1);
+    }
+  }
+}
+
+Config parse_config(std::string_view text, const std::string& base_dir, const std::string& source) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    KV_FAIL("{}:{}:{}: {}", source, e.source().begin.line, e.source().begin.column,
+            e.description());
+  }
+  Config c;
+  c.source = source;
+  check_keys(root, "", {"model", "plan", "stages", "kv", "scheduler", "server", "recovery", "log"});
+
+  auto* model = sub_table(root, "model");
+  KV_CHECK(model, "model: missing [model] table (model.path is required)");
+  check_keys(*model, "model", {"path"});
+  c.model.path = resolve(base_dir, get_str(*model, "path", "model.path", ""));
+  KV_CHECK(!c.model.path.empty(), "model.path: required");
+
+  if (auto* p = sub_table(root, "plan")) {
+    check_keys(*p, "plan", {"max_rows", "max_tokens", "max_inflight"});
+    c.plan.max_rows = get_int(*p, "max_rows", "plan.max_rows", 32, 0, 1 << 16);
+    c.plan.max_tokens = get_int(*p, "max_tokens", "plan.max_tokens", 512, 0, 1 << 20);
+    c.plan.max_inflight = get_int(*p, "max_inflight", "plan.max_inflight", 0, 0, kMaxInflightLimit);
+  }
+
+  if (auto* n = root.get("stages")) {
+    auto* arr = n->as_array();
+    KV_CHECK(arr, "stages: must be an array of tables ([[stages]])");
+    for (size_t i = 0; i < arr->size(); ++i) {
+      const std::string f = fmt::format("stages[{}]", i);
+      auto* t = (*arr)[i].as_table();
+      KV_CHECK(t, "{}: must be a table", f);
+      check_keys(*t, f, {"layers", "device", "threads"});
+      StageCfg st;
+      auto* layers = t->get("layers");
+      KV_CHECK(layers, "{}.layers: required (e.g. \"0-14\")", f);
+      if (layers->is_integer()) {
+        st.first = st.last = int32_t(*layers->value<int64_t>());
+      } else {
+        KV_CHECK(layers->is_string(), "{}.layers: must be a string like \"0-14\"", f);
+        parse_layers(*layers->value<std::string_view>(), f + ".layers", st);
+      }
+      st.device = get_str(*t, "device", f + ".device", "cpu");
+      st.threads = get_int(*t, "threads", f + ".threads", 1, 0, 1024);
+      c.plan.stages.push_back(st);
+    }
+  }
+
+  if (auto* k = sub_table(root, "kv")) {
+    check_keys(*k, "kv", {"block_size", "memory", "dtype", "gpu_memory_utilization"});
+    c.kv.block_size = get_int(*k, "block_size", "kv.block_size", 16, 1, 1024);
+    c.kv.memory = get_size(*k, "memory", "kv.memory", c.kv.memory);
+    c.kv.dtype = get_str(*k, "dtype", "kv.dtype", "f16");
+    KV_CHECK(c.kv.dtype == "f16" || c.kv.dtype == "f32", "kv.dtype: \"{}\" is not f16 or f32",
+             c.kv.dtype);
+    KV_CHECK(c.kv.memory > 0, "kv.memory: must be > 0");
+    if (auto* g = k->get("gpu_memory_utilization")) {
+      auto v = g->value<double>();
+      KV_CHECK(v && std::isfinite(*v) && *v > 0 && *v <= 1,
+               "kv.gpu_memory_utilization: must be a fraction in (0, 1]");
+      c.kv.gpu_memory_utilization = *v;
+    }
+  }
+
+  if (auto* s = sub_table(root, "scheduler")) {
+    check_keys(*s, "scheduler", {"policy", "chunk_size", "max_num_seqs", "max_queue"});
+    c.scheduler.policy = get_str(*s, "policy", "scheduler.policy", "continuous+chunked");
+    // The names daemon/scheduler.h parses (kept literal here: config has no
+    // dependency on the scheduler library).
+    KV_CHECK(c.scheduler.policy == "naive" || c.scheduler.policy == "static" ||
+                 c.scheduler.policy == "continuous" || c.scheduler.policy == "continuous+chunked",
+             "scheduler.policy: \"{}\" is not one of naive, static, continuous, "
+             "continuous+chunked",
+             c.scheduler.policy);
+    c.scheduler.chunk_size = get_int(*s, "chunk_size", "scheduler.chunk_size", 512, 1, 1 << 20);
+    c.scheduler.max_num_seqs =
+        get_int(*s, "max_num_seqs", "scheduler.max_num_seqs", 256, 1, 1 << 20);
+    // At least 1: a request waits in the queue before its first batch, so 0
+    // would refuse every request (a daemon that serves nobody).
+    c.scheduler.max_queue = get_int(*s, "max_queue", "scheduler.max_queue", 1024, 1, 1 << 24);
+  }
+
+  if (auto* s = sub_table(root, "server")) {
+    check_keys(*s, "server",
+               {"socket", "http", "api_key", "api_key_file", "max_body", "drain_timeout",
+                "read_timeout", "max_connections"});
+    c.server.socket = get_str(*s, "socket", "server.socket", c.server.socket);
+    c.server.http = get_str(*s, "http", "server.http", "");
+    c.server.api_key = get_str(*s, "api_key", "server.api_key", "");
+    c.server.max_body = get_size(*s, "max_body", "server.max_body", c.server.max_body);
+    c.server.api_key_file = get_str(*s, "api_key_file", "server.api_key_file", "");
+    if (auto* d = s->get("drain_timeout")) {
+      auto v = d->value<double>();
+      KV_CHECK(v && std::isfinite(*v) && *v >= 0 && *v <= 86400,
+               "server.drain_timeout: must be seconds in [0, 86400]");
+      c.server.drain_timeout = *v;
+    }
+    if (auto* d = s->get("read_timeout")) {
+      auto v = d->value<double>();
+      // Below 0.1 s a slow but honest client could not send a request at all.
+      KV_CHECK(v && std::isfinite(*v) && *v >= 0.1 && *v <= 3600,
+               "server.read_timeout: must be seconds in [0.1, 3600]");
+      c.server.read_timeout = *v;
+    }
+    c.server.max_connections =
+        get_int(*s, "max_connections", "server.max_connections", 256, 1, 65536);
+    KV_CHECK(c.server.max_body > 0, "server.max_body: must be > 0");
+    if (!c.server.http.empty()) {
+      auto colon = c.server.http.rfind(':');
+      bool ok = colon != std::string::npos && colon > 0 && colon + 1 < c.server.http.size();
+      int port = 0;
+      for (size_t i = colon + 1; ok && i < c.server.http.size(); ++i) {
+        ok = std::isdigit(static_cast<unsigned char>(c.server.http[i]));
+        port = port * 10 + (c.server.http[i] - '0');
+        ok = ok && port <= 65535;
+      }
+      KV_CHECK(ok, "server.http: \"{}\" is not \"host:port\"", c.server.http);
+    }
+  }
+  if (auto* r = sub_table(root, "recovery")) parse_recovery(*r, c.recovery);
+  if (auto* l = sub_table(root, "log")) {
+    check_keys(*l, "log", {"level"});
+    c.log.level = get_str(*l, "level", "log.level", c.log.level);
+    KV_CHECK(log::parse_level(c.log.level).has_value(),
+             "log.level: \"{}\" is not one of trace, debug, info, warn, error, off", c.log.level);
+  }
+  KV_CHECK(!c.server.socket.empty(), "server.socket: required");
+  c.server.socket = resolve(base_dir, c.server.socket);
+  if (!c.server.api_key_file.empty()) {
+    KV_CHECK(c.server.api_key.empty(),
+             "server.api_key_file: set together with server.api_key; keep one of them");
+    c.server.api_key_file = resolve(base_dir, c.server.api_key_file);
+    c.server.api_key = read_api_key_file(c.server.api_key_file);
+  }
+
+  validate_plan(c.plan);
+  return c;
+}
+
+Config load_config(const std::string& path) {
+  std::error_code ec;
+  KV_CHECK(fs::is_regular_file(path, ec), "config: {}: no such file", path);
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto dir = fs::absolute(fs::path(path)).parent_path().string();
+  return parse_config(ss.str(), dir, path);
+}
+
+uint64_t kv_bytes_per_block(const ModelConfig& m, int32_t n_layers, int32_t block_size,
+                            const std::string& dtype) {
+  uint64_t el = dtype == "f32" ? 4 : 2;
+  return uint64_t(n_layers) * 2 * uint64_t(m.n_kv_heads) * uint64_t(m.head_dim) *
+         uint64_t(block_size) * el;
+}
+
+void check_against_model(const Config& cfg, const ModelConfig& m) {
+  const auto& st = cfg.plan.stages;
+  for (size_t i = 0; i < st.size(); ++i) {
+    KV_CHECK(st[i].last < m.n_layers,
+             "stages[{}].layers: {}-{} goes past the model's last layer {} ({} layers)", i,
+             st[i].first, st[i].last, m.n_layers - 1, m.n_layers);
+    // A GPU stage sizes its KV from kv.gpu_memory_utilization once its weights
+    // are on the device; whether this build has the CUDA plugin and the
+    // machine a driver and that device is checked by the stage itself after
+    // exec (stages/cuda_plugin.h): the daemon never loads CUDA.
+    if (st[i].is_gpu()) continue;
+    uint64_t per =
+        kv_bytes_per_block(m, st[i].last - st[i].first + 1, cfg.kv.block_size, cfg.kv.dtype);
+    KV_CHECK(per > 0 && cfg.kv.memory / per >= 1,
+             "kv.memory: {} bytes hold no block for stages[{}] ({} bytes per block)", cfg.kv.memory,
+             i, per);
+  }
+  KV_CHECK(st.back().last == m.n_layers - 1,
+           "stages[{}].layers: ends at {}; layers {}-{} of the model are assigned to no stage",
+           st.size() - 1, st.back().last, st.back().last + 1, m.n_layers - 1);
+}
+
+}  // namespace kvasir

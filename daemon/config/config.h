@@ -1,0 +1,135 @@
+// daemon/config/config.h — the daemon's configuration file (TOML) and the plan it holds.
+//
+// One file says everything kvasird needs: the model, the plan (stages with
+// their layer ranges and devices, the micro-batch widths), the KV cache, the
+// scheduler and the server. docs/config.md documents every key.
+//
+// Loading is two steps, so each rule can be tested on its own:
+//   1. load_config / parse_config: syntax, types, ranges, plan shape
+//      (every rule that needs no model), relative paths resolved against
+//      the config file's folder;
+//   2. check_against_model: layer ranges against the model's layer count,
+//      and that the KV memory holds at least one block on every stage.
+// Every refusal is a kvasir::Error whose message starts with the field,
+// e.g. "stages[1].layers: 15-40 goes past the model's last layer 29".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/config.h"
+
+namespace kvasir {
+
+struct ModelCfg {
+  std::string path;  // absolute after loading
+};
+
+struct StageCfg {
+  int32_t first = 0;           // inclusive
+  int32_t last = 0;            // inclusive
+  std::string device = "cpu";  // "cpu" or "cuda:N"
+  int32_t threads = 1;
+
+  bool is_gpu() const { return device.rfind("cuda:", 0) == 0; }
+};
+
+struct PlanCfg {
+  int32_t max_rows = 32;     // sequences per micro-batch
+  int32_t max_tokens = 512;  // token budget of one micro-batch
+  int32_t max_inflight = 0;  // as written; 0 = number of stages
+  std::vector<StageCfg> stages;
+
+  // The effective number of micro-batches in the ring.
+  int32_t inflight() const { return max_inflight > 0 ? max_inflight : int32_t(stages.size()); }
+};
+
+struct KvCfg {
+  int32_t block_size = 16;         // tokens per block
+  uint64_t memory = 512ull << 20;  // bytes per CPU stage
+  std::string dtype = "f16";       // "f16" or "f32"
+  // GPU stages: the share of the device's free memory (after the weights are
+  // up) their KV blocks may take, as vLLM's gpu_memory_utilization; (0, 1].
+  double gpu_memory_utilization = 0.9;
+};
+
+struct SchedulerCfg {
+  std::string policy = "continuous+chunked";  // naive | static | continuous | continuous+chunked
+  int32_t chunk_size = 512;    // prefill chunk (tokens), for prompts longer than a micro-batch
+  int32_t max_num_seqs = 256;  // sequences running at once
+  int32_t max_queue = 1024;    // waiting requests before new ones are refused
+};
+
+struct ServerCfg {
+  std::string socket = "run/kvasir.sock";  // absolute after loading
+  std::string http;                        // "" = no TCP listener; else "host:port"
+  std::string api_key;                     // "" = no authentication on TCP
+  std::string api_key_file;                // absolute after loading; its contents land in api_key
+  uint64_t max_body = 8ull << 20;          // bytes of one HTTP request body
+  double drain_timeout = 30;               // seconds to finish requests at shutdown
+  double read_timeout = 30;                // seconds to receive one whole request (slowloris)
+  // Open connections at once; beyond, new ones get 503. Bounds request
+  // memory: max_connections × (max_body + 64 KiB of header).
+  int32_t max_connections = 256;
+};
+
+// Stage crash recovery (docs/recovery.md): the watchdog, the restart
+// back-off and the restart limit. Ranges are checked in parse_config.
+struct RecoveryCfg {
+  double watchdog_k = 10;            // a batch held > k × p99 of the stage's batch times...
+  double watchdog_floor_s = 10;      // ...and > this many seconds is a hang; 0 = no watchdog
+  double watchdog_busy_cap_s = 600;  // a stage still using CPU is spared this long; 0 = forever
+  double backoff_s = 0.05;           // delay before restarting a lost stage...
+  double backoff_max_s = 5;          // ...doubling per loss within the window, up to this
+  int32_t max_restarts = 5;          // losses tolerated within restart_window_s; 0 = fail-stop
+  double restart_window_s = 60;      // the window max_restarts counts over
+};
+
+// [log]: the level of the daemon's and its stages' log (base/log.h);
+// `kvasird --log-level` overrides it.
+struct LogCfg {
+  std::string level = "info";  // trace | debug | info | warn | error | off
+};
+
+struct Config {
+  std::string source;  // the file it came from ("<string>" when parsed from text)
+  ModelCfg model;
+  PlanCfg plan;
+  KvCfg kv;
+  SchedulerCfg scheduler;
+  ServerCfg server;
+  RecoveryCfg recovery;
+  LogCfg log;
+};
+
+// "512MiB", "8 MiB", "1GiB", "4096", "64KiB", "1.5GiB", "100MB" (decimal) → bytes.
+// Throws kvasir::Error naming `field` on anything else.
+uint64_t parse_size(std::string_view text, const std::string& field);
+
+// Parses TOML text. Relative paths resolve against base_dir. Applies every
+// rule that needs no model (see validate_plan).
+Config parse_config(std::string_view text, const std::string& base_dir,
+                    const std::string& source = "<string>");
+// Reads and parses a file; relative paths resolve against its folder.
+Config load_config(const std::string& path);
+
+// Plan rules that need no model: at least two stages (head and tail are
+// distinct roles), widths > 0, devices well-formed, no GPU named twice,
+// ranges well-formed (first <= last) and in order without overlap or gap.
+void validate_plan(const PlanCfg& plan);
+
+// Rules that need the model: ranges cover exactly 0..n_layers-1; kv.memory
+// holds at least one block on every stage; devices this build can run.
+void check_against_model(const Config& cfg, const ModelConfig& model);
+
+// Opens the model (model.path must exist) and runs check_against_model.
+// Returns the model's config for the caller's use.
+ModelConfig check_config(const Config& cfg);
+
+// KV bytes per block for `n_layers` layers of `model` (K and V).
+uint64_t kv_bytes_per_block(const ModelConfig& model, int32_t n_layers, int32_t block_size,
+                            const std::string& dtype);
+
+}  // namespace kvasir

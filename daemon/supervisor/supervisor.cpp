@@ -1,0 +1,430 @@
+#include "daemon/supervisor/supervisor.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "base/check.h"
+#include "base/log.h"
+
+namespace kvasir {
+
+ipc::SegmentParams Supervisor::params_for(const Config& cfg, const ModelConfig& m) {
+  ipc::SegmentParams p;
+  const auto& st = cfg.plan.stages;
+  KV_CHECK(int(st.size()) <= ipc::kMaxStages, "stages: {} stages, at most {}", st.size(),
+           ipc::kMaxStages);
+  p.n_stages = int32_t(st.size());
+  const int64_t ctx = m.context_length > 0 ? m.context_length : 4096;
+  p.dims.max_rows = cfg.plan.max_rows;
+  p.dims.max_tokens = cfg.plan.max_tokens;
+  p.dims.max_table =
+      int32_t(std::min<int64_t>((ctx + cfg.kv.block_size - 1) / cfg.kv.block_size, 1 << 16));
+  p.dims.hidden = m.hidden;
+  p.dims.inflight = cfg.plan.inflight();
+  p.block_size = cfg.kv.block_size;
+  p.kv_f32 = cfg.kv.dtype == "f32";
+  p.kv_memory = cfg.kv.memory;
+  p.kv_gpu_util = cfg.kv.gpu_memory_utilization;
+  for (size_t i = 0; i < st.size(); ++i) {
+    p.stages[i].first = st[i].first;
+    p.stages[i].last = st[i].last;
+    p.stages[i].threads = st[i].threads;
+    std::snprintf(p.stages[i].device, sizeof p.stages[i].device, "%s", st[i].device.c_str());
+  }
+  KV_CHECK(cfg.model.path.size() < sizeof p.model_path, "model.path: longer than {} bytes",
+           sizeof p.model_path - 1);
+  std::snprintf(p.model_path, sizeof p.model_path, "%s", cfg.model.path.c_str());
+  return p;
+}
+
+Supervisor::Supervisor(const Config& cfg, const ModelConfig& model, SupervisorOptions opt)
+    : cfg_(cfg), model_(model), opt_(std::move(opt)) {
+  name_ = ipc::Segment::name_for(opt_.instance.empty() ? cfg_.server.socket : opt_.instance);
+}
+
+Supervisor::~Supervisor() {
+  stop();
+}
+
+namespace {
+// pidfd_open(2) (Linux 5.3): a descriptor that polls readable when the
+// process exits. -1 where the kernel lacks it: the monitor then finds deaths
+// by waitpid at its tick instead.
+int pidfd_open(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return int(syscall(SYS_pidfd_open, pid, 0));
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+}  // namespace
+
+std::vector<pid_t> Supervisor::pids() const {
+  std::lock_guard lk(mu_);
+  return pids_;
+}
+
+RingHealth Supervisor::health() const {
+  std::lock_guard lk(mu_);
+  return health_;
+}
+
+void Supervisor::wake_bridge() {
+  if (seg_) seg_->ring(seg_->n_stages()).not_empty.ring();
+}
+
+pid_t Supervisor::spawn(int s) {
+  std::string stage_arg = std::to_string(s);
+  std::string level_arg = log::level_name(log::level());  // the stage logs at the daemon's level
+  const pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    // Child: nothing but exec (no allocation-heavy work after fork).
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(120);
+    const char* argv[] = {"kvasird",     "--stage",     stage_arg.c_str(), "--segment",
+                          name_.c_str(), "--log-level", level_arg.c_str(), nullptr};
+    execv(opt_.exe.c_str(), const_cast<char* const*>(argv));
+    _exit(127);
+  }
+  return pid;
+}
+
+std::string Supervisor::describe_exit(int stage, int status) {
+  std::string err =
+      seg_ ? std::string(seg_->stage(stage).error,
+                         strnlen(seg_->stage(stage).error, sizeof ipc::StageShared::error))
+           : std::string();
+  std::string how = WIFEXITED(status) ? fmt::format("exited with status {}", WEXITSTATUS(status))
+                    : WIFSIGNALED(status) ? fmt::format("killed by signal {}", WTERMSIG(status))
+                                          : "ended";
+  return err.empty() ? fmt::format("stage {} {}", stage, how)
+                     : fmt::format("stage {}: {} ({})", stage, err, how);
+}
+
+void Supervisor::start() {
+  KV_CHECK(!seg_, "supervisor already started");
+  seg_ = ipc::Segment::create(name_, params_for(cfg_, model_));
+  const int S = seg_->n_stages();
+  watch_.resize(size_t(S));
+  for (int s = 0; s < S; ++s) {
+    pid_t pid = spawn(s);
+    KV_CHECK(pid >= 0, "fork for stage {}: {}", s, std::strerror(errno));
+    pids_.push_back(pid);
+  }
+
+  // Wait for the capacities, then the ready flags.
+  const int64_t deadline = ipc::now_ns() + int64_t(opt_.start_timeout_s * 1e9);
+  auto wait_all = [&](uint32_t want, const char* what) {
+    for (;;) {
+      uint32_t seen = seg_->header().state.seen();
+      int done = 0;
+      for (int s = 0; s < S; ++s) {
+        uint32_t st = seg_->stage(s).status.load();
+        if (st == ipc::kStageFailed) {
+          int status = 0;
+          waitpid(pids_[s], &status, 0);
+          pids_[s] = -1;
+          std::string msg = describe_exit(s, status);
+          stop();
+          KV_FAIL("{}", msg);
+        }
+        done += st >= want;
+      }
+      if (done == S) return;
+      if (auto ex = reap_starting()) {
+        stop();
+        KV_FAIL("{}", ex->error);
+      }
+      if (ipc::now_ns() > deadline) {
+        int slow = 0;
+        while (slow < S && seg_->stage(slow).status.load() >= want) ++slow;
+        stop();
+        KV_FAIL("stage {} did not report {} within {} s", slow, what, opt_.start_timeout_s);
+      }
+      seg_->header().state.wait(seen, 50'000'000);
+    }
+  };
+  wait_all(ipc::kStageSized, "its KV capacity");
+  int64_t blocks = INT32_MAX;
+  for (int s = 0; s < S; ++s) blocks = std::min(blocks, seg_->stage(s).capacity_blocks.load());
+  kv_blocks_ = int32_t(blocks);
+  seg_->header().kv_blocks.store(kv_blocks_);
+  seg_->header().state.ring();
+  wait_all(ipc::kStageReady, "ready");
+
+  const int64_t now = ipc::now_ns();
+  for (int s = 0; s < S; ++s) {
+    watch_[s].pidfd = pidfd_open(pids_[s]);
+    watch_[s].since_ns = now;
+    watch_[s].history.assign(size_t(std::max(1, opt_.recovery.watchdog_history)), 0);
+  }
+  monitor_ = std::thread([this] { monitor(); });
+}
+
+// Start-up only (the monitor is not running yet).
+std::optional<StageExit> Supervisor::reap_starting() {
+  for (size_t s = 0; s < pids_.size(); ++s) {
+    if (pids_[s] <= 0) continue;
+    int status = 0;
+    if (waitpid(pids_[s], &status, WNOHANG) == pids_[s]) {
+      pids_[s] = -1;
+      seg_->stage(int(s)).status.store(ipc::kStageDead);
+      return StageExit{int(s), describe_exit(int(s), status)};
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<StageExit> Supervisor::poll() {
+  std::lock_guard lk(mu_);
+  if (health_.failed.empty() || reported_) return std::nullopt;
+  reported_ = true;
+  int stage = -1;
+  for (size_t s = 0; s < pids_.size(); ++s)
+    if (pids_[s] <= 0) stage = int(s);
+  return StageExit{stage, health_.failed};
+}
+
+void Supervisor::on_death(int s, const std::string& why, int64_t now) {
+  Watch& w = watch_[s];
+  pids_[s] = -1;
+  if (w.pidfd >= 0) close(w.pidfd);
+  w.pidfd = -1;
+  auto& st = seg_->stage(s);
+  if (st.status.load() != ipc::kStageStopped) st.status.store(ipc::kStageDead);
+  // What it held is gone with it: the drain check must not wait for it.
+  st.passed.store(seg_->ring(s).tail.load(std::memory_order_acquire), std::memory_order_release);
+  st.phase.store(ipc::kPhaseIdle);
+  seg_->header().state.ring();
+  health_.faults++;
+  health_.serving = false;
+  health_.last_fault = w.hang.empty() ? why : w.hang + " (" + why + ")";
+  w.hang.clear();
+  KV_LOG_WARN("supervisor", "{}", health_.last_fault);
+  const RecoveryOptions& r = opt_.recovery;
+  const auto window_ns = int64_t(r.restart_window_s * 1e9);
+  while (!losses_.empty() && now - losses_.front() > window_ns) losses_.pop_front();
+  losses_.push_back(now);
+  if (int(losses_.size()) > r.max_restarts) {
+    health_.failed =
+        r.max_restarts == 0
+            ? health_.last_fault
+            : fmt::format(
+                  "unhealthy: {} stage losses within {:g} s (limit {}), not "
+                  "restarting; last: {}",
+                  losses_.size(), r.restart_window_s, r.max_restarts, health_.last_fault);
+    KV_LOG_ERROR("supervisor", "{}", health_.failed);
+    return;
+  }
+  double delay = r.backoff_s;
+  for (size_t i = 1; i < losses_.size() && delay < r.backoff_max_s; ++i) delay *= 2;
+  w.restart_at = now + int64_t(std::min(delay, r.backoff_max_s) * 1e9);
+  w.fault_no = health_.faults;
+}
+
+// utime + stime of a whole process (all its threads), in clock ticks; -1 if
+// unreadable. Field 2 (comm) may hold spaces and parentheses: parse after
+// the last ')'.
+int64_t Supervisor::process_cpu_ticks(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", int(pid));
+  FILE* f = std::fopen(path, "re");
+  if (!f) return -1;
+  char buf[1024];
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  const char* p = std::strrchr(buf, ')');
+  if (!p) return -1;
+  // After ')': state(3) ppid pgrp session tty tpgid flags minflt cminflt
+  // majflt cmajflt utime(14) stime(15).
+  char state = 0;
+  long long v[12] = {};
+  if (std::sscanf(p + 1, " %c %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld", &state,
+                  &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10],
+                  &v[11]) != 13)
+    return -1;
+  return int64_t(v[10] + v[11]);
+}
+
+void Supervisor::watchdog(int64_t now) {
+  const RecoveryOptions& r = opt_.recovery;
+  for (size_t s = 0; s < pids_.size(); ++s) {
+    Watch& w = watch_[s];
+    if (pids_[s] <= 0) continue;
+    auto& st = seg_->stage(int(s));
+    const uint64_t batches = st.stats.batches.load(std::memory_order_relaxed);
+    if (batches != w.last_batches) {  // sampled: a tick may see only the last of several
+      w.last_batches = batches;
+      w.history[w.next++ % w.history.size()] = st.last_busy_ns.load(std::memory_order_relaxed);
+    }
+    ipc::Ring& in = seg_->ring(int(s));
+    const uint32_t passed = st.passed.load(std::memory_order_acquire);
+    const uint32_t tail = in.tail.load(std::memory_order_acquire);
+    const bool pending = in.head.load(std::memory_order_acquire) != tail || tail != passed;
+    // Waiting for room downstream is the downstream's fault, not this
+    // stage's — if the ring downstream really is full (a stage stopped just
+    // after it set "blocked" is still this stage's hang).
+    ipc::Ring& out = seg_->ring(int(s) + 1);
+    const bool blocked =
+        st.phase.load() == ipc::kPhaseBlocked && out.size() >= uint32_t(seg_->dims().inflight);
+    if (!pending || blocked || passed != w.last_passed || st.status.load() != ipc::kStageReady ||
+        w.restart_at > 0) {
+      w.last_passed = passed;
+      w.since_ns = now;
+      w.cpu_ticks = -1;
+      continue;
+    }
+    if (r.watchdog_floor_s <= 0) continue;
+    // CPU time that still advances means the stage is computing — slowly,
+    // on a loaded machine — not stopped or blocked: a batch held long is
+    // then no hang (killing it would only recompute the same slow batch,
+    // again and again). A stopped (SIGSTOP) or blocked process's CPU time
+    // stands still.
+    const int64_t ticks = process_cpu_ticks(pids_[s]);
+    if (ticks < 0 || ticks != w.cpu_ticks) {
+      w.cpu_ticks = ticks;
+      w.cpu_since_ns = now;
+    }
+    const double held = double(now - w.since_ns) / 1e9;
+    const double idle = double(now - std::max(w.since_ns, w.cpu_since_ns)) / 1e9;
+    const bool busy_too_long = r.watchdog_busy_cap_s > 0 && held > r.watchdog_busy_cap_s;
+    if (idle <= r.watchdog_floor_s && !busy_too_long) continue;
+    std::vector<uint64_t> h;
+    for (uint64_t v : w.history)
+      if (v) h.push_back(v);
+    double p99 = 0;
+    if (!h.empty()) {
+      auto k = h.begin() + int64_t(double(h.size() - 1) * 0.99);
+      std::nth_element(h.begin(), k, h.end());
+      p99 = double(*k) / 1e9;
+    }
+    const double limit = std::max(r.watchdog_k * p99, r.watchdog_floor_s);
+    if ((idle <= limit && !busy_too_long) || !w.hang.empty()) continue;
+    w.hang = fmt::format(
+        "stage {} held a batch for {:.2f} s, {:.2f} s without CPU progress (limit {:.2f} s = "
+        "max({} x p99 {:.3f} s, floor {} s); busy cap {} s): hung, killed",
+        s, held, idle, limit, r.watchdog_k, p99, r.watchdog_floor_s, r.watchdog_busy_cap_s);
+    kill(pids_[s], SIGKILL);  // SIGKILL ends a SIGSTOPped process too
+  }
+}
+
+void Supervisor::monitor() {
+  const int S = int(watch_.size());
+  std::vector<pollfd> fds;
+  while (!quit_.load()) {
+    fds.clear();
+    {
+      std::lock_guard lk(mu_);
+      for (int s = 0; s < S; ++s)
+        if (watch_[s].pidfd >= 0) fds.push_back(pollfd{watch_[s].pidfd, POLLIN, 0});
+    }
+    ::poll(fds.data(), nfds_t(fds.size()), int(opt_.recovery.tick_s * 1000));
+    std::lock_guard lk(mu_);
+    if (stopped_) continue;  // stop() owns the children now
+    const int64_t now = ipc::now_ns();
+    bool changed = false;
+    for (int s = 0; s < S; ++s) {
+      if (pids_[s] <= 0) continue;
+      int status = 0;
+      if (waitpid(pids_[s], &status, WNOHANG) == pids_[s]) {
+        on_death(s, describe_exit(s, status), now);
+        changed = true;
+      }
+    }
+    if (!health_.failed.empty()) {
+      if (changed) wake_bridge();
+      continue;
+    }
+    watchdog(now);
+    for (int s = 0; s < S; ++s) {
+      Watch& w = watch_[s];
+      if (w.restart_at <= 0 || now < w.restart_at) continue;
+      // The bridge must have started the new epoch first: the new process
+      // would otherwise take a batch of the dead one for live work.
+      if (seg_->header().epoch.load(std::memory_order_acquire) < w.fault_no) continue;
+      w.restart_at = 0;
+      auto& st = seg_->stage(s);
+      // A fresh StageShared for the new process; the stats go on counting.
+      st.status.store(ipc::kStageStarting);
+      st.pid.store(0);
+      st.capacity_blocks.store(0);
+      std::memset(st.error, 0, sizeof st.error);
+      pid_t pid = spawn(s);
+      if (pid < 0) {
+        on_death(s, fmt::format("stage {}: fork: {}", s, std::strerror(errno)), now);
+        continue;
+      }
+      pids_[s] = pid;
+      w.pidfd = pidfd_open(pid);
+      w.since_ns = now;
+      health_.restarts++;
+      KV_LOG_INFO("supervisor", "restarted stage {} (pid {})", s, int(pid));
+    }
+    bool serving = true;
+    for (int s = 0; s < S; ++s)
+      serving = serving && pids_[s] > 0 && seg_->stage(s).status.load() == ipc::kStageReady;
+    if (serving != health_.serving || changed) {
+      health_.serving = serving;
+      wake_bridge();
+    }
+  }
+}
+
+void Supervisor::stop() {
+  {
+    std::lock_guard lk(mu_);
+    if (stopped_) return;
+    stopped_ = true;  // the monitor leaves the children alone from now on
+  }
+  if (seg_) seg_->request_shutdown();
+  auto all_gone = [&] {
+    std::lock_guard lk(mu_);  // pids() may read them meanwhile
+    bool gone = true;
+    for (auto& pid : pids_) {
+      if (pid <= 0) continue;
+      int status = 0;
+      if (waitpid(pid, &status, WNOHANG) == pid)
+        pid = -1;
+      else
+        gone = false;
+    }
+    return gone;
+  };
+  auto wait_for = [&](double seconds) {
+    const int64_t until = ipc::now_ns() + int64_t(seconds * 1e9);
+    while (!all_gone() && ipc::now_ns() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return all_gone();
+  };
+  if (!wait_for(opt_.stop_timeout_s)) {
+    for (pid_t pid : pids_)
+      if (pid > 0) kill(pid, SIGTERM);
+    if (!wait_for(opt_.stop_timeout_s)) {
+      for (pid_t pid : pids_)
+        if (pid > 0) kill(pid, SIGKILL);
+      wait_for(opt_.stop_timeout_s);
+    }
+  }
+  // Only now: the monitor forked the restarted stages, and its exit would
+  // SIGKILL them (PDEATHSIG) before they could stop cleanly.
+  quit_ = true;
+  if (monitor_.joinable()) monitor_.join();
+  for (Watch& w : watch_)
+    if (w.pidfd >= 0) close(w.pidfd), w.pidfd = -1;
+  if (seg_) ipc::Segment::remove(name_);
+}
+
+}  // namespace kvasir

@@ -1,0 +1,136 @@
+// daemon/supervisor/supervisor.h — creates the instance's segment and runs the stage processes.
+//
+// start():  create the segment (reclaiming a stale one, refusing a live one),
+//           fork + exec `<exe> --stage N --segment NAME` per stage (children
+//           get PR_SET_PDEATHSIG, so they die with the daemon), wait until
+//           every stage reports its KV capacity, publish the smallest as the
+//           block count, wait until every stage is ready. A stage that fails
+//           or exits during start-up makes start() throw with that stage's
+//           own error text; a timeout throws naming the slow stage. Then
+//           starts the monitor thread.
+// monitor:  a thread that sleeps in poll(2) on one pidfd per stage, so a
+//           death is seen at once (not at the next leisurely poll), and every
+//           `tick_s` runs the per-batch watchdog: a stage holding one batch
+//           longer than max(k × p99 of its batch times, floor) is SIGKILLed
+//           and treated as dead. A dead stage is restarted (same slice) after
+//           a back-off, unless more than `max_restarts` losses
+//           happened within `restart_window_s`: then the supervisor gives up (health().failed).
+//           Every change rings the bridge's bell (docs/recovery.md).
+// health(): faults so far, restarts, whether every stage serves, and why it
+//           gave up, if it did. Thread-safe.
+// poll():   the fatal exit, once, after the supervisor gave up (with
+//           max_restarts = 0: at the first loss, fail-stop).
+// stop():   shutdown flag + wake-ups, wait, SIGTERM, wait, SIGKILL; removes
+//           the segment. Idempotent; also run by the destructor.
+//
+// fork() must happen on a thread that lives as long as the stages:
+// PDEATHSIG fires when the forking *thread* exits. start() is meant to be
+// called from the daemon's main thread; restarts fork on the monitor
+// thread, which stop() joins only after every stage is gone.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/config/config.h"
+#include "daemon/engine/ring_health.h"
+#include "ipc/segment.h"
+
+namespace kvasir {
+
+// The [recovery] keys of the config (RecoveryCfg, daemon/config.h: the
+// watchdog, back-off and restart limit), plus what only tests tune.
+struct RecoveryOptions : RecoveryCfg {
+  int watchdog_history = 256;  // batch times remembered per stage
+  double tick_s = 0.02;        // monitor wake-up when no pidfd fires
+};
+
+struct SupervisorOptions {
+  std::string exe = "/proc/self/exe";  // the binary to exec with --stage N --segment NAME
+  std::string instance;                // names the segment; default: the config's socket path
+  double start_timeout_s = 120;        // all stages ready within this
+  double stop_timeout_s = 5;           // between shutdown flag, SIGTERM and SIGKILL
+  RecoveryOptions recovery;
+};
+
+struct StageExit {
+  int stage = -1;
+  std::string error;  // what the stage wrote, or how it ended
+};
+
+class Supervisor {
+ public:
+  // model: the validated model shape (check_config's result).
+  Supervisor(const Config& cfg, const ModelConfig& model, SupervisorOptions opt = {});
+  ~Supervisor();
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  void start();
+  RingHealth health() const;
+  std::optional<StageExit> poll();
+  void stop();
+
+  ipc::Segment& segment() { return *seg_; }
+  int32_t kv_blocks() const { return kv_blocks_; }
+  // The stage pids (-1: not running). A copy: restarts change them.
+  std::vector<pid_t> pids() const;
+  const std::string& segment_name() const { return name_; }
+
+  // utime + stime of a whole process in clock ticks, -1 if unreadable: the
+  // watchdog's "still computing" signal (exposed for tests).
+  static int64_t process_cpu_ticks(pid_t pid);
+
+  // The segment parameters a config and model give (exposed for tests).
+  static ipc::SegmentParams params_for(const Config& cfg, const ModelConfig& model);
+
+ private:
+  struct Watch {  // per-stage watchdog and restart state (monitor thread, under mu_)
+    uint32_t last_passed = 0;
+    int64_t since_ns = 0;      // when the stage last made progress (or had nothing to do)
+    int64_t cpu_ticks = -1;    // the process's utime + stime when last sampled
+    int64_t cpu_since_ns = 0;  // when that CPU time last advanced
+    uint64_t last_batches = 0;
+    std::vector<uint64_t> history;  // recent batch times, ns (a ring)
+    size_t next = 0;
+    std::string hang;        // set when the watchdog killed it: why
+    int64_t restart_at = 0;  // > 0: restart due at this time (ns)...
+    uint64_t fault_no = 0;   // ...once the bridge has handled this loss (header.epoch)
+    int pidfd = -1;
+  };
+
+  std::string describe_exit(int stage, int status);
+  pid_t spawn(int stage);  // fork + exec; no allocation in the child
+  std::optional<StageExit> reap_starting();
+  void monitor();
+  void on_death(int stage, const std::string& why, int64_t now);  // under mu_
+  void watchdog(int64_t now);                                     // under mu_
+  void wake_bridge();
+
+  Config cfg_;
+  ModelConfig model_;
+  SupervisorOptions opt_;
+  std::string name_;
+  std::unique_ptr<ipc::Segment> seg_;
+  int32_t kv_blocks_ = 0;
+
+  mutable std::mutex mu_;  // everything below
+  std::vector<pid_t> pids_;
+  std::vector<Watch> watch_;
+  std::deque<int64_t> losses_;  // times of recent losses (ns), for the per-minute limit
+  RingHealth health_;
+  bool reported_ = false;  // poll() returned the fatal exit
+  bool stopped_ = false;
+  std::atomic<bool> quit_{false};
+  std::thread monitor_;
+};
+
+}  // namespace kvasir

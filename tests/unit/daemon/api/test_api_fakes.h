@@ -1,0 +1,138 @@
+// A fake Engine and a byte-level TextCodec, for the HTTP-layer tests ONLY.
+// They exercise routing, validation, streaming, limits and cancellation of
+// the front door in-process; end-to-end tests against the real kvasird (its
+// ring, scheduler and tokenizer) are in tests/integration/test_api_e2e.sh.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "daemon/api/api.h"
+
+namespace kvasir::test {
+
+// Token id = byte value; 256 is the end-of-generation token.
+class FakeCodec : public TextCodec {
+ public:
+  static constexpr int32_t kEog = 256;
+  std::vector<int32_t> encode(const std::string& text, bool, bool) const override {
+    return std::vector<int32_t>(text.begin(), text.end());
+  }
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special) const override {
+    std::string s;
+    for (int32_t id : ids)
+      if (id < 256)
+        s += char(id);
+      else if (!skip_special)
+        s += "<eog>";
+    return s;
+  }
+  std::unique_ptr<TextStream> stream(bool skip_special) const override {
+    struct S : TextStream {
+      const FakeCodec* c;
+      bool skip;
+      std::string push(int32_t id) override { return c->decode({id}, skip); }
+      std::string flush() override { return ""; }
+    };
+    auto s = std::make_unique<S>();
+    s->c = this;
+    s->skip = skip_special;
+    return s;
+  }
+  int32_t vocab_size() const override { return 257; }
+  bool is_eog(int32_t id) const override { return id == kEog; }
+  std::string render_chat(const std::vector<ChatMessageIn>& m) const override {
+    std::string s;
+    for (const auto& x : m) s += x.role + ": " + x.content + "\n";
+    return s + "assistant: ";
+  }
+};
+
+// Replies with the bytes of `reply` (then the EOG token), one event per token,
+// each on a thread of its own after `delay_ms`.
+class FakeEngine : public Engine {
+ public:
+  std::string reply = "Hello world. This is the fake engine.";
+  std::atomic<int> delay_ms{0};
+  std::atomic<bool> is_ready{true};
+  Status refuse;  // not ok: refuse every request with this error
+
+  ~FakeEngine() override {
+    for (auto& t : threads_) t.join();
+  }
+
+  RequestId submit(GenRequest req, EventSink sink) override {
+    std::lock_guard lk(mu_);
+    submitted.push_back(req);
+    if (!refuse.ok()) {
+      TokenEvent ev;
+      ev.finish = FinishReason::kError;
+      ev.error = refuse;
+      sink(ev);
+      return 0;
+    }
+    RequestId id = ++next_;
+    threads_.emplace_back([this, id, req, sink] {
+      for (int i = 0;; ++i) {
+        if (delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+        if (was_cancelled(id)) {
+          TokenEvent ev;
+          ev.finish = FinishReason::kAbort;
+          sink(ev);
+          return;
+        }
+        TokenEvent ev;
+        bool eog = size_t(i) >= reply.size() && !req.ignore_eos;
+        ev.token = eog ? FakeCodec::kEog : static_cast<unsigned char>(reply[i % reply.size()]);
+        ev.logprob = -0.25f;
+        if (req.sampling.logprobs) ev.top_logprobs = {{ev.token, -0.25f}};
+        if (eog)
+          ev.finish = FinishReason::kStop;
+        else if (i + 1 >= req.max_tokens)
+          ev.finish = FinishReason::kLength;
+        sink(ev);
+        if (ev.finish != FinishReason::kNone) return;
+      }
+    });
+    return id;
+  }
+  void cancel(RequestId id) override {
+    std::lock_guard lk(mu_);
+    cancelled.insert(id);
+  }
+  EngineStats stats() const override {
+    EngineStats s;
+    s.running = 1;
+    s.blocks_total = 100;
+    s.blocks_free = 60;
+    return s;
+  }
+  bool ready() const override { return is_ready; }
+
+  bool was_cancelled(RequestId id) {
+    std::lock_guard lk(mu_);
+    return cancelled.count(id) > 0;
+  }
+  size_t n_cancelled() {
+    std::lock_guard lk(mu_);
+    return cancelled.size();
+  }
+  GenRequest last() {
+    std::lock_guard lk(mu_);
+    return submitted.back();
+  }
+
+  std::vector<GenRequest> submitted;
+  std::set<RequestId> cancelled;
+
+ private:
+  std::mutex mu_;
+  std::vector<std::thread> threads_;
+  RequestId next_ = 0;
+};
+
+}  // namespace kvasir::test

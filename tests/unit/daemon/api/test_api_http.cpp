@@ -1,0 +1,391 @@
+// The HTTP server and routes in-process, against a FAKE engine and codec
+// (test_api_fakes.h): routing, validation, streaming, limits, timeouts,
+// cancellation on disconnect, API keys. End-to-end tests against the real
+// kvasird live in tests/integration/test_api_e2e.sh.
+// clang-format off
+#include <utility>  // first: Boost 1.74 Asio uses std::exchange (GCC 12)
+// clang-format on
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <boost/asio.hpp>
+#include <filesystem>
+#include <thread>
+
+#include "base/check.h"
+#include "daemon/api/api.h"
+#include "daemon/api/api_internal.h"
+#include "daemon/api/openai.h"
+#include "daemon/config/config.h"
+#include "test_api_client.h"
+#include "test_api_fakes.h"
+
+using namespace kvasir;
+using test::parse_resp;
+using test::Resp;
+using test::sse_events;
+using namespace std::chrono_literals;
+using nlohmann::json;
+namespace asio = boost::asio;
+
+namespace {
+
+class ApiHttpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static int n = 0;
+    sock_path_ =
+        "/tmp/kvasir-api-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++) + ".sock";
+    ApiContext ctx;
+    ctx.codec = std::make_shared<test::FakeCodec>();
+    ctx.model_name = "fake-model";
+    ctx.max_model_len = 4096;
+    ctx.stage_stats = [] {
+      return json{{"inflight", 2},
+                  {"stages",
+                   {{{"layers", "0-14"}, {"device", "cpu"}, {"busy_s", 1.5}},
+                    {{"layers", "15-29"}, {"device", "cpu"}, {"busy_s", 2.5}}}}};
+    };
+    ApiOptions aopts;
+    aopts.api_key = "sekrit";
+    api_ = std::make_shared<ApiService>(
+        engine_, ctx, aopts, [this](std::function<void()> f) { asio::post(io_, std::move(f)); });
+    HttpServerOptions hopts;
+    hopts.read_timeout = 700ms;
+    hopts.write_timeout = 500ms;
+    hopts.max_header = 16 * 1024;
+    server_ = std::make_unique<HttpServer>(io_, hopts,
+                                           [this](HttpRequest r, std::shared_ptr<Responder> s) {
+                                             api_->handle(std::move(r), std::move(s));
+                                           });
+    server_->listen_unix(sock_path_);
+    port_ = server_->listen_tcp("127.0.0.1:0");
+    work_.emplace(asio::make_work_guard(io_));
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  void TearDown() override {
+    api_->shutdown();
+    server_->stop();
+    work_.reset();
+    thread_.join();
+    server_.reset();
+  }
+
+  // Sends raw bytes on a fresh Unix-socket connection; reads to EOF.
+  std::string raw(const std::string& bytes, bool tcp = false) {
+    asio::io_context io;
+    std::string out;
+    auto exchange = [&](auto& s) {
+      boost::system::error_code ec;
+      asio::write(s, asio::buffer(bytes), ec);  // may fail if the server answers early
+      char buf[65536];
+      for (;;) {
+        size_t n = s.read_some(asio::buffer(buf), ec);
+        out.append(buf, n);
+        if (ec) break;
+      }
+    };
+    if (tcp) {
+      asio::ip::tcp::socket s(io);
+      s.connect({asio::ip::make_address("127.0.0.1"), port_});
+      exchange(s);
+    } else {
+      asio::local::stream_protocol::socket s(io);
+      s.connect(asio::local::stream_protocol::endpoint(sock_path_));
+      exchange(s);
+    }
+    return out;
+  }
+  static std::string req(const std::string& method, const std::string& path,
+                         const std::string& body = "", const std::string& extra = "") {
+    std::string r = method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + extra;
+    if (!body.empty() || method == "POST")
+      r += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+           "\r\n";
+    return r + "\r\n" + body;
+  }
+  Resp get(const std::string& path) { return parse_resp(raw(req("GET", path))); }
+  Resp post(const std::string& path, const std::string& body) {
+    return parse_resp(raw(req("POST", path, body)));
+  }
+
+  test::FakeEngine engine_;
+  asio::io_context io_;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
+  std::shared_ptr<ApiService> api_;
+  std::unique_ptr<HttpServer> server_;
+  std::thread thread_;
+  std::string sock_path_;
+  uint16_t port_ = 0;
+};
+
+}  // namespace
+
+TEST_F(ApiHttpTest, HealthAndModels) {
+  Resp h = get("/health");
+  EXPECT_EQ(h.status, 200);
+  EXPECT_EQ(h.j()["status"], "ok");
+  engine_.is_ready = false;
+  EXPECT_EQ(get("/health").status, 503);
+  EXPECT_EQ(post("/v1/completions", R"({"prompt":"x"})").status, 503);
+  engine_.is_ready = true;
+  Resp m = get("/v1/models");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_EQ(m.j()["data"][0]["id"], "fake-model");
+  EXPECT_EQ(get("/v1/models/fake-model").status, 200);
+  EXPECT_EQ(get("/v1/models/other").status, 404);
+}
+
+TEST_F(ApiHttpTest, CompletionWhole) {
+  Resp r = post("/v1/completions", R"({"prompt":"Hi","max_tokens":5,"temperature":0,"seed":7})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = r.j();
+  EXPECT_EQ(j["choices"][0]["text"], "Hello");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 2);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 5);
+  GenRequest g = engine_.last();
+  EXPECT_EQ(g.prompt, (std::vector<int32_t>{'H', 'i'}));
+  EXPECT_EQ(g.sampling.temperature, 0.f);
+  EXPECT_TRUE(g.sampling.has_seed);
+}
+
+TEST_F(ApiHttpTest, CompletionEndsWithEog) {
+  Resp r = post("/v1/completions", R"({"prompt":"Hi","max_tokens":100,"logprobs":1})");
+  json j = r.j();
+  EXPECT_EQ(j["choices"][0]["text"], engine_.reply);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["choices"][0]["logprobs"]["tokens"].size(), engine_.reply.size() + 1);
+}
+
+TEST_F(ApiHttpTest, EchoAndChatLogprobs) {
+  Resp r = post("/v1/completions", R"({"prompt":"Hi","max_tokens":3,"echo":true})");
+  EXPECT_EQ(r.j()["choices"][0]["text"], "HiHel");
+  Resp c = post(
+      "/v1/chat/completions",
+      R"({"messages":[{"role":"user","content":"x"}],"max_tokens":2,"logprobs":true,"top_logprobs":1})");
+  json lp = c.j()["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(lp.size(), 2u);
+  EXPECT_EQ(lp[0]["token"], "H");
+  EXPECT_EQ(lp[0]["top_logprobs"].size(), 1u);
+}
+
+TEST_F(ApiHttpTest, CompletionStreamWithUsage) {
+  Resp r = post(
+      "/v1/completions",
+      R"({"prompt":"Hi","max_tokens":8,"stream":true,"stream_options":{"include_usage":true}})");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_NE(r.head.find("text/event-stream"), std::string::npos);
+  bool done = false;
+  auto ev = sse_events(r.body, &done);
+  EXPECT_TRUE(done);
+  std::string text;
+  for (const auto& e : ev)
+    if (!e["choices"].empty()) text += e["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(text, "Hello wo");
+  ASSERT_GE(ev.size(), 2u);
+  EXPECT_EQ(ev[ev.size() - 2]["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(ev.back()["usage"]["completion_tokens"], 8);
+}
+
+TEST_F(ApiHttpTest, StopStringTruncatesAndCancels) {
+  Resp r = post("/v1/completions", R"({"prompt":"Hi","max_tokens":30,"stop":["world"]})");
+  json j = r.j();
+  EXPECT_EQ(j["choices"][0]["text"], "Hello ");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(engine_.n_cancelled(), 1u);
+  Resp s = post("/v1/completions", R"({"prompt":"Hi","max_tokens":30,"stop":"o w","stream":true})");
+  std::string text;
+  for (const auto& e : sse_events(s.body)) text += e["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(text, "Hell");
+}
+
+TEST_F(ApiHttpTest, Chat) {
+  Resp r =
+      post("/v1/chat/completions",
+           R"({"model":"fake-model","messages":[{"role":"user","content":"yo"}],"max_tokens":5})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["choices"][0]["message"]["content"], "Hello");
+  EXPECT_EQ(r.j()["object"], "chat.completion");
+  auto prompt = engine_.last().prompt;
+  EXPECT_EQ(std::string(prompt.begin(), prompt.end()), "user: yo\nassistant: ");
+  Resp s = post("/v1/chat/completions",
+                R"({"messages":[{"role":"user","content":"yo"}],"max_tokens":3,"stream":true})");
+  auto ev = sse_events(s.body);
+  ASSERT_GE(ev.size(), 3u);
+  EXPECT_EQ(ev[0]["choices"][0]["delta"]["role"], "assistant");
+  std::string text;
+  for (size_t i = 1; i + 1 < ev.size(); ++i)
+    text += ev[i]["choices"][0]["delta"]["content"].get<std::string>();
+  EXPECT_EQ(text, "Hel");
+  EXPECT_EQ(ev.back()["choices"][0]["finish_reason"], "length");
+}
+
+TEST_F(ApiHttpTest, BadRequests) {
+  struct Case {
+    const char* path;
+    const char* body;
+    int status;
+    const char* param;
+  };
+  const Case cases[] = {
+      {"/v1/completions", "{not json", 400, ""},
+      {"/v1/completions", R"({"prompt":5})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt":"x","max_tokens":-1})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt":"x","n":1000000000})", 400, "n"},
+      {"/v1/completions", R"({"prompt":[1,999]})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt":"x","max_tokens":5000})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt":"x","model":"gpt-9"})", 404, "model"},
+      {"/v1/chat/completions", R"({"messages":"hi"})", 400, "messages"},
+      {"/detokenize", R"({"tokens":[1,300]})", 400, "tokens"},
+  };
+  for (const auto& c : cases) {
+    Resp r = post(c.path, c.body);
+    EXPECT_EQ(r.status, c.status) << c.body << " → " << r.body;
+    json e = r.j()["error"];
+    EXPECT_TRUE(e["message"].is_string());
+    if (*c.param) {
+      EXPECT_EQ(e["param"], c.param) << c.body;
+    }
+  }
+  EXPECT_EQ(get("/nope").status, 404);
+  EXPECT_EQ(get("/v1/completions").status, 405);
+  EXPECT_EQ(engine_.submitted.size(), 0u);  // nothing bad reached the engine
+}
+
+TEST_F(ApiHttpTest, EngineRefusals) {
+  engine_.refuse = Status(ErrorCode::kQueueFull, "queue full (1024 requests waiting)");
+  Resp r = post("/v1/completions", R"({"prompt":"x"})");
+  EXPECT_EQ(r.status, 429);
+  EXPECT_EQ(r.j()["error"]["code"], "queue_full");
+  engine_.refuse = Status(ErrorCode::kContextLength, "prompt is longer than the KV cache");
+  EXPECT_EQ(post("/v1/completions", R"({"prompt":"x"})").status, 400);
+}
+
+TEST_F(ApiHttpTest, TokenizeDetokenizeStatsMetrics) {
+  Resp t = post("/tokenize", R"({"prompt":"ab"})");
+  EXPECT_EQ(t.j()["tokens"], json::array({97, 98}));
+  EXPECT_EQ(post("/detokenize", R"({"tokens":[97,98]})").j()["prompt"], "ab");
+  Resp s = get("/kvasir/v1/stats");
+  EXPECT_EQ(s.j()["engine"]["blocks_free"], 60);
+  EXPECT_EQ(s.j()["stages"].size(), 2u);
+  Resp m = get("/metrics");
+  EXPECT_NE(m.body.find("kvasir_requests_running 1"), std::string::npos);
+  EXPECT_NE(m.body.find(
+                "kvasir_stage_busy_seconds_total{stage=\"1\",layers=\"15-29\",device=\"cpu\"} 2.5"),
+            std::string::npos)
+      << m.body;
+}
+
+TEST_F(ApiHttpTest, BodyOverLimitIs413) {
+  std::string body(10u << 20, 'x');
+  Resp r = parse_resp(raw(req("POST", "/v1/completions", body)));
+  EXPECT_EQ(r.status, 413);
+  EXPECT_EQ(get("/health").status, 200);  // still serving
+}
+
+TEST_F(ApiHttpTest, HugeHeaderIs431) {
+  std::string big = "X-Big: " + std::string(1u << 20, 'a') + "\r\n";
+  Resp r = parse_resp(raw(req("GET", "/health", "", big)));
+  EXPECT_EQ(r.status, 431);
+  EXPECT_EQ(get("/health").status, 200);
+}
+
+TEST_F(ApiHttpTest, SlowlorisIsCut) {
+  asio::io_context io;
+  asio::local::stream_protocol::socket s(io);
+  s.connect(asio::local::stream_protocol::endpoint(sock_path_));
+  auto t0 = std::chrono::steady_clock::now();
+  asio::write(s, asio::buffer(std::string("GET /health HTTP/1.1\r\nHost: x\r\n")));
+  std::string out;
+  boost::system::error_code ec;
+  char buf[4096];
+  for (int i = 0; i < 40 && !ec; ++i) {  // trickle a header byte every 100 ms
+    std::this_thread::sleep_for(100ms);
+    asio::write(s, asio::buffer(std::string("X")), ec);
+  }
+  for (;;) {
+    size_t n = s.read_some(asio::buffer(buf), ec);
+    out.append(buf, n);
+    if (ec) break;
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(secs, 3.0);  // cut near the 0.7 s read timeout, not after 4 s of trickling
+  EXPECT_EQ(parse_resp(out).status, 408);
+  EXPECT_EQ(get("/health").status, 200);
+}
+
+TEST_F(ApiHttpTest, DisconnectCancels) {
+  engine_.delay_ms = 30;
+  {
+    asio::io_context io;
+    asio::local::stream_protocol::socket s(io);
+    s.connect(asio::local::stream_protocol::endpoint(sock_path_));
+    asio::write(s, asio::buffer(
+                       req("POST", "/v1/completions",
+                           R"({"prompt":"x","max_tokens":1000,"stream":true,"ignore_eos":true})")));
+    char buf[256];
+    s.read_some(asio::buffer(buf));  // the stream has started
+  }                                  // closed
+  for (int i = 0; i < 100 && engine_.n_cancelled() == 0; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(engine_.n_cancelled(), 1u);
+}
+
+TEST_F(ApiHttpTest, StalledReaderIsDroppedAndCancelled) {
+  engine_.delay_ms = 1;
+  asio::io_context io;
+  asio::local::stream_protocol::socket s(io);
+  s.connect(asio::local::stream_protocol::endpoint(sock_path_));
+  asio::write(
+      s, asio::buffer(req("POST", "/v1/completions",
+                          R"({"prompt":"x","max_tokens":4000,"stream":true,"ignore_eos":true})")));
+  // Never read: the socket buffers fill, the write stalls, the server gives up.
+  for (int i = 0; i < 500 && engine_.n_cancelled() == 0; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(engine_.n_cancelled(), 1u);
+  EXPECT_EQ(get("/health").status, 200);
+}
+
+TEST_F(ApiHttpTest, KeepAliveServesSeveralRequests) {
+  std::string one = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  std::string out = raw(one + one + req("GET", "/health"));
+  size_t n = 0;
+  for (size_t p = 0; (p = out.find("HTTP/1.1 200", p)) != std::string::npos; ++p) ++n;
+  EXPECT_EQ(n, 3u);
+}
+
+TEST_F(ApiHttpTest, ApiKeyOnTcpOnly) {
+  EXPECT_EQ(parse_resp(raw(req("GET", "/v1/models"), true)).status, 401);
+  EXPECT_EQ(
+      parse_resp(raw(req("GET", "/v1/models", "", "Authorization: Bearer wrong\r\n"), true)).status,
+      401);
+  EXPECT_EQ(parse_resp(raw(req("GET", "/v1/models", "", "Authorization: Bearer sekrit\r\n"), true))
+                .status,
+            200);
+  EXPECT_EQ(parse_resp(raw(req("GET", "/health"), true)).status, 200);
+  EXPECT_EQ(get("/v1/models").status, 200);  // the Unix socket relies on file permissions
+  EXPECT_TRUE(constant_time_equal("abc", "abc"));
+  EXPECT_FALSE(constant_time_equal("abc", "abd"));
+  EXPECT_FALSE(constant_time_equal("abc", "abcd"));
+}
+
+TEST_F(ApiHttpTest, SocketFileModeAndStaleReplace) {
+  auto perms = std::filesystem::status(sock_path_).permissions();
+  EXPECT_EQ(perms & std::filesystem::perms::others_all, std::filesystem::perms::none);
+  // A live socket is not taken over.
+  asio::io_context io2;
+  HttpServer other(io2, {}, [](HttpRequest, std::shared_ptr<Responder>) {});
+  EXPECT_THROW(other.listen_unix(sock_path_), Error);
+}
+
+TEST(DeferredEngine, RefusesUntilAttached) {
+  DeferredEngine d;
+  EXPECT_FALSE(d.ready());
+  Status err;
+  EXPECT_EQ(d.submit(GenRequest{}, [&](const TokenEvent& ev) { err = ev.error; }), 0u);
+  EXPECT_EQ(err.code(), ErrorCode::kLoading);
+  EXPECT_EQ(engine_error(err).status, 503);
+  test::FakeEngine fake;
+  d.attach(&fake);
+  EXPECT_TRUE(d.ready());
+  EXPECT_EQ(d.stats().blocks_total, 100);
+}

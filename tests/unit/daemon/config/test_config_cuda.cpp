@@ -1,0 +1,114 @@
+// The plan rules for GPU stages (daemon/config.h): cuda:N devices, the KV
+// share of device memory, and what check_against_model leaves to the stage
+// (the plugin and the driver are checked after exec: stages/cuda_plugin.h).
+#include <gtest/gtest.h>
+
+#include "base/check.h"
+#include "daemon/config/config.h"
+
+namespace kvasir {
+namespace {
+
+std::string plan(const std::string& dev0, const std::string& dev1, const std::string& kv = "") {
+  return R"(
+[model]
+path = "m.gguf"
+[[stages]]
+layers = "0-14"
+device = ")" +
+         dev0 + R"("
+[[stages]]
+layers = "15-29"
+device = ")" +
+         dev1 + R"("
+[kv]
+memory = "100KiB"
+)" + kv;
+}
+
+std::string refusal(const std::string& text) {
+  try {
+    parse_config(text, "/base");
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return "(accepted)";
+}
+
+ModelConfig model30() {
+  ModelConfig m;
+  m.n_layers = 30;
+  m.hidden = 576;
+  m.n_heads = 9;
+  m.n_kv_heads = 3;
+  m.head_dim = 64;
+  return m;
+}
+
+TEST(ConfigCuda, GpuDevicesParse) {
+  Config c = parse_config(plan("cuda:0", "cuda:1"), "/base");
+  ASSERT_EQ(c.plan.stages.size(), 2u);
+  EXPECT_EQ(c.plan.stages[0].device, "cuda:0");
+  EXPECT_TRUE(c.plan.stages[0].is_gpu());
+  EXPECT_TRUE(c.plan.stages[1].is_gpu());
+  c = parse_config(plan("cpu", "cuda:12"), "/base");
+  EXPECT_FALSE(c.plan.stages[0].is_gpu());
+  EXPECT_EQ(c.plan.stages[1].device, "cuda:12");
+}
+
+TEST(ConfigCuda, MalformedGpuDevicesRefused) {
+  for (const char* bad : {"cuda:", "cuda:x", "cuda:-1", "cuda:1234", "cuda0", "CUDA:0", "gpu:0",
+                          "cuda:0 ", "cuda:1a"}) {
+    auto m = refusal(plan("cpu", bad));
+    EXPECT_NE(m.find("stages[1].device"), std::string::npos) << bad << ": " << m;
+  }
+}
+
+// Two stages on one GPU are two processes on one device: refused by the
+// plan (one stage per GPU), as docs/architecture.md says.
+TEST(ConfigCuda, OneStagePerGpu) {
+  auto m = refusal(plan("cuda:3", "cuda:3"));
+  EXPECT_NE(m.find("stages[1].device: cuda:3 is already used"), std::string::npos) << m;
+}
+
+TEST(ConfigCuda, GpuMemoryUtilization) {
+  EXPECT_DOUBLE_EQ(parse_config(plan("cpu", "cuda:0"), "/base").kv.gpu_memory_utilization, 0.9);
+  EXPECT_DOUBLE_EQ(parse_config(plan("cpu", "cuda:0", "gpu_memory_utilization = 0.5\n"), "/base")
+                       .kv.gpu_memory_utilization,
+                   0.5);
+  EXPECT_DOUBLE_EQ(parse_config(plan("cpu", "cuda:0", "gpu_memory_utilization = 1\n"), "/base")
+                       .kv.gpu_memory_utilization,
+                   1.0);
+  for (const char* bad : {"0", "0.0", "-0.5", "1.01", "\"0.5\"", "nan", "inf"}) {
+    auto m = refusal(plan("cpu", "cuda:0", std::string("gpu_memory_utilization = ") + bad + "\n"));
+    EXPECT_NE(m.find("kv.gpu_memory_utilization"), std::string::npos) << bad << ": " << m;
+  }
+}
+
+// kv.memory bounds CPU stages only: a GPU stage sizes its KV on the device.
+// Layer ranges are still checked for every stage.
+TEST(ConfigCuda, ModelChecksLeaveKvSizingOfGpuStagesToTheStage) {
+  ModelConfig m = model30();
+  // 100 KiB holds no block of 15 layers (15 × K,V × 3 heads × 64 × 16 tokens × 2 bytes
+  // = 180 KiB): refused on a CPU stage, fine on a GPU stage.
+  Config gpu = parse_config(plan("cuda:0", "cuda:1"), "/base");
+  EXPECT_NO_THROW(check_against_model(gpu, m));
+  Config mixed = parse_config(plan("cpu", "cuda:0"), "/base");
+  try {
+    check_against_model(mixed, m);
+    ADD_FAILURE() << "a CPU stage whose kv.memory holds no block was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("stages[0]"), std::string::npos) << e.message();
+  }
+  Config past = parse_config(plan("cuda:0", "cuda:1"), "/base");
+  past.plan.stages[1].last = 40;
+  try {
+    check_against_model(past, m);
+    ADD_FAILURE() << "a GPU stage past the model was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("goes past"), std::string::npos) << e.message();
+  }
+}
+
+}  // namespace
+}  // namespace kvasir
