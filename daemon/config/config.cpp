@@ -239,6 +239,143 @@ void validate_plan(const PlanCfg& plan) {
   }
 }
 
+namespace {
+
+// One parser per table of the file; each applies that table's rules.
+
+void parse_model(const toml::table& root, const std::string& base_dir, ModelCfg& m) {
+  auto* model = sub_table(root, "model");
+  KV_CHECK(model, "model: missing [model] table (model.path is required)");
+  check_keys(*model, "model", {"path"});
+  m.path = resolve(base_dir, get_str(*model, "path", "model.path", ""));
+  KV_CHECK(!m.path.empty(), "model.path: required");
+}
+
+void parse_plan(const toml::table& p, PlanCfg& plan) {
+  check_keys(p, "plan", {"max_rows", "max_tokens", "max_inflight"});
+  plan.max_rows = get_int(p, "max_rows", "plan.max_rows", 32, 0, 1 << 16);
+  plan.max_tokens = get_int(p, "max_tokens", "plan.max_tokens", 512, 0, 1 << 20);
+  plan.max_inflight = get_int(p, "max_inflight", "plan.max_inflight", 0, 0, kMaxInflightLimit);
+}
+
+StageCfg parse_stage(const toml::node& n, const std::string& f) {
+  auto* t = n.as_table();
+  KV_CHECK(t, "{}: must be a table", f);
+  check_keys(*t, f, {"layers", "device", "threads"});
+  StageCfg st;
+  auto* layers = t->get("layers");
+  KV_CHECK(layers, "{}.layers: required (e.g. \"0-14\")", f);
+  if (layers->is_integer()) {
+    st.first = st.last = int32_t(*layers->value<int64_t>());
+  } else {
+    KV_CHECK(layers->is_string(), "{}.layers: must be a string like \"0-14\"", f);
+    parse_layers(*layers->value<std::string_view>(), f + ".layers", st);
+  }
+  st.device = get_str(*t, "device", f + ".device", "cpu");
+  st.threads = get_int(*t, "threads", f + ".threads", 1, 0, 1024);
+  return st;
+}
+
+void parse_stages(const toml::node& n, PlanCfg& plan) {
+  auto* arr = n.as_array();
+  KV_CHECK(arr, "stages: must be an array of tables ([[stages]])");
+  for (size_t i = 0; i < arr->size(); ++i)
+    plan.stages.push_back(parse_stage((*arr)[i], fmt::format("stages[{}]", i)));
+}
+
+void parse_kv(const toml::table& k, KvCfg& kv) {
+  check_keys(k, "kv", {"block_size", "memory", "dtype", "gpu_memory_utilization"});
+  kv.block_size = get_int(k, "block_size", "kv.block_size", 16, 1, 1024);
+  kv.memory = get_size(k, "memory", "kv.memory", kv.memory);
+  kv.dtype = get_str(k, "dtype", "kv.dtype", "f16");
+  KV_CHECK(kv.dtype == "f16" || kv.dtype == "f32", "kv.dtype: \"{}\" is not f16 or f32", kv.dtype);
+  KV_CHECK(kv.memory > 0, "kv.memory: must be > 0");
+  if (auto* g = k.get("gpu_memory_utilization")) {
+    auto v = g->value<double>();
+    KV_CHECK(v && std::isfinite(*v) && *v > 0 && *v <= 1,
+             "kv.gpu_memory_utilization: must be a fraction in (0, 1]");
+    kv.gpu_memory_utilization = *v;
+  }
+}
+
+void parse_scheduler(const toml::table& s, SchedulerCfg& sc) {
+  check_keys(s, "scheduler", {"policy", "chunk_size", "max_num_seqs", "max_queue"});
+  sc.policy = get_str(s, "policy", "scheduler.policy", "continuous+chunked");
+  // The names daemon/engine/scheduler.h parses (kept literal here: config
+  // has no dependency on the engine).
+  KV_CHECK(sc.policy == "naive" || sc.policy == "static" || sc.policy == "continuous" ||
+               sc.policy == "continuous+chunked",
+           "scheduler.policy: \"{}\" is not one of naive, static, continuous, "
+           "continuous+chunked",
+           sc.policy);
+  sc.chunk_size = get_int(s, "chunk_size", "scheduler.chunk_size", 512, 1, 1 << 20);
+  sc.max_num_seqs = get_int(s, "max_num_seqs", "scheduler.max_num_seqs", 256, 1, 1 << 20);
+  // At least 1: a request waits in the queue before its first batch, so 0
+  // would refuse every request (a daemon that serves nobody).
+  sc.max_queue = get_int(s, "max_queue", "scheduler.max_queue", 1024, 1, 1 << 24);
+}
+
+double get_seconds(const toml::table& t, const char* key, const char* field, double def, double lo,
+                   double hi) {
+  auto* d = t.get(key);
+  if (!d) return def;
+  auto v = d->value<double>();
+  KV_CHECK(v && std::isfinite(*v) && *v >= lo && *v <= hi, "{}: must be seconds in [{}, {}]", field,
+           lo, hi);
+  return *v;
+}
+
+void check_host_port(const std::string& http) {
+  auto colon = http.rfind(':');
+  bool ok = colon != std::string::npos && colon > 0 && colon + 1 < http.size();
+  int port = 0;
+  for (size_t i = colon + 1; ok && i < http.size(); ++i) {
+    ok = std::isdigit(static_cast<unsigned char>(http[i]));
+    port = port * 10 + (http[i] - '0');
+    ok = ok && port <= 65535;
+  }
+  KV_CHECK(ok, "server.http: \"{}\" is not \"host:port\"", http);
+}
+
+void parse_server(const toml::table& s, ServerCfg& sv) {
+  check_keys(s, "server",
+             {"socket", "http", "api_key", "api_key_file", "max_body", "drain_timeout",
+              "read_timeout", "max_connections"});
+  sv.socket = get_str(s, "socket", "server.socket", sv.socket);
+  sv.http = get_str(s, "http", "server.http", "");
+  sv.api_key = get_str(s, "api_key", "server.api_key", "");
+  sv.max_body = get_size(s, "max_body", "server.max_body", sv.max_body);
+  sv.api_key_file = get_str(s, "api_key_file", "server.api_key_file", "");
+  sv.drain_timeout =
+      get_seconds(s, "drain_timeout", "server.drain_timeout", sv.drain_timeout, 0, 86400);
+  // Below 0.1 s a slow but honest client could not send a request at all.
+  sv.read_timeout =
+      get_seconds(s, "read_timeout", "server.read_timeout", sv.read_timeout, 0.1, 3600);
+  sv.max_connections = get_int(s, "max_connections", "server.max_connections", 256, 1, 65536);
+  KV_CHECK(sv.max_body > 0, "server.max_body: must be > 0");
+  if (!sv.http.empty()) check_host_port(sv.http);
+}
+
+// After every table: paths against the config's folder, the key file read.
+void resolve_server(const std::string& base_dir, ServerCfg& sv) {
+  KV_CHECK(!sv.socket.empty(), "server.socket: required");
+  sv.socket = resolve(base_dir, sv.socket);
+  if (sv.api_key_file.empty()) return;
+  KV_CHECK(sv.api_key.empty(),
+           "server.api_key_file: set together with server.api_key; keep one of them");
+  sv.api_key_file = resolve(base_dir, sv.api_key_file);
+  sv.api_key = read_api_key_file(sv.api_key_file);
+}
+
+void parse_log(const toml::table& l, LogCfg& lc) {
+  check_keys(l, "log", {"level"});
+  lc.level = get_str(l, "level", "log.level", lc.level);
+  KV_CHECK(log::parse_level(lc.level).has_value(),
+           "log.level: \"{}\" is not one of trace, debug, info, warn, error, off", lc.level);
+}
+
+}  // namespace
+
 Config parse_config(std::string_view text, const std::string& base_dir, const std::string& source) {
   toml::table root;
   try {
@@ -250,130 +387,15 @@ Config parse_config(std::string_view text, const std::string& base_dir, const st
   Config c;
   c.source = source;
   check_keys(root, "", {"model", "plan", "stages", "kv", "scheduler", "server", "recovery", "log"});
-
-  auto* model = sub_table(root, "model");
-  KV_CHECK(model, "model: missing [model] table (model.path is required)");
-  check_keys(*model, "model", {"path"});
-  c.model.path = resolve(base_dir, get_str(*model, "path", "model.path", ""));
-  KV_CHECK(!c.model.path.empty(), "model.path: required");
-
-  if (auto* p = sub_table(root, "plan")) {
-    check_keys(*p, "plan", {"max_rows", "max_tokens", "max_inflight"});
-    c.plan.max_rows = get_int(*p, "max_rows", "plan.max_rows", 32, 0, 1 << 16);
-    c.plan.max_tokens = get_int(*p, "max_tokens", "plan.max_tokens", 512, 0, 1 << 20);
-    c.plan.max_inflight = get_int(*p, "max_inflight", "plan.max_inflight", 0, 0, kMaxInflightLimit);
-  }
-
-  if (auto* n = root.get("stages")) {
-    auto* arr = n->as_array();
-    KV_CHECK(arr, "stages: must be an array of tables ([[stages]])");
-    for (size_t i = 0; i < arr->size(); ++i) {
-      const std::string f = fmt::format("stages[{}]", i);
-      auto* t = (*arr)[i].as_table();
-      KV_CHECK(t, "{}: must be a table", f);
-      check_keys(*t, f, {"layers", "device", "threads"});
-      StageCfg st;
-      auto* layers = t->get("layers");
-      KV_CHECK(layers, "{}.layers: required (e.g. \"0-14\")", f);
-      if (layers->is_integer()) {
-        st.first = st.last = int32_t(*layers->value<int64_t>());
-      } else {
-        KV_CHECK(layers->is_string(), "{}.layers: must be a string like \"0-14\"", f);
-        parse_layers(*layers->value<std::string_view>(), f + ".layers", st);
-      }
-      st.device = get_str(*t, "device", f + ".device", "cpu");
-      st.threads = get_int(*t, "threads", f + ".threads", 1, 0, 1024);
-      c.plan.stages.push_back(st);
-    }
-  }
-
-  if (auto* k = sub_table(root, "kv")) {
-    check_keys(*k, "kv", {"block_size", "memory", "dtype", "gpu_memory_utilization"});
-    c.kv.block_size = get_int(*k, "block_size", "kv.block_size", 16, 1, 1024);
-    c.kv.memory = get_size(*k, "memory", "kv.memory", c.kv.memory);
-    c.kv.dtype = get_str(*k, "dtype", "kv.dtype", "f16");
-    KV_CHECK(c.kv.dtype == "f16" || c.kv.dtype == "f32", "kv.dtype: \"{}\" is not f16 or f32",
-             c.kv.dtype);
-    KV_CHECK(c.kv.memory > 0, "kv.memory: must be > 0");
-    if (auto* g = k->get("gpu_memory_utilization")) {
-      auto v = g->value<double>();
-      KV_CHECK(v && std::isfinite(*v) && *v > 0 && *v <= 1,
-               "kv.gpu_memory_utilization: must be a fraction in (0, 1]");
-      c.kv.gpu_memory_utilization = *v;
-    }
-  }
-
-  if (auto* s = sub_table(root, "scheduler")) {
-    check_keys(*s, "scheduler", {"policy", "chunk_size", "max_num_seqs", "max_queue"});
-    c.scheduler.policy = get_str(*s, "policy", "scheduler.policy", "continuous+chunked");
-    // The names daemon/scheduler.h parses (kept literal here: config has no
-    // dependency on the scheduler library).
-    KV_CHECK(c.scheduler.policy == "naive" || c.scheduler.policy == "static" ||
-                 c.scheduler.policy == "continuous" || c.scheduler.policy == "continuous+chunked",
-             "scheduler.policy: \"{}\" is not one of naive, static, continuous, "
-             "continuous+chunked",
-             c.scheduler.policy);
-    c.scheduler.chunk_size = get_int(*s, "chunk_size", "scheduler.chunk_size", 512, 1, 1 << 20);
-    c.scheduler.max_num_seqs =
-        get_int(*s, "max_num_seqs", "scheduler.max_num_seqs", 256, 1, 1 << 20);
-    // At least 1: a request waits in the queue before its first batch, so 0
-    // would refuse every request (a daemon that serves nobody).
-    c.scheduler.max_queue = get_int(*s, "max_queue", "scheduler.max_queue", 1024, 1, 1 << 24);
-  }
-
-  if (auto* s = sub_table(root, "server")) {
-    check_keys(*s, "server",
-               {"socket", "http", "api_key", "api_key_file", "max_body", "drain_timeout",
-                "read_timeout", "max_connections"});
-    c.server.socket = get_str(*s, "socket", "server.socket", c.server.socket);
-    c.server.http = get_str(*s, "http", "server.http", "");
-    c.server.api_key = get_str(*s, "api_key", "server.api_key", "");
-    c.server.max_body = get_size(*s, "max_body", "server.max_body", c.server.max_body);
-    c.server.api_key_file = get_str(*s, "api_key_file", "server.api_key_file", "");
-    if (auto* d = s->get("drain_timeout")) {
-      auto v = d->value<double>();
-      KV_CHECK(v && std::isfinite(*v) && *v >= 0 && *v <= 86400,
-               "server.drain_timeout: must be seconds in [0, 86400]");
-      c.server.drain_timeout = *v;
-    }
-    if (auto* d = s->get("read_timeout")) {
-      auto v = d->value<double>();
-      // Below 0.1 s a slow but honest client could not send a request at all.
-      KV_CHECK(v && std::isfinite(*v) && *v >= 0.1 && *v <= 3600,
-               "server.read_timeout: must be seconds in [0.1, 3600]");
-      c.server.read_timeout = *v;
-    }
-    c.server.max_connections =
-        get_int(*s, "max_connections", "server.max_connections", 256, 1, 65536);
-    KV_CHECK(c.server.max_body > 0, "server.max_body: must be > 0");
-    if (!c.server.http.empty()) {
-      auto colon = c.server.http.rfind(':');
-      bool ok = colon != std::string::npos && colon > 0 && colon + 1 < c.server.http.size();
-      int port = 0;
-      for (size_t i = colon + 1; ok && i < c.server.http.size(); ++i) {
-        ok = std::isdigit(static_cast<unsigned char>(c.server.http[i]));
-        port = port * 10 + (c.server.http[i] - '0');
-        ok = ok && port <= 65535;
-      }
-      KV_CHECK(ok, "server.http: \"{}\" is not \"host:port\"", c.server.http);
-    }
-  }
+  parse_model(root, base_dir, c.model);
+  if (auto* p = sub_table(root, "plan")) parse_plan(*p, c.plan);
+  if (auto* n = root.get("stages")) parse_stages(*n, c.plan);
+  if (auto* k = sub_table(root, "kv")) parse_kv(*k, c.kv);
+  if (auto* s = sub_table(root, "scheduler")) parse_scheduler(*s, c.scheduler);
+  if (auto* s = sub_table(root, "server")) parse_server(*s, c.server);
   if (auto* r = sub_table(root, "recovery")) parse_recovery(*r, c.recovery);
-  if (auto* l = sub_table(root, "log")) {
-    check_keys(*l, "log", {"level"});
-    c.log.level = get_str(*l, "level", "log.level", c.log.level);
-    KV_CHECK(log::parse_level(c.log.level).has_value(),
-             "log.level: \"{}\" is not one of trace, debug, info, warn, error, off", c.log.level);
-  }
-  KV_CHECK(!c.server.socket.empty(), "server.socket: required");
-  c.server.socket = resolve(base_dir, c.server.socket);
-  if (!c.server.api_key_file.empty()) {
-    KV_CHECK(c.server.api_key.empty(),
-             "server.api_key_file: set together with server.api_key; keep one of them");
-    c.server.api_key_file = resolve(base_dir, c.server.api_key_file);
-    c.server.api_key = read_api_key_file(c.server.api_key_file);
-  }
-
+  if (auto* l = sub_table(root, "log")) parse_log(*l, c.log);
+  resolve_server(base_dir, c.server);
   validate_plan(c.plan);
   return c;
 }
