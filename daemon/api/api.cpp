@@ -116,9 +116,9 @@ void ApiService::Impl::check_model(const std::string& model) const {
   for (const auto& a : ctx.model_aliases)
     if (model == a) return;
   throw ApiError(
-      404,
+      ErrorCode::kNotFound,
       fmt::format("the model '{}' does not exist; this server serves '{}'", model, ctx.model_name),
-      "model", "invalid_request_error", "model_not_found");
+      "model");
 }
 
 namespace {
@@ -154,17 +154,18 @@ void ApiService::Impl::handle(HttpRequest& req, const std::shared_ptr<Responder>
     if (req.tcp && !opts.api_key.empty() && p != "/health") {
       std::string auth = req.header("authorization");
       if (!constant_time_equal(auth, "Bearer " + opts.api_key))
-        throw ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", "",
-                       "invalid_request_error", "invalid_api_key");
+        throw ApiError(ErrorCode::kUnauthenticated,
+                       "invalid or missing API key (Authorization: Bearer KEY)");
     }
     auto want = [&](const char* method) {
       if (req.method != method)
-        throw ApiError(405, fmt::format("{} takes {} (not {})", p, method, req.method));
+        throw ApiError(ErrorCode::kMethodNotAllowed,
+                       fmt::format("{} takes {} (not {})", p, method, req.method));
     };
     bool needs_codec = p == "/v1/completions" || p == "/v1/chat/completions" || p == "/tokenize" ||
                        p == "/detokenize";
     if (needs_codec && !ctx.codec)
-      throw ApiError(503, "no tokenizer is loaded for this model", "", "server_error", "not_ready");
+      throw ApiError(ErrorCode::kLoading, "no tokenizer is loaded for this model");
     if (p == "/v1/completions" || p == "/v1/chat/completions") {
       want("POST");
       return generate(req, res, p == "/v1/chat/completions");
@@ -209,7 +210,7 @@ void ApiService::Impl::handle(HttpRequest& req, const std::shared_ptr<Responder>
         try {
           text = ctx.codec->render_chat(t.messages);
         } catch (const Error& e) {
-          throw ApiError(400, "cannot apply the chat template: " + e.message(), "messages");
+          throw ApiError(e.code(), "cannot apply the chat template: " + e.message(), "messages");
         }
       }
       auto ids = ctx.codec->encode(text, t.add_special_tokens, true);
@@ -223,7 +224,7 @@ void ApiService::Impl::handle(HttpRequest& req, const std::shared_ptr<Responder>
       int32_t vocab = ctx.codec->vocab_size();
       for (size_t i = 0; i < ids.size(); ++i)
         if (ids[i] < 0 || ids[i] >= vocab)
-          throw ApiError(400,
+          throw ApiError(ErrorCode::kInvalidArgument,
                          fmt::format("tokens[{}]: token id {} is out of range (vocabulary: {})", i,
                                      ids[i], vocab),
                          "tokens");
@@ -259,15 +260,14 @@ void ApiService::Impl::handle(HttpRequest& req, const std::shared_ptr<Responder>
       return res->respond(200, "text/plain; version=0.0.4", metrics_text());
     }
     route = "(unknown)";
-    throw ApiError(404, fmt::format("no route {} {}", req.method, p), "", "invalid_request_error",
-                   "not_found");
+    throw ApiError(ErrorCode::kNotFound, fmt::format("no route {} {}", req.method, p));
   } catch (const ApiError& e) {
     send_error(res, route, e);
   } catch (const Error& e) {
-    send_error(res, route, ApiError(400, e.message()));
+    send_error(res, route, ApiError(e.code(), e.message()));
   } catch (const std::exception& e) {
     send_error(res, route,
-               ApiError(500, std::string("internal error: ") + e.what(), "", "server_error"));
+               ApiError(ErrorCode::kInternal, std::string("internal error: ") + e.what()));
   }
 }
 

@@ -86,8 +86,9 @@ struct ApiService::Impl : std::enable_shared_from_this<ApiService::Impl> {
   }
 };
 
-// The ApiError of an engine error, chosen by its code (queue full → 429,
-// loading / stopping / failed → 503, a bad request → 400, the rest → 500).
+// The ApiError of an engine error: its code, its message, and "prompt" as
+// the parameter when the prompt is at fault. The HTTP status, type and code
+// string come from the table (errors.h), like every other error's.
 ApiError engine_error(const Status& error);
 
 }  // namespace kvasir
