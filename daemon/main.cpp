@@ -87,6 +87,22 @@ struct ApiThread {
     if (thread.joinable()) thread.join();
   }
 };
+
+// The ring as the config plans it (the API reports it while the stages load).
+kvasir::RingReport planned_ring(const kvasir::Config& cfg) {
+  kvasir::RingReport r;
+  r.inflight = cfg.plan.inflight();
+  for (size_t i = 0; i < cfg.plan.stages.size(); ++i) {
+    const kvasir::StageCfg& s = cfg.plan.stages[i];
+    kvasir::StageReport one;
+    one.index = int32_t(i);
+    one.first_layer = s.first;
+    one.last_layer = s.last;
+    one.device = s.device;
+    r.stages.push_back(std::move(one));
+  }
+  return r;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -153,8 +169,7 @@ int main(int argc, char** argv) {
     static_cast<RecoveryCfg&>(sup_opt.recovery) = cfg.recovery;  // [recovery] of the config
     Supervisor sup(cfg, mc, sup_opt);
     LoadingMonitor loading(cfg, sup.segment_name());
-    DeferredEngine deferred;  // 503 "loading" until the bridge is attached
-    std::atomic<Bridge*> bridge{nullptr};
+    DeferredEngine deferred(planned_ring(cfg));  // 503 "loading" until the bridge is attached
 
     ApiContext ctx;
     if (tok) ctx.codec = make_text_codec(*tok, chat.get());
@@ -163,25 +178,6 @@ int main(int argc, char** argv) {
     ctx.stop = &g_stop;
     ctx.abort = &g_abort;
     ctx.loading = [&] { return loading.snapshot(); };
-    ctx.stage_stats = [&] {
-      nlohmann::json st = nlohmann::json::array();
-      Bridge* e = bridge.load();
-      auto snaps = e ? e->stage_stats() : std::vector<StageSnapshot>{};
-      for (size_t i = 0; i < cfg.plan.stages.size(); ++i) {
-        const auto& s = cfg.plan.stages[i];
-        nlohmann::json one = {
-            {"index", i}, {"layers", fmt::format("{}-{}", s.first, s.last)}, {"device", s.device}};
-        if (i < snaps.size()) {
-          one.update({{"busy_s", snaps[i].busy_ns / 1e9},
-                      {"starved_s", snaps[i].starved_ns / 1e9},
-                      {"blocked_s", snaps[i].blocked_ns / 1e9},
-                      {"batches", snaps[i].batches},
-                      {"tokens", snaps[i].tokens}});
-        }
-        st.push_back(std::move(one));
-      }
-      return nlohmann::json{{"inflight", cfg.plan.inflight()}, {"stages", st}};
-    };
     api.start(cfg, deferred, ctx);
     // Whatever happens next, the API thread (which uses everything above)
     // ends before those objects do.
@@ -262,12 +258,10 @@ int main(int argc, char** argv) {
     // (docs/recovery.md); past the restart limit the engine fails for good:
     // /health says unhealthy and new work is refused, the daemon stays up.
     Bridge engine(sup.segment(), bc, [&] { return sup.health(); });
-    bridge.store(&engine);
     deferred.attach(&engine);
 
     api.join();  // returns after the graceful stop (or a lost stage)
     deferred.attach(nullptr);
-    bridge.store(nullptr);
     engine.shutdown();
     sup.stop();  // stages end; the segment is removed
     if (!engine.failure().empty()) {
