@@ -152,19 +152,11 @@ bool progress_enabled(const std::string& mode) {
   return isatty(STDERR_FILENO);
 }
 
-}  // namespace
-
-json run_bench(const Endpoint& ep, const BenchOptions& o,
-               const std::vector<BenchRequest>& workload) {
-  if (workload.empty()) throw std::runtime_error("no requests to send");
-  if (workload.size() > size_t(kMaxBenchRequests))
-    throw std::runtime_error("too many requests (at most " + std::to_string(kMaxBenchRequests) +
-                             ")");
+// The daemon is ready and every synthetic request fits the model's context.
+void check_daemon(const Endpoint& ep, const std::vector<BenchRequest>& workload) {
   HttpResult h = http_call(ep, "GET", "/health");
   if (h.status != 200) throw std::runtime_error("kvasird at " + ep.describe() + " is not ready");
   int64_t ctx = max_model_len(ep);
-  bool synthetic = std::any_of(workload.begin(), workload.end(),
-                               [](const BenchRequest& q) { return q.prompt.empty(); });
   for (size_t i = 0; i < workload.size(); ++i) {
     const auto& q = workload[i];
     if (ctx > 0 && q.prompt.empty() && int64_t(q.prompt_len) + q.max_tokens > ctx)
@@ -173,94 +165,148 @@ json run_bench(const Endpoint& ep, const BenchOptions& o,
                                std::to_string(q.max_tokens) + " exceeds the model's context (" +
                                std::to_string(ctx) + ")");
   }
+}
+
+// The request bodies, made before the run starts (synthetic prompts from
+// the daemon's tokens of kPromptSource, each starting elsewhere in it).
+std::vector<std::string> request_bodies(const Endpoint& ep, const BenchOptions& o,
+                                        const std::vector<BenchRequest>& workload) {
+  bool synthetic = std::any_of(workload.begin(), workload.end(),
+                               [](const BenchRequest& q) { return q.prompt.empty(); });
   std::vector<int64_t> pool = synthetic ? prompt_pool(ep) : std::vector<int64_t>{};
   std::vector<std::string> bodies(workload.size());
   std::mt19937_64 rng(o.seed ^ 0x6b76617369726265ull);
   for (size_t i = 0; i < workload.size(); ++i)
     bodies[i] = request_body(workload[i], pool, synthetic ? rng() % pool.size() : 0);
+  return bodies;
+}
 
-  StatsSample before = parse_stats(get_json(ep, "/kvasir/v1/stats"));
-  std::vector<RequestResult> results(workload.size());
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<size_t> ready;
-  bool closing = false;
-  std::atomic<size_t> done{0}, failed{0};
-  std::atomic<int64_t> out_tokens{0};
-  size_t n_workers = std::min<size_t>(
-      workload.size(), o.concurrency > 0 ? size_t(o.concurrency) : size_t(kMaxBenchWorkers));
-  n_workers = std::min<size_t>(n_workers, kMaxBenchWorkers);
+// One run: the caller dispatches each request at its arrival time to
+// `workers` threads (each streams one at a time); a sampler polls the
+// stats and draws the progress bar.
+class Run {
+ public:
+  Run(const Endpoint& ep, const BenchOptions& o, const std::vector<BenchRequest>& workload,
+      const std::vector<std::string>& bodies)
+      : results(workload.size()), ep_(ep), o_(o), workload_(workload), bodies_(bodies) {}
 
-  auto t0 = Clock::now();
-  std::vector<std::thread> workers;
-  for (size_t w = 0; w < n_workers; ++w)
-    workers.emplace_back([&] {
-      for (;;) {
-        size_t i;
-        {
-          std::unique_lock lk(mu);
-          cv.wait(lk, [&] { return closing || !ready.empty(); });
-          if (ready.empty()) return;
-          i = ready.front();
-          ready.pop_front();
-        }
-        results[i] = run_one(ep, bodies[i]);
-        out_tokens += results[i].completion_tokens;
-        failed += !results[i].ok;
-        ++done;
+  // Sends every request, waits for the last; returns the wall time (s).
+  double go() {
+    size_t n_workers = std::min<size_t>(
+        workload_.size(), o_.concurrency > 0 ? size_t(o_.concurrency) : size_t(kMaxBenchWorkers));
+    n_workers = std::min<size_t>(n_workers, kMaxBenchWorkers);
+    t0_ = Clock::now();
+    std::vector<std::thread> workers;
+    for (size_t w = 0; w < n_workers; ++w) workers.emplace_back([this] { work(); });
+    bar_ = progress_enabled(o_.progress);
+    std::thread sampler([this] { sample(); });
+    dispatch();
+    for (auto& t : workers) t.join();
+    double wall = std::chrono::duration<double>(Clock::now() - t0_).count();
+    sampling_ = false;
+    sampler.join();
+    if (bar_) {
+      draw_bar();  // the final state, 100%
+      std::fprintf(stderr, "\n");
+    }
+    return wall;
+  }
+
+  std::vector<RequestResult> results;
+  std::vector<StatsSample> samples;  // the stats polled during the run
+
+ private:
+  // Releases each request at its arrival time, then lets the workers end.
+  void dispatch() {
+    for (size_t i = 0; i < workload_.size(); ++i) {
+      std::this_thread::sleep_until(t0_ +
+                                    std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(workload_[i].arrival_s)));
+      {
+        std::lock_guard lk(mu_);
+        ready_.push_back(i);
       }
-    });
+      cv_.notify_one();
+    }
+    {
+      std::lock_guard lk(mu_);
+      closing_ = true;
+    }
+    cv_.notify_all();
+  }
 
-  std::vector<StatsSample> samples;
-  std::atomic<bool> sampling{true};
-  bool bar = progress_enabled(o.progress);
-  auto draw_bar = [&] {
-    size_t d = done, n = workload.size();
-    int fill = int(40 * d / n);
-    double el = std::chrono::duration<double>(Clock::now() - t0).count();
-    std::fprintf(stderr, "\r[%-40s] %zu/%zu  %zu failed  %.1f output tok/s ",
-                 std::string(size_t(fill), '#').c_str(), d, n, size_t(failed),
-                 el > 0 ? double(out_tokens) / el : 0.0);
-    std::fflush(stderr);
-  };
-  std::thread sampler([&] {
+  // A worker: runs released requests, one at a time, until the dispatch ends.
+  void work() {
+    for (;;) {
+      size_t i;
+      {
+        std::unique_lock lk(mu_);
+        cv_.wait(lk, [&] { return closing_ || !ready_.empty(); });
+        if (ready_.empty()) return;
+        i = ready_.front();
+        ready_.pop_front();
+      }
+      results[i] = run_one(ep_, bodies_[i]);
+      out_tokens_ += results[i].completion_tokens;
+      failed_ += !results[i].ok;
+      ++done_;
+    }
+  }
+
+  void sample() {
     auto next = Clock::now();
-    while (sampling) {
+    while (sampling_) {
       try {
-        samples.push_back(parse_stats(get_json(ep, "/kvasir/v1/stats")));
+        samples.push_back(parse_stats(get_json(ep_, "/kvasir/v1/stats")));
       } catch (const std::exception&) {
         // A missed sample only thins the waste average.
       }
-      if (bar) draw_bar();
+      if (bar_) draw_bar();
       next += std::chrono::milliseconds(200);
       std::this_thread::sleep_until(next);
     }
-  });
+  }
 
-  for (size_t i = 0; i < workload.size(); ++i) {
-    std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(workload[i].arrival_s)));
-    {
-      std::lock_guard lk(mu);
-      ready.push_back(i);
-    }
-    cv.notify_one();
+  void draw_bar() {
+    size_t d = done_, n = workload_.size();
+    int fill = int(40 * d / n);
+    double el = std::chrono::duration<double>(Clock::now() - t0_).count();
+    std::fprintf(stderr, "\r[%-40s] %zu/%zu  %zu failed  %.1f output tok/s ",
+                 std::string(size_t(fill), '#').c_str(), d, n, size_t(failed_),
+                 el > 0 ? double(out_tokens_) / el : 0.0);
+    std::fflush(stderr);
   }
-  {
-    std::lock_guard lk(mu);
-    closing = true;
-  }
-  cv.notify_all();
-  for (auto& t : workers) t.join();
-  double wall = std::chrono::duration<double>(Clock::now() - t0).count();
-  sampling = false;
-  sampler.join();
-  if (bar) {
-    draw_bar();  // the final state, 100%
-    std::fprintf(stderr, "\n");
-  }
+
+  const Endpoint& ep_;
+  const BenchOptions& o_;
+  const std::vector<BenchRequest>& workload_;
+  const std::vector<std::string>& bodies_;
+  Clock::time_point t0_;
+  bool bar_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<size_t> ready_;  // released, not yet taken by a worker
+  bool closing_ = false;
+  std::atomic<size_t> done_{0}, failed_{0};
+  std::atomic<int64_t> out_tokens_{0};
+  std::atomic<bool> sampling_{true};
+};
+
+}  // namespace
+
+json run_bench(const Endpoint& ep, const BenchOptions& o,
+               const std::vector<BenchRequest>& workload) {
+  if (workload.empty()) throw std::runtime_error("no requests to send");
+  if (workload.size() > size_t(kMaxBenchRequests))
+    throw std::runtime_error("too many requests (at most " + std::to_string(kMaxBenchRequests) +
+                             ")");
+  check_daemon(ep, workload);
+  std::vector<std::string> bodies = request_bodies(ep, o, workload);
+  StatsSample before = parse_stats(get_json(ep, "/kvasir/v1/stats"));
+  Run run(ep, o, workload, bodies);
+  double wall = run.go();
   StatsSample after = parse_stats(get_json(ep, "/kvasir/v1/stats"));
-  return summarize(results, wall, before, after, samples, o);
+  return summarize(run.results, wall, before, after, run.samples, o);
 }
 
 }  // namespace kvasir::cli

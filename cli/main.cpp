@@ -303,23 +303,35 @@ int cmd_bench(const Endpoint& ep, BenchCli& b) {
   return s.value("failed", 0) > 0 ? 1 : 0;
 }
 
-}  // namespace
+// ---- the command line ----
 
-int main(int argc, char** argv) {
-  CLI::App app{"kvasir — client of the kvasird LLM server"};
-  app.require_subcommand(1);
+// Every subcommand's options, and which subcommand was given.
+struct Commands {
   Common common;
-
-  auto* status = app.add_subcommand("status", "is the daemon up, which model, which plan");
+  CLI::App *status = nullptr, *gen = nullptr, *chat = nullptr, *tok = nullptr, *detok = nullptr,
+           *top = nullptr, *bench = nullptr;
   double wait_s = 0;
   bool status_json = false;
-  status->add_option("--wait", wait_s, "block up to SECONDS until the daemon is ready");
-  status->add_flag("--json", status_json, "print the stats JSON");
-  add_common(status, common);
-
   GenOpts g;
-  std::string prompt;
-  auto* gen = app.add_subcommand("generate", "stream a continuation (or a chat reply) to stdout");
+  std::string prompt, system, text;
+  bool tok_json = false;
+  std::vector<int64_t> ids;
+  bool top_once = false, top_json = false;
+  BenchCli bc;
+  CLI::Option* concurrency = nullptr;
+};
+
+void add_status(CLI::App& app, Commands& c) {
+  c.status = app.add_subcommand("status", "is the daemon up, which model, which plan");
+  c.status->add_option("--wait", c.wait_s, "block up to SECONDS until the daemon is ready");
+  c.status->add_flag("--json", c.status_json, "print the stats JSON");
+  add_common(c.status, c.common);
+}
+
+void add_generate_and_chat(CLI::App& app, Commands& c) {
+  GenOpts& g = c.g;
+  auto* gen = c.gen =
+      app.add_subcommand("generate", "stream a continuation (or a chat reply) to stdout");
   gen->add_option("--max-tokens", g.max_tokens, "tokens to generate at most")
       ->check(CLI::PositiveNumber);
   gen->add_option("--temperature", g.temperature, "0 = greedy");
@@ -328,83 +340,85 @@ int main(int argc, char** argv) {
   gen->add_option("--stop", g.stop, "stop string (repeatable)");
   gen->add_flag("--chat", g.chat, "apply the model's chat template");
   gen->add_flag("--json", g.json_out, "print the whole JSON response instead of streaming text");
-  gen->add_option("prompt", prompt, "the prompt, or - to read stdin")->required();
-  add_common(gen, common);
+  gen->add_option("prompt", c.prompt, "the prompt, or - to read stdin")->required();
+  add_common(gen, c.common);
 
-  std::string system;
-  auto* chat = app.add_subcommand("chat", "interactive conversation (Ctrl-D ends)");
+  auto* chat = c.chat = app.add_subcommand("chat", "interactive conversation (Ctrl-D ends)");
   chat->add_option("--max-tokens", g.max_tokens, "tokens per reply at most");
   chat->add_option("--temperature", g.temperature, "0 = greedy");
   chat->add_option("--seed", g.seed, "seed");
-  chat->add_option("--system", system, "system prompt");
-  add_common(chat, common);
+  chat->add_option("--system", c.system, "system prompt");
+  add_common(chat, c.common);
+}
 
-  std::string text;
-  bool tok_json = false;
-  auto* tok = app.add_subcommand("tokenize", "text → token ids");
-  tok->add_flag("--json", tok_json, "print the JSON response");
-  tok->add_option("text", text, "the text, or - to read stdin")->required();
-  add_common(tok, common);
+void add_tokenize_and_top(CLI::App& app, Commands& c) {
+  c.tok = app.add_subcommand("tokenize", "text → token ids");
+  c.tok->add_flag("--json", c.tok_json, "print the JSON response");
+  c.tok->add_option("text", c.text, "the text, or - to read stdin")->required();
+  add_common(c.tok, c.common);
 
-  std::vector<int64_t> ids;
-  auto* detok = app.add_subcommand("detokenize", "token ids → text");
-  detok->add_option("ids", ids, "token ids")->required();
-  add_common(detok, common);
+  c.detok = app.add_subcommand("detokenize", "token ids → text");
+  c.detok->add_option("ids", c.ids, "token ids")->required();
+  add_common(c.detok, c.common);
 
-  bool top_once = false, top_json = false;
-  auto* top = app.add_subcommand(
-      "top", "live view of stages, ring, KV, latency and the bottleneck (q quits)");
-  top->add_flag("--once", top_once, "print one snapshot and exit");
-  top->add_flag("--json", top_json, "as JSON");
-  add_common(top, common);
+  c.top = app.add_subcommand("top",
+                             "live view of stages, ring, KV, latency and the bottleneck (q quits)");
+  c.top->add_flag("--once", c.top_once, "print one snapshot and exit");
+  c.top->add_flag("--json", c.top_json, "as JSON");
+  add_common(c.top, c.common);
+}
 
-  BenchCli bc;
-  auto* bench = app.add_subcommand("bench", "load generator: throughput, TTFT/ITL, KV waste");
-  bench->add_option("--requests", bc.o.requests, "requests to send (default 100, or the trace's)")
+void add_bench(CLI::App& app, Commands& c) {
+  BenchOptions& o = c.bc.o;
+  auto* bench = c.bench =
+      app.add_subcommand("bench", "load generator: throughput, TTFT/ITL, KV waste");
+  bench->add_option("--requests", o.requests, "requests to send (default 100, or the trace's)")
       ->check(CLI::Range(1, kMaxBenchRequests));
-  auto* conc = bench
-                   ->add_option("--concurrency", bc.o.concurrency,
-                                "requests outstanding at most (default 1 without --rate/--trace)")
-                   ->check(CLI::Range(1, kMaxBenchWorkers));
-  bench->add_option("--rate", bc.o.rate, "Poisson arrivals per second (open loop)")
+  c.concurrency =
+      bench
+          ->add_option("--concurrency", o.concurrency,
+                       "requests outstanding at most (default 1 without --rate/--trace)")
+          ->check(CLI::Range(1, kMaxBenchWorkers));
+  bench->add_option("--rate", o.rate, "Poisson arrivals per second (open loop)")
       ->check(CLI::Range(1e-6, 1e6));
-  bench->add_option("--max-tokens", bc.o.max_tokens, "tokens generated per request, exactly")
+  bench->add_option("--max-tokens", o.max_tokens, "tokens generated per request, exactly")
       ->check(CLI::Range(1, kMaxBenchTokens));
-  bench->add_option("--prompt-len", bc.o.prompt_lens, "synthetic prompt lengths, cycled")
+  bench->add_option("--prompt-len", o.prompt_lens, "synthetic prompt lengths, cycled")
       ->delimiter(',')
       ->check(CLI::Range(1, kMaxBenchTokens));
-  bench->add_option("--trace", bc.o.trace,
+  bench->add_option("--trace", o.trace,
                     "JSON lines: {\"t\":S, \"prompt_len\":N|\"prompt\":T, "
                     "\"max_tokens\":N}");
-  bench->add_option("--seed", bc.o.seed, "seed of arrivals and prompts");
-  bench->add_option("--ttft-target", bc.o.ttft_target_ms, "goodput: TTFT target (ms)")
+  bench->add_option("--seed", o.seed, "seed of arrivals and prompts");
+  bench->add_option("--ttft-target", o.ttft_target_ms, "goodput: TTFT target (ms)")
       ->check(CLI::PositiveNumber);
-  bench->add_option("--itl-target", bc.o.itl_target_ms, "goodput: mean ITL target (ms)")
+  bench->add_option("--itl-target", o.itl_target_ms, "goodput: mean ITL target (ms)")
       ->check(CLI::PositiveNumber);
-  bench->add_flag("--json", bc.o.json, "print one JSON object");
-  bench->add_option("--progress", bc.o.progress, "progress bar on stderr")
+  bench->add_flag("--json", o.json, "print one JSON object");
+  bench->add_option("--progress", o.progress, "progress bar on stderr")
       ->check(CLI::IsMember({"auto", "always", "never"}));
-  bench->add_flag("--compare-policies", bc.compare,
+  bench->add_flag("--compare-policies", c.bc.compare,
                   "start kvasird once per policy (from --config) and compare them");
-  bench->add_option("--config", bc.c.config, "with --compare-policies: the config to start from");
-  bench->add_option("--kvasird", bc.c.kvasird, "with --compare-policies: the daemon binary");
-  bench->add_option("--policies", bc.c.policies, "with --compare-policies: which (default all)")
+  bench->add_option("--config", c.bc.c.config, "with --compare-policies: the config to start from");
+  bench->add_option("--kvasird", c.bc.c.kvasird, "with --compare-policies: the daemon binary");
+  bench->add_option("--policies", c.bc.c.policies, "with --compare-policies: which (default all)")
       ->delimiter(',')
       ->check(CLI::IsMember({"naive", "static", "continuous", "continuous+chunked"}));
-  add_common(bench, common);
+  add_common(bench, c.common);
+}
 
-  CLI11_PARSE(app, argc, argv);
-  // Closed loop by default: one request at a time unless arrivals are timed.
-  if (conc->count() == 0 && bc.o.rate <= 0 && bc.o.trace.empty()) bc.o.concurrency = 1;
+// Runs the subcommand given; its exit status (1: the daemon said no, 2: no
+// daemon to talk to or another failure).
+int run_command(Commands& c) {
   try {
-    Endpoint ep = resolve_endpoint(common.socket, common.url);
-    if (*status) return cmd_status(ep, wait_s, status_json);
-    if (*gen) return cmd_generate(ep, g, prompt);
-    if (*chat) return cmd_chat(ep, g, system);
-    if (*tok) return cmd_tokenize(ep, text, tok_json);
-    if (*detok) return cmd_detokenize(ep, ids);
-    if (*top) return cmd_top(ep, top_once, top_json);
-    if (*bench) return cmd_bench(ep, bc);
+    Endpoint ep = resolve_endpoint(c.common.socket, c.common.url);
+    if (*c.status) return cmd_status(ep, c.wait_s, c.status_json);
+    if (*c.gen) return cmd_generate(ep, c.g, c.prompt);
+    if (*c.chat) return cmd_chat(ep, c.g, c.system);
+    if (*c.tok) return cmd_tokenize(ep, c.text, c.tok_json);
+    if (*c.detok) return cmd_detokenize(ep, c.ids);
+    if (*c.top) return cmd_top(ep, c.top_once, c.top_json);
+    if (*c.bench) return cmd_bench(ep, c.bc);
   } catch (const Failure& f) {
     std::cout << std::flush;
     std::cerr << "kvasir: error: " << f.message << "\n";
@@ -415,4 +429,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvasir — client of the kvasird LLM server"};
+  app.require_subcommand(1);
+  Commands c;
+  add_status(app, c);
+  add_generate_and_chat(app, c);
+  add_tokenize_and_top(app, c);
+  add_bench(app, c);
+  CLI11_PARSE(app, argc, argv);
+  // Closed loop by default: one request at a time unless arrivals are timed.
+  if (c.concurrency->count() == 0 && c.bc.o.rate <= 0 && c.bc.o.trace.empty())
+    c.bc.o.concurrency = 1;
+  return run_command(c);
 }

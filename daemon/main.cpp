@@ -1,9 +1,10 @@
 // kvasird — the daemon. Kept short on purpose: parse arguments, load the
-// config, open the HTTP API (daemon/api.h) at once — it answers 503 "loading"
-// with per-stage progress while the stages start (daemon/loading.h) — start
-// the stages (supervisor) and the bridge (engine), and on SIGTERM/SIGINT stop
-// everything in order: drain the API (a second signal aborts what is left),
-// then stop the stages and remove the shared segment and the socket.
+// config, open the HTTP API (daemon/api/api.h) at once — it answers 503
+// "loading" with per-stage progress while the stages start
+// (daemon/supervisor/loading.h) — start the stages (supervisor) and the
+// bridge (engine), and on SIGTERM/SIGINT stop everything in order: drain the
+// API (a second signal aborts what is left), then stop the stages and remove
+// the shared segment and the socket.
 //
 //   kvasird --config FILE            run in the foreground
 //   kvasird --check --config FILE    validate (model included), exit 0 / 1
@@ -87,199 +88,278 @@ struct ApiThread {
     if (thread.joinable()) thread.join();
   }
 };
-}  // namespace
 
-int main(int argc, char** argv) {
-  CLI::App app{"kvasird — serves one model as a ring of stage processes"};
+// The ring as the config plans it (the API reports it while the stages load).
+kvasir::RingReport planned_ring(const kvasir::Config& cfg) {
+  kvasir::RingReport r;
+  r.inflight = cfg.plan.inflight();
+  for (size_t i = 0; i < cfg.plan.stages.size(); ++i) {
+    const kvasir::StageCfg& s = cfg.plan.stages[i];
+    kvasir::StageReport one;
+    one.index = int32_t(i);
+    one.first_layer = s.first;
+    one.last_layer = s.last;
+    one.device = s.device;
+    r.stages.push_back(std::move(one));
+  }
+  return r;
+}
+
+// The command line.
+struct Args {
   std::string config_path, segment, log_level;
   bool check = false;
   int stage = -1;
-  app.add_option("--config", config_path, "configuration file (TOML)");
-  app.add_flag("--check", check, "validate the configuration and the model, then exit");
-  app.add_option("--log-level", log_level,
+};
+
+// Parses argv into `a`; an exit status when the process should end now
+// (--help, a bad option).
+std::optional<int> parse_args(int argc, char** argv, Args& a) {
+  CLI::App app{"kvasird — serves one model as a ring of stage processes"};
+  app.add_option("--config", a.config_path, "configuration file (TOML)");
+  app.add_flag("--check", a.check, "validate the configuration and the model, then exit");
+  app.add_option("--log-level", a.log_level,
                  "trace, debug, info, warn, error or off (default: [log] level, else info)")
       ->check([](const std::string& v) {
         return kvasir::log::parse_level(v) ? std::string() : "not a log level: " + v;
       });
-  app.add_option("--stage", stage, "(internal) run stage N")->group("");
-  app.add_option("--segment", segment, "(internal) the instance's shared segment")->group("");
-  CLI11_PARSE(app, argc, argv);
-
-  using namespace kvasir;
-  const std::optional<log::Level> level = log::parse_level(log_level);
-  if (stage >= 0) {
-    log::init({fmt::format("kvasird stage {}", stage), level.value_or(log::Level::kInfo)});
-    return stage_main(stage, segment);
-  }
-  log::init({"kvasird", level.value_or(log::Level::kInfo)});
-  if (config_path.empty()) {
-    KV_LOG_ERROR("main", "--config FILE is required");
-    return 2;
-  }
-  ApiThread api;
+  app.add_option("--stage", a.stage, "(internal) run stage N")->group("");
+  app.add_option("--segment", a.segment, "(internal) the instance's shared segment")->group("");
   try {
-    Config cfg = load_config(config_path);
-    if (!level) log::set_level(*log::parse_level(cfg.log.level));
-    if (!std::filesystem::exists(cfg.model.path)) {
-      KV_LOG_ERROR("main",
-                   "no model at {}: get the default model with "
-                   "`sudo /usr/share/kvasir/fetch-model` (Debian package) or `scripts/fetch-model` "
-                   "(source tree), or set model.path in {}",
-                   cfg.model.path, config_path);
-      return 1;
-    }
-    ModelConfig mc = check_config(cfg);
-    if (check) {
-      std::printf("%s: valid (%zu stages, %d layers, max_inflight %d)\n", config_path.c_str(),
-                  cfg.plan.stages.size(), mc.n_layers, cfg.plan.inflight());
-      return 0;
-    }
-    // Before any thread starts, so every thread inherits the dispositions.
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    signal(SIGPIPE, SIG_IGN);
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return std::nullopt;
+}
 
-    auto model = ModelFile::open(cfg.model.path);
-    std::unique_ptr<Tokenizer> tok;
-    if (model->gguf()) tok = Tokenizer::from_gguf(*model->gguf());
-    std::unique_ptr<ChatTemplate> chat;
-    if (model->gguf()) {
-      try {
-        chat = std::make_unique<ChatTemplate>(ChatTemplate::from_gguf(*model->gguf()));
-      } catch (const Error&) {  // no template: chat requests get 400
-      }
-    }
-    SupervisorOptions sup_opt;
-    static_cast<RecoveryCfg&>(sup_opt.recovery) = cfg.recovery;  // [recovery] of the config
-    Supervisor sup(cfg, mc, sup_opt);
-    LoadingMonitor loading(cfg, sup.segment_name());
-    DeferredEngine deferred;  // 503 "loading" until the bridge is attached
-    std::atomic<Bridge*> bridge{nullptr};
+// Before any thread starts, so every thread inherits the dispositions.
+void install_signal_handlers() {
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+  signal(SIGPIPE, SIG_IGN);
+}
 
-    ApiContext ctx;
-    if (tok) ctx.codec = make_text_codec(*tok, chat.get());
-    ctx.model_name = mc.name;
-    ctx.max_model_len = mc.context_length;
+bool model_present(const kvasir::Config& cfg, const std::string& config_path) {
+  if (std::filesystem::exists(cfg.model.path)) return true;
+  KV_LOG_ERROR("main",
+               "no model at {}: get the default model with "
+               "`sudo /usr/share/kvasir/fetch-model` (Debian package) or `scripts/fetch-model` "
+               "(source tree), or set model.path in {}",
+               cfg.model.path, config_path);
+  return false;
+}
+
+std::unique_ptr<kvasir::Tokenizer> load_tokenizer(const kvasir::ModelFile& model) {
+  return model.gguf() ? kvasir::Tokenizer::from_gguf(*model.gguf()) : nullptr;
+}
+
+// The model's chat template, or none (then chat requests get 400).
+std::unique_ptr<kvasir::ChatTemplate> load_chat_template(const kvasir::ModelFile& model) {
+  if (!model.gguf()) return nullptr;
+  try {
+    return std::make_unique<kvasir::ChatTemplate>(kvasir::ChatTemplate::from_gguf(*model.gguf()));
+  } catch (const kvasir::Error&) {
+    return nullptr;
+  }
+}
+
+kvasir::SupervisorOptions supervisor_options(const kvasir::Config& cfg) {
+  kvasir::SupervisorOptions o;
+  static_cast<kvasir::RecoveryCfg&>(o.recovery) = cfg.recovery;  // [recovery] of the config
+  return o;
+}
+
+// The running daemon: its parts in the order they start. The API thread
+// uses all of them; the destructor ends it before any of them goes away,
+// whatever happened (an exception included).
+class Daemon {
+ public:
+  Daemon(const kvasir::Config& cfg, const kvasir::ModelConfig& mc)
+      : cfg_(cfg),
+        mc_(mc),
+        model_(kvasir::ModelFile::open(cfg.model.path)),
+        tok_(load_tokenizer(*model_)),
+        chat_(load_chat_template(*model_)),
+        sup_(cfg, mc, supervisor_options(cfg)),
+        loading_(cfg, sup_.segment_name()),
+        deferred_(planned_ring(cfg)) {}
+  ~Daemon() {
+    g_stop.store(true);
+    g_abort.store(true);
+    api_.join();
+  }
+
+  // Opens the API, loads the stages, serves until a stop; the exit status.
+  int run() {
+    if (!start_api()) return 1;
+    Loaded l = load_stages();
+    if (!l.error.empty()) return stopped_while_loading(l.error);
+    loading_.finish();
+    KV_LOG_INFO("main", "loaded: {}", l.line);
+    KV_LOG_INFO("main", "{} stages ready, {} KV blocks of {} tokens, segment {}",
+                cfg_.plan.stages.size(), sup_.kv_blocks(), cfg_.kv.block_size, sup_.segment_name());
+    return serve();
+  }
+
+ private:
+  struct Loaded {
+    std::string error;  // why the stages did not start ("" when they did)
+    std::string line;   // the last progress line
+  };
+
+  kvasir::ApiContext api_context() {
+    kvasir::ApiContext ctx;
+    if (tok_) ctx.codec = kvasir::make_text_codec(*tok_, chat_.get());
+    ctx.model_name = mc_.name;
+    ctx.max_model_len = mc_.context_length;
     ctx.stop = &g_stop;
     ctx.abort = &g_abort;
-    ctx.loading = [&] { return loading.snapshot(); };
-    ctx.stage_stats = [&] {
-      nlohmann::json st = nlohmann::json::array();
-      Bridge* e = bridge.load();
-      auto snaps = e ? e->stage_stats() : std::vector<StageSnapshot>{};
-      for (size_t i = 0; i < cfg.plan.stages.size(); ++i) {
-        const auto& s = cfg.plan.stages[i];
-        nlohmann::json one = {
-            {"index", i}, {"layers", fmt::format("{}-{}", s.first, s.last)}, {"device", s.device}};
-        if (i < snaps.size()) {
-          one.update({{"busy_s", snaps[i].busy_ns / 1e9},
-                      {"starved_s", snaps[i].starved_ns / 1e9},
-                      {"blocked_s", snaps[i].blocked_ns / 1e9},
-                      {"batches", snaps[i].batches},
-                      {"tokens", snaps[i].tokens}});
-        }
-        st.push_back(std::move(one));
-      }
-      return nlohmann::json{{"inflight", cfg.plan.inflight()}, {"stages", st}};
-    };
-    api.start(cfg, deferred, ctx);
-    // Whatever happens next, the API thread (which uses everything above)
-    // ends before those objects do.
-    struct JoinApi {
-      ApiThread& a;
-      ~JoinApi() {
-        g_stop.store(true);
-        g_abort.store(true);
-        a.join();
-      }
-    } join_api{api};
-    if (!api.wait_listening()) {
-      api.join();
-      KV_LOG_ERROR("main", "{}", api.error);
-      return 1;
-    }
+    ctx.loading = [this] { return loading_.snapshot(); };
+    return ctx;
+  }
 
-    // Progress in the log while the stages load (about once a second).
+  // False (logged why) when the API cannot listen (e.g. a daemon already
+  // runs on the socket): nothing of the stages has started then.
+  bool start_api() {
+    api_.start(cfg_, deferred_, api_context());
+    if (api_.wait_listening()) return true;
+    api_.join();
+    KV_LOG_ERROR("main", "{}", api_.error);
+    return false;
+  }
+
+  // Starts the stages (the supervisor) while two watchers run: one logs the
+  // progress about once a second; one turns a stop signal into the
+  // segment's shutdown flag (the stages leave their preload early and
+  // start() fails: that is a stop).
+  Loaded load_stages() {
     std::atomic<bool> loaded{false};
     std::thread progress([&] {
       std::string last;
       for (int tick = 0; !loaded.load(); ++tick) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         if (tick % 10 != 9 || loaded.load()) continue;
-        std::string line = loading.log_line();
+        std::string line = loading_.log_line();
         if (line != last) KV_LOG_INFO("main", "loading: {}", line);
         last = line;
       }
     });
-    // A stop signal while loading: the stages see the segment's shutdown flag
-    // (they leave their preload early) and start() fails; that is a stop.
     std::thread stop_while_loading([&] {
       while (!loaded.load()) {
-        if (g_stop.load() && loading.request_shutdown()) return;
+        if (g_stop.load() && loading_.request_shutdown()) return;
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     });
-    std::string start_error;
+    Loaded l;
     try {
-      sup.start();
-    } catch (const Error& e) {
-      start_error = e.message();
+      sup_.start();
+    } catch (const std::exception& e) {
+      l.error = e.what();
     }
-    std::string done_line = loading.log_line();
+    l.line = loading_.log_line();
     loaded.store(true);
     progress.join();
     stop_while_loading.join();
-    if (!start_error.empty()) {
-      g_stop.store(true);
-      api.join();
-      if (g_signals.load() > 0) {
-        KV_LOG_INFO("main", "stopped while loading");
-        return 0;
-      }
-      KV_LOG_ERROR("main", "{}", start_error);
-      return 1;
-    }
-    loading.finish();
-    KV_LOG_INFO("main", "loaded: {}", done_line);
-    KV_LOG_INFO("main", "{} stages ready, {} KV blocks of {} tokens, segment {}",
-                cfg.plan.stages.size(), sup.kv_blocks(), cfg.kv.block_size, sup.segment_name());
+    return l;
+  }
 
+  // The stages did not start: a stop signal (exit 0) or a failure (exit 1).
+  int stopped_while_loading(const std::string& error) {
+    g_stop.store(true);
+    api_.join();
+    if (g_signals.load() > 0) {
+      KV_LOG_INFO("main", "stopped while loading");
+      return 0;
+    }
+    KV_LOG_ERROR("main", "{}", error);
+    return 1;
+  }
+
+  kvasir::BridgeConfig bridge_config() const {
+    using namespace kvasir;
     BridgeConfig bc;
-    bc.limits = SchedLimits{cfg.plan.max_rows, cfg.plan.max_tokens, cfg.scheduler.chunk_size,
-                            cfg.scheduler.max_num_seqs};
-    // The config validated the name already (daemon/config.cpp).
-    bc.limits.policy = parse_policy(cfg.scheduler.policy).value_or(Policy::kChunked);
-    KV_LOG_INFO("main", "scheduler policy {}", policy_name(bc.limits.policy));
-    bc.max_queue = cfg.scheduler.max_queue;
-    bc.n_blocks = sup.kv_blocks();
-    bc.block_size = cfg.kv.block_size;
-    bc.vocab = mc.vocab;
-    bc.context_length = mc.context_length;
-    if (tok)
-      for (int32_t id = 0; id < tok->vocab_size(); ++id)
-        if (tok->is_eog(id)) bc.eos_ids.push_back(id);
+    bc.limits = SchedLimits{cfg_.plan.max_rows, cfg_.plan.max_tokens, cfg_.scheduler.chunk_size,
+                            cfg_.scheduler.max_num_seqs};
+    // The config validated the name already (daemon/config/config.cpp).
+    bc.limits.policy = parse_policy(cfg_.scheduler.policy).value_or(Policy::kChunked);
+    bc.max_queue = cfg_.scheduler.max_queue;
+    bc.n_blocks = sup_.kv_blocks();
+    bc.block_size = cfg_.kv.block_size;
+    bc.vocab = mc_.vocab;
+    bc.context_length = mc_.context_length;
+    if (tok_)
+      for (int32_t id = 0; id < tok_->vocab_size(); ++id)
+        if (tok_->is_eog(id)) bc.eos_ids.push_back(id);
+    return bc;
+  }
+
+  // Serves through the bridge until the API's graceful stop ends, then stops
+  // the engine and the stages (the segment is removed).
+  int serve() {
+    kvasir::BridgeConfig bc = bridge_config();
+    KV_LOG_INFO("main", "scheduler policy {}", kvasir::policy_name(bc.limits.policy));
     // A lost stage is restarted and its requests recomputed
     // (docs/recovery.md); past the restart limit the engine fails for good:
     // /health says unhealthy and new work is refused, the daemon stays up.
-    Bridge engine(sup.segment(), bc, [&] { return sup.health(); });
-    bridge.store(&engine);
-    deferred.attach(&engine);
-
-    api.join();  // returns after the graceful stop (or a lost stage)
-    deferred.attach(nullptr);
-    bridge.store(nullptr);
+    kvasir::Bridge engine(sup_.segment(), bc, [&] { return sup_.health(); });
+    deferred_.attach(&engine);
+    api_.join();  // returns after the graceful stop (or a lost stage)
+    deferred_.attach(nullptr);
     engine.shutdown();
-    sup.stop();  // stages end; the segment is removed
+    sup_.stop();
     if (!engine.failure().empty()) {
       KV_LOG_ERROR("main", "{}", engine.failure());
       return 1;
     }
-    if (!api.error.empty()) {
-      KV_LOG_ERROR("main", "{}", api.error);
+    if (!api_.error.empty()) {
+      KV_LOG_ERROR("main", "{}", api_.error);
       return 1;
     }
     KV_LOG_INFO("main", "stopped");
-    return api.rc;
+    return api_.rc;
+  }
+
+  const kvasir::Config& cfg_;
+  const kvasir::ModelConfig& mc_;
+  std::unique_ptr<kvasir::ModelFile> model_;
+  std::unique_ptr<kvasir::Tokenizer> tok_;
+  std::unique_ptr<kvasir::ChatTemplate> chat_;
+  kvasir::Supervisor sup_;
+  kvasir::LoadingMonitor loading_;
+  kvasir::DeferredEngine deferred_;  // 503 "loading" until the bridge is attached
+  ApiThread api_;
+};
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  if (std::optional<int> rc = parse_args(argc, argv, a)) return *rc;
+
+  using namespace kvasir;
+  const std::optional<log::Level> level = log::parse_level(a.log_level);
+  if (a.stage >= 0) {
+    log::init({fmt::format("kvasird stage {}", a.stage), level.value_or(log::Level::kInfo)});
+    return stage_main(a.stage, a.segment);
+  }
+  log::init({"kvasird", level.value_or(log::Level::kInfo)});
+  if (a.config_path.empty()) {
+    KV_LOG_ERROR("main", "--config FILE is required");
+    return 2;
+  }
+  try {
+    Config cfg = load_config(a.config_path);
+    if (!level) log::set_level(*log::parse_level(cfg.log.level));
+    if (!model_present(cfg, a.config_path)) return 1;
+    ModelConfig mc = check_config(cfg);
+    if (a.check) {
+      std::printf("%s: valid (%zu stages, %d layers, max_inflight %d)\n", a.config_path.c_str(),
+                  cfg.plan.stages.size(), mc.n_layers, cfg.plan.inflight());
+      return 0;
+    }
+    install_signal_handlers();
+    Daemon daemon(cfg, mc);
+    return daemon.run();
   } catch (const Error& e) {
     KV_LOG_ERROR("main", "{}", e.message());
     return 1;

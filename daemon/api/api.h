@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "daemon/engine/engine.h"
 #include "daemon/api/http_server.h"
 #include "daemon/api/openai.h"
+#include "daemon/engine/engine.h"
 
 namespace kvasir {
 
@@ -60,12 +60,6 @@ struct ApiContext {
   std::string model_name;                  // the id in /v1/models and responses
   std::vector<std::string> model_aliases;  // also accepted as "model" (e.g. the file name)
   int32_t max_model_len = 0;               // context length (0 = unknown)
-  // Stage and ring statistics for /kvasir/v1/stats and /metrics, as JSON:
-  //   {"plan": {...}, "inflight": N,
-  //    "stages": [{"index","layers","device","busy_s","starved_s","blocked_s",
-  //                "batches","tokens"}, ...]}
-  // Any extra keys are passed through to /kvasir/v1/stats. May be empty.
-  std::function<nlohmann::json()> stage_stats;
   // Turning true starts the graceful stop (see run_api). May be null.
   const std::atomic<bool>* stop = nullptr;
   // Turning true during the drain aborts the requests still running (the
@@ -116,10 +110,12 @@ class ApiService : public std::enable_shared_from_this<ApiService> {
 
 // An Engine that is not there yet: lets the API serve (health 503 with
 // ctx.loading progress, `kvasir status` while the model loads) before the
-// stages are up. Before attach(), ready() is false and submit() refuses with
-// "the model is still loading"; after, everything forwards. Thread-safe.
+// stages are up. Before attach(), ready() is false, submit() refuses with
+// kLoading and ring_report() is `planned` (the stages' layers and devices,
+// no counters yet); after, everything forwards. Thread-safe.
 class DeferredEngine : public Engine {
  public:
+  explicit DeferredEngine(RingReport planned = {}) : planned_(std::move(planned)) {}
   void attach(Engine* e) { engine_.store(e); }
   RequestId submit(GenRequest req, EventSink sink) override;
   void cancel(RequestId id) override;
@@ -128,6 +124,7 @@ class DeferredEngine : public Engine {
   bool ready() const override;
 
  private:
+  const RingReport planned_;
   std::atomic<Engine*> engine_{nullptr};
 };
 

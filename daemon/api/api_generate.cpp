@@ -16,22 +16,11 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 ApiError engine_error(const Status& error) {
-  const std::string& m = error.message();
-  switch (error.code()) {
-    case ErrorCode::kQueueFull:
-      return ApiError(429, m, "", "rate_limit_error", "queue_full");
-    case ErrorCode::kLoading:
-    case ErrorCode::kStopping:
-    case ErrorCode::kAborted:
-    case ErrorCode::kUnavailable:
-      return ApiError(503, m, "", "server_error", "unavailable");
-    case ErrorCode::kInvalidArgument:
-      return ApiError(400, m, "prompt");
-    case ErrorCode::kContextLength:
-      return ApiError(400, m, "prompt", "invalid_request_error", "context_length_exceeded");
-    default:
-      return ApiError(500, m, "", "server_error");
-  }
+  // The engine refuses a request for its prompt (bad ids, too long) or for
+  // reasons of its own; only the former names a parameter.
+  const bool prompt_at_fault =
+      error.code() == ErrorCode::kInvalidArgument || error.code() == ErrorCode::kContextLength;
+  return ApiError(error.code(), error.message(), prompt_at_fault ? "prompt" : "");
 }
 
 class Generation : public std::enable_shared_from_this<Generation> {
@@ -156,8 +145,8 @@ class Generation : public std::enable_shared_from_this<Generation> {
       }
       case FinishReason::kAbort:
         if (!started_)
-          return fail(ApiError(503, "the request was aborted (the daemon is stopping)", "",
-                               "server_error", "aborted"));
+          return fail(
+              ApiError(ErrorCode::kAborted, "the request was aborted (the daemon is stopping)"));
         return complete(FinishReason::kAbort);
       case FinishReason::kError:
         return fail(engine_error(ev.error));
@@ -285,10 +274,10 @@ void ApiService::Impl::generate(const HttpRequest& http, const std::shared_ptr<R
   CompletionRequest req = parse_completion_request(http.body, chat, lim);
   check_model(req.model);
   if (draining)
-    throw ApiError(503, "the daemon is stopping; retry on another instance or later", "",
-                   "server_error", "stopping");
+    throw ApiError(ErrorCode::kStopping,
+                   "the daemon is stopping; retry on another instance or later");
   if (!engine.ready())
-    throw ApiError(503, "the model is still loading; retry later", "", "server_error", "not_ready");
+    throw ApiError(ErrorCode::kLoading, "the model is still loading; retry later");
   const TextCodec& codec = *ctx.codec;
 
   std::vector<int32_t> prompt;
@@ -298,7 +287,7 @@ void ApiService::Impl::generate(const HttpRequest& http, const std::shared_ptr<R
     try {
       text = codec.render_chat(req.messages);
     } catch (const Error& e) {
-      throw ApiError(400, "cannot apply the chat template: " + e.message(), "messages");
+      throw ApiError(e.code(), "cannot apply the chat template: " + e.message(), "messages");
     }
     prompt = codec.encode(text, /*add_special=*/false, /*parse_special=*/true);
   } else if (req.prompt_text) {
@@ -309,35 +298,36 @@ void ApiService::Impl::generate(const HttpRequest& http, const std::shared_ptr<R
     int32_t vocab = codec.vocab_size();
     for (size_t i = 0; i < prompt.size(); ++i)
       if (prompt[i] < 0 || prompt[i] >= vocab)
-        throw ApiError(400,
+        throw ApiError(ErrorCode::kInvalidArgument,
                        fmt::format("prompt[{}]: token id {} is out of range (vocabulary: {})", i,
                                    prompt[i], vocab),
                        "prompt");
     if (req.echo) echo_text = codec.decode(prompt, req.skip_special_tokens);
   }
   if (prompt.empty())
-    throw ApiError(400, "the prompt encodes to no tokens", chat ? "messages" : "prompt");
+    throw ApiError(ErrorCode::kInvalidArgument, "the prompt encodes to no tokens",
+                   chat ? "messages" : "prompt");
   for (int32_t id : req.stop_token_ids)
     if (id >= codec.vocab_size())
-      throw ApiError(400, fmt::format("stop_token_ids: {} is out of range", id), "stop_token_ids");
+      throw ApiError(ErrorCode::kInvalidArgument,
+                     fmt::format("stop_token_ids: {} is out of range", id), "stop_token_ids");
 
   if (ctx.max_model_len > 0) {
     int64_t n = int64_t(prompt.size());
     if (n >= ctx.max_model_len)
-      throw ApiError(400,
+      throw ApiError(ErrorCode::kContextLength,
                      fmt::format("this model's maximum context length is {} tokens; the prompt "
                                  "has {}",
                                  ctx.max_model_len, n),
-                     chat ? "messages" : "prompt", "invalid_request_error",
-                     "context_length_exceeded");
+                     chat ? "messages" : "prompt");
     int64_t room = ctx.max_model_len - n;
     if (req.max_tokens > room) {
       if (req.max_tokens_given)
-        throw ApiError(400,
+        throw ApiError(ErrorCode::kContextLength,
                        fmt::format("this model's maximum context length is {} tokens; you asked "
                                    "for {} ({} in the prompt, {} to generate)",
                                    ctx.max_model_len, n + req.max_tokens, n, req.max_tokens),
-                       "max_tokens", "invalid_request_error", "context_length_exceeded");
+                       "max_tokens");
       req.max_tokens = int32_t(room);
     }
   }
@@ -352,7 +342,7 @@ size_t ApiService::abort_all(const std::string& message) {
     for (auto& [k, w] : impl_->gens)
       if (auto g = w.lock()) live.push_back(g);
   }
-  ApiError e(503, message, "", "server_error", "aborted");
+  ApiError e(ErrorCode::kAborted, message);
   for (auto& g : live) g->abort(e);
   return live.size();
 }

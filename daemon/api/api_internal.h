@@ -1,5 +1,6 @@
-// daemon/api/api_internal.h — shared state of the API's routes (api.cpp) and its
-// generation requests (api_generate.cpp). Not a public header.
+// daemon/api/api_internal.h — shared state of the API's routes (api.cpp), its
+// statistics (api_stats.cpp) and its generation requests (api_generate.cpp).
+// Not a public header.
 #pragma once
 
 #include <chrono>
@@ -57,10 +58,33 @@ struct ApiService::Impl : std::enable_shared_from_this<ApiService::Impl> {
     gate->post = std::move(post);
   }
 
-  void handle(HttpRequest& req, const std::shared_ptr<Responder>& res);
-  // POST /v1/completions and /v1/chat/completions (api_generate.cpp).
-  void generate(const HttpRequest& req, const std::shared_ptr<Responder>& res, bool chat);
+  using Res = std::shared_ptr<Responder>;
+  // One route: the request, its responder, and the route's name in
+  // kvasir_http_responses_total.
+  using Handler = void (Impl::*)(const HttpRequest&, const Res&, const std::string& route);
+
+  // Finds the route (api.cpp's table), checks the API key, the method and
+  // the codec, runs the route's handler, and answers what it throws.
+  void handle(HttpRequest& req, const Res& res);
+  void check_api_key(const HttpRequest& req) const;
   void check_model(const std::string& model) const;
+
+  // The routes (api.cpp; statistics in api_stats.cpp).
+  void serve_completions(const HttpRequest& req, const Res& res, const std::string& route);
+  void serve_chat(const HttpRequest& req, const Res& res, const std::string& route);
+  void serve_health(const HttpRequest& req, const Res& res, const std::string& route);
+  void serve_models(const HttpRequest& req, const Res& res, const std::string& route);
+  void serve_model(const HttpRequest& req, const Res& res, const std::string& route);
+  void serve_tokenize(const HttpRequest& req, const Res& res, const std::string& route);
+  void serve_detokenize(const HttpRequest& req, const Res& res, const std::string& route);
+  void serve_stats(const HttpRequest& req, const Res& res, const std::string& route);
+  void serve_metrics(const HttpRequest& req, const Res& res, const std::string& route);
+
+  // POST /v1/completions and /v1/chat/completions (api_generate.cpp).
+  void generate(const HttpRequest& req, const Res& res, bool chat);
+  // The bodies of /v1/models entries, /kvasir/v1/stats and /metrics.
+  nlohmann::json model_json() const;
+  nlohmann::json stats_json();
   std::string metrics_text();
 
   void send_json(const std::shared_ptr<Responder>& res, const std::string& route, int status,
@@ -86,8 +110,9 @@ struct ApiService::Impl : std::enable_shared_from_this<ApiService::Impl> {
   }
 };
 
-// The ApiError of an engine error, chosen by its code (queue full → 429,
-// loading / stopping / failed → 503, a bad request → 400, the rest → 500).
+// The ApiError of an engine error: its code, its message, and "prompt" as
+// the parameter when the prompt is at fault. The HTTP status, type and code
+// string come from the table (errors.h), like every other error's.
 ApiError engine_error(const Status& error);
 
 }  // namespace kvasir

@@ -23,7 +23,7 @@
 #include <mutex>
 
 #include "base/check.h"
-#include "daemon/api/openai.h"
+#include "daemon/api/errors.h"
 
 namespace kvasir {
 
@@ -51,11 +51,11 @@ struct Conn {
   virtual bool busy() const = 0;
 };
 
-// The error body of a transport-level refusal. error_handler_t::replace: the
-// message may carry client bytes that are not UTF-8 (dump would throw).
-std::string error_json(int status, const std::string& message) {
-  return error_body(ApiError(status, message))
-      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+// The error body of a transport-level refusal (status, type and code from
+// the table, errors.h). error_handler_t::replace: the message may carry
+// client bytes that are not UTF-8 (dump would throw).
+std::string error_json(const HttpError& e, const std::string& message) {
+  return error_body(e, message).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace
@@ -87,13 +87,15 @@ struct HttpServer::Impl {
   template <class Socket>
   void refuse(Socket sock) {
     refused++;
-    std::string body = error_json(503, "the server has too many open connections (" +
-                                           std::to_string(opts.max_connections) +
-                                           ", server.max_connections); retry shortly");
-    std::string msg =
-        "HTTP/1.1 503 Service Unavailable\r\nServer: kvasir\r\nContent-Type: application/json"
-        "\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " +
-        std::to_string(body.size()) + "\r\n\r\n" + body;
+    const HttpError e = http_error(ErrorCode::kUnavailable);
+    std::string body = error_json(e, "the server has too many open connections (" +
+                                         std::to_string(opts.max_connections) +
+                                         ", server.max_connections); retry shortly");
+    std::string msg = "HTTP/1.1 " + std::to_string(e.status) + " " +
+                      std::string(beast::http::obsolete_reason(beast::http::status(e.status))) +
+                      "\r\nServer: kvasir\r\nContent-Type: application/json"
+                      "\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " +
+                      std::to_string(body.size()) + "\r\n\r\n" + body;
     error_code ec;
     sock.non_blocking(true, ec);
     if (!ec) sock.write_some(asio::buffer(msg), ec);
@@ -319,17 +321,21 @@ class Session : public Conn, public std::enable_shared_from_this<Session<Socket>
     if (closed_) return;
     if (reading_timed_out_) {
       // 408 only if part of a request arrived; an idle keep-alive just closes.
-      if (parser_->got_some()) return fail(408, "request not received in time");
+      if (parser_->got_some())
+        return fail(http_error(HttpRefusal::kRequestTimeout), "request not received in time");
       return close();
     }
     if (ec == http::error::end_of_stream || ec == asio::error::eof ||
         ec == asio::error::connection_reset || ec == asio::error::operation_aborted)
       return close();
     if (ec == http::error::body_limit)
-      return fail(413, "request body exceeds server.max_body (" +
-                           std::to_string(srv_->opts.max_body) + " bytes)");
-    if (ec == http::error::header_limit) return fail(431, "request header fields too large");
-    if (ec) return fail(400, "bad HTTP request: " + ec.message());
+      return fail(http_error(ErrorCode::kTooLarge), "request body exceeds server.max_body (" +
+                                                        std::to_string(srv_->opts.max_body) +
+                                                        " bytes)");
+    if (ec == http::error::header_limit)
+      return fail(http_error(HttpRefusal::kHeaderTooLarge), "request header fields too large");
+    if (ec)
+      return fail(http_error(ErrorCode::kInvalidArgument), "bad HTTP request: " + ec.message());
 
     auto& msg = parser_->get();
     HttpRequest req;
@@ -350,9 +356,8 @@ class Session : public Conn, public std::enable_shared_from_this<Session<Socket>
     try {
       srv_->handler(std::move(req), current_);
     } catch (const std::exception& e) {
-      do_respond(
-          500, "application/json",
-          R"({"error":{"message":"internal error","type":"server_error","param":null,"code":null}})");
+      const HttpError internal = http_error(ErrorCode::kInternal);
+      do_respond(internal.status, "application/json", error_json(internal, "internal error"));
     }
   }
 
@@ -371,9 +376,9 @@ class Session : public Conn, public std::enable_shared_from_this<Session<Socket>
   }
 
   // An error answer that closes the connection (the stream may be mid-request).
-  void fail(int status, const std::string& message) {
+  void fail(const HttpError& e, const std::string& message) {
     keep_alive_ = false;
-    do_respond(status, "application/json", error_json(status, message));
+    do_respond(e.status, "application/json", error_json(e, message));
   }
 
   // Half-close, then read and discard what the client still sends (an
@@ -419,9 +424,8 @@ ResponderImpl<Socket>::~ResponderImpl() {
   // A handler that dropped its responder without answering: don't hang the client.
   if (!started_)
     post([](Session<Socket>& s) {
-      s.do_respond(
-          500, "application/json",
-          R"({"error":{"message":"no response","type":"server_error","param":null,"code":null}})");
+      const HttpError internal = http_error(ErrorCode::kInternal);
+      s.do_respond(internal.status, "application/json", error_json(internal, "no response"));
     });
 }
 

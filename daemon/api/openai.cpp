@@ -11,10 +11,6 @@ namespace kvasir {
 
 using nlohmann::json;
 
-void bad_param(const std::string& param, const std::string& message) {
-  throw ApiError(400, message, param);
-}
-
 namespace {
 // Deepest [ / { nesting outside strings: refused before parsing, so a body of
 // a million '[' costs a scan, not a million allocations.
@@ -44,16 +40,17 @@ constexpr size_t kMaxJsonDepth = 32;
 
 json parse_json_object(std::string_view body) {
   if (nesting_depth(body) > kMaxJsonDepth)
-    throw ApiError(400,
+    throw ApiError(ErrorCode::kInvalidArgument,
                    fmt::format("the JSON body is nested deeper than {} levels", kMaxJsonDepth));
   json j;
   try {
     j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/true,
                     /*ignore_comments=*/false);
   } catch (const json::exception& e) {
-    throw ApiError(400, fmt::format("malformed JSON body: {}", e.what()));
+    throw ApiError(ErrorCode::kInvalidArgument, fmt::format("malformed JSON body: {}", e.what()));
   }
-  if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  if (!j.is_object())
+    throw ApiError(ErrorCode::kInvalidArgument, "the request body must be a JSON object");
   return j;
 }
 
@@ -216,8 +213,7 @@ void parse_stops(const json& j, CompletionRequest& r, const ParseLimits& lim) {
       std::string v = s.get<std::string>();
       if (v.empty()) bad_param("stop", "stop strings must not be empty");
       if (v.size() > lim.max_stop_bytes)
-        bad_param("stop",
-                  fmt::format("a stop string is longer than {} bytes", lim.max_stop_bytes));
+        bad_param("stop", fmt::format("a stop string is longer than {} bytes", lim.max_stop_bytes));
       r.stop.push_back(std::move(v));
     }
   }
@@ -317,13 +313,6 @@ std::vector<int32_t> parse_detokenize_request(std::string_view body, size_t max_
 }
 
 // ---- responses ----
-
-json error_body(const ApiError& e) {
-  auto opt = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
-  return {
-      {"error",
-       {{"message", e.what()}, {"type", e.type}, {"param", opt(e.param)}, {"code", opt(e.code)}}}};
-}
 
 json finish_reason_json(FinishReason f) {
   switch (f) {

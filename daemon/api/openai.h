@@ -1,41 +1,24 @@
 // daemon/api/openai.h — the OpenAI request and response shapes, as pure functions.
 //
 // Parsing turns an untrusted JSON body into a CompletionRequest or throws
-// ApiError (HTTP status + the OpenAI error body fields, naming the parameter).
-// Shaping builds the JSON of responses, stream chunks and errors. Nothing here
-// does I/O, tokenizes, or knows about HTTP transport: it is tested alone
-// (tests/unit/daemon/test_openai.cpp).
+// ApiError (daemon/api/errors.h: an ErrorCode, naming the parameter).
+// Shaping builds the JSON of responses and stream chunks (error bodies:
+// errors.h). Nothing here does I/O, tokenizes, or knows about HTTP
+// transport: it is tested alone (tests/unit/daemon/api/test_openai.cpp).
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "daemon/api/errors.h"
 #include "daemon/engine/engine.h"
 #include "ipc/sampling.h"
 
 namespace kvasir {
-
-// An error the client sees: {"error":{"message","type","param","code"}}.
-class ApiError : public std::runtime_error {
- public:
-  ApiError(int status, std::string message, std::string param = "",
-           std::string type = "invalid_request_error", std::string code = "")
-      : std::runtime_error(message),
-        status(status),
-        param(std::move(param)),
-        type(std::move(type)),
-        code(std::move(code)) {}
-  int status;
-  std::string param, type, code;
-};
-
-// 400 invalid_request_error naming `param`.
-[[noreturn]] void bad_param(const std::string& param, const std::string& message);
 
 struct ChatMessageIn {
   std::string role, content;
@@ -91,7 +74,6 @@ nlohmann::json parse_json_object(std::string_view body);
 
 // ---- responses ----
 
-nlohmann::json error_body(const ApiError& e);
 // The OpenAI finish_reason: "stop", "length", or null (kNone, kAbort, kError).
 nlohmann::json finish_reason_json(FinishReason f);
 

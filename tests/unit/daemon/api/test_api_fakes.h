@@ -59,7 +59,8 @@ class FakeEngine : public Engine {
   std::string reply = "Hello world. This is the fake engine.";
   std::atomic<int> delay_ms{0};
   std::atomic<bool> is_ready{true};
-  Status refuse;  // not ok: refuse every request with this error
+  Status refuse;    // not ok: refuse every request with this error
+  RingReport ring;  // what ring_report() says (set before serving)
 
   ~FakeEngine() override {
     for (auto& t : threads_) t.join();
@@ -111,6 +112,7 @@ class FakeEngine : public Engine {
     s.blocks_free = 60;
     return s;
   }
+  RingReport ring_report() const override { return ring; }
   bool ready() const override { return is_ready; }
 
   bool was_cancelled(RequestId id) {

@@ -40,12 +40,9 @@ class ApiHttpTest : public ::testing::Test {
     ctx.codec = std::make_shared<test::FakeCodec>();
     ctx.model_name = "fake-model";
     ctx.max_model_len = 4096;
-    ctx.stage_stats = [] {
-      return json{{"inflight", 2},
-                  {"stages",
-                   {{{"layers", "0-14"}, {"device", "cpu"}, {"busy_s", 1.5}},
-                    {{"layers", "15-29"}, {"device", "cpu"}, {"busy_s", 2.5}}}}};
-    };
+    engine_.ring.inflight = 2;
+    engine_.ring.stages = {{0, 0, 14, "cpu", 1.5, 0.25, 0.125, 10, 80, 0},
+                           {1, 15, 29, "cpu", 2.5, 0.5, 0.75, 11, 88, 1}};
     ApiOptions aopts;
     aopts.api_key = "sekrit";
     api_ = std::make_shared<ApiService>(
@@ -277,6 +274,33 @@ TEST_F(ApiHttpTest, TokenizeDetokenizeStatsMetrics) {
       << m.body;
 }
 
+// The shape `kvasir top`, `kvasir status` and `kvasir bench` read, from the
+// engine's typed ring report: exactly these keys per stage.
+TEST_F(ApiHttpTest, StatsAndMetricsFromTheRingReport) {
+  json st = get("/kvasir/v1/stats").j();
+  EXPECT_EQ(st["inflight"], 2);
+  EXPECT_EQ(st["stages"][1], (json{{"index", 1},
+                                   {"layers", "15-29"},
+                                   {"device", "cpu"},
+                                   {"busy_s", 2.5},
+                                   {"starved_s", 0.5},
+                                   {"blocked_s", 0.75},
+                                   {"batches", 11},
+                                   {"tokens", 88}}));
+  for (const char* key : {"model", "ready", "uptime_s", "engine", "latency", "requests"})
+    EXPECT_TRUE(st.contains(key)) << key;
+  std::string m = get("/metrics").body;
+  for (const char* line : {
+           "kvasir_ring_inflight 2\n",
+           "kvasir_stage_starved_seconds_total{stage=\"0\",layers=\"0-14\",device=\"cpu\"} 0.25\n",
+           "kvasir_stage_blocked_seconds_total{stage=\"1\",layers=\"15-29\",device=\"cpu\"} 0.75\n",
+           "kvasir_stage_batches_total{stage=\"0\",layers=\"0-14\",device=\"cpu\"} 10\n",
+           "kvasir_stage_tokens_total{stage=\"1\",layers=\"15-29\",device=\"cpu\"} 88\n",
+           "# TYPE kvasir_stage_tokens_total counter\n",
+       })
+    EXPECT_NE(m.find(line), std::string::npos) << line << " in\n" << m;
+}
+
 TEST_F(ApiHttpTest, BodyOverLimitIs413) {
   std::string body(10u << 20, 'x');
   Resp r = parse_resp(raw(req("POST", "/v1/completions", body)));
@@ -388,4 +412,20 @@ TEST(DeferredEngine, RefusesUntilAttached) {
   d.attach(&fake);
   EXPECT_TRUE(d.ready());
   EXPECT_EQ(d.stats().blocks_total, 100);
+}
+
+// Before the bridge is up the planned ring is reported (no counters yet).
+TEST(DeferredEngine, ReportsThePlannedRingUntilAttached) {
+  RingReport planned;
+  planned.inflight = 3;
+  planned.stages = {{0, 0, 9, "cpu", 0, 0, 0, 0, 0, 0}, {1, 10, 21, "cuda:0", 0, 0, 0, 0, 0, 0}};
+  DeferredEngine d(planned);
+  EXPECT_EQ(d.ring_report().inflight, 3);
+  ASSERT_EQ(d.ring_report().stages.size(), 2u);
+  EXPECT_EQ(d.ring_report().stages[1].device, "cuda:0");
+  test::FakeEngine fake;
+  fake.ring.inflight = 2;
+  d.attach(&fake);
+  EXPECT_EQ(d.ring_report().inflight, 2);
+  EXPECT_TRUE(d.ring_report().stages.empty());
 }

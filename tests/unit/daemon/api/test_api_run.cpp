@@ -1,4 +1,4 @@
-// run_api as the daemon runs it (daemon/api.h), against a FAKE engine
+// run_api as the daemon runs it (daemon/api/api.h), against a FAKE engine
 // (test_api_fakes.h): the server.* settings reach the transport (read
 // timeout, connection limit), and the graceful stop — new requests 503
 // "stopping" while running ones finish, the drain timeout and a second stop

@@ -11,14 +11,14 @@ using nlohmann::json;
 
 namespace {
 
-// The ApiError a body produces, or status 0 if it parses.
+// The ApiError a body produces, or kOk if it parses.
 ApiError parse_error(const std::string& body, bool chat = false) {
   try {
     parse_completion_request(body, chat);
   } catch (const ApiError& e) {
     return e;
   }
-  return ApiError(0, "");
+  return ApiError(ErrorCode::kOk, "");
 }
 
 }  // namespace
@@ -96,6 +96,7 @@ TEST(OpenAiParse, Errors) {
   };
   for (const auto& c : cases) {
     ApiError e = parse_error(c.body);
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << c.body;
     EXPECT_EQ(e.status, 400) << c.body;
     EXPECT_EQ(e.param, c.param) << c.body << " → " << e.what();
   }
@@ -138,7 +139,7 @@ TEST(OpenAiParse, TokenizeAndDetokenize) {
 }
 
 TEST(OpenAiShape, ErrorBody) {
-  json j = error_body(ApiError(400, "n must be 1", "n"));
+  json j = error_body(ApiError(ErrorCode::kInvalidArgument, "n must be 1", "n"));
   EXPECT_EQ(j["error"]["message"], "n must be 1");
   EXPECT_EQ(j["error"]["type"], "invalid_request_error");
   EXPECT_EQ(j["error"]["param"], "n");
@@ -216,5 +217,5 @@ TEST(OpenAiParse, DeepNestingIsRefusedNotACrash) {
   EXPECT_EQ(parse_error(open_only).status, 400);
   // Brackets inside strings are text, not nesting.
   std::string text = R"({"prompt":")" + std::string(100, '[') + R"(\"{"})";
-  EXPECT_EQ(parse_error(text).status, 0) << parse_error(text).what();
+  EXPECT_EQ(parse_error(text).code(), ErrorCode::kOk) << parse_error(text).what();
 }

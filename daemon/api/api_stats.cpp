@@ -1,0 +1,178 @@
+// daemon/api/api_stats.cpp — what the API reports about itself and the
+// engine: the latency histograms, GET /kvasir/v1/stats (JSON, read by
+// `kvasir status`, `kvasir top` and `kvasir bench`) and GET /metrics
+// (Prometheus). Both are built from the engine's typed reports
+// (Engine::stats, Engine::ring_report) and the API's own counters.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "daemon/api/api_internal.h"
+
+namespace kvasir {
+
+using nlohmann::json;
+
+// ---- histograms ----
+
+void Histogram::observe(double v) {
+  size_t i =
+      std::upper_bound(bounds.begin(), bounds.end(), v, [](double x, double b) { return x <= b; }) -
+      bounds.begin();
+  // upper_bound with <= finds the first bound >= v (Prometheus "le").
+  counts[i]++;
+  sum += v;
+  n++;
+}
+
+double Histogram::quantile(double q) const {
+  if (n == 0) return 0;
+  uint64_t want = uint64_t(std::ceil(q * double(n))), seen = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    seen += counts[i];
+    if (seen >= want) return i < bounds.size() ? bounds[i] : bounds.back();
+  }
+  return bounds.back();
+}
+
+void Histogram::prometheus(std::string& out, const std::string& name,
+                           const std::string& help) const {
+  out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  uint64_t cum = 0;
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    cum += counts[i];
+    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds[i], cum);
+  }
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, n, name, sum,
+                     name, n);
+}
+
+namespace {
+
+json engine_stats_json(const EngineStats& s) {
+  return {{"waiting", s.waiting},
+          {"running", s.running},
+          {"blocks_total", s.blocks_total},
+          {"blocks_free", s.blocks_free},
+          {"preemptions", s.preemptions},
+          {"tokens_generated", s.tokens_generated},
+          {"tokens_prompt", s.tokens_prompt},
+          {"kv_slots_used", s.kv_slots_used},
+          {"kv_waste", s.kv_waste},
+          {"state", engine_state_name(s.state)},
+          {"restarts", s.restarts},
+          {"faults", s.faults},
+          {"requeued", s.requeued},
+          {"last_recovery_s", s.last_recovery_s}};
+}
+
+std::string layers_text(const StageReport& s) {
+  return fmt::format("{}-{}", s.first_layer, s.last_layer);
+}
+
+json stage_json(const StageReport& s) {
+  return {{"index", s.index},     {"layers", layers_text(s)}, {"device", s.device},
+          {"busy_s", s.busy_s},   {"starved_s", s.starved_s}, {"blocked_s", s.blocked_s},
+          {"batches", s.batches}, {"tokens", s.tokens}};
+}
+
+json latency_json(const Histogram& h) {
+  return json{{"count", h.n},
+              {"p50_s", h.quantile(0.5)},
+              {"p99_s", h.quantile(0.99)},
+              {"mean_s", h.n ? h.sum / double(h.n) : 0.0}};
+}
+
+// "# HELP name help\n# TYPE name type\nname value\n".
+void gauge(std::string& out, const char* name, const char* help, double v,
+           const char* type = "gauge") {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, v);
+}
+
+// The per-stage counters, one series each, labelled by stage, layers, device.
+void stage_series(std::string& out, const RingReport& ring) {
+  auto series = [&](const char* name, const char* help, auto value) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} counter\n", name, help, name);
+    for (size_t i = 0; i < ring.stages.size(); ++i) {
+      const StageReport& s = ring.stages[i];
+      out += fmt::format("{}{{stage=\"{}\",layers=\"{}\",device=\"{}\"}} {}\n", name, i,
+                         layers_text(s), s.device, double(value(s)));
+    }
+  };
+  series("kvasir_stage_busy_seconds_total", "Time a stage held a batch",
+         [](const StageReport& s) { return s.busy_s; });
+  series("kvasir_stage_starved_seconds_total", "Time a stage had nothing to take",
+         [](const StageReport& s) { return s.starved_s; });
+  series("kvasir_stage_blocked_seconds_total", "Time a stage waited on the next",
+         [](const StageReport& s) { return s.blocked_s; });
+  series("kvasir_stage_batches_total", "Micro-batches a stage ran",
+         [](const StageReport& s) { return s.batches; });
+  series("kvasir_stage_tokens_total", "Tokens a stage ran",
+         [](const StageReport& s) { return s.tokens; });
+}
+
+}  // namespace
+
+json ApiService::Impl::stats_json() {
+  const RingReport ring = engine.ring_report();
+  json stages = json::array();
+  for (const StageReport& s : ring.stages) stages.push_back(stage_json(s));
+  json body = {{"inflight", ring.inflight}, {"stages", std::move(stages)}};
+  body["model"] = ctx.model_name;
+  body["ready"] = engine.ready();
+  body["uptime_s"] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  body["engine"] = engine_stats_json(engine.stats());
+  if (ctx.loading && !engine.ready()) body["loading"] = ctx.loading();
+  std::lock_guard lk(metrics.mu);
+  body["latency"] = {{"ttft", latency_json(metrics.ttft)},
+                     {"itl", latency_json(metrics.itl)},
+                     {"e2e", latency_json(metrics.e2e)}};
+  body["requests"] = {{"cancelled", metrics.cancelled},
+                      {"stopped_by_string", metrics.stopped_by_string}};
+  return body;
+}
+
+std::string ApiService::Impl::metrics_text() {
+  std::string out;
+  EngineStats s = engine.stats();
+  gauge(out, "kvasir_ready", "1 when the model is loaded and serving", engine.ready() ? 1 : 0);
+  gauge(out, "kvasir_requests_running", "Requests being generated", s.running);
+  gauge(out, "kvasir_requests_waiting", "Requests queued", s.waiting);
+  gauge(out, "kvasir_prompt_tokens_total", "Prompt tokens processed", double(s.tokens_prompt),
+        "counter");
+  gauge(out, "kvasir_generation_tokens_total", "Tokens generated", double(s.tokens_generated),
+        "counter");
+  gauge(out, "kvasir_kv_blocks_total", "KV cache blocks", double(s.blocks_total));
+  gauge(out, "kvasir_kv_blocks_free", "Free KV cache blocks", double(s.blocks_free));
+  gauge(out, "kvasir_kv_usage_ratio", "Share of KV blocks in use",
+        s.blocks_total > 0 ? double(s.blocks_total - s.blocks_free) / double(s.blocks_total) : 0.0);
+  gauge(out, "kvasir_preemptions_total", "Sequences preempted for lack of KV blocks",
+        double(s.preemptions), "counter");
+  gauge(out, "kvasir_stage_restarts_total", "Stage processes restarted after a loss",
+        double(s.restarts), "counter");
+  gauge(out, "kvasir_requests_requeued_total", "Sequences recomputed after a stage loss",
+        double(s.requeued), "counter");
+  gauge(out, "kvasir_degraded", "1 while a lost stage is being recovered", s.degraded ? 1 : 0);
+  {
+    std::lock_guard lk(metrics.mu);
+    gauge(out, "kvasir_requests_cancelled_total", "Requests whose client disconnected",
+          double(metrics.cancelled), "counter");
+    metrics.ttft.prometheus(out, "kvasir_time_to_first_token_seconds", "Time to first token");
+    metrics.itl.prometheus(out, "kvasir_inter_token_latency_seconds", "Time between tokens");
+    metrics.e2e.prometheus(out, "kvasir_e2e_request_latency_seconds", "Request latency");
+    out +=
+        "# HELP kvasir_http_responses_total HTTP responses by route and status\n"
+        "# TYPE kvasir_http_responses_total counter\n";
+    for (const auto& [k, v] : metrics.responses)
+      out += fmt::format("kvasir_http_responses_total{{route=\"{}\",code=\"{}\"}} {}\n", k.first,
+                         k.second, v);
+  }
+  const RingReport ring = engine.ring_report();
+  gauge(out, "kvasir_ring_inflight", "Micro-batches in the ring", ring.inflight);
+  stage_series(out, ring);
+  return out;
+}
+
+}  // namespace kvasir
