@@ -20,6 +20,12 @@ const char* error_code_name(ErrorCode c) {
       return "too_large";
     case ErrorCode::kModelFormat:
       return "model_format";
+    case ErrorCode::kModelNotFound:
+      return "model_not_found";
+    case ErrorCode::kHeaderTooLarge:
+      return "header_too_large";
+    case ErrorCode::kTimeout:
+      return "timeout";
     case ErrorCode::kQueueFull:
       return "queue_full";
     case ErrorCode::kLoading:

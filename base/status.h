@@ -28,8 +28,11 @@ enum class ErrorCode : int32_t {
   kNotFound = 3,         // no such model, route or file
   kUnauthenticated = 4,  // missing or wrong API key
   kMethodNotAllowed = 5,
-  kTooLarge = 6,     // a request body or header over its limit
-  kModelFormat = 7,  // a model file is malformed or uses what Kvasir does not support
+  kTooLarge = 6,        // a request body or header over its limit
+  kModelFormat = 7,     // a model file is malformed or uses what Kvasir does not support
+  kModelNotFound = 8,   // a request names a model this server does not serve
+  kHeaderTooLarge = 9,  // an HTTP request head over its limit
+  kTimeout = 15,        // a request did not arrive (or finish) in its time
   // The server cannot take it now; the same request may work later.
   kQueueFull = 10,    // the bridge's queue is at scheduler.max_queue
   kLoading = 11,      // the model is still loading

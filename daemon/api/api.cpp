@@ -76,7 +76,7 @@ void ApiService::Impl::check_model(const std::string& model) const {
   for (const auto& a : ctx.model_aliases)
     if (model == a) return;
   throw ApiError(
-      ErrorCode::kNotFound,
+      ErrorCode::kModelNotFound,
       fmt::format("the model '{}' does not exist; this server serves '{}'", model, ctx.model_name),
       "model");
 }

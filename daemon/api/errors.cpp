@@ -22,10 +22,16 @@ HttpError http_error(ErrorCode code) {
       return {401, kInvalidRequest, "invalid_api_key"};
     case ErrorCode::kNotFound:
       return {404, kInvalidRequest, "not_found"};
+    case ErrorCode::kModelNotFound:
+      return {404, kInvalidRequest, "model_not_found"};
     case ErrorCode::kMethodNotAllowed:
       return {405, kInvalidRequest, ""};
+    case ErrorCode::kTimeout:
+      return {408, kInvalidRequest, ""};
     case ErrorCode::kTooLarge:
       return {413, kInvalidRequest, ""};
+    case ErrorCode::kHeaderTooLarge:
+      return {431, kInvalidRequest, ""};
     // The server cannot take it now: the same request may work later.
     case ErrorCode::kQueueFull:
       return {429, "rate_limit_error", "queue_full"};
@@ -50,16 +56,6 @@ HttpError http_error(ErrorCode code) {
       break;
   }
   return {500, kServerError, ""};
-}
-
-HttpError http_error(HttpRefusal refusal) {
-  switch (refusal) {
-    case HttpRefusal::kHeaderTooLarge:
-      return {431, kInvalidRequest, ""};
-    case HttpRefusal::kRequestTimeout:
-      break;
-  }
-  return {408, kInvalidRequest, ""};
 }
 
 nlohmann::json error_body(const HttpError& e, const std::string& message,

@@ -3,9 +3,7 @@
 // Every error the front door answers with is an ErrorCode (base/status.h);
 // http_error() is the one place that says which HTTP status, OpenAI error
 // `type` and `code` each one gets (docs/api.md, "Errors", lists them). The
-// status is chosen by the code, never by the message text. A few refusals of
-// the HTTP transport have no ErrorCode (nothing outside HTTP produces them):
-// they are HttpRefusal values, in the same table.
+// status is chosen by the code, never by the message text.
 //
 // ApiError is what a route throws: a code, a message for the client and
 // optionally the parameter at fault; its status, type and code string come
@@ -31,13 +29,6 @@ struct HttpError {
 // The table row of `code` (kOk, not an error, gets kInternal's row: a bug
 // if it ever reaches a client).
 HttpError http_error(ErrorCode code);
-
-// Refusals of the transport that no ErrorCode names.
-enum class HttpRefusal {
-  kHeaderTooLarge,  // the request head is over server.max_header: 431
-  kRequestTimeout,  // the request did not arrive within server.read_timeout: 408
-};
-HttpError http_error(HttpRefusal refusal);
 
 // {"error": {"message", "type", "param", "code"}} ("" param and code → null).
 nlohmann::json error_body(const HttpError& e, const std::string& message,

@@ -322,7 +322,7 @@ class Session : public Conn, public std::enable_shared_from_this<Session<Socket>
     if (reading_timed_out_) {
       // 408 only if part of a request arrived; an idle keep-alive just closes.
       if (parser_->got_some())
-        return fail(http_error(HttpRefusal::kRequestTimeout), "request not received in time");
+        return fail(http_error(ErrorCode::kTimeout), "request not received in time");
       return close();
     }
     if (ec == http::error::end_of_stream || ec == asio::error::eof ||
@@ -333,7 +333,7 @@ class Session : public Conn, public std::enable_shared_from_this<Session<Socket>
                                                         std::to_string(srv_->opts.max_body) +
                                                         " bytes)");
     if (ec == http::error::header_limit)
-      return fail(http_error(HttpRefusal::kHeaderTooLarge), "request header fields too large");
+      return fail(http_error(ErrorCode::kHeaderTooLarge), "request header fields too large");
     if (ec)
       return fail(http_error(ErrorCode::kInvalidArgument), "bad HTTP request: " + ec.message());
 

@@ -31,6 +31,9 @@ const Row kRows[] = {
     {ErrorCode::kInvalidArgument, 400, "invalid_request_error", ""},
     {ErrorCode::kContextLength, 400, "invalid_request_error", "context_length_exceeded"},
     {ErrorCode::kNotFound, 404, "invalid_request_error", "not_found"},
+    {ErrorCode::kModelNotFound, 404, "invalid_request_error", "model_not_found"},
+    {ErrorCode::kHeaderTooLarge, 431, "invalid_request_error", ""},
+    {ErrorCode::kTimeout, 408, "invalid_request_error", ""},
     {ErrorCode::kUnauthenticated, 401, "invalid_request_error", "invalid_api_key"},
     {ErrorCode::kMethodNotAllowed, 405, "invalid_request_error", ""},
     {ErrorCode::kTooLarge, 413, "invalid_request_error", ""},
@@ -78,17 +81,6 @@ TEST(Errors, NoCodeIsMissingFromTheTest) {
     for (const Row& r : kRows) listed |= r.code == c;
     EXPECT_TRUE(listed) << error_code_name(c) << " (" << v << ") has no row in kRows";
   }
-}
-
-TEST(Errors, TransportRefusals) {
-  HttpError header = http_error(HttpRefusal::kHeaderTooLarge);
-  EXPECT_EQ(header.status, 431);
-  EXPECT_EQ(header.type, "invalid_request_error");
-  EXPECT_EQ(header.code, "");
-  HttpError timeout = http_error(HttpRefusal::kRequestTimeout);
-  EXPECT_EQ(timeout.status, 408);
-  EXPECT_EQ(timeout.type, "invalid_request_error");
-  EXPECT_EQ(timeout.code, "");
 }
 
 TEST(Errors, ApiErrorAndItsBody) {
@@ -224,7 +216,7 @@ TEST_F(ErrorsRouteTest, RouteRefusals) {
     return Row{};
   };
   expect_row(*call("GET", "/nope", ""), row(ErrorCode::kNotFound), "unknown route");
-  expect_row(*call("GET", "/v1/models/other", ""), row(ErrorCode::kNotFound), "unknown model");
+  expect_row(*call("GET", "/v1/models/other", ""), row(ErrorCode::kModelNotFound), "unknown model");
   expect_row(*call("GET", "/v1/completions", ""), row(ErrorCode::kMethodNotAllowed), "method");
   expect_row(*call("POST", "/v1/completions", "{nope"), row(ErrorCode::kInvalidArgument), "json");
   engine_.is_ready = false;
