@@ -11,25 +11,6 @@
 
 namespace kvasir {
 
-namespace {
-// The fail-stop hook (an error text when a stage is gone) as a RingHealth.
-std::function<RingHealth()> fail_stop(std::function<std::optional<std::string>()> h) {
-  if (!h) return {};
-  return [h = std::move(h)] {
-    RingHealth r;
-    if (auto e = h()) {
-      r.failed = *e;
-      r.serving = false;
-    }
-    return r;
-  };
-}
-}  // namespace
-
-Bridge::Bridge(ipc::Segment& seg, BridgeConfig cfg,
-               std::function<std::optional<std::string>()> health)
-    : Bridge(seg, std::move(cfg), fail_stop(std::move(health))) {}
-
 Bridge::Bridge(ipc::Segment& seg, BridgeConfig cfg, std::function<RingHealth()> health)
     : seg_(seg),
       cfg_(std::move(cfg)),

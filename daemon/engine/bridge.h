@@ -54,14 +54,11 @@ struct StageSnapshot {
 
 class Bridge : public Engine {
  public:
-  // health: called on the engine thread every wake-up; returns an error text
-  // when a stage is gone (Supervisor::poll), after which every request fails
-  // and ready() turns false.
-  Bridge(ipc::Segment& seg, BridgeConfig cfg,
-         std::function<std::optional<std::string>()> health = {});
   // health: the supervisor's view (Supervisor::health), read every wake-up:
-  // a new fault starts a recovery, `failed` fails the engine for good.
-  Bridge(ipc::Segment& seg, BridgeConfig cfg, std::function<RingHealth()> health);
+  // a new fault starts a recovery, `failed` fails the engine for good (a
+  // fail-stop supervisor sets it at the first loss). Empty: no supervisor
+  // (tests, benchmarks): the ring is taken as healthy.
+  Bridge(ipc::Segment& seg, BridgeConfig cfg, std::function<RingHealth()> health = {});
   ~Bridge() override;
 
   RequestId submit(GenRequest req, EventSink sink) override;
