@@ -149,8 +149,6 @@ class Scheduler {
   void end_all(FinishReason why, const Status& error = {});
 
   SchedulerStats stats() const;
-  int32_t waiting() const { return int32_t(q_.waiting.size()); }
-  const SchedLimits& limits() const { return lim_; }
 
  private:
   void begin_batch(RingLoad load);
