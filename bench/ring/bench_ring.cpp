@@ -72,7 +72,7 @@ Run run(const Args& a, int inflight) {
   bc.context_length = mc.context_length;
   Run r;
   {
-    Bridge engine(sup.segment(), bc);
+    Bridge engine(sup.segment(), bc, [&] { return sup.health(); });
     std::mt19937 rng(1);
     std::atomic<int> done{0};
     std::atomic<int64_t> tokens{0};

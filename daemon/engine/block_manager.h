@@ -14,8 +14,11 @@ class BlockManager {
  public:
   BlockManager(int32_t n_blocks, int32_t block_size);
 
-  int32_t blocks_for(int64_t tokens) const {
-    return int32_t((tokens + block_size_ - 1) / block_size_);
+  int32_t blocks_for(int64_t tokens) const { return blocks_for(tokens, block_size_); }
+  // The same for any block size: the bridge sizes a request before queuing
+  // it, on the caller's thread, without the scheduler's block manager.
+  static int32_t blocks_for(int64_t tokens, int32_t block_size) {
+    return int32_t((tokens + block_size - 1) / block_size);
   }
   // Grows `table` to cover positions [0, tokens). All or nothing: false
   // (table unchanged) if the free pool is short.

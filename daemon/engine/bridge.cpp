@@ -1,7 +1,6 @@
 #include "daemon/engine/bridge.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <random>
 
@@ -12,41 +11,23 @@
 namespace kvasir {
 
 namespace {
-// The fail-stop hook (an error text when a stage is gone) as a RingHealth.
-std::function<RingHealth()> fail_stop(std::function<std::optional<std::string>()> h) {
-  if (!h) return {};
-  return [h = std::move(h)] {
-    RingHealth r;
-    if (auto e = h()) {
-      r.failed = *e;
-      r.serving = false;
-    }
-    return r;
-  };
+// The scheduler's limits with the ring's depth: the balance of micro-batches
+// needs to know how many can be in the ring at once.
+SchedLimits with_inflight(SchedLimits l, const ipc::Segment& seg) {
+  l.inflight = int32_t(seg.dims().inflight);
+  return l;
 }
 }  // namespace
-
-Bridge::Bridge(ipc::Segment& seg, BridgeConfig cfg,
-               std::function<std::optional<std::string>()> health)
-    : Bridge(seg, std::move(cfg), fail_stop(std::move(health))) {}
 
 Bridge::Bridge(ipc::Segment& seg, BridgeConfig cfg, std::function<RingHealth()> health)
     : seg_(seg),
       cfg_(std::move(cfg)),
       health_(std::move(health)),
-      blocks_(cfg_.n_blocks, cfg_.block_size),
-      sched_([&] {
-        // The row cap that balances the ring needs to know how many
-        // micro-batches can be in it at once.
-        SchedLimits l = cfg_.limits;
-        l.inflight = int32_t(seg.dims().inflight);
-        return l;
-      }()) {
+      sched_(with_inflight(cfg_.limits, seg), cfg_.n_blocks, cfg_.block_size, cfg_.eos_ids) {
   KV_CHECK(cfg_.limits.max_rows <= seg_.dims().max_rows &&
                cfg_.limits.max_tokens <= seg_.dims().max_tokens,
            "bridge: limits exceed the segment's widths");
   slots_.resize(size_t(seg_.dims().inflight));
-  eos_.insert(cfg_.eos_ids.begin(), cfg_.eos_ids.end());
   seed_base_ = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
   {
     std::lock_guard lk(stats_mu_);
@@ -73,6 +54,9 @@ std::string Bridge::failure() const {
   return failure_;
 }
 
+// ---- the inbox (any thread) -----------------------------------------------------
+
+// Runs on the caller's thread: reads only the configuration.
 Status Bridge::check_request(const GenRequest& r) const {
   using enum ErrorCode;
   if (r.prompt.empty()) return Status(kInvalidArgument, "prompt: empty");
@@ -89,13 +73,15 @@ Status Bridge::check_request(const GenRequest& r) const {
     return error_status(kContextLength,
                         "prompt ({} tokens) + max_tokens ({}) exceed the model's context of {}",
                         r.prompt.size(), r.max_tokens, cfg_.context_length);
-  const int64_t blocks = blocks_.blocks_for(need);
-  if (blocks > blocks_.total() || blocks > seg_.dims().max_table)
+  // A lone sequence must always fit the pool: then preemption always makes
+  // progress and nothing waits forever.
+  const int64_t blocks = BlockManager::blocks_for(need, cfg_.block_size);
+  if (blocks > cfg_.n_blocks || blocks > seg_.dims().max_table)
     return error_status(
         kContextLength,
         "prompt ({} tokens) + max_tokens ({}) need {} KV blocks; the cache holds {}",
         r.prompt.size(), r.max_tokens, blocks,
-        std::min<int64_t>(blocks_.total(), seg_.dims().max_table));
+        std::min<int64_t>(cfg_.n_blocks, seg_.dims().max_table));
   return Status();
 }
 
@@ -111,30 +97,22 @@ RequestId Bridge::submit(GenRequest req, EventSink sink) {
     return refuse(failed_ ? Status(ErrorCode::kUnavailable, "engine failed: " + failure())
                           : Status(ErrorCode::kStopping, "engine is stopping"));
   if (Status why = check_request(req); !why.ok()) return refuse(std::move(why));
-  auto s = std::make_unique<Sequence>();
   if (!req.sampling.has_seed) {
     // Reproducible per request, independent of batching (stages/sampler.h).
     req.sampling.seed = seed_base_ + 0x9E3779B97F4A7C15ull * ++seed_counter_;
     req.sampling.has_seed = 1;
   }
-  s->tokens = req.prompt;
-  s->n_prompt = int32_t(req.prompt.size());
-  s->req = std::move(req);
-  s->sink = std::move(sink);
   RequestId id;
   {
     std::lock_guard lk(inbox_mu_);
-    // queued_ counts this request from now until reap sees it leave the
-    // queue, so concurrent submissions can never overshoot the bound (a
-    // count read from the stats lagged the inbox -> waiting move).
-    if (queued_ >= size_t(std::max(cfg_.max_queue, 0))) {
-      sink = std::move(s->sink);  // the refusal must reach the caller (the API answers 429)
+    // queued_ counts this request from now until the engine thread sees it
+    // leave the queue, so concurrent submissions can never overshoot the
+    // bound (a count read from the stats lagged the inbox -> queue move).
+    if (queued_ >= size_t(std::max(cfg_.max_queue, 0)))
       return refuse(
           error_status(ErrorCode::kQueueFull, "queue full ({} requests waiting)", cfg_.max_queue));
-    }
     id = next_id_++;
-    s->id = id;
-    inbox_.push_back(std::move(s));
+    inbox_.push_back(Pending{id, std::move(req), std::move(sink)});
     queued_++;
   }
   seg_.ring(seg_.n_stages()).not_empty.ring();
@@ -149,9 +127,41 @@ void Bridge::cancel(RequestId id) {
   seg_.ring(seg_.n_stages()).not_empty.ring();
 }
 
+void Bridge::take_inbox() {
+  std::vector<Pending> in;
+  std::vector<RequestId> cancels;
+  {
+    std::lock_guard lk(inbox_mu_);
+    in.swap(inbox_);
+    cancels.swap(cancels_);
+  }
+  for (Pending& p : in) sched_.add(p.id, std::move(p.req), std::move(p.sink));
+  for (RequestId id : cancels) sched_.abort(id);
+}
+
+// ---- stats --------------------------------------------------------------------
+
 EngineStats Bridge::stats() const {
   std::lock_guard lk(stats_mu_);
   return stats_;
+}
+
+void Bridge::publish_stats() {
+  const SchedulerStats s = sched_.stats();
+  {
+    std::lock_guard lk(inbox_mu_);
+    queued_ = inbox_.size() + size_t(s.waiting);
+  }
+  std::lock_guard lk(stats_mu_);
+  stats_.waiting = s.waiting;
+  stats_.running = s.running;
+  stats_.blocks_free = s.blocks_free;
+  stats_.kv_slots_used = s.kv_slots_used;
+  stats_.kv_waste = s.kv_waste;
+  stats_.preemptions = s.preemptions;
+  stats_.requeued = s.requeued;
+  stats_.tokens_generated = s.tokens_generated;
+  stats_.tokens_prompt = s.tokens_prompt;
 }
 
 RingReport Bridge::ring_report() const {
@@ -188,143 +198,61 @@ std::vector<StageSnapshot> Bridge::stage_stats() const {
   return v;
 }
 
-void Bridge::take_inbox() {
-  std::vector<std::unique_ptr<Sequence>> in;
-  std::vector<RequestId> cancels;
-  {
-    std::lock_guard lk(inbox_mu_);
-    in.swap(inbox_);
-    cancels.swap(cancels_);
-  }
-  for (auto& s : in) {
-    waiting_.push_back(s.get());
-    seqs_[s->id] = std::move(s);
-  }
-  for (RequestId id : cancels) {
-    auto it = seqs_.find(id);
-    if (it == seqs_.end() || it->second->done) continue;
-    it->second->cancelled = true;
-    finish(it->second.get(), FinishReason::kAbort);
-  }
-}
-
-// Sends the final event; the sequence's blocks go back once no batch in
-// flight still names them (reap).
-void Bridge::finish(Sequence* s, FinishReason why, Status error) {
-  if (s->done) return;
-  s->done = true;
-  if (why != FinishReason::kNone && s->sink) {
-    TokenEvent ev;
-    ev.finish = why;
-    ev.error = std::move(error);
-    s->sink(ev);
-  }
-}
-
-void Bridge::reap() {
-  waiting_.erase(
-      std::remove_if(waiting_.begin(), waiting_.end(), [](Sequence* s) { return s->done; }),
-      waiting_.end());
-  for (auto it = running_.begin(); it != running_.end();) {
-    Sequence* s = *it;
-    if (s->done && s->batches_in_flight == 0) {
-      blocks_.release(s->table);
-      s->running = false;
-      it = running_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  for (auto it = seqs_.begin(); it != seqs_.end();) {
-    Sequence* s = it->second.get();
-    bool in_running = std::find(running_.begin(), running_.end(), s) != running_.end();
-    if (s->done && !in_running && s->batches_in_flight == 0) {
-      if (!s->table.empty()) blocks_.release(s->table);  // a waiter with no blocks
-      it = seqs_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  // Live KV accounting: slots allocated vs positions written (or being
-  // written); the difference is the unused tail of each last block.
-  int64_t slots = 0, used = 0;
-  for (const Sequence* s : running_) {
-    const int64_t n = int64_t(s->table.size()) * blocks_.block_size();
-    slots += n;
-    used += std::min<int64_t>(n, s->n_scheduled);
-  }
-  for (const Sequence* s : waiting_) slots += int64_t(s->table.size()) * blocks_.block_size();
-  {
-    std::lock_guard lk(inbox_mu_);
-    queued_ = inbox_.size() + waiting_.size();
-  }
-  std::lock_guard lk(stats_mu_);
-  stats_.waiting = int32_t(waiting_.size());
-  stats_.running = int32_t(running_.size());
-  stats_.blocks_free = blocks_.free();
-  stats_.kv_slots_used = used;
-  stats_.kv_waste = slots - used;
-  stats_.preemptions = sched_.preemptions();
-}
+// ---- the head: batches in -------------------------------------------------------
 
 bool Bridge::submit_batch() {
   auto slot_it = std::find_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.busy; });
   if (slot_it == slots_.end()) return false;
   RingLoad load;
   for (const Slot& s : slots_) {
-    if (!s.busy) {
+    if (s.busy)
+      load.tokens_in_flight += s.out.n_tokens();
+    else
       load.free_slots++;
-      continue;
-    }
-    for (const SchedRow& r : s.rows) load.tokens_in_flight += r.n_tokens;
   }
-  std::vector<SchedRow> rows = sched_.next(waiting_, running_, blocks_, load);
-  if (rows.empty()) return false;
+  SchedulerOutput out = sched_.schedule(load);
+  if (out.empty()) return false;
   const uint32_t k = uint32_t(slot_it - slots_.begin());
+  const uint64_t batch_id = next_batch_id_++;
+  encode(k, batch_id, out);
+  ipc::BatchMsg m;
+  m.batch_id = batch_id;
+  m.slot = k;
+  m.n_rows = int32_t(out.rows.size());
+  m.n_tokens = int32_t(out.n_tokens());
+  slot_it->busy = true;
+  slot_it->batch_id = batch_id;
+  slot_it->out = std::move(out);
+  // Never full: at most `inflight` batches exist and the ring holds that many.
+  return seg_.ring(0).push(m, [&] { return stopping_.load(); });
+}
+
+// Writes a batch into descriptor `slot`, row by row as the scheduler formed it.
+void Bridge::encode(uint32_t slot, uint64_t batch_id, const SchedulerOutput& out) {
   const ipc::SlotDims& d = seg_.dims();
   ipc::Batch b;
-  b.batch_id = next_batch_id_++;
-  b.tables.assign(size_t(rows.size()) * size_t(d.max_table), 0);
-  int64_t prompt_tokens = 0;
-  for (size_t r = 0; r < rows.size(); ++r) {
-    const SchedRow& row = rows[r];
-    Sequence* s = row.seq;
+  b.batch_id = batch_id;
+  b.tables.assign(out.rows.size() * size_t(d.max_table), 0);
+  for (size_t r = 0; r < out.rows.size(); ++r) {
+    const ScheduledRow& row = out.rows[r];
     ipc::DescRow dr;
-    dr.seq_id = s->id;
+    dr.seq_id = row.id;
     dr.pos0 = row.pos0;
     dr.n_tokens = row.n_tokens;
-    dr.n_table = int32_t(s->table.size());
+    dr.n_table = int32_t(row.table.size());
     dr.sample = row.sample;
     dr.pad = row.pad;
-    dr.n_prompt = s->n_prompt;  // the tail's penalties tell prompt from output by it
+    dr.n_prompt = row.n_prompt;
     b.rows.push_back(dr);
-    if (row.pad)  // `static` padding's filler (docs/scheduler.md): any valid id will do
-      b.tokens.insert(b.tokens.end(), size_t(row.n_tokens), s->tokens.back());
-    else
-      b.tokens.insert(b.tokens.end(), s->tokens.begin() + row.pos0,
-                      s->tokens.begin() + row.pos0 + row.n_tokens);
-    std::copy(s->table.begin(), s->table.end(), b.tables.begin() + int64_t(r) * d.max_table);
-    b.sampling.push_back(s->req.sampling);
-    s->batches_in_flight++;
-    if (!row.pad && row.pos0 < s->n_prompt)
-      prompt_tokens += std::min(row.n_tokens, s->n_prompt - row.pos0);
+    b.tokens.insert(b.tokens.end(), row.tokens.begin(), row.tokens.end());
+    std::copy(row.table.begin(), row.table.end(), b.tables.begin() + int64_t(r) * d.max_table);
+    b.sampling.push_back(row.sampling);
   }
   b.n_tokens = int32_t(b.tokens.size());
-  ipc::write_desc(seg_.desc(k), b, d);
-  ipc::BatchMsg m;
-  m.batch_id = b.batch_id;
-  m.slot = k;
-  m.n_rows = int32_t(b.rows.size());
-  m.n_tokens = b.n_tokens;
-  slot_it->busy = true;
-  slot_it->batch_id = b.batch_id;
-  slot_it->rows = std::move(rows);
-  // Never full: at most `inflight` batches exist and the ring holds that many.
-  if (!seg_.ring(0).push(m, [&] { return stopping_.load(); })) return false;
-  std::lock_guard lk(stats_mu_);
-  stats_.tokens_prompt += prompt_tokens;
-  return true;
+  ipc::write_desc(seg_.desc(slot), b, d);
 }
+
+// ---- the tail: results out ------------------------------------------------------
 
 bool Bridge::read_results() {
   bool any = false;
@@ -332,129 +260,111 @@ bool Bridge::read_results() {
   ipc::Ring& ring = seg_.ring(seg_.n_stages());
   while (ring.try_pop(m)) {
     any = true;
-    if (seg_.stale(m.batch_id)) {  // of a dead epoch: its slot was freed at the loss
-      stale_results_++;
-      continue;
-    }
-    if (m.kind != ipc::kMsgBatch || m.version != ipc::kMsgVersion ||
-        m.slot >= uint32_t(slots_.size()) || !slots_[m.slot].busy ||
-        slots_[m.slot].batch_id != m.batch_id || m.n_rows != int32_t(slots_[m.slot].rows.size())) {
-      refused_results_++;
-      KV_LOG_WARN("bridge", "refused a result (batch {}, slot {})", m.batch_id, m.slot);
-      continue;
-    }
+    if (!accept(m)) continue;
     Slot& slot = slots_[m.slot];
-    ipc::ResultView res = seg_.result(m.slot);
-    ipc::ResultHeader hdr;
-    std::memcpy(&hdr, res.hdr, sizeof hdr);
-    Status status;
-    if (m.status == int32_t(ErrorCode::kOk) &&
-        (hdr.batch_id != m.batch_id || hdr.n_rows != m.n_rows)) {
-      status = Status(ErrorCode::kBadResult, "result slot does not match its message");
-    } else if (m.status != int32_t(ErrorCode::kOk)) {
-      std::string text(hdr.error, strnlen(hdr.error, sizeof hdr.error));
-      status = Status(error_code_from_int(m.status), text.empty() ? "batch failed" : text);
-    }
-    int64_t generated = 0;
-    for (size_t r = 0; r < slot.rows.size(); ++r) {
-      const SchedRow& row = slot.rows[r];
-      Sequence* s = row.seq;
-      s->batches_in_flight--;
-      if (!status.ok()) {
-        finish(s, FinishReason::kError, status);
-        continue;
-      }
-      if (!row.sample) continue;
-      s->awaiting = false;
-      if (s->done) continue;  // cancelled while in flight
-      const int32_t tok = res.token[r];
-      if (tok < 0 || tok >= cfg_.vocab) {
-        finish(s, FinishReason::kError,
-               error_status(ErrorCode::kBadResult, "the tail returned token id {}", tok));
-        continue;
-      }
-      TokenEvent ev;
-      ev.token = tok;
-      ev.logprob = res.logprob[r];
-      const int32_t n_top = std::clamp(res.n_top[r], 0, int32_t(kMaxLogprobs));
-      for (int32_t i = 0; i < n_top && i < s->req.sampling.logprobs; ++i)
-        ev.top_logprobs.emplace_back(res.top[r * kMaxLogprobs + i].token,
-                                     res.top[r * kMaxLogprobs + i].logprob);
-      s->tokens.push_back(tok);
-      s->n_generated++;
-      generated++;
-      const bool stop =
-          (!s->req.ignore_eos && eos_.count(tok)) ||
-          std::find(s->req.stop_ids.begin(), s->req.stop_ids.end(), tok) != s->req.stop_ids.end();
-      if (stop)
-        ev.finish = FinishReason::kStop;
-      else if (s->n_generated >= s->req.max_tokens)
-        ev.finish = FinishReason::kLength;
-      if (s->sink) s->sink(ev);
-      if (ev.finish != FinishReason::kNone) finish(s, FinishReason::kNone);
-    }
+    const BatchResult result = decode(m, slot);
     slot.busy = false;
-    slot.rows.clear();
-    std::lock_guard lk(stats_mu_);
-    stats_.tokens_generated += generated;
+    slot.out = {};
+    sched_.update(result);
   }
   return any;
 }
 
-void Bridge::fail_all(const std::string& why) {
+// Whether a message answers the batch outstanding in its slot. Anything else
+// is dropped: a result of a dead epoch (its slot was freed at the loss), or
+// one that names a slot, batch or row count the bridge did not submit.
+bool Bridge::accept(const ipc::BatchMsg& m) {
+  if (seg_.stale(m.batch_id)) {
+    stale_results_++;
+    return false;
+  }
+  if (m.kind != ipc::kMsgBatch || m.version != ipc::kMsgVersion ||
+      m.slot >= uint32_t(slots_.size()) || !slots_[m.slot].busy ||
+      slots_[m.slot].batch_id != m.batch_id ||
+      m.n_rows != int32_t(slots_[m.slot].out.rows.size())) {
+    refused_results_++;
+    KV_LOG_WARN("bridge", "refused a result (batch {}, slot {})", m.batch_id, m.slot);
+    return false;
+  }
+  return true;
+}
+
+// The result slot of an accepted message, read into a BatchResult. The
+// stages are not trusted here either: a result header that disagrees with
+// its message fails the batch, a sampled token outside the vocabulary
+// fails its request (kBadResult).
+BatchResult Bridge::decode(const ipc::BatchMsg& m, const Slot& slot) const {
+  BatchResult res;
+  res.batch = slot.out.id;
+  ipc::ResultView view = seg_.result(m.slot);
+  ipc::ResultHeader hdr;
+  std::memcpy(&hdr, view.hdr, sizeof hdr);
+  if (m.status != int32_t(ErrorCode::kOk)) {
+    std::string text(hdr.error, strnlen(hdr.error, sizeof hdr.error));
+    res.status = Status(error_code_from_int(m.status), text.empty() ? "batch failed" : text);
+    return res;
+  }
+  if (hdr.batch_id != m.batch_id || hdr.n_rows != m.n_rows) {
+    res.status = Status(ErrorCode::kBadResult, "result slot does not match its message");
+    return res;
+  }
+  res.rows.resize(slot.out.rows.size());
+  for (size_t r = 0; r < slot.out.rows.size(); ++r) {
+    const ScheduledRow& row = slot.out.rows[r];
+    if (!row.sample) continue;
+    RowResult& out = res.rows[r];
+    out.token = view.token[r];
+    if (out.token < 0 || out.token >= cfg_.vocab) {
+      out.error = error_status(ErrorCode::kBadResult, "the tail returned token id {}", out.token);
+      continue;
+    }
+    out.logprob = view.logprob[r];
+    const int32_t n_top = std::clamp(view.n_top[r], 0, int32_t(kMaxLogprobs));
+    for (int32_t i = 0; i < n_top && i < row.sampling.logprobs; ++i)
+      out.top_logprobs.emplace_back(view.top[r * kMaxLogprobs + i].token,
+                                    view.top[r * kMaxLogprobs + i].logprob);
+  }
+  return res;
+}
+
+// ---- health, epochs, recovery ---------------------------------------------------
+
+// The supervisor gave up: every request fails with its reason, new work is
+// refused (ready() turns false) for good.
+void Bridge::fail(const std::string& why) {
   {
     std::lock_guard lk(stats_mu_);
     failure_ = why;
   }
   failed_ = true;
-  for (auto& [id, s] : seqs_)
-    finish(s.get(), FinishReason::kError, Status(ErrorCode::kUnavailable, why));
+  sched_.end_all(FinishReason::kError, Status(ErrorCode::kUnavailable, why));
 }
 
 // Every batch in the ring is lost with the stage (and every stage's KV is
 // suspect: the restarted one starts empty). A new epoch begins at the next
-// batch id: every receiver drops anything older. Each running sequence goes
-// back to the head of the queue, oldest first, to be recomputed from its
-// prompt plus the tokens already streamed (the scheduler's preemption by
-// recompute: nothing is re-sent, and the sampler's draw depends on (seed,
-// position) only, so the text continues exactly).
+// batch id: every receiver drops anything older. The scheduler then
+// requeues every running sequence by its one preemption rule (recompute
+// from prompt plus the tokens already streamed: nothing is re-sent, and the
+// sampler's draw depends on (seed, position) only, so the text continues
+// exactly).
 void Bridge::invalidate(uint64_t faults) {
   seg_.header().epoch_first_batch.store(next_batch_id_, std::memory_order_release);
   // The acknowledgement the supervisor waits for before it restarts a stage:
   // a new process must never see a batch of the dead epoch as live.
   seg_.header().epoch.store(uint32_t(faults), std::memory_order_release);
   for (Slot& slot : slots_) {
-    for (const SchedRow& row : slot.rows) {
-      row.seq->batches_in_flight--;
-      row.seq->awaiting = false;
-    }
     slot.busy = false;
-    slot.rows.clear();
+    slot.out = {};
   }
-  std::vector<Sequence*> requeue;
-  for (Sequence* s : running_)
-    if (!s->done) requeue.push_back(s);
-  std::sort(requeue.begin(), requeue.end(),
-            [](const Sequence* a, const Sequence* b) { return a->admitted < b->admitted; });
-  for (auto it = requeue.rbegin(); it != requeue.rend(); ++it) {
-    Sequence* s = *it;
-    blocks_.release(s->table);
-    s->n_scheduled = 0;
-    s->running = false;
-    waiting_.push_front(s);
-  }
-  running_.erase(
-      std::remove_if(running_.begin(), running_.end(), [](const Sequence* s) { return !s->done; }),
-      running_.end());
-  std::lock_guard lk(stats_mu_);
-  stats_.requeued += int64_t(requeue.size());
+  sched_.requeue_all();
+  publish_stats();
 }
 
 void Bridge::check_health() {
   if (!health_ || failed_) return;
   RingHealth h = health_();
   if (!h.failed.empty()) {
-    fail_all(h.failed);
+    fail(h.failed);
     std::lock_guard lk(stats_mu_);
     stats_.state = EngineState::kFailed;
     stats_.failure = h.failed;
@@ -486,6 +396,8 @@ void Bridge::check_health() {
   }
 }
 
+// ---- the engine thread ----------------------------------------------------------
+
 void Bridge::loop() {
   ipc::Bell& bell = seg_.ring(seg_.n_stages()).not_empty;
   while (!stopping_.load()) {
@@ -493,24 +405,22 @@ void Bridge::loop() {
     check_health();
     take_inbox();
     if (failed_) {
-      for (auto& [id, s] : seqs_)
-        finish(s.get(), FinishReason::kError, Status(ErrorCode::kUnavailable, failure()));
-      seqs_.clear();
-      waiting_.clear();
-      running_.clear();
+      sched_.end_all(FinishReason::kError, Status(ErrorCode::kUnavailable, failure()));
       bell.wait(seen, 100'000'000);
       continue;
     }
     bool progress = read_results();
-    reap();
+    publish_stats();
     // While recovering nothing enters the ring: the drain check needs it
     // quiet, and the restarted stage is not ready. Requests wait meanwhile.
+    bool submitted = false;
     if (!recovering_)
-      while (submit_batch()) progress = true;
+      while (submit_batch()) submitted = true;
+    if (submitted) publish_stats();
     // Recovering: re-check the drain soon (stages ring no bell for it).
-    if (!progress) bell.wait(seen, recovering_ ? 10'000'000 : 100'000'000);
+    if (!progress && !submitted) bell.wait(seen, recovering_ ? 10'000'000 : 100'000'000);
   }
-  for (auto& [id, s] : seqs_) finish(s.get(), FinishReason::kAbort);
+  sched_.end_all(FinishReason::kAbort);
 }
 
 }  // namespace kvasir

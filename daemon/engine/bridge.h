@@ -1,35 +1,39 @@
 // daemon/engine/bridge.h — the bridge: the Engine (daemon/engine/engine.h) over the ring.
 //
-// One thread owns everything below: it takes new requests and cancels from
-// an inbox, asks the scheduler for a micro-batch whenever a ring slot is
-// free, writes the batch's descriptor into that slot and pushes it to the
-// head's ring, and reads results from the tail's ring. It never sees a
-// hidden state. It sleeps on the tail ring's bell (submit() rings it too),
-// so an idle daemon uses no CPU.
+// The bridge keeps the ring; the Scheduler (scheduler.h) keeps the requests.
+// One thread, the engine thread, owns both. The bridge's jobs, and only
+// these:
 //
-// Results are untrusted: a message whose slot is not outstanding, whose
-// batch id does not match the one submitted in that slot, or whose counts
-// differ is refused (counted, logged) and changes nothing.
+//   - the inbox: submit() and cancel() come from other threads; a request is
+//     validated (check_request) before it is queued, and a refusal is its
+//     only event, sent from submit() itself;
+//   - the slot table: which SchedulerOutput is in which ring slot. Whenever
+//     a slot is free it asks the scheduler for a micro-batch, encodes it
+//     into that slot's descriptor and pushes it to the head's ring;
+//   - results: it reads the tail's ring and decodes each message into a
+//     BatchResult for Scheduler::update. Results are untrusted: a message
+//     whose slot is not outstanding, whose batch id does not match the one
+//     submitted in that slot, or whose counts differ is refused (counted,
+//     logged) and changes nothing; a token id outside the vocabulary fails
+//     its request (kBadResult);
+//   - epochs and recovery (docs/recovery.md): when the health hook reports
+//     a new stage loss, it starts a new epoch (batches with older ids are
+//     dropped by every receiver), frees every slot, has the scheduler
+//     requeue every running sequence, and submits nothing until every stage
+//     serves again and the ring is drained;
+//   - stats: the scheduler's and its own, published for other threads.
 //
-// Recovery (docs/recovery.md): when the health hook reports a new stage
-// loss, the engine starts a new epoch (batches with older ids are dropped
-// by every receiver), frees every slot, requeues every running sequence to
-// be recomputed from its prompt plus the tokens already streamed, and
-// submits nothing until every stage serves again and the ring is drained.
+// It never sees a hidden state nor a sequence. It sleeps on the tail ring's
+// bell (submit() rings it too), so an idle daemon uses no CPU.
 #pragma once
 
 #include <atomic>
-#include <deque>
 #include <functional>
-#include <memory>
 #include <mutex>
-#include <optional>
-#include <set>
+#include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
-#include "daemon/engine/block_manager.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/ring_health.h"
 #include "daemon/engine/scheduler.h"
@@ -54,14 +58,11 @@ struct StageSnapshot {
 
 class Bridge : public Engine {
  public:
-  // health: called on the engine thread every wake-up; returns an error text
-  // when a stage is gone (Supervisor::poll), after which every request fails
-  // and ready() turns false.
-  Bridge(ipc::Segment& seg, BridgeConfig cfg,
-         std::function<std::optional<std::string>()> health = {});
   // health: the supervisor's view (Supervisor::health), read every wake-up:
-  // a new fault starts a recovery, `failed` fails the engine for good.
-  Bridge(ipc::Segment& seg, BridgeConfig cfg, std::function<RingHealth()> health);
+  // a new fault starts a recovery, `failed` fails the engine for good (a
+  // fail-stop supervisor sets it at the first loss). Empty: no supervisor
+  // (tests, benchmarks): the ring is taken as healthy.
+  Bridge(ipc::Segment& seg, BridgeConfig cfg, std::function<RingHealth()> health = {});
   ~Bridge() override;
 
   RequestId submit(GenRequest req, EventSink sink) override;
@@ -72,38 +73,43 @@ class Bridge : public Engine {
 
   // Stops the loop; requests still running get kAbort. Idempotent.
   void shutdown();
-  // Why the engine failed (a stage died), or empty.
+  // Why the engine failed (the supervisor gave up), or empty.
   std::string failure() const;
   std::vector<StageSnapshot> stage_stats() const;
   uint64_t refused_results() const { return refused_results_.load(); }
   uint64_t stale_results() const { return stale_results_.load(); }
 
  private:
+  struct Pending {  // a validated request on its way to the scheduler
+    RequestId id = 0;
+    GenRequest req;
+    EventSink sink;
+  };
   struct Slot {
     bool busy = false;
-    uint64_t batch_id = 0;
-    std::vector<SchedRow> rows;
+    uint64_t batch_id = 0;  // the ring's id (epochs are ranges of it)
+    SchedulerOutput out;    // what the scheduler put in it
   };
 
+  Status check_request(const GenRequest& r) const;
   void loop();
   void take_inbox();
   bool submit_batch();
+  void encode(uint32_t slot, uint64_t batch_id, const SchedulerOutput& out);
   bool read_results();
-  void finish(Sequence* s, FinishReason why, Status error = {});
-  void reap();
-  Status check_request(const GenRequest& r) const;
-  void fail_all(const std::string& why);
-  void invalidate(uint64_t faults);  // a stage was lost: new epoch, free slots, requeue
+  bool accept(const ipc::BatchMsg& m);
+  BatchResult decode(const ipc::BatchMsg& m, const Slot& slot) const;
   void check_health();
+  void invalidate(uint64_t faults);  // a stage was lost: new epoch, free slots, requeue
+  void fail(const std::string& why);
+  void publish_stats();
 
   ipc::Segment& seg_;
   BridgeConfig cfg_;
   std::function<RingHealth()> health_;
-  BlockManager blocks_;
-  Scheduler sched_;
 
   mutable std::mutex inbox_mu_;
-  std::vector<std::unique_ptr<Sequence>> inbox_;
+  std::vector<Pending> inbox_;
   std::vector<RequestId> cancels_;
   std::atomic<RequestId> next_id_{1};
   std::atomic<uint64_t> seed_counter_{0};
@@ -111,12 +117,9 @@ class Bridge : public Engine {
   size_t queued_ = 0;  // inbox + waiting, for max_queue (under inbox_mu_)
 
   // Engine thread only.
-  std::unordered_map<RequestId, std::unique_ptr<Sequence>> seqs_;
-  std::deque<Sequence*> waiting_;
-  std::vector<Sequence*> running_;
+  Scheduler sched_;
   std::vector<Slot> slots_;
   uint64_t next_batch_id_ = 1;
-  std::set<int32_t> eos_;
   uint64_t faults_seen_ = 0;
   bool recovering_ = false;
   int64_t fault_ns_ = 0;  // when the engine saw the loss being recovered

@@ -1,178 +1,174 @@
 // daemon/engine/scheduler.h — the iteration-level scheduler (docs/scheduler.md).
 //
-// One decision per micro-batch, made by the bridge whenever a ring slot is
-// free. The decision is split the way TensorRT-LLM's batch manager splits it,
-// so each part can be read and tested alone:
+// The Scheduler owns the request lifecycle, the shape of nano-vllm's and
+// vLLM v1's: every sequence, the waiting queue, the running set and the KV
+// block manager are its own, and the bridge (bridge.h) only talks to it
+// through the five calls below. The bridge keeps the ring; the scheduler
+// keeps the requests:
+//
+//   add       a new request (the bridge has validated it) joins the queue;
+//   abort     a client cancel: a final kAbort event;
+//   schedule  the next micro-batch, as plain rows the bridge encodes as is;
+//   update    a finished batch: tokens appended, stop rules, events, frees;
+//   requeue_all  a stage was lost: every batch in flight is gone and every
+//             running sequence is recomputed (the same rule as preemption).
+//
+// Inside, the decision is split the way TensorRT-LLM's batch manager splits
+// it, so each part can be read and tested alone:
 //
 //   CapacityScheduler  who may hold KV: admission (per policy), on-demand
-//                      block growth, preemption when the pool runs dry.
+//   (capacity.h)       block growth, preemption when the pool runs dry.
 //   BatchFormer        what goes in this micro-batch: decodes first, then
-//                      prefill (whole or in chunks), under the token budget
+//   (batch_former.h)   prefill (whole or in chunks), under the token budget
 //                      and a per-batch row cap that balances the ring.
-//
-// Blocks are taken as positions are scheduled, not reserved for
-// prompt + max_tokens at admission: the cache holds what is really written.
-// When a sequence cannot get its next block, the most recently admitted
-// running sequence that has nothing in flight is preempted: its blocks go
-// back and it returns to the head of the queue, to be recomputed from its
-// prompt plus the tokens generated so far (nothing is re-sent to the
-// client: the recompute only refills KV, and its last row samples the next
-// position). The sampler's draw depends on (seed, position) only
-// (stages/sampler.h), so the output is unchanged by preemption.
 //
 // A sequence whose next token is still unknown (its sampling row in flight)
 // is never scheduled again until the result is back: that keeps a decode out
 // of two in-flight micro-batches. Prefill chunks of one prompt may follow
 // each other back to back (stages run batches in order).
+//
+// Not thread-safe: the bridge's engine thread makes every call. Events go
+// out through each request's sink from inside abort, update and end_all.
 #pragma once
 
 #include <cstdint>
-#include <deque>
-#include <optional>
-#include <string_view>
+#include <memory>
+#include <set>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "base/status.h"
+#include "daemon/engine/batch_former.h"
 #include "daemon/engine/block_manager.h"
+#include "daemon/engine/capacity.h"
 #include "daemon/engine/engine.h"
+#include "daemon/engine/policy.h"
+#include "daemon/engine/sequence.h"
+#include "ipc/sampling.h"
 
 namespace kvasir {
 
-enum class Policy {
-  kNaive,       // one request at a time
-  kStatic,      // a batch admitted together; the next only when all have finished
-  kContinuous,  // iteration-level admission, whole prefills
-  kChunked,     // "continuous+chunked": chunked prefill mixed with decodes (default)
-};
-std::optional<Policy> parse_policy(std::string_view name);
-const char* policy_name(Policy p);
-
-struct Sequence {
+// One row of a micro-batch, complete: the bridge writes it into the ring
+// descriptor without asking the scheduler anything more.
+struct ScheduledRow {
   RequestId id = 0;
-  GenRequest req;
-  EventSink sink;
-  std::vector<int32_t> tokens;  // prompt, then generated tokens
-  int32_t n_prompt = 0;
-  int32_t n_generated = 0;
-  int64_t n_scheduled = 0;  // positions sent to the ring (KV written or being written)
-  int32_t batches_in_flight = 0;
-  bool awaiting = false;  // its sampling row is in flight
-  bool cancelled = false;
-  bool done = false;           // final event sent; free when batches_in_flight == 0
-  bool running = false;        // in the running set (kept by the scheduler)
-  uint64_t admitted = 0;       // admission order: the newest is preempted first
-  int32_t preempted = 0;       // times it lost its blocks
-  std::vector<int32_t> table;  // KV blocks
-  // `static` padding (docs/scheduler.md): filler positions [pad_next,
-  // pad_end) past its prompt still to be computed before its prefill, so
-  // its prefill costs what the batch's longest prompt costs.
-  int64_t pad_next = 0, pad_end = 0;
-};
-
-struct SchedRow {
-  Sequence* seq = nullptr;
-  int32_t pos0 = 0;
-  int32_t n_tokens = 0;
-  bool sample = false;
-  // Padding (`static`): n_tokens filler tokens at [pos0, pos0 + n_tokens),
-  // all past the sequence's tokens. Computed like any row, never sampled;
-  // the KV they write is overwritten by the sequence's own decodes before
-  // any row reads it (attention at position q reads positions <= q only).
+  int32_t pos0 = 0;      // first position
+  int32_t n_tokens = 0;  // positions [pos0, pos0 + n_tokens)
+  bool sample = false;   // the tail samples the row's last position
+  // `static` padding: filler positions, computed and never sampled
+  // (docs/scheduler.md, "What `static` pads").
   bool pad = false;
+  int32_t n_prompt = 0;         // the tail's penalties tell prompt from output by it
+  std::vector<int32_t> tokens;  // n_tokens ids (for padding, a filler id)
+  std::vector<int32_t> table;   // the request's KV blocks, covering pos0 + n_tokens
+  SamplingParams sampling;      // its seed always set
 };
 
-// The ring as the bridge sees it when it forms a batch.
-struct RingLoad {
-  int32_t free_slots = 0;        // free now, counting this batch's (<= 0: unknown)
-  int64_t tokens_in_flight = 0;  // tokens of the batches in the busy slots
-};
-
-struct SchedLimits {
-  int32_t max_rows = 32;
-  int32_t max_tokens = 512;
-  int32_t chunk_size = 512;
-  int32_t max_num_seqs = 256;
-  Policy policy = Policy::kChunked;
-  int32_t inflight = 1;  // micro-batches the ring holds at once (the bridge sets it)
-};
-
-// Admission and preemption: who holds KV blocks.
-class CapacityScheduler {
- public:
-  explicit CapacityScheduler(const SchedLimits& lim) : lim_(lim) {}
-
-  // Whether the policy lets `waiting.front()` in now (blocks aside).
-  bool may_admit(const std::deque<Sequence*>& waiting, const std::vector<Sequence*>& running,
-                 int32_t admitted_this_batch) const;
-  void admit(Sequence* s, std::deque<Sequence*>& waiting, std::vector<Sequence*>& running);
-
-  // Grows s's table to cover `tokens` positions. If the pool is short,
-  // preempts the newest running sequence with nothing in flight and not in
-  // `taken` (this batch's rows), until it fits. With `may_preempt` false
-  // (admission) nothing is preempted. Returns false when s cannot grow now;
-  // s itself may have been preempted then (check s->running).
-  bool grow(Sequence* s, int64_t tokens, BlockManager& blocks, std::deque<Sequence*>& waiting,
-            std::vector<Sequence*>& running, const std::vector<SchedRow>& taken, bool may_preempt);
-
-  int64_t preemptions() const { return preemptions_; }
-
- private:
-  void preempt(Sequence* v, BlockManager& blocks, std::deque<Sequence*>& waiting,
-               std::vector<Sequence*>& running);
-
-  const SchedLimits& lim_;
-  uint64_t next_admit_ = 1;
-  int64_t preemptions_ = 0;
-};
-
-// Micro-batch forming: token budget, chunking, row cap.
-class BatchFormer {
- public:
-  explicit BatchFormer(const SchedLimits& lim) : lim_(lim) {}
-
-  // Starts a batch. Ring known (load.free_slots > 0): the token budget
-  // becomes min(ceil(work / free_slots), ceil((work + tokens_in_flight) /
-  // inflight)), `work` being the tokens the running sequences could send
-  // now, so every micro-batch in the ring carries a similar token count;
-  // `floor` = the largest piece
-  // that cannot be cut (a whole prefill), below which the budget never
-  // drops, or that piece would never go. Unknown: rows are capped at
-  // ceil(active / inflight), `active` = running sequences that want the ring.
-  void begin(int64_t active, int64_t work = 0, RingLoad load = {}, int64_t floor = 0);
-  // Tokens s would put in this batch now (0: not now).
-  int32_t want(const Sequence& s) const;
-  void add(std::vector<SchedRow>& rows, Sequence* s, int32_t n);
-  bool full(const std::vector<SchedRow>& rows) const {
-    return int32_t(rows.size()) >= row_cap_ || budget_ <= 0;
+struct SchedulerOutput {
+  uint64_t id = 0;  // names the batch in BatchResult::batch (0: empty)
+  std::vector<ScheduledRow> rows;
+  bool empty() const { return rows.empty(); }
+  int64_t n_tokens() const {
+    int64_t n = 0;
+    for (const ScheduledRow& r : rows) n += r.n_tokens;
+    return n;
   }
+};
 
- private:
-  const SchedLimits& lim_;
-  int32_t budget_ = 0;
-  int32_t row_cap_ = 0;
+// What came back for one row (read only for rows with `sample`).
+struct RowResult {
+  int32_t token = -1;
+  float logprob = 0.f;
+  std::vector<std::pair<int32_t, float>> top_logprobs;
+  Status error;  // not ok: the result is unusable (kBadResult): the request fails with it
+};
+
+struct BatchResult {
+  uint64_t batch = 0;  // the SchedulerOutput::id it answers
+  // Not ok: the whole batch failed (a stage refused or failed it, or its
+  // result slot was inconsistent); every request in it ends with kError.
+  Status status;
+  std::vector<RowResult> rows;  // with status ok: one per row of the output, in order
+};
+
+struct SchedulerStats {
+  int32_t waiting = 0, running = 0;
+  int64_t blocks_total = 0, blocks_free = 0;
+  // KV positions held by running sequences, and internal waste: allocated
+  // slots past each sequence's last position (the tail of its last block).
+  int64_t kv_slots_used = 0, kv_waste = 0;
+  int64_t preemptions = 0;  // for lack of KV blocks
+  int64_t requeued = 0;     // recomputed after a lost stage
+  int64_t tokens_generated = 0, tokens_prompt = 0;
 };
 
 class Scheduler {
  public:
-  explicit Scheduler(SchedLimits lim) : lim_(lim), cap_(lim_), form_(lim_) {}
+  // eos_ids: the model's end-of-generation ids (a request may ignore them).
+  Scheduler(SchedLimits lim, int32_t n_blocks, int32_t block_size,
+            std::vector<int32_t> eos_ids = {});
+  Scheduler(const Scheduler&) = delete;  // its parts hold references into it
+  Scheduler& operator=(const Scheduler&) = delete;
 
-  // Builds the next micro-batch: admits waiting sequences, grows block
-  // tables (preempting when needed), marks the chosen positions scheduled.
+  // Queues a request at the tail. `req` has been validated (check_request
+  // in the bridge: ids in the vocabulary, prompt + max_tokens within the
+  // pool, sampling seeded); `id` is new.
+  void add(RequestId id, GenRequest req, EventSink sink);
+
+  // A client cancel: a final kAbort event now (nothing if `id` is unknown
+  // or already finished). Its blocks go back once no batch in flight names
+  // them; any token still to come for it is dropped.
+  void abort(RequestId id);
+
+  // The next micro-batch: admits waiting sequences, grows block tables
+  // (preempting when the pool runs dry), marks the chosen positions
+  // scheduled and the batch in flight until update() or requeue_all().
   // Empty when there is nothing to run. `load`: the ring now (free_slots
-  // <= 0: unknown, no token balancing); the work, ready and in flight, is
-  // spread evenly over the ring's slots.
-  std::vector<SchedRow> next(std::deque<Sequence*>& waiting, std::vector<Sequence*>& running,
-                             BlockManager& blocks, RingLoad load = {});
+  // <= 0: unknown, rows balanced instead of tokens); the work, ready and in
+  // flight, is spread evenly over the ring's slots.
+  SchedulerOutput schedule(RingLoad load = {});
 
-  int64_t preemptions() const { return cap_.preemptions(); }
-  const SchedLimits& limits() const { return lim_; }
+  // Applies a finished batch. Per sampled row: the token is appended and
+  // sent as an event, and the stop rules run (an EOS id unless ignore_eos,
+  // a stop id: kStop; max_tokens reached: kLength). A failed batch or row
+  // ends its requests with kError and that Status. Finished requests' blocks
+  // go back. A batch that is not in flight (one lost to requeue_all) is
+  // ignored.
+  void update(const BatchResult& result);
+
+  // A stage was lost: every batch in flight is forgotten (its results will
+  // never be applied), and every running sequence is preempted by the same
+  // rule as for KV pressure (CapacityScheduler::preempt), newest first, so
+  // the oldest admission ends at the head of the queue. Counted as requeued.
+  void requeue_all();
+
+  // Ends every request (shutdown: kAbort; the engine failed: kError and
+  // why): a final event to each not yet finished, then all are forgotten and
+  // their blocks go back. Nothing in flight will be applied.
+  void end_all(FinishReason why, const Status& error = {});
+
+  SchedulerStats stats() const;
 
  private:
-  bool take(std::vector<SchedRow>& rows, Sequence* s, BlockManager& blocks,
-            std::deque<Sequence*>& waiting, std::vector<Sequence*>& running);
+  void begin_batch(RingLoad load);
+  bool take(std::vector<SchedRow>& rows, Sequence* s);
+  SchedulerOutput emit(std::vector<SchedRow> rows);
+  void apply_row(const SchedRow& row, const RowResult& res);
+  void finish(Sequence* s, FinishReason why, Status error = {});
+  void reap();
 
   SchedLimits lim_;
-  CapacityScheduler cap_;
-  BatchFormer form_;
+  BlockManager blocks_;
+  std::set<int32_t> eos_;
+  std::unordered_map<RequestId, std::unique_ptr<Sequence>> seqs_;
+  SeqQueues q_;
+  CapacityScheduler cap_;  // refers to lim_, q_ and blocks_ above
+  BatchFormer form_;       // refers to lim_
+  // The batches in flight: their rows, to apply a result to.
+  std::unordered_map<uint64_t, std::vector<SchedRow>> inflight_;
+  uint64_t next_batch_ = 1;
+  int64_t tokens_generated_ = 0, tokens_prompt_ = 0;
 };
 
 }  // namespace kvasir

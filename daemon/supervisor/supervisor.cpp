@@ -187,16 +187,6 @@ std::optional<StageExit> Supervisor::reap_starting() {
   return std::nullopt;
 }
 
-std::optional<StageExit> Supervisor::poll() {
-  std::lock_guard lk(mu_);
-  if (health_.failed.empty() || reported_) return std::nullopt;
-  reported_ = true;
-  int stage = -1;
-  for (size_t s = 0; s < pids_.size(); ++s)
-    if (pids_[s] <= 0) stage = int(s);
-  return StageExit{stage, health_.failed};
-}
-
 void Supervisor::on_death(int s, const std::string& why, int64_t now) {
   Watch& w = watch_[s];
   pids_[s] = -1;

@@ -17,9 +17,8 @@
 //           happened within `restart_window_s`: then the supervisor gives up (health().failed).
 //           Every change rings the bridge's bell (docs/recovery.md).
 // health(): faults so far, restarts, whether every stage serves, and why it
-//           gave up, if it did. Thread-safe.
-// poll():   the fatal exit, once, after the supervisor gave up (with
-//           max_restarts = 0: at the first loss, fail-stop).
+//           gave up, if it did (with max_restarts = 0: at the first loss,
+//           fail-stop). Thread-safe.
 // stop():   shutdown flag + wake-ups, wait, SIGTERM, wait, SIGKILL; removes
 //           the segment. Idempotent; also run by the destructor.
 //
@@ -76,7 +75,6 @@ class Supervisor {
 
   void start();
   RingHealth health() const;
-  std::optional<StageExit> poll();
   void stop();
 
   ipc::Segment& segment() { return *seg_; }
@@ -127,7 +125,6 @@ class Supervisor {
   std::vector<Watch> watch_;
   std::deque<int64_t> losses_;  // times of recent losses (ns), for the per-minute limit
   RingHealth health_;
-  bool reported_ = false;  // poll() returned the fatal exit
   bool stopped_ = false;
   std::atomic<bool> quit_{false};
   std::thread monitor_;

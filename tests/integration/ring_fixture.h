@@ -55,7 +55,7 @@ inline std::string write_config(const std::string& dir, const std::string& model
 }
 
 // Events of many requests, gathered from the engine thread. Also used by
-// the bridge's unit test (tests/unit/daemon/test_ring_engine.cpp).
+// the bridge's unit test (tests/unit/daemon/engine/test_bridge.cpp).
 struct Collector {
   std::mutex mu;
   std::condition_variable cv;

@@ -80,10 +80,7 @@ PlanRun run_plan(const std::string& model_path, int n_layers,
   bc.context_length = mc.context_length;
   out.tokens.resize(prompts.size());
   {
-    Bridge engine(sup.segment(), bc, [&]() -> std::optional<std::string> {
-      if (auto ex = sup.poll()) return ex->error;
-      return std::nullopt;
-    });
+    Bridge engine(sup.segment(), bc, [&] { return sup.health(); });
     Collector col;
     for (size_t i = 0; i < prompts.size(); ++i) {
       GenRequest g;

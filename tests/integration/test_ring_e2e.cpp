@@ -62,10 +62,7 @@ std::vector<std::vector<int32_t>> run_ring(const std::string& model_path, int n_
   bc.context_length = mc.context_length;
   std::vector<std::vector<int32_t>> out(reqs.size());
   {
-    Bridge engine(sup.segment(), bc, [&]() -> std::optional<std::string> {
-      if (auto ex = sup.poll()) return ex->error;
-      return std::nullopt;
-    });
+    Bridge engine(sup.segment(), bc, [&] { return sup.health(); });
     Collector col;
     for (size_t i = 0; i < reqs.size(); ++i) {
       GenRequest g;
@@ -293,10 +290,7 @@ TEST(RingE2E, StageDeathFailsRequestsInFailStopMode) {
   bc.limits = SchedLimits{4, 32, 32, 256};
   bc.n_blocks = sup.kv_blocks();
   bc.vocab = mc.vocab;
-  Bridge engine(sup.segment(), bc, [&]() -> std::optional<std::string> {
-    if (auto ex = sup.poll()) return ex->error;
-    return std::nullopt;
-  });
+  Bridge engine(sup.segment(), bc, [&] { return sup.health(); });
   kill(sup.pids()[1], SIGKILL);
   for (int i = 0; i < 200 && engine.ready(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

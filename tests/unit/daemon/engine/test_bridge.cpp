@@ -123,11 +123,11 @@ void run_many(int S, int inflight) {
   EXPECT_EQ(engine.refused_results(), 0u);
 }
 
-TEST(RingEngine, TwoStagesInflight2) { run_many(2, 2); }
-TEST(RingEngine, ThreeStagesInflight3) { run_many(3, 3); }
-TEST(RingEngine, FourStagesDraining) { run_many(4, 1); }
+TEST(Bridge, TwoStagesInflight2) { run_many(2, 2); }
+TEST(Bridge, ThreeStagesInflight3) { run_many(3, 3); }
+TEST(Bridge, FourStagesDraining) { run_many(4, 1); }
 
-TEST(RingEngine, RefusesBadRequestsAtOnce) {
+TEST(Bridge, RefusesBadRequestsAtOnce) {
   Ring ring(2, 2, 4, 32, 10);
   Bridge engine(*ring.seg, bridge_cfg(4, 32, 10));
   Collector col;
@@ -146,7 +146,7 @@ TEST(RingEngine, RefusesBadRequestsAtOnce) {
   EXPECT_EQ(col.finish[2], FinishReason::kError);
 }
 
-TEST(RingEngine, StopIdsAndCancel) {
+TEST(Bridge, StopIdsAndCancel) {
   Ring ring(2, 2, 4, 32, 100);
   Bridge engine(*ring.seg, bridge_cfg(4, 32, 100));
   Collector col;
@@ -186,7 +186,7 @@ TEST(RingEngine, StopIdsAndCancel) {
 // bridge must start a new epoch, requeue every running sequence and finish
 // every request with exactly the tokens of a fault-free run: any gap or
 // duplicate breaks the fake ring's arithmetic sequence.
-TEST(RingEngine, LostStageIsReplacedAndNoTokenIsLostOrRepeated) {
+TEST(Bridge, LostStageIsReplacedAndNoTokenIsLostOrRepeated) {
   constexpr int S = 3, N = 24;
   Ring ring(S, 3, 4, 32, 400);
   RingHealth h;
@@ -243,7 +243,7 @@ TEST(RingEngine, LostStageIsReplacedAndNoTokenIsLostOrRepeated) {
   // The dead one was reaped by the hook; the destructor waits for the rest.
 }
 
-TEST(RingEngine, BogusResultIsRefused) {
+TEST(Bridge, BogusResultIsRefused) {
   Ring ring(2, 2, 4, 32, 100);
   Bridge engine(*ring.seg, bridge_cfg(4, 32, 100));
   ipc::BatchMsg m;

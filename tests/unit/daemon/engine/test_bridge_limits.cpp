@@ -5,17 +5,20 @@
 // - requests that could never run are refused at once (context, blocks);
 // - the queue is bounded by max_queue, also under concurrent submissions,
 //   and a full queue answers at once with "queue full" (the API's 429);
-// - KV occupancy and internal waste are measured live (EngineStats).
-// (Requests flowing through real stage agents: test_ring_engine.cpp.)
+// - KV occupancy and internal waste are measured live (EngineStats);
+// - what comes back from the tail is not trusted (the test plays the stages).
+// (Requests flowing through real stage agents: test_bridge.cpp.)
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <thread>
 
 #include "daemon/engine/bridge.h"
+#include "ipc/batch.h"
 
 namespace kvasir {
 namespace {
@@ -178,6 +181,81 @@ TEST(BridgeLimits, StaticPaddingShowsAsWaste) {
   EXPECT_EQ(s.blocks_free, 44);
   EXPECT_EQ(s.kv_slots_used + s.kv_waste, 24);
   EXPECT_LE(s.kv_slots_used, 14);
+}
+
+// Tokens and final events per request.
+struct Events {
+  std::mutex mu;
+  std::map<int, std::vector<int32_t>> tokens;
+  std::map<int, ErrorCode> error;
+  EventSink sink(int key) {
+    return [this, key](const TokenEvent& ev) {
+      std::lock_guard lk(mu);
+      if (ev.token >= 0) tokens[key].push_back(ev.token);
+      if (ev.finish == FinishReason::kError) error[key] = ev.error.code();
+    };
+  }
+};
+
+// Plays both stages of the stalled ring once: takes the batch the bridge
+// submitted and answers each row with token_for(its request id), the
+// result header claiming `extra_rows` more rows than the batch has.
+// Returns the batch's row count (0: nothing came).
+template <class F>
+int32_t answer(StalledRing& ring, F token_for, int32_t extra_rows = 0) {
+  ipc::BatchMsg m;
+  bool got = false;
+  for (int i = 0; i < 300 && !(got = ring.seg->ring(0).try_pop(m)); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!got) {
+    ADD_FAILURE() << "the bridge submitted nothing";
+    return 0;
+  }
+  ipc::DescView desc = ring.seg->desc(m.slot);
+  ipc::ResultView res = ring.seg->result(m.slot);
+  res.hdr->batch_id = m.batch_id;
+  res.hdr->n_rows = m.n_rows + extra_rows;
+  for (int32_t r = 0; r < m.n_rows; ++r) {
+    res.token[r] = token_for(desc.rows[r].seq_id);
+    res.n_top[r] = 0;
+  }
+  EXPECT_TRUE(ring.seg->ring(2).try_push(m));
+  return m.n_rows;
+}
+
+TEST(BridgeLimits, TheTailIsNotTrusted) {
+  // A sampled token outside the vocabulary fails its own request
+  // (kBadResult); the other request's token is delivered, whether the two
+  // share a batch or not.
+  StalledRing ring(50, "trust");
+  Bridge engine(*ring.seg, config(50, Policy::kChunked));
+  Events ev;
+  const RequestId bad = engine.submit(request(1, 2), ev.sink(0));
+  const RequestId good = engine.submit(request(1, 2), ev.sink(1));
+  ASSERT_NE(bad, 0u);
+  ASSERT_NE(good, 0u);
+  auto token_for = [&](uint64_t id) { return id == bad ? kVocab + 3 : 5; };
+  // The first batch holds the first request, and the second too unless it
+  // reached the engine thread after that batch was formed.
+  if (answer(ring, token_for) == 1) answer(ring, token_for);
+  ASSERT_TRUE(settle(engine, [](const EngineStats& s) { return s.running == 1; }));
+  {
+    std::lock_guard lk(ev.mu);
+    EXPECT_TRUE(ev.tokens[0].empty());
+    EXPECT_EQ(ev.error[0], ErrorCode::kBadResult);
+    EXPECT_EQ(ev.tokens[1], std::vector<int32_t>{5});
+    EXPECT_EQ(ev.error.count(1), 0u);
+  }
+  // A result slot that disagrees with its message fails the whole batch.
+  answer(ring, token_for, 2);
+  ASSERT_TRUE(settle(engine, [](const EngineStats& s) { return s.running == 0; }));
+  {
+    std::lock_guard lk(ev.mu);
+    EXPECT_EQ(ev.tokens[1], std::vector<int32_t>{5});
+    EXPECT_EQ(ev.error[1], ErrorCode::kBadResult);
+  }
+  EXPECT_EQ(engine.stats().blocks_free, 50);
+  EXPECT_EQ(engine.refused_results(), 0u);
 }
 
 }  // namespace

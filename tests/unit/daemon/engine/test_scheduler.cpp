@@ -1,179 +1,29 @@
-// The scheduler against a fake model: per-iteration timelines of each policy
-// (which sequences, how many tokens, in each micro-batch), balance over the
-// ring, preemption under a small pool (outputs unchanged, no leak).
-//
-// The fake model keeps each sequence's "KV" (the tokens written at each
-// position) and answers with a hash of it, so a token depends on the whole
-// prefix as a real model's does: a recompute that missed or duplicated a
-// position would change the output.
+// The scheduler's decisions against a fake model and ring (scheduler_sim.h):
+// per-iteration timelines of each policy (which request, which positions,
+// in each micro-batch), `static` padding, chunks back to back, balance over
+// the ring, preemption under a small pool with the victim's recompute.
+// (Abort, failures, stop rules and a lost stage: test_scheduler_lifecycle.cpp.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <deque>
-#include <map>
-#include <memory>
 #include <random>
-#include <set>
 #include <string>
 
-#include "daemon/engine/block_manager.h"
 #include "daemon/engine/scheduler.h"
-#include "stages/sampler.h"
+#include "tests/unit/daemon/engine/scheduler_sim.h"
 
-namespace kvasir {
+namespace kvasir::test {
 namespace {
 
-struct Sim {
-  Sim(SchedLimits lim, int32_t n_blocks, int32_t block_size = 4)
-      : bm(n_blocks, block_size), sch(lim), inflight(lim.inflight) {}
+// ---- the timeline of each policy ----------------------------------------------
+//
+// Three requests at once: A (prompt 6, 2 new), B (3, 2), C (5, 1); D (2, 1)
+// arrives after the first iteration. Budget 8 tokens, chunks of 4, 4 rows,
+// one micro-batch in flight: each iteration forms one batch and completes it.
 
-  Sequence* add(RequestId id, int prompt, int max_new) {
-    auto s = std::make_unique<Sequence>();
-    s->id = id;
-    for (int i = 0; i < prompt; ++i) s->tokens.push_back(int32_t(id * 100 + i));
-    s->n_prompt = prompt;
-    s->req.max_tokens = max_new;
-    waiting.push_back(s.get());
-    all.push_back(std::move(s));
-    return all.back().get();
-  }
-
-  // Fills the ring, then completes the oldest batch. Returns the batches
-  // submitted, "id:n" per row, rows by spaces, batches by " | ".
-  std::string step() {
-    std::string out;
-    while (int(ring.size()) < inflight) {
-      RingLoad load{inflight - int(ring.size()), 0};
-      for (const auto& b : ring)
-        for (const auto& r : b) load.tokens_in_flight += r.n_tokens;
-      auto rows = sch.next(waiting, running, bm, load);
-      if (rows.empty()) break;
-      check_tables(rows);
-      std::string b;
-      for (auto& r : rows) {
-        r.seq->batches_in_flight++;
-        b += (b.empty() ? "" : " ") + std::to_string(r.seq->id) + ":" + std::to_string(r.n_tokens) +
-             (r.pad ? "p" : "");
-        computed += r.n_tokens;
-      }
-      out += (out.empty() ? "" : " | ") + b;
-      ring.push_back(std::move(rows));
-    }
-    if (!ring.empty()) {
-      complete(ring.front());
-      ring.pop_front();
-    }
-    return out;
-  }
-
-  std::vector<std::string> run(int max_steps = 10000) {
-    std::vector<std::string> t;
-    for (int i = 0; i < max_steps && !idle(); ++i) t.push_back(step());
-    return t;
-  }
-  bool idle() const { return waiting.empty() && running.empty() && ring.empty(); }
-
-  // Every row's positions are covered by its table; no block in two tables.
-  void check_tables(const std::vector<SchedRow>& rows) {
-    for (auto& r : rows)
-      ASSERT_GE(int64_t(r.seq->table.size()) * bm.block_size(), r.pos0 + r.n_tokens);
-    std::set<int32_t> ids;
-    size_t n = 0;
-    for (Sequence* s : running) {
-      ids.insert(s->table.begin(), s->table.end());
-      n += s->table.size();
-    }
-    ASSERT_EQ(ids.size(), n) << "a block is in two tables";
-  }
-
-  // KV by position, as a stage holds it: a row writes its positions (a
-  // recompute rewrites them; padding writes filler, kFiller) and reads
-  // positions [0, pos0 + n_tokens) (attention is causal).
-  static constexpr int32_t kUnwritten = -1, kFiller = -2;
-  void complete(const std::vector<SchedRow>& rows) {
-    for (auto& r : rows) {
-      Sequence* s = r.seq;
-      s->batches_in_flight--;
-      auto& kv = kv_[s->id];
-      const size_t end = size_t(r.pos0 + r.n_tokens);
-      if (kv.size() < end) kv.resize(end, kUnwritten);
-      for (size_t p = size_t(r.pos0); p < end; ++p) kv[p] = r.pad ? kFiller : s->tokens[p];
-      // The tail's penalty history sees every row, as in stages/agent.cpp.
-      const SequenceHistory* hist = nullptr;
-      if (penalize) {
-        const std::vector<int32_t> filler(size_t(r.n_tokens), s->tokens.back());
-        hist = hists.feed(
-            s->id,
-            PenaltyHistories::Row{r.pos0, r.n_tokens, s->n_prompt,
-                                  r.pad ? filler.data() : s->tokens.data() + r.pos0, r.pad},
-            ++batch_no);
-        ASSERT_NE(hist, nullptr);
-      }
-      if (r.pad) continue;  // its output is thrown away: it may read anything
-      // What a real row reads must be its own tokens: no hole, no filler.
-      for (size_t p = 0; p < end; ++p)
-        ASSERT_EQ(kv[p], s->tokens[p]) << "sequence " << s->id << " reads a bad position " << p;
-      if (!r.sample) continue;
-      s->awaiting = false;
-      uint64_t h = 1469598103934665603ull;
-      for (size_t p = 0; p < end; ++p) h = (h ^ uint64_t(kv[p])) * 1099511628211ull;
-      if (penalize) {
-        // A small vocabulary whose logits favour repeating the last token:
-        // the penalties decide what comes next, so a history miscounted by
-        // a recompute changes the output.
-        std::vector<float> logits(kPenVocab);
-        for (int32_t v = 0; v < kPenVocab; ++v)
-          logits[size_t(v)] =
-              float((h >> (4 * v)) & 15) / 8.0f + (v == s->tokens.back() ? 2.f : 0.f);
-        s->tokens.push_back(sampler.sample(logits.data(), kPenVocab, params, hist, end).token);
-      } else {
-        s->tokens.push_back(int32_t(h % 50000));
-      }
-      if (++s->n_generated >= s->req.max_tokens) s->done = true;
-    }
-    // The bridge's reap: finished sequences leave and free their blocks.
-    for (auto it = running.begin(); it != running.end();) {
-      if ((*it)->done && (*it)->batches_in_flight == 0) {
-        bm.release((*it)->table);
-        (*it)->running = false;
-        it = running.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-
-  BlockManager bm;
-  Scheduler sch;
-  int inflight;
-  std::deque<Sequence*> waiting;
-  std::vector<Sequence*> running;
-  std::vector<std::unique_ptr<Sequence>> all;
-  std::deque<std::vector<SchedRow>> ring;
-  std::map<RequestId, std::vector<int32_t>> kv_;
-  int64_t computed = 0;  // tokens sent to the ring, padding included
-  // Penalised sampling (the tail's sampler and histories) instead of a hash.
-  static constexpr int32_t kPenVocab = 8;
-  bool penalize = false;
-  SamplingParams params;
-  PenaltyHistories hists;
-  Sampler sampler;
-  uint64_t batch_no = 0;
-};
-
-SchedLimits lim(Policy p, int32_t inflight = 1) {
-  SchedLimits l{4, 8, 4, 256};
-  l.policy = p;
-  l.inflight = inflight;
-  return l;
-}
-
-using T = std::vector<std::string>;
-
-// Three requests at once: 1 (prompt 6, 2 new), 2 (3, 2), 3 (5, 1); a fourth
-// (2, 1) arrives after the first iteration. Budget 8 tokens, chunks of 4.
-T timeline(Policy p) {
+T timeline(Policy p, bool detailed = false) {
   Sim sim(lim(p), 1000);
+  sim.detailed = detailed;
   sim.add(1, 6, 2);
   sim.add(2, 3, 2);
   sim.add(3, 5, 1);
@@ -185,17 +35,73 @@ T timeline(Policy p) {
 
 TEST(Scheduler, NaiveRunsOneRequestAtATime) {
   EXPECT_EQ(timeline(Policy::kNaive), (T{"1:6", "1:1", "2:3", "2:1", "3:5", "4:2"}));
+  EXPECT_EQ(timeline(Policy::kNaive, true), (T{
+                                                "A prefill [0,6)",
+                                                "A decode 6",
+                                                "B prefill [0,3)",
+                                                "B decode 3",
+                                                "C prefill [0,5)",
+                                                "D prefill [0,2)",
+                                            }));
 }
 
 TEST(Scheduler, StaticWaitsForTheWholeBatch) {
-  // 1, 2, 3 form the batch, padded to the longest prompt (6): 2 gets 3
-  // filler tokens, 3 one; the filler goes before each one's prompt. 4 waits
-  // until all three have finished even though the budget has room for it
-  // earlier.
+  // A, B, C form the batch, padded to the longest prompt (6): B gets 3
+  // filler tokens, C one; the filler goes before each one's prompt, at
+  // positions past it. D waits until all three have finished even though
+  // the budget has room for it earlier.
   EXPECT_EQ(timeline(Policy::kStatic), (T{"1:6 2:2p", "1:1 2:1p 3:1p", "2:3 3:5", "2:1", "4:2"}));
+  EXPECT_EQ(timeline(Policy::kStatic, true), (T{
+                                                 "A prefill [0,6) + B pad [3,5)",
+                                                 "A decode 6 + B pad [5,6) + C pad [5,6)",
+                                                 "B prefill [0,3) + C prefill [0,5)",
+                                                 "B decode 3",
+                                                 "D prefill [0,2)",
+                                             }));
 }
 
-std::map<RequestId, std::vector<int32_t>> outputs(const Sim& sim);
+TEST(Scheduler, ContinuousAdmitsEveryIterationWithWholePrefills) {
+  // D joins at the second iteration; C's whole prompt (5) waits for room.
+  EXPECT_EQ(timeline(Policy::kContinuous), (T{"1:6", "1:1 2:3 4:2", "2:1 3:5"}));
+  EXPECT_EQ(timeline(Policy::kContinuous, true),
+            (T{
+                "A prefill [0,6)",
+                "A decode 6 + B prefill [0,3) + D prefill [0,2)",
+                "B decode 3 + C prefill [0,5)",
+            }));
+}
+
+TEST(Scheduler, ChunkedPutsDecodesFirstAndFillsTheBudgetWithChunks) {
+  EXPECT_EQ(timeline(Policy::kChunked), (T{"1:4 2:3 3:1", "2:1 1:2 3:4 4:1", "1:1 4:1"}));
+  EXPECT_EQ(timeline(Policy::kChunked, true),
+            (T{
+                "A prefill [0,4) + B prefill [0,3) + C prefill [0,1)",
+                "B decode 3 + A prefill [4,6) + C prefill [1,5) + D prefill [0,1)",
+                "A decode 6 + D prefill [1,2)",
+            }));
+}
+
+TEST(Scheduler, ChunkedPrefillOfALongPromptBesideDecodes) {
+  // A (prompt 20) arrives while B decodes: every iteration carries B's
+  // decode first, then as much of A's prompt as the budget (8) and the
+  // chunk size (4) leave; the chunk that reaches A's last prompt token
+  // samples its first token.
+  Sim sim(lim(Policy::kChunked), 1000);
+  sim.detailed = true;
+  sim.add(2, 2, 6);
+  EXPECT_EQ(sim.step(), "B prefill [0,2)");
+  sim.add(1, 20, 1);
+  EXPECT_EQ(sim.run(), (T{
+                           "B decode 2 + A prefill [0,4)",
+                           "B decode 3 + A prefill [4,8)",
+                           "B decode 4 + A prefill [8,12)",
+                           "B decode 5 + A prefill [12,16)",
+                           "B decode 6 + A prefill [16,20)",
+                       }));
+  EXPECT_EQ(sim.finish[1], FinishReason::kLength);
+  EXPECT_EQ(sim.out[1].size(), 1u);
+  EXPECT_EQ(sim.out[2].size(), 6u);
+}
 
 TEST(Scheduler, StaticPaysForItsPadding) {
   // Prompts of 1, 7, 3 and 12 tokens, 2 new tokens each, one batch: each
@@ -216,7 +122,7 @@ TEST(Scheduler, StaticPaysForItsPadding) {
   EXPECT_EQ(st.computed, 4 * 12 + 4);
   EXPECT_EQ(one.computed, 1 + 7 + 3 + 12 + 4);
   EXPECT_EQ(outputs(st), outputs(one));
-  EXPECT_EQ(st.bm.free(), st.bm.total());
+  EXPECT_EQ(st.sch.stats().blocks_free, st.sch.stats().blocks_total);
 }
 
 TEST(Scheduler, StaticAdmitsOnlyWhatItsPaddedBatchCanHold) {
@@ -233,26 +139,20 @@ TEST(Scheduler, StaticAdmitsOnlyWhatItsPaddedBatchCanHold) {
   EXPECT_EQ(sim.step(), "2:1");
   EXPECT_EQ(sim.step(), "3:1");
   EXPECT_TRUE(sim.idle());
-  EXPECT_EQ(sim.bm.free(), sim.bm.total());
+  EXPECT_EQ(sim.sch.stats().blocks_free, sim.sch.stats().blocks_total);
 }
 
-TEST(Scheduler, ContinuousAdmitsEveryIterationWithWholePrefills) {
-  // 4 joins at the second iteration; 3's whole prompt (5) waits for room.
-  EXPECT_EQ(timeline(Policy::kContinuous), (T{"1:6", "1:1 2:3 4:2", "2:1 3:5"}));
-}
-
-TEST(Scheduler, ChunkedPutsDecodesFirstAndFillsTheBudgetWithChunks) {
-  EXPECT_EQ(timeline(Policy::kChunked), (T{"1:4 2:3 3:1", "2:1 1:2 3:4 4:1", "1:1 4:1"}));
-}
+// ---- the ring: chunks back to back, balance --------------------------------------
 
 TEST(Scheduler, LongPromptChunksFollowEachOtherThroughTheRing) {
   Sim sim(lim(Policy::kChunked, 3), 1000);
   sim.add(1, 10, 1);
   // Three chunks in flight at once, back to back (the 10 tokens spread over
   // the three free slots); only the last samples.
-  EXPECT_EQ(sim.step(), "1:4 | 1:3 | 1:3");
-  EXPECT_FALSE(sim.ring[0][0].sample);
-  EXPECT_TRUE(sim.ring[1][0].sample);
+  EXPECT_EQ(sim.fill(), "1:4 | 1:3 | 1:3");
+  EXPECT_FALSE(sim.ring[0].rows[0].sample);
+  EXPECT_FALSE(sim.ring[1].rows[0].sample);
+  EXPECT_TRUE(sim.ring[2].rows[0].sample);
 }
 
 TEST(Scheduler, DecodeNeverInTwoBatches) {
@@ -342,15 +242,16 @@ TEST(Scheduler, AdmittedSequencesHoldNoBlocksUntilScheduled) {
   l.policy = Policy::kChunked;
   l.inflight = 1;
   Sim sim(l, 1000);
-  Sequence* a = sim.add(1, 24, 1);
-  Sequence* b = sim.add(2, 24, 1);
-  EXPECT_EQ(sim.step(), "1:8");
-  EXPECT_TRUE(b->running);
-  EXPECT_EQ(a->table.size(), 2u);  // 8 positions, blocks of 4
-  EXPECT_TRUE(b->table.empty());
+  sim.add(1, 24, 1);
+  sim.add(2, 24, 1);
+  EXPECT_EQ(sim.fill(), "1:8");
+  const SchedulerStats st = sim.sch.stats();
+  EXPECT_EQ(st.running, 2);                         // both admitted
+  EXPECT_EQ(sim.ring[0].rows[0].table.size(), 2u);  // 8 positions, blocks of 4
+  EXPECT_EQ(st.blocks_total - st.blocks_free, 2);   // and no block for the second
   sim.run();
   EXPECT_TRUE(sim.idle());
-  EXPECT_EQ(sim.bm.free(), sim.bm.total());
+  EXPECT_EQ(sim.sch.stats().blocks_free, sim.sch.stats().blocks_total);
 }
 
 TEST(Scheduler, BalancedBudgetNeverStarvesAWholePrefill) {
@@ -371,11 +272,41 @@ TEST(Scheduler, BalancedBudgetNeverStarvesAWholePrefill) {
   }
 }
 
-std::map<RequestId, std::vector<int32_t>> outputs(const Sim& sim) {
-  std::map<RequestId, std::vector<int32_t>> m;
-  for (auto& s : sim.all)
-    m[s->id] = std::vector<int32_t>(s->tokens.begin() + s->n_prompt, s->tokens.end());
-  return m;
+// ---- preemption ---------------------------------------------------------------
+
+TEST(Scheduler, PreemptionRecomputesTheVictimFromItsPromptAndTokens) {
+  // Blocks of 4, 5 in the pool, chunked, one batch in flight. A and B
+  // (prompts of 6, 4 new tokens each) are admitted together and hold 2
+  // blocks each after their prefill; their decodes at 6 and 7 fit. At 8
+  // each needs a third block and one is free: A (first in the batch) takes
+  // it; B finds none, and the newest running sequence with nothing in flight
+  // and not already in this batch is B itself: B is preempted (blocks back,
+  // to the head of the queue) and A goes on alone. Once A is done B is
+  // recomputed from its prompt plus the tokens it had generated: [0,8) is
+  // its 6 prompt tokens and 2 of its 3 generated ones, and the third, at 8,
+  // is decoded as before and samples its fourth.
+  Sim small(lim(Policy::kChunked), 5), big(lim(Policy::kChunked), 1000);
+  for (Sim* s : {&small, &big}) {
+    s->detailed = true;
+    s->add(1, 6, 4);
+    s->add(2, 6, 4);
+  }
+  EXPECT_EQ(small.run(), (T{
+                             "A prefill [0,4) + B prefill [0,4)",
+                             "A prefill [4,6) + B prefill [4,6)",
+                             "A decode 6 + B decode 6",
+                             "A decode 7 + B decode 7",
+                             "A decode 8",
+                             "B recompute [0,4)",
+                             "B recompute [4,8)",
+                             "B decode 8",
+                         }));
+  big.run();
+  EXPECT_EQ(small.sch.stats().preemptions, 1);
+  EXPECT_EQ(small.sch.stats().requeued, 0);
+  EXPECT_EQ(big.sch.stats().preemptions, 0);
+  EXPECT_EQ(outputs(small), outputs(big));  // the recompute changed nothing
+  EXPECT_EQ(small.sch.stats().blocks_free, 5);
 }
 
 TEST(Scheduler, PreemptionKeepsOutputsAndFreesEverything) {
@@ -388,10 +319,10 @@ TEST(Scheduler, PreemptionKeepsOutputsAndFreesEverything) {
       small.run();
       big.run();
       ASSERT_TRUE(small.idle()) << policy_name(p);
-      EXPECT_GT(small.sch.preemptions(), 0) << policy_name(p);
-      EXPECT_EQ(big.sch.preemptions(), 0);
+      EXPECT_GT(small.sch.stats().preemptions, 0) << policy_name(p);
+      EXPECT_EQ(big.sch.stats().preemptions, 0);
       EXPECT_EQ(outputs(small), outputs(big)) << policy_name(p);
-      EXPECT_EQ(small.bm.free(), small.bm.total());
+      EXPECT_EQ(small.sch.stats().blocks_free, small.sch.stats().blocks_total);
     }
   }
 }
@@ -411,15 +342,17 @@ TEST(Scheduler, PreemptionKeepsPenalisedOutputs) {
       for (Sim* s : {&small, &big, &plain}) {
         s->penalize = true;
         s->params = pen;
+        if (s == &plain) {
+          s->params = SamplingParams{};
+          s->params.temperature = 0;
+        }
         for (int i = 1; i <= 3; ++i) s->add(RequestId(i), 4, 8);
       }
-      plain.params = SamplingParams{};
-      plain.params.temperature = 0;
       small.run();
       big.run();
       plain.run();
       ASSERT_TRUE(small.idle()) << policy_name(p);
-      EXPECT_GT(small.sch.preemptions(), 0) << policy_name(p);
+      EXPECT_GT(small.sch.stats().preemptions, 0) << policy_name(p);
       EXPECT_EQ(outputs(small), outputs(big)) << policy_name(p) << " inflight " << inflight;
       // The penalties matter here (else the comparison proves nothing).
       EXPECT_NE(outputs(big), outputs(plain)) << policy_name(p);
@@ -438,15 +371,16 @@ TEST(Scheduler, RandomWorkloadsNeverLeakOrChangeOutputs) {
     const int n = 1 + int(rng() % 8);
     for (int i = 1; i <= n; ++i) {
       int prompt = 1 + int(rng() % 20), gen = 1 + int(rng() % 12);
-      while (small.bm.blocks_for(prompt + gen) > n_blocks) --gen, prompt = std::max(1, prompt - 1);
+      while (BlockManager::blocks_for(prompt + gen, 4) > n_blocks)
+        --gen, prompt = std::max(1, prompt - 1);
       for (Sim* s : {&small, &big}) s->add(RequestId(i), prompt, std::max(gen, 1));
     }
     small.run();
     big.run();
     ASSERT_TRUE(small.idle()) << policy_name(p) << " round " << round;
     EXPECT_EQ(outputs(small), outputs(big)) << policy_name(p) << " round " << round;
-    EXPECT_EQ(small.bm.free(), small.bm.total());
-    preempted += small.sch.preemptions();
+    EXPECT_EQ(small.sch.stats().blocks_free, small.sch.stats().blocks_total);
+    preempted += small.sch.stats().preemptions;
   }
   EXPECT_GT(preempted, 0);
 }
@@ -459,4 +393,4 @@ TEST(Scheduler, PolicyNames) {
 }
 
 }  // namespace
-}  // namespace kvasir
+}  // namespace kvasir::test

@@ -1,0 +1,72 @@
+#include "daemon/engine/batch_former.h"
+
+#include <algorithm>
+
+namespace kvasir {
+
+void BatchFormer::begin(int64_t active, int64_t work, RingLoad load, int64_t floor) {
+  budget_ = lim_.max_tokens;
+  row_cap_ = lim_.max_rows;
+  if (lim_.inflight <= 1) return;
+  if (load.free_slots <= 0) {
+    // The ring unknown: balance rows only, over all the slots.
+    if (active > 0)
+      row_cap_ =
+          int32_t(std::min<int64_t>(lim_.max_rows, (active + lim_.inflight - 1) / lim_.inflight));
+    return;
+  }
+  // Balance by tokens: a row cap alone lets one batch take a 500-token chunk
+  // and the next two decodes; the pipeline then runs at the pace of the big
+  // one, the other batches leaving their stages idle. Two shares, the
+  // smaller wins:
+  //  - the work ready now split over the free slots (the batches formed
+  //    together to fill them carry similar token counts);
+  //  - the whole ring's work, tokens in flight included, split over all its
+  //    slots. Without it a batch formed while the others are busy takes
+  //    everything ready, and an imbalance (14 decodes in one batch, 2 in the
+  //    other, after a staggered burst) repeats forever, each decode going
+  //    back into the batch it came from: 16 concurrent decodes ran at 0.64x
+  //    the balanced rate (bench/serve). Work held back goes into the next
+  //    free slot.
+  // When there is more work than the ring can carry the budget stays at
+  // max_tokens: nothing is held back.
+  if (work > 0) {
+    const int64_t total = work + std::max<int64_t>(load.tokens_in_flight, 0);
+    const int64_t share = std::min((work + load.free_slots - 1) / load.free_slots,
+                                   (total + lim_.inflight - 1) / lim_.inflight);
+    budget_ = int32_t(std::clamp<int64_t>(std::max(share, floor), 1, lim_.max_tokens));
+  }
+}
+
+int32_t BatchFormer::want(const Sequence& s) const {
+  if (!s.schedulable() || budget_ <= 0) return 0;
+  // Padding goes first, before the prefill that samples, so no filler
+  // position can land on KV the sequence has already made its own. Filler
+  // can be cut anywhere.
+  if (s.padding() > 0) return int32_t(std::min<int64_t>(s.padding(), budget_));
+  const int64_t rem = s.remaining();
+  if (lim_.policy == Policy::kChunked)
+    return int32_t(std::min<int64_t>({rem, budget_, lim_.chunk_size}));
+  // Whole prefills: a prompt that fits a micro-batch waits for one with room
+  // for all of it. One longer than any micro-batch has to be cut: it takes
+  // what is left of the budget (a full batch when it is alone).
+  if (rem <= lim_.max_tokens) return rem <= budget_ ? int32_t(rem) : 0;
+  return budget_;
+}
+
+void BatchFormer::add(std::vector<SchedRow>& rows, Sequence* s, int32_t n) {
+  budget_ -= n;
+  if (s->padding() > 0) {
+    rows.push_back(SchedRow{s, int32_t(s->pad_next), n, false, true});
+    s->pad_next += n;
+    return;
+  }
+  // Only the row that reaches the last known token samples: earlier chunks
+  // of a prompt only write KV.
+  SchedRow r{s, int32_t(s->n_scheduled), n, n == s->remaining()};
+  s->n_scheduled += n;
+  s->awaiting = r.sample;
+  rows.push_back(r);
+}
+
+}  // namespace kvasir

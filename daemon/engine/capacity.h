@@ -1,0 +1,74 @@
+// daemon/engine/capacity.h — who holds KV: admission, on-demand block
+// growth, preemption (docs/scheduler.md). Internal to the Scheduler.
+//
+// The capacity half of TensorRT-LLM's split (the other half, what goes into
+// one micro-batch, is batch_former.h). It works on the Scheduler's queues
+// and block manager, which it is given by reference and never owns.
+//
+// Blocks are taken as positions are scheduled, not reserved for
+// prompt + max_tokens at admission: the cache holds what is really written.
+// When a sequence cannot get its next block, the most recently admitted
+// running sequence that has nothing in flight is preempted (preempt below).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "daemon/engine/block_manager.h"
+#include "daemon/engine/policy.h"
+#include "daemon/engine/sequence.h"
+
+namespace kvasir {
+
+// Why a sequence loses its blocks. The rule is the same; only the counter
+// differs: EngineStats::preemptions means "the pool ran dry" (kvasir top
+// reads it as KV-bound), EngineStats::requeued means "a stage was lost".
+enum class PreemptCause { kKvPressure, kStageLost };
+
+class CapacityScheduler {
+ public:
+  CapacityScheduler(const SchedLimits& lim, SeqQueues& q, BlockManager& blocks)
+      : lim_(lim), q_(q), blocks_(blocks) {}
+
+  // One decision's admission: moves sequences from the head of the waiting
+  // queue to the running set while the policy and the pool allow. Blocks
+  // are promised, not taken (grow takes them). Under `static` the admitted
+  // batch is padded to its longest prompt. Returns how many were admitted.
+  int32_t admit_waiting();
+
+  // Grows s's table to cover `tokens` positions. If the pool is short,
+  // preempts the newest running sequence with nothing in flight and not in
+  // `taken` (the rows of the batch being formed) until it fits. A sequence
+  // holding no blocks yet never preempts. Returns false when s cannot grow
+  // now; s itself may have been preempted then (check s->running).
+  bool grow(Sequence* s, int64_t tokens, const std::vector<SchedRow>& taken);
+
+  // THE requeue rule, for KV pressure and for a lost stage alike: s's
+  // blocks go back, it is to be recomputed from its prompt plus the tokens
+  // generated so far (n_scheduled = 0; nothing is re-sent to the client,
+  // and the sampler's draw depends on (seed, position) only, so the text
+  // continues exactly), its `static` padding is dropped (its next batch
+  // pads it afresh), it goes to the head of the waiting queue, and it is
+  // counted (per sequence, and by `why`). s must be running with nothing
+  // in flight.
+  void preempt(Sequence* s, PreemptCause why);
+
+  int64_t preemptions() const { return preemptions_; }
+  int64_t requeued() const { return requeued_; }
+
+ private:
+  // Whether the policy lets the head of the queue in now (blocks aside).
+  bool may_admit(int32_t admitted_this_batch) const;
+  void admit(Sequence* s);
+  void pad_static_batch(int32_t admitted, int64_t longest);
+  Sequence* victim(const std::vector<SchedRow>& taken) const;
+
+  const SchedLimits& lim_;
+  SeqQueues& q_;
+  BlockManager& blocks_;
+  uint64_t next_admit_ = 1;
+  int64_t preemptions_ = 0;
+  int64_t requeued_ = 0;
+};
+
+}  // namespace kvasir

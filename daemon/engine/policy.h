@@ -1,0 +1,38 @@
+// daemon/engine/policy.h — the scheduler's settings (docs/scheduler.md), and
+// what the bridge tells it about the ring when it asks for a batch.
+//
+// Apart from scheduler.h so that the scheduler's two parts (capacity.h,
+// batch_former.h) can read them without seeing the Scheduler itself.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace kvasir {
+
+enum class Policy {
+  kNaive,       // one request at a time
+  kStatic,      // a batch admitted together; the next only when all have finished
+  kContinuous,  // iteration-level admission, whole prefills
+  kChunked,     // "continuous+chunked": chunked prefill mixed with decodes (default)
+};
+std::optional<Policy> parse_policy(std::string_view name);
+const char* policy_name(Policy p);
+
+struct SchedLimits {
+  int32_t max_rows = 32;
+  int32_t max_tokens = 512;
+  int32_t chunk_size = 512;
+  int32_t max_num_seqs = 256;
+  Policy policy = Policy::kChunked;
+  int32_t inflight = 1;  // micro-batches the ring holds at once (the bridge sets it)
+};
+
+// The ring as the bridge sees it when it asks for a batch.
+struct RingLoad {
+  int32_t free_slots = 0;        // free now, counting this batch's (<= 0: unknown)
+  int64_t tokens_in_flight = 0;  // tokens of the batches in the busy slots
+};
+
+}  // namespace kvasir

@@ -1,0 +1,68 @@
+// daemon/engine/sequence.h — one request as the scheduler keeps it.
+//
+// Internal to the scheduler (scheduler.h, capacity.h, batch_former.h): the
+// bridge never sees a Sequence. It hands a request to Scheduler::add, gets
+// plain rows back from Scheduler::schedule and gives results to
+// Scheduler::update; every field below is written by the scheduler alone.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "daemon/engine/engine.h"
+
+namespace kvasir {
+
+struct Sequence {
+  RequestId id = 0;
+  GenRequest req;
+  EventSink sink;
+  std::vector<int32_t> tokens;  // prompt, then generated tokens
+  int32_t n_prompt = 0;
+  int32_t n_generated = 0;
+  int64_t n_scheduled = 0;  // positions sent to the ring (KV written or being written)
+  int32_t batches_in_flight = 0;
+  bool awaiting = false;       // its sampling row is in flight
+  bool done = false;           // final event sent; freed when batches_in_flight == 0
+  bool running = false;        // in the running set
+  uint64_t admitted = 0;       // admission order: the newest is preempted first
+  int32_t preempted = 0;       // times it lost its blocks (KV pressure or a lost stage)
+  std::vector<int32_t> table;  // KV blocks
+  // `static` padding (docs/scheduler.md): filler positions [pad_next,
+  // pad_end) past its prompt still to be computed before its prefill, so
+  // its prefill costs what the batch's longest prompt costs.
+  int64_t pad_next = 0, pad_end = 0;
+
+  // Positions not yet sent to the ring (its prompt, or a recompute, or the
+  // one decode position once its last token is known).
+  int64_t remaining() const { return int64_t(tokens.size()) - n_scheduled; }
+  int64_t padding() const { return pad_end - pad_next; }
+  // Whether it could go into a micro-batch now. A sequence whose sampling
+  // row is in flight waits for its token: a decode is never in two batches.
+  bool schedulable() const { return (remaining() > 0 || padding() > 0) && !awaiting && !done; }
+};
+
+// A row of the micro-batch being formed. Scheduler::schedule turns the
+// finished batch into a SchedulerOutput (plain copies, no pointer).
+struct SchedRow {
+  Sequence* seq = nullptr;
+  int32_t pos0 = 0;
+  int32_t n_tokens = 0;
+  bool sample = false;
+  // Padding (`static`): n_tokens filler tokens at [pos0, pos0 + n_tokens),
+  // all past the sequence's tokens. Computed like any row, never sampled;
+  // the KV they write is overwritten by the sequence's own decodes before
+  // any row reads it (attention at position q reads positions <= q only).
+  bool pad = false;
+};
+
+// Where a sequence stands, both queues kept by the Scheduler: waiting in
+// FIFO order (a preempted sequence goes back to the head), running in
+// admission order.
+struct SeqQueues {
+  std::deque<Sequence*> waiting;
+  std::vector<Sequence*> running;
+};
+
+}  // namespace kvasir
