@@ -33,7 +33,7 @@ struct Args {
 
 struct Run {
   double tok_s = 0, wall_s = 0;
-  std::vector<StageSnapshot> st;
+  std::vector<StageReport> st;
 };
 
 Run run(const Args& a, int inflight) {
@@ -52,8 +52,8 @@ Run run(const Args& a, int inflight) {
       // --head-layers moves the split: the tail also runs the output head
       // and the sampler, so an even split leaves it the slowest stage.
       if (a.head_layers > 0 && a.stages == 2) n = s == 0 ? a.head_layers : L - a.head_layers;
-      f << "[[stages]]\nlayers = \"" << first << "-" << first + n - 1 << "\"\nthreads = " << a.threads
-        << "\n";
+      f << "[[stages]]\nlayers = \"" << first << "-" << first + n - 1
+        << "\"\nthreads = " << a.threads << "\n";
       first += n;
     }
     f << "[kv]\nmemory = \"256MiB\"\n[server]\nsocket = \"" << (dir / "s.sock").string() << "\"\n";
@@ -76,7 +76,7 @@ Run run(const Args& a, int inflight) {
     std::mt19937 rng(1);
     std::atomic<int> done{0};
     std::atomic<int64_t> tokens{0};
-    auto before = engine.stage_stats();
+    auto before = engine.ring_report().stages;
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < a.requests; ++i) {
       GenRequest g;
@@ -92,11 +92,11 @@ Run run(const Args& a, int inflight) {
     while (done.load() < a.requests) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     r.tok_s = double(tokens.load()) / r.wall_s;
-    r.st = engine.stage_stats();
+    r.st = engine.ring_report().stages;
     for (size_t s = 0; s < r.st.size(); ++s) {
-      r.st[s].busy_ns -= before[s].busy_ns;
-      r.st[s].starved_ns -= before[s].starved_ns;
-      r.st[s].blocked_ns -= before[s].blocked_ns;
+      r.st[s].busy_s -= before[s].busy_s;
+      r.st[s].starved_s -= before[s].starved_s;
+      r.st[s].blocked_s -= before[s].blocked_s;
     }
     engine.shutdown();
   }
@@ -109,10 +109,8 @@ void print(const char* label, const Run& r) {
   std::printf("%-14s %8.1f tok/s  (%.2f s)\n", label, r.tok_s, r.wall_s);
   for (size_t s = 0; s < r.st.size(); ++s)
     std::printf("    stage %zu: busy %5.1f%%  starved %5.1f%%  blocked %4.1f%%  batches %llu\n", s,
-                100.0 * r.st[s].busy_ns / (r.wall_s * 1e9),
-                100.0 * r.st[s].starved_ns / (r.wall_s * 1e9),
-                100.0 * r.st[s].blocked_ns / (r.wall_s * 1e9),
-                (unsigned long long)r.st[s].batches);
+                100.0 * r.st[s].busy_s / r.wall_s, 100.0 * r.st[s].starved_s / r.wall_s,
+                100.0 * r.st[s].blocked_s / r.wall_s, (unsigned long long)r.st[s].batches);
 }
 
 }  // namespace
@@ -122,20 +120,32 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     const char* v = argv[i + 1];
-    if (k == "--model") a.model = v;
-    else if (k == "--stages") a.stages = std::atoi(v);
-    else if (k == "--threads") a.threads = std::atoi(v);
-    else if (k == "--requests") a.requests = std::atoi(v);
-    else if (k == "--prompt") a.prompt = std::atoi(v);
-    else if (k == "--gen") a.gen = std::atoi(v);
-    else if (k == "--inflight") a.inflight = std::atoi(v);
-    else if (k == "--max-rows") a.max_rows = std::atoi(v);
-    else if (k == "--head-layers") a.head_layers = std::atoi(v);
-    else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); return 2; }
+    if (k == "--model")
+      a.model = v;
+    else if (k == "--stages")
+      a.stages = std::atoi(v);
+    else if (k == "--threads")
+      a.threads = std::atoi(v);
+    else if (k == "--requests")
+      a.requests = std::atoi(v);
+    else if (k == "--prompt")
+      a.prompt = std::atoi(v);
+    else if (k == "--gen")
+      a.gen = std::atoi(v);
+    else if (k == "--inflight")
+      a.inflight = std::atoi(v);
+    else if (k == "--max-rows")
+      a.max_rows = std::atoi(v);
+    else if (k == "--head-layers")
+      a.head_layers = std::atoi(v);
+    else {
+      std::fprintf(stderr, "unknown option %s\n", k.c_str());
+      return 2;
+    }
   }
   try {
-    std::printf("%d stages x %d thread(s), %d requests, prompt %d, gen %d, max_rows %d\n",
-                a.stages, a.threads, a.requests, a.prompt, a.gen, a.max_rows);
+    std::printf("%d stages x %d thread(s), %d requests, prompt %d, gen %d, max_rows %d\n", a.stages,
+                a.threads, a.requests, a.prompt, a.gen, a.max_rows);
     Run one = run(a, 1);
     print("max_inflight=1", one);
     Run n = run(a, a.inflight);

@@ -187,17 +187,6 @@ RingReport Bridge::ring_report() const {
   return r;
 }
 
-std::vector<StageSnapshot> Bridge::stage_stats() const {
-  std::vector<StageSnapshot> v;
-  for (int s = 0; s < seg_.n_stages(); ++s) {
-    auto& st = seg_.stage(s);
-    v.push_back(StageSnapshot{st.status.load(), st.stats.busy_ns.load(), st.stats.starved_ns.load(),
-                              st.stats.blocked_ns.load(), st.stats.batches.load(),
-                              st.stats.tokens.load(), st.stats.refused.load()});
-  }
-  return v;
-}
-
 // ---- the head: batches in -------------------------------------------------------
 
 bool Bridge::submit_batch() {

@@ -51,11 +51,6 @@ struct BridgeConfig {
   std::vector<int32_t> eos_ids;  // the model's end-of-generation ids
 };
 
-struct StageSnapshot {
-  uint32_t status = 0;
-  uint64_t busy_ns = 0, starved_ns = 0, blocked_ns = 0, batches = 0, tokens = 0, refused = 0;
-};
-
 class Bridge : public Engine {
  public:
   // health: the supervisor's view (Supervisor::health), read every wake-up:
@@ -75,7 +70,6 @@ class Bridge : public Engine {
   void shutdown();
   // Why the engine failed (the supervisor gave up), or empty.
   std::string failure() const;
-  std::vector<StageSnapshot> stage_stats() const;
   uint64_t refused_results() const { return refused_results_.load(); }
   uint64_t stale_results() const { return stale_results_.load(); }
 

@@ -87,7 +87,7 @@ std::vector<std::vector<int32_t>> run_ring(const std::string& model_path, int n_
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       *stats_out = engine.stats();
     }
-    auto st = engine.stage_stats();
+    auto st = engine.ring_report().stages;
     for (size_t s = 0; s < st.size(); ++s) {
       EXPECT_GT(st[s].batches, 0u);
       EXPECT_EQ(st[s].refused, 0u);

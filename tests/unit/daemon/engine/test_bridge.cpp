@@ -8,7 +8,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-
 #include "daemon/engine/bridge.h"
 #include "stages/agent.h"
 #include "tests/integration/ring_fixture.h"
@@ -59,8 +58,10 @@ struct Ring {
     if (pid == 0) {
       auto mine = ipc::Segment::open(name);
       AgentConfig ac{s, kVocab, blocks};
-      int rc = run_agent(*mine, ac, [&](const ForwardBatch& b, const float* in, float* out,
-                                        float* lg) { fake_forward(s, S, b, in, out, lg); });
+      int rc =
+          run_agent(*mine, ac, [&](const ForwardBatch& b, const float* in, float* out, float* lg) {
+            fake_forward(s, S, b, in, out, lg);
+          });
       _exit(rc);
     }
     return pid;
@@ -116,16 +117,22 @@ void run_many(int S, int inflight) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(engine.stats().blocks_free, 200);
   EXPECT_EQ(engine.stats().running, 0);
-  for (auto& s : engine.stage_stats()) {
+  for (auto& s : engine.ring_report().stages) {
     EXPECT_GT(s.batches, 0u);
     EXPECT_EQ(s.refused, 0u);
   }
   EXPECT_EQ(engine.refused_results(), 0u);
 }
 
-TEST(Bridge, TwoStagesInflight2) { run_many(2, 2); }
-TEST(Bridge, ThreeStagesInflight3) { run_many(3, 3); }
-TEST(Bridge, FourStagesDraining) { run_many(4, 1); }
+TEST(Bridge, TwoStagesInflight2) {
+  run_many(2, 2);
+}
+TEST(Bridge, ThreeStagesInflight3) {
+  run_many(3, 3);
+}
+TEST(Bridge, FourStagesDraining) {
+  run_many(4, 1);
+}
 
 TEST(Bridge, RefusesBadRequestsAtOnce) {
   Ring ring(2, 2, 4, 32, 10);
