@@ -62,7 +62,7 @@ int stage_main(int stage, const std::string& segment_name) {
              mc.hidden, p.dims.hidden);
     SliceSpec slice{plan.first, plan.last, stage == 0, stage == p.n_stages - 1};
     KvSpec kv{0, p.block_size, p.kv_f32 ? DType::F32 : DType::F16};
-    uint64_t per = SliceExecutor::kv_bytes_per_block(mc, slice, kv);
+    uint64_t per = slice_kv_block_bytes(mc, slice, kv);
     int64_t cap = per ? int64_t(p.kv_memory / per) : 0;
     KV_CHECK(cap >= 1, "kv.memory ({} bytes) holds no block of layers {}-{} ({} bytes each)",
              p.kv_memory, plan.first, plan.last, per);

@@ -8,7 +8,6 @@
 
 #include "base/check.h"
 #include "kernels/cpu/matmul.h"
-#include "kernels/cpu/rope.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/dequant.h"
 #include "kernels/cuda/embedding.h"
@@ -19,12 +18,14 @@
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/swiglu.h"
 #include "kernels/cuda/token_logprob.h"
+#include "stages/slice.h"
 
 namespace kvasir::cuda {
 namespace {
 
 constexpr size_t kGemmWorkspace = 32ull << 20;  // cuBLASLt's recommendation for Hopper
 constexpr size_t kAttnWorkspaceCap = 256ull << 20;
+constexpr int32_t kKvElemBytes = 2;  // KV blocks are bf16
 
 bool ok(cudaError_t e, const char* what, Fault& f) {
   if (e == cudaSuccess) return true;
@@ -194,65 +195,36 @@ bool CudaSliceExecutor::load(const KvasirCudaStageConfig& cfg, Fault& f) {
     return d;
   };
 
-  if (cfg.head && !(embed_ = weight("token_embd.weight", c.vocab, H))) return false;
+  if (cfg.head && !(embed_ = weight(kTokenEmbdTensor, c.vocab, H))) return false;
   if (cfg.tail) {
-    if (!(out_norm_ = norm("output_norm.weight"))) return false;
-    output_ = weight(c.tied_embeddings ? "token_embd.weight" : "output.weight", c.vocab, H);
+    if (!(out_norm_ = norm(kOutputNormTensor))) return false;
+    output_ = weight(output_tensor_name(c), c.vocab, H);
     if (!output_) return false;
   }
   layers_.resize(size_t(cfg.last_layer - cfg.first_layer + 1));
   for (int il = cfg.first_layer; il <= cfg.last_layer; ++il) {
     Layer& L = layers_[size_t(il - cfg.first_layer)];
-    auto name = [il](const char* s) { return "blk." + std::to_string(il) + "." + s; };
-    if (!(L.attn_norm = norm(name("attn_norm.weight"))) ||
-        !(L.ffn_norm = norm(name("ffn_norm.weight"))) ||
-        !(L.wq = weight(name("attn_q.weight"), QD, H)) ||
-        !(L.wk = weight(name("attn_k.weight"), KD, H)) ||
-        !(L.wv = weight(name("attn_v.weight"), KD, H)) ||
-        !(L.wo = weight(name("attn_output.weight"), H, QD)) ||
-        !(L.w_down = weight(name("ffn_down.weight"), H, FF)))
+    const LayerTensorNames n = layer_tensor_names(il);
+    if (!(L.attn_norm = norm(n.attn_norm)) || !(L.ffn_norm = norm(n.ffn_norm)) ||
+        !(L.wq = weight(n.attn_q, QD, H)) || !(L.wk = weight(n.attn_k, KD, H)) ||
+        !(L.wv = weight(n.attn_v, KD, H)) || !(L.wo = weight(n.attn_output, H, QD)) ||
+        !(L.w_down = weight(n.ffn_down, H, FF)))
       return false;
     L.w_gu = static_cast<__nv_bfloat16*>(dev_alloc(uint64_t(2 * FF * H) * 2, "gate/up", f));
-    if (!L.w_gu || !weight(name("ffn_gate.weight"), FF, H, L.w_gu) ||
-        !weight(name("ffn_up.weight"), FF, H, L.w_gu + FF * H))
+    if (!L.w_gu || !weight(n.ffn_gate, FF, H, L.w_gu) || !weight(n.ffn_up, FF, H, L.w_gu + FF * H))
       return false;
     L.kv.block_size = cfg.block_size;
     L.kv.n_kv_heads = c.n_kv_heads;
     L.kv.head_dim = c.head_dim;
   }
 
-  // RoPE frequencies, computed by the CPU code in double (same angles).
-  cpu::RopeConfig rc;
-  rc.head_dim = c.head_dim;
-  rc.rot_dim = c.head_dim;
-  rc.theta = c.rope_theta;
-  rc.style = c.rope_layout == kvasir::RopeLayout::kAdjacent ? cpu::RopeStyle::kAdjacent
-                                                            : cpu::RopeStyle::kHalf;
-  rc.llama3_factor = c.rope_llama3_factor;
-  rc.llama3_low_freq_factor = c.rope_llama3_low_freq_factor;
-  rc.llama3_high_freq_factor = c.rope_llama3_high_freq_factor;
-  rc.llama3_original_context = c.rope_llama3_original_context;
-  rc.linear_factor = c.rope_linear_factor;
-  // Llama-3 GGUF files carry the scaling as per-pair divisors
-  // (rope_freqs.weight) and no scaling metadata: as on the CPU
-  // (stages/forward.cpp), the plain frequencies, divided.
-  if (c.rope_freqs_tensor) rc.llama3_factor = 0.f;
-  std::vector<float> inv = cpu::rope_inv_freq(rc);
-  if (c.rope_freqs_tensor) {
-    const TensorView* rf = tensor("rope_freqs.weight");
-    if (!rf) return false;
-    if (rf->type != DType::F32 || rf->rows() != 1 || rf->cols() != int64_t(inv.size()))
-      return fail(f, KVASIR_CUDA_MODEL,
-                  fmt::format("rope_freqs.weight: expected {} f32 values", inv.size()));
-    const float* fr = static_cast<const float*>(rf->data);
-    for (size_t i = 0; i < inv.size(); ++i) {
-      if (!(std::isfinite(fr[i]) && fr[i] > 0.f))
-        return fail(f, KVASIR_CUDA_MODEL,
-                    fmt::format("rope_freqs.weight[{}] is {}: frequency divisors must be finite "
-                                "and positive",
-                                i, fr[i]));
-      inv[i] /= fr[i];
-    }
+  // RoPE frequencies: the CPU executor's table (stages/slice.h), rope_freqs
+  // divisors included.
+  std::vector<float> inv;
+  try {
+    inv = rope_table(*model_).inv_freq;
+  } catch (const Error& e) {
+    return fail(f, KVASIR_CUDA_MODEL, e.message());
   }
   inv_freq_ = static_cast<float*>(dev_alloc(inv.size() * 4, "inv_freq", f));
   if (!inv_freq_ ||
@@ -310,8 +282,7 @@ bool CudaSliceExecutor::load(const KvasirCudaStageConfig& cfg, Fault& f) {
   // Capacity: a share of what is free now that weights and scratch are up.
   size_t free_b = 0, total_b = 0;
   if (!ok(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo", f)) return false;
-  kv_block_bytes_ = uint64_t(layers_.size()) * 2 * uint64_t(c.n_kv_heads) *
-                    uint64_t(cfg.block_size) * uint64_t(c.head_dim) * 2;
+  kv_block_bytes_ = kv_block_bytes(c, int32_t(layers_.size()), cfg.block_size, kKvElemBytes);
   const double budget = double(free_b) * cfg.gpu_memory_utilization;
   capacity_ = kv_block_bytes_ ? int64_t(budget / double(kv_block_bytes_)) : 0;
   capacity_ = std::min<int64_t>(capacity_, int64_t(1) << 30);
