@@ -31,6 +31,13 @@ std::string text(const char* buf, size_t cap) {
   return std::string(buf, strnlen(buf, cap));
 }
 
+// A plugin status (a kvasir::ErrorCode value, plugin_abi.h) as the code of
+// the Error the stage throws; kInternal for a failure that says "ok".
+ErrorCode code_of(int rc) {
+  const ErrorCode c = error_code_from_int(rc);
+  return c == ErrorCode::kOk ? ErrorCode::kInternal : c;
+}
+
 }  // namespace
 
 int cuda_ordinal(const char* device) {
@@ -98,13 +105,15 @@ std::unique_ptr<CudaPlugin> CudaPlugin::load(int device) {
                api->close,
            "plan asks for {} but {} has an incomplete function table", want, found);
   char err[512] = {};
-  int rc = api->probe(device, err, sizeof err);
-  if (rc == KVASIR_CUDA_NO_DRIVER)
-    KV_FAIL("plan asks for {} but this machine has no usable NVIDIA driver ({})", want,
-            text(err, sizeof err));
-  if (rc == KVASIR_CUDA_NO_DEVICE) KV_FAIL("plan asks for {} but {}", want, text(err, sizeof err));
-  KV_CHECK(rc == KVASIR_CUDA_OK, "plan asks for {} but the device check failed: {}", want,
-           text(err, sizeof err));
+  const int rc = api->probe(device, err, sizeof err);
+  if (rc == int(ErrorCode::kDevice))
+    KV_FAIL_CODE(ErrorCode::kDevice,
+                 "plan asks for {} but this machine has no usable NVIDIA driver ({})", want,
+                 text(err, sizeof err));
+  if (rc == int(ErrorCode::kNotFound))
+    KV_FAIL_CODE(ErrorCode::kNotFound, "plan asks for {} but {}", want, text(err, sizeof err));
+  KV_CHECK_CODE(rc == KVASIR_CUDA_OK, code_of(rc),
+                "plan asks for {} but the device check failed: {}", want, text(err, sizeof err));
   std::unique_ptr<CudaPlugin> p(new CudaPlugin);
   p->handle_ = h;
   p->api_ = api;
@@ -151,7 +160,8 @@ int run_cuda_stage(ipc::Segment& seg, int stage) {
   KvasirCudaStage* st = nullptr;
   int64_t cap = 0;
   int rc = api.open(&cfg, &st, &cap, err, sizeof err);
-  KV_CHECK(rc == KVASIR_CUDA_OK && st, "{}: {}", plan.device, text(err, sizeof err));
+  KV_CHECK_CODE(rc == KVASIR_CUDA_OK && st, code_of(rc), "{}: {}", plan.device,
+                text(err, sizeof err));
   struct Closer {
     const KvasirCudaPluginV1& api;
     KvasirCudaStage* st;
@@ -172,7 +182,7 @@ int run_cuda_stage(ipc::Segment& seg, int stage) {
   const int32_t n_blocks = seg.header().kv_blocks.load();
   KV_CHECK(n_blocks <= cap, "the daemon asked for {} blocks, this stage holds {}", n_blocks, cap);
   rc = api.allocate_kv(st, n_blocks, err, sizeof err);
-  KV_CHECK(rc == KVASIR_CUDA_OK, "{}: {}", plan.device, text(err, sizeof err));
+  KV_CHECK_CODE(rc == KVASIR_CUDA_OK, code_of(rc), "{}: {}", plan.device, text(err, sizeof err));
 
   // Device boundaries where both ends of a link are GPU stages (the hidden
   // state then never crosses the host); host boundaries elsewhere.
@@ -182,7 +192,8 @@ int run_cuda_stage(ipc::Segment& seg, int stage) {
   rc = api.attach_boundaries(st, &seg.cuda_table(), prev_gpu ? stage - 1 : -1,
                              next_gpu ? stage : -1, stop, err, sizeof err);
   if (rc != KVASIR_CUDA_OK && seg.stopping()) return 0;
-  KV_CHECK(rc == KVASIR_CUDA_OK, "{}: boundaries: {}", plan.device, text(err, sizeof err));
+  KV_CHECK_CODE(rc == KVASIR_CUDA_OK, code_of(rc), "{}: boundaries: {}", plan.device,
+                text(err, sizeof err));
   me.status.store(ipc::kStageReady);
   seg.header().state.ring();
 
@@ -230,7 +241,7 @@ int run_cuda_stage(ipc::Segment& seg, int stage) {
         }
         char ferr[512] = {};
         int frc = api.forward(st, &cb, ferr, sizeof ferr);
-        KV_CHECK(frc == KVASIR_CUDA_OK, "{}", text(ferr, sizeof ferr));
+        KV_CHECK_CODE(frc == KVASIR_CUDA_OK, code_of(frc), "{}", text(ferr, sizeof ferr));
       });
   me.status.store(ipc::kStageStopped);
   seg.header().state.ring();
