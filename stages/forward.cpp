@@ -132,7 +132,7 @@ void SliceExecutor::map_layer(const ModelFile& model, int il, Layer& L) {
                              kv_elem_bytes(kv_.type);
   L.k_cache = alloc_zeroed(per_layer);
   L.v_cache = alloc_zeroed(per_layer);
-  L.kv = cpu::KvLayerView{L.k_cache.get(), L.v_cache.get(), kv_.type,   kv_.n_blocks,
+  L.kv = cpu::KvLayerView{L.k_cache.get(), L.v_cache.get(), kv_.type,  kv_.n_blocks,
                           kv_.block_size,  c.n_kv_heads,    c.head_dim};
 }
 
