@@ -9,7 +9,8 @@
 //   residual stream: f32 [max_tokens, hidden], the GEMMs of Wo and Wdown
 //            accumulate into it (beta = 1: the residual add is free);
 //   KV:      bf16 paged blocks, kernels/cuda/paged_kv_layout.h;
-//   tail:    the sampled rows' last tokens gathered, final norm, output GEMM,
+//   tail:    the sampled rows' last tokens gathered, final norm, output GEMM;
+//            rows the GPU sampler covers sampled on the device, the others'
 //            logits copied to the host (the agent's sampler picks the token).
 // One host synchronisation per batch, where the batch is handed on.
 #pragma once
