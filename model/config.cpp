@@ -51,6 +51,12 @@ void ModelConfig::validate(const std::string& src) const {
   }
 }
 
+uint64_t kv_block_bytes(const ModelConfig& m, int32_t n_layers, int32_t block_size,
+                        int32_t elem_bytes) {
+  return uint64_t(n_layers) * 2 * uint64_t(m.n_kv_heads) * uint64_t(block_size) *
+         uint64_t(m.head_dim) * uint64_t(elem_bytes);
+}
+
 // ---------------------------------------------------------------- GGUF
 
 namespace {

@@ -41,6 +41,14 @@ struct ModelConfig {
   void validate(const std::string& source) const;
 };
 
+// Bytes of KV cache one block takes over `n_layers` layers of `model`: a K
+// and a V row of n_kv_heads x head_dim elements for each of block_size
+// tokens, elem_bytes each (2 for f16 and bf16, 4 for f32). What the daemon
+// divides kv.memory by, a CPU stage its kv.memory and a GPU stage its share
+// of free device memory.
+uint64_t kv_block_bytes(const ModelConfig& model, int32_t n_layers, int32_t block_size,
+                        int32_t elem_bytes);
+
 class GgufFile;
 
 // From `<arch>.*` GGUF metadata (llama, mistral, qwen2) and the tensor list

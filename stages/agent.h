@@ -21,8 +21,9 @@
 
 namespace kvasir {
 
-// The compute a stage runs: SliceExecutor::forward in production, a fake in
-// the ring's own tests (same contract as SliceExecutor::forward).
+// The compute a stage runs: its backend's forward (StageBackend::forward,
+// stages/backend.h) in production, a fake in the ring's own tests (same
+// contract as SliceExecutor::forward).
 using StageForward =
     std::function<void(const ForwardBatch&, const float* hidden_in, float* hidden_out,
                        float* logits)>;

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "base/check.h"
+#include "base/log.h"
 #include "ipc/cuda_boundary.h"
 #include "ipc/sampling.h"
-#include "stages/agent.h"
 #include "stages/sampler.h"
 
 namespace kvasir {
@@ -29,6 +29,13 @@ std::string exe_dir() {
 
 std::string text(const char* buf, size_t cap) {
   return std::string(buf, strnlen(buf, cap));
+}
+
+// A plugin status (a kvasir::ErrorCode value, plugin_abi.h) as the code of
+// the Error the stage throws; kInternal for a failure that says "ok".
+ErrorCode code_of(int rc) {
+  const ErrorCode c = error_code_from_int(rc);
+  return c == ErrorCode::kOk ? ErrorCode::kInternal : c;
 }
 
 }  // namespace
@@ -98,13 +105,15 @@ std::unique_ptr<CudaPlugin> CudaPlugin::load(int device) {
                api->close,
            "plan asks for {} but {} has an incomplete function table", want, found);
   char err[512] = {};
-  int rc = api->probe(device, err, sizeof err);
-  if (rc == KVASIR_CUDA_NO_DRIVER)
-    KV_FAIL("plan asks for {} but this machine has no usable NVIDIA driver ({})", want,
-            text(err, sizeof err));
-  if (rc == KVASIR_CUDA_NO_DEVICE) KV_FAIL("plan asks for {} but {}", want, text(err, sizeof err));
-  KV_CHECK(rc == KVASIR_CUDA_OK, "plan asks for {} but the device check failed: {}", want,
-           text(err, sizeof err));
+  const int rc = api->probe(device, err, sizeof err);
+  if (rc == int(ErrorCode::kDevice))
+    KV_FAIL_CODE(ErrorCode::kDevice,
+                 "plan asks for {} but this machine has no usable NVIDIA driver ({})", want,
+                 text(err, sizeof err));
+  if (rc == int(ErrorCode::kNotFound))
+    KV_FAIL_CODE(ErrorCode::kNotFound, "plan asks for {} but {}", want, text(err, sizeof err));
+  KV_CHECK_CODE(rc == KVASIR_CUDA_OK, code_of(rc),
+                "plan asks for {} but the device check failed: {}", want, text(err, sizeof err));
   std::unique_ptr<CudaPlugin> p(new CudaPlugin);
   p->handle_ = h;
   p->api_ = api;
@@ -112,129 +121,160 @@ std::unique_ptr<CudaPlugin> CudaPlugin::load(int device) {
   return p;
 }
 
-int run_cuda_stage(ipc::Segment& seg, int stage) {
-  const ipc::SegmentParams& p = seg.params();
-  const ipc::StagePlan& plan = p.stages[stage];
-  ipc::StageShared& me = seg.stage(stage);
-  const int dev = cuda_ordinal(plan.device);
-  auto plugin = CudaPlugin::load(dev);
-  const KvasirCudaPluginV1& api = plugin->api();
+namespace {
 
+// The plugin's stage behind StageBackend: every call goes through the C ABI
+// and a non-ok status comes back as a kvasir::Error with its code.
+class CudaBackend final : public StageBackend {
+ public:
+  CudaBackend(ipc::Segment& seg, int stage, int32_t vocab);
+
+  int32_t vocab() const override { return vocab_; }
+  int64_t capacity_blocks() const override { return capacity_; }
+  bool preload(const PreloadConfig&) override { return true; }  // uploaded when opened
+  void allocate_kv(int32_t n_blocks) override;
+  bool attach_boundaries() override;
+  void forward(const ForwardBatch& b, const float* in, float* out, float* logits) override;
+
+ private:
+  // The plugin's stage, closed when the backend goes (also when the
+  // constructor throws after opening it).
+  struct Handle {
+    const KvasirCudaPluginV1* api = nullptr;
+    KvasirCudaStage* st = nullptr;
+    ~Handle() {
+      if (st) api->close(st);
+    }
+  };
+  const KvasirCudaPluginV1& api() const { return plugin_->api(); }
+  const char* device() const { return seg_.params().stages[stage_].device; }
+  KvasirCudaStageConfig stage_config() const;
+  void fill_sampling(const ForwardBatch& b, KvasirCudaBatch& cb);
+
+  ipc::Segment& seg_;
+  const int stage_;
+  const int32_t vocab_;
+  std::unique_ptr<CudaPlugin> plugin_;
+  std::string log_process_;  // KvasirCudaStageConfig::log_process points here
+  Handle stage_handle_;
+  int64_t capacity_ = 0;
+  std::vector<KvasirCudaRow> rows_;       // [max_rows]
+  std::vector<KvasirCudaSample> sample_;  // [max_rows]
+};
+
+CudaBackend::CudaBackend(ipc::Segment& seg, int stage, int32_t vocab)
+    : seg_(seg), stage_(stage), vocab_(vocab) {
+  const ipc::SegmentParams& p = seg.params();
+  plugin_ = CudaPlugin::load(cuda_ordinal(device()));
+  // The process name daemon/main.cpp gives a stage: the plugin's log lines
+  // then read like the stage's own.
+  log_process_ = fmt::format("kvasird stage {}", stage);
+  const KvasirCudaStageConfig cfg = stage_config();
+  char err[512] = {};
+  stage_handle_.api = &api();
+  const int rc = api().open(&cfg, &stage_handle_.st, &capacity_, err, sizeof err);
+  KV_CHECK_CODE(rc == KVASIR_CUDA_OK && stage_handle_.st, code_of(rc), "{}: {}", device(),
+                text(err, sizeof err));
+  KV_CHECK(capacity_ >= 1, "{}: kv.gpu_memory_utilization {} of the free memory holds no KV block",
+           device(), p.kv_gpu_util);
+  rows_.resize(size_t(p.dims.max_rows));
+  sample_.resize(size_t(p.dims.max_rows));
+}
+
+KvasirCudaStageConfig CudaBackend::stage_config() const {
+  const ipc::SegmentParams& p = seg_.params();
+  const ipc::StagePlan& plan = p.stages[stage_];
   KvasirCudaStageConfig cfg{};
   cfg.struct_size = sizeof cfg;
-  cfg.device = dev;
+  cfg.device = cuda_ordinal(plan.device);
   cfg.model_path = p.model_path;
   cfg.first_layer = plan.first;
   cfg.last_layer = plan.last;
-  cfg.head = stage == 0;
-  cfg.tail = stage == p.n_stages - 1;
+  cfg.head = stage_ == 0;
+  cfg.tail = stage_ == p.n_stages - 1;
   cfg.block_size = p.block_size;
   cfg.max_rows = p.dims.max_rows;
   cfg.max_tokens = p.dims.max_tokens;
   cfg.max_table = p.dims.max_table;
   cfg.inflight = p.dims.inflight;
   cfg.gpu_memory_utilization = p.kv_gpu_util;
+  cfg.log_level = int32_t(log::level());
+  cfg.log_process = log_process_.c_str();
+  return cfg;
+}
 
-  // The boundaries are strided by the plan's hidden width: it must be the
-  // model's (the CPU stage checks the same in stage_main.cpp). The tail also
-  // needs the vocabulary for its logits.
-  int32_t vocab = 0;
-  {
-    auto model = ModelFile::open(p.model_path);
-    KV_CHECK(model->config().hidden == p.dims.hidden,
-             "{}: the model's hidden size {} is not the plan's {}", plan.device,
-             model->config().hidden, p.dims.hidden);
-    vocab = model->config().vocab;
-  }
-
+void CudaBackend::allocate_kv(int32_t n_blocks) {
   char err[512] = {};
-  KvasirCudaStage* st = nullptr;
-  int64_t cap = 0;
-  int rc = api.open(&cfg, &st, &cap, err, sizeof err);
-  KV_CHECK(rc == KVASIR_CUDA_OK && st, "{}: {}", plan.device, text(err, sizeof err));
-  struct Closer {
-    const KvasirCudaPluginV1& api;
-    KvasirCudaStage* st;
-    ~Closer() { api.close(st); }
-  } closer{api, st};
-  KV_CHECK(cap >= 1, "{}: kv.gpu_memory_utilization {} of the free memory holds no KV block",
-           plan.device, p.kv_gpu_util);
-  me.capacity_blocks.store(cap);
-  me.status.store(ipc::kStageSized);
-  seg.header().state.ring();
+  const int rc = api().allocate_kv(stage_handle_.st, n_blocks, err, sizeof err);
+  KV_CHECK_CODE(rc == KVASIR_CUDA_OK, code_of(rc), "{}: {}", device(), text(err, sizeof err));
+}
 
-  while (seg.header().kv_blocks.load() <= 0) {
-    uint32_t seen = seg.header().state.seen();
-    if (seg.stopping()) return 0;
-    if (seg.header().kv_blocks.load() > 0) break;
-    seg.header().state.wait(seen, 100'000'000);
+// Device boundaries where both ends of a link are GPU stages (the hidden
+// state then never crosses the host); host boundaries elsewhere.
+bool CudaBackend::attach_boundaries() {
+  const ipc::SegmentParams& p = seg_.params();
+  const int s = stage_;
+  const bool prev_gpu = s > 0 && cuda_ordinal(p.stages[s - 1].device) >= 0;
+  const bool next_gpu = s + 1 < p.n_stages && cuda_ordinal(p.stages[s + 1].device) >= 0;
+  const uint32_t* stop = reinterpret_cast<const uint32_t*>(&seg_.header().shutdown);
+  char err[512] = {};
+  const int rc =
+      api().attach_boundaries(stage_handle_.st, &seg_.cuda_table(), prev_gpu ? s - 1 : -1,
+                              next_gpu ? s : -1, stop, err, sizeof err);
+  if (rc != KVASIR_CUDA_OK && seg_.stopping()) return false;
+  KV_CHECK_CODE(rc == KVASIR_CUDA_OK, code_of(rc), "{}: boundaries: {}", device(),
+                text(err, sizeof err));
+  return true;
+}
+
+void CudaBackend::forward(const ForwardBatch& b, const float* in, float* out, float* logits) {
+  KV_CHECK(b.n_rows >= 0 && b.n_rows <= int32_t(rows_.size()), "batch: {} rows", b.n_rows);
+  for (int32_t r = 0; r < b.n_rows; ++r)
+    rows_[size_t(r)] = KvasirCudaRow{b.rows[r].pos0, b.rows[r].n_tokens, b.rows[r].block_table,
+                                     b.rows[r].n_table, b.rows[r].want_logits ? 1 : 0};
+  KvasirCudaBatch cb{};
+  cb.batch_id = b.batch_id;
+  cb.slot = b.slot;
+  cb.rows = rows_.data();
+  cb.n_rows = b.n_rows;
+  cb.tokens = b.tokens;
+  cb.n_tokens = b.n_tokens;
+  cb.all_logits = b.all_logits ? 1 : 0;
+  cb.hidden_in = in;
+  cb.hidden_out = out;
+  cb.logits = logits;
+  if (stage_ == seg_.params().n_stages - 1 && b.sampling && b.sampled_token && b.sampled_logprob)
+    fill_sampling(b, cb);
+  char err[512] = {};
+  const int rc = api().forward(stage_handle_.st, &cb, err, sizeof err);
+  KV_CHECK_CODE(rc == KVASIR_CUDA_OK, code_of(rc), "{}", text(err, sizeof err));
+}
+
+// Only ids leave the GPU for rows its sampler covers; penalties (which need
+// the sequence's history) and top-N logprobs are done by the agent's
+// sampler on the host, from that row's logits.
+void CudaBackend::fill_sampling(const ForwardBatch& b, KvasirCudaBatch& cb) {
+  for (int32_t r = 0; r < b.n_rows; ++r) {
+    const SamplingParams& sp = b.sampling[r];
+    const bool dev = b.rows[r].want_logits && !penalties_active(sp) && sp.logprobs == 0 &&
+                     validate_sampling(sp).ok();
+    sample_[size_t(r)] = KvasirCudaSample{dev ? 1 : 0,
+                                          sp.temperature,
+                                          sp.top_p,
+                                          sp.min_p,
+                                          sp.top_k,
+                                          sp.seed,
+                                          uint64_t(b.rows[r].pos0) + uint64_t(b.rows[r].n_tokens)};
   }
-  const int32_t n_blocks = seg.header().kv_blocks.load();
-  KV_CHECK(n_blocks <= cap, "the daemon asked for {} blocks, this stage holds {}", n_blocks, cap);
-  rc = api.allocate_kv(st, n_blocks, err, sizeof err);
-  KV_CHECK(rc == KVASIR_CUDA_OK, "{}: {}", plan.device, text(err, sizeof err));
+  cb.sample = sample_.data();
+  cb.token_out = b.sampled_token;
+  cb.logprob_out = b.sampled_logprob;
+}
 
-  // Device boundaries where both ends of a link are GPU stages (the hidden
-  // state then never crosses the host); host boundaries elsewhere.
-  const bool prev_gpu = stage > 0 && cuda_ordinal(p.stages[stage - 1].device) >= 0;
-  const bool next_gpu = stage + 1 < p.n_stages && cuda_ordinal(p.stages[stage + 1].device) >= 0;
-  const uint32_t* stop = reinterpret_cast<const uint32_t*>(&seg.header().shutdown);
-  rc = api.attach_boundaries(st, &seg.cuda_table(), prev_gpu ? stage - 1 : -1,
-                             next_gpu ? stage : -1, stop, err, sizeof err);
-  if (rc != KVASIR_CUDA_OK && seg.stopping()) return 0;
-  KV_CHECK(rc == KVASIR_CUDA_OK, "{}: boundaries: {}", plan.device, text(err, sizeof err));
-  me.status.store(ipc::kStageReady);
-  seg.header().state.ring();
+}  // namespace
 
-  if (!cfg.tail) vocab = 0;
-  std::vector<KvasirCudaRow> rows(size_t(p.dims.max_rows));
-  std::vector<KvasirCudaSample> sample(size_t(p.dims.max_rows));
-  AgentConfig ac{stage, vocab, n_blocks};
-  int out =
-      run_agent(seg, ac, [&](const ForwardBatch& b, const float* in, float* hout, float* logits) {
-        KV_CHECK(b.n_rows >= 0 && b.n_rows <= int32_t(rows.size()), "batch: {} rows", b.n_rows);
-        for (int32_t r = 0; r < b.n_rows; ++r)
-          rows[size_t(r)] = KvasirCudaRow{b.rows[r].pos0, b.rows[r].n_tokens, b.rows[r].block_table,
-                                          b.rows[r].n_table, b.rows[r].want_logits ? 1 : 0};
-        KvasirCudaBatch cb{};
-        cb.batch_id = b.batch_id;
-        cb.slot = b.slot;
-        cb.rows = rows.data();
-        cb.n_rows = b.n_rows;
-        cb.tokens = b.tokens;
-        cb.n_tokens = b.n_tokens;
-        cb.all_logits = b.all_logits ? 1 : 0;
-        cb.hidden_in = in;
-        cb.hidden_out = hout;
-        cb.logits = logits;
-        if (cfg.tail && b.sampling && b.sampled_token && b.sampled_logprob) {
-          // Only ids leave the GPU for rows its sampler covers; penalties
-          // (which need the sequence's history) and top-N logprobs are done
-          // by the agent's sampler on the host, from that row's logits.
-          for (int32_t r = 0; r < b.n_rows; ++r) {
-            const SamplingParams& sp = b.sampling[r];
-            const bool dev = b.rows[r].want_logits && !penalties_active(sp) && sp.logprobs == 0 &&
-                             validate_sampling(sp).ok();
-            sample[size_t(r)] =
-                KvasirCudaSample{dev ? 1 : 0,
-                                 sp.temperature,
-                                 sp.top_p,
-                                 sp.min_p,
-                                 sp.top_k,
-                                 sp.seed,
-                                 uint64_t(b.rows[r].pos0) + uint64_t(b.rows[r].n_tokens)};
-          }
-          cb.sample = sample.data();
-          cb.token_out = b.sampled_token;
-          cb.logprob_out = b.sampled_logprob;
-        }
-        char ferr[512] = {};
-        int frc = api.forward(st, &cb, ferr, sizeof ferr);
-        KV_CHECK(frc == KVASIR_CUDA_OK, "{}", text(ferr, sizeof ferr));
-      });
-  me.status.store(ipc::kStageStopped);
-  seg.header().state.ring();
-  return out;
+std::unique_ptr<StageBackend> make_cuda_backend(ipc::Segment& seg, int stage, int32_t vocab) {
+  return std::make_unique<CudaBackend>(seg, stage, vocab);
 }
 
 }  // namespace kvasir

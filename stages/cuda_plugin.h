@@ -1,8 +1,9 @@
 // stages/cuda_plugin.h — the stage process's side of the CUDA backend: finds
 // and dlopen()s libkvasir_cuda.so (stages/cuda/plugin_abi.h) when the plan
-// says cuda:N, and runs a GPU stage through it. No CUDA headers or libraries
-// here: a build without nvcc has this file too, and answers a cuda:N plan
-// with a message that says why it cannot run it.
+// says cuda:N, and puts the plugin's C ABI behind the StageBackend interface
+// (stages/backend.h). No CUDA headers or libraries here: a build without
+// nvcc has this file too, and answers a cuda:N plan with a message that
+// says why it cannot run it.
 #pragma once
 
 #include <memory>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "ipc/segment.h"
+#include "stages/backend.h"
 #include "stages/cuda/plugin_abi.h"
 
 namespace kvasir {
@@ -39,9 +41,11 @@ class CudaPlugin {
   std::string path_;
 };
 
-// A stage whose plan says cuda:N: the same start-up handshake as a CPU stage
-// (sized → the daemon's block count → ready → agent), with the executor in
-// the plugin. Throws kvasir::Error before serving; returns the exit code.
-int run_cuda_stage(ipc::Segment& seg, int stage);
+// The backend of stage `stage` of the segment's plan, whose device is
+// cuda:N: loads the plugin (CudaPlugin::load), opens the slice on the device
+// (weights uploaded, capacity measured from kv.gpu_memory_utilization).
+// vocab: the model's. Throws kvasir::Error with the plugin's ErrorCode and
+// text ("cuda:N: ...") when that fails or the device holds no KV block.
+std::unique_ptr<StageBackend> make_cuda_backend(ipc::Segment& seg, int stage, int32_t vocab);
 
 }  // namespace kvasir

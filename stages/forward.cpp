@@ -12,12 +12,6 @@ namespace kvasir {
 
 namespace {
 
-uint64_t kv_elem_bytes(DType t) {
-  KV_CHECK(t == DType::F16 || t == DType::F32, "kv.dtype must be f16 or f32 (got {})",
-           dtype_name(t));
-  return t == DType::F16 ? 2 : 4;
-}
-
 // A zero-filled allocation that is not touched up front: large callocs are
 // served by mmap, so a KV pool costs memory only where blocks are written.
 struct FreeDeleter {
@@ -76,95 +70,78 @@ struct SliceExecutor::Scratch {
   std::vector<float> last;   // [max_rows, hidden]  tail: last tokens of sampled rows
 };
 
-uint64_t SliceExecutor::kv_bytes_per_block(const ModelConfig& cfg, const SliceSpec& s,
-                                           const KvSpec& kv) {
-  const uint64_t layers = uint64_t(s.last_layer - s.first_layer + 1);
-  return layers * 2 * uint64_t(cfg.n_kv_heads) * uint64_t(kv.block_size) * uint64_t(cfg.head_dim) *
-         kv_elem_bytes(kv.type);
-}
-
 SliceExecutor::SliceExecutor(const ModelFile& model, const SliceSpec& slice, const KvSpec& kv,
                              int threads, int64_t max_tokens)
     : cfg_(model.config()), slice_(slice), kv_(kv), max_tokens_(max_tokens) {
-  const ModelConfig& c = cfg_;
-  KV_CHECK(slice.first_layer >= 0 && slice.first_layer <= slice.last_layer &&
-               slice.last_layer < c.n_layers,
-           "slice layers {}-{} outside the model's 0-{}", slice.first_layer, slice.last_layer,
-           c.n_layers - 1);
-  KV_CHECK(max_tokens > 0 && max_tokens <= (1 << 20), "max_tokens must be in 1..2^20 (got {})",
-           max_tokens);
-  KV_CHECK(kv.block_size > 0 && kv.n_blocks >= 0, "kv: block_size {} / n_blocks {} invalid",
-           kv.block_size, kv.n_blocks);
-  KV_CHECK(threads >= 1 && threads <= 1024, "threads must be in 1..1024 (got {})", threads);
+  check_args(threads);
   pool_ = std::make_unique<cpu::ThreadPool>(threads);
+  map_ends(model);
+  layers_.resize(size_t(slice.last_layer - slice.first_layer + 1));
+  for (int il = slice.first_layer; il <= slice.last_layer; ++il)
+    map_layer(model, il, layers_[size_t(il - slice.first_layer)]);
+  rope_ = rope_table(model);
+  alloc_scratch();
+}
 
+void SliceExecutor::check_args(int threads) const {
+  const ModelConfig& c = cfg_;
+  KV_CHECK(slice_.first_layer >= 0 && slice_.first_layer <= slice_.last_layer &&
+               slice_.last_layer < c.n_layers,
+           "slice layers {}-{} outside the model's 0-{}", slice_.first_layer, slice_.last_layer,
+           c.n_layers - 1);
+  KV_CHECK(max_tokens_ > 0 && max_tokens_ <= (1 << 20), "max_tokens must be in 1..2^20 (got {})",
+           max_tokens_);
+  KV_CHECK(kv_.block_size > 0 && kv_.n_blocks >= 0, "kv: block_size {} / n_blocks {} invalid",
+           kv_.block_size, kv_.n_blocks);
+  KV_CHECK(threads >= 1 && threads <= 1024, "threads must be in 1..1024 (got {})", threads);
+  kv_elem_bytes(kv_.type);  // F16 or F32
+}
+
+// The head's embeddings; the tail's final norm and output head.
+void SliceExecutor::map_ends(const ModelFile& model) {
+  if (slice_.head) embed_ = &model.get(kTokenEmbdTensor);
+  if (slice_.tail) {
+    out_norm_ = &model.get(kOutputNormTensor);
+    f32_data(out_norm_, kOutputNormTensor, cfg_.hidden);
+    output_ = &model.get(output_tensor_name(cfg_));
+  }
+}
+
+// One layer's tensors (mapped, not copied) and its KV pool.
+void SliceExecutor::map_layer(const ModelFile& model, int il, Layer& L) {
+  const ModelConfig& c = cfg_;
   const int64_t H = c.hidden, QD = int64_t(c.n_heads) * c.head_dim,
                 KD = int64_t(c.n_kv_heads) * c.head_dim;
-  if (slice.head) embed_ = &model.get("token_embd.weight");
-  if (slice.tail) {
-    out_norm_ = &model.get("output_norm.weight");
-    f32_data(out_norm_, "output_norm.weight", H);
-    output_ = c.tied_embeddings ? &model.get("token_embd.weight") : &model.get("output.weight");
+  const LayerTensorNames n = layer_tensor_names(il);
+  L.attn_norm = f32_data(&model.get(n.attn_norm), "attn_norm.weight", H);
+  L.ffn_norm = f32_data(&model.get(n.ffn_norm), "ffn_norm.weight", H);
+  L.wq = &model.get(n.attn_q);
+  L.wk = &model.get(n.attn_k);
+  L.wv = &model.get(n.attn_v);
+  L.wo = &model.get(n.attn_output);
+  L.w_gate = &model.get(n.ffn_gate);
+  L.w_up = &model.get(n.ffn_up);
+  L.w_down = &model.get(n.ffn_down);
+  if (c.qkv_bias) {
+    L.bq = f32_data(&model.get(n.attn_q_bias), "attn_q.bias", QD);
+    L.bk = f32_data(&model.get(n.attn_k_bias), "attn_k.bias", KD);
+    L.bv = f32_data(&model.get(n.attn_v_bias), "attn_v.bias", KD);
   }
+  const uint64_t per_layer = uint64_t(kv_.n_blocks) * uint64_t(c.n_kv_heads) *
+                             uint64_t(kv_.block_size) * uint64_t(c.head_dim) *
+                             kv_elem_bytes(kv_.type);
+  L.k_cache = alloc_zeroed(per_layer);
+  L.v_cache = alloc_zeroed(per_layer);
+  L.kv = cpu::KvLayerView{L.k_cache.get(), L.v_cache.get(), kv_.type,  kv_.n_blocks,
+                          kv_.block_size,  c.n_kv_heads,    c.head_dim};
+}
 
-  const uint64_t elem = kv_elem_bytes(kv.type);
-  const uint64_t per_layer = uint64_t(kv.n_blocks) * uint64_t(c.n_kv_heads) *
-                             uint64_t(kv.block_size) * uint64_t(c.head_dim) * elem;
-  layers_.resize(size_t(slice.last_layer - slice.first_layer + 1));
-  for (int il = slice.first_layer; il <= slice.last_layer; ++il) {
-    Layer& L = layers_[size_t(il - slice.first_layer)];
-    auto name = [il](const char* s) { return "blk." + std::to_string(il) + "." + s; };
-    L.attn_norm = f32_data(&model.get(name("attn_norm.weight")), "attn_norm.weight", H);
-    L.ffn_norm = f32_data(&model.get(name("ffn_norm.weight")), "ffn_norm.weight", H);
-    L.wq = &model.get(name("attn_q.weight"));
-    L.wk = &model.get(name("attn_k.weight"));
-    L.wv = &model.get(name("attn_v.weight"));
-    L.wo = &model.get(name("attn_output.weight"));
-    L.w_gate = &model.get(name("ffn_gate.weight"));
-    L.w_up = &model.get(name("ffn_up.weight"));
-    L.w_down = &model.get(name("ffn_down.weight"));
-    if (c.qkv_bias) {
-      L.bq = f32_data(&model.get(name("attn_q.bias")), "attn_q.bias", QD);
-      L.bk = f32_data(&model.get(name("attn_k.bias")), "attn_k.bias", KD);
-      L.bv = f32_data(&model.get(name("attn_v.bias")), "attn_v.bias", KD);
-    }
-    L.k_cache = alloc_zeroed(per_layer);
-    L.v_cache = alloc_zeroed(per_layer);
-    L.kv = cpu::KvLayerView{L.k_cache.get(), L.v_cache.get(), kv.type,   kv.n_blocks,
-                            kv.block_size,   c.n_kv_heads,    c.head_dim};
-  }
-
-  rope_.head_dim = c.head_dim;
-  rope_.rot_dim = c.head_dim;
-  rope_.theta = c.rope_theta;
-  rope_.style =
-      c.rope_layout == RopeLayout::kAdjacent ? cpu::RopeStyle::kAdjacent : cpu::RopeStyle::kHalf;
-  rope_.llama3_factor = c.rope_llama3_factor;
-  rope_.llama3_low_freq_factor = c.rope_llama3_low_freq_factor;
-  rope_.llama3_high_freq_factor = c.rope_llama3_high_freq_factor;
-  rope_.llama3_original_context = c.rope_llama3_original_context;
-  rope_.linear_factor = c.rope_linear_factor;
-  if (c.rope_freqs_tensor) {
-    // Llama-3 GGUF files carry the scaling as per-pair frequency divisors
-    // (rope_freqs.weight, written by llama.cpp's converter). llama.cpp then
-    // divides theta^(-2i/d) by them and applies no other llama3 scaling, so
-    // neither do we: the plain frequencies, divided.
-    rope_.llama3_factor = 0.f;
-    inv_freq_ = cpu::rope_inv_freq(rope_);
-    const int64_t half = int64_t(inv_freq_.size());
-    const float* f = f32_data(&model.get("rope_freqs.weight"), "rope_freqs.weight", half);
-    for (int64_t i = 0; i < half; ++i) {
-      KV_CHECK(std::isfinite(f[i]) && f[i] > 0.f,
-               "rope_freqs.weight[{}] is {}: frequency divisors must be finite and positive", i,
-               f[i]);
-      inv_freq_[size_t(i)] /= f[i];
-    }
-  } else {
-    inv_freq_ = cpu::rope_inv_freq(rope_);
-  }
-
+void SliceExecutor::alloc_scratch() {
+  const ModelConfig& c = cfg_;
+  const int64_t H = c.hidden, QD = int64_t(c.n_heads) * c.head_dim,
+                KD = int64_t(c.n_kv_heads) * c.head_dim;
   s_ = std::make_unique<Scratch>();
-  const size_t T = size_t(max_tokens);
+  const size_t T = size_t(max_tokens_);
   s_->x.resize(T * H);
   s_->xn.resize(T * H);
   s_->q.resize(T * QD);
@@ -195,8 +172,8 @@ void SliceExecutor::run_layer(const Layer& L, const ForwardBatch& b,
   add_bias(s.q.data(), L.bq, T, QD);
   add_bias(s.k.data(), L.bk, T, KD);
   add_bias(s.v.data(), L.bv, T, KD);
-  cpu::rope(rope_, inv_freq_.data(), pos, T, c.n_heads, s.q.data());
-  cpu::rope(rope_, inv_freq_.data(), pos, T, c.n_kv_heads, s.k.data());
+  cpu::rope(rope_.config, rope_.inv_freq.data(), pos, T, c.n_heads, s.q.data());
+  cpu::rope(rope_.config, rope_.inv_freq.data(), pos, T, c.n_kv_heads, s.k.data());
   cpu::kv_append(L.kv, rows.data(), int(rows.size()), s.k.data(), s.v.data());
   cpu::paged_attention(L.kv, rows.data(), int(rows.size()), s.q.data(), c.n_heads,
                        1.0f / std::sqrt(float(c.head_dim)), s.att.data(), pool);

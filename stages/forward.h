@@ -20,21 +20,9 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/model_file.h"
+#include "stages/slice.h"
 
 namespace kvasir {
-
-struct SliceSpec {
-  int first_layer = 0;
-  int last_layer = 0;  // inclusive
-  bool head = false;   // embeds token ids
-  bool tail = false;   // final norm + output head
-};
-
-struct KvSpec {
-  int32_t n_blocks = 0;
-  int32_t block_size = 16;
-  DType type = DType::F16;  // F16 or F32
-};
 
 struct ForwardRow {
   int32_t pos0 = 0;
@@ -83,12 +71,15 @@ class SliceExecutor {
 
   const ModelConfig& config() const { return cfg_; }
   const SliceSpec& slice() const { return slice_; }
-  // Bytes of KV cache per block for this slice's layers (K and V, all layers).
-  static uint64_t kv_bytes_per_block(const ModelConfig& cfg, const SliceSpec& s, const KvSpec& kv);
 
  private:
   struct Layer;
   struct Scratch;
+  // The constructor's steps.
+  void check_args(int threads) const;
+  void map_ends(const ModelFile& model);
+  void map_layer(const ModelFile& model, int layer, Layer& L);
+  void alloc_scratch();
   void run_layer(const Layer& L, const ForwardBatch& b, const std::vector<cpu::AttnRow>& rows,
                  const int32_t* pos, float* x);
 
@@ -102,8 +93,7 @@ class SliceExecutor {
   const TensorView* output_ = nullptr;
   std::vector<Layer> layers_;
   std::unique_ptr<Scratch> s_;
-  std::vector<float> inv_freq_;
-  cpu::RopeConfig rope_;
+  RopeTable rope_;  // stages/slice.h
 };
 
 }  // namespace kvasir

@@ -13,11 +13,6 @@ namespace kvasir {
 
 namespace {
 
-const char* const kLayerTensors[] = {"attn_norm.weight", "ffn_norm.weight", "attn_q.weight",
-                                     "attn_k.weight",    "attn_v.weight",   "attn_output.weight",
-                                     "ffn_gate.weight",  "ffn_up.weight",   "ffn_down.weight",
-                                     "attn_q.bias",      "attn_k.bias",     "attn_v.bias"};
-
 // Reads one byte per page; the sum keeps the compiler from dropping the reads.
 uint64_t touch(const TensorView& t) {
   if (!t.data || t.nbytes == 0) return 0;
@@ -39,18 +34,18 @@ uint64_t touch(const TensorView& t) {
 bool preload_slice(const ModelFile& model, const SliceSpec& slice, const PreloadConfig& cfg) {
   // Collect first, so the total is known before any page is read.
   std::vector<const TensorView*> extra;  // embeddings / output head
-  if (slice.head) extra.push_back(&model.get("token_embd.weight"));
+  if (slice.head) extra.push_back(&model.get(kTokenEmbdTensor));
   if (slice.tail) {
-    extra.push_back(&model.get("output_norm.weight"));
-    const TensorView* out = model.find("output.weight");
-    if (!out) out = &model.get("token_embd.weight");  // tied embeddings
+    extra.push_back(&model.get(kOutputNormTensor));
+    const TensorView* out = model.find(kOutputTensor);
+    if (!out) out = &model.get(kTokenEmbdTensor);  // tied embeddings
     if (std::find(extra.begin(), extra.end(), out) == extra.end()) extra.push_back(out);
   }
   std::vector<std::vector<const TensorView*>> layers;
   for (int il = slice.first_layer; il <= slice.last_layer; ++il) {
     std::vector<const TensorView*> ts;
-    for (const char* n : kLayerTensors) {
-      const TensorView* t = model.find("blk." + std::to_string(il) + "." + n);
+    for (const std::string& n : layer_tensor_names(il).all()) {
+      const TensorView* t = model.find(n);
       if (t) ts.push_back(t);
     }
     layers.push_back(std::move(ts));

@@ -11,7 +11,7 @@
 #include <functional>
 
 #include "model/model_file.h"
-#include "stages/forward.h"
+#include "stages/slice.h"
 
 namespace kvasir {
 

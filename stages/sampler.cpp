@@ -334,52 +334,63 @@ SampleResult Sampler::sample(float* logits, int32_t vocab, const SamplingParams&
   // 2. Raw logprobs: log-sum-exp of the sanitised logits, then top-N.
   const double lse =
       static_cast<double>(raw_max) + std::log(exp_sum(logits, vocab, raw_max, 1.0f, nullptr));
-  const int n_top = std::min<int>(p.logprobs, std::min<int32_t>(vocab, kMaxLogprobs));
-  if (n_top > 0) {
-    // Insertion into a tiny sorted array: one pass, N <= 8.
-    struct TopItem {
-      float v;
-      int32_t id;
-    };
-    std::array<TopItem, kMaxLogprobs> top;
-    int n = 0;
-    for (int32_t i = 0; i < vocab; ++i) {
-      const float x = logits[i];
-      if (n == n_top && !(x > top[n - 1].v)) continue;  // ties keep the lower id
-      int j = n < n_top ? n++ : n - 1;
-      while (j > 0 && x > top[j - 1].v) {
-        top[j] = top[j - 1];
-        --j;
-      }
-      top[j] = TopItem{x, i};
-    }
-    r.n_top = n;
-    for (int j = 0; j < n; ++j)
-      r.top[j] = {top[j].id, static_cast<float>(static_cast<double>(top[j].v) - lse)};
-  }
+  top_logprobs(logits, vocab, std::min<int>(p.logprobs, std::min<int32_t>(vocab, kMaxLogprobs)),
+               lse, r);
 
   // 3. Penalties (in place; raw values saved so the chosen logprob stays raw).
-  saved_.clear();
-  float max_pen = raw_max;
-  if (hist != nullptr && penalties_active(p) && !hist->entries().empty()) {
-    penalize(logits, vocab, p, *hist, &saved_);
-    max_pen = sanitize_max(logits, vocab);  // nothing to sanitise: just the max
-  }
-
-  auto finish = [&](int32_t token) {
-    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) logits[it->first] = it->second;
-    r.token = token;
-    r.logprob = static_cast<float>(static_cast<double>(logits[token]) - lse);
-    return r;
-  };
+  const float max_pen = penalize_saving(logits, vocab, p, hist, raw_max);
 
   // 4. Greedy: argmax of the penalised logits, ties to the lowest id.
+  // 5-9. Otherwise the truncations and the seeded draw.
+  int32_t token = 0;
   if (p.temperature < kGreedyBelow) {
-    int32_t best = 0;
-    while (logits[best] != max_pen) ++best;
-    return finish(best);
+    while (logits[token] != max_pen) ++token;
+  } else {
+    token = draw(logits, vocab, p, max_pen, position);
   }
 
+  // The raw logits back, and the chosen token's raw logprob.
+  for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) logits[it->first] = it->second;
+  r.token = token;
+  r.logprob = static_cast<float>(static_cast<double>(logits[token]) - lse);
+  return r;
+}
+
+void Sampler::top_logprobs(const float* logits, int32_t vocab, int n_top, double lse,
+                           SampleResult& r) {
+  if (n_top <= 0) return;
+  // Insertion into a tiny sorted array: one pass, N <= 8.
+  struct TopItem {
+    float v;
+    int32_t id;
+  };
+  std::array<TopItem, kMaxLogprobs> top;
+  int n = 0;
+  for (int32_t i = 0; i < vocab; ++i) {
+    const float x = logits[i];
+    if (n == n_top && !(x > top[n - 1].v)) continue;  // ties keep the lower id
+    int j = n < n_top ? n++ : n - 1;
+    while (j > 0 && x > top[j - 1].v) {
+      top[j] = top[j - 1];
+      --j;
+    }
+    top[j] = TopItem{x, i};
+  }
+  r.n_top = n;
+  for (int j = 0; j < n; ++j)
+    r.top[j] = {top[j].id, static_cast<float>(static_cast<double>(top[j].v) - lse)};
+}
+
+float Sampler::penalize_saving(float* logits, int32_t vocab, const SamplingParams& p,
+                               const SequenceHistory* hist, float raw_max) {
+  saved_.clear();
+  if (hist == nullptr || !penalties_active(p) || hist->entries().empty()) return raw_max;
+  penalize(logits, vocab, p, *hist, &saved_);
+  return sanitize_max(logits, vocab);  // nothing to sanitise: just the max
+}
+
+int32_t Sampler::draw(const float* logits, int32_t vocab, const SamplingParams& p, float max_pen,
+                      uint64_t position) {
   // 5-6. Probabilities exp((x - max) / T) after the truncations. Subtracting
   // the max first keeps huge logits and tiny temperatures finite; the best
   // token gets exactly 1 (which min-p relies on). Two shapes:
@@ -397,99 +408,110 @@ SampleResult Sampler::sample(float* logits, int32_t vocab, const SamplingParams&
     const float dense_min_p = p.top_p < 1.0f ? 0.0f : p.min_p;
     total =
         exp_blocks(logits, vocab, max_pen, inv_t, dense_min_p, prob_.data(), kBlock, block_.data());
-    if (p.top_p >= 1.0f) return finish(draw_dense(sampler_uniform(p.seed, position), total));
-    // Top-p without top-k: shortlist only the tokens that can be in the
-    // nucleus, found with a histogram of probabilities by binary exponent,
-    // so the sort is over the nucleus (plus at most one octave), not the
-    // vocabulary.
-    const float thr = nucleus_threshold(prob_.data(), vocab, p.top_p * total);
-    cand_.clear();
-    for (int32_t i = 0; i < vocab; ++i)
-      if (prob_[i] >= thr && prob_[i] > 0.0f) cand_.push_back(Cand{prob_[i], i});
-    std::sort(cand_.begin(), cand_.end(), ByValueDesc{});
+    if (p.top_p >= 1.0f) return draw_dense(sampler_uniform(p.seed, position), total);
+    shortlist_nucleus(vocab, p.top_p * total);
   } else {
-    // Top-k: the k best by canonical order, then their probabilities. A
-    // small k keeps a min-heap of the best so far while scanning (ids rise,
-    // so an equal value never displaces: ties keep the lower id); a large k
-    // partitions the whole vocabulary with nth_element.
-    cand_.clear();
-    const size_t k = static_cast<size_t>(p.top_k);
-    if (k <= 1024) {
-      for (int32_t i = 0; i < vocab; ++i) {
-        const float x = logits[i];
-        if (x == -kInf) continue;
-        if (cand_.size() < k) {
-          cand_.push_back(Cand{x, i});
-          std::push_heap(cand_.begin(), cand_.end(), ByValueDesc{});
-        } else if (x > cand_.front().v) {
-          std::pop_heap(cand_.begin(), cand_.end(), ByValueDesc{});
-          cand_.back() = Cand{x, i};
-          std::push_heap(cand_.begin(), cand_.end(), ByValueDesc{});
-        }
-      }
-    } else {
-      for (int32_t i = 0; i < vocab; ++i)
-        if (logits[i] != -kInf) cand_.push_back(Cand{logits[i], i});
-      if (k < cand_.size()) {
-        std::nth_element(cand_.begin(), cand_.begin() + k, cand_.end(), ByValueDesc{});
-        cand_.resize(k);
-      }
-    }
-    std::sort(cand_.begin(), cand_.end(), ByValueDesc{});
-    size_t n = 0;
-    for (const Cand& c : cand_) {
-      const float prob = std::exp((c.v - max_pen) * inv_t);
-      if (prob > 0.0f) {  // underflowed tokens can never be drawn
-        cand_[n++] = Cand{prob, c.id};
-        total += prob;
-      }
-    }
-    cand_.resize(n);  // never empty: the best token has prob 1
+    total = shortlist_top_k(logits, vocab, static_cast<size_t>(p.top_k), max_pen, inv_t);
   }
+  if (p.top_p < 1.0f) total = cut_top_p(p.top_p, total);
+  if (p.min_p > 0.0f) total = cut_min_p(p.min_p);
+  return draw_shortlist(sampler_uniform(p.seed, position) * total);
+}
 
-  // 7. Top-p: the smallest prefix (by probability) whose mass reaches top_p;
-  //    a token is kept if the mass strictly before it is < top_p. Keeps at
-  //    least one token.
-  if (p.top_p < 1.0f) {
-    const double need = static_cast<double>(p.top_p) * total;
-    double cum = 0.0;
-    size_t cut = cand_.size();
-    for (size_t i = 0; i < cand_.size(); ++i) {
-      if (cum >= need) {
-        cut = i;
-        break;
+// Top-p without top-k: shortlist only the tokens that can be in the nucleus,
+// found with a histogram of probabilities by binary exponent, so the sort is
+// over the nucleus (plus at most one octave), not the vocabulary.
+void Sampler::shortlist_nucleus(int32_t vocab, double need) {
+  const float thr = nucleus_threshold(prob_.data(), vocab, need);
+  cand_.clear();
+  for (int32_t i = 0; i < vocab; ++i)
+    if (prob_[i] >= thr && prob_[i] > 0.0f) cand_.push_back(Cand{prob_[i], i});
+  std::sort(cand_.begin(), cand_.end(), ByValueDesc{});
+}
+
+// Top-k: the k best by canonical order, then their probabilities (the total
+// is returned). A small k keeps a min-heap of the best so far while scanning
+// (ids rise, so an equal value never displaces: ties keep the lower id); a
+// large k partitions the whole vocabulary with nth_element.
+double Sampler::shortlist_top_k(const float* logits, int32_t vocab, size_t k, float max_pen,
+                                float inv_t) {
+  cand_.clear();
+  if (k <= 1024) {
+    for (int32_t i = 0; i < vocab; ++i) {
+      const float x = logits[i];
+      if (x == -kInf) continue;
+      if (cand_.size() < k) {
+        cand_.push_back(Cand{x, i});
+        std::push_heap(cand_.begin(), cand_.end(), ByValueDesc{});
+      } else if (x > cand_.front().v) {
+        std::pop_heap(cand_.begin(), cand_.end(), ByValueDesc{});
+        cand_.back() = Cand{x, i};
+        std::push_heap(cand_.begin(), cand_.end(), ByValueDesc{});
       }
-      cum += cand_[i].v;
     }
-    cand_.resize(cut);
-    total = cum;
-  }
-
-  // 8. Min-p: drop tokens below min_p times the best probability (1 here).
-  if (p.min_p > 0.0f) {
-    size_t k = 0;
-    total = 0.0;
-    for (const Cand& c : cand_) {
-      if (c.v >= p.min_p) {
-        cand_[k++] = c;
-        total += c.v;
-      }
+  } else {
+    for (int32_t i = 0; i < vocab; ++i)
+      if (logits[i] != -kInf) cand_.push_back(Cand{logits[i], i});
+    if (k < cand_.size()) {
+      std::nth_element(cand_.begin(), cand_.begin() + k, cand_.end(), ByValueDesc{});
+      cand_.resize(k);
     }
-    cand_.resize(k);
   }
-
-  // 9. The draw: inverse CDF over the survivors in their canonical order.
-  const double target = sampler_uniform(p.seed, position) * total;
-  double cum = 0.0;
-  int32_t token = cand_.back().id;  // if rounding leaves target unreached
+  std::sort(cand_.begin(), cand_.end(), ByValueDesc{});
+  double total = 0.0;
+  size_t n = 0;
   for (const Cand& c : cand_) {
-    cum += c.v;
-    if (cum > target) {
-      token = c.id;
+    const float prob = std::exp((c.v - max_pen) * inv_t);
+    if (prob > 0.0f) {  // underflowed tokens can never be drawn
+      cand_[n++] = Cand{prob, c.id};
+      total += prob;
+    }
+  }
+  cand_.resize(n);  // never empty: the best token has prob 1
+  return total;
+}
+
+// 7. Top-p: the smallest prefix (by probability) whose mass reaches top_p; a
+//    token is kept if the mass strictly before it is < top_p. Keeps at least
+//    one token. Returns the mass kept.
+double Sampler::cut_top_p(float top_p, double total) {
+  const double need = static_cast<double>(top_p) * total;
+  double cum = 0.0;
+  size_t cut = cand_.size();
+  for (size_t i = 0; i < cand_.size(); ++i) {
+    if (cum >= need) {
+      cut = i;
       break;
     }
+    cum += cand_[i].v;
   }
-  return finish(token);
+  cand_.resize(cut);
+  return cum;
+}
+
+// 8. Min-p: drop tokens below min_p times the best probability (1 here).
+//    Returns the mass kept.
+double Sampler::cut_min_p(float min_p) {
+  size_t k = 0;
+  double total = 0.0;
+  for (const Cand& c : cand_) {
+    if (c.v >= min_p) {
+      cand_[k++] = c;
+      total += c.v;
+    }
+  }
+  cand_.resize(k);
+  return total;
+}
+
+// 9. The draw: inverse CDF over the survivors in their canonical order.
+int32_t Sampler::draw_shortlist(double target) const {
+  double cum = 0.0;
+  for (const Cand& c : cand_) {
+    cum += c.v;
+    if (cum > target) return c.id;
+  }
+  return cand_.back().id;  // if rounding leaves target unreached
 }
 
 int32_t Sampler::draw_dense(double u, double total) const {

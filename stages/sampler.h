@@ -154,6 +154,18 @@ class Sampler {
 
  private:
   static constexpr int32_t kBlock = 256;  // tokens per block sum in the dense draw
+  // The steps of sample(), in order (sampler.cpp numbers them).
+  static void top_logprobs(const float* logits, int32_t vocab, int n_top, double lse,
+                           SampleResult& r);
+  float penalize_saving(float* logits, int32_t vocab, const SamplingParams& p,
+                        const SequenceHistory* hist, float raw_max);
+  int32_t draw(const float* logits, int32_t vocab, const SamplingParams& p, float max_pen,
+               uint64_t position);
+  void shortlist_nucleus(int32_t vocab, double need);
+  double shortlist_top_k(const float* logits, int32_t vocab, size_t k, float max_pen, float inv_t);
+  double cut_top_p(float top_p, double total);
+  double cut_min_p(float min_p);
+  int32_t draw_shortlist(double target) const;
   int32_t draw_dense(double u, double total) const;
 
   struct Cand {

@@ -2,10 +2,16 @@
 // (fork + exec, so no device state ever crosses a fork). The daemon set
 // PR_SET_PDEATHSIG before exec, so a stage dies with the daemon.
 //
-// Start-up handshake, all through the segment (StageShared of this stage):
-//   starting ─open model, capacity = kv.memory / bytes per block─▶ sized
-//   ─wait for header.kv_blocks (the daemon's minimum)─▶ build the executor
-//   ─▶ ready ─serve─▶ stopped (shutdown) | failed (error[] says why)
+// Start-up handshake, one for every backend (stages/backend.h), all through
+// the segment (StageShared of this stage):
+//   starting ─open the model, build the backend for the plan's device
+//            (cpu: the slice executor; cuda:N: the plugin, weights uploaded)
+//   ─capacity_blocks─▶ sized ─preload (CPU: page the slice in)
+//   ─wait for header.kv_blocks (the daemon's minimum)─▶ allocate KV
+//   ─attach boundaries─▶ ready ─agent─▶ stopped (shutdown)
+// Any failure before serving: failed, error[] says why. Stopping while
+// starting (preload, the wait for the block count or for a GPU peer's
+// boundaries) exits 0 without a status.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -18,97 +24,136 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "stages/agent.h"
+#include "stages/backend.h"
+#include "stages/cpu_backend.h"
 #include "stages/cuda_plugin.h"
-#include "stages/preload.h"
 #include "stages/stage.h"
 
 namespace kvasir {
+namespace {
 
-int stage_main(int stage, const std::string& segment_name) {
-  prctl(PR_SET_PDEATHSIG, SIGKILL);  // again, in case we were not started by the supervisor
+// The segment, if it is this daemon's and has this stage; null (logged) if not.
+std::unique_ptr<ipc::Segment> open_segment(int stage, const std::string& segment_name) {
   std::unique_ptr<ipc::Segment> seg;
   try {
     seg = ipc::Segment::open(segment_name);
   } catch (const Error& e) {
     KV_LOG_ERROR("stage", "{}", e.message());
-    return 2;
+    return nullptr;
   }
   if (getppid() != seg->header().owner_pid.load()) {
     KV_LOG_ERROR("stage", "the daemon is gone");
-    return 2;
+    return nullptr;
   }
   if (stage < 0 || stage >= seg->n_stages()) {
     KV_LOG_ERROR("stage", "no such stage (plan has {})", seg->n_stages());
-    return 2;
+    return nullptr;
   }
+  return seg;
+}
+
+void set_status(ipc::Segment& seg, ipc::StageShared& me, ipc::StageStatus status) {
+  me.status.store(status);
+  seg.header().state.ring();
+}
+
+int fail(ipc::Segment& seg, ipc::StageShared& me, const std::string& msg) {
+  std::snprintf(me.error, sizeof me.error, "%s", msg.c_str());
+  set_status(seg, me, ipc::kStageFailed);
+  KV_LOG_ERROR("stage", "{}", msg);
+  return 3;
+}
+
+// Opens the model, checks it against the plan and builds the backend of
+// the plan's device for this stage.
+std::unique_ptr<StageBackend> build_backend(ipc::Segment& seg, int stage) {
+  const ipc::SegmentParams& p = seg.params();
+  const ipc::StagePlan& plan = p.stages[stage];
+  const int ordinal = cuda_ordinal(plan.device);
+  KV_CHECK(ordinal >= 0 || std::strcmp(plan.device, "cpu") == 0,
+           "device {}: not \"cpu\" or \"cuda:N\"", plan.device);
+  auto model = ModelFile::open(p.model_path);
+  const ModelConfig& mc = model->config();
+  // The boundaries are strided by the plan's hidden width: it must be the model's.
+  KV_CHECK(mc.hidden == p.dims.hidden, "{}: the model's hidden size {} is not the plan's {}",
+           plan.device, mc.hidden, p.dims.hidden);
+  if (ordinal >= 0) return make_cuda_backend(seg, stage, mc.vocab);  // the plugin maps its own
+  CpuStageConfig cfg;
+  cfg.slice = SliceSpec{plan.first, plan.last, stage == 0, stage == p.n_stages - 1};
+  cfg.block_size = p.block_size;
+  cfg.kv_type = p.kv_f32 ? DType::F32 : DType::F16;
+  cfg.kv_memory = p.kv_memory;
+  cfg.threads = plan.threads;
+  cfg.max_tokens = p.dims.max_tokens;
+  return make_cpu_backend(std::move(model), cfg);
+}
+
+// Preload progress goes to the segment, for the daemon's log and `kvasir
+// status`; the daemon's stop ends it.
+PreloadConfig preload_config(ipc::Segment& seg, ipc::StageShared& me) {
+  PreloadConfig pc;
+  if (const char* d = std::getenv("KVASIR_TEST_PRELOAD_DELAY_MS"))
+    pc.delay_ms_per_layer = std::clamp(std::atoi(d), 0, 1000);
+  pc.progress = [&seg, &me](const PreloadProgress& pr) {
+    me.load_bytes_total.store(pr.bytes_total);
+    me.load_bytes_done.store(pr.bytes_done);
+    me.load_layers_done.store(pr.layers_done);
+    return !seg.stopping();
+  };
+  return pc;
+}
+
+// The daemon's decision: the smallest capacity of all stages. 0 if the
+// daemon began stopping first.
+int32_t wait_for_block_count(ipc::Segment& seg) {
+  while (seg.header().kv_blocks.load() <= 0) {
+    uint32_t seen = seg.header().state.seen();
+    if (seg.stopping()) return 0;
+    if (seg.header().kv_blocks.load() > 0) break;
+    seg.header().state.wait(seen, 100'000'000);
+  }
+  return seg.header().kv_blocks.load();
+}
+
+// The handshake (see the top of this file), then the agent until shutdown.
+int run_stage(ipc::Segment& seg, int stage) {
+  ipc::StageShared& me = seg.stage(stage);
+  std::unique_ptr<StageBackend> backend = build_backend(seg, stage);
+  const int64_t cap = backend->capacity_blocks();
+  me.capacity_blocks.store(cap);
+  set_status(seg, me, ipc::kStageSized);
+
+  if (!backend->preload(preload_config(seg, me))) return 0;
+  const int32_t n_blocks = wait_for_block_count(seg);
+  if (n_blocks <= 0) return 0;
+  KV_CHECK(n_blocks <= cap, "the daemon asked for {} blocks, this stage holds {}", n_blocks, cap);
+  backend->allocate_kv(n_blocks);
+  if (!backend->attach_boundaries()) return 0;
+  set_status(seg, me, ipc::kStageReady);
+
+  const AgentConfig ac{stage, backend->vocab(), n_blocks};
+  const int rc =
+      run_agent(seg, ac, [&](const ForwardBatch& b, const float* in, float* out, float* logits) {
+        backend->forward(b, in, out, logits);
+      });
+  set_status(seg, me, ipc::kStageStopped);
+  return rc;
+}
+
+}  // namespace
+
+int stage_main(int stage, const std::string& segment_name) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);  // again, in case we were not started by the supervisor
+  std::unique_ptr<ipc::Segment> seg = open_segment(stage, segment_name);
+  if (!seg) return 2;
   ipc::StageShared& me = seg->stage(stage);
   me.pid.store(getpid());
-  auto fail = [&](const std::string& msg) {
-    std::snprintf(me.error, sizeof me.error, "%s", msg.c_str());
-    me.status.store(ipc::kStageFailed);
-    seg->header().state.ring();
-    KV_LOG_ERROR("stage", "{}", msg);
-    return 3;
-  };
   try {
-    const ipc::SegmentParams& p = seg->params();
-    const ipc::StagePlan& plan = p.stages[stage];
-    if (cuda_ordinal(plan.device) >= 0) return run_cuda_stage(*seg, stage);  // the plugin's
-    KV_CHECK(std::strcmp(plan.device, "cpu") == 0, "device {}: not \"cpu\" or \"cuda:N\"",
-             plan.device);
-    auto model = ModelFile::open(p.model_path);
-    const ModelConfig& mc = model->config();
-    KV_CHECK(mc.hidden == p.dims.hidden, "model hidden size {} differs from the plan's {}",
-             mc.hidden, p.dims.hidden);
-    SliceSpec slice{plan.first, plan.last, stage == 0, stage == p.n_stages - 1};
-    KvSpec kv{0, p.block_size, p.kv_f32 ? DType::F32 : DType::F16};
-    uint64_t per = SliceExecutor::kv_bytes_per_block(mc, slice, kv);
-    int64_t cap = per ? int64_t(p.kv_memory / per) : 0;
-    KV_CHECK(cap >= 1, "kv.memory ({} bytes) holds no block of layers {}-{} ({} bytes each)",
-             p.kv_memory, plan.first, plan.last, per);
-    me.capacity_blocks.store(cap);
-    me.status.store(ipc::kStageSized);
-    seg->header().state.ring();
-
-    // Page the slice in while the daemon decides the block count; progress
-    // goes to the segment for the daemon's log and `kvasir status`.
-    PreloadConfig pc;
-    if (const char* d = std::getenv("KVASIR_TEST_PRELOAD_DELAY_MS"))
-      pc.delay_ms_per_layer = std::clamp(std::atoi(d), 0, 1000);
-    pc.progress = [&](const PreloadProgress& pr) {
-      me.load_bytes_total.store(pr.bytes_total);
-      me.load_bytes_done.store(pr.bytes_done);
-      me.load_layers_done.store(pr.layers_done);
-      return !seg->stopping();
-    };
-    if (!preload_slice(*model, slice, pc)) return 0;
-
-    // Wait for the daemon's decision: the smallest capacity of all stages.
-    while (seg->header().kv_blocks.load() <= 0) {
-      uint32_t seen = seg->header().state.seen();
-      if (seg->stopping()) return 0;
-      if (seg->header().kv_blocks.load() > 0) break;
-      seg->header().state.wait(seen, 100'000'000);
-    }
-    kv.n_blocks = seg->header().kv_blocks.load();
-    KV_CHECK(kv.n_blocks <= cap, "the daemon asked for {} blocks, this stage holds {}", kv.n_blocks,
-             cap);
-    SliceExecutor exec(*model, slice, kv, plan.threads, p.dims.max_tokens);
-    me.status.store(ipc::kStageReady);
-    seg->header().state.ring();
-
-    AgentConfig ac{stage, mc.vocab, kv.n_blocks};
-    int rc =
-        run_agent(*seg, ac, [&](const ForwardBatch& b, const float* in, float* out, float* logits) {
-          exec.forward(b, in, out, logits);
-        });
-    me.status.store(ipc::kStageStopped);
-    seg->header().state.ring();
-    return rc;
+    return run_stage(*seg, stage);
   } catch (const Error& e) {
-    return fail(e.message());
+    return fail(*seg, me, e.message());
   } catch (const std::exception& e) {
-    return fail(e.what());
+    return fail(*seg, me, e.what());
   }
 }
 

@@ -126,17 +126,16 @@ int main(int argc, char** argv) {
     cfg.last_layer = m->config().n_layers - 1;
   }
   double t0 = now_s();
-  cuda::Fault f;
-  auto ex = cuda::CudaSliceExecutor::open(cfg, f);
-  if (!ex) {
-    std::fprintf(stderr, "open: %s\n", f.text.c_str());
+  std::unique_ptr<cuda::CudaSliceExecutor> ex;
+  if (Status st = cuda::CudaSliceExecutor::open(cfg, &ex); !st.ok()) {
+    std::fprintf(stderr, "open: %s\n", st.message().c_str());
     return 1;
   }
   const double load_s = now_s() - t0;
   const ModelConfig& mc = ex->config();
   const int32_t n_blocks = max_n * table;
-  if (!ex->allocate_kv(n_blocks, f)) {
-    std::fprintf(stderr, "allocate_kv: %s\n", f.text.c_str());
+  if (Status st = ex->allocate_kv(n_blocks); !st.ok()) {
+    std::fprintf(stderr, "allocate_kv: %s\n", st.message().c_str());
     return 1;
   }
   // Weight bytes one decode step reads: every matrix of every layer, plus the
@@ -179,8 +178,8 @@ int main(int argc, char** argv) {
       b.tokens = tokens.data();
       b.n_tokens = int64_t(tokens.size());
       b.logits = logits.data();
-      if (!ex->forward(b, f)) {
-        std::fprintf(stderr, "prefill: %s\n", f.text.c_str());
+      if (Status st = ex->forward(b); !st.ok()) {
+        std::fprintf(stderr, "prefill: %s\n", st.message().c_str());
         return 1;
       }
       r0 += rn;
@@ -222,12 +221,12 @@ int main(int argc, char** argv) {
       }
       CK(cudaEventRecord(e0, ex->stream()));
       double w0 = now_s();
-      bool good = ex->forward(b, f);
+      const Status st = ex->forward(b);
       CK(cudaEventRecord(e1, ex->stream()));
       CK(cudaEventSynchronize(e1));
       double w1 = now_s();
-      if (!good) {
-        std::fprintf(stderr, "decode: %s\n", f.text.c_str());
+      if (!st.ok()) {
+        std::fprintf(stderr, "decode: %s\n", st.message().c_str());
         return 1;
       }
       if (gpu_only) {

@@ -412,9 +412,7 @@ Config load_config(const std::string& path) {
 
 uint64_t kv_bytes_per_block(const ModelConfig& m, int32_t n_layers, int32_t block_size,
                             const std::string& dtype) {
-  uint64_t el = dtype == "f32" ? 4 : 2;
-  return uint64_t(n_layers) * 2 * uint64_t(m.n_kv_heads) * uint64_t(m.head_dim) *
-         uint64_t(block_size) * el;
+  return kv_block_bytes(m, n_layers, block_size, dtype == "f32" ? 4 : 2);
 }
 
 void check_against_model(const Config& cfg, const ModelConfig& m) {

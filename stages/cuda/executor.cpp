@@ -8,7 +8,6 @@
 
 #include "base/check.h"
 #include "kernels/cpu/matmul.h"
-#include "kernels/cpu/rope.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/dequant.h"
 #include "kernels/cuda/embedding.h"
@@ -19,29 +18,45 @@
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/swiglu.h"
 #include "kernels/cuda/token_logprob.h"
+#include "stages/slice.h"
 
 namespace kvasir::cuda {
 namespace {
 
 constexpr size_t kGemmWorkspace = 32ull << 20;  // cuBLASLt's recommendation for Hopper
 constexpr size_t kAttnWorkspaceCap = 256ull << 20;
+constexpr int32_t kKvElemBytes = 2;  // KV blocks are bf16
 
-bool ok(cudaError_t e, const char* what, Fault& f) {
-  if (e == cudaSuccess) return true;
-  f.status = e == cudaErrorMemoryAllocation ? KVASIR_CUDA_NO_MEMORY : KVASIR_CUDA_RUNTIME;
-  f.text = fmt::format("{}: {} ({})", what, cudaGetErrorString(e), int(e));
-  return false;
+// A CUDA runtime call's result: ok, or kOutOfMemory / kDevice naming the call.
+Status cuda_status(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return Status();
+  return Status(e == cudaErrorMemoryAllocation ? ErrorCode::kOutOfMemory : ErrorCode::kDevice,
+                fmt::format("{}: {} ({})", what, cudaGetErrorString(e), int(e)));
 }
 
-bool fail(Fault& f, int status, std::string text) {
-  f.status = status;
-  f.text = std::move(text);
-  return false;
+// A batch the executor refuses: that batch fails, the stage goes on.
+Status batch_error(std::string text) {
+  return Status(ErrorCode::kInvalidArgument, std::move(text));
+}
+
+Status model_error(std::string text) {
+  return Status(ErrorCode::kModelFormat, std::move(text));
+}
+
+// A CUDA IPC boundary's failure (device_boundary.h reports it as a text).
+Status boundary_status(const std::string& why, const char* prefix = "") {
+  if (why.empty()) return Status();
+  return Status(ErrorCode::kDevice, prefix + why);
 }
 
 bool device_dequant_type(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 ||
          t == DType::Q4_0 || t == DType::Q4_1;
+}
+
+template <class T>
+Status host_alloc(uint64_t bytes, T** out) {
+  return cuda_status(cudaMallocHost(reinterpret_cast<void**>(out), bytes), "cudaMallocHost");
 }
 
 }  // namespace
@@ -58,218 +73,232 @@ CudaSliceExecutor::~CudaSliceExecutor() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-void* CudaSliceExecutor::dev_alloc(uint64_t bytes, const char* what, Fault& f) {
+Status CudaSliceExecutor::dev_alloc_bytes(uint64_t bytes, const char* what, void** out) {
+  *out = nullptr;
   void* p = nullptr;
-  if (!ok(cudaMalloc(&p, bytes ? bytes : 1), what, f)) return nullptr;
+  KV_RETURN_IF_ERROR(cuda_status(cudaMalloc(&p, bytes ? bytes : 1), what));
   allocs_.push_back(p);
-  return p;
+  *out = p;
+  return Status();
 }
 
-std::unique_ptr<CudaSliceExecutor> CudaSliceExecutor::open(const KvasirCudaStageConfig& cfg,
-                                                           Fault& f) {
+Status CudaSliceExecutor::open(const KvasirCudaStageConfig& cfg,
+                               std::unique_ptr<CudaSliceExecutor>* out) {
   std::unique_ptr<CudaSliceExecutor> e(new CudaSliceExecutor);
-  if (!e->load(cfg, f)) return nullptr;
-  return e;
+  KV_RETURN_IF_ERROR(e->load(cfg));
+  *out = std::move(e);
+  return Status();
 }
 
-bool CudaSliceExecutor::load(const KvasirCudaStageConfig& cfg, Fault& f) {
+// --- Load -----------------------------------------------------------------
+
+Status CudaSliceExecutor::load(const KvasirCudaStageConfig& cfg) {
+  KV_RETURN_IF_ERROR(init_device(cfg));
+  KV_RETURN_IF_ERROR(open_model());
+  KV_RETURN_IF_ERROR(upload_weights());
+  KV_RETURN_IF_ERROR(upload_rope());
+  KV_RETURN_IF_ERROR(alloc_scratch());
+  return measure_capacity();
+}
+
+// The config's ranges; the device, the stream and cuBLASLt.
+Status CudaSliceExecutor::init_device(const KvasirCudaStageConfig& cfg) {
   cfg_ = cfg;
   if (cfg.max_tokens < 1 || cfg.max_tokens > (1 << 20) || cfg.max_rows < 1 ||
       cfg.max_rows > cfg.max_tokens || cfg.max_table < 1 || cfg.block_size < 1 ||
       cfg.inflight < 1 || !(cfg.gpu_memory_utilization > 0 && cfg.gpu_memory_utilization <= 1))
-    return fail(f, KVASIR_CUDA_BAD_ARGS, "stage config out of range");
+    return Status(ErrorCode::kInvalidArgument, "stage config out of range");
   // After exec, before any other CUDA call of this process: this stage's device.
-  if (!ok(cudaSetDevice(cfg.device), "cudaSetDevice", f)) return false;
-  if (!ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate", f))
-    return false;
+  KV_RETURN_IF_ERROR(cuda_status(cudaSetDevice(cfg.device), "cudaSetDevice"));
+  KV_RETURN_IF_ERROR(
+      cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
   if (cublasLtCreate(&lt_) != CUBLAS_STATUS_SUCCESS)
-    return fail(f, KVASIR_CUDA_RUNTIME, "cublasLtCreate failed");
+    return Status(ErrorCode::kDevice, "cublasLtCreate failed");
+  return Status();
+}
+
+// The model file, the slice's layer range, and what the kernels support.
+Status CudaSliceExecutor::open_model() {
   try {
-    model_ = ModelFile::open(cfg.model_path);
+    model_ = ModelFile::open(cfg_.model_path);
   } catch (const Error& e) {
-    return fail(f, KVASIR_CUDA_MODEL, e.message());
+    return model_error(e.message());
   }
   mc_ = model_->config();
   const ModelConfig& c = mc_;
-  if (cfg.first_layer < 0 || cfg.first_layer > cfg.last_layer || cfg.last_layer >= c.n_layers)
-    return fail(f, KVASIR_CUDA_BAD_ARGS,
-                fmt::format("layers {}-{} outside the model's 0-{}", cfg.first_layer,
-                            cfg.last_layer, c.n_layers - 1));
+  if (cfg_.first_layer < 0 || cfg_.first_layer > cfg_.last_layer || cfg_.last_layer >= c.n_layers)
+    return error_status(ErrorCode::kInvalidArgument, "layers {}-{} outside the model's 0-{}",
+                        cfg_.first_layer, cfg_.last_layer, c.n_layers - 1);
   if (c.qkv_bias)
-    return fail(f, KVASIR_CUDA_MODEL,
-                "q/k/v biases (Qwen2) are not implemented on the CUDA backend yet");
+    return model_error("q/k/v biases (Qwen2) are not implemented on the CUDA backend yet");
   if (c.head_dim < 1 || c.head_dim > 256 || c.head_dim % 2 || c.n_heads % c.n_kv_heads)
-    return fail(f, KVASIR_CUDA_MODEL,
-                fmt::format("head_dim {} / heads {}/{} not supported", c.head_dim, c.n_heads,
-                            c.n_kv_heads));
+    return error_status(ErrorCode::kModelFormat, "head_dim {} / heads {}/{} not supported",
+                        c.head_dim, c.n_heads, c.n_kv_heads);
+  return Status();
+}
 
+// The slice's weights: embeddings (head), final norm and output head (tail),
+// and every layer's.
+Status CudaSliceExecutor::upload_weights() {
+  const ModelConfig& c = mc_;
+  const int64_t H = c.hidden;
+  Staging st;
+  if (cfg_.head) KV_RETURN_IF_ERROR(upload_weight(st, kTokenEmbdTensor, c.vocab, H, &embed_));
+  if (cfg_.tail) {
+    KV_RETURN_IF_ERROR(upload_norm(st, kOutputNormTensor, &out_norm_));
+    KV_RETURN_IF_ERROR(upload_weight(st, output_tensor_name(c), c.vocab, H, &output_));
+  }
+  layers_.resize(size_t(cfg_.last_layer - cfg_.first_layer + 1));
+  for (int il = cfg_.first_layer; il <= cfg_.last_layer; ++il)
+    KV_RETURN_IF_ERROR(upload_layer(st, il, layers_[size_t(il - cfg_.first_layer)]));
+  return Status();
+}
+
+Status CudaSliceExecutor::upload_layer(Staging& st, int il, Layer& L) {
+  const ModelConfig& c = mc_;
   const int64_t H = c.hidden, QD = int64_t(c.n_heads) * c.head_dim,
                 KD = int64_t(c.n_kv_heads) * c.head_dim, FF = c.ffn;
-  // Host staging for raw rows and for K-quant rows dequantised on the host.
-  std::vector<float> row_f32;
-  std::vector<__nv_bfloat16> row_bf16;
+  const LayerTensorNames n = layer_tensor_names(il);
+  KV_RETURN_IF_ERROR(upload_norm(st, n.attn_norm, &L.attn_norm));
+  KV_RETURN_IF_ERROR(upload_norm(st, n.ffn_norm, &L.ffn_norm));
+  KV_RETURN_IF_ERROR(upload_weight(st, n.attn_q, QD, H, &L.wq));
+  KV_RETURN_IF_ERROR(upload_weight(st, n.attn_k, KD, H, &L.wk));
+  KV_RETURN_IF_ERROR(upload_weight(st, n.attn_v, KD, H, &L.wv));
+  KV_RETURN_IF_ERROR(upload_weight(st, n.attn_output, H, QD, &L.wo));
+  KV_RETURN_IF_ERROR(upload_weight(st, n.ffn_down, H, FF, &L.w_down));
+  // Gate and up rows in one matrix: one GEMM, SwiGLU reads both halves.
+  KV_RETURN_IF_ERROR(dev_alloc(uint64_t(2 * FF * H) * 2, "gate/up", &L.w_gu));
+  KV_RETURN_IF_ERROR(upload_weight(st, n.ffn_gate, FF, H, nullptr, L.w_gu));
+  KV_RETURN_IF_ERROR(upload_weight(st, n.ffn_up, FF, H, nullptr, L.w_gu + FF * H));
+  L.kv.block_size = cfg_.block_size;
+  L.kv.n_kv_heads = c.n_kv_heads;
+  L.kv.head_dim = c.head_dim;
+  return Status();
+}
 
-  // One tensor → bf16 [rows, cols] at dst (device). Raw GGUF bytes go up once
-  // and are expanded on the device; other types row by row on the host.
-  auto upload_bf16 = [&](const TensorView& t, __nv_bfloat16* dst, const char* what) -> bool {
-    const int64_t rows = t.rows(), cols = t.cols();
-    if (device_dequant_type(t.type)) {
-      void* raw = nullptr;
-      if (!ok(cudaMalloc(&raw, t.nbytes), "cudaMalloc(raw weights)", f)) return false;
-      // On stream_, not the legacy stream: stream_ is non-blocking, so the
-      // dequant kernel would not be ordered after a plain cudaMemcpy.
-      bool good =
-          ok(cudaMemcpyAsync(raw, t.data, t.nbytes, cudaMemcpyHostToDevice, stream_), what, f);
-      DequantArgs a;
-      a.src = raw;
-      a.type = t.type;
-      a.n_rows = rows;
-      a.n_cols = cols;
-      a.dst = dst;
-      good = good && ok(launch_dequant(a, stream_), what, f) &&
-             ok(cudaStreamSynchronize(stream_), what, f);
-      cudaFree(raw);
-      return good;
-    }
-    // Rows are widened into a ~8 MiB bf16 staging block, copied up a block at
-    // a time (one cudaMemcpy per row would cost millions of calls on an 8B model).
-    const int64_t per_block = std::max<int64_t>(1, (int64_t(8) << 20) / (2 * cols));
-    row_f32.resize(size_t(cols));
-    row_bf16.resize(size_t(std::min(rows, per_block) * cols));
-    for (int64_t r0 = 0; r0 < rows; r0 += per_block) {
-      const int64_t n = std::min(per_block, rows - r0);
-      for (int64_t r = 0; r < n; ++r) {
-        try {
-          cpu::dequantize_row(t, r0 + r, row_f32.data());
-        } catch (const Error& e) {
-          return fail(f, KVASIR_CUDA_MODEL, fmt::format("{}: {}", what, e.message()));
-        }
-        __nv_bfloat16* out = row_bf16.data() + r * cols;
-        for (int64_t i = 0; i < cols; ++i) out[i] = __float2bfloat16(row_f32[size_t(i)]);
+Status CudaSliceExecutor::find_tensor(const std::string& name, const TensorView** out) const {
+  *out = model_->find(name);
+  if (!*out) return model_error(fmt::format("tensor {} missing", name));
+  return Status();
+}
+
+// One matrix → bf16 [rows, cols] at dst (device; allocated when null), its
+// shape checked. *out (if given) gets dst.
+Status CudaSliceExecutor::upload_weight(Staging& st, const std::string& name, int64_t rows,
+                                        int64_t cols, __nv_bfloat16** out, __nv_bfloat16* dst) {
+  const TensorView* t = nullptr;
+  KV_RETURN_IF_ERROR(find_tensor(name, &t));
+  if (t->rows() != rows || t->cols() != cols)
+    return error_status(ErrorCode::kModelFormat, "{}: shape [{}, {}], expected [{}, {}]", name,
+                        t->rows(), t->cols(), rows, cols);
+  if (!dst) KV_RETURN_IF_ERROR(dev_alloc(uint64_t(rows * cols) * 2, "weights", &dst));
+  KV_RETURN_IF_ERROR(upload_bf16(st, *t, dst, name.c_str()));
+  if (out) *out = dst;
+  return Status();
+}
+
+// A norm weight → f32 [hidden] on the device. F32 in GGUF; F16/BF16 in
+// safetensors folders: widened on the host.
+Status CudaSliceExecutor::upload_norm(Staging& st, const std::string& name, float** out) {
+  const int64_t H = mc_.hidden;
+  const TensorView* t = nullptr;
+  KV_RETURN_IF_ERROR(find_tensor(name, &t));
+  if (t->cols() != H || t->rows() != 1)
+    return model_error(fmt::format("{} must have {} elements", name, H));
+  st.f32.resize(size_t(H));
+  try {
+    cpu::dequantize_row(*t, 0, st.f32.data());
+  } catch (const Error& e) {
+    return model_error(fmt::format("{}: {}", name, e.message()));
+  }
+  float* d = nullptr;
+  KV_RETURN_IF_ERROR(dev_alloc(uint64_t(H) * 4, "norm", &d));
+  KV_RETURN_IF_ERROR(
+      cuda_status(cudaMemcpy(d, st.f32.data(), size_t(H) * 4, cudaMemcpyHostToDevice), "norm"));
+  *out = d;
+  return Status();
+}
+
+// One tensor → bf16 [rows, cols] at dst (device). Raw GGUF bytes go up once
+// and are expanded on the device; other types row by row on the host.
+Status CudaSliceExecutor::upload_bf16(Staging& st, const TensorView& t, __nv_bfloat16* dst,
+                                      const char* what) {
+  if (device_dequant_type(t.type)) return upload_raw(t, dst, what);
+  const int64_t rows = t.rows(), cols = t.cols();
+  // Rows are widened into a ~8 MiB bf16 staging block, copied up a block at
+  // a time (one cudaMemcpy per row would cost millions of calls on an 8B model).
+  const int64_t per_block = std::max<int64_t>(1, (int64_t(8) << 20) / (2 * cols));
+  st.f32.resize(size_t(cols));
+  st.bf16.resize(size_t(std::min(rows, per_block) * cols));
+  for (int64_t r0 = 0; r0 < rows; r0 += per_block) {
+    const int64_t n = std::min(per_block, rows - r0);
+    for (int64_t r = 0; r < n; ++r) {
+      try {
+        cpu::dequantize_row(t, r0 + r, st.f32.data());
+      } catch (const Error& e) {
+        return model_error(fmt::format("{}: {}", what, e.message()));
       }
-      if (!ok(cudaMemcpy(dst + r0 * cols, row_bf16.data(), size_t(n * cols) * 2,
-                         cudaMemcpyHostToDevice),
-              what, f))
-        return false;
+      __nv_bfloat16* out = st.bf16.data() + r * cols;
+      for (int64_t i = 0; i < cols; ++i) out[i] = __float2bfloat16(st.f32[size_t(i)]);
     }
-    return true;
-  };
-  auto tensor = [&](const std::string& name) -> const TensorView* {
-    const TensorView* t = model_->find(name);
-    if (!t) fail(f, KVASIR_CUDA_MODEL, fmt::format("tensor {} missing", name));
-    return t;
-  };
-  auto weight = [&](const std::string& name, int64_t rows, int64_t cols,
-                    __nv_bfloat16* dst = nullptr) -> __nv_bfloat16* {
-    const TensorView* t = tensor(name);
-    if (!t) return nullptr;
-    if (t->rows() != rows || t->cols() != cols) {
-      fail(f, KVASIR_CUDA_MODEL,
-           fmt::format("{}: shape [{}, {}], expected [{}, {}]", name, t->rows(), t->cols(), rows,
-                       cols));
-      return nullptr;
-    }
-    if (!dst) dst = static_cast<__nv_bfloat16*>(dev_alloc(uint64_t(rows * cols) * 2, "weights", f));
-    if (!dst || !upload_bf16(*t, dst, name.c_str())) return nullptr;
-    return dst;
-  };
-  auto norm = [&](const std::string& name) -> float* {
-    const TensorView* t = tensor(name);
-    if (!t) return nullptr;
-    if (t->cols() != H || t->rows() != 1) {
-      fail(f, KVASIR_CUDA_MODEL, fmt::format("{} must have {} elements", name, H));
-      return nullptr;
-    }
-    // F32 in GGUF; F16/BF16 in safetensors folders: widened on the host.
-    row_f32.resize(size_t(H));
-    try {
-      cpu::dequantize_row(*t, 0, row_f32.data());
-    } catch (const Error& e) {
-      fail(f, KVASIR_CUDA_MODEL, fmt::format("{}: {}", name, e.message()));
-      return nullptr;
-    }
-    auto* d = static_cast<float*>(dev_alloc(uint64_t(H) * 4, "norm", f));
-    if (d && !ok(cudaMemcpy(d, row_f32.data(), size_t(H) * 4, cudaMemcpyHostToDevice), "norm", f))
-      return nullptr;
-    return d;
-  };
-
-  if (cfg.head && !(embed_ = weight("token_embd.weight", c.vocab, H))) return false;
-  if (cfg.tail) {
-    if (!(out_norm_ = norm("output_norm.weight"))) return false;
-    output_ = weight(c.tied_embeddings ? "token_embd.weight" : "output.weight", c.vocab, H);
-    if (!output_) return false;
+    KV_RETURN_IF_ERROR(cuda_status(
+        cudaMemcpy(dst + r0 * cols, st.bf16.data(), size_t(n * cols) * 2, cudaMemcpyHostToDevice),
+        what));
   }
-  layers_.resize(size_t(cfg.last_layer - cfg.first_layer + 1));
-  for (int il = cfg.first_layer; il <= cfg.last_layer; ++il) {
-    Layer& L = layers_[size_t(il - cfg.first_layer)];
-    auto name = [il](const char* s) { return "blk." + std::to_string(il) + "." + s; };
-    if (!(L.attn_norm = norm(name("attn_norm.weight"))) ||
-        !(L.ffn_norm = norm(name("ffn_norm.weight"))) ||
-        !(L.wq = weight(name("attn_q.weight"), QD, H)) ||
-        !(L.wk = weight(name("attn_k.weight"), KD, H)) ||
-        !(L.wv = weight(name("attn_v.weight"), KD, H)) ||
-        !(L.wo = weight(name("attn_output.weight"), H, QD)) ||
-        !(L.w_down = weight(name("ffn_down.weight"), H, FF)))
-      return false;
-    L.w_gu = static_cast<__nv_bfloat16*>(dev_alloc(uint64_t(2 * FF * H) * 2, "gate/up", f));
-    if (!L.w_gu || !weight(name("ffn_gate.weight"), FF, H, L.w_gu) ||
-        !weight(name("ffn_up.weight"), FF, H, L.w_gu + FF * H))
-      return false;
-    L.kv.block_size = cfg.block_size;
-    L.kv.n_kv_heads = c.n_kv_heads;
-    L.kv.head_dim = c.head_dim;
-  }
+  return Status();
+}
 
-  // RoPE frequencies, computed by the CPU code in double (same angles).
-  cpu::RopeConfig rc;
-  rc.head_dim = c.head_dim;
-  rc.rot_dim = c.head_dim;
-  rc.theta = c.rope_theta;
-  rc.style = c.rope_layout == kvasir::RopeLayout::kAdjacent ? cpu::RopeStyle::kAdjacent
-                                                            : cpu::RopeStyle::kHalf;
-  rc.llama3_factor = c.rope_llama3_factor;
-  rc.llama3_low_freq_factor = c.rope_llama3_low_freq_factor;
-  rc.llama3_high_freq_factor = c.rope_llama3_high_freq_factor;
-  rc.llama3_original_context = c.rope_llama3_original_context;
-  rc.linear_factor = c.rope_linear_factor;
-  // Llama-3 GGUF files carry the scaling as per-pair divisors
-  // (rope_freqs.weight) and no scaling metadata: as on the CPU
-  // (stages/forward.cpp), the plain frequencies, divided.
-  if (c.rope_freqs_tensor) rc.llama3_factor = 0.f;
-  std::vector<float> inv = cpu::rope_inv_freq(rc);
-  if (c.rope_freqs_tensor) {
-    const TensorView* rf = tensor("rope_freqs.weight");
-    if (!rf) return false;
-    if (rf->type != DType::F32 || rf->rows() != 1 || rf->cols() != int64_t(inv.size()))
-      return fail(f, KVASIR_CUDA_MODEL,
-                  fmt::format("rope_freqs.weight: expected {} f32 values", inv.size()));
-    const float* fr = static_cast<const float*>(rf->data);
-    for (size_t i = 0; i < inv.size(); ++i) {
-      if (!(std::isfinite(fr[i]) && fr[i] > 0.f))
-        return fail(f, KVASIR_CUDA_MODEL,
-                    fmt::format("rope_freqs.weight[{}] is {}: frequency divisors must be finite "
-                                "and positive",
-                                i, fr[i]));
-      inv[i] /= fr[i];
-    }
-  }
-  inv_freq_ = static_cast<float*>(dev_alloc(inv.size() * 4, "inv_freq", f));
-  if (!inv_freq_ ||
-      !ok(cudaMemcpy(inv_freq_, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice), "inv_freq", f))
-    return false;
+// A tensor of a type the device expands (launch_dequant): its raw bytes go
+// up through a temporary buffer.
+Status CudaSliceExecutor::upload_raw(const TensorView& t, __nv_bfloat16* dst, const char* what) {
+  void* raw = nullptr;
+  KV_RETURN_IF_ERROR(cuda_status(cudaMalloc(&raw, t.nbytes), "cudaMalloc(raw weights)"));
+  // On stream_, not the legacy stream: stream_ is non-blocking, so the
+  // dequant kernel would not be ordered after a plain cudaMemcpy.
+  Status s =
+      cuda_status(cudaMemcpyAsync(raw, t.data, t.nbytes, cudaMemcpyHostToDevice, stream_), what);
+  DequantArgs a;
+  a.src = raw;
+  a.type = t.type;
+  a.n_rows = t.rows();
+  a.n_cols = t.cols();
+  a.dst = dst;
+  if (s.ok()) s = cuda_status(launch_dequant(a, stream_), what);
+  if (s.ok()) s = cuda_status(cudaStreamSynchronize(stream_), what);
+  cudaFree(raw);
+  return s;
+}
 
-  // Scratch for max_tokens rows.
-  const uint64_t T = uint64_t(cfg.max_tokens), R = uint64_t(cfg.max_rows);
-  x_ = static_cast<float*>(dev_alloc(T * H * 4, "x", f));
-  xn_ = static_cast<__nv_bfloat16*>(dev_alloc(T * std::max(H, FF) * 2, "xn", f));
-  q_ = static_cast<float*>(dev_alloc(T * QD * 4, "q", f));
-  k_ = static_cast<float*>(dev_alloc(T * KD * 4, "k", f));
-  v_ = static_cast<float*>(dev_alloc(T * KD * 4, "v", f));
-  att_ = static_cast<__nv_bfloat16*>(dev_alloc(T * QD * 2, "att", f));
-  gu_ = static_cast<float*>(dev_alloc(T * 2 * FF * 4, "gate/up out", f));
+// The RoPE frequencies: the CPU executor's table (stages/slice.h), the
+// rope_freqs.weight divisors included.
+Status CudaSliceExecutor::upload_rope() {
+  std::vector<float> inv;
+  try {
+    inv = rope_table(*model_).inv_freq;
+  } catch (const Error& e) {
+    return e.status();
+  }
+  KV_RETURN_IF_ERROR(dev_alloc(inv.size() * 4, "inv_freq", &inv_freq_));
+  return cuda_status(cudaMemcpy(inv_freq_, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice),
+                     "inv_freq");
+}
+
+// Scratch for max_tokens rows, the GEMM and attention workspaces, the
+// tail's buffers and the batch arrays.
+Status CudaSliceExecutor::alloc_scratch() {
+  const ModelConfig& c = mc_;
+  const uint64_t H = uint64_t(c.hidden), QD = uint64_t(c.n_heads) * uint64_t(c.head_dim),
+                 KD = uint64_t(c.n_kv_heads) * uint64_t(c.head_dim), FF = uint64_t(c.ffn);
+  const uint64_t T = uint64_t(cfg_.max_tokens), R = uint64_t(cfg_.max_rows);
+  KV_RETURN_IF_ERROR(dev_alloc(T * H * 4, "x", &x_));
+  KV_RETURN_IF_ERROR(dev_alloc(T * std::max(H, FF) * 2, "xn", &xn_));
+  KV_RETURN_IF_ERROR(dev_alloc(T * QD * 4, "q", &q_));
+  KV_RETURN_IF_ERROR(dev_alloc(T * KD * 4, "k", &k_));
+  KV_RETURN_IF_ERROR(dev_alloc(T * KD * 4, "v", &v_));
+  KV_RETURN_IF_ERROR(dev_alloc(T * QD * 2, "att", &att_));
+  KV_RETURN_IF_ERROR(dev_alloc(T * 2 * FF * 4, "gate/up out", &gu_));
   gemm_ws_bytes_ = kGemmWorkspace;
-  gemm_ws_ = dev_alloc(gemm_ws_bytes_, "cuBLASLt workspace", f);
+  KV_RETURN_IF_ERROR(dev_alloc(gemm_ws_bytes_, "cuBLASLt workspace", &gemm_ws_));
   attn_ws_bytes_ =
       std::min(kAttnWorkspaceCap,
                paged_attention_workspace_bytes(
@@ -278,88 +307,91 @@ bool CudaSliceExecutor::load(const KvasirCudaStageConfig& cfg, Fault& f) {
                    int32_t(std::max<int64_t>(
                        1, std::min<int64_t>(int64_t(R), 2047 / std::max(1, c.n_heads)))),
                    c.n_heads, c.head_dim,
-                   int32_t(std::min<int64_t>(int64_t(cfg.max_table) * cfg.block_size, 1 << 24))));
-  attn_ws_ = static_cast<float*>(dev_alloc(attn_ws_bytes_, "attention workspace", f));
-  d_err_ = static_cast<int32_t*>(dev_alloc(4, "error flag", f));
-  if (cfg.tail) {
-    last_ = static_cast<float*>(dev_alloc(R * H * 4, "last rows", f));
-    logits_ = static_cast<float*>(dev_alloc(R * uint64_t(c.vocab) * 4, "logits", f));
-    d_samp_ = static_cast<GpuSamplingRow*>(dev_alloc(R * sizeof(GpuSamplingRow), "sampling", f));
-    d_tok_ = static_cast<int32_t*>(dev_alloc(R * 4, "sampled ids", f));
-    d_flags_ = static_cast<int32_t*>(dev_alloc(R * 4, "sampling flags", f));
-    d_lp_ = static_cast<float*>(dev_alloc(R * 4, "sampled logprobs", f));
-    if (!d_samp_ || !d_tok_ || !d_flags_ || !d_lp_ ||
-        !ok(cudaMallocHost(reinterpret_cast<void**>(&h_samp_), R * sizeof(GpuSamplingRow)),
-            "cudaMallocHost", f) ||
-        !ok(cudaMallocHost(reinterpret_cast<void**>(&h_tok_), R * 4), "cudaMallocHost", f) ||
-        !ok(cudaMallocHost(reinterpret_cast<void**>(&h_flags_), R * 4), "cudaMallocHost", f) ||
-        !ok(cudaMallocHost(reinterpret_cast<void**>(&h_lp_), R * 4), "cudaMallocHost", f))
-      return false;
-    sel_row_.assign(size_t(R), 0);
-  }
-  // q_start[R+1] | pos0[R] | tables[R*max_table] | pos[T] | tokens[T] | gather[R]
-  n_ints_ = (R + 1) + R + R * uint64_t(cfg.max_table) + T + T + R;
-  d_ints_ = static_cast<int32_t*>(dev_alloc(n_ints_ * 4, "batch arrays", f));
-  if (!x_ || !xn_ || !q_ || !k_ || !v_ || !att_ || !gu_ || !gemm_ws_ || !attn_ws_ || !d_err_ ||
-      !d_ints_ || (cfg.tail && (!last_ || !logits_)))
-    return false;
-  if (!ok(cudaMallocHost(reinterpret_cast<void**>(&h_ints_), n_ints_ * 4), "cudaMallocHost", f) ||
-      !ok(cudaMallocHost(reinterpret_cast<void**>(&h_err_), 4), "cudaMallocHost", f))
-    return false;
-
-  // Capacity: a share of what is free now that weights and scratch are up.
-  size_t free_b = 0, total_b = 0;
-  if (!ok(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo", f)) return false;
-  kv_block_bytes_ = uint64_t(layers_.size()) * 2 * uint64_t(c.n_kv_heads) *
-                    uint64_t(cfg.block_size) * uint64_t(c.head_dim) * 2;
-  const double budget = double(free_b) * cfg.gpu_memory_utilization;
-  capacity_ = kv_block_bytes_ ? int64_t(budget / double(kv_block_bytes_)) : 0;
-  capacity_ = std::min<int64_t>(capacity_, int64_t(1) << 30);
-  return true;
+                   int32_t(std::min<int64_t>(int64_t(cfg_.max_table) * cfg_.block_size, 1 << 24))));
+  KV_RETURN_IF_ERROR(dev_alloc(attn_ws_bytes_, "attention workspace", &attn_ws_));
+  KV_RETURN_IF_ERROR(dev_alloc(4, "error flag", &d_err_));
+  if (cfg_.tail) KV_RETURN_IF_ERROR(alloc_tail_scratch());
+  return alloc_batch_arrays();
 }
 
-bool CudaSliceExecutor::allocate_kv(int32_t n_blocks, Fault& f) {
+// The tail's: last rows, logits, and device sampling with pinned staging.
+Status CudaSliceExecutor::alloc_tail_scratch() {
+  const uint64_t H = uint64_t(mc_.hidden), R = uint64_t(cfg_.max_rows);
+  KV_RETURN_IF_ERROR(dev_alloc(R * H * 4, "last rows", &last_));
+  KV_RETURN_IF_ERROR(dev_alloc(R * uint64_t(mc_.vocab) * 4, "logits", &logits_));
+  KV_RETURN_IF_ERROR(dev_alloc(R * sizeof(GpuSamplingRow), "sampling", &d_samp_));
+  KV_RETURN_IF_ERROR(dev_alloc(R * 4, "sampled ids", &d_tok_));
+  KV_RETURN_IF_ERROR(dev_alloc(R * 4, "sampling flags", &d_flags_));
+  KV_RETURN_IF_ERROR(dev_alloc(R * 4, "sampled logprobs", &d_lp_));
+  KV_RETURN_IF_ERROR(host_alloc(R * sizeof(GpuSamplingRow), &h_samp_));
+  KV_RETURN_IF_ERROR(host_alloc(R * 4, &h_tok_));
+  KV_RETURN_IF_ERROR(host_alloc(R * 4, &h_flags_));
+  KV_RETURN_IF_ERROR(host_alloc(R * 4, &h_lp_));
+  sel_row_.assign(size_t(R), 0);
+  return Status();
+}
+
+Status CudaSliceExecutor::alloc_batch_arrays() {
+  const uint64_t T = uint64_t(cfg_.max_tokens), R = uint64_t(cfg_.max_rows);
+  // q_start[R+1] | pos0[R] | tables[R*max_table] | pos[T] | tokens[T] | gather[R]
+  n_ints_ = (R + 1) + R + R * uint64_t(cfg_.max_table) + T + T + R;
+  KV_RETURN_IF_ERROR(dev_alloc(n_ints_ * 4, "batch arrays", &d_ints_));
+  KV_RETURN_IF_ERROR(host_alloc(n_ints_ * 4, &h_ints_));
+  return host_alloc(4, &h_err_);
+}
+
+// Capacity: a share of what is free now that weights and scratch are up.
+Status CudaSliceExecutor::measure_capacity() {
+  size_t free_b = 0, total_b = 0;
+  KV_RETURN_IF_ERROR(cuda_status(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo"));
+  kv_block_bytes_ = kv_block_bytes(mc_, int32_t(layers_.size()), cfg_.block_size, kKvElemBytes);
+  const double budget = double(free_b) * cfg_.gpu_memory_utilization;
+  capacity_ = kv_block_bytes_ ? int64_t(budget / double(kv_block_bytes_)) : 0;
+  capacity_ = std::min<int64_t>(capacity_, int64_t(1) << 30);
+  return Status();
+}
+
+// --- KV and boundaries ----------------------------------------------------
+
+Status CudaSliceExecutor::allocate_kv(int32_t n_blocks) {
   if (n_blocks < 1 || n_blocks > capacity_)
-    return fail(f, KVASIR_CUDA_BAD_ARGS,
-                fmt::format("{} KV blocks asked, {} fit", n_blocks, capacity_));
+    return error_status(ErrorCode::kInvalidArgument, "{} KV blocks asked, {} fit", n_blocks,
+                        capacity_);
   const ModelConfig& c = mc_;
   const uint64_t per = uint64_t(n_blocks) * uint64_t(c.n_kv_heads) * uint64_t(cfg_.block_size) *
-                       uint64_t(c.head_dim) * 2;
+                       uint64_t(c.head_dim) * kKvElemBytes;
   for (Layer& L : layers_) {
-    L.kv.k = static_cast<__nv_bfloat16*>(dev_alloc(per, "KV blocks", f));
-    L.kv.v = static_cast<__nv_bfloat16*>(dev_alloc(per, "KV blocks", f));
-    if (!L.kv.k || !L.kv.v) return false;
-    if (!ok(cudaMemsetAsync(L.kv.k, 0, per, stream_), "KV memset", f) ||
-        !ok(cudaMemsetAsync(L.kv.v, 0, per, stream_), "KV memset", f))
-      return false;
+    KV_RETURN_IF_ERROR(dev_alloc(per, "KV blocks", &L.kv.k));
+    KV_RETURN_IF_ERROR(dev_alloc(per, "KV blocks", &L.kv.v));
+    KV_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(L.kv.k, 0, per, stream_), "KV memset"));
+    KV_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(L.kv.v, 0, per, stream_), "KV memset"));
     L.kv.n_blocks = n_blocks;
   }
   n_blocks_ = n_blocks;
-  return ok(cudaStreamSynchronize(stream_), "KV memset", f);
+  return cuda_status(cudaStreamSynchronize(stream_), "KV memset");
 }
 
-bool CudaSliceExecutor::attach(ipc::CudaBoundaryTable* table, int32_t import_link,
-                               int32_t export_link, const volatile uint32_t* stop, Fault& f) {
+Status CudaSliceExecutor::attach(ipc::CudaBoundaryTable* table, int32_t import_link,
+                                 int32_t export_link, const volatile uint32_t* stop) {
   BoundarySpec s;
   s.device = cfg_.device;
   s.n_slots = cfg_.inflight;
   s.bytes = uint64_t(cfg_.max_tokens) * uint64_t(mc_.hidden) * 4;
   // Export first: the next stage may be waiting for these records while this
   // one waits for the previous stage's.
-  if (export_link >= 0) {
-    std::string why = bounds_.export_link(table, export_link, s);
-    if (!why.empty()) return fail(f, KVASIR_CUDA_IPC, "export: " + why);
-  }
-  if (import_link >= 0) {
-    std::string why = bounds_.import_link(table, import_link, s, stop);
-    if (!why.empty()) return fail(f, KVASIR_CUDA_IPC, "import: " + why);
-  }
-  return true;
+  if (export_link >= 0)
+    KV_RETURN_IF_ERROR(boundary_status(bounds_.export_link(table, export_link, s), "export: "));
+  if (import_link >= 0)
+    KV_RETURN_IF_ERROR(
+        boundary_status(bounds_.import_link(table, import_link, s, stop), "import: "));
+  return Status();
 }
 
-bool CudaSliceExecutor::gemm(const __nv_bfloat16* a, const __nv_bfloat16* w, void* d, bool out_bf16,
-                             int64_t m, int64_t n, int64_t k, float beta, const char* what,
-                             Fault& f) {
+// --- One batch ------------------------------------------------------------
+
+Status CudaSliceExecutor::gemm(const __nv_bfloat16* a, const __nv_bfloat16* w, void* d,
+                               bool out_bf16, int64_t m, int64_t n, int64_t k, float beta,
+                               const char* what) {
   GemmArgs g;
   g.handle = lt_;
   g.a = a;
@@ -375,13 +407,12 @@ bool CudaSliceExecutor::gemm(const __nv_bfloat16* a, const __nv_bfloat16* w, voi
   cublasStatus_t cs = CUBLAS_STATUS_SUCCESS;
   g.cublas_status = &cs;
   cudaError_t e = launch_gemm(g, stream_);
-  if (e == cudaSuccess) return true;
-  return fail(f, KVASIR_CUDA_RUNTIME,
-              fmt::format("GEMM {} [{}x{}x{}]: {} (cuBLASLt status {})", what, m, n, k,
-                          cudaGetErrorString(e), int(cs)));
+  if (e == cudaSuccess) return Status();
+  return error_status(ErrorCode::kDevice, "GEMM {} [{}x{}x{}]: {} (cuBLASLt status {})", what, m, n,
+                      k, cudaGetErrorString(e), int(cs));
 }
 
-bool CudaSliceExecutor::run_layer(const Layer& L, const GpuAttnBatch& ab, int64_t T, Fault& f) {
+Status CudaSliceExecutor::run_layer(const Layer& L, const GpuAttnBatch& ab, int64_t T) {
   const ModelConfig& c = mc_;
   const int64_t H = c.hidden, QD = int64_t(c.n_heads) * c.head_dim,
                 KD = int64_t(c.n_kv_heads) * c.head_dim, FF = c.ffn;
@@ -393,11 +424,10 @@ bool CudaSliceExecutor::run_layer(const Layer& L, const GpuAttnBatch& ab, int64_
   n1.dim = int32_t(H);
   n1.eps = c.rms_eps;
   n1.out = xn_;
-  if (!ok(launch_rmsnorm(n1, stream_), "rmsnorm", f)) return false;
-  if (!gemm(xn_, L.wq, q_, false, T, QD, H, 0.f, "q", f) ||
-      !gemm(xn_, L.wk, k_, false, T, KD, H, 0.f, "k", f) ||
-      !gemm(xn_, L.wv, v_, false, T, KD, H, 0.f, "v", f))
-    return false;
+  KV_RETURN_IF_ERROR(cuda_status(launch_rmsnorm(n1, stream_), "rmsnorm"));
+  KV_RETURN_IF_ERROR(gemm(xn_, L.wq, q_, false, T, QD, H, 0.f, "q"));
+  KV_RETURN_IF_ERROR(gemm(xn_, L.wk, k_, false, T, KD, H, 0.f, "k"));
+  KV_RETURN_IF_ERROR(gemm(xn_, L.wv, v_, false, T, KD, H, 0.f, "v"));
   RopeArgs r;
   r.q = q_;
   r.k = k_;
@@ -411,14 +441,14 @@ bool CudaSliceExecutor::run_layer(const Layer& L, const GpuAttnBatch& ab, int64_
   r.layout = c.rope_layout == kvasir::RopeLayout::kAdjacent ? cuda::RopeLayout::kAdjacent
                                                             : cuda::RopeLayout::kHalf;
   r.linear_factor = c.rope_linear_factor > 0 ? c.rope_linear_factor : 1.f;
-  if (!ok(launch_rope(r, stream_), "rope", f)) return false;
+  KV_RETURN_IF_ERROR(cuda_status(launch_rope(r, stream_), "rope"));
   KvAppendArgs ka;
   ka.kv = L.kv;
   ka.batch = ab;
   ka.k = k_;
   ka.v = v_;
   ka.error = d_err_;
-  if (!ok(launch_kv_append(ka, stream_), "kv_append", f)) return false;
+  KV_RETURN_IF_ERROR(cuda_status(launch_kv_append(ka, stream_), "kv_append"));
   PagedAttentionArgs pa;
   pa.kv = L.kv;
   pa.batch = ab;
@@ -429,14 +459,14 @@ bool CudaSliceExecutor::run_layer(const Layer& L, const GpuAttnBatch& ab, int64_
   pa.workspace = attn_ws_;
   pa.workspace_bytes = attn_ws_bytes_;
   pa.error = d_err_;
-  if (!ok(launch_paged_attention(pa, stream_), "paged_attention", f)) return false;
-  if (!gemm(att_, L.wo, x_, false, T, H, QD, 1.f, "o (+residual)", f)) return false;
+  KV_RETURN_IF_ERROR(cuda_status(launch_paged_attention(pa, stream_), "paged_attention"));
+  KV_RETURN_IF_ERROR(gemm(att_, L.wo, x_, false, T, H, QD, 1.f, "o (+residual)"));
 
   // Feed-forward block: x += Wdown · (silu(Wgate·n(x)) * Wup·n(x))
   RmsNormArgs n2 = n1;
   n2.weight = L.ffn_norm;
-  if (!ok(launch_rmsnorm(n2, stream_), "rmsnorm", f)) return false;
-  if (!gemm(xn_, L.w_gu, gu_, false, T, 2 * FF, H, 0.f, "gate/up", f)) return false;
+  KV_RETURN_IF_ERROR(cuda_status(launch_rmsnorm(n2, stream_), "rmsnorm"));
+  KV_RETURN_IF_ERROR(gemm(xn_, L.w_gu, gu_, false, T, 2 * FF, H, 0.f, "gate/up"));
   SwiGluArgs sw;
   sw.gate = gu_;
   sw.up = gu_ + FF;
@@ -444,214 +474,267 @@ bool CudaSliceExecutor::run_layer(const Layer& L, const GpuAttnBatch& ab, int64_
   sw.n_ff = FF;
   sw.in_stride = 2 * FF;
   sw.out = xn_;
-  if (!ok(launch_swiglu(sw, stream_), "swiglu", f)) return false;
-  return gemm(xn_, L.w_down, x_, false, T, H, FF, 1.f, "down (+residual)", f);
+  KV_RETURN_IF_ERROR(cuda_status(launch_swiglu(sw, stream_), "swiglu"));
+  return gemm(xn_, L.w_down, x_, false, T, H, FF, 1.f, "down (+residual)");
 }
 
-bool CudaSliceExecutor::forward(const KvasirCudaBatch& b, Fault& f) {
+Status CudaSliceExecutor::forward(const KvasirCudaBatch& b) {
   bool received = false;
-  bool good = forward_impl(b, received, f);
+  Status st = forward_impl(b, received);
   if (received) {
     // The input slot's credit goes back once the copy out of it completed,
     // also when the pass failed later (else its exporter would stall).
-    Fault sync;
-    if (!ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", sync) && good) {
-      f = sync;
-      good = false;
-    }
-    std::string why = bounds_.release(b.slot, b.batch_id);
-    if (!why.empty() && good) good = fail(f, KVASIR_CUDA_IPC, why);
-  } else if (!good) {
+    Status sync = cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    if (!sync.ok() && st.ok()) st = sync;
+    Status released = boundary_status(bounds_.release(b.slot, b.batch_id));
+    if (!released.ok() && st.ok()) st = released;
+  } else if (!st.ok()) {
     // A pass that failed after queuing work may still be reading the pinned
     // staging arrays the next batch overwrites: let it finish first.
     cudaStreamSynchronize(stream_);
   }
-  return good;
+  return st;
 }
 
-bool CudaSliceExecutor::forward_impl(const KvasirCudaBatch& b, bool& received, Fault& f) {
-  const ModelConfig& c = mc_;
-  const int64_t H = c.hidden, T = b.n_tokens, R = cfg_.max_rows, MT = cfg_.max_table;
-  if (n_blocks_ < 1) return fail(f, KVASIR_CUDA_BAD_ARGS, "forward before allocate_kv");
-  if (b.n_rows < 0 || b.n_rows > R || (b.n_rows > 0 && !b.rows))
-    return fail(f, KVASIR_CUDA_BATCH, fmt::format("batch: {} rows (plan: {})", b.n_rows, R));
-  if (T < 0 || T > cfg_.max_tokens)
-    return fail(
-        f, KVASIR_CUDA_BATCH,
-        fmt::format("batch: {} tokens exceed the plan's max_tokens {}", T, cfg_.max_tokens));
-  // Host arrays: q_start[R+1] | pos0[R] | tables[R][MT] | pos[T] | tokens[T] | gather[R]
-  int32_t* q_start = h_ints_;
-  int32_t* pos0 = q_start + (R + 1);
-  int32_t* tables = pos0 + R;
-  int32_t* pos = tables + R * MT;
-  int32_t* tokens = pos + cfg_.max_tokens;
-  int32_t* gather = tokens + cfg_.max_tokens;
-  int32_t* d_q_start = d_ints_;
-  int32_t* d_pos0 = d_q_start + (R + 1);
-  int32_t* d_tables = d_pos0 + R;
-  d_pos_ = d_tables + R * MT;
-  int32_t* d_tokens = d_pos_ + cfg_.max_tokens;
-  int32_t* d_gather = d_tokens + cfg_.max_tokens;
-
+// Checks the batch on the host, uploads its arrays, runs the layers, hands
+// the result on; one synchronisation, at the end.
+Status CudaSliceExecutor::forward_impl(const KvasirCudaBatch& b, bool& received) {
+  KV_RETURN_IF_ERROR(check_batch(b));
+  const BatchArrays h = batch_arrays(h_ints_), d = batch_arrays(d_ints_);
+  d_pos_ = d.pos;
   // Every bound is checked here, on the host, before any kernel runs.
-  int64_t t = 0, max_ctx = 0;
-  q_start[0] = 0;
+  int64_t max_ctx = 0;
+  KV_RETURN_IF_ERROR(stage_rows(b, h, max_ctx));
+  const int64_t T = b.n_tokens;
+  if (T == 0) return Status();
+  KV_RETURN_IF_ERROR(stage_tokens(b, h));
+  GpuKvLayer probe_kv = layers_.empty() ? GpuKvLayer{} : layers_[0].kv;
+  std::string why = check_attn_batch_host(probe_kv, h.q_start, h.pos0, h.tables, b.n_rows,
+                                          int32_t(T), cfg_.max_table, int32_t(max_ctx));
+  if (!why.empty()) return batch_error("batch: " + why);
+  KV_RETURN_IF_ERROR(upload_batch(b, h, d));
+
+  GpuAttnBatch ab;
+  ab.q_start = d.q_start;
+  ab.pos0 = d.pos0;
+  ab.block_tables = d.tables;
+  ab.n_seqs = b.n_rows;
+  ab.n_tokens = int32_t(T);
+  ab.max_blocks = cfg_.max_table;
+  ab.max_context = int32_t(max_ctx);
+  KV_RETURN_IF_ERROR(take_input(b, d, received));
+  for (const Layer& L : layers_) KV_RETURN_IF_ERROR(run_layer(L, ab, T));
+  KV_RETURN_IF_ERROR(hand_on(b, h, d));
+  return finish_batch(b);
+}
+
+Status CudaSliceExecutor::check_batch(const KvasirCudaBatch& b) const {
+  const int64_t T = b.n_tokens, R = cfg_.max_rows;
+  if (n_blocks_ < 1) return Status(ErrorCode::kInvalidArgument, "forward before allocate_kv");
+  if (b.n_rows < 0 || b.n_rows > R || (b.n_rows > 0 && !b.rows))
+    return batch_error(fmt::format("batch: {} rows (plan: {})", b.n_rows, R));
+  if (T < 0 || T > cfg_.max_tokens)
+    return batch_error(
+        fmt::format("batch: {} tokens exceed the plan's max_tokens {}", T, cfg_.max_tokens));
+  return Status();
+}
+
+CudaSliceExecutor::BatchArrays CudaSliceExecutor::batch_arrays(int32_t* base) const {
+  const int64_t R = cfg_.max_rows, MT = cfg_.max_table;
+  BatchArrays a;
+  a.q_start = base;
+  a.pos0 = a.q_start + (R + 1);
+  a.tables = a.pos0 + R;
+  a.pos = a.tables + R * MT;
+  a.tokens = a.pos + cfg_.max_tokens;
+  a.gather = a.tokens + cfg_.max_tokens;
+  return a;
+}
+
+// Rows → q_start, pos0, block tables and positions in the host arrays, each
+// bound checked; max_ctx = the longest row's context.
+Status CudaSliceExecutor::stage_rows(const KvasirCudaBatch& b, const BatchArrays& h,
+                                     int64_t& max_ctx) const {
+  const int64_t T = b.n_tokens, MT = cfg_.max_table;
+  int64_t t = 0;
+  max_ctx = 0;
+  h.q_start[0] = 0;
   for (int32_t r = 0; r < b.n_rows; ++r) {
     const KvasirCudaRow& row = b.rows[r];
     if (row.n_tokens < 1 || row.pos0 < 0 || row.n_table < 0 || row.n_table > MT ||
         (row.n_table > 0 && !row.block_table))
-      return fail(f, KVASIR_CUDA_BATCH, fmt::format("batch row {}: malformed", r));
+      return batch_error(fmt::format("batch row {}: malformed", r));
     const int64_t end = int64_t(row.pos0) + row.n_tokens;
     if (end > int64_t(row.n_table) * cfg_.block_size || t + row.n_tokens > T)
-      return fail(f, KVASIR_CUDA_BATCH,
-                  fmt::format("batch row {}: positions up to {} do not fit its {} blocks", r,
-                              end - 1, row.n_table));
+      return batch_error(fmt::format("batch row {}: positions up to {} do not fit its {} blocks", r,
+                                     end - 1, row.n_table));
     for (int32_t i = 0; i < row.n_table; ++i) {
       if (row.block_table[i] < 0 || row.block_table[i] >= n_blocks_)
-        return fail(f, KVASIR_CUDA_BATCH,
-                    fmt::format("batch row {}: block id {} outside 0..{}", r, row.block_table[i],
-                                n_blocks_ - 1));
-      tables[r * MT + i] = row.block_table[i];
+        return batch_error(fmt::format("batch row {}: block id {} outside 0..{}", r,
+                                       row.block_table[i], n_blocks_ - 1));
+      h.tables[r * MT + i] = row.block_table[i];
     }
-    for (int64_t i = row.n_table; i < MT; ++i) tables[r * MT + i] = 0;
-    for (int32_t i = 0; i < row.n_tokens; ++i) pos[t + i] = row.pos0 + i;
-    pos0[r] = row.pos0;
+    for (int64_t i = row.n_table; i < MT; ++i) h.tables[r * MT + i] = 0;
+    for (int32_t i = 0; i < row.n_tokens; ++i) h.pos[t + i] = row.pos0 + i;
+    h.pos0[r] = row.pos0;
     t += row.n_tokens;
-    q_start[r + 1] = int32_t(t);
+    h.q_start[r + 1] = int32_t(t);
     max_ctx = std::max(max_ctx, end);
   }
   if (t != T)
-    return fail(f, KVASIR_CUDA_BATCH,
-                fmt::format("batch: rows hold {} tokens but n_tokens is {}", t, T));
-  if (T == 0) return true;
-  if (cfg_.head) {
-    if (!b.tokens) return fail(f, KVASIR_CUDA_BATCH, "batch: the head needs token ids");
-    for (int64_t i = 0; i < T; ++i) {
-      if (b.tokens[i] < 0 || b.tokens[i] >= c.vocab)
-        return fail(
-            f, KVASIR_CUDA_BATCH,
-            fmt::format("token id {} outside the vocabulary 0..{}", b.tokens[i], c.vocab - 1));
-      tokens[i] = b.tokens[i];
-    }
+    return batch_error(fmt::format("batch: rows hold {} tokens but n_tokens is {}", t, T));
+  return Status();
+}
+
+// The head's token ids, checked against the vocabulary.
+Status CudaSliceExecutor::stage_tokens(const KvasirCudaBatch& b, const BatchArrays& h) const {
+  if (!cfg_.head) return Status();
+  if (!b.tokens) return batch_error("batch: the head needs token ids");
+  for (int64_t i = 0; i < b.n_tokens; ++i) {
+    if (b.tokens[i] < 0 || b.tokens[i] >= mc_.vocab)
+      return batch_error(
+          fmt::format("token id {} outside the vocabulary 0..{}", b.tokens[i], mc_.vocab - 1));
+    h.tokens[i] = b.tokens[i];
   }
-  GpuKvLayer probe_kv = layers_.empty() ? GpuKvLayer{} : layers_[0].kv;
-  std::string why = check_attn_batch_host(probe_kv, q_start, pos0, tables, b.n_rows, int32_t(T),
-                                          int32_t(MT), int32_t(max_ctx));
-  if (!why.empty()) return fail(f, KVASIR_CUDA_BATCH, "batch: " + why);
+  return Status();
+}
 
-  auto up = [&](int32_t* d, const int32_t* h, int64_t n) {
-    return ok(cudaMemcpyAsync(d, h, size_t(n) * 4, cudaMemcpyHostToDevice, stream_), "batch upload",
-              f);
+Status CudaSliceExecutor::upload_batch(const KvasirCudaBatch& b, const BatchArrays& h,
+                                       const BatchArrays& d) {
+  auto up = [&](int32_t* dst, const int32_t* src, int64_t n) {
+    return cuda_status(cudaMemcpyAsync(dst, src, size_t(n) * 4, cudaMemcpyHostToDevice, stream_),
+                       "batch upload");
   };
-  if (!up(d_q_start, q_start, b.n_rows + 1) || !up(d_pos0, pos0, b.n_rows) ||
-      !up(d_tables, tables, int64_t(b.n_rows) * MT) || !up(d_pos_, pos, T) ||
-      (cfg_.head && !up(d_tokens, tokens, T)) ||
-      !ok(cudaMemsetAsync(d_err_, 0, 4, stream_), "error flag", f))
-    return false;
+  const int64_t T = b.n_tokens;
+  KV_RETURN_IF_ERROR(up(d.q_start, h.q_start, b.n_rows + 1));
+  KV_RETURN_IF_ERROR(up(d.pos0, h.pos0, b.n_rows));
+  KV_RETURN_IF_ERROR(up(d.tables, h.tables, int64_t(b.n_rows) * cfg_.max_table));
+  KV_RETURN_IF_ERROR(up(d.pos, h.pos, T));
+  if (cfg_.head) KV_RETURN_IF_ERROR(up(d.tokens, h.tokens, T));
+  return cuda_status(cudaMemsetAsync(d_err_, 0, 4, stream_), "error flag");
+}
 
-  GpuAttnBatch ab;
-  ab.q_start = d_q_start;
-  ab.pos0 = d_pos0;
-  ab.block_tables = d_tables;
-  ab.n_seqs = b.n_rows;
-  ab.n_tokens = int32_t(T);
-  ab.max_blocks = int32_t(MT);
-  ab.max_context = int32_t(max_ctx);
-
-  // Input: embed (head), the previous GPU stage's slot, or the host boundary.
+// Input: embed (head), the previous GPU stage's slot, or the host boundary.
+Status CudaSliceExecutor::take_input(const KvasirCudaBatch& b, const BatchArrays& d,
+                                     bool& received) {
+  const int64_t T = b.n_tokens, H = mc_.hidden;
   const uint64_t bytes = uint64_t(T) * uint64_t(H) * 4;
   if (cfg_.head) {
     EmbeddingArgs e;
     e.table = embed_;
-    e.tokens = d_tokens;
+    e.tokens = d.tokens;
     e.n_tokens = int32_t(T);
-    e.vocab = c.vocab;
+    e.vocab = mc_.vocab;
     e.dim = int32_t(H);
     e.out = x_;
     e.error = d_err_;
-    if (!ok(launch_embedding(e, stream_), "embedding", f)) return false;
-  } else if (bounds_.imports()) {
-    why = bounds_.receive(stream_, b.slot, b.batch_id, x_, bytes);
-    if (!why.empty()) return fail(f, KVASIR_CUDA_IPC, why);
+    return cuda_status(launch_embedding(e, stream_), "embedding");
+  }
+  if (bounds_.imports()) {
+    KV_RETURN_IF_ERROR(boundary_status(bounds_.receive(stream_, b.slot, b.batch_id, x_, bytes)));
     received = true;
-  } else {
-    if (!b.hidden_in) return fail(f, KVASIR_CUDA_BATCH, "batch: no input boundary");
-    if (!ok(cudaMemcpyAsync(x_, b.hidden_in, bytes, cudaMemcpyHostToDevice, stream_),
-            "boundary upload", f))
-      return false;
+    return Status();
   }
-
-  for (const Layer& L : layers_)
-    if (!run_layer(L, ab, T, f)) return false;
-
-  if (cfg_.tail) {
-    if (!tail(b, T, gather, d_gather, f)) return false;
-  } else if (bounds_.exports()) {
-    why = bounds_.send(stream_, b.slot, b.batch_id, x_, bytes);
-    if (!why.empty()) return fail(f, KVASIR_CUDA_IPC, why);
-  } else {
-    if (!b.hidden_out) return fail(f, KVASIR_CUDA_BATCH, "batch: no output boundary");
-    if (!ok(cudaMemcpyAsync(b.hidden_out, x_, bytes, cudaMemcpyDeviceToHost, stream_),
-            "boundary download", f))
-      return false;
-  }
-  // The one synchronisation: where the batch is handed on.
-  if (!ok(cudaMemcpyAsync(h_err_, d_err_, 4, cudaMemcpyDeviceToHost, stream_), "error flag", f) ||
-      !ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", f))
-    return false;
-  if (*h_err_ != kErrorNone)
-    return fail(f, KVASIR_CUDA_BATCH,
-                fmt::format("batch: a kernel found a malformed index (code {})", *h_err_));
-  return !cfg_.tail || finish_sampling(b, f);
+  if (!b.hidden_in) return batch_error("batch: no input boundary");
+  return cuda_status(cudaMemcpyAsync(x_, b.hidden_in, bytes, cudaMemcpyHostToDevice, stream_),
+                     "boundary upload");
 }
 
-bool CudaSliceExecutor::finish_sampling(const KvasirCudaBatch& b, Fault& f) {
-  if (!dev_sampled_) return true;
+// Output: the tail's logits (or sampled ids), the next GPU stage's slot, or
+// the host boundary.
+Status CudaSliceExecutor::hand_on(const KvasirCudaBatch& b, const BatchArrays& h,
+                                  const BatchArrays& d) {
+  const int64_t T = b.n_tokens;
+  const uint64_t bytes = uint64_t(T) * uint64_t(mc_.hidden) * 4;
+  if (cfg_.tail) return tail(b, T, h.gather, d.gather);
+  if (bounds_.exports())
+    return boundary_status(bounds_.send(stream_, b.slot, b.batch_id, x_, bytes));
+  if (!b.hidden_out) return batch_error("batch: no output boundary");
+  return cuda_status(cudaMemcpyAsync(b.hidden_out, x_, bytes, cudaMemcpyDeviceToHost, stream_),
+                     "boundary download");
+}
+
+// The one synchronisation: where the batch is handed on. Then the kernels'
+// error flag and, at the tail, the device-sampled rows.
+Status CudaSliceExecutor::finish_batch(const KvasirCudaBatch& b) {
+  KV_RETURN_IF_ERROR(cuda_status(
+      cudaMemcpyAsync(h_err_, d_err_, 4, cudaMemcpyDeviceToHost, stream_), "error flag"));
+  KV_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+  if (*h_err_ != kErrorNone)
+    return batch_error(fmt::format("batch: a kernel found a malformed index (code {})", *h_err_));
+  return cfg_.tail ? finish_sampling(b) : Status();
+}
+
+Status CudaSliceExecutor::finish_sampling(const KvasirCudaBatch& b) {
+  if (!dev_sampled_) return Status();
   int32_t k = 0;
   for (int32_t r = 0; r < b.n_rows; ++r) {
     if (!b.rows[r].want_logits) continue;
     const int32_t sel = k++;
     if (!b.sample[r].on_device) continue;
     if (h_flags_[sel] & kSampleAllMasked)
-      return fail(f, KVASIR_CUDA_BATCH,
-                  fmt::format("row {}: every logit is NaN or -inf", r));  // as on the host
+      return batch_error(fmt::format("row {}: every logit is NaN or -inf", r));  // as on the host
     if (h_flags_[sel] & kSampleBadParams)
-      return fail(f, KVASIR_CUDA_BATCH, fmt::format("row {}: sampling controls out of range", r));
+      return batch_error(fmt::format("row {}: sampling controls out of range", r));
     b.token_out[r] = h_tok_[sel];
     b.logprob_out[r] = h_lp_[sel];
   }
-  return true;
+  return Status();
 }
 
-bool CudaSliceExecutor::tail(const KvasirCudaBatch& b, int64_t T, const int32_t* h_gather,
-                             int32_t* d_gather, Fault& f) {
-  const ModelConfig& c = mc_;
-  const int64_t H = c.hidden, R = cfg_.max_rows, V = c.vocab;
+// --- The tail -------------------------------------------------------------
+
+Status CudaSliceExecutor::tail(const KvasirCudaBatch& b, int64_t T, int32_t* h_gather,
+                               int32_t* d_gather) {
   dev_sampled_ = false;
-  if (!b.logits) return fail(f, KVASIR_CUDA_BATCH, "batch: the tail needs a logits buffer");
+  if (!b.logits) return batch_error("batch: the tail needs a logits buffer");
+  if (b.all_logits) return tail_all_logits(b, T);
+  int32_t n_sel = 0;
+  KV_RETURN_IF_ERROR(select_rows(b, h_gather, n_sel));
+  if (n_sel == 0) return Status();
+  if (dev_sampled_ && (!b.token_out || !b.logprob_out))
+    return batch_error("batch: device sampling without token/logprob outputs");
+  KV_RETURN_IF_ERROR(project_rows(T, n_sel, h_gather, d_gather));
+  if (!dev_sampled_)  // every row on the host: the logits, packed, as they are
+    return cuda_status(cudaMemcpyAsync(b.logits, logits_, size_t(n_sel) * size_t(mc_.vocab) * 4,
+                                       cudaMemcpyDeviceToHost, stream_),
+                       "logits download");
+  return sample_rows(b, n_sel);
+}
+
+// The final norm's arguments but for the rows (x, n_rows).
+RmsNormArgs CudaSliceExecutor::final_norm() const {
   RmsNormArgs n;
   n.weight = out_norm_;
-  n.dim = int32_t(H);
-  n.eps = c.rms_eps;
+  n.dim = int32_t(mc_.hidden);
+  n.eps = mc_.rms_eps;
   n.out = xn_;
-  if (b.all_logits) {  // every token, max_rows at a time through the logits buffer
-    for (int64_t s = 0; s < T; s += R) {
-      const int64_t m = std::min(R, T - s);
-      n.x = x_ + s * H;
-      n.n_rows = m;
-      if (!ok(launch_rmsnorm(n, stream_), "final rmsnorm", f) ||
-          !gemm(xn_, output_, logits_, false, m, V, H, 0.f, "output", f) ||
-          !ok(cudaMemcpyAsync(b.logits + s * V, logits_, size_t(m * V) * 4, cudaMemcpyDeviceToHost,
-                              stream_),
-              "logits download", f))
-        return false;
-    }
-    return true;
+  return n;
+}
+
+// Every token's logits, max_rows at a time through the logits buffer.
+Status CudaSliceExecutor::tail_all_logits(const KvasirCudaBatch& b, int64_t T) {
+  const int64_t H = mc_.hidden, R = cfg_.max_rows, V = mc_.vocab;
+  RmsNormArgs n = final_norm();
+  for (int64_t s = 0; s < T; s += R) {
+    const int64_t m = std::min(R, T - s);
+    n.x = x_ + s * H;
+    n.n_rows = m;
+    KV_RETURN_IF_ERROR(cuda_status(launch_rmsnorm(n, stream_), "final rmsnorm"));
+    KV_RETURN_IF_ERROR(gemm(xn_, output_, logits_, false, m, V, H, 0.f, "output"));
+    KV_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(b.logits + s * V, logits_, size_t(m * V) * 4,
+                                                   cudaMemcpyDeviceToHost, stream_),
+                                   "logits download"));
   }
-  // The last token of each sampled row.
-  int32_t* g = const_cast<int32_t*>(h_gather);
-  int32_t n_sel = 0, n_dev = 0;
+  return Status();
+}
+
+// The last token of each sampled row into h_gather, and each one's device
+// sampling controls into h_samp_ (rows the host samples get neutral ones).
+Status CudaSliceExecutor::select_rows(const KvasirCudaBatch& b, int32_t* h_gather, int32_t& n_sel) {
+  int32_t n_dev = 0;
   int64_t t = 0;
+  n_sel = 0;
   for (int32_t r = 0; r < b.n_rows; ++r) {
     t += b.rows[r].n_tokens;
     if (!b.rows[r].want_logits) continue;
@@ -661,7 +744,7 @@ bool CudaSliceExecutor::tail(const KvasirCudaBatch& b, int64_t T, const int32_t*
       if (!(std::isfinite(sp.temperature) && sp.temperature >= 0.f) ||
           !(sp.top_p > 0.f && sp.top_p <= 1.f) || !(sp.min_p >= 0.f && sp.min_p <= 1.f) ||
           sp.top_k < 0)
-        return fail(f, KVASIR_CUDA_BATCH, fmt::format("row {}: sampling controls out of range", r));
+        return batch_error(fmt::format("row {}: sampling controls out of range", r));
       GpuSamplingRow& row = h_samp_[n_sel];
       row.temperature = sp.temperature;
       row.top_p = sp.top_p;
@@ -674,12 +757,16 @@ bool CudaSliceExecutor::tail(const KvasirCudaBatch& b, int64_t T, const int32_t*
       h_samp_[n_sel] = GpuSamplingRow{};  // sampled (greedy) but unused: the host samples it
     }
     sel_row_[size_t(n_sel)] = r;
-    g[n_sel++] = int32_t(t - 1);
+    h_gather[n_sel++] = int32_t(t - 1);
   }
   dev_sampled_ = n_dev > 0;
-  if (n_sel == 0) return true;
-  if (dev_sampled_ && (!b.token_out || !b.logprob_out))
-    return fail(f, KVASIR_CUDA_BATCH, "batch: device sampling without token/logprob outputs");
+  return Status();
+}
+
+// Gathers the selected rows, final norm, output GEMM into logits_.
+Status CudaSliceExecutor::project_rows(int64_t T, int32_t n_sel, const int32_t* h_gather,
+                                       int32_t* d_gather) {
+  const int64_t H = mc_.hidden, V = mc_.vocab;
   GatherRowsArgs ga;
   ga.x = x_;
   ga.rows = d_gather;
@@ -688,20 +775,21 @@ bool CudaSliceExecutor::tail(const KvasirCudaBatch& b, int64_t T, const int32_t*
   ga.dim = int32_t(H);
   ga.out = last_;
   ga.error = d_err_;
+  RmsNormArgs n = final_norm();
   n.x = last_;
   n.n_rows = n_sel;
-  if (!ok(cudaMemcpyAsync(d_gather, g, size_t(n_sel) * 4, cudaMemcpyHostToDevice, stream_),
-          "gather upload", f) ||
-      !ok(launch_gather_rows(ga, stream_), "gather_rows", f) ||
-      !ok(launch_rmsnorm(n, stream_), "final rmsnorm", f) ||
-      !gemm(xn_, output_, logits_, false, n_sel, V, H, 0.f, "output", f))
-    return false;
-  if (!dev_sampled_)  // every row on the host: the logits, packed, as they are
-    return ok(cudaMemcpyAsync(b.logits, logits_, size_t(n_sel) * size_t(V) * 4,
-                              cudaMemcpyDeviceToHost, stream_),
-              "logits download", f);
-  // Sample every gathered row (host rows' results are not used), take the
-  // chosen tokens' raw logprobs, and copy only the host rows' logits.
+  KV_RETURN_IF_ERROR(cuda_status(
+      cudaMemcpyAsync(d_gather, h_gather, size_t(n_sel) * 4, cudaMemcpyHostToDevice, stream_),
+      "gather upload"));
+  KV_RETURN_IF_ERROR(cuda_status(launch_gather_rows(ga, stream_), "gather_rows"));
+  KV_RETURN_IF_ERROR(cuda_status(launch_rmsnorm(n, stream_), "final rmsnorm"));
+  return gemm(xn_, output_, logits_, false, n_sel, V, H, 0.f, "output");
+}
+
+// Samples every gathered row (host rows' results are not used), takes the
+// chosen tokens' raw logprobs, and copies only the host rows' logits.
+Status CudaSliceExecutor::sample_rows(const KvasirCudaBatch& b, int32_t n_sel) {
+  const int64_t V = mc_.vocab;
   SampleArgs sa;
   sa.logits = logits_;
   sa.rows = d_samp_;
@@ -715,27 +803,28 @@ bool CudaSliceExecutor::tail(const KvasirCudaBatch& b, int64_t T, const int32_t*
   la.n_rows = n_sel;
   la.vocab = int32_t(V);
   la.logprobs = d_lp_;
-  if (!ok(cudaMemcpyAsync(d_samp_, h_samp_, size_t(n_sel) * sizeof(GpuSamplingRow),
-                          cudaMemcpyHostToDevice, stream_),
-          "sampling upload", f) ||
-      !ok(launch_sample(sa, stream_), "sample", f) ||
-      !ok(launch_token_logprob(la, stream_), "token logprob", f) ||
-      !ok(cudaMemcpyAsync(h_tok_, d_tok_, size_t(n_sel) * 4, cudaMemcpyDeviceToHost, stream_),
-          "sampled ids", f) ||
-      !ok(cudaMemcpyAsync(h_flags_, d_flags_, size_t(n_sel) * 4, cudaMemcpyDeviceToHost, stream_),
-          "sampling flags", f) ||
-      !ok(cudaMemcpyAsync(h_lp_, d_lp_, size_t(n_sel) * 4, cudaMemcpyDeviceToHost, stream_),
-          "sampled logprobs", f))
-    return false;
+  auto down = [&](void* dst, const void* src, const char* what) {
+    return cuda_status(
+        cudaMemcpyAsync(dst, src, size_t(n_sel) * 4, cudaMemcpyDeviceToHost, stream_), what);
+  };
+  KV_RETURN_IF_ERROR(
+      cuda_status(cudaMemcpyAsync(d_samp_, h_samp_, size_t(n_sel) * sizeof(GpuSamplingRow),
+                                  cudaMemcpyHostToDevice, stream_),
+                  "sampling upload"));
+  KV_RETURN_IF_ERROR(cuda_status(launch_sample(sa, stream_), "sample"));
+  KV_RETURN_IF_ERROR(cuda_status(launch_token_logprob(la, stream_), "token logprob"));
+  KV_RETURN_IF_ERROR(down(h_tok_, d_tok_, "sampled ids"));
+  KV_RETURN_IF_ERROR(down(h_flags_, d_flags_, "sampling flags"));
+  KV_RETURN_IF_ERROR(down(h_lp_, d_lp_, "sampled logprobs"));
   for (int32_t k = 0; k < n_sel; ++k) {
     const int32_t r = sel_row_[size_t(k)];
     if (b.sample[r].on_device) continue;
-    if (!ok(cudaMemcpyAsync(b.logits + int64_t(k) * V, logits_ + int64_t(k) * V, size_t(V) * 4,
-                            cudaMemcpyDeviceToHost, stream_),
-            "logits download", f))
-      return false;
+    KV_RETURN_IF_ERROR(
+        cuda_status(cudaMemcpyAsync(b.logits + int64_t(k) * V, logits_ + int64_t(k) * V,
+                                    size_t(V) * 4, cudaMemcpyDeviceToHost, stream_),
+                    "logits download"));
   }
-  return true;
+  return Status();
 }
 
 }  // namespace kvasir::cuda

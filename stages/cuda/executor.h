@@ -9,7 +9,8 @@
 //   residual stream: f32 [max_tokens, hidden], the GEMMs of Wo and Wdown
 //            accumulate into it (beta = 1: the residual add is free);
 //   KV:      bf16 paged blocks, kernels/cuda/paged_kv_layout.h;
-//   tail:    the sampled rows' last tokens gathered, final norm, output GEMM,
+//   tail:    the sampled rows' last tokens gathered, final norm, output GEMM;
+//            rows the GPU sampler covers sampled on the device, the others'
 //            logits copied to the host (the agent's sampler picks the token).
 // One host synchronisation per batch, where the batch is handed on.
 #pragma once
@@ -22,7 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "kernels/cuda/paged_kv_layout.h"
+#include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/sampling.h"
 #include "model/model_file.h"
 #include "stages/cuda/device_boundary.h"
@@ -30,23 +33,28 @@
 
 namespace kvasir::cuda {
 
-// A failed call: status (KvasirCudaStatus) and text, for the C ABI.
-struct Fault {
-  int status = KVASIR_CUDA_OK;
-  std::string text;
-};
-
+// Every method that can fail returns a kvasir::Status (base/status.h):
+// kInvalidArgument for a config or batch out of range (a malformed batch
+// fails that batch only), kModelFormat for a tensor missing or not handled,
+// kOutOfMemory when device memory runs out, kDevice for a failed CUDA,
+// cuBLASLt or CUDA IPC call. The plugin passes the code through its C ABI.
 class CudaSliceExecutor {
  public:
   ~CudaSliceExecutor();
   // Selects the device, opens the model, uploads the slice; capacity_blocks
-  // from gpu_memory_utilization of the free memory after that.
-  static std::unique_ptr<CudaSliceExecutor> open(const KvasirCudaStageConfig& cfg, Fault& f);
+  // from gpu_memory_utilization of the free memory after that. *out is set
+  // only when the status is ok.
+  static Status open(const KvasirCudaStageConfig& cfg, std::unique_ptr<CudaSliceExecutor>* out);
   int64_t capacity_blocks() const { return capacity_; }
-  bool allocate_kv(int32_t n_blocks, Fault& f);
-  bool attach(ipc::CudaBoundaryTable* table, int32_t import_link, int32_t export_link,
-              const volatile uint32_t* stop, Fault& f);
-  bool forward(const KvasirCudaBatch& b, Fault& f);
+  // n_blocks (1..capacity) KV blocks, zeroed. Once, before forward.
+  Status allocate_kv(int32_t n_blocks);
+  // The device boundaries (stages/cuda/device_boundary.h): export_link >= 0
+  // publishes this stage's output slots, import_link >= 0 opens the previous
+  // stage's (waiting until *stop becomes non-zero). -1: a host boundary.
+  Status attach(ipc::CudaBoundaryTable* table, int32_t import_link, int32_t export_link,
+                const volatile uint32_t* stop);
+  // One batch (plugin_abi.h's KvasirCudaBatch).
+  Status forward(const KvasirCudaBatch& b);
   const ModelConfig& config() const { return mc_; }
   // The stage's one stream (the GPU benchmark records its events on it).
   cudaStream_t stream() const { return stream_; }
@@ -63,17 +71,74 @@ class CudaSliceExecutor {
     __nv_bfloat16* w_down = nullptr;  // [hidden, ffn]
     GpuKvLayer kv;                    // K, V [n_blocks][n_kv_heads][block_size][head_dim] bf16
   };
+  // Host buffers of the weight upload (raw rows, K-quant rows widened on
+  // the host), kept across tensors and freed when the load is done.
+  struct Staging {
+    std::vector<float> f32;
+    std::vector<__nv_bfloat16> bf16;
+  };
+  // The batch arrays, in h_ints_ (pinned) and d_ints_ (device), one layout:
+  // q_start[R+1] | pos0[R] | tables[R][max_table] | pos[T] | tokens[T] | gather[R]
+  // (R = max_rows, T = max_tokens).
+  struct BatchArrays {
+    int32_t* q_start = nullptr;
+    int32_t* pos0 = nullptr;
+    int32_t* tables = nullptr;
+    int32_t* pos = nullptr;
+    int32_t* tokens = nullptr;
+    int32_t* gather = nullptr;
+  };
   CudaSliceExecutor() = default;
-  bool load(const KvasirCudaStageConfig& cfg, Fault& f);
-  bool run_layer(const Layer& L, const GpuAttnBatch& ab, int64_t T, Fault& f);
-  bool gemm(const __nv_bfloat16* a, const __nv_bfloat16* w, void* d, bool out_bf16, int64_t m,
-            int64_t n, int64_t k, float beta, const char* what, Fault& f);
-  bool forward_impl(const KvasirCudaBatch& b, bool& received, Fault& f);
-  bool tail(const KvasirCudaBatch& b, int64_t T, const int32_t* h_gather, int32_t* d_gather,
-            Fault& f);
+
+  // load: the steps of open.
+  Status load(const KvasirCudaStageConfig& cfg);
+  Status init_device(const KvasirCudaStageConfig& cfg);
+  Status open_model();
+  Status upload_weights();
+  Status upload_layer(Staging& st, int layer, Layer& L);
+  Status upload_rope();
+  Status alloc_scratch();
+  Status alloc_tail_scratch();
+  Status alloc_batch_arrays();
+  Status measure_capacity();
+  // Weight upload helpers.
+  Status find_tensor(const std::string& name, const TensorView** out) const;
+  Status upload_weight(Staging& st, const std::string& name, int64_t rows, int64_t cols,
+                       __nv_bfloat16** out, __nv_bfloat16* dst = nullptr);
+  Status upload_norm(Staging& st, const std::string& name, float** out);
+  Status upload_bf16(Staging& st, const TensorView& t, __nv_bfloat16* dst, const char* what);
+  Status upload_raw(const TensorView& t, __nv_bfloat16* dst, const char* what);
+  Status dev_alloc_bytes(uint64_t bytes, const char* what, void** out);
+  template <class T>
+  Status dev_alloc(uint64_t bytes, const char* what, T** out) {
+    void* p = nullptr;
+    Status s = dev_alloc_bytes(bytes, what, &p);
+    *out = static_cast<T*>(p);
+    return s;
+  }
+
+  // forward: the steps of one batch.
+  Status forward_impl(const KvasirCudaBatch& b, bool& received);
+  Status check_batch(const KvasirCudaBatch& b) const;
+  BatchArrays batch_arrays(int32_t* base) const;
+  Status stage_rows(const KvasirCudaBatch& b, const BatchArrays& h, int64_t& max_ctx) const;
+  Status stage_tokens(const KvasirCudaBatch& b, const BatchArrays& h) const;
+  Status upload_batch(const KvasirCudaBatch& b, const BatchArrays& h, const BatchArrays& d);
+  Status take_input(const KvasirCudaBatch& b, const BatchArrays& d, bool& received);
+  Status run_layer(const Layer& L, const GpuAttnBatch& ab, int64_t T);
+  Status gemm(const __nv_bfloat16* a, const __nv_bfloat16* w, void* d, bool out_bf16, int64_t m,
+              int64_t n, int64_t k, float beta, const char* what);
+  Status hand_on(const KvasirCudaBatch& b, const BatchArrays& h, const BatchArrays& d);
+  Status finish_batch(const KvasirCudaBatch& b);
+  // The tail: final norm, output head, logits or device sampling.
+  Status tail(const KvasirCudaBatch& b, int64_t T, int32_t* h_gather, int32_t* d_gather);
+  RmsNormArgs final_norm() const;
+  Status tail_all_logits(const KvasirCudaBatch& b, int64_t T);
+  Status select_rows(const KvasirCudaBatch& b, int32_t* h_gather, int32_t& n_sel);
+  Status project_rows(int64_t T, int32_t n_sel, const int32_t* h_gather, int32_t* d_gather);
+  Status sample_rows(const KvasirCudaBatch& b, int32_t n_sel);
   // After the batch's synchronisation: the device-sampled rows' tokens.
-  bool finish_sampling(const KvasirCudaBatch& b, Fault& f);
-  void* dev_alloc(uint64_t bytes, const char* what, Fault& f);
+  Status finish_sampling(const KvasirCudaBatch& b);
 
   KvasirCudaStageConfig cfg_{};
   ModelConfig mc_;

@@ -6,6 +6,29 @@
  * GPU or driver. Everything crossing this line is plain C data; errors are
  * status codes plus a text in the caller's buffer, never exceptions.
  *
+ * Status codes: every function but close returns an int whose values are
+ * those of kvasir::ErrorCode (base/status.h): KVASIR_CUDA_OK (0, kOk) or the
+ * code of what failed, with the text in err (err_cap bytes, NUL-terminated):
+ *   kInvalidArgument  a config or batch field out of range (a malformed
+ *                     batch fails that batch, the stage lives)
+ *   kModelFormat      the model lacks a tensor or has one not handled
+ *   kOutOfMemory      weights, scratch or the KV blocks do not fit
+ *   kDevice           a CUDA / cuBLASLt call or a CUDA IPC boundary failed;
+ *                     from probe: no usable driver (cudaGetDeviceCount failed)
+ *   kNotFound         from probe: the ordinal is not a visible device, or
+ *                     one the kernels cannot run on (compute capability < 8.0)
+ *   kInternal         an unexpected exception inside the plugin
+ * The loader turns a non-ok code into a kvasir::Error with that code; a
+ * failed forward travels on the ring as that code (kInvalidArgument, a
+ * malformed batch, as kStageFailed: what the CPU executor's checks give).
+ *
+ * Logging: the plugin links its own static copy of base/ (hidden symbols),
+ * so its logger is not the stage's. open() hands it the stage's level and
+ * process name (KvasirCudaStageConfig::log_level, log_process) and the
+ * plugin calls log::init in its copy with them: its KV_LOG_* lines then look
+ * like the stage's own and follow the same level. A null log_process leaves
+ * the plugin's logger as it is (stderr, info, "kvasir").
+ *
  * Versioning: kvasir_cuda_plugin_v1() returns a table whose abi_version must
  * equal KVASIR_CUDA_ABI_VERSION and whose struct_size must be at least the
  * caller's sizeof(KvasirCudaPluginV1); `build` must equal the caller's
@@ -23,25 +46,16 @@
 extern "C" {
 #endif
 
-#define KVASIR_CUDA_ABI_VERSION 2u
+#define KVASIR_CUDA_ABI_VERSION 3u
 /* Same version and compiler, or refuse (see above). CMake defines
  * KVASIR_BUILD_TAG identically for the loader and the plugin. */
 #ifndef KVASIR_BUILD_TAG
 #define KVASIR_BUILD_TAG "untagged"
 #endif
-#define KVASIR_CUDA_BUILD_TAG "kvasir-cuda-abi2 " KVASIR_BUILD_TAG
+#define KVASIR_CUDA_BUILD_TAG "kvasir-cuda-abi3 " KVASIR_BUILD_TAG
 
-enum KvasirCudaStatus {
-  KVASIR_CUDA_OK = 0,
-  KVASIR_CUDA_NO_DRIVER = 1, /* no usable NVIDIA driver (cudaGetDeviceCount failed) */
-  KVASIR_CUDA_NO_DEVICE = 2, /* the ordinal is not among the visible devices */
-  KVASIR_CUDA_BAD_ARGS = 3,  /* a config or batch field out of range */
-  KVASIR_CUDA_NO_MEMORY = 4, /* weights or the minimum KV do not fit */
-  KVASIR_CUDA_MODEL = 5,     /* the model file lacks a tensor / has a type not handled */
-  KVASIR_CUDA_RUNTIME = 6,   /* a CUDA / cuBLASLt call failed (text says which) */
-  KVASIR_CUDA_IPC = 7,       /* boundary export/import failed or a peer broke the protocol */
-  KVASIR_CUDA_BATCH = 8      /* a malformed batch: that batch fails, the stage lives */
-};
+/* Success: kvasir::ErrorCode::kOk. Any other status is a kvasir::ErrorCode. */
+#define KVASIR_CUDA_OK 0
 
 /* One stage's slice and widths (the plan). */
 typedef struct KvasirCudaStageConfig {
@@ -54,6 +68,10 @@ typedef struct KvasirCudaStageConfig {
   int32_t max_rows, max_tokens, max_table;
   int32_t inflight;              /* ring slots: device boundary slots per link */
   double gpu_memory_utilization; /* (0, 1]: share of free memory (after weights) for KV */
+  /* The stage's logger (see Logging above): a kvasir::log::Level value and
+   * the process name, or log_process null to leave the plugin's as it is. */
+  int32_t log_level;
+  const char* log_process;
 } KvasirCudaStageConfig;
 
 typedef struct KvasirCudaRow {
@@ -103,7 +121,8 @@ typedef struct KvasirCudaPluginV1 {
   uint32_t struct_size; /* sizeof(KvasirCudaPluginV1) */
   const char* build;    /* KVASIR_CUDA_BUILD_TAG of the plugin */
 
-  /* Is there a driver, and is `device` one of the visible devices? */
+  /* Is there a driver (else kDevice), and is `device` one of the visible
+   * devices the kernels can run on (else kNotFound)? */
   int (*probe)(int32_t device, char* err, size_t err_cap);
   /* Selects the device, uploads the slice's weights (bf16), and measures
    * the KV capacity in blocks from gpu_memory_utilization of what is free. */
@@ -118,7 +137,9 @@ typedef struct KvasirCudaPluginV1 {
   int (*attach_boundaries)(KvasirCudaStage* st, void* table, int32_t import_link,
                            int32_t export_link, const volatile uint32_t* stop, char* err,
                            size_t err_cap);
+  /* One batch. A malformed batch is kInvalidArgument; the stage goes on. */
   int (*forward)(KvasirCudaStage* st, const KvasirCudaBatch* batch, char* err, size_t err_cap);
+  /* Frees everything of the stage (device memory, boundaries, stream). */
   void (*close)(KvasirCudaStage* st);
 } KvasirCudaPluginV1;
 

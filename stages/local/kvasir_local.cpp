@@ -6,9 +6,9 @@
 //
 //   kvasir-local --model models/SmolLM2-135M-Instruct.Q4_1.gguf --prompt "The capital of France is"
 //   kvasir-local --model M --ids 504,3458,282 --max-tokens 8 --print-ids
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -32,8 +32,8 @@ std::vector<int32_t> parse_ids(const std::string& s) {
     if (item.empty()) continue;
     size_t used = 0;
     long v = std::stol(item, &used);
-    KV_CHECK(used == item.size() && v >= INT32_MIN && v <= INT32_MAX, "--ids: '{}' is not a token id",
-             item);
+    KV_CHECK(used == item.size() && v >= INT32_MIN && v <= INT32_MAX,
+             "--ids: '{}' is not a token id", item);
     ids.push_back(int32_t(v));
   }
   return ids;
@@ -52,12 +52,9 @@ struct Options {
   bool chat = false, print_ids = false, ignore_eos = false, quiet = false;
 };
 
-int run(const Options& o) {
-  auto model = ModelFile::open(o.model);
-  const ModelConfig& cfg = model->config();
-  std::unique_ptr<Tokenizer> tok;
-  if (model->gguf()) tok = Tokenizer::from_gguf(*model->gguf());
-
+// The prompt's token ids: --ids as given, or --prompt encoded (in the chat
+// template with --chat).
+std::vector<int32_t> prompt_ids(const Options& o, const ModelFile& model, const Tokenizer* tok) {
   std::vector<int32_t> prompt;
   if (!o.ids.empty()) {
     prompt = parse_ids(o.ids);
@@ -65,48 +62,47 @@ int run(const Options& o) {
     KV_CHECK(tok != nullptr, "this model has no tokenizer in its file: pass --ids");
     std::string text = o.prompt;
     if (o.chat) {
-      ChatTemplate tpl = ChatTemplate::from_gguf(*model->gguf());
+      ChatTemplate tpl = ChatTemplate::from_gguf(*model.gguf());
       text = tpl.render({{"user", o.prompt}}, true);
     }
     prompt = tok->encode(text, true, o.chat);
   }
   KV_CHECK(!prompt.empty(), "empty prompt");
-  if (o.print_ids) {
-    std::string s;
-    for (int32_t id : prompt) s += fmt::format("{}{}", s.empty() ? "" : ",", id);
-    fmt::print(stderr, "prompt ids: {}\n", s);
-  }
+  return prompt;
+}
 
-  const int64_t total = int64_t(prompt.size()) + o.max_tokens;
-  KvSpec kv;
-  kv.block_size = 16;
-  kv.n_blocks = int32_t((total + kv.block_size - 1) / kv.block_size);
-  std::vector<int32_t> table(size_t(kv.n_blocks));
-  for (int32_t i = 0; i < kv.n_blocks; ++i) table[size_t(i)] = i;
+std::string join_ids(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) s += fmt::format("{}{}", s.empty() ? "" : ",", id);
+  return s;
+}
 
-  SliceSpec slice{0, cfg.n_layers - 1, true, true};
-  SliceExecutor exec(*model, slice, kv, o.threads, o.chunk);
-  std::vector<float> logits(size_t(cfg.vocab));
-  std::ofstream dump;
-  if (!o.logits_path.empty()) dump.open(o.logits_path, std::ios::binary);
-
-  std::unique_ptr<StreamDecoder> dec;
-  if (tok && !o.quiet) dec = std::make_unique<StreamDecoder>(*tok);
-  auto t0 = std::chrono::steady_clock::now();
-  // Prefill in chunks of at most o.chunk tokens; the last chunk samples.
+// One sequence through one executor, its blocks 0..n_blocks-1 in order.
+struct Session {
+  SliceExecutor& exec;
+  std::vector<int32_t> table;
+  std::vector<float> logits;  // [vocab]: the last forward's
   int32_t pos = 0;
-  while (pos < int32_t(prompt.size())) {
-    const int32_t n = std::min<int32_t>(o.chunk, int32_t(prompt.size()) - pos);
-    ForwardRow row{pos, n, table.data(), kv.n_blocks, pos + n == int32_t(prompt.size())};
-    ForwardBatch b{&row, 1, prompt.data() + pos, n};
+
+  void forward(const int32_t* ids, int32_t n, bool want_logits) {
+    ForwardRow row{pos, n, table.data(), int32_t(table.size()), want_logits};
+    ForwardBatch b{&row, 1, ids, n};
     exec.forward(b, nullptr, nullptr, logits.data());
     pos += n;
   }
-  auto t1 = std::chrono::steady_clock::now();
+};
+
+// Greedy decoding from the prefill's logits: up to max_tokens ids, printed
+// as they come (unless quiet), each step's logits dumped when asked.
+std::vector<int32_t> decode(const Options& o, Session& s, const Tokenizer* tok,
+                            std::ofstream& dump) {
+  const int32_t vocab = int32_t(s.logits.size());
+  std::unique_ptr<StreamDecoder> dec;
+  if (tok && !o.quiet) dec = std::make_unique<StreamDecoder>(*tok);
   std::vector<int32_t> out;
   for (int i = 0; i < o.max_tokens; ++i) {
-    if (dump) dump.write(reinterpret_cast<const char*>(logits.data()), logits.size() * 4);
-    const int32_t next = argmax(logits.data(), cfg.vocab);
+    if (dump) dump.write(reinterpret_cast<const char*>(s.logits.data()), s.logits.size() * 4);
+    const int32_t next = argmax(s.logits.data(), vocab);
     out.push_back(next);
     if (dec) {
       fmt::print("{}", dec->push(next));
@@ -114,23 +110,47 @@ int run(const Options& o) {
     }
     if (!o.ignore_eos && tok && tok->is_eog(next)) break;
     if (i + 1 == o.max_tokens) break;
-    ForwardRow row{pos, 1, table.data(), kv.n_blocks, true};
-    ForwardBatch b{&row, 1, &next, 1};
-    exec.forward(b, nullptr, nullptr, logits.data());
-    ++pos;
+    s.forward(&next, 1, true);
   }
-  auto t2 = std::chrono::steady_clock::now();
   if (dec) fmt::print("{}\n", dec->flush());
-  if (o.print_ids) {
-    std::string s;
-    for (int32_t id : out) s += fmt::format("{}{}", s.empty() ? "" : ",", id);
-    fmt::print("{}\n", s);
+  return out;
+}
+
+int run(const Options& o) {
+  auto model = ModelFile::open(o.model);
+  const ModelConfig& cfg = model->config();
+  std::unique_ptr<Tokenizer> tok;
+  if (model->gguf()) tok = Tokenizer::from_gguf(*model->gguf());
+  const std::vector<int32_t> prompt = prompt_ids(o, *model, tok.get());
+  if (o.print_ids) fmt::print(stderr, "prompt ids: {}\n", join_ids(prompt));
+
+  const int64_t total = int64_t(prompt.size()) + o.max_tokens;
+  KvSpec kv;
+  kv.block_size = 16;
+  kv.n_blocks = int32_t((total + kv.block_size - 1) / kv.block_size);
+  SliceExecutor exec(*model, SliceSpec{0, cfg.n_layers - 1, true, true}, kv, o.threads, o.chunk);
+  Session s{exec, std::vector<int32_t>(size_t(kv.n_blocks)), std::vector<float>(size_t(cfg.vocab))};
+  for (int32_t i = 0; i < kv.n_blocks; ++i) s.table[size_t(i)] = i;
+  std::ofstream dump;
+  if (!o.logits_path.empty()) dump.open(o.logits_path, std::ios::binary);
+
+  auto t0 = std::chrono::steady_clock::now();
+  // Prefill in chunks of at most o.chunk tokens; the last chunk samples.
+  while (s.pos < int32_t(prompt.size())) {
+    const int32_t n = std::min<int32_t>(o.chunk, int32_t(prompt.size()) - s.pos);
+    s.forward(prompt.data() + s.pos, n, s.pos + n == int32_t(prompt.size()));
   }
+  auto t1 = std::chrono::steady_clock::now();
+  const std::vector<int32_t> out = decode(o, s, tok.get(), dump);
+  auto t2 = std::chrono::steady_clock::now();
+  if (o.print_ids) fmt::print("{}\n", join_ids(out));
   const double pre = std::chrono::duration<double>(t1 - t0).count();
   const double gen = std::chrono::duration<double>(t2 - t1).count();
-  fmt::print(stderr, "prefill {} tokens in {:.3f} s ({:.1f} tok/s); decode {} tokens in {:.3f} s ({:.1f} tok/s)\n",
-             prompt.size(), pre, double(prompt.size()) / pre, out.size() > 0 ? out.size() - 1 : 0, gen,
-             out.size() > 1 ? double(out.size() - 1) / gen : 0.0);
+  fmt::print(stderr,
+             "prefill {} tokens in {:.3f} s ({:.1f} tok/s); decode {} tokens in {:.3f} s ({:.1f} "
+             "tok/s)\n",
+             prompt.size(), pre, double(prompt.size()) / pre, out.size() > 0 ? out.size() - 1 : 0,
+             gen, out.size() > 1 ? double(out.size() - 1) / gen : 0.0);
   return 0;
 }
 
@@ -142,7 +162,8 @@ int main(int argc, char** argv) {
   app.add_option("-m,--model", o.model, "GGUF file or safetensors folder")->required();
   app.add_option("-p,--prompt", o.prompt, "prompt text");
   app.add_option("--ids", o.ids, "prompt token ids, comma-separated (instead of --prompt)");
-  app.add_option("-n,--max-tokens", o.max_tokens, "tokens to generate")->check(CLI::Range(1, 1 << 20));
+  app.add_option("-n,--max-tokens", o.max_tokens, "tokens to generate")
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("-t,--threads", o.threads, "threads")->check(CLI::Range(1, 1024));
   app.add_option("--chunk", o.chunk, "prefill chunk size")->check(CLI::Range(1, 1 << 16));
   app.add_option("--logits", o.logits_path, "write each step's logits (f32 [steps, vocab]) here");

@@ -21,10 +21,11 @@ struct EnvPlugin {
   ~EnvPlugin() { unsetenv("KVASIR_CUDA_PLUGIN"); }
 };
 
-std::string load_error(int device) {
+std::string load_error(int device, ErrorCode* code = nullptr) {
   try {
     CudaPlugin::load(device);
   } catch (const Error& e) {
+    if (code) *code = e.code();
     return e.message();
   }
   return "(loaded)";
@@ -91,20 +92,24 @@ TEST(CudaPlugin, ALibraryWithoutTheEntryIsRefused) {
 #ifdef KVASIR_TEST_CUDA_PLUGIN  // the plugin of this build (stages/cuda), where nvcc exists
 TEST(CudaPlugin, BuiltPluginLoadsAndProbesTheDriver) {
   EnvPlugin env(KVASIR_TEST_CUDA_PLUGIN);
-  auto m = load_error(0);
+  ErrorCode code = ErrorCode::kOk;
+  auto m = load_error(0, &code);
   if (!driver_present()) {
     // The real path on a machine without an NVIDIA driver: the plugin and
-    // libcudart load, cudaGetDeviceCount fails, the stage says so.
+    // libcudart load, cudaGetDeviceCount fails, the stage says so, with the
+    // plugin's code (plugin_abi.h: kDevice).
     EXPECT_NE(m.find("plan asks for cuda:0 but this machine has no usable NVIDIA driver"),
               std::string::npos)
         << m;
     EXPECT_NE(m.find("cudaGetDeviceCount"), std::string::npos) << m;
+    EXPECT_EQ(code, ErrorCode::kDevice);
     return;
   }
   EXPECT_EQ(m, "(loaded)");
-  m = load_error(9999);
+  m = load_error(9999, &code);
   EXPECT_NE(m.find("plan asks for cuda:9999 but only"), std::string::npos) << m;
   EXPECT_NE(m.find("visible"), std::string::npos) << m;
+  EXPECT_EQ(code, ErrorCode::kNotFound);
 }
 #endif
 

@@ -2,7 +2,7 @@
 // by position, so a sequence recomputed after preemption (every position
 // resent from 0, its generated tokens included) has the counts it had
 // before, and penalised sampling continues exactly as without preemption.
-// (The scheduler side: tests/unit/daemon/test_scheduler.cpp,
+// (The scheduler side: tests/unit/daemon/engine/test_scheduler.cpp,
 // PreemptionKeepsPenalisedOutputs.)
 #include <gtest/gtest.h>
 

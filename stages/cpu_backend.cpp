@@ -1,0 +1,55 @@
+// stages/cpu_backend.cpp — see cpu_backend.h.
+#include "stages/cpu_backend.h"
+
+#include "base/check.h"
+#include "stages/slice.h"
+
+namespace kvasir {
+namespace {
+
+class CpuBackend final : public StageBackend {
+ public:
+  CpuBackend(std::unique_ptr<ModelFile> model, const CpuStageConfig& cfg)
+      : model_(std::move(model)), cfg_(cfg) {
+    const KvSpec kv{0, cfg.block_size, cfg.kv_type};
+    const uint64_t per = slice_kv_block_bytes(model_->config(), cfg.slice, kv);
+    capacity_ = per ? int64_t(cfg.kv_memory / per) : 0;
+    KV_CHECK(capacity_ >= 1, "kv.memory ({} bytes) holds no block of layers {}-{} ({} bytes each)",
+             cfg.kv_memory, cfg.slice.first_layer, cfg.slice.last_layer, per);
+  }
+
+  int32_t vocab() const override { return model_->config().vocab; }
+  int64_t capacity_blocks() const override { return capacity_; }
+
+  bool preload(const PreloadConfig& pc) override { return preload_slice(*model_, cfg_.slice, pc); }
+
+  void allocate_kv(int32_t n_blocks) override {
+    KV_CHECK(!exec_, "allocate_kv: the KV pool is already allocated");
+    KV_CHECK(n_blocks >= 1 && n_blocks <= capacity_, "{} KV blocks asked, {} fit", n_blocks,
+             capacity_);
+    const KvSpec kv{n_blocks, cfg_.block_size, cfg_.kv_type};
+    exec_ = std::make_unique<SliceExecutor>(*model_, cfg_.slice, kv, cfg_.threads, cfg_.max_tokens);
+  }
+
+  bool attach_boundaries() override { return true; }  // host boundaries: nothing to open
+
+  void forward(const ForwardBatch& b, const float* in, float* out, float* logits) override {
+    KV_CHECK(exec_ != nullptr, "forward before allocate_kv");
+    exec_->forward(b, in, out, logits);
+  }
+
+ private:
+  std::unique_ptr<ModelFile> model_;
+  CpuStageConfig cfg_;
+  int64_t capacity_ = 0;
+  std::unique_ptr<SliceExecutor> exec_;
+};
+
+}  // namespace
+
+std::unique_ptr<StageBackend> make_cpu_backend(std::unique_ptr<ModelFile> model,
+                                               const CpuStageConfig& cfg) {
+  return std::make_unique<CpuBackend>(std::move(model), cfg);
+}
+
+}  // namespace kvasir

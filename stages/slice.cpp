@@ -1,0 +1,96 @@
+// stages/slice.cpp — see slice.h.
+#include "stages/slice.h"
+
+#include <cmath>
+
+#include "base/check.h"
+
+namespace kvasir {
+
+const char* output_tensor_name(const ModelConfig& c) {
+  return c.tied_embeddings ? kTokenEmbdTensor : kOutputTensor;
+}
+
+LayerTensorNames layer_tensor_names(int layer) {
+  const std::string b = "blk." + std::to_string(layer) + ".";
+  LayerTensorNames n;
+  n.attn_norm = b + "attn_norm.weight";
+  n.ffn_norm = b + "ffn_norm.weight";
+  n.attn_q = b + "attn_q.weight";
+  n.attn_k = b + "attn_k.weight";
+  n.attn_v = b + "attn_v.weight";
+  n.attn_output = b + "attn_output.weight";
+  n.ffn_gate = b + "ffn_gate.weight";
+  n.ffn_up = b + "ffn_up.weight";
+  n.ffn_down = b + "ffn_down.weight";
+  n.attn_q_bias = b + "attn_q.bias";
+  n.attn_k_bias = b + "attn_k.bias";
+  n.attn_v_bias = b + "attn_v.bias";
+  return n;
+}
+
+std::vector<std::string> LayerTensorNames::all() const {
+  return {attn_norm, ffn_norm, attn_q,   attn_k,      attn_v,      attn_output,
+          ffn_gate,  ffn_up,   ffn_down, attn_q_bias, attn_k_bias, attn_v_bias};
+}
+
+RopeTable rope_table(const ModelConfig& c, const TensorView* rope_freqs) {
+  RopeTable t;
+  cpu::RopeConfig& rc = t.config;
+  rc.head_dim = c.head_dim;
+  rc.rot_dim = c.head_dim;
+  rc.theta = c.rope_theta;
+  rc.style =
+      c.rope_layout == RopeLayout::kAdjacent ? cpu::RopeStyle::kAdjacent : cpu::RopeStyle::kHalf;
+  rc.llama3_factor = c.rope_llama3_factor;
+  rc.llama3_low_freq_factor = c.rope_llama3_low_freq_factor;
+  rc.llama3_high_freq_factor = c.rope_llama3_high_freq_factor;
+  rc.llama3_original_context = c.rope_llama3_original_context;
+  rc.linear_factor = c.rope_linear_factor;
+  if (!c.rope_freqs_tensor) {
+    t.inv_freq = cpu::rope_inv_freq(rc);
+    return t;
+  }
+  // Llama-3 GGUF files carry the scaling as per-pair frequency divisors
+  // (rope_freqs.weight, written by llama.cpp's converter). llama.cpp then
+  // divides theta^(-2i/d) by them and applies no other llama3 scaling, so
+  // neither do we: the plain frequencies, divided.
+  rc.llama3_factor = 0.f;
+  t.inv_freq = cpu::rope_inv_freq(rc);
+  const int64_t half = int64_t(t.inv_freq.size());
+  KV_CHECK_CODE(rope_freqs != nullptr, ErrorCode::kModelFormat, "tensor '{}' is missing",
+                kRopeFreqsTensor);
+  KV_CHECK_CODE(
+      rope_freqs->type == DType::F32 && rope_freqs->cols() == half && rope_freqs->rows() == 1,
+      ErrorCode::kModelFormat, "{} must be F32 with {} values (got {} [{} x {}])", kRopeFreqsTensor,
+      half, dtype_name(rope_freqs->type), rope_freqs->rows(), rope_freqs->cols());
+  const float* f = static_cast<const float*>(rope_freqs->data);
+  for (int64_t i = 0; i < half; ++i) {
+    KV_CHECK_CODE(std::isfinite(f[i]) && f[i] > 0.f, ErrorCode::kModelFormat,
+                  "{}[{}] is {}: frequency divisors must be finite and positive", kRopeFreqsTensor,
+                  i, f[i]);
+    t.inv_freq[size_t(i)] /= f[i];
+  }
+  return t;
+}
+
+RopeTable rope_table(const ModelFile& model) {
+  const ModelConfig& c = model.config();
+  const TensorView* freqs = c.rope_freqs_tensor ? model.find(kRopeFreqsTensor) : nullptr;
+  KV_CHECK_CODE(freqs != nullptr || !c.rope_freqs_tensor, ErrorCode::kModelFormat,
+                "{}: tensor '{}' is missing", model.path(), kRopeFreqsTensor);
+  return rope_table(c, freqs);
+}
+
+uint64_t kv_elem_bytes(DType t) {
+  KV_CHECK(t == DType::F16 || t == DType::F32, "kv.dtype must be f16 or f32 (got {})",
+           dtype_name(t));
+  return t == DType::F16 ? 2 : 4;
+}
+
+uint64_t slice_kv_block_bytes(const ModelConfig& c, const SliceSpec& s, const KvSpec& kv) {
+  return kv_block_bytes(c, s.last_layer - s.first_layer + 1, kv.block_size,
+                        int32_t(kv_elem_bytes(kv.type)));
+}
+
+}  // namespace kvasir

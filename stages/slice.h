@@ -1,0 +1,94 @@
+// stages/slice.h — what a stage holds (a slice of a model's layers) and the
+// facts about it that every backend uses, computed in one place: the names
+// of its tensors, the RoPE inverse-frequency table, the KV bytes per block.
+// The CPU slice executor (stages/forward.h) and the CUDA executor
+// (stages/cuda/executor.h) both read them from here, so the two cannot
+// drift apart (a GPU that ignored Llama-3's rope_freqs.weight did).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/tensor.h"
+#include "kernels/cpu/rope.h"
+#include "model/config.h"
+#include "model/model_file.h"
+
+namespace kvasir {
+
+struct SliceSpec {
+  int first_layer = 0;
+  int last_layer = 0;  // inclusive
+  bool head = false;   // embeds token ids
+  bool tail = false;   // final norm + output head
+};
+
+struct KvSpec {
+  int32_t n_blocks = 0;
+  int32_t block_size = 16;
+  DType type = DType::F16;  // F16 or F32 on the CPU
+};
+
+// --- Tensor names (GGUF's; model/ maps a safetensors folder's to them) ----
+
+inline constexpr const char* kTokenEmbdTensor = "token_embd.weight";
+inline constexpr const char* kOutputNormTensor = "output_norm.weight";
+inline constexpr const char* kOutputTensor = "output.weight";
+inline constexpr const char* kRopeFreqsTensor = "rope_freqs.weight";
+
+// The output head's tensor: output.weight, or token_embd.weight when the
+// model ties its embeddings.
+const char* output_tensor_name(const ModelConfig& c);
+
+// The tensors of one layer: "blk.N.attn_q.weight", ... The three biases
+// exist only where ModelConfig::qkv_bias is set (Qwen2).
+struct LayerTensorNames {
+  std::string attn_norm, ffn_norm;
+  std::string attn_q, attn_k, attn_v, attn_output;
+  std::string ffn_gate, ffn_up, ffn_down;
+  std::string attn_q_bias, attn_k_bias, attn_v_bias;
+
+  // Every name above, in that order (weights, then the biases).
+  std::vector<std::string> all() const;
+};
+LayerTensorNames layer_tensor_names(int layer);
+
+// --- RoPE ---------------------------------------------------------------
+
+// A model's rotary embedding: the rotation (kernels/cpu/rope.h's config:
+// layout, dimensions, position divisor for linear scaling) and the inverse
+// frequencies, one per rotated pair ([head_dim / 2]), with the model's
+// frequency scaling applied:
+//   - a rope_freqs.weight tensor (Llama-3 GGUF files, as llama.cpp's
+//     converter writes them): theta^(-2i/d) divided by its per-pair
+//     divisors and no other llama3 scaling (llama.cpp's rule; config's
+//     llama3_factor is then 0);
+//   - else llama3 scaling from the metadata (rope_scaling llama3 of a
+//     config.json), as cpu::rope_inv_freq computes it.
+// Linear scaling is not in the table: cpu::rope (and the CUDA kernel)
+// divide positions by config.linear_factor.
+struct RopeTable {
+  cpu::RopeConfig config;
+  std::vector<float> inv_freq;
+};
+
+// rope_freqs: the model's rope_freqs.weight, required when
+// c.rope_freqs_tensor and ignored otherwise. Throws kvasir::Error
+// (kModelFormat) when it is missing, is not F32 with head_dim / 2 values,
+// or holds a divisor that is not finite and positive; kInvalidArgument for
+// a rotation config cpu::rope_inv_freq refuses.
+RopeTable rope_table(const ModelConfig& c, const TensorView* rope_freqs);
+// The same, with rope_freqs.weight looked up in `model`.
+RopeTable rope_table(const ModelFile& model);
+
+// --- KV -------------------------------------------------------------------
+
+// Bytes of one element of a CPU stage's KV cache: 2 (F16) or 4 (F32).
+// Throws kvasir::Error for any other type.
+uint64_t kv_elem_bytes(DType t);
+// KV bytes per block of this slice's layers (kv_block_bytes, model/config.h).
+uint64_t slice_kv_block_bytes(const ModelConfig& c, const SliceSpec& s, const KvSpec& kv);
+
+}  // namespace kvasir
