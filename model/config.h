@@ -7,7 +7,7 @@
 
 namespace kvasir {
 
-enum class RopeLayout { kAdjacent, kHalf };  // see NOTES-model.md and kernels/cpu/rope.h
+enum class RopeLayout { kAdjacent, kHalf };  // see docs/model-formats.md and kernels/cpu/rope.h
 
 struct ModelConfig {
   std::string arch;  // "llama", "qwen2", "mistral"

@@ -1,6 +1,6 @@
 // kernels/cpu/rope.h — rotary position embeddings.
 //
-// Two layouts (see NOTES-model.md): GGUF llama models rotate adjacent pairs
+// Two layouts (docs/model-formats.md): GGUF llama models rotate adjacent pairs
 // (x[2i], x[2i+1]) — kAdjacent; Hugging Face checkpoints and Qwen2 rotate
 // (x[i], x[i + rot_dim/2]) — kHalf (NeoX). Dimensions at and past rot_dim are
 // left as they are.
@@ -37,7 +37,7 @@ struct RopeConfig {
 // applied as Hugging Face's _compute_llama3_parameters does. Throws
 // kvasir::Error on an invalid config. (GGUF Llama-3 files may instead carry
 // a rope_freqs tensor: divide theta^(-2i/d) by it and pass the result to
-// rope() directly — stages/forward.cpp does.)
+// rope() directly — stages/slice.cpp does.)
 std::vector<float> rope_inv_freq(const RopeConfig& cfg);
 
 // Rotates x: [n_tokens, n_heads, head_dim] in place; pos[t] is token t's
