@@ -8,11 +8,12 @@
 namespace kvasir {
 
 // The stage process (kvasird execs itself with `--stage N --segment NAME`):
-// opens the segment, reports its KV capacity, waits for the daemon's block
-// count, builds its backend (CPU slice executor or the CUDA plugin), reports
-// ready, runs the agent until shutdown. Any failure before serving is
-// written to the stage's error field with status failed. Returns the
-// process exit code.
+// opens the segment and the model, builds its backend for the plan's device
+// (the CPU slice executor or the CUDA plugin, stages/backend.h), reports its
+// KV capacity, waits for the daemon's block count, allocates the KV blocks,
+// reports ready and runs the agent until shutdown (the handshake is written
+// out in stage_main.cpp). Any failure before serving is written to the
+// stage's error field with status failed. Returns the process exit code.
 int stage_main(int stage, const std::string& segment_name);
 
 }  // namespace kvasir
