@@ -5,7 +5,7 @@ Generates a trace of short and long (>= 1,500-token) prompts, writes a
 2-CPU-stage config of the default model, and runs
 `kvasir bench --compare-policies` on it (one kvasird per policy, the same
 trace each), then a run with a KV pool too small for the load. Prints the
-figures as markdown with each issue-5 goal checked, and `uptime` before and
+figures as markdown with each scheduling goal checked, and `uptime` before and
 after (the machine is shared; the load says how far to trust the figures).
 
   python3 bench/policies/run.py --bin build/bin [--out /tmp/kvasir-policies]

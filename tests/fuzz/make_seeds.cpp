@@ -2,7 +2,7 @@
 //
 //   fuzz_make_seeds OUT_DIR   (scripts/fuzz --seeds writes tests/fuzz/corpus/)
 //
-// One file per loader-advisory class of issue 8 item 4 (element counts whose
+// One file per loader-advisory class (element counts whose
 // byte size wraps, dimensions summing past the file, offsets past the end,
 // duplicate keys, huge string or array lengths, alignment 0 or not a power
 // of two, quantised rows not a multiple of the block size, n_dims > 4,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Load and abort storm against a real kvasird over its Unix socket (issue 8 item 6).
+"""Load and abort storm against a real kvasird over its Unix socket.
 
 Usage: load_client.py SOCK PID [--requests N] [--aborts N] [--concurrency N]
                       [--timeout S] [--rss-slack-mib M] [--json FILE]

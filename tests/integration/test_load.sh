@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 8 item 6 against the real kvasird: 2,000 requests at once on a KV
+# Load against the real kvasird: 2,000 requests at once on a KV
 # pool sized for a tenth of them, then 10,000 random client aborts; nothing
 # hangs, nothing leaks (blocks, fds, threads), memory stays bounded. The
 # client is tests/integration/load_client.py (stdlib asyncio over the Unix

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 8 item 3, with real processes: kvasird killed with SIGKILL under load.
+# With real processes: kvasird killed with SIGKILL under load.
 #
 #  1. A second kvasird on the same instance (same config, so the same socket
 #     and segment) refuses with "already running" and leaves the first alone:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 8 item 1 through the front door: a stage lost mid-stream, seen by
+# Stage recovery through the front door: a stage lost mid-stream, seen by
 # real HTTP clients of a real kvasird (the default model, 3 CPU stages).
 #
 #  0. Fault-free: N greedy streaming requests at once; each client's text

@@ -1,4 +1,4 @@
-// The bridge's limits (issue 5 items 1 and 7), against a ring whose stages
+// The bridge's limits, against a ring whose stages
 // never run: whatever the bridge submits stays in flight, so the queue, the
 // running set and the KV accounting hold still and can be read exactly.
 //
