@@ -58,7 +58,6 @@ Value f_first(Interpreter& in, const Value& v, Args& a) {
 
 Value f_last(Interpreter& in, const Value& v, Args& a) {
   ArgReader(in, a, "last", {});
-  if (v.is_undefined()) in.undefined_error(v);
   const auto items = iterate(in, v);
   return items.empty() ? Value::undefined("No last item, sequence was empty.") : items.back();
 }

@@ -259,7 +259,7 @@ Value Interpreter::call_macro(const Stmt& def, const ScopePtr& closure, Args& ar
     sc->set(name, def_expr ? eval(*def_expr, sc)
                            : Value::undefined("parameter '" + name + "' was not provided"));
   }
-  sc->set("varargs", Value::list(std::move(varargs)));
+  sc->set("varargs", Value::list(std::move(varargs), true));
   sc->set("kwargs", Value::dict(std::move(kwargs)));
   Str out;
   exec(def.body, sc, out);

@@ -263,7 +263,6 @@ std::vector<Value> iterate(Interpreter& in, const Value& v) {
   }
 }
 
-
 std::vector<size_t> slice_indices(Interpreter& in, size_t n, std::optional<int64_t> start,
                                   std::optional<int64_t> stop, std::optional<int64_t> step) {
   const int64_t st = step.value_or(1);

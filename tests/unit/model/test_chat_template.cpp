@@ -1,5 +1,7 @@
 // Chat template tests: byte-for-byte against jinja2 renderings of the default
-// model's own template and of the Llama 3 / Llama 2 / Mistral templates.
+// model's own template and of the Llama 3 / Llama 2 / Mistral templates
+// (the earlier references; tests/unit/model/test_jinja_refs.cpp has the
+// real templates of the major families).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -52,8 +54,11 @@ TEST(ChatTemplate, DefaultModel) {
   auto f = GgufFile::open(model);
   const auto t = ChatTemplate::from_gguf(*f);
   EXPECT_EQ(t.family(), "chatml");
-  EXPECT_EQ(t.default_system(),
-            "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  // The template committed as the SmolLM2 reference is this model's.
+  std::ifstream tf(src("tests/data/chat_templates/HuggingFaceTB-SmolLM2-135M-Instruct.jinja"));
+  const std::string committed((std::istreambuf_iterator<char>(tf)),
+                              std::istreambuf_iterator<char>());
+  EXPECT_EQ(t.source(), committed);
   EXPECT_EQ(t.render({{"user", "Hi"}}, true),
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
             "Face<|im_end|>\n"
@@ -62,15 +67,20 @@ TEST(ChatTemplate, DefaultModel) {
   EXPECT_THROW(ChatTemplate::from_gguf(*f, "vicuna"), Error);
 }
 
-TEST(ChatTemplate, UnsupportedNamesTheModel) {
+TEST(ChatTemplate, UnsupportedNamesTheModelAndTheConstruct) {
   try {
-    ChatTemplate::from_string("{{ messages }}", "", "", "MyModel-7B");
+    ChatTemplate::from_string("{% include 'other.jinja' %}", "", "", "MyModel-7B");
     FAIL() << "expected an error";
   } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kModelFormat);
     EXPECT_NE(e.message().find("MyModel-7B"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("include"), std::string::npos) << e.message();
   }
   EXPECT_THROW(ChatTemplate::from_string("", "", "", "NoTemplate"), Error);
   EXPECT_EQ(ChatTemplate::from_string("", "<s>", "</s>", "x", "mistral").family(), "mistral");
+  // An override may also be a template of its own.
+  const auto t = ChatTemplate::from_string("", "", "", "x", "{{ messages[0].content }}!");
+  EXPECT_EQ(t.render({{"user", "hi"}}, true), "hi!");
 }
 
 }  // namespace
