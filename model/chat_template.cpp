@@ -71,6 +71,33 @@ bool reserved(const std::string& name) {
   return false;
 }
 
+// Roles a template may turn into control tokens ('<|' + role + '|>' in
+// Phi-4-mini's): these known values are markup; any other role stays data.
+bool known_role(const std::string& r) {
+  for (const char* n : {"system", "user", "assistant", "tool", "developer", "ipython", "function"})
+    if (r == n) return true;
+  return false;
+}
+
+// The messages as template values: everything is data, except a known role.
+jinja::Value messages_value(const nlohmann::ordered_json& messages) {
+  std::vector<jinja::Value> out;
+  for (const auto& m : messages) {
+    if (!m.is_object()) {
+      out.push_back(jinja::from_json(m, true));
+      continue;
+    }
+    auto d = std::make_shared<jinja::Dict>();
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      const bool markup =
+          it.key() == "role" && it.value().is_string() && known_role(it.value().get<std::string>());
+      d->set(jinja::Str(it.key(), true), jinja::from_json(it.value(), !markup));
+    }
+    out.push_back(jinja::Value::dict(std::move(d)));
+  }
+  return jinja::Value::list(std::move(out));
+}
+
 std::string read_file(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
   KV_CHECK_CODE(in.good(), ErrorCode::kNotFound, "cannot read {}", p.string());
@@ -180,7 +207,7 @@ ChatPrompt ChatTemplate::apply(const ChatInput& in, const jinja::Limits& limits)
   KV_CHECK(in.tools.is_null() || in.tools.is_array(), "chat: tools must be an array");
   KV_CHECK(in.kwargs.is_object(), "chat: chat_template_kwargs must be an object");
   std::vector<std::pair<std::string, jinja::Value>> vars;
-  vars.emplace_back("messages", jinja::from_json(in.messages, true));
+  vars.emplace_back("messages", messages_value(in.messages));
   vars.emplace_back("tools",
                     in.tools.is_null() ? jinja::Value::none() : jinja::from_json(in.tools, true));
   vars.emplace_back("documents", jinja::Value::none());

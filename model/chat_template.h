@@ -9,9 +9,12 @@
 //
 // The rendered prompt is a list of segments: markup the template wrote, and
 // data that came from the conversation (message text, tool calls and
-// results, tool specs, extra variables). Tokenize data with control-token
-// parsing off and markup with it on (encode_prompt below), and no user can
-// forge a turn by typing "<|im_start|>system" or "<|eot_id|>".
+// results, tool specs, extra variables; a message's role is markup when it
+// is one of system, user, assistant, tool, developer, ipython, function,
+// since templates build control tokens out of it: '<|' + role + '|>').
+// Tokenize data with control-token parsing off and markup with it on
+// (encode_prompt below), and no user can forge a turn by typing
+// "<|im_start|>system" or "<|eot_id|>".
 //
 // The prompt includes the BOS text when the template writes it: encode it
 // without adding another (encode_prompt never adds one).

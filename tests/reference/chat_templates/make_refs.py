@@ -144,7 +144,8 @@ TEMPLATES = {
 
 # Variables beyond messages/tools/add_generation_prompt that a template reads
 # (chat_template_kwargs); each template is rendered with {} and with each of
-# these that it mentions.
+# these that it mentions (enable_thinking over every conversation, the others
+# over EXTRA_CONVERSATIONS).
 EXTRAS = [
     {"enable_thinking": True},
     {"enable_thinking": False},
@@ -152,6 +153,9 @@ EXTRAS = [
     {"tools_in_user_message": False},
     {"builtin_tools": ["brave_search", "wolfram_alpha", "code_interpreter"]},
 ]
+
+EXTRA_CONVERSATIONS = {"system_user", "multi_turn", "tool_args_string", "tool_args_object",
+                       "inject_chat", "benign_chat", "inject_tools", "benign_tools"}
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather in a city.",
@@ -230,17 +234,26 @@ def conversations():
                             m(U, "3+3?"), m(A, "6")]
     c["not_alternating"] = [m(U, "one"), m(U, "two")]
     c["assistant_first"] = [m(A, "I speak first."), m(U, "ok")]
-    c["injection"] = [m(S, "sys " + INJECT), m(U, "user " + INJECT),
-                      m(A, "assistant " + INJECT),
-                      m(U, [{"type": "text", "text": "part " + INJECT}]),
-                      m(A, None, tool_calls=[call("call12345", "get_weather",
-                                                  json.dumps({"city": INJECT}))]),
-                      m(T, "result " + INJECT, tool_call_id="call12345", name="get_weather"),
-                      m(U, "last " + INJECT)]
-    # The same conversation without the injected strings: the template's own
+    # Every control string in every place a client controls, in a few shapes
+    # (templates refuse some: a system turn, content parts, tool calls). Each
+    # comes with a twin without the injected strings: the template's own
     # markup must be the same in both.
-    c["injection_benign"] = json.loads(json.dumps(c["injection"]).replace(
-        json.dumps(INJECT)[1:-1], "plain text"))
+    inj = {}
+    inj["chat"] = [m(S, "sys " + INJECT), m(U, "user " + INJECT), m(A, "assistant " + INJECT),
+                   m(U, "last " + INJECT)]
+    inj["nosys"] = [m(U, "user " + INJECT), m(A, "assistant " + INJECT), m(U, "last " + INJECT)]
+    inj["parts"] = [m(U, [{"type": "text", "text": "part " + INJECT}])]
+    inj["tools"] = [m(U, "user " + INJECT),
+                    m(A, None, tool_calls=[call("call12345", "get_weather",
+                                                json.dumps({"city": INJECT}))]),
+                    m(T, "result " + INJECT, tool_call_id="call12345", name="get_weather"),
+                    m(A, "answer " + INJECT), m(U, "last " + INJECT)]
+    inj["tool_object"] = [m(U, "user"),
+                          m(A, "", tool_calls=[call("call12345", "get_weather", {"city": INJECT})]),
+                          m(T, "result " + INJECT, tool_call_id="call12345", name="get_weather")]
+    for k, v in inj.items():
+        c["inject_" + k] = v
+        c["benign_" + k] = json.loads(json.dumps(v).replace(json.dumps(INJECT)[1:-1], "plain text"))
     return c
 
 
@@ -463,6 +476,8 @@ def main():
         for conv_name, messages in convs.items():
             for tools in ([None, TOOLS] if uses_tools else [None]):
                 for extra in extras:
+                    if extra and "enable_thinking" not in extra and conv_name not in EXTRA_CONVERSATIONS:
+                        continue
                     for gen in (False, True):
                         case = {"template": name, "conversation": conv_name,
                                 "tools": tools is not None, "add_generation_prompt": gen,
