@@ -95,8 +95,9 @@ TEST(ChatPrompt, InjectedControlStringsStayInData) {
       // (except where a template reads reasoning out of assistant content:
       // "<think>...</think>" in it makes the template write its own tags).
       const bool reads_think = t.source().find("'</think>' in") != std::string::npos;
-      if (!(reads_think && (ctl == "<think>" || ctl == "</think>")))
+      if (!(reads_think && (ctl == "<think>" || ctl == "</think>"))) {
         EXPECT_EQ(in_markup, markup_count(fb, ctl, what + " (benign)")) << what << " " << ctl;
+      }
     }
     ++checked[name];
   }
