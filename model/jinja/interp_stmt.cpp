@@ -13,27 +13,45 @@ std::string unpack_error(size_t want, size_t got) {
                     : fmt::format("too many values to unpack (expected {})", want);
 }
 
-Value loop_object(size_t i, const std::vector<Value>& items) {
-  const size_t n = items.size();
-  auto d = std::make_shared<Dict>();
-  auto set = [&](const char* k, Value v) { d->set(Str::markup(k), std::move(v)); };
-  set("index", Value(int64_t(i + 1)));
-  set("index0", Value(int64_t(i)));
-  set("revindex", Value(int64_t(n - i)));
-  set("revindex0", Value(int64_t(n - i - 1)));
-  set("first", Value(i == 0));
-  set("last", Value(i + 1 == n));
-  set("length", Value(int64_t(n)));
-  set("depth", Value(int64_t(1)));
-  set("depth0", Value(int64_t(0)));
-  set("previtem", i > 0 ? items[i - 1] : Value::undefined("there is no previous item"));
-  set("nextitem", i + 1 < n ? items[i + 1] : Value::undefined("there is no next item"));
-  set("cycle", Value::callable("cycle", [i](Interpreter& in, Args& a) {
-        if (a.pos.empty()) in.fail("no items for cycling given");
-        return a.pos[i % a.pos.size()];
-      }));
-  return Value::dict(std::move(d));
-}
+// jinja2's LoopContext: one object per loop, advanced at each iteration
+// (a template that keeps `loop` in a variable sees it advance, as in jinja2).
+class LoopObject {
+ public:
+  explicit LoopObject(const std::vector<Value>& items)
+      : items_(items), index_(std::make_shared<size_t>(0)), dict_(std::make_shared<Dict>()) {
+    for (const char* k : {"index", "index0", "revindex", "revindex0", "first", "last", "length",
+                          "depth", "depth0", "previtem", "nextitem"})
+      dict_->set(Str::markup(k), Value());
+    dict_->set(Str::markup("cycle"),
+               Value::callable("cycle", [i = index_](Interpreter& in, Args& a) {
+                 if (a.pos.empty()) in.fail("no items for cycling given");
+                 return a.pos[*i % a.pos.size()];
+               }));
+    dict_->set_at(6, Value(int64_t(items.size())));
+    dict_->set_at(7, Value(int64_t(1)));
+    dict_->set_at(8, Value(int64_t(0)));
+  }
+  Value at(size_t i) {
+    const size_t n = items_.size();
+    *index_ = i;
+    dict_->set_at(0, Value(int64_t(i + 1)));
+    dict_->set_at(1, Value(int64_t(i)));
+    dict_->set_at(2, Value(int64_t(n - i)));
+    dict_->set_at(3, Value(int64_t(n - i - 1)));
+    dict_->set_at(4, Value(i == 0));
+    dict_->set_at(5, Value(i + 1 == n));
+    dict_->set_at(9, i > 0 ? items_[i - 1] : no_prev_);
+    dict_->set_at(10, i + 1 < n ? items_[i + 1] : no_next_);
+    return Value::dict(dict_);
+  }
+
+ private:
+  const std::vector<Value>& items_;
+  std::shared_ptr<size_t> index_;
+  std::shared_ptr<Dict> dict_;
+  const Value no_prev_ = Value::undefined("there is no previous item");
+  const Value no_next_ = Value::undefined("there is no next item");
+};
 
 }  // namespace
 
@@ -177,12 +195,13 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, const ScopePtr& scope, St
     exec(s.else_body, std::make_shared<Scope>(scope), out);
     return Flow::kNext;
   }
+  LoopObject loop(items);
   for (size_t i = 0; i < items.size(); ++i) {
     step();
     line_ = s.line;
     auto sc = std::make_shared<Scope>(scope);
     bind(s, sc, items[i]);
-    sc->set("loop", loop_object(i, items));
+    sc->set("loop", loop.at(i));
     if (exec(s.body, sc, out) == Flow::kBreak) break;
   }
   return Flow::kNext;

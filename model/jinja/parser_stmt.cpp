@@ -99,6 +99,8 @@ StmtPtr Parser::statement() {
     return s;
   }
   if (known_unsupported(t)) fail(fmt::format("unsupported construct '{{% {} %}}'", t));
+  if (t.rfind("end", 0) == 0 || t == "elif" || t == "else")
+    fail(fmt::format("unexpected '{{% {} %}}'", t));
   fail(fmt::format("unknown tag '{}'", t));
 }
 

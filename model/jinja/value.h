@@ -119,6 +119,8 @@ class Dict {
  public:
   const Value* find(std::string_view key) const;
   void set(const Str& key, Value v);
+  // Replaces the value of the i-th key (0 <= i < size()).
+  void set_at(size_t i, Value v) { items_[i].second = std::move(v); }
   size_t size() const { return items_.size(); }
   bool empty() const { return items_.empty(); }
   const std::vector<std::pair<Str, Value>>& items() const { return items_; }
