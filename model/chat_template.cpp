@@ -240,38 +240,38 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& msgs, bool gen)
   return apply(in).text();
 }
 
-// The tokenizer's own partition (Tokenizer::encode: special and added
-// tokens cut out first, longest first, then the text between them), except
-// that a control token whose text touches data is not cut out: it stays
-// text, and text is encoded with control-token parsing off.
-std::vector<int32_t> encode_prompt(const Tokenizer& tok, const ChatPrompt& prompt) {
-  const TokenizerData& d = tok.data();
-  std::string text;
-  std::vector<std::pair<size_t, size_t>> data;  // byte ranges
-  for (const PromptSegment& s : prompt.segments) {
-    if (s.data && !s.text.empty()) data.emplace_back(text.size(), text.size() + s.text.size());
-    text += s.text;
-  }
-  auto touches_data = [&](size_t b, size_t e) {
-    for (auto [x, y] : data)
-      if (x < e && b < y) return true;
-    return false;
-  };
+namespace {
+
+// The special and added tokens in the order Tokenizer::encode cuts them out:
+// longest first, ties by id.
+std::vector<int32_t> specials_in_order(const TokenizerData& d) {
   std::vector<int32_t> specials;
   for (size_t i = 0; i < d.tokens.size(); ++i)
     if (d.attrs[i] & (kAttrControl | kAttrUserDefined | kAttrUnknown))
       specials.push_back(int32_t(i));
   std::stable_sort(specials.begin(), specials.end(),
                    [&](int32_t a, int32_t b) { return d.tokens[a].size() > d.tokens[b].size(); });
+  return specials;
+}
 
-  struct Frag {
-    int32_t id;  // >= 0: a token; -1: text [off, off + len)
-    size_t off, len;
+struct Frag {
+  int32_t id;  // >= 0: a token; -1: text [off, off + len)
+  size_t off, len;
+};
+
+// Tokenizer::encode's partition of `text`, except that a control token whose
+// text touches a byte of `data` is not cut out: it stays text.
+std::vector<Frag> partition(const TokenizerData& d, const std::string& text,
+                            const std::vector<std::pair<size_t, size_t>>& data) {
+  auto touches_data = [&](size_t b, size_t e) {
+    for (auto [x, y] : data)
+      if (x < e && b < y) return true;
+    return false;
   };
+  auto is_space = [](char c) { return c == ' ' || (c >= '\t' && c <= '\r'); };
   std::vector<Frag> frags;
   if (!text.empty()) frags.push_back({-1, 0, text.size()});
-  auto is_space = [](char c) { return c == ' ' || (c >= '\t' && c <= '\r'); };
-  for (int32_t sid : specials) {
+  for (int32_t sid : specials_in_order(d)) {
     const std::string& st = d.tokens[sid];
     if (st.empty()) continue;
     const bool control = d.attrs[sid] & (kAttrControl | kAttrUnknown);
@@ -303,8 +303,24 @@ std::vector<int32_t> encode_prompt(const Tokenizer& tok, const ChatPrompt& promp
     }
     frags.swap(next);
   }
+  return frags;
+}
+
+}  // namespace
+
+// The tokenizer's own partition, with control tokens kept out of data; the
+// text between tokens is encoded with control-token parsing off, as
+// Tokenizer::encode encodes it after a special token (so SentencePiece's
+// space prefix lands where it would in whole-text encoding).
+std::vector<int32_t> encode_prompt(const Tokenizer& tok, const ChatPrompt& prompt) {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> data;  // byte ranges
+  for (const PromptSegment& s : prompt.segments) {
+    if (s.data && !s.text.empty()) data.emplace_back(text.size(), text.size() + s.text.size());
+    text += s.text;
+  }
   std::vector<int32_t> ids;
-  for (const Frag& f : frags) {
+  for (const Frag& f : partition(tok.data(), text, data)) {
     if (f.id >= 0) {
       ids.push_back(f.id);
     } else {

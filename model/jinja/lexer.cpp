@@ -92,6 +92,7 @@ class Lexer {
   size_t digits(size_t p) const;  // end of \d+(_\d+)* at p, or p
   bool number();
   void string_literal();
+  void escape(std::string& v, size_t& p);
 
   std::string s_;
   size_t pos_ = 0, line_pos_ = 0;
@@ -323,10 +324,10 @@ bool Lexer::number() {
   return true;
 }
 
-void Lexer::string_literal() {
-  const char q = s_[pos_];
-  std::string v;
-  size_t p = pos_ + 1;
+// One escape after a backslash in a string literal, appended to v; p is at
+// the character after the backslash and moves past the escape. Python's
+// unicode-escape rules: unknown escapes stay as written.
+void Lexer::escape(std::string& v, size_t& p) {
   auto hex = [&](int n) {
     uint32_t cp = 0;
     for (int k = 0; k < n; ++k, ++p) {
@@ -336,6 +337,62 @@ void Lexer::string_literal() {
     if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) fail("bad escape in a string literal");
     unicode::append_utf8(v, cp);
   };
+  const char e = s_[p++];
+  switch (e) {
+    case '\n':
+      return;  // line continuation
+    case '\\':
+    case '\'':
+    case '"':
+      v += e;
+      return;
+    case 'a':
+      v += '\a';
+      return;
+    case 'b':
+      v += '\b';
+      return;
+    case 'f':
+      v += '\f';
+      return;
+    case 'n':
+      v += '\n';
+      return;
+    case 'r':
+      v += '\r';
+      return;
+    case 't':
+      v += '\t';
+      return;
+    case 'v':
+      v += '\v';
+      return;
+    case 'x':
+      return hex(2);
+    case 'u':
+      return hex(4);
+    case 'U':
+      return hex(8);
+    case 'N':
+      fail("\\N{...} escapes are not supported");
+    default:
+      break;
+  }
+  if (e >= '0' && e <= '7') {
+    uint32_t cp = uint32_t(e - '0');
+    for (int k = 0; k < 2 && p < s_.size() && s_[p] >= '0' && s_[p] <= '7'; ++k, ++p)
+      cp = cp * 8 + uint32_t(s_[p] - '0');
+    unicode::append_utf8(v, cp);
+  } else {
+    v += '\\';
+    v += e;
+  }
+}
+
+void Lexer::string_literal() {
+  const char q = s_[pos_];
+  std::string v;
+  size_t p = pos_ + 1;
   while (true) {
     if (p >= s_.size()) fail("unterminated string literal");
     const char c = s_[p];
@@ -345,58 +402,7 @@ void Lexer::string_literal() {
       continue;
     }
     if (++p >= s_.size()) fail("unterminated string literal");
-    const char e = s_[p++];
-    switch (e) {
-      case '\n':
-        break;
-      case '\\':
-      case '\'':
-      case '"':
-        v += e;
-        break;
-      case 'a':
-        v += '\a';
-        break;
-      case 'b':
-        v += '\b';
-        break;
-      case 'f':
-        v += '\f';
-        break;
-      case 'n':
-        v += '\n';
-        break;
-      case 'r':
-        v += '\r';
-        break;
-      case 't':
-        v += '\t';
-        break;
-      case 'v':
-        v += '\v';
-        break;
-      case 'x':
-        hex(2);
-        break;
-      case 'u':
-        hex(4);
-        break;
-      case 'U':
-        hex(8);
-        break;
-      case 'N':
-        fail("\\N{...} escapes are not supported");
-      default:
-        if (e >= '0' && e <= '7') {
-          uint32_t cp = uint32_t(e - '0');
-          for (int k = 0; k < 2 && p < s_.size() && s_[p] >= '0' && s_[p] <= '7'; ++k, ++p)
-            cp = cp * 8 + uint32_t(s_[p] - '0');
-          unicode::append_utf8(v, cp);
-        } else {
-          v += '\\';
-          v += e;
-        }
-    }
+    escape(v, p);
   }
   emit(TokKind::kString, std::move(v));
   pos_ = p + 1;

@@ -5,6 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
 #include <thread>
 
 #include "base/check.h"
@@ -255,6 +259,73 @@ TEST(Jinja, StrftimeNowUsesTheGivenClock) {
   o.now.tm_year = 2025 - 1900, o.now.tm_mon = 0, o.now.tm_mday = 2, o.now.tm_wday = 4;
   EXPECT_EQ(Template("{{ strftime_now('%d %b %Y, %A') }}").render({}, o).bytes(),
             "02 Jan 2025, Thursday");
+}
+
+// Random edits of the real templates (bytes deleted, duplicated, swapped;
+// delimiters and keywords inserted): each one loads and renders, or fails
+// with a kvasir::Error; never another exception, a crash or a hang.
+TEST(Jinja, MutatedTemplatesFailCleanly) {
+  std::vector<std::string> sources;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(KVASIR_SOURCE_DIR) +
+                                                           "/tests/data/chat_templates")) {
+    if (e.path().extension() != ".jinja") continue;
+    std::ifstream in(e.path());
+    std::ostringstream s;
+    s << in.rdbuf();
+    sources.push_back(s.str());
+  }
+  ASSERT_GE(sources.size(), 10u);
+  const auto msgs = nlohmann::json::parse(R"([
+    {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+    {"role": "assistant", "content": null, "tool_calls": [{"id": "call12345", "type": "function",
+      "function": {"name": "f", "arguments": "{\"a\": 1}"}}]},
+    {"role": "tool", "content": "1", "tool_call_id": "call12345"},
+    {"role": "user", "content": [{"type": "text", "text": "more"}]}])");
+  const auto tools = nlohmann::json::parse(
+      R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+          "properties": {"a": {"type": "integer"}}}}}])");
+  const std::vector<std::pair<std::string, Value>> vars = {
+      {"messages", from_json(msgs, true)},    {"tools", from_json(tools, true)},
+      {"add_generation_prompt", Value(true)}, {"bos_token", Value::string("<s>")},
+      {"eos_token", Value::string("</s>")},   {"enable_thinking", Value(false)}};
+  const char* inserts[] = {"{{",  "}}", "{%",    "%}",     "{#",    "#}",    "(",
+                           ")",   "[",  "]",     "'",      "\"",    "|",     "-",
+                           "~",   "*",  "**",    " is ",   " not ", " in ",  "loop",
+                           "for", "if", "endif", "endfor", "set",   "macro", "range(99999)",
+                           ".",   ",",  "0",     "-1",     "\\",    "\n",    "é"};
+  std::mt19937 rng(20240726);
+  RenderOptions o;
+  o.limits.max_steps = 200000;
+  o.limits.max_output = 1 << 20;
+  int rendered = 0, failed = 0;
+  for (int iter = 0; iter < 3000; ++iter) {
+    std::string src = sources[rng() % sources.size()];
+    for (int k = 0, n = 1 + int(rng() % 4); k < n && !src.empty(); ++k) {
+      const size_t at = rng() % src.size(), len = std::min<size_t>(1 + rng() % 8, src.size() - at);
+      switch (rng() % 4) {
+        case 0:
+          src.erase(at, len);
+          break;
+        case 1:
+          src.insert(at, src.substr(at, len));
+          break;
+        case 2:
+          std::swap(src[at], src[rng() % src.size()]);
+          break;
+        default:
+          src.insert(at, inserts[rng() % std::size(inserts)]);
+      }
+    }
+    try {
+      Template(src).render(vars, o);
+      ++rendered;
+    } catch (const Error&) {
+      ++failed;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "not a kvasir::Error: " << e.what() << "\n" << shown(src);
+    }
+  }
+  std::printf("%d mutated templates rendered, %d refused or failed cleanly\n", rendered, failed);
 }
 
 // A Template is immutable: threads may render it together.
