@@ -21,8 +21,9 @@ Value attr_path(Interpreter& in, const Value& item, const std::string& path) {
   while (true) {
     const size_t dot = path.find('.', i);
     const std::string part = path.substr(i, dot == std::string::npos ? std::string::npos : dot - i);
-    const bool num = !part.empty() && std::all_of(part.begin(), part.end(),
-                                                  [](char c) { return c >= '0' && c <= '9'; });
+    const bool num =
+        !part.empty() && part.size() <= 18 &&
+        std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
     v = in.getitem(v, num ? Value(int64_t(std::stoll(part))) : Value::string(part));
     if (dot == std::string::npos) return v;
     i = dot + 1;
