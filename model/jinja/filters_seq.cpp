@@ -30,6 +30,11 @@ Value attr_path(Interpreter& in, const Value& item, const std::string& path) {
   }
 }
 
+// What jinja2's generator filters return.
+Value generator(std::vector<Value> items) {
+  return Value::seq(std::move(items), Value::Seq::kGenerator);
+}
+
 // The key sorting and unique compare by: lowercased strings unless case_sensitive.
 Value fold(const Value& v, bool case_sensitive) {
   return !case_sensitive && v.is_string() ? Value(py_lower(v.str())) : v;
@@ -41,14 +46,16 @@ Value f_length(Interpreter& in, const Value& v, Args& a) {
     case Value::Kind::kString:
       return Value(int64_t(utf8_length(v.str().bytes())));
     case Value::Kind::kList:
+      if (v.is_iterator()) break;
       return Value(int64_t(v.items().size()));
     case Value::Kind::kDict:
       return Value(int64_t(v.dict().size()));
     case Value::Kind::kUndefined:
       return Value(int64_t(0));
     default:
-      in.fail(fmt::format("object of type '{}' has no len()", v.type_name()));
+      break;
   }
+  in.fail(fmt::format("object of type '{}' has no len()", v.type_name()));
 }
 
 Value f_first(Interpreter& in, const Value& v, Args& a) {
@@ -59,6 +66,7 @@ Value f_first(Interpreter& in, const Value& v, Args& a) {
 
 Value f_last(Interpreter& in, const Value& v, Args& a) {
   ArgReader(in, a, "last", {});
+  if (v.is_iterator()) in.fail(fmt::format("'{}' object is not reversible", v.type_name()));
   const auto items = iterate(in, v);
   return items.empty() ? Value::undefined("No last item, sequence was empty.") : items.back();
 }
@@ -93,11 +101,11 @@ Value f_default(Interpreter& in, const Value& v, Args& a) {
 
 Value f_items(Interpreter& in, const Value& v, Args& a) {
   ArgReader(in, a, "items", {});
-  if (v.is_undefined()) return Value::list({});
+  if (v.is_undefined()) return Value::seq({}, Value::Seq::kGenerator);
   if (!v.is_dict()) in.fail("Can only get item pairs from a mapping.");
   std::vector<Value> out;
-  for (const auto& [k, x] : v.dict().items()) out.push_back(Value::list({Value(k), x}, true));
-  return Value::list(std::move(out));
+  for (const auto& [k, x] : v.dict().items()) out.push_back(Value::list({k, x}, true));
+  return Value::seq(std::move(out), Value::Seq::kGenerator);
 }
 
 Value f_dictsort(Interpreter& in, const Value& v, Args& a) {
@@ -107,7 +115,7 @@ Value f_dictsort(Interpreter& in, const Value& v, Args& a) {
   const std::string by = r.string(1, "key");
   if (by != "key" && by != "value") in.fail("You can only sort by either \"key\" or \"value\"");
   std::vector<Value> items;
-  for (const auto& [k, x] : v.dict().items()) items.push_back(Value::list({Value(k), x}, true));
+  for (const auto& [k, x] : v.dict().items()) items.push_back(Value::list({k, x}, true));
   const size_t pos = by == "key" ? 0 : 1;
   std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
     const int c = compare(fold(x.items()[pos], cs), fold(y.items()[pos], cs));
@@ -119,7 +127,7 @@ Value f_dictsort(Interpreter& in, const Value& v, Args& a) {
 // map(attribute='x', default=...) or map('filter', args...).
 Value f_map(Interpreter& in, const Value& v, Args& a) {
   std::vector<Value> out;
-  const auto items = iterate(in, v);
+  const auto items = v.truthy() ? iterate(in, v) : std::vector<Value>{};
   if (a.pos.empty()) {
     ArgReader r(in, a, "map", {"attribute", "default"});
     if (!r.has(0)) in.fail("map() needs a filter name or attribute=");
@@ -128,7 +136,7 @@ Value f_map(Interpreter& in, const Value& v, Args& a) {
       Value x = attr_path(in, item, attr);
       out.push_back(x.is_undefined() && r.has(1) ? *r.get(1) : x);
     }
-    return Value::list(std::move(out));
+    return generator(std::move(out));
   }
   if (!a.pos[0].is_string()) in.fail("map(): the filter name must be a string");
   const std::string name = a.pos[0].str().bytes();
@@ -138,7 +146,7 @@ Value f_map(Interpreter& in, const Value& v, Args& a) {
     Args copy = rest;
     out.push_back(in.filter(name, item, copy));
   }
-  return Value::list(std::move(out));
+  return generator(std::move(out));
 }
 
 // select/reject/selectattr/rejectattr.
@@ -157,7 +165,7 @@ Value select_impl(Interpreter& in, const Value& v, Args& a, bool by_attr, bool k
   }
   Args rest{std::vector<Value>(a.pos.begin() + long(i), a.pos.end()), a.kw};
   std::vector<Value> out;
-  for (const Value& item : iterate(in, v)) {
+  for (const Value& item : v.truthy() ? iterate(in, v) : std::vector<Value>{}) {
     const Value x = by_attr ? attr_path(in, item, attr) : item;
     bool ok;
     if (test.empty()) {
@@ -168,7 +176,7 @@ Value select_impl(Interpreter& in, const Value& v, Args& a, bool by_attr, bool k
     }
     if (ok == keep) out.push_back(item);
   }
-  return Value::list(std::move(out));
+  return generator(std::move(out));
 }
 
 Value f_select(Interpreter& in, const Value& v, Args& a) {
@@ -198,7 +206,7 @@ Value f_unique(Interpreter& in, const Value& v, Args& a) {
     seen.push_back(key);
     out.push_back(item);
   }
-  return Value::list(std::move(out));
+  return generator(std::move(out));
 }
 
 Value f_sort(Interpreter& in, const Value& v, Args& a) {
@@ -224,11 +232,14 @@ Value f_reverse(Interpreter& in, const Value& v, Args& a) {
     Str out;
     const auto cps = utf8_offsets(v.str().bytes());
     for (size_t i = cps.size() - 1; i > 0; --i) out.append(v.str().substr(cps[i - 1], cps[i]));
-    return Value(std::move(out));
+    return v.is_html() ? Value::html(std::move(out)) : Value(std::move(out));
   }
+  // reversed(value), or a reversed list where Python cannot reverse it.
+  const bool reversible = !v.is_iterator();
   auto items = iterate(in, v);
   std::reverse(items.begin(), items.end());
-  return Value::list(std::move(items));
+  return reversible ? Value::seq(std::move(items), Value::Seq::kReverseIter)
+                    : Value::list(std::move(items));
 }
 
 Value f_sum(Interpreter& in, const Value& v, Args& a) {

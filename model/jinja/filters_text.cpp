@@ -12,21 +12,26 @@
 namespace kvasir::jinja {
 namespace {
 
+// jinja2's soft_str(): a Markup input gives a Markup result.
+Value like(const Value& input, Str s) {
+  return input.is_html() ? Value::html(std::move(s)) : Value(std::move(s));
+}
+
 Value f_trim(Interpreter& in, const Value& v, Args& a) {
   ArgReader r(in, a, "trim", {"chars"});
   std::optional<std::string> chars;
   if (r.has(0) && !r.get(0)->is_none()) chars = r.string(0, "");
-  return Value(py_strip(py_str(v), Side::kBoth, chars));
+  return like(v, py_strip(py_str(v), Side::kBoth, chars));
 }
 
 Value f_upper(Interpreter& in, const Value& v, Args& a) {
   ArgReader(in, a, "upper", {});
-  return Value(py_upper(py_str(v)));
+  return like(v, py_upper(py_str(v)));
 }
 
 Value f_lower(Interpreter& in, const Value& v, Args& a) {
   ArgReader(in, a, "lower", {});
-  return Value(py_lower(py_str(v)));
+  return like(v, py_lower(py_str(v)));
 }
 
 Value f_title(Interpreter& in, const Value& v, Args& a) {
@@ -36,7 +41,7 @@ Value f_title(Interpreter& in, const Value& v, Args& a) {
 
 Value f_capitalize(Interpreter& in, const Value& v, Args& a) {
   ArgReader(in, a, "capitalize", {});
-  return Value(py_capitalize(py_str(v)));
+  return like(v, py_capitalize(py_str(v)));
 }
 
 Value f_replace(Interpreter& in, const Value& v, Args& a) {
@@ -47,40 +52,25 @@ Value f_replace(Interpreter& in, const Value& v, Args& a) {
 
 Value f_string(Interpreter& in, const Value& v, Args& a) {
   ArgReader(in, a, "string", {});
-  return Value(py_str(v));
+  return v.is_string() ? v : Value(py_str(v));
 }
 
-// Markup(value): autoescaping is off, so the value as a string.
+// Markup(value): a string that escapes what is added to it.
 Value f_safe(Interpreter& in, const Value& v, Args& a) {
   ArgReader(in, a, "safe", {});
-  return Value(py_str(v));
+  return Value::html(py_str(v));
 }
 
 Value f_escape(Interpreter& in, const Value& v, Args& a) {
   ArgReader(in, a, "escape", {});
-  const Str s = py_str(v);
-  Str out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s.bytes()[i];
-    const char* rep = c == '&'    ? "&amp;"
-                      : c == '<'  ? "&lt;"
-                      : c == '>'  ? "&gt;"
-                      : c == '"'  ? "&#34;"
-                      : c == '\'' ? "&#39;"
-                                  : nullptr;
-    if (rep)
-      out.append(rep, s.data_in(i, i + 1));
-    else
-      out.append(s.substr(i, i + 1));
-  }
-  return Value(std::move(out));
+  return to_html(v);
 }
 
 Value f_center(Interpreter& in, const Value& v, Args& a) {
   ArgReader r(in, a, "center", {"width"});
   const int64_t w = r.integer(0, 80);
   in.check_size(size_t(std::max<int64_t>(w, 0)));
-  return Value(py_center(py_str(v), w));
+  return like(v, py_center(py_str(v), w));
 }
 
 // jinja2's do_indent, splitlines() quirks included.
@@ -112,7 +102,7 @@ Value f_indent(Interpreter& in, const Value& v, Args& a) {
     pre.append(out);
     out = std::move(pre);
   }
-  return Value(std::move(out));
+  return like(v, std::move(out));
 }
 
 Value f_wordcount(Interpreter& in, const Value& v, Args& a) {
@@ -143,7 +133,7 @@ Value f_format(Interpreter& in, const Value& v, Args& a) {
   } else {
     args = Value::list(a.pos, true);
   }
-  return percent_format(in, py_str(v), args);
+  return percent_format(in, v.is_html() ? v : Value(py_str(v)), args);
 }
 
 // transformers: json.dumps(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False).

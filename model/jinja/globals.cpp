@@ -48,9 +48,9 @@ std::shared_ptr<Dict> dict_of(Interpreter& in, Args& a, const char* fn) {
       for (const auto& [k, v] : src.dict().items()) d->set(k, v);
     } else if (src.is_list()) {
       for (const Value& pair : src.items()) {
-        if (!pair.is_list() || pair.items().size() != 2 || !pair.items()[0].is_string())
-          in.fail(fmt::format("{}(): expected (str, value) pairs", fn));
-        d->set(pair.items()[0].str(), pair.items()[1]);
+        if (!pair.is_plain_list() || pair.items().size() != 2)
+          in.fail(fmt::format("{}(): expected (key, value) pairs", fn));
+        d->set(pair.items()[0], pair.items()[1]);
       }
     } else {
       in.fail(fmt::format("{}(): cannot convert {} to a dict", fn, src.type_name()));

@@ -77,9 +77,10 @@ Value Interpreter::getattr(const Value& obj, const std::string& name) {
 
 Value Interpreter::getitem(const Value& obj, const Value& key) {
   if (obj.is_undefined()) undefined_error(obj);
-  if (obj.is_dict() && key.is_string()) {
-    if (const Value* v = obj.dict().find(key.str().bytes())) return *v;
-  } else if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
+  if (obj.is_dict()) {
+    if (Dict::hashable(key))
+      if (const Value* v = obj.dict().find(key)) return *v;
+  } else if ((obj.is_plain_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
     const int64_t n =
         obj.is_list() ? int64_t(obj.items().size()) : int64_t(utf8_length(obj.str().bytes()));
     int64_t i = key.integer();
@@ -87,7 +88,8 @@ Value Interpreter::getitem(const Value& obj, const Value& key) {
     if (i >= 0 && i < n) {
       if (obj.is_list()) return obj.items()[size_t(i)];
       const auto cps = utf8_offsets(obj.str().bytes());
-      return Value(obj.str().substr(cps[size_t(i)], cps[size_t(i) + 1]));
+      Str c = obj.str().substr(cps[size_t(i)], cps[size_t(i) + 1]);
+      return obj.is_html() ? Value::html(std::move(c)) : Value(std::move(c));
     }
   }
   if (key.is_string()) return getattr(obj, key.str().bytes());
@@ -135,8 +137,7 @@ Value Interpreter::eval_collection(const Expr& e, const ScopePtr& scope) {
     Value k = eval(*e.args[i], scope);
     Value v = eval(*e.args[i + 1], scope);
     line_ = e.line;
-    if (!k.is_string()) fail("dict literal keys must be strings");
-    d->set(k.str(), std::move(v));
+    d->set(k, std::move(v));
   }
   return Value::dict(std::move(d));
 }
@@ -148,21 +149,25 @@ Value Interpreter::eval_slice(const Expr& e, const ScopePtr& scope) {
     if (e.args[size_t(i)]) b[i] = slice_bound(*this, eval(*e.args[size_t(i)], scope));
   line_ = e.line;
   if (obj.is_undefined()) undefined_error(obj);
-  if (obj.is_list()) {
+  if (obj.is_plain_list()) {
     std::vector<Value> out;
     for (size_t i : slice_indices(*this, obj.items().size(), b[0], b[1], b[2]))
       out.push_back(obj.items()[i]);
     return Value::list(std::move(out), obj.is_tuple());
   }
-  if (!obj.is_string()) fail(fmt::format("'{}' object is not subscriptable", obj.type_name()));
+  // Not sliceable: jinja2's getitem turns Python's TypeError into Undefined.
+  if (!obj.is_string())
+    return Value::undefined("'" + obj.type_name() + "' object is not subscriptable");
   const Str& s = obj.str();
   const auto cps = utf8_offsets(s.bytes());
   const auto idx = slice_indices(*this, cps.size() - 1, b[0], b[1], b[2]);
-  if (!b[2] || *b[2] == 1)  // contiguous
-    return Value(idx.empty() ? Str() : s.substr(cps[idx.front()], cps[idx.back() + 1]));
   Str out;
-  for (size_t i : idx) out.append(s.substr(cps[i], cps[i + 1]));
-  return Value(std::move(out));
+  if (!b[2] || *b[2] == 1) {  // contiguous
+    if (!idx.empty()) out = s.substr(cps[idx.front()], cps[idx.back() + 1]);
+  } else {
+    for (size_t i : idx) out.append(s.substr(cps[i], cps[i + 1]));
+  }
+  return obj.is_html() ? Value::html(std::move(out)) : Value(std::move(out));
 }
 
 Value Interpreter::eval_call(const Expr& e, const ScopePtr& scope) {

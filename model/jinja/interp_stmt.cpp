@@ -175,9 +175,9 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const ScopePtr& scope, Str& o
 void Interpreter::bind(const Stmt& s, const ScopePtr& scope, const Value& item) {
   if (s.targets.size() == 1) return scope->set(s.targets[0], item);
   if (!item.is_list()) fail(fmt::format("cannot unpack non-sequence {}", item.type_name()));
-  if (item.items().size() != s.targets.size())
-    fail(unpack_error(s.targets.size(), item.items().size()));
-  for (size_t i = 0; i < s.targets.size(); ++i) scope->set(s.targets[i], item.items()[i]);
+  const std::vector<Value> parts = item.consume();
+  if (parts.size() != s.targets.size()) fail(unpack_error(s.targets.size(), parts.size()));
+  for (size_t i = 0; i < s.targets.size(); ++i) scope->set(s.targets[i], parts[i]);
 }
 
 Interpreter::Flow Interpreter::exec_for(const Stmt& s, const ScopePtr& scope, Str& out) {
@@ -217,8 +217,9 @@ void Interpreter::exec_set(const Stmt& s, const ScopePtr& scope, Value v) {
   }
   if (s.targets.size() == 1) return scope->set(s.targets[0], std::move(v));
   if (!v.is_list()) fail(fmt::format("cannot unpack non-sequence {}", v.type_name()));
-  if (v.items().size() != s.targets.size()) fail(unpack_error(s.targets.size(), v.items().size()));
-  for (size_t i = 0; i < s.targets.size(); ++i) scope->set(s.targets[i], v.items()[i]);
+  const std::vector<Value> parts = v.consume();
+  if (parts.size() != s.targets.size()) fail(unpack_error(s.targets.size(), parts.size()));
+  for (size_t i = 0; i < s.targets.size(); ++i) scope->set(s.targets[i], parts[i]);
 }
 
 // A macro sees the scope it was defined in (held weakly: scopes own the

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "base/check.h"
+#include "model/jinja/operators.h"
 #include "model/jinja/value_format.h"
 
 namespace kvasir::jinja {
@@ -76,6 +77,27 @@ struct Dumper {
     out.append(lit, s.has_data());
   }
 
+  // json.dumps converts int, float, bool and None keys to strings.
+  void key(const Value& k) {
+    if (k.is_string()) return string(k.str());
+    std::string s;
+    if (k.is_bool()) {
+      s = k.boolean() ? "true" : "false";
+    } else if (k.is_int()) {
+      s = std::to_string(k.integer());
+    } else if (k.is_float()) {
+      const double f = k.real();
+      s = std::isnan(f)   ? "NaN"
+          : std::isinf(f) ? (f < 0 ? "-Infinity" : "Infinity")
+                          : float_repr(f);
+    } else if (k.is_none()) {
+      s = "null";
+    } else {
+      KV_FAIL("keys must be str, int, float, bool or None, not {}", k.type_name());
+    }
+    out.append("\"" + s + "\"", false);
+  }
+
   void number(const Value& v) {
     if (v.is_bool()) return out.append(v.boolean() ? "true" : "false", false);
     if (v.is_int()) return out.append(std::to_string(v.integer()), false);
@@ -99,16 +121,16 @@ struct Dumper {
 
   void dict(const Dict& d, int level) {
     if (d.empty()) return out.append("{}", false);
-    std::vector<const std::pair<Str, Value>*> items;
+    std::vector<const std::pair<Value, Value>*> items;
     for (const auto& kv : d.items()) items.push_back(&kv);
     if (opt.sort_keys)
       std::stable_sort(items.begin(), items.end(),
-                       [](auto* a, auto* b) { return a->first.bytes() < b->first.bytes(); });
+                       [](auto* a, auto* b) { return compare(a->first, b->first) < 0; });
     out.append("{", false);
     for (size_t i = 0; i < items.size(); ++i) {
       if (i) out.append(item_sep, false);
       newline(level + 1);
-      string(items[i]->first);
+      key(items[i]->first);
       out.append(key_sep, false);
       value(items[i]->second, level + 1);
     }
@@ -128,12 +150,14 @@ struct Dumper {
       case Value::Kind::kString:
         return string(v.str());
       case Value::Kind::kList:
+        if (!v.is_plain_list()) break;
         return list(v.items(), level);
       case Value::Kind::kDict:
         return dict(v.dict(), level);
       default:
-        KV_FAIL("Object of type {} is not JSON serializable", v.type_name());
+        break;
     }
+    KV_FAIL("Object of type {} is not JSON serializable", v.type_name());
   }
 };
 

@@ -51,7 +51,7 @@ const std::string& string_arg(Interpreter& in, const Value* v, const char* fn) {
 
 // startswith/endswith: a string or a tuple of strings.
 bool affix(Interpreter& in, const Str& s, const Value& what, bool start, const char* fn) {
-  std::vector<Value> options = what.is_list() ? what.items() : std::vector<Value>{what};
+  std::vector<Value> options = what.is_tuple() ? what.items() : std::vector<Value>{what};
   for (const Value& o : options) {
     const std::string& a = string_arg(in, &o, fn);
     const std::string& b = s.bytes();
@@ -172,22 +172,22 @@ Value dict_method(Interpreter& in, const Value& self, std::string_view m, Args& 
   if (m == "get") {
     ArgReader r(in, args, "get", {"key", "default"});
     if (!r.has(0)) in.fail("get() takes at least one argument");
-    const Value& k = *r.get(0);
-    if (k.is_string())
-      if (const Value* v = d.find(k.str().bytes())) return *v;
+    if (const Value* v = d.find(*r.get(0))) return *v;
     return r.get_or(1, Value::none());
   }
   ArgReader(in, args, std::string(m), {});
   std::vector<Value> out;
   for (const auto& [k, v] : d.items()) {
     if (m == "keys")
-      out.emplace_back(k);
+      out.push_back(k);
     else if (m == "values")
       out.push_back(v);
     else
-      out.push_back(Value::list({Value(k), v}, true));
+      out.push_back(Value::list({k, v}, true));
   }
-  return Value::list(std::move(out));
+  return Value::seq(std::move(out), m == "keys"     ? Value::Seq::kDictKeys
+                                    : m == "values" ? Value::Seq::kDictValues
+                                                    : Value::Seq::kDictItems);
 }
 
 Value list_method(Interpreter& in, const Value& self, std::string_view m, Args& args) {
@@ -204,16 +204,47 @@ Value list_method(Interpreter& in, const Value& self, std::string_view m, Args& 
   return Value(n);
 }
 
+// markupsafe's Markup methods (3.x): string results are Markup (split's
+// items too); replace escapes the replacement, center its fill, format its
+// arguments, join the items it joins.
+Value html_method(Interpreter& in, const Value& self, std::string_view m, Args& args) {
+  static constexpr std::string_view kMarkup[] = {
+      "strip",   "lstrip", "rstrip",       "upper",        "lower",  "title", "capitalize",
+      "replace", "center", "removeprefix", "removesuffix", "format", "join"};
+  auto esc = [](Value& v) {
+    if (v.is_string()) v = to_html(v);
+  };
+  if (m == "format") {
+    for (Value& v : args.pos) esc(v);
+    for (auto& kv : args.kw) esc(kv.second);
+  } else if ((m == "replace" || m == "center") && args.pos.size() >= 2) {
+    esc(args.pos[1]);
+  } else if (m == "join" && !args.pos.empty()) {
+    std::vector<Value> items = iterate(in, args.pos[0]);
+    for (Value& v : items) esc(v);
+    args.pos[0] = Value::list(std::move(items));
+  }
+  Value r = str_method(in, self.str(), m, args);
+  if (listed(kMarkup, m)) return Value::html(r.str());
+  if (m == "split" || m == "rsplit" || m == "splitlines") {
+    std::vector<Value> parts;
+    for (const Value& p : r.items()) parts.push_back(Value::html(p.str()));
+    return Value::list(std::move(parts));
+  }
+  return r;
+}
+
 }  // namespace
 
 bool has_method(const Value& self, std::string_view name) {
   if (self.is_string()) return listed(kStrMethods, name);
   if (self.is_dict()) return listed(kDictMethods, name);
-  if (self.is_list()) return listed(kListMethods, name);
+  if (self.is_plain_list()) return listed(kListMethods, name);
   return false;
 }
 
 Value call_method(Interpreter& in, const Value& self, std::string_view name, Args& args) {
+  if (self.is_html()) return html_method(in, self, name, args);
   if (self.is_string()) return str_method(in, self.str(), name, args);
   if (self.is_dict()) return dict_method(in, self, name, args);
   return list_method(in, self, name, args);

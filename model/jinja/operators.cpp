@@ -98,7 +98,7 @@ Value repeat(Interpreter& in, const Value& seq, int64_t n) {
     Str out;
     for (int64_t i = 0; i < n; ++i) out.append(seq.str());
     in.step(out.size() / 256);
-    return Value(std::move(out));
+    return seq.is_html() ? Value::html(std::move(out)) : Value(std::move(out));
   }
   in.check_items(seq.items().size() * size_t(n));
   std::vector<Value> out;
@@ -123,7 +123,8 @@ bool equals(const Value& a, const Value& b, int depth) {
     case Value::Kind::kString:
       return a.str().bytes() == b.str().bytes();
     case Value::Kind::kList: {
-      if (a.is_tuple() != b.is_tuple() || a.items().size() != b.items().size()) return false;
+      if (a.seq_kind() != b.seq_kind() || a.items().size() != b.items().size()) return false;
+      if (a.is_iterator()) return a.same_as(b);
       for (size_t i = 0; i < a.items().size(); ++i)
         if (!equals(a.items()[i], b.items()[i], depth + 1)) return false;
       return true;
@@ -131,7 +132,7 @@ bool equals(const Value& a, const Value& b, int depth) {
     case Value::Kind::kDict: {
       if (a.dict().size() != b.dict().size()) return false;
       for (const auto& [k, v] : a.dict().items()) {
-        const Value* o = b.dict().find(k.bytes());
+        const Value* o = b.dict().find(k);
         if (!o || !equals(v, *o, depth + 1)) return false;
       }
       return true;
@@ -151,7 +152,7 @@ int compare(const Value& a, const Value& b, int depth) {
     const int c = a.str().bytes().compare(b.str().bytes());  // UTF-8 order is codepoint order
     return c < 0 ? -1 : c > 0;
   }
-  if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+  if (a.is_plain_list() && b.is_plain_list() && a.is_tuple() == b.is_tuple()) {
     const auto &x = a.items(), &y = b.items();
     for (size_t i = 0; i < x.size() && i < y.size(); ++i)
       if (!equals(x[i], y[i], depth + 1)) return compare(x[i], y[i], depth + 1);
@@ -168,11 +169,11 @@ bool contains(Interpreter& in, const Value& c, const Value& item) {
             fmt::format("'in <string>' requires string as left operand, not {}", item.type_name()));
       return c.str().bytes().find(item.str().bytes()) != std::string::npos;
     case Value::Kind::kList:
-      for (const Value& v : c.items())
+      for (const Value& v : c.consume())
         if (equals(v, item)) return true;
       return false;
     case Value::Kind::kDict:
-      return item.is_string() && c.dict().find(item.str().bytes()) != nullptr;
+      return c.dict().find(item) != nullptr;
     case Value::Kind::kUndefined:
       return false;
     default:
@@ -206,13 +207,16 @@ Value binary_op(Interpreter& in, std::string_view op, const Value& a, const Valu
   if (a.is_number() && b.is_number()) return arithmetic(in, op, a, b);
   if (op == "+") {
     if (a.is_string() && b.is_string()) {
-      in.check_size(a.str().size() + b.str().size());
-      Str s = a.str();
-      s.append(b.str());
+      // Markup + str escapes the str (markupsafe), and so does str + Markup.
+      const bool html = a.is_html() || b.is_html();
+      Str s = html ? to_html(a).str() : a.str();
+      const Str t = html ? to_html(b).str() : b.str();
+      in.check_size(s.size() + t.size());
+      s.append(t);
       in.step(s.size() / 256);
-      return Value(std::move(s));
+      return html ? Value::html(std::move(s)) : Value(std::move(s));
     }
-    if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+    if (a.is_plain_list() && b.is_plain_list() && a.is_tuple() == b.is_tuple()) {
       in.check_items(a.items().size() + b.items().size());
       std::vector<Value> v = a.items();
       v.insert(v.end(), b.items().begin(), b.items().end());
@@ -221,12 +225,12 @@ Value binary_op(Interpreter& in, std::string_view op, const Value& a, const Valu
     }
   }
   if (op == "*") {
-    if ((a.is_string() || a.is_list()) && (b.is_int() || b.is_bool()))
+    if ((a.is_string() || a.is_plain_list()) && (b.is_int() || b.is_bool()))
       return repeat(in, a, b.integer());
-    if ((b.is_string() || b.is_list()) && (a.is_int() || a.is_bool()))
+    if ((b.is_string() || b.is_plain_list()) && (a.is_int() || a.is_bool()))
       return repeat(in, b, a.integer());
   }
-  if (op == "%" && a.is_string()) return percent_format(in, a.str(), b);
+  if (op == "%" && a.is_string()) return percent_format(in, a, b);
   unsupported(in, op, a, b);
 }
 
@@ -243,7 +247,7 @@ Value negate(Interpreter& in, const Value& a, bool minus) {
 std::vector<Value> iterate(Interpreter& in, const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kList:
-      return v.items();
+      return v.consume();
     case Value::Kind::kUndefined:
       return {};
     case Value::Kind::kString: {
@@ -255,7 +259,7 @@ std::vector<Value> iterate(Interpreter& in, const Value& v) {
     }
     case Value::Kind::kDict: {
       std::vector<Value> out;
-      for (const auto& kv : v.dict().items()) out.emplace_back(kv.first);
+      for (const auto& kv : v.dict().items()) out.push_back(kv.first);
       return out;
     }
     default:

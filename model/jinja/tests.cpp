@@ -59,10 +59,11 @@ bool t_iterable(Interpreter& in, const Value& v, Args& a) {
   return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
 }
 
-// len(v) and v.__getitem__ exist: dicts and Undefined too.
+// len(v) and v.__getitem__ exist: dicts and Undefined too, not generators
+// or dict views.
 bool t_sequence(Interpreter& in, const Value& v, Args& a) {
   none_args(in, a, "sequence");
-  return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
+  return v.is_string() || v.is_plain_list() || v.is_dict() || v.is_undefined();
 }
 
 // callable(v): Undefined defines __call__ (to raise), so it counts.

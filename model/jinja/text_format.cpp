@@ -146,8 +146,24 @@ Str format_spec(Interpreter& in, const Value& v, const std::string& spec) {
   return apply_spec(in, v, parse_spec(in, spec));
 }
 
-Value percent_format(Interpreter& in, const Str& fmt_str, const Value& args) {
+Value percent_format(Interpreter& in, const Value& fmt_value, const Value& raw_args) {
+  const Str& fmt_str = fmt_value.str();
   const std::string& f = fmt_str.bytes();
+  Value args = raw_args;
+  if (fmt_value.is_html()) {  // markupsafe escapes string arguments
+    auto esc = [](const Value& x) { return x.is_string() ? to_html(x) : x; };
+    if (args.is_tuple()) {
+      std::vector<Value> e;
+      for (const Value& x : args.items()) e.push_back(esc(x));
+      args = Value::list(std::move(e), true);
+    } else if (args.is_dict()) {
+      auto d = std::make_shared<Dict>();
+      for (const auto& [k, x] : args.dict().items()) d->set(k, esc(x));
+      args = Value::dict(std::move(d));
+    } else {
+      args = esc(args);
+    }
+  }
   std::vector<Value> pos = args.is_tuple() ? args.items() : std::vector<Value>{args};
   size_t next = 0;
   bool named = false;
@@ -209,7 +225,7 @@ Value percent_format(Interpreter& in, const Str& fmt_str, const Value& args) {
   if (!named && !args.is_dict() && next < pos.size())
     in.fail("not all arguments converted during string formatting");
   in.check_size(out.size());
-  return Value(std::move(out));
+  return fmt_value.is_html() ? Value::html(std::move(out)) : Value(std::move(out));
 }
 
 Str str_format(Interpreter& in, const Str& fmt_str, const Args& args) {
@@ -264,6 +280,28 @@ Str str_format(Interpreter& in, const Str& fmt_str, const Args& args) {
     i = close + 1;
   }
   return out;
+}
+
+Str html_escape(const Str& s) {
+  Str out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s.bytes()[i];
+    const char* rep = c == '&'    ? "&amp;"
+                      : c == '<'  ? "&lt;"
+                      : c == '>'  ? "&gt;"
+                      : c == '"'  ? "&#34;"
+                      : c == '\'' ? "&#39;"
+                                  : nullptr;
+    if (rep)
+      out.append(rep, s.data_in(i, i + 1));
+    else
+      out.append(s.substr(i, i + 1));
+  }
+  return out;
+}
+
+Value to_html(const Value& s) {
+  return s.is_html() ? s : Value::html(html_escape(py_str(s)));
 }
 
 Str py_center(const Str& s, int64_t width) {

@@ -34,13 +34,18 @@ Str py_replace(Interpreter& in, const Str& s, const Str& old, const Str& repl, i
 // Codepoint index of sub in s[start:], or -1.
 int64_t py_find(const Str& s, const std::string& sub, bool from_right);
 int64_t py_count(const Str& s, const std::string& sub);
-// s % args ('%s', '%d', '%(name)s'...).
-Value percent_format(Interpreter& in, const Str& fmt, const Value& args);
+// fmt % args ('%s', '%d', '%(name)s'...); a Markup fmt escapes string
+// arguments and gives Markup.
+Value percent_format(Interpreter& in, const Value& fmt, const Value& args);
 // s.format(*args, **kwargs) ('{}', '{0}', '{name}', simple specs).
 Str str_format(Interpreter& in, const Str& fmt, const Args& args);
 // Python's format(value, spec) for the specs templates use: [[fill]align][width][.prec][type].
 Str format_spec(Interpreter& in, const Value& v, const std::string& spec);
 // s.center(width) / jinja2's |center.
 Str py_center(const Str& s, int64_t width);
+// markupsafe's escape(): & < > ' " as HTML entities.
+Str html_escape(const Str& s);
+// A string value as Markup: escaped unless it is Markup already.
+Value to_html(const Value& s);
 
 }  // namespace kvasir::jinja

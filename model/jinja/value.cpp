@@ -1,6 +1,8 @@
 // model/jinja/value.cpp — construction, access, truthiness of values.
 #include "model/jinja/value.h"
 
+#include <cstdio>
+
 #include "base/check.h"
 
 namespace kvasir::jinja {
@@ -17,14 +19,26 @@ Value Value::none() {
   return v;
 }
 
-Value::Value(Str s) : kind_(Kind::kString), p_(std::make_shared<Str>(std::move(s))) {}
+Value::Value(Str s) : kind_(Kind::kString), p_(std::make_shared<Str>(std::move(s))) {
+  b_ = false;
+}
+
+Value Value::html(Str s) {
+  Value v(std::move(s));
+  v.b_ = true;
+  return v;
+}
 
 Value Value::list(std::vector<Value> items, bool tuple) {
+  return seq(std::move(items), tuple ? Seq::kTuple : Seq::kList);
+}
+
+Value Value::seq(std::vector<Value> items, Seq kind) {
   Value v;
   v.kind_ = Kind::kList;
   auto l = std::make_shared<List>();
   l->items = std::move(items);
-  l->tuple = tuple;
+  l->kind = kind;
   v.p_ = std::move(l);
   return v;
 }
@@ -50,8 +64,16 @@ Value Value::callable(std::string name, NativeFn fn, bool macro) {
   return v;
 }
 
-bool Value::is_tuple() const {
-  return is_list() && static_cast<const List*>(p_.get())->tuple;
+Value::Seq Value::seq_kind() const {
+  return static_cast<const List*>(p_.get())->kind;
+}
+
+std::vector<Value> Value::consume() const {
+  const List& l = *static_cast<const List*>(p_.get());
+  if (!is_iterator()) return l.items;
+  if (l.consumed) return {};
+  l.consumed = true;
+  return l.items;
 }
 
 const Str& Value::str() const {
@@ -99,7 +121,7 @@ bool Value::truthy() const {
     case Kind::kString:
       return !str().empty();
     case Kind::kList:
-      return !items().empty();
+      return is_iterator() || !items().empty();
     case Kind::kDict:
       return !dict().empty();
     case Kind::kNamespace:
@@ -124,7 +146,23 @@ std::string Value::type_name() const {
     case Kind::kString:
       return "str";
     case Kind::kList:
-      return is_tuple() ? "tuple" : "list";
+      switch (seq_kind()) {
+        case Seq::kList:
+          return "list";
+        case Seq::kTuple:
+          return "tuple";
+        case Seq::kGenerator:
+          return "generator";
+        case Seq::kReverseIter:
+          return "list_reverseiterator";
+        case Seq::kDictItems:
+          return "dict_items";
+        case Seq::kDictKeys:
+          return "dict_keys";
+        case Seq::kDictValues:
+          return "dict_values";
+      }
+      return "list";
     case Kind::kDict:
       return "dict";
     case Kind::kNamespace:
@@ -154,13 +192,82 @@ bool Value::same_as(const Value& o) const {
   }
 }
 
+namespace {
+
+// Python's hash equality as a string: equal keys, equal strings.
+bool hash_key(const Value& k, std::string& out, int depth = 0) {
+  switch (k.kind()) {
+    case Value::Kind::kString:
+      out += 's', out += std::to_string(k.str().size()), out += ':', out += k.str().bytes();
+      return true;
+    case Value::Kind::kNone:
+      out += 'N';
+      return true;
+    case Value::Kind::kUndefined:
+      out += 'U';
+      return true;
+    case Value::Kind::kBool:
+    case Value::Kind::kInt:
+      out += 'i' + std::to_string(k.integer()) + ';';
+      return true;
+    case Value::Kind::kFloat: {
+      const double f = k.real();
+      if (f == double(int64_t(f)) && f >= -9.2e18 && f <= 9.2e18) {
+        out += 'i' + std::to_string(int64_t(f)) + ';';
+      } else {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "f%.17g;", f);
+        out += buf;
+      }
+      return true;
+    }
+    case Value::Kind::kList:
+      if (!k.is_tuple() || depth > 100) return false;
+      out += '(';
+      for (const Value& e : k.items())
+        if (!hash_key(e, out, depth + 1)) return false;
+      out += ')';
+      return true;
+    case Value::Kind::kNamespace:
+    case Value::Kind::kCallable:  // hashable by identity
+      out += 'p' + std::to_string(reinterpret_cast<uintptr_t>(k.identity())) + ';';
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string checked_hash_key(const Value& k) {
+  std::string h;
+  KV_CHECK(hash_key(k, h), "unhashable type: '{}'", k.type_name());
+  return h;
+}
+
+}  // namespace
+
 const Value* Dict::find(std::string_view key) const {
-  auto it = index_.find(std::string(key));
+  std::string h = "s" + std::to_string(key.size()) + ":";
+  h += key;
+  auto it = index_.find(h);
   return it == index_.end() ? nullptr : &items_[it->second].second;
 }
 
+const Value* Dict::find(const Value& key) const {
+  auto it = index_.find(checked_hash_key(key));
+  return it == index_.end() ? nullptr : &items_[it->second].second;
+}
+
+bool Dict::hashable(const Value& key) {
+  std::string h;
+  return hash_key(key, h);
+}
+
 void Dict::set(const Str& key, Value v) {
-  auto [it, fresh] = index_.emplace(key.bytes(), items_.size());
+  set(Value(key), std::move(v));
+}
+
+void Dict::set(const Value& key, Value v) {
+  auto [it, fresh] = index_.emplace(checked_hash_key(key), items_.size());
   if (fresh)
     items_.emplace_back(key, std::move(v));
   else

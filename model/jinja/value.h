@@ -37,6 +37,18 @@ struct Callable {
 
 class Value {
  public:
+  // What a kList value is in Python: a list or tuple, or one of the lazy
+  // sequences filters and methods return (printed, measured and indexed
+  // differently, as in Python).
+  enum class Seq : uint8_t {
+    kList,
+    kTuple,
+    kGenerator,    // map/select/reject/selectattr/rejectattr/unique/items filters
+    kReverseIter,  // |reverse of a list
+    kDictItems,    // d.items()
+    kDictKeys,     // d.keys()
+    kDictValues,   // d.values()
+  };
   enum class Kind : uint8_t {
     kUndefined,
     kNone,
@@ -59,7 +71,11 @@ class Value {
   Value(double f) : kind_(Kind::kFloat), f_(f) {}
   Value(Str s);
   static Value string(std::string s, bool data = false) { return Value(Str(std::move(s), data)); }
+  // markupsafe's Markup (|safe, |escape): a string that HTML-escapes what
+  // is added to it.
+  static Value html(Str s);
   static Value list(std::vector<Value> items, bool tuple = false);
+  static Value seq(std::vector<Value> items, Seq kind);
   static Value dict(std::shared_ptr<Dict> d);
   static Value ns(std::shared_ptr<Dict> attrs);
   static Value callable(std::string name, NativeFn fn, bool macro = false);
@@ -73,8 +89,16 @@ class Value {
   // Python's numbers.Number: bool counts, as in Python.
   bool is_number() const { return is_int() || is_float() || is_bool(); }
   bool is_string() const { return kind_ == Kind::kString; }
+  bool is_html() const { return kind_ == Kind::kString && b_; }
+  // Any sequence kind; is_plain_list: a list or tuple (indexable, sized).
   bool is_list() const { return kind_ == Kind::kList; }
-  bool is_tuple() const;
+  bool is_tuple() const { return is_list() && seq_kind() == Seq::kTuple; }
+  bool is_plain_list() const { return is_list() && seq_kind() <= Seq::kTuple; }
+  // A generator or iterator: no len(), no index, always true, used once.
+  bool is_iterator() const {
+    return is_list() && (seq_kind() == Seq::kGenerator || seq_kind() == Seq::kReverseIter);
+  }
+  Seq seq_kind() const;
   bool is_dict() const { return kind_ == Kind::kDict; }
   bool is_namespace() const { return kind_ == Kind::kNamespace; }
   bool is_callable() const { return kind_ == Kind::kCallable; }
@@ -85,9 +109,11 @@ class Value {
   double real() const { return kind_ == Kind::kFloat ? f_ : double(integer()); }
   const Str& str() const;                   // kString
   const std::vector<Value>& items() const;  // kList
-  const Dict& dict() const;                 // kDict or kNamespace
-  Dict& ns_attrs() const;                   // kNamespace
-  const Callable& fn() const;               // kCallable
+  // The items for one walk: an iterator's are gone after the first.
+  std::vector<Value> consume() const;
+  const Dict& dict() const;    // kDict or kNamespace
+  Dict& ns_attrs() const;      // kNamespace
+  const Callable& fn() const;  // kCallable
   const std::string& undefined_hint() const;
 
   // Python truthiness (Undefined is false).
@@ -97,6 +123,8 @@ class Value {
   // Whether the two share the same object (for `sameas`), or are equal
   // scalars of the same kind.
   bool same_as(const Value& o) const;
+  // The shared object (list, dict, callable...), for identity.
+  const void* identity() const { return p_.get(); }
 
  private:
   Kind kind_ = Kind::kUndefined;
@@ -110,24 +138,30 @@ class Value {
 
 struct List {
   std::vector<Value> items;
-  bool tuple = false;
+  Value::Seq kind = Value::Seq::kList;
+  mutable bool consumed = false;  // an iterator already walked
 };
 
-// Insertion-ordered mapping with string keys, as JSON objects and template
-// dict literals need (Python dicts keep insertion order: tojson shows it).
+// Insertion-ordered mapping (Python dicts keep insertion order: tojson
+// shows it). Keys are what Python can hash: strings, numbers (1, 1.0 and
+// True are the same key), None, Undefined and tuples of those.
 class Dict {
  public:
-  const Value* find(std::string_view key) const;
+  const Value* find(std::string_view key) const;  // a string key
+  // Fails (kvasir::Error) on an unhashable key, as Python does.
+  const Value* find(const Value& key) const;
+  static bool hashable(const Value& key);
   void set(const Str& key, Value v);
+  void set(const Value& key, Value v);
   // Replaces the value of the i-th key (0 <= i < size()).
   void set_at(size_t i, Value v) { items_[i].second = std::move(v); }
   size_t size() const { return items_.size(); }
   bool empty() const { return items_.empty(); }
-  const std::vector<std::pair<Str, Value>>& items() const { return items_; }
+  const std::vector<std::pair<Value, Value>>& items() const { return items_; }
 
  private:
-  std::vector<std::pair<Str, Value>> items_;
-  std::unordered_map<std::string, size_t> index_;
+  std::vector<std::pair<Value, Value>> items_;
+  std::unordered_map<std::string, size_t> index_;  // by hash_key()
 };
 
 // Arguments of a call: positional, then keyword.

@@ -33,6 +33,12 @@ bool printable(uint32_t cp) {
 }
 
 void repr_list(const Value& v, Str& out, int depth) {
+  if (v.is_iterator()) return out.append("<" + v.type_name() + " object>", false);
+  if (!v.is_plain_list()) {  // dict_items([...])
+    out.append(v.type_name() + "(", false);
+    repr_list(Value::list(v.items()), out, depth);
+    return out.append(")", false);
+  }
   const bool tuple = v.is_tuple();
   out.append(tuple ? "(" : "[", false);
   const auto& items = v.items();
@@ -50,7 +56,7 @@ void repr_dict(const Dict& d, Str& out, int depth) {
   for (const auto& [k, val] : d.items()) {
     if (!first) out.append(", ", false);
     first = false;
-    out.append(string_repr(k.bytes()), k.has_data());
+    py_repr(k, out, depth + 1);
     out.append(": ", false);
     py_repr(val, out, depth + 1);
   }
@@ -123,7 +129,9 @@ void py_repr(const Value& v, Str& out, int depth) {
   KV_CHECK(depth < kMaxNesting, "value nested deeper than {} levels", kMaxNesting);
   switch (v.kind()) {
     case Value::Kind::kString:
+      if (v.is_html()) out.append("Markup(", false);
       out.append(string_repr(v.str().bytes()), v.str().has_data());
+      if (v.is_html()) out.append(")", false);
       return;
     case Value::Kind::kUndefined:
       out.append("Undefined", false);
