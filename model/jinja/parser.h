@@ -1,5 +1,5 @@
 // model/jinja/parser.h — tokens to a syntax tree, following jinja2's
-// grammar and operator precedence (jinja2/parser.py):
+// grammar and operator precedence:
 //
 //   expression := or ['if' or ['else' expression]]
 //   or := and ('or' and)*        and := not ('and' not)*
