@@ -2,6 +2,7 @@
 #include "model/jinja/str.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace kvasir::jinja {
 
@@ -83,6 +84,12 @@ size_t utf8_length(std::string_view s) {
 bool utf8_valid(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
+    // ASCII runs eight bytes at a time.
+    uint64_t w;
+    if (i + 8 <= s.size() && (std::memcpy(&w, s.data() + i, 8), (w & 0x8080808080808080ull) == 0)) {
+      i += 8;
+      continue;
+    }
     const auto c = static_cast<unsigned char>(s[i]);
     size_t n;
     uint32_t min;

@@ -11,8 +11,19 @@
 namespace kvasir::jinja {
 namespace {
 
+// Python's str.isspace() for the character at byte i (ASCII without ICU).
 bool is_space(std::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1C && c <= 0x1F);
   return unicode::is_python_space(utf8_at(s, i));
+}
+
+// The start of the character before byte i (> 0).
+size_t prev_char(std::string_view s, size_t i) {
+  do {
+    --i;
+  } while (i > 0 && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80);
+  return i;
 }
 
 enum class Case { kUpper, kLower, kTitleChar };
@@ -171,12 +182,8 @@ Str py_strip(const Str& s, Side side, const std::optional<std::string>& chars) {
   size_t begin = 0, end = b.size();
   if (side != Side::kRight)
     while (begin < end && in_chars(chars, b, begin)) begin = utf8_next(b, begin);
-  if (side != Side::kLeft) {
-    size_t last_keep = begin;  // end of the last codepoint not stripped
-    for (size_t i = begin; i < end; i = utf8_next(b, i))
-      if (!in_chars(chars, b, i)) last_keep = utf8_next(b, i);
-    end = last_keep;
-  }
+  if (side != Side::kLeft)
+    while (end > begin && in_chars(chars, b, prev_char(b, end))) end = prev_char(b, end);
   return s.substr(begin, end);
 }
 
