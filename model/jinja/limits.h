@@ -15,7 +15,7 @@ struct Limits {
   size_t max_output = 8u << 20;
   // Work: one step per statement, expression and loop iteration, plus one
   // per 256 bytes of every string built. Bounds the time of a rendering
-  // (about a second at the default on one core).
+  // (a runaway loop stops after about half a second at the default).
   uint64_t max_steps = 10'000'000;
   // Nested macro calls (a recursive macro over a nested tool schema).
   int max_call_depth = 64;

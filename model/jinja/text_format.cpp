@@ -140,6 +140,22 @@ Str apply_spec(Interpreter& in, const Value& v, const Spec& sp) {
   return pad(in, Str::markup(body), sp, '>', sign);
 }
 
+// Markup % args: markupsafe escapes the string arguments.
+Value escaped_args(const Value& args) {
+  auto esc = [](const Value& x) { return x.is_string() ? to_html(x) : x; };
+  if (args.is_tuple()) {
+    std::vector<Value> e;
+    for (const Value& x : args.items()) e.push_back(esc(x));
+    return Value::list(std::move(e), true);
+  }
+  if (args.is_dict()) {
+    auto d = std::make_shared<Dict>();
+    for (const auto& [k, x] : args.dict().items()) d->set(k, esc(x));
+    return Value::dict(std::move(d));
+  }
+  return esc(args);
+}
+
 }  // namespace
 
 Str format_spec(Interpreter& in, const Value& v, const std::string& spec) {
@@ -149,21 +165,7 @@ Str format_spec(Interpreter& in, const Value& v, const std::string& spec) {
 Value percent_format(Interpreter& in, const Value& fmt_value, const Value& raw_args) {
   const Str& fmt_str = fmt_value.str();
   const std::string& f = fmt_str.bytes();
-  Value args = raw_args;
-  if (fmt_value.is_html()) {  // markupsafe escapes string arguments
-    auto esc = [](const Value& x) { return x.is_string() ? to_html(x) : x; };
-    if (args.is_tuple()) {
-      std::vector<Value> e;
-      for (const Value& x : args.items()) e.push_back(esc(x));
-      args = Value::list(std::move(e), true);
-    } else if (args.is_dict()) {
-      auto d = std::make_shared<Dict>();
-      for (const auto& [k, x] : args.dict().items()) d->set(k, esc(x));
-      args = Value::dict(std::move(d));
-    } else {
-      args = esc(args);
-    }
-  }
+  const Value args = fmt_value.is_html() ? escaped_args(raw_args) : raw_args;
   std::vector<Value> pos = args.is_tuple() ? args.items() : std::vector<Value>{args};
   size_t next = 0;
   bool named = false;
