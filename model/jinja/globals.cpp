@@ -64,7 +64,9 @@ Value g_dict(Interpreter& in, Args& a) {
   return Value::dict(dict_of(in, a, "dict"));
 }
 Value g_namespace(Interpreter& in, Args& a) {
-  return Value::ns(dict_of(in, a, "namespace"));
+  auto attrs = dict_of(in, a, "namespace");
+  if (attrs->holds_namespace()) in.fail("a namespace attribute cannot hold a namespace");
+  return Value::ns(std::move(attrs));
 }
 
 [[noreturn]] Value g_raise(Interpreter& in, Args& a) {

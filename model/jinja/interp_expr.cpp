@@ -206,6 +206,7 @@ Value Interpreter::eval_filter(const Expr& e, const ScopePtr& scope, const Value
 }
 
 Value Interpreter::eval(const Expr& e, const ScopePtr& scope) {
+  const Nest nest(*this);
   step();
   line_ = e.line;
   switch (e.kind) {

@@ -108,7 +108,14 @@ void Interpreter::emit(Str& out, const Str& s) {
   step(s.size() / 256);
 }
 
+Interpreter::Nest::Nest(Interpreter& interp) : in(interp) {
+  if (++in.nesting_ > in.limits_.max_nesting)
+    in.fail(fmt::format("template nested deeper than {} levels while rendering",
+                        in.limits_.max_nesting));
+}
+
 Interpreter::Flow Interpreter::exec(const Body& body, const ScopePtr& scope, Str& out) {
+  const Nest nest(*this);
   for (const StmtPtr& s : body) {
     const Flow f = exec(*s, scope, out);
     if (f != Flow::kNext) return f;
@@ -212,6 +219,7 @@ void Interpreter::exec_set(const Stmt& s, const ScopePtr& scope, Value v) {
   if (!s.attr.empty()) {
     const Value ns = lookup(s.targets[0], scope);
     if (!ns.is_namespace()) fail("cannot assign attribute on non-namespace object");
+    if (v.holds_namespace()) fail("a namespace attribute cannot hold a namespace");
     ns.ns_attrs().set(Str::markup(s.attr), std::move(v));
     return;
   }

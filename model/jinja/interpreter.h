@@ -91,8 +91,14 @@ class Interpreter {
   Limits limits_;
   std::tm now_;
   uint64_t steps_ = 0;
-  int depth_ = 0;  // macro calls
-  int line_ = 0;   // of the statement or expression being evaluated
+  int depth_ = 0;    // macro calls
+  int nesting_ = 0;  // bodies and expressions being evaluated
+  struct Nest {      // counts one level of nesting for its lifetime
+    explicit Nest(Interpreter& in);
+    ~Nest() { --in.nesting_; }
+    Interpreter& in;
+  };
+  int line_ = 0;  // of the statement or expression being evaluated
 };
 
 // The Undefined for obj.name / obj[name] that does not exist, with jinja2's

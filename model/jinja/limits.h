@@ -19,6 +19,10 @@ struct Limits {
   uint64_t max_steps = 10'000'000;
   // Nested macro calls (a recursive macro over a nested tool schema).
   int max_call_depth = 64;
+  // Blocks and expressions being evaluated inside one another, macro calls
+  // included: bounds the interpreter's stack (a few hundred kilobytes at the
+  // default, a few megabytes in a sanitizer build).
+  int max_nesting = 500;
   // Elements of one list (range(), concatenation, repetition).
   size_t max_items = 1u << 20;
 };

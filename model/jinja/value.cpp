@@ -1,6 +1,7 @@
 // model/jinja/value.cpp — construction, access, truthiness of values.
 #include "model/jinja/value.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "base/check.h"
@@ -37,6 +38,11 @@ Value Value::seq(std::vector<Value> items, Seq kind) {
   Value v;
   v.kind_ = Kind::kList;
   auto l = std::make_shared<List>();
+  for (const Value& x : items) {
+    l->depth = std::max(l->depth, x.depth() + 1);
+    l->holds_namespace = l->holds_namespace || x.holds_namespace();
+  }
+  KV_CHECK(l->depth <= kMaxNesting, "value nested deeper than {} levels", kMaxNesting);
   l->items = std::move(items);
   l->kind = kind;
   v.p_ = std::move(l);
@@ -62,6 +68,32 @@ Value Value::callable(std::string name, NativeFn fn, bool macro) {
   v.kind_ = Kind::kCallable;
   v.p_ = std::make_shared<Callable>(Callable{std::move(name), std::move(fn), macro});
   return v;
+}
+
+int Value::depth() const {
+  switch (kind_) {
+    case Kind::kList:
+      return static_cast<const List*>(p_.get())->depth;
+    case Kind::kDict:
+      return dict().depth();
+    case Kind::kNamespace:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+bool Value::holds_namespace() const {
+  switch (kind_) {
+    case Kind::kList:
+      return static_cast<const List*>(p_.get())->holds_namespace;
+    case Kind::kDict:
+      return dict().holds_namespace();
+    case Kind::kNamespace:
+      return true;
+    default:
+      return false;
+  }
 }
 
 Value::Seq Value::seq_kind() const {
@@ -266,7 +298,14 @@ void Dict::set(const Str& key, Value v) {
   set(Value(key), std::move(v));
 }
 
+void Dict::account(const Value& v) {
+  depth_ = std::max(depth_, v.depth() + 1);
+  KV_CHECK(depth_ <= kMaxNesting, "value nested deeper than {} levels", kMaxNesting);
+  holds_namespace_ = holds_namespace_ || v.holds_namespace();
+}
+
 void Dict::set(const Value& key, Value v) {
+  account(v);
   auto [it, fresh] = index_.emplace(checked_hash_key(key), items_.size());
   if (fresh)
     items_.emplace_back(key, std::move(v));

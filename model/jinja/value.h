@@ -21,6 +21,11 @@
 
 namespace kvasir::jinja {
 
+// Containers nested deeper than this are refused when built (and when
+// printed, serialised or compared): walking, and destroying, a value is
+// recursive.
+inline constexpr int kMaxNesting = 200;
+
 class Interpreter;
 class Value;
 struct List;
@@ -125,6 +130,13 @@ class Value {
   bool same_as(const Value& o) const;
   // The shared object (list, dict, callable...), for identity.
   const void* identity() const { return p_.get(); }
+  // Levels of lists and dicts inside (0 for a scalar; a namespace counts 1:
+  // it cannot hold another namespace).
+  int depth() const;
+  // Whether a namespace is inside (a namespace's attributes cannot hold one:
+  // namespaces are the only mutable values, and that keeps values acyclic
+  // and their depth bounded).
+  bool holds_namespace() const;
 
  private:
   Kind kind_ = Kind::kUndefined;
@@ -139,6 +151,8 @@ class Value {
 struct List {
   std::vector<Value> items;
   Value::Seq kind = Value::Seq::kList;
+  int depth = 1;
+  bool holds_namespace = false;
   mutable bool consumed = false;  // an iterator already walked
 };
 
@@ -154,13 +168,21 @@ class Dict {
   void set(const Str& key, Value v);
   void set(const Value& key, Value v);
   // Replaces the value of the i-th key (0 <= i < size()).
-  void set_at(size_t i, Value v) { items_[i].second = std::move(v); }
+  void set_at(size_t i, Value v) {
+    account(v);
+    items_[i].second = std::move(v);
+  }
   size_t size() const { return items_.size(); }
   bool empty() const { return items_.empty(); }
   const std::vector<std::pair<Value, Value>>& items() const { return items_; }
+  int depth() const { return depth_; }
+  bool holds_namespace() const { return holds_namespace_; }
 
  private:
+  void account(const Value& v);  // depth and namespaces of a new value
   std::vector<std::pair<Value, Value>> items_;
+  int depth_ = 1;
+  bool holds_namespace_ = false;
   std::unordered_map<std::string, size_t> index_;  // by hash_key()
 };
 

@@ -14,11 +14,6 @@
 
 namespace kvasir::jinja {
 
-// Containers nested deeper than this are refused (printing, JSON,
-// comparison): a template can build nesting in a loop, and the walk is
-// recursive.
-inline constexpr int kMaxNesting = 200;
-
 // Python's str(value).
 Str py_str(const Value& v);
 // Python's repr(value), appended to out.

@@ -165,13 +165,15 @@ TEST(Jinja, RecursionLimits) {
             "321");
   expect_render_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "deeper than 3", l);
   // The deepest template the parser accepts, recursing as deep as allowed:
-  // an error, not a stack overflow (this runs in a fraction of 1 MiB of
-  // stack in a release build).
+  // an error, not a stack overflow (sanitizer builds included).
   std::string deep = "{% macro f(n) %}";
   for (int i = 0; i < 90; ++i) deep += "{% if true %}";
   deep += "{{ f(n + 1) }}";
   for (int i = 0; i < 90; ++i) deep += "{% endif %}";
-  expect_render_error(deep + "{% endmacro %}{{ f(0) }}", "macro calls nested deeper than 64");
+  expect_render_error(deep + "{% endmacro %}{{ f(0) }}", "nested deeper than 500 levels");
+  l.max_nesting = 1000000;  // without the nesting limit, macro depth still stops it
+  l.max_call_depth = 8;
+  expect_render_error(deep + "{% endmacro %}{{ f(0) }}", "macro calls nested deeper than 8", l);
   // Values nested by a loop, then printed, serialised or compared.
   const std::string nest =
       "{% set ns = namespace(x=[]) %}{% for i in range(500) %}"
@@ -179,8 +181,17 @@ TEST(Jinja, RecursionLimits) {
   expect_render_error(nest + "{{ ns.x }}", "nested deeper");
   expect_render_error(nest + "{{ ns.x|tojson }}", "nested deeper");
   expect_render_error(nest + "{{ ns.x == ns.x }}", "nested deeper");
-  // A namespace that holds itself.
-  expect_render_error("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}", "nested deeper");
+  // Namespaces are the only mutable values: one cannot hold another (no
+  // cycles, no chains deeper than their recorded depth).
+  expect_render_error("{% set ns = namespace() %}{% set ns.me = ns %}", "cannot hold a namespace");
+  expect_render_error("{% set ns = namespace() %}{% set ns.l = [1, {'n': ns}] %}",
+                      "cannot hold a namespace");
+  expect_render_error("{% set a = namespace() %}{{ namespace(x=a) }}", "cannot hold a namespace");
+  // Building a value deeper than the limit fails when it is built.
+  expect_render_error(
+      "{% set ns = namespace(x=[]) %}{% for i in range(300) %}"
+      "{% set ns.x = {'k': ns.x} %}{% endfor %}",
+      "nested deeper than 200");
 }
 
 TEST(Jinja, ListAndRangeLimits) {
