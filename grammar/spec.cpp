@@ -6,6 +6,7 @@
 
 #include "base/check.h"
 #include "grammar/grammar.h"
+#include "model/unicode.h"
 
 namespace kvasir::grammar {
 namespace {
@@ -102,7 +103,13 @@ Status check_choices(const GrammarSpec& spec, const GrammarLimits& lim) {
     return refuse(spec.kind, fmt::format("{} choices, over the limit of {}", spec.choices.size(),
                                          lim.max_enum_values));
   size_t bytes = 0;
-  for (const std::string& c : spec.choices) bytes += c.size();
+  for (size_t i = 0; i < spec.choices.size(); ++i) {
+    size_t bad;
+    const std::string& c = spec.choices[i];
+    if (unicode::utf8_complete_prefix(c, bad) != c.size() || bad != std::string::npos)
+      return refuse(spec.kind, fmt::format("choice {} is not valid UTF-8", i));
+    bytes += c.size();
+  }
   if (bytes > lim.max_text_bytes)
     return refuse(spec.kind, fmt::format("the choices are {} bytes, over the limit of {}", bytes,
                                          lim.max_text_bytes));

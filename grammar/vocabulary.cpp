@@ -4,7 +4,8 @@
 // The bytes are given to XGrammar already decoded (VocabType::RAW): the
 // tokenizer's piece() is what the detokenizer emits, so the grammar sees
 // exactly the text the client will read. A token whose bytes are "" is one
-// XGrammar treats as special (never allowed); stop ids come first.
+// XGrammar treats as special (never allowed); stop ids come first. Tokens
+// that cannot be part of UTF-8 text are made "" too (utf8_possible).
 #include <algorithm>
 
 #include "base/check.h"
@@ -23,6 +24,19 @@ struct Fnv {
   }
   void u64(uint64_t v) { bytes(&v, sizeof v); }
 };
+
+// Whether the bytes can be part of UTF-8 text: no byte UTF-8 never uses
+// (C0, C1, F5-FF) and no lead byte followed by a second byte out of its
+// range. A sequence cut at the token's start is judged by the Matcher, with
+// the byte before it.
+bool utf8_possible(const std::string& s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto b = uint8_t(s[i]);
+    if (b == 0xC0 || b == 0xC1 || b >= 0xF5) return false;
+    if (i + 1 < s.size() && !utf8_second_byte_ok(b, uint8_t(s[i + 1]))) return false;
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -43,6 +57,8 @@ std::shared_ptr<const Vocabulary> Vocabulary::from_tokens(std::vector<std::strin
     KV_CHECK(id >= 0 && id < n, "stop token id {} is out of range [0, {})", id, n);
     tokens[id].clear();  // a stop token ends the output; it is never text
   }
+  for (std::string& t : tokens)
+    if (!utf8_possible(t)) t.clear();  // never part of UTF-8 text
 
   auto impl = std::make_unique<Impl>();
   Fnv f;
