@@ -4,6 +4,8 @@
 // (check_json). On the default model's tokenizer and the tiny ones.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -96,6 +98,22 @@ std::string client_text(const Tokenizer& tok, const std::vector<int32_t>& ids) {
   return out + d.flush();
 }
 
+// KVASIR_GRAMMAR_DUMP=FILE: every validated output, one JSON line each, for
+// tests/reference/grammar/check_walks.py to check with Python's jsonschema.
+void dump(const std::string& where, const json& schema, bool strict, const std::string& text,
+          const std::string& why) {
+  static const char* path = std::getenv("KVASIR_GRAMMAR_DUMP");
+  static std::ofstream out = path ? std::ofstream(path) : std::ofstream();
+  if (path == nullptr) return;
+  out << json{{"case", where},
+              {"schema", schema},
+              {"strict", strict},
+              {"text", text},
+              {"ours", why}}
+             .dump()
+      << "\n";
+}
+
 // One ended walk: parses as JSON and validates, or fails the test.
 void judge(const std::string& where, const json& schema, bool strict, const Walk& w,
            const Tokenizer& tok, Tally& t) {
@@ -115,6 +133,7 @@ void judge(const std::string& where, const json& schema, bool strict, const Walk
   const std::string why = check_json(schema, value, strict);
   EXPECT_EQ(why, "") << where << ": " << printable(text);
   t.valid += why.empty();
+  dump(where, schema, strict, text, why);
 }
 
 // Runs `walks` seeded walks of one schema on one vocabulary; every ended
