@@ -149,8 +149,10 @@ class CompiledGrammar {
   const std::shared_ptr<const Vocabulary>& vocabulary() const;
   size_t memory_bytes() const;     // XGrammar's estimate
   double compile_seconds() const;  // wall time of the compilation
-  // What XGrammar ignored while compiling, in its words ("Keyword
-  // patternProperties is not supported"): unsupported schema keywords.
+  // What XGrammar said it ignored while compiling, in its words ("pattern
+  // combined with minLength/maxLength is not supported; ignoring
+  // minLength/maxLength"). Most unsupported schema keywords it ignores
+  // without a word (docs/structured-outputs.md).
   const std::vector<std::string>& warnings() const;
 
   struct Impl;
@@ -208,6 +210,7 @@ class GrammarCompiler {
   //   kQueueFull — compile_timeout passed before a worker was free: busy,
   //     the same call may succeed later.
   //   kStopping — the compiler was destroyed while the spec was queued.
+  // A null vocab or out is a bug: throws kvasir::Error.
   Status compile(const GrammarSpec& spec, const std::shared_ptr<const Vocabulary>& vocab,
                  std::shared_ptr<const CompiledGrammar>* out);
 

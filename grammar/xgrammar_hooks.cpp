@@ -20,12 +20,12 @@ thread_local WarningCapture* t_capture = nullptr;
 thread_local std::vector<std::string>* t_sink = nullptr;
 
 // "Check failed: (cond) is false: why" -> "why" (the condition is code, not
-// something a user can act on).
+// something a user can act on); kept whole when there is no "why".
 std::string trim_check(std::string s) {
   for (const char* head : {"Check failed: (", "Internal check failed: ("}) {
     if (s.rfind(head, 0) != 0) continue;
     const size_t end = s.find(") is false: ");
-    if (end != std::string::npos) s.erase(0, end + 12);
+    if (end != std::string::npos && end + 12 < s.size()) s.erase(0, end + 12);
   }
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;

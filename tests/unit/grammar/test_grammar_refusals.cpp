@@ -115,6 +115,22 @@ TEST(GrammarRefusal, DerivedGrammarBound) {
                  "the grammar it makes is", o);
 }
 
+TEST(GrammarRefusal, WarningsSayWhatWasIgnored) {
+  GrammarCompiler compiler;
+  std::shared_ptr<const CompiledGrammar> g;
+  ASSERT_TRUE(compiler
+                  .compile(GrammarSpec::json_schema(
+                               R"({"type":"string","pattern":"[a-z]+","maxLength":3})"),
+                           tiny_vocabs()[0]->vocab, &g)
+                  .ok());
+  ASSERT_EQ(g->warnings().size(), 1u);
+  EXPECT_EQ(g->warnings()[0],
+            "pattern combined with minLength/maxLength is not supported; ignoring "
+            "minLength/maxLength");
+  ASSERT_TRUE(compiler.compile(GrammarSpec::regex("[a-z]+"), tiny_vocabs()[0]->vocab, &g).ok());
+  EXPECT_TRUE(g->warnings().empty());
+}
+
 TEST(GrammarRefusal, RefusalsAreCachedLimitsAreNot) {
   GrammarCompiler compiler;
   std::shared_ptr<const CompiledGrammar> g;
