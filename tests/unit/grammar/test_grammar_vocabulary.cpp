@@ -50,6 +50,9 @@ TEST(GrammarVocabulary, ByteLevelBpeMatchesXGrammarsDecoder) {
   for (const TestVocab* tv : tiny_vocabs())
     if (tv->tokenizer->data().model == TokenizerData::Model::kBpe)
       cross_check(*tv, xgrammar::VocabType::BYTE_LEVEL);
+}
+
+TEST(GrammarVocabulary, DefaultModelMatchesXGrammarsDecoder) {
   const TestVocab* tv = default_vocab();
   if (tv == nullptr) GTEST_SKIP() << "no default model at " << model_path();
   cross_check(*tv, xgrammar::VocabType::BYTE_LEVEL);
