@@ -1,0 +1,239 @@
+// grammar/compiler.cpp — GrammarCompiler: the compile cache, the worker
+// threads, and turning a GrammarSpec into XGrammar's compiled grammar.
+//
+// compile() checks the spec (check_spec), then looks its key up in the LRU
+// cache. A miss inserts a pending entry (a shared future) and queues a job;
+// a hit on a pending entry waits on the same future, so concurrent requests
+// for one spec compile it once. The caller waits at most compile_timeout;
+// the job itself cannot be interrupted and finishes on its worker whatever
+// the caller did, its result (success or refusal) staying in the cache.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <thread>
+
+#include "base/check.h"
+#include "base/log.h"
+#include "grammar/cache.h"
+#include "grammar/xgrammar_bridge.h"
+
+namespace kvasir::grammar {
+namespace {
+
+struct Outcome {
+  Status status;
+  std::shared_ptr<const CompiledGrammar> grammar;
+};
+
+struct Entry {
+  std::shared_future<Outcome> outcome;
+  std::shared_ptr<std::atomic<bool>> started;  // a worker took the job
+};
+
+struct Job {
+  GrammarSpec spec;
+  std::shared_ptr<const Vocabulary> vocab;
+  std::promise<Outcome> promise;
+  std::shared_ptr<std::atomic<bool>> started;
+};
+
+// The cache key: what the compiled grammar depends on, each field length-
+// prefixed so that no two specs share a key.
+std::string cache_key(const GrammarSpec& s, const Vocabulary& v) {
+  const bool strict = s.kind == GrammarKind::kJsonSchema && s.strict;
+  const bool has_text = s.kind != GrammarKind::kJsonObject && s.kind != GrammarKind::kChoice;
+  const std::string_view text = has_text ? std::string_view(s.text) : std::string_view();
+  std::string key =
+      fmt::format("{}:{}:{:016x}:{}:", int(s.kind), int(strict), v.fingerprint(), text.size());
+  key += text;
+  if (s.kind == GrammarKind::kChoice)
+    for (const std::string& c : s.choices) key += fmt::format(":{}:", c.size()) + c;
+  return key;
+}
+
+// root ::= "a" | "b" | ... with each choice a literal: quotes, backslashes
+// and control bytes escaped (\u00XX: XGrammar's \x takes any number of hex
+// digits), other bytes as they are (XGrammar reads the literal as UTF-8).
+std::string choice_ebnf(const std::vector<std::string>& choices) {
+  std::string g = "root ::= ";
+  for (size_t i = 0; i < choices.size(); ++i) {
+    g += i ? " | \"" : "\"";
+    for (const unsigned char c : choices[i]) {
+      if (c == '"' || c == '\\')
+        g += {'\\', char(c)};
+      else if (c < 0x20 || c == 0x7F)
+        g += fmt::format("\\u{:04x}", c);
+      else
+        g.push_back(char(c));
+    }
+    g += '"';
+  }
+  return g;
+}
+
+xgrammar::Grammar to_xgrammar(const GrammarSpec& s, const CompilerOptions& o) {
+  const std::optional<int> ws =
+      o.json_max_whitespace > 0 ? std::optional<int>(o.json_max_whitespace) : std::nullopt;
+  switch (s.kind) {
+    case GrammarKind::kJsonObject:  // any object: a non-strict schema for one
+      return xgrammar::Grammar::FromJSONSchema(R"({"type": "object"})", true, std::nullopt,
+                                               std::nullopt, false, ws);
+    case GrammarKind::kJsonSchema:
+      return xgrammar::Grammar::FromJSONSchema(s.text, true, std::nullopt, std::nullopt, s.strict,
+                                               ws);
+    case GrammarKind::kRegex:
+      return xgrammar::Grammar::FromRegex(s.text);
+    case GrammarKind::kChoice:
+      return xgrammar::Grammar::FromEBNF(choice_ebnf(s.choices));
+    case GrammarKind::kEbnf:
+      return xgrammar::Grammar::FromEBNF(s.text, "root");
+  }
+  throw std::invalid_argument("unknown grammar kind");
+}
+
+// One compilation, on a worker thread. Every exception XGrammar throws for
+// this spec is its refusal of the spec.
+Outcome compile_now(const Job& job, const CompilerOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const char* kind = kind_name(job.spec.kind);
+  detail::WarningCapture capture;
+  auto impl = std::make_unique<CompiledGrammar::Impl>();
+  try {
+    xgrammar::Grammar g = to_xgrammar(job.spec, o);
+    if (const size_t n = g.ToString().size(); n > o.limits.max_grammar_bytes)
+      return {error_status(ErrorCode::kInvalidArgument,
+                           "{}: the grammar it makes is {} bytes, over the limit of {}", kind, n,
+                           o.limits.max_grammar_bytes),
+              nullptr};
+    xgrammar::GrammarCompiler compiler(job.vocab->impl().info, std::max(1, o.threads_per_compile),
+                                       /*cache_enabled=*/false);
+    impl->compiled = compiler.CompileGrammar(g);
+  } catch (const std::exception& e) {
+    return {error_status(ErrorCode::kInvalidArgument, "{}: {}", kind, detail::xgrammar_message(e)),
+            nullptr};
+  }
+  impl->spec = job.spec;
+  impl->vocab = job.vocab;
+  impl->warnings = capture.take();
+  impl->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  KV_LOG_DEBUG("grammar", "compiled a {} grammar in {:.3f} s ({} warnings)", kind, impl->seconds,
+               impl->warnings.size());
+  return {Status(), std::make_shared<const CompiledGrammar>(std::move(impl))};
+}
+
+}  // namespace
+
+CompiledGrammar::CompiledGrammar(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CompiledGrammar::~CompiledGrammar() = default;
+const GrammarSpec& CompiledGrammar::spec() const {
+  return impl_->spec;
+}
+const std::shared_ptr<const Vocabulary>& CompiledGrammar::vocabulary() const {
+  return impl_->vocab;
+}
+size_t CompiledGrammar::memory_bytes() const {
+  return impl_->compiled.MemorySizeBytes();
+}
+double CompiledGrammar::compile_seconds() const {
+  return impl_->seconds;
+}
+const std::vector<std::string>& CompiledGrammar::warnings() const {
+  return impl_->warnings;
+}
+
+struct GrammarCompiler::Impl {
+  explicit Impl(size_t capacity) : cache(capacity) {}
+  LruCache<Entry> cache;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Job> queue;  // guarded by mu
+  bool stopping = false;  // guarded by mu
+  std::vector<std::thread> workers;
+
+  void work(const CompilerOptions& o) {
+    while (true) {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return stopping || !queue.empty(); });
+      if (stopping) return;
+      Job job = std::move(queue.front());
+      queue.pop_front();
+      lock.unlock();
+      job.started->store(true);
+      try {
+        job.promise.set_value(compile_now(job, o));
+      } catch (const std::exception& e) {  // out of memory, not the spec's fault
+        job.promise.set_value({error_status(ErrorCode::kInternal, "{}: compiling failed: {}",
+                                            kind_name(job.spec.kind), e.what()),
+                               nullptr});
+      }
+    }
+  }
+};
+
+GrammarCompiler::GrammarCompiler(CompilerOptions options)
+    : options_(std::move(options)), impl_(std::make_unique<Impl>(options_.cache_capacity)) {
+  KV_CHECK(options_.workers >= 1, "grammar compiler: workers must be at least 1, not {}",
+           options_.workers);
+  for (int i = 0; i < options_.workers; ++i)
+    impl_->workers.emplace_back([this] { impl_->work(options_); });
+}
+
+GrammarCompiler::~GrammarCompiler() {
+  std::deque<Job> dropped;
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stopping = true;
+    dropped.swap(impl_->queue);
+  }
+  impl_->cv.notify_all();
+  for (Job& job : dropped)
+    job.promise.set_value({Status(ErrorCode::kStopping, "the grammar compiler stopped"), nullptr});
+  for (std::thread& t : impl_->workers) t.join();
+}
+
+Status GrammarCompiler::compile(const GrammarSpec& spec,
+                                const std::shared_ptr<const Vocabulary>& vocab,
+                                std::shared_ptr<const CompiledGrammar>* out) {
+  KV_CHECK(vocab != nullptr && out != nullptr, "grammar compile: no vocabulary or no output");
+  KV_RETURN_IF_ERROR(check_spec(spec, options_.limits));
+  Job job;
+  auto [entry, hit] = impl_->cache.find_or_insert(cache_key(spec, *vocab), [&] {
+    job.started = std::make_shared<std::atomic<bool>>(false);
+    return Entry{job.promise.get_future().share(), job.started};
+  });
+  if (!hit) {
+    job.spec = spec;
+    job.vocab = vocab;
+    {
+      std::lock_guard lock(impl_->mu);
+      if (impl_->stopping) return Status(ErrorCode::kStopping, "the grammar compiler stopped");
+      impl_->queue.push_back(std::move(job));
+    }
+    impl_->cv.notify_one();
+  }
+  const auto timeout = options_.limits.compile_timeout;
+  if (entry.outcome.wait_for(timeout) != std::future_status::ready) {
+    if (entry.started->load())
+      return error_status(ErrorCode::kInvalidArgument,
+                          "{}: compiling it took longer than the limit of {} ms (too complex)",
+                          kind_name(spec.kind), timeout.count());
+    return error_status(ErrorCode::kQueueFull,
+                        "{}: no grammar compiler was free within {} ms; try again later",
+                        kind_name(spec.kind), timeout.count());
+  }
+  const Outcome& outcome = entry.outcome.get();
+  if (outcome.status.ok()) *out = outcome.grammar;
+  return outcome.status;
+}
+
+CacheStats GrammarCompiler::cache_stats() const {
+  return impl_->cache.stats();
+}
+
+void GrammarCompiler::clear_cache() {
+  impl_->cache.clear();
+}
+
+}  // namespace kvasir::grammar
