@@ -62,18 +62,29 @@ void detail::set_max_tile_rows_for_bench(int nw) {
   g_max_nw.store(std::clamp(nw, 1, detail::kMaxNW), std::memory_order_relaxed);
 }
 
+detail::DotFn detail::dot_kernel(DType type, SimdLevel level) {
+  return is_kquant(type)  ? kquant_dot_kernel(type, level)
+         : is_quant(type) ? quant_dot_kernel(type, level)
+                          : float_dot_kernel(type, level);
+}
+
 void matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
+  checked_row_bytes(w);
+  KV_CHECK(n >= 0, "matmul: negative row count {}", n);
+  if (n == 0 || w.rows() == 0) return;
+  detail::matmul_at(w, x, n, y, pool, detail::kernel_level(w.type, rows_class(n), w.cols()));
+}
+
+void detail::matmul_at(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool* pool,
+                       SimdLevel level) {
   const uint64_t row_bytes = checked_row_bytes(w);
   KV_CHECK(n >= 0, "matmul: negative row count {}", n);
   const int64_t rows = w.rows(), cols = w.cols();
   if (n == 0 || rows == 0) return;
   KV_CHECK(x != nullptr && y != nullptr, "matmul: null activation or output");
 
-  const SimdLevel level = simd_level();
   const bool quant = is_quant(w.type);
-  const detail::DotFn dot = is_kquant(w.type) ? detail::kquant_dot_kernel(w.type, level)
-                            : quant           ? detail::quant_dot_kernel(w.type, level)
-                                              : detail::float_dot_kernel(w.type, level);
+  const detail::DotFn dot = detail::dot_kernel(w.type, level);
   KV_CHECK(dot != nullptr, "matmul: no kernel for {}", dtype_name(w.type));
 
   // Activations in the kernel's input form: [n, nb] Q8 blocks or x itself.
