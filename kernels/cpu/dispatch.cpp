@@ -11,6 +11,7 @@
 // all, the best round of each kept. A wider level must win by kWinMargin.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <ctime>
 #include <mutex>
 #include <vector>
@@ -29,6 +30,7 @@ constexpr unsigned kTypeSlots = 32;
 
 struct Slot {
   std::atomic<int> level{-1};  // -1: not chosen
+  std::atomic<bool> amx{false};
   KernelChoice choice;
 };
 
@@ -98,6 +100,47 @@ std::vector<uint8_t> probe_weight(DType t, int64_t rows, int64_t cols) {
   return bytes;
 }
 
+// AMX-INT8 (amx.h), batch kernels: never run on AMX hardware by its
+// authors, so first a self-check — the tiles' result on the probe against
+// the chosen level's (the same integer block sums: only f32 order differs;
+// the bound catches a wrong layout or instruction, not rounding) — and only
+// then timed against that level, the same rounds. A failed check turns AMX
+// off for the process and says why (simd_report).
+void try_amx(KernelChoice& c, const TensorView& w, const std::vector<float>& x,
+             std::vector<float>& y) {
+  if (!detail::amx_supports(c.type) || !detail::amx_usable()) return;
+  std::vector<float> ya(y.size());
+  detail::matmul_at(w, x.data(), c.probe_n, y.data(), nullptr, c.level);
+  try {
+    detail::amx_matmul(w, x.data(), c.probe_n, ya.data(), nullptr, false);
+  } catch (const std::exception& e) {
+    detail::amx_disable(fmt::format("self-check threw: {}", e.what()));
+    return;
+  }
+  double max_ref = 0, max_diff = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    max_ref = std::max(max_ref, double(std::fabs(y[i])));
+    max_diff = std::max(max_diff, double(std::fabs(ya[i] - y[i])));
+  }
+  if (!(max_diff <= 1e-4 * max_ref + 1e-6)) {
+    detail::amx_disable(fmt::format(
+        "self-check on {} {}x{}: max |amx - {}| = {:.3g} (max |y| {:.3g})", dtype_name(c.type),
+        c.probe_rows, c.probe_cols, simd_level_name(c.level), max_diff, max_ref));
+    return;
+  }
+  double best_amx = 1e30, best_level = 1e30;
+  for (int r = 0; r < c.rounds; ++r) {
+    double t0 = thread_seconds();
+    detail::amx_matmul(w, x.data(), c.probe_n, ya.data(), nullptr, false);
+    best_amx = std::min(best_amx, thread_seconds() - t0);
+    t0 = thread_seconds();
+    detail::matmul_at(w, x.data(), c.probe_n, y.data(), nullptr, c.level);
+    best_level = std::min(best_level, thread_seconds() - t0);
+  }
+  c.amx_us = best_amx * 1e6;
+  c.amx = best_amx < best_level * (1.0 - kWinMargin);
+}
+
 KernelChoice measure(DType t, RowsClass rc, int64_t cols, const std::vector<SimdLevel>& cands) {
   KernelChoice c;
   c.type = t;
@@ -106,7 +149,7 @@ KernelChoice measure(DType t, RowsClass rc, int64_t cols, const std::vector<Simd
   const int64_t block = dtype_info(t).block == 256 ? 256 : 32;
   c.probe_cols = std::max<int64_t>((cols + block - 1) / block * block, 512);
   c.probe_n = rc == RowsClass::kDecode ? 1 : 16;
-  c.probe_rows = rc == RowsClass::kDecode ? 256 : 64;
+  c.probe_rows = rc == RowsClass::kDecode ? 256 : 128;
   c.rounds = rc == RowsClass::kDecode ? 15 : 11;
   const auto bytes = probe_weight(t, c.probe_rows, c.probe_cols);
   TensorView w;
@@ -133,6 +176,7 @@ KernelChoice measure(DType t, RowsClass rc, int64_t cols, const std::vector<Simd
     if (best[i] < best[pick] * (1.0 - kWinMargin)) pick = i;
   }
   c.level = cands[pick];
+  if (rc == RowsClass::kBatch) try_amx(c, w, x, y);
   return c;
 }
 
@@ -158,7 +202,10 @@ SimdLevel detail::kernel_level(DType type, RowsClass rows, int64_t cols) {
 void detail::forget_kernel_choices() {
   std::lock_guard<std::mutex> lock(g_mu);
   for (auto& per_type : g_slots)
-    for (auto& slot : per_type) slot.level.store(-1, std::memory_order_release);
+    for (auto& slot : per_type) {
+      slot.level.store(-1, std::memory_order_release);
+      slot.amx.store(false, std::memory_order_release);
+    }
 }
 
 KernelChoice simd_kernel_choice(DType type, RowsClass rows, int64_t cols) {
@@ -173,7 +220,9 @@ KernelChoice simd_kernel_choice(DType type, RowsClass rows, int64_t cols) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (slot.level.load(std::memory_order_relaxed) >= 0) return slot.choice;
   const auto cands = candidates(type, simd_level());
-  if (cands.size() == 1) {
+  const bool amx_candidate =
+      rows == RowsClass::kBatch && detail::amx_supports(type) && detail::amx_cpu_has();
+  if (cands.size() == 1 && !amx_candidate) {
     slot.choice = KernelChoice{};
     slot.choice.type = type;
     slot.choice.rows = rows;
@@ -184,8 +233,14 @@ KernelChoice simd_kernel_choice(DType type, RowsClass rows, int64_t cols) {
   } else {
     return pending;
   }
+  slot.amx.store(slot.choice.amx, std::memory_order_release);
   slot.level.store(int(slot.choice.level), std::memory_order_release);
   return slot.choice;
+}
+
+bool detail::kernel_amx(DType type) {
+  if (simd_level_forced() || unsigned(type) >= kTypeSlots) return false;
+  return g_slots[unsigned(type)][int(RowsClass::kBatch)].amx.load(std::memory_order_acquire);
 }
 
 std::vector<KernelChoice> simd_kernel_choices() {
@@ -232,8 +287,11 @@ std::string KernelChoice::describe() const {
     s += fmt::format(" on {}x{}, n={}, best of {}:", probe_rows, probe_cols, probe_n, rounds);
     for (int l = 0; l < kSimdLevels; ++l)
       if (us[l] >= 0) s += fmt::format(" {} {:.1f} us", simd_level_name(SimdLevel(l)), us[l]);
+    if (amx_us >= 0) s += fmt::format(" amx-int8 {:.1f} us", amx_us);
   }
-  return s + "]";
+  s += "]";
+  if (amx) s += fmt::format(" + amx-int8 tiles from {} rows", detail::kAmxRows);
+  return s;
 }
 
 std::string simd_report() {

@@ -9,6 +9,7 @@
 
 #include "base/check.h"
 #include "base/half.h"
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/kquant.h"
 #include "kernels/cpu/matmul_internal.h"
 
@@ -72,7 +73,11 @@ void matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool
   checked_row_bytes(w);
   KV_CHECK(n >= 0, "matmul: negative row count {}", n);
   if (n == 0 || w.rows() == 0) return;
-  detail::matmul_at(w, x, n, y, pool, detail::kernel_level(w.type, rows_class(n), w.cols()));
+  const RowsClass rc = rows_class(n);
+  const SimdLevel level = detail::kernel_level(w.type, rc, w.cols());
+  if (rc == RowsClass::kBatch && n >= detail::kAmxRows && detail::kernel_amx(w.type))
+    return detail::amx_matmul(w, x, n, y, pool, /*emulate=*/false);
+  detail::matmul_at(w, x, n, y, pool, level);
 }
 
 void detail::matmul_at(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool* pool,

@@ -88,6 +88,9 @@ void matmul_at(const TensorView& w, const float* x, int64_t n, float* y, ThreadP
 // choice, or (first call of that kernel, auto mode) a measurement now with
 // `cols` columns. Thread-safe; one atomic load once chosen.
 SimdLevel kernel_level(DType type, RowsClass rows, int64_t cols);
+// Whether the batch kernel of the type runs on AMX tiles (after
+// kernel_level chose it; false when forced, or without AMX).
+bool kernel_amx(DType type);
 void forget_kernel_choices();
 
 // The 256-bit vpdpbusd the kAvxVnni level uses: VEX (avxvnni) when the CPU

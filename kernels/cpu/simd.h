@@ -103,6 +103,12 @@ struct KernelChoice {
   int64_t probe_rows = 0, probe_cols = 0, probe_n = 0;
   int rounds = 0;
   double us[kSimdLevels] = {-1, -1, -1, -1, -1};
+  // Batch kernels on a CPU with AMX-INT8 (amx.h): whether the tiles run
+  // instead of `level` (from 16 activation rows; below that, `level`), and
+  // their probe time (< 0: not timed — no AMX, no AMX path for the type, or
+  // the tiles failed their self-check against `level`).
+  bool amx = false;
+  double amx_us = -1;
   // One line: "Q4_1 decode: avx2 (measured: avx2 10.1 us, avx_vnni 8.9 us, ...)".
   std::string describe() const;
 };
