@@ -69,21 +69,32 @@ detail::DotFn detail::dot_kernel(DType type, SimdLevel level) {
                           : float_dot_kernel(type, level);
 }
 
+namespace {
+void matmul_checked(const TensorView& w, uint64_t row_bytes, const float* x, int64_t n, float* y,
+                    ThreadPool* pool, SimdLevel level);
+}  // namespace
+
 void matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
-  checked_row_bytes(w);
+  const uint64_t row_bytes = checked_row_bytes(w);
   KV_CHECK(n >= 0, "matmul: negative row count {}", n);
   if (n == 0 || w.rows() == 0) return;
   const RowsClass rc = rows_class(n);
   const SimdLevel level = detail::kernel_level(w.type, rc, w.cols());
   if (rc == RowsClass::kBatch && n >= detail::kAmxRows && detail::kernel_amx(w.type))
     return detail::amx_matmul(w, x, n, y, pool, /*emulate=*/false);
-  detail::matmul_at(w, x, n, y, pool, level);
+  matmul_checked(w, row_bytes, x, n, y, pool, level);
 }
 
 void detail::matmul_at(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool* pool,
                        SimdLevel level) {
   const uint64_t row_bytes = checked_row_bytes(w);
   KV_CHECK(n >= 0, "matmul: negative row count {}", n);
+  matmul_checked(w, row_bytes, x, n, y, pool, level);
+}
+
+namespace {
+void matmul_checked(const TensorView& w, uint64_t row_bytes, const float* x, int64_t n, float* y,
+                    ThreadPool* pool, SimdLevel level) {
   const int64_t rows = w.rows(), cols = w.cols();
   if (n == 0 || rows == 0) return;
   KV_CHECK(x != nullptr && y != nullptr, "matmul: null activation or output");
@@ -145,6 +156,8 @@ void detail::matmul_at(const TensorView& w, const float* x, int64_t n, float* y,
   else
     body(0, rows, 0);
 }
+
+}  // namespace
 
 void dequantize_row(const TensorView& w, int64_t r, float* out) {
   const uint64_t row_bytes = checked_row_bytes(w);
