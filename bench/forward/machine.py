@@ -88,6 +88,8 @@ def llama_load(model, **kw):
         finally:
             os.dup2(saved, 2)
             os.close(saved)
+        llama_cpp.llama.set_verbose(False)  # quiet from here on (its destructor logs too)
+        llm.verbose = False
         cap.seek(0)
         log = cap.read().decode(errors="replace")
     buffers = sorted(set(m.group(0).strip() for m in
