@@ -93,6 +93,32 @@ void detail::matmul_at(const TensorView& w, const float* x, int64_t n, float* y,
 }
 
 namespace {
+
+// Decode (fewer than 4 activation rows): the rows r0..r1 of a thread as
+// pairs (r, r + half) in 2-row tiles, so that two weight streams far apart
+// are read side by side. One core's sequential read of one stream is capped
+// by how far its prefetchers run ahead — a read pass over memory gave 5.7
+// GB/s with one stream, 9.1 with two interleaved, 11.1 with four on this
+// machine — and single-stream decode reads every weight once: 1.38x decode
+// tok/s at one thread (docs/kernels.md, "Two weight streams in decode").
+// Kernels with 1-row tiles run the two rows one after the other.
+void decode_rows(detail::DotFn dot, const uint8_t* w, uint64_t row_bytes, const void* x,
+                 int64_t x_stride, int64_t n, int64_t cols, float* y, int64_t rows, int64_t r0,
+                 int64_t r1) {
+  const int64_t half = (r1 - r0) / 2;
+  const int nx = int(n);
+  float tmp[2 * detail::kMaxNX];
+  for (int64_t r = r0; r < r0 + half; ++r) {
+    dot(w + uint64_t(r) * row_bytes, half * int64_t(row_bytes), 2, x, x_stride, nx, cols, tmp, 2);
+    for (int j = 0; j < nx; ++j) {
+      y[j * rows + r] = tmp[2 * j];
+      y[j * rows + r + half] = tmp[2 * j + 1];
+    }
+  }
+  for (int64_t r = r0 + 2 * half; r < r1; ++r)
+    dot(w + uint64_t(r) * row_bytes, int64_t(row_bytes), 1, x, x_stride, nx, cols, y + r, rows);
+}
+
 void matmul_checked(const TensorView& w, uint64_t row_bytes, const float* x, int64_t n, float* y,
                     ThreadPool* pool, SimdLevel level) {
   const int64_t rows = w.rows(), cols = w.cols();
@@ -127,12 +153,15 @@ void matmul_checked(const TensorView& w, uint64_t row_bytes, const float* x, int
   const int64_t tile = act_tile(x_row_bytes);
   const auto* wdata = static_cast<const uint8_t*>(w.data);
   const size_t x_elem = quant ? sizeof(BlockQ8x) : sizeof(float);
-  // Two weight rows per register tile only with full 4-row activation tiles:
-  // below that the second row shares almost nothing and measured slower
-  // (bench_kernels_matmul ... tiles, docs/kernels.md).
-  const int max_nw = n >= detail::kMaxNX ? g_max_nw.load(std::memory_order_relaxed) : 1;
+  // Batch: two adjacent weight rows per register tile with full 4-row
+  // activation tiles (an activation block loaded once for both; bench_kernels_matmul
+  // ... tiles, docs/kernels.md). Decode pairs rows far apart instead
+  // (decode_rows: for the memory streams, not for sharing).
+  const int max_nw = g_max_nw.load(std::memory_order_relaxed);
 
   auto body = [&](int64_t r0, int64_t r1, int) {
+    if (n < detail::kMaxNX)
+      return decode_rows(dot, wdata, row_bytes, xk, x_stride, n, cols, y, rows, r0, r1);
     for (int64_t rb = r0; rb < r1; rb += kRowTile) {
       const int64_t re = std::min(rb + kRowTile, r1);
       for (int64_t jb = 0; jb < n; jb += tile) {
