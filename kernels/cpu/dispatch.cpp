@@ -11,9 +11,14 @@
 // all, the best round of each kept. A wider level must win by kWinMargin.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstring>
 #include <ctime>
+#include <exception>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "base/half.h"
