@@ -8,7 +8,9 @@
 // fastest is kept for the life of the process. Timing: the calling thread's
 // CPU time (a shared machine deschedules threads; that time is not counted),
 // rounds interleaved across the candidates so that a slow period hits them
-// all, the best round of each kept. A wider level must win by kWinMargin.
+// all, the best round of each kept. A wider level must win by kWinMargin
+// within its family, a narrower family by kFamilyMargin (simd.h): the
+// choice must not flip between processes where it would change outputs.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -143,7 +145,7 @@ void try_amx(KernelChoice& c, const TensorView& w, const std::vector<float>& x,
     best_level = std::min(best_level, thread_seconds() - t0);
   }
   c.amx_us = best_amx * 1e6;
-  c.amx = best_amx < best_level * (1.0 - kWinMargin);
+  c.amx = best_amx < best_level * (1.0 - kFamilyMargin);  // another f32 order: as a family
 }
 
 KernelChoice measure(DType t, RowsClass rc, int64_t cols, const std::vector<SimdLevel>& cands) {
@@ -175,12 +177,22 @@ KernelChoice measure(DType t, RowsClass rc, int64_t cols, const std::vector<Simd
       detail::matmul_at(w, x.data(), c.probe_n, y.data(), nullptr, cands[i]);
       best[i] = std::min(best[i], thread_seconds() - t0);
     }
-  size_t pick = 0;
+  // Within each family (bit-identical results) the fastest, a wider level
+  // by kWinMargin; then the widest family unless a narrower one is faster
+  // by kFamilyMargin (the families' results differ in the last bits).
+  int pick[3] = {-1, -1, -1};
   for (size_t i = 0; i < cands.size(); ++i) {
     c.us[int(cands[i])] = best[i] * 1e6;
-    if (best[i] < best[pick] * (1.0 - kWinMargin)) pick = i;
+    int& p = pick[simd_family(cands[i])];
+    if (p < 0 || best[i] < best[size_t(p)] * (1.0 - kWinMargin)) p = int(i);
   }
-  c.level = cands[pick];
+  int chosen = -1;
+  for (int f = 2; f >= 0; --f) {
+    if (pick[f] < 0) continue;
+    if (chosen < 0 || best[size_t(pick[f])] < best[size_t(chosen)] * (1.0 - kFamilyMargin))
+      chosen = pick[f];
+  }
+  c.level = cands[size_t(chosen)];
   if (rc == RowsClass::kBatch) try_amx(c, w, x, y);
   return c;
 }

@@ -98,8 +98,9 @@ struct KernelChoice {
   // times probe_n activation rows, one thread, timed by the thread's CPU
   // time; us[l] is its best time (µs) over `rounds` interleaved rounds at
   // level l, or < 0 where not timed (the CPU lacks l, or l runs the same
-  // kernel as a lower level). A wider level must beat the narrower ones by
-  // kWinMargin to be chosen.
+  // kernel as a lower level). Choice: in each family (simd_family) the
+  // fastest, a wider level only if it wins by kWinMargin; then the widest
+  // family, unless a narrower family's choice is faster by kFamilyMargin.
   int64_t probe_rows = 0, probe_cols = 0, probe_n = 0;
   int rounds = 0;
   double us[kSimdLevels] = {-1, -1, -1, -1, -1};
@@ -113,6 +114,22 @@ struct KernelChoice {
   std::string describe() const;
 };
 constexpr double kWinMargin = 0.03;
+
+// Numerics families: the levels of one family give bit-identical results
+// (the same integer block sums, the same f32 operations in the same order),
+// so choosing among them by speed changes nothing but speed. The 256-bit
+// family (avx2, avx_vnni) and the 512-bit one (avx512, avx512_vnni) add the
+// f32 products in different orders: the logits differ in the last bits, and
+// greedy continuations can part at near-ties (3 of 4 prompts over 128
+// tokens of the default model). A measured choice that flipped between
+// families from one process to the next would make a ring's stages or two
+// runs disagree, so the wider family is kept unless the narrower one is
+// faster by kFamilyMargin — a gap the probe's noise does not cross.
+// 0: scalar, 1: 256-bit, 2: 512-bit.
+inline int simd_family(SimdLevel level) {
+  return level == SimdLevel::kScalar ? 0 : level >= SimdLevel::kAvx512 ? 2 : 1;
+}
+constexpr double kFamilyMargin = 0.15;
 
 // The level matmul uses for this kernel. In auto mode a kernel not chosen
 // yet is measured now when cols > 0 (the probe's columns; a multiple of the

@@ -103,7 +103,16 @@ TEST(Dispatch, AutoMeasuresOnceAndKeepsTheFastest) {
           if (c.us[l] < 0) continue;
           ++timed;
           EXPECT_TRUE(simd_level_available(SimdLevel(l)));
-          EXPECT_LE(c.us[int(c.level)] * (1.0 - kWinMargin), c.us[l] * (1.0 + 1e-9));
+          // No timed level beats the choice by more than the margins.
+          const double margin =
+              (1.0 - kWinMargin) *
+              (simd_family(SimdLevel(l)) == simd_family(c.level) ? 1.0 : 1.0 - kFamilyMargin);
+          EXPECT_LE(c.us[int(c.level)] * margin, c.us[l] * (1.0 + 1e-9));
+          // A narrower family only when it wins by the family margin.
+          if (simd_family(SimdLevel(l)) > simd_family(c.level)) {
+            EXPECT_LT(c.us[int(c.level)],
+                      c.us[l] * (1.0 - kFamilyMargin) / (1.0 - kWinMargin) * (1.0 + 1e-9));
+          }
         }
         EXPECT_GE(timed, 2);
       }
