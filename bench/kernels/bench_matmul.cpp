@@ -1,12 +1,20 @@
 // bench/kernels/bench_matmul.cpp — matmul throughput at SmolLM2-135M's shapes.
 //
-//   build-kernels/bin/bench_kernels_matmul [threads] [seconds per case] [wall]
+//   build-kernels/bin/bench_kernels_matmul [threads] [seconds per case] [wall|cpu] [mode] [types]
 //
 // One thread is timed by process CPU time (unless 'wall'), more by wall clock.
 //
 // Prints, per weight type and shape, for n = 1 and n = 16 activation rows:
 // time per call, weight bandwidth (bytes of W read per second: the bound for
 // n = 1) and GFLOP/s (2·n·rows·cols per call).
+//
+// mode "tiles": the 1×4 against the 2×4 register tile. mode "levels": every
+// SIMD level the CPU has, paired — one thread, rounds that time each level in
+// turn (rotating the order), each sample a few calls long, timed by the
+// thread's CPU time; per level the median time and the median of the
+// per-round ratios to avx2 (what the dispatch compares), and the level the
+// dispatch picks for that kernel in this process (simd.h).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -92,6 +100,56 @@ double seconds_per_call(F&& f, double budget) {
 
 }  // namespace
 
+double thread_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+// The "levels" mode (see the top of the file).
+void run_levels(const Weight& w, int64_t n, double budget) {
+  std::vector<SimdLevel> levels;
+  for (int l = int(SimdLevel::kAvx2); l < kSimdLevels; ++l)
+    if (simd_level_available(SimdLevel(l))) levels.push_back(SimdLevel(l));
+  if (levels.empty()) return;
+  const int64_t rows = w.view.rows(), cols = w.view.cols();
+  std::vector<float> x(size_t(n * cols)), y(size_t(n * rows));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i * 7919 % 2001) - 1000) * 1e-3f;
+  auto call = [&](SimdLevel l) { detail::matmul_at(w.view, x.data(), n, y.data(), nullptr, l); };
+  // Calls per sample: about 0.5 ms of work.
+  double t0 = thread_seconds();
+  call(levels[0]);
+  call(levels[0]);
+  const double one = std::max((thread_seconds() - t0) / 2, 1e-7);
+  const int reps = std::max(1, int(5e-4 / one));
+  const int nl = int(levels.size());
+  const int rounds = std::clamp(int(budget / (one * reps * nl)), 5, 200);
+  std::vector<std::vector<double>> t(static_cast<size_t>(nl));
+  for (int r = 0; r < rounds; ++r)
+    for (int k = 0; k < nl; ++k) {
+      const int i = (k + r) % nl;
+      t0 = thread_seconds();
+      for (int j = 0; j < reps; ++j) call(levels[size_t(i)]);
+      t[size_t(i)].push_back((thread_seconds() - t0) / reps);
+    }
+  const KernelChoice pick = simd_kernel_choice(w.view.type, rows_class(n), cols);
+  std::printf("%-6s %5lld x %-6lld %3lld", dtype_name(w.view.type), (long long)rows,
+              (long long)cols, (long long)n);
+  for (int i = 0; i < nl; ++i) {
+    std::vector<double> ratio(static_cast<size_t>(rounds));
+    for (int r = 0; r < rounds; ++r) ratio[size_t(r)] = t[size_t(i)][size_t(r)] / t[0][size_t(r)];
+    std::printf(" | %s %8.1f us %5.2f", simd_level_name(levels[size_t(i)]),
+                median(t[size_t(i)]) * 1e6, median(ratio));
+  }
+  std::printf(" | %d rounds | dispatch: %s\n", rounds, simd_level_name(pick.level));
+}
+
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
   const double budget = argc > 2 ? std::atof(argv[2]) : 0.2;
@@ -111,19 +169,27 @@ int main(int argc, char** argv) {
   // side, the ratio in the last column. Optional 5th: the types to run
   // ("Q4_0,Q4_1").
   const bool tiles = argc > 4 && std::string(argv[4]) == "tiles";
+  const bool levels = argc > 4 && std::string(argv[4]) == "levels";
+  if (levels)
+    std::printf(
+        "levels: median us per call and median per-round ratio to avx2 (thread CPU time)\n");
   const Shape shapes[] = {{576, 1536}, {1536, 576},  {576, 576},
                           {192, 576},  {49152, 576}, {1536, 768}};
   const DType types[] = {DType::Q4_1, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K,
                          DType::Q6_K, DType::F16,  DType::BF16, DType::F32};
   for (DType t : types) {
     const bool kquant = dtype_info(t).block == 256;
-    if (tiles && dtype_info(t).block == 1) continue;
+    if ((tiles || levels) && dtype_info(t).block == 1) continue;
     if (argc > 5 && std::string(argv[5]).find(dtype_name(t)) == std::string::npos) continue;
     for (const Shape& s : shapes) {
       if (s.rows == 49152 && t != DType::Q8_0) continue;  // the output head is Q8_0
       if (s.cols % dtype_info(t).block != 0) continue;    // K-quants: cols % 256
       if (s.cols == 768 && !kquant) continue;             // a K-quant-only shape
       const Weight w = make_weight(t, s.rows, s.cols, rng);
+      if (levels) {
+        for (int64_t n : {1, 16, 64}) run_levels(w, n, budget);
+        continue;
+      }
       for (int64_t n : tiles ? std::vector<int64_t>{1, 4, 16, 64} : std::vector<int64_t>{1, 16}) {
         std::vector<float> x(size_t(n * s.cols), 0.5f), y(size_t(n * s.rows));
         auto run = [&] { matmul(w.view, x.data(), n, y.data(), &pool); };
@@ -144,7 +210,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (tiles) return 0;
+  if (tiles || levels) return 0;
 
   // Decode attention: 16 rows, each at context 512, 9 heads over 3 kv heads, hd 64, F16.
   {

@@ -9,6 +9,7 @@
 
 #include "base/check.h"
 #include "base/half.h"
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/kquant.h"
 #include "kernels/cpu/matmul_internal.h"
 
@@ -62,18 +63,70 @@ void detail::set_max_tile_rows_for_bench(int nw) {
   g_max_nw.store(std::clamp(nw, 1, detail::kMaxNW), std::memory_order_relaxed);
 }
 
+detail::DotFn detail::dot_kernel(DType type, SimdLevel level) {
+  return is_kquant(type)  ? kquant_dot_kernel(type, level)
+         : is_quant(type) ? quant_dot_kernel(type, level)
+                          : float_dot_kernel(type, level);
+}
+
+namespace {
+void matmul_checked(const TensorView& w, uint64_t row_bytes, const float* x, int64_t n, float* y,
+                    ThreadPool* pool, SimdLevel level);
+}  // namespace
+
 void matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
   const uint64_t row_bytes = checked_row_bytes(w);
   KV_CHECK(n >= 0, "matmul: negative row count {}", n);
+  if (n == 0 || w.rows() == 0) return;
+  const RowsClass rc = rows_class(n);
+  const SimdLevel level = detail::kernel_level(w.type, rc, w.cols());
+  if (rc == RowsClass::kBatch && n >= detail::kAmxRows && detail::kernel_amx(w.type))
+    return detail::amx_matmul(w, x, n, y, pool, /*emulate=*/false);
+  matmul_checked(w, row_bytes, x, n, y, pool, level);
+}
+
+void detail::matmul_at(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool* pool,
+                       SimdLevel level) {
+  const uint64_t row_bytes = checked_row_bytes(w);
+  KV_CHECK(n >= 0, "matmul: negative row count {}", n);
+  matmul_checked(w, row_bytes, x, n, y, pool, level);
+}
+
+namespace {
+
+// Decode (fewer than 4 activation rows): the rows r0..r1 of a thread as
+// pairs (r, r + half) in 2-row tiles, so that two weight streams far apart
+// are read side by side. One core's sequential read of one stream is capped
+// by how far its prefetchers run ahead — a read pass over memory gave 5.7
+// GB/s with one stream, 9.1 with two interleaved, 11.1 with four on this
+// machine — and single-stream decode reads every weight once: 1.38x decode
+// tok/s at one thread (docs/kernels.md, "Two weight streams in decode").
+// Kernels with 1-row tiles run the two rows one after the other.
+void decode_rows(detail::DotFn dot, const uint8_t* w, uint64_t row_bytes, const void* x,
+                 int64_t x_stride, int64_t n, int64_t cols, float* y, int64_t rows, int64_t r0,
+                 int64_t r1) {
+  const int64_t half = (r1 - r0) / 2;
+  const int nx = int(n);
+  float tmp[2 * detail::kMaxNX];
+  for (int64_t r = r0; r < r0 + half; ++r) {
+    dot(w + uint64_t(r) * row_bytes, half * int64_t(row_bytes), 2, x, x_stride, nx, cols, tmp, 2);
+    for (int j = 0; j < nx; ++j) {
+      y[j * rows + r] = tmp[2 * j];
+      y[j * rows + r + half] = tmp[2 * j + 1];
+    }
+  }
+  for (int64_t r = r0 + 2 * half; r < r1; ++r)
+    dot(w + uint64_t(r) * row_bytes, int64_t(row_bytes), 1, x, x_stride, nx, cols, y + r, rows);
+}
+
+void matmul_checked(const TensorView& w, uint64_t row_bytes, const float* x, int64_t n, float* y,
+                    ThreadPool* pool, SimdLevel level) {
   const int64_t rows = w.rows(), cols = w.cols();
   if (n == 0 || rows == 0) return;
   KV_CHECK(x != nullptr && y != nullptr, "matmul: null activation or output");
 
-  const SimdLevel level = simd_level();
   const bool quant = is_quant(w.type);
-  const detail::DotFn dot = is_kquant(w.type) ? detail::kquant_dot_kernel(w.type, level)
-                            : quant           ? detail::quant_dot_kernel(w.type, level)
-                                              : detail::float_dot_kernel(w.type, level);
+  const detail::DotFn dot = detail::dot_kernel(w.type, level);
   KV_CHECK(dot != nullptr, "matmul: no kernel for {}", dtype_name(w.type));
 
   // Activations in the kernel's input form: [n, nb] Q8 blocks or x itself.
@@ -100,12 +153,15 @@ void matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool
   const int64_t tile = act_tile(x_row_bytes);
   const auto* wdata = static_cast<const uint8_t*>(w.data);
   const size_t x_elem = quant ? sizeof(BlockQ8x) : sizeof(float);
-  // Two weight rows per register tile only with full 4-row activation tiles:
-  // below that the second row shares almost nothing and measured slower
-  // (bench_kernels_matmul ... tiles, docs/kernels.md).
-  const int max_nw = n >= detail::kMaxNX ? g_max_nw.load(std::memory_order_relaxed) : 1;
+  // Batch: two adjacent weight rows per register tile with full 4-row
+  // activation tiles (an activation block loaded once for both; bench_kernels_matmul
+  // ... tiles, docs/kernels.md). Decode pairs rows far apart instead
+  // (decode_rows: for the memory streams, not for sharing).
+  const int max_nw = g_max_nw.load(std::memory_order_relaxed);
 
   auto body = [&](int64_t r0, int64_t r1, int) {
+    if (n < detail::kMaxNX)
+      return decode_rows(dot, wdata, row_bytes, xk, x_stride, n, cols, y, rows, r0, r1);
     for (int64_t rb = r0; rb < r1; rb += kRowTile) {
       const int64_t re = std::min(rb + kRowTile, r1);
       for (int64_t jb = 0; jb < n; jb += tile) {
@@ -129,6 +185,8 @@ void matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool
   else
     body(0, rows, 0);
 }
+
+}  // namespace
 
 void dequantize_row(const TensorView& w, int64_t r, float* out) {
   const uint64_t row_bytes = checked_row_bytes(w);

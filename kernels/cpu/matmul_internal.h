@@ -6,7 +6,9 @@
 #include <cstring>
 
 #include "base/dtype.h"
+#include "base/tensor.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace kvasir::cpu::detail {
 
@@ -69,11 +71,32 @@ void dispatch_tile(const uint8_t* w, int64_t w_stride, int nw, const void* xv, i
 // 1×4 and 2×4 tiles in one run. Call only while no matmul runs.
 void set_max_tile_rows_for_bench(int nw);
 
-// nullptr when the type has no kernel at that level (the caller then asks
-// for a lower level: every level has the AVX2 or scalar kernels below it).
+// The tile kernel of a weight type at a level (a level without a path of its
+// own for the type gives the one below it: the same pointer); nullptr for a
+// type the family does not handle.
 DotFn quant_dot_kernel(DType type, SimdLevel level);
 DotFn kquant_dot_kernel(DType type, SimdLevel level);
 DotFn float_dot_kernel(DType type, SimdLevel level);
+DotFn dot_kernel(DType type, SimdLevel level);  // any family
+
+// matmul at an explicit level (the choice skipped): for the dispatch's probe
+// and for benchmarks.
+void matmul_at(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool* pool,
+               SimdLevel level);
+
+// The level matmul uses for (type, class): the forced level, the measured
+// choice, or (first call of that kernel, auto mode) a measurement now with
+// `cols` columns. Thread-safe; one atomic load once chosen.
+SimdLevel kernel_level(DType type, RowsClass rows, int64_t cols);
+// Whether the batch kernel of the type runs on AMX tiles (after
+// kernel_level chose it; false when forced, or without AMX).
+bool kernel_amx(DType type);
+void forget_kernel_choices();
+
+// The 256-bit vpdpbusd the kAvxVnni level uses: VEX (avxvnni) when the CPU
+// has it, else EVEX (avx512vnni + avx512vl).
+bool cpu_has_vex_vnni();
+bool cpu_has_evex_vnni256();
 
 // Quantises x[cols] (cols % 32 == 0) into cols / 32 blocks. Every level gives
 // bit-identical blocks (round half to even, same scale arithmetic).

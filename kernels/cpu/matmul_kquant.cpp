@@ -3,7 +3,9 @@
 //   Q4_K/Q5_K sub-block s:  dot = d·sc_s·d_x · Σ q·qx  −  dmin·m_s · s_x
 //   Q6_K block of 32 (two sub-blocks of 16, scales sc_a, sc_b):
 //                           dot = d·d_x · (sc_a·Σ_a (q−32)·qx + sc_b·Σ_b (q−32)·qx)
-// where s_x = d_x·Σ qx. Scalar and AVX2 form the same integer sums.
+// where s_x = d_x·Σ qx. Every level forms the same integer sums.
+#include <cstring>
+
 #include "base/half.h"
 #include "kernels/cpu/kquant.h"
 #include "kernels/cpu/matmul_internal.h"
@@ -75,151 +77,102 @@ struct Scalar {
   }
 };
 
-// ---- AVX2 -----------------------------------------------------------------
+// ---- x86 ------------------------------------------------------------------
 #ifdef KV_HAVE_X86
-#define KV_AVX2 __attribute__((target("avx2,fma,f16c")))
 
-KV_AVX2 inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+// The 8 scales and 8 mins of a Q4_K/Q5_K super-block (6 bits each, packed in
+// the 12 bytes at q) as bytes: sc[s] = out[s], m[s] = out[8 + s]. The same
+// values as kq::scale_min_k4, by 32-bit masks and shifts (ggml's layout).
+inline void unpack_scales_k4(const uint8_t* q, uint8_t out[16]) {
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  uint32_t u[3];
+  std::memcpy(u, q, 12);
+  const uint32_t v[4] = {u[0] & kLow6, (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4), u[1] & kLow6,
+                         ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4)};
+  std::memcpy(out, v, 16);
 }
 
-KV_AVX2 inline __m256i load256(const uint8_t* p) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
+// 256 bits wide: AVX2 (vpmaddubsw + vpmaddwd), and the two 256-bit vpdpbusd
+// encodings for the kAvxVnni level (Q4_K/Q5_K only: Q6_K's two sub-block
+// scales per block are applied by the vpmaddwd that vpdpbusd would replace).
+#define KV_ISA avx2
+#define KV_TARGET __attribute__((target("avx2,fma,f16c")))
+#define KV_DOT_U8S8(a, b) _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))
+#define KV_WITH_Q6 1
+#include "kernels/cpu/matmul_kquant_x86.inc"
+#undef KV_WITH_Q6
+#undef KV_ISA
+#undef KV_TARGET
+#undef KV_DOT_U8S8
 
-// 8 × int32: sums of 4 adjacent u8(a)·s8(b). No saturation: |pair| ≤ 2·31·128.
-KV_AVX2 inline __m256i dot_u8s8(__m256i a, __m256i b) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
-}
+#define KV_ISA avx_vnni
+#define KV_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define KV_DOT_U8S8(a, b) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), a, b)
+#define KV_WITH_Q6 0
+#include "kernels/cpu/matmul_kquant_x86.inc"
+#undef KV_ISA
+#undef KV_TARGET
+#undef KV_DOT_U8S8
 
-// Q4_K / Q5_K: one 32-byte load of qs serves sub-blocks 2k (low nibbles) and
-// 2k+1 (high nibbles); Q5_K adds 16 where bit s of qh[l] is set.
-template <bool Q5, int NX>
-KV_AVX2 void tile_q45_avx2(const uint8_t* w, const BlockQ8x* x, int64_t x_stride, int64_t cols,
-                           float* y, int64_t y_stride) {
-  constexpr int64_t bytes = Q5 ? kq::kQ5KBytes : kq::kQ4KBytes;
-  const int64_t ns = cols / kq::kSuper;
-  const __m256i low4 = _mm256_set1_epi8(0x0f), sixteen = _mm256_set1_epi8(16);
-  __m256 acc[NX];
-  float mins[NX];
-  for (int j = 0; j < NX; ++j) {
-    acc[j] = _mm256_setzero_ps();
-    mins[j] = 0.f;
-  }
-  for (int64_t sb = 0; sb < ns; ++sb) {
-    const uint8_t* blk = w + sb * bytes;
-    const float d = _cvtsh_ss(load_u16(blk)), dmin = _cvtsh_ss(load_u16(blk + 2));
-    float dsc[kSubs], dm[kSubs];
-    for (int s = 0; s < kSubs; ++s) {
-      uint8_t sc, m;
-      kq::scale_min_k4(s, blk + 4, sc, m);
-      dsc[s] = d * float(sc);
-      dm[s] = dmin * float(m);
-    }
-    const __m256i qh = Q5 ? load256(blk + 16) : _mm256_setzero_si256();
-    const BlockQ8x* xs = x + sb * kSubs;
-    for (int k = 0; k < kSubs / 2; ++k) {
-      const __m256i raw = load256(blk + (Q5 ? 48 : 16) + 32 * k);
-      __m256i lo = _mm256_and_si256(raw, low4);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-      if constexpr (Q5) {
-        const __m256i b0 = _mm256_set1_epi8(char(1 << (2 * k)));
-        const __m256i b1 = _mm256_set1_epi8(char(1 << (2 * k + 1)));
-        lo = _mm256_or_si256(
-            lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), sixteen));
-        hi = _mm256_or_si256(
-            hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), sixteen));
-      }
-      for (int j = 0; j < NX; ++j) {
-        const BlockQ8x& x0 = xs[j * x_stride + 2 * k];
-        const BlockQ8x& x1 = xs[j * x_stride + 2 * k + 1];
-        const __m256i p0 = dot_u8s8(lo, load256(reinterpret_cast<const uint8_t*>(x0.q)));
-        const __m256i p1 = dot_u8s8(hi, load256(reinterpret_cast<const uint8_t*>(x1.q)));
-        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(dsc[2 * k] * x0.d), acc[j]);
-        acc[j] =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(dsc[2 * k + 1] * x1.d), acc[j]);
-      }
-    }
-    for (int j = 0; j < NX; ++j)
-      for (int s = 0; s < kSubs; ++s) mins[j] += dm[s] * xs[j * x_stride + s].s;
-  }
-  for (int j = 0; j < NX; ++j) y[j * y_stride] = hsum(acc[j]) - mins[j];
-}
+// GCC 12's avx512fintrin.h builds results on _mm512_undefined_*(), a
+// self-initialised variable that -Wuninitialized reports when inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef __clang__
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#define KV_ISA avx512vl_vnni
+#define KV_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+#define KV_DOT_U8S8(a, b) _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b)
+#include "kernels/cpu/matmul_kquant_x86.inc"
+#undef KV_WITH_Q6
+#undef KV_ISA
+#undef KV_TARGET
+#undef KV_DOT_U8S8
 
-// Q6_K: q (0..63) as u8; Σ (q−32)·qx = maddubs(q, qx) − maddubs(32, qx) in
-// int16 (|each| ≤ 2·63·128), then vpmaddwd with the two sub-blocks' scales
-// (int16 lanes 0-7 are weights 0-15, lanes 8-15 weights 16-31).
-template <int NX>
-KV_AVX2 void tile_q6_avx2(const uint8_t* w, const BlockQ8x* x, int64_t x_stride, int64_t cols,
-                          float* y, int64_t y_stride) {
-  const int64_t ns = cols / kq::kSuper;
-  const __m256i low4 = _mm256_set1_epi8(0x0f), three = _mm256_set1_epi8(3);
-  const __m256i m32 = _mm256_set1_epi8(32);
-  __m256 acc[NX];
-  for (int j = 0; j < NX; ++j) acc[j] = _mm256_setzero_ps();
-  for (int64_t sb = 0; sb < ns; ++sb) {
-    const uint8_t* blk = w + sb * kq::kQ6KBytes;
-    const float d = _cvtsh_ss(load_u16(blk + 208));
-    const BlockQ8x* xs = x + sb * kSubs;
-    for (int h = 0; h < 2; ++h) {
-      const __m256i ql[2] = {load256(blk + 64 * h), load256(blk + 64 * h + 32)};
-      const __m256i qh = load256(blk + 128 + 32 * h);
-      for (int t = 0; t < 4; ++t) {
-        const int c = 4 * h + t;
-        const __m256i lo = t < 2 ? _mm256_and_si256(ql[t & 1], low4)
-                                 : _mm256_and_si256(_mm256_srli_epi16(ql[t & 1], 4), low4);
-        const __m256i hi2 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * t)), three);
-        const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi2, 4));
-        const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(kq::scale_q6(blk, c, 1)),
-                                             _mm_set1_epi16(kq::scale_q6(blk, c, 0)));
-        for (int j = 0; j < NX; ++j) {
-          const BlockQ8x& xb = xs[j * x_stride + c];
-          const __m256i xq = load256(reinterpret_cast<const uint8_t*>(xb.q));
-          const __m256i p16 =
-              _mm256_sub_epi16(_mm256_maddubs_epi16(q, xq), _mm256_maddubs_epi16(m32, xq));
-          const __m256i p32 = _mm256_madd_epi16(p16, scv);
-          acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_set1_ps(d * xb.d), acc[j]);
-        }
-      }
-    }
-  }
-  for (int j = 0; j < NX; ++j) y[j * y_stride] = hsum(acc[j]);
-}
+// 512 bits wide: two sub-blocks (Q4_K/Q5_K) or two blocks of 32 (Q6_K) per
+// instruction; Q6_K with vpmaddubsw at both levels (as above).
+#define KV_ISA avx512
+#define KV_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
+#define KV_DOT_U8S8_512(a, b) _mm512_madd_epi16(_mm512_maddubs_epi16(a, b), _mm512_set1_epi16(1))
+#define KV_WITH_Q6 1
+#include "kernels/cpu/matmul_kquant_avx512.inc"
+#undef KV_WITH_Q6
+#undef KV_ISA
+#undef KV_TARGET
+#undef KV_DOT_U8S8_512
 
-// One weight row per tile: the K-quants' scale decoding per super-block
-// already dominates a second row's savings (kept simple; see docs/kernels.md).
-template <DType T>
-struct Avx2 {
-  static constexpr int kNW = 1;
-  template <int NW, int NX>
-  static void tile(const uint8_t* w, int64_t, const BlockQ8x* x, int64_t x_stride, int64_t cols,
-                   float* y, int64_t y_stride) {
-    if constexpr (T == DType::Q6_K)
-      tile_q6_avx2<NX>(w, x, x_stride, cols, y, y_stride);
-    else
-      tile_q45_avx2<T == DType::Q5_K, NX>(w, x, x_stride, cols, y, y_stride);
-  }
-};
+#define KV_ISA avx512_vnni
+#define KV_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define KV_DOT_U8S8_512(a, b) _mm512_dpbusd_epi32(_mm512_setzero_si512(), a, b)
+#define KV_WITH_Q6 0
+#include "kernels/cpu/matmul_kquant_avx512.inc"
+#undef KV_WITH_Q6
+#undef KV_ISA
+#undef KV_TARGET
+#undef KV_DOT_U8S8_512
+#pragma GCC diagnostic pop
+
 #endif  // KV_HAVE_X86
 
 }  // namespace
 
 DotFn kquant_dot_kernel(DType type, SimdLevel level) {
+  if (type != DType::Q4_K && type != DType::Q5_K && type != DType::Q6_K) return nullptr;
 #ifdef KV_HAVE_X86
-  if (level >= SimdLevel::kAvx2) {
-    switch (type) {
-      case DType::Q4_K:
-        return dispatch_tile<Avx2<DType::Q4_K>, BlockQ8x>;
-      case DType::Q5_K:
-        return dispatch_tile<Avx2<DType::Q5_K>, BlockQ8x>;
-      case DType::Q6_K:
-        return dispatch_tile<Avx2<DType::Q6_K>, BlockQ8x>;
-      default:
-        return nullptr;
-    }
+  // Q6_K has no VNNI path of its own: those levels run the one below.
+  switch (level) {
+    case SimdLevel::kAvx512Vnni:
+      return type == DType::Q6_K ? avx512::kernel(type) : avx512_vnni::kernel(type);
+    case SimdLevel::kAvx512:
+      return avx512::kernel(type);
+    case SimdLevel::kAvxVnni:
+      if (type == DType::Q6_K) return avx2::kernel(type);
+      return cpu_has_vex_vnni() ? avx_vnni::kernel(type) : avx512vl_vnni::kernel(type);
+    case SimdLevel::kAvx2:
+      return avx2::kernel(type);
+    case SimdLevel::kScalar:
+      break;
   }
 #endif
   (void)level;
@@ -228,10 +181,8 @@ DotFn kquant_dot_kernel(DType type, SimdLevel level) {
       return dispatch_tile<Scalar<DType::Q4_K>, BlockQ8x>;
     case DType::Q5_K:
       return dispatch_tile<Scalar<DType::Q5_K>, BlockQ8x>;
-    case DType::Q6_K:
-      return dispatch_tile<Scalar<DType::Q6_K>, BlockQ8x>;
     default:
-      return nullptr;
+      return dispatch_tile<Scalar<DType::Q6_K>, BlockQ8x>;
   }
 }
 

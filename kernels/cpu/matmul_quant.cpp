@@ -148,6 +148,23 @@ KV_AVX2 void quantize_avx2(const float* x, int64_t cols, BlockQ8x* out) {
 #undef KV_TARGET
 #undef KV_DOT_U8S8
 
+// The same 256-bit vpdpbusd, EVEX-encoded (avx512vnni + avx512vl): the
+// kAvxVnni level on CPUs that have AVX-512 VNNI but not AVX-VNNI (Ice Lake
+// and later Xeons as some hypervisors show them, Zen 4).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef __clang__
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#define KV_ISA avx512vl_vnni
+#define KV_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+#define KV_DOT_U8S8(a, b) _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b)
+#include "kernels/cpu/matmul_quant_x86.inc"
+#undef KV_ISA
+#undef KV_TARGET
+#undef KV_DOT_U8S8
+#pragma GCC diagnostic pop
+
 // GCC 12's avx512fintrin.h builds results on _mm512_undefined_*(), a
 // self-initialised variable that -Wuninitialized reports when inlined.
 #pragma GCC diagnostic push
@@ -184,7 +201,7 @@ DotFn quant_dot_kernel(DType type, SimdLevel level) {
     case SimdLevel::kAvx512:
       return avx512::kernel(type);
     case SimdLevel::kAvxVnni:
-      return avx_vnni::kernel(type);
+      return cpu_has_vex_vnni() ? avx_vnni::kernel(type) : avx512vl_vnni::kernel(type);
     case SimdLevel::kAvx2:
       return avx2::kernel(type);
     case SimdLevel::kScalar:

@@ -8,18 +8,23 @@ tokenizes it, greedily continues it for 64 tokens, and we record, at each of the
 tokens), llama.cpp's top-8 tokens with their log-probabilities. Kvasir is then
 fed the *same* token ids (teacher forcing) and compared.
 
-Run:  python3 -m pip install llama-cpp-python==0.3.36 numpy
-      python3 tests/reference/parity/make_refs.py [models/SmolLM2-135M-Instruct.Q4_1.gguf]
+Run:  python3 tests/reference/parity/make_refs.py [models/SmolLM2-135M-Instruct.Q4_1.gguf]
+      (it installs the peer, llama-cpp-python 0.3.36, with scripts/install-peer)
 """
 import hashlib
 import json
 import os
 import sys
 
-import numpy as np
-import llama_cpp
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+# The llama.cpp peer is built for this CPU by scripts/install-peer (pinned
+# ggml options, a multi-token check first; docs/parity.md): re-run under its venv.
+if not os.environ.get("KVASIR_PEER"):
+    _peer = os.path.join(ROOT, "scripts", "install-peer")
+    os.execv(_peer, [_peer, "--run", os.path.abspath(__file__)] + sys.argv[1:])
+
+import numpy as np  # noqa: E402
+import llama_cpp  # noqa: E402
 MODEL = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 OUT = os.path.join(ROOT, "tests", "data", "parity", "smollm2.json")
 N_CONT = 64

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """llama.cpp references for the Llama 3, Qwen2 and SentencePiece GGUF paths.
 
-    python3 tests/reference/tokenizer/make_gguf_refs.py
+    python3 tests/reference/tokenizer/make_gguf_refs.py   (under the peer's venv: scripts/install-peer)
 
 No such model is at hand, so this writes small vocab-only GGUF files
 (tests/data/tokenizer/tiny_{llama3,qwen2,spm}.gguf) from the tokenizers
@@ -13,8 +13,14 @@ import json
 import os
 import sys
 
-import gguf
-import numpy as np
+# The llama.cpp peer is built for this CPU by scripts/install-peer (pinned
+# ggml options, a multi-token check first; docs/parity.md): re-run under its venv.
+if not os.environ.get("KVASIR_PEER"):
+    _peer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "scripts", "install-peer")
+    os.execv(_peer, [_peer, "--run", os.path.abspath(__file__)] + sys.argv[1:])
+
+import gguf  # noqa: E402
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 import make_refs  # noqa: E402

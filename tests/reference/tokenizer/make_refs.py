@@ -3,6 +3,8 @@
 
     python3 tests/reference/tokenizer/make_refs.py [model.gguf] [out.jsonl]
 
+(runs under the peer's venv: scripts/install-peer)
+
 Writes one JSON object per line. The first line is a header naming the
 reference and its version. Each following line:
   text | hex   the input (hex when it is not valid UTF-8)
@@ -18,12 +20,17 @@ import json
 import os
 import sys
 
-import llama_cpp
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+# The llama.cpp peer is built for this CPU by scripts/install-peer (pinned
+# ggml options, a multi-token check first; docs/parity.md): re-run under its venv.
+if not os.environ.get("KVASIR_PEER"):
+    _peer = os.path.join(ROOT, "scripts", "install-peer")
+    os.execv(_peer, [_peer, "--run", os.path.abspath(__file__)] + sys.argv[1:])
+
+import llama_cpp  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from corpus import corpus  # noqa: E402
-
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
 
 def write_refs(model, out, step=1):

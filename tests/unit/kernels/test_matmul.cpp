@@ -47,8 +47,7 @@ std::vector<float> random_x(int64_t n, int64_t cols, std::mt19937& rng, bool edg
 }
 
 struct SimdGuard {
-  SimdLevel saved = simd_level();
-  ~SimdGuard() { set_simd_level_for_testing(saved); }
+  ~SimdGuard() { simd_reset_for_testing(); }  // back to the start-up mode
 };
 
 // Every level this CPU can run (the others are covered, or skipped with the

@@ -15,8 +15,7 @@ namespace kvasir::cpu {
 namespace {
 
 struct SimdGuard {
-  SimdLevel saved = simd_level();
-  ~SimdGuard() { set_simd_level_for_testing(saved); }
+  ~SimdGuard() { simd_reset_for_testing(); }  // back to the start-up mode
 };
 
 std::vector<SimdLevel> levels() {

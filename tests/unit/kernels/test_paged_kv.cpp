@@ -33,8 +33,7 @@ struct Case {
 };
 
 struct SimdGuard {
-  SimdLevel saved = simd_level();
-  ~SimdGuard() { set_simd_level_for_testing(saved); }
+  ~SimdGuard() { simd_reset_for_testing(); }  // back to the start-up mode
 };
 
 float round_kv(float v, DType t) {

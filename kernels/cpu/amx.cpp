@@ -1,0 +1,422 @@
+// AMX-INT8 matmul for quantised weights (amx.h). Never run on AMX hardware
+// (the machine it was written on has none): the driver below is shared by
+// the real tiles and an emulation of them in C++, which the tests check
+// against the scalar matmul on every machine.
+//
+// The tile instructions are written as inline assembly, not with GCC's
+// <amxtileintrin.h>: up to GCC 12 its _tile_loadconfig declares the 64-byte
+// configuration as an 8-byte memory operand ("m" (*(const void **)config)),
+// so stores that fill the rest of a configuration on the stack may be
+// dropped by the optimiser, and ldtilecfg then faults (#GP) on garbage — the
+// crash of pip-built llama.cpp on AMX machines (docs/kernels.md). Here the
+// operand is the whole struct, the configuration is a constant, and every
+// tile load/store clobbers memory.
+#include "kernels/cpu/amx.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "base/check.h"
+#include "base/half.h"
+#include "kernels/cpu/kquant.h"
+#include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/simd.h"
+
+#if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define KV_AMX_X86 1
+#endif
+
+namespace kvasir::cpu {
+namespace detail {
+namespace {
+
+constexpr int kTile = 16;  // weight rows and activation rows per tile
+constexpr int kK = 32;     // bytes of K per tile product: one block
+
+// ---- layouts ----------------------------------------------------------------
+
+// One block of a 16-row weight strip: A (16 rows × 32 bytes of quants), and
+// per row the block's scale d_w and offset factor m_w (0 for Q8_0).
+struct alignas(64) WBlock {
+  uint8_t a[kTile][kK];
+  float d[kTile];
+  float m[kTile];
+};
+
+// One block of a 16-row activation tile: B in the tiles' layout (row kr,
+// bytes 4m..4m+3 = activation row m's values 4kr..4kr+3), and per row d_x
+// and s_x (zero for padding rows).
+struct alignas(64) ABlock {
+  int8_t b[kK / 4][4 * kTile];
+  float d[kTile];
+  float s[kTile];
+};
+
+bool a_is_signed(DType t) {
+  return t == DType::Q8_0;
+}
+
+// Weight rows r0.. (up to 16; the rest zero) of w as nb WBlocks.
+void pack_weights(const TensorView& w, uint64_t row_bytes, int64_t r0, WBlock* out) {
+  const int64_t cols = w.cols(), nb = cols / kK, rows = w.rows();
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  for (int64_t b = 0; b < nb; ++b) std::memset(static_cast<void*>(&out[b]), 0, sizeof(WBlock));
+  for (int r = 0; r < kTile && r0 + r < rows; ++r) {
+    const uint8_t* row = base + uint64_t(r0 + r) * row_bytes;
+    switch (w.type) {
+      case DType::Q8_0:
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint8_t* blk = row + b * 34;
+          std::memcpy(out[b].a[r], blk + 2, kK);
+          out[b].d[r] = fp16_to_f32(load_u16(blk));
+        }
+        break;
+      case DType::Q4_0:
+      case DType::Q4_1: {
+        const bool q41 = w.type == DType::Q4_1;
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint8_t* blk = row + b * (q41 ? 20 : 18);
+          const uint8_t* qs = blk + (q41 ? 4 : 2);
+          for (int i = 0; i < kK / 2; ++i) {
+            out[b].a[r][i] = qs[i] & 0x0f;
+            out[b].a[r][i + kK / 2] = qs[i] >> 4;
+          }
+          const float d = fp16_to_f32(load_u16(blk));
+          out[b].d[r] = d;
+          out[b].m[r] = q41 ? fp16_to_f32(load_u16(blk + 2)) : -8.f * d;
+        }
+        break;
+      }
+      case DType::Q4_K:
+      case DType::Q5_K: {
+        const bool q5 = w.type == DType::Q5_K;
+        const int64_t bytes = q5 ? kq::kQ5KBytes : kq::kQ4KBytes;
+        for (int64_t sb = 0; sb < cols / kq::kSuper; ++sb) {
+          const uint8_t* blk = row + sb * bytes;
+          const float d = kq::half_at(blk), dmin = kq::half_at(blk + 2);
+          for (int s = 0; s < kq::kSuper / kK; ++s) {
+            WBlock& o = out[sb * (kq::kSuper / kK) + s];
+            uint8_t sc, m;
+            kq::scale_min_k4(s, blk + 4, sc, m);
+            kq::quants_q45(blk, q5, s, o.a[r]);
+            o.d[r] = d * float(sc);
+            o.m[r] = -(dmin * float(m));
+          }
+        }
+        break;
+      }
+      default:
+        KV_FAIL("amx: no path for {}", dtype_name(w.type));
+    }
+  }
+}
+
+// Activation rows m0.. (up to 16; the rest zero) of the quantised x.
+void pack_activations(const BlockQ8x* xq, int64_t nb, int64_t n, int64_t m0, ABlock* out) {
+  for (int64_t b = 0; b < nb; ++b) {
+    ABlock& o = out[b];
+    std::memset(static_cast<void*>(&o), 0, sizeof(ABlock));
+    for (int m = 0; m < kTile && m0 + m < n; ++m) {
+      const BlockQ8x& xb = xq[(m0 + m) * nb + b];
+      for (int kr = 0; kr < kK / 4; ++kr) std::memcpy(&o.b[kr][4 * m], xb.q + 4 * kr, 4);
+      o.d[m] = xb.d;
+      o.s[m] = xb.s;
+    }
+  }
+}
+
+// ---- the tiles, emulated ----------------------------------------------------
+
+// C[r][m] = Σ_k A[r][k] · B[k / 4][4m + k % 4], A signed or unsigned bytes, B
+// signed: what TDPBSSD / TDPBUSD compute into a zeroed tile.
+void tile_product_emulated(const WBlock& a, const ABlock& b, bool a_signed,
+                           int32_t c[kTile][kTile]) {
+  for (int r = 0; r < kTile; ++r)
+    for (int m = 0; m < kTile; ++m) {
+      int32_t sum = 0;
+      for (int k = 0; k < kK; ++k) {
+        const int32_t av = a_signed ? int32_t(int8_t(a.a[r][k])) : int32_t(a.a[r][k]);
+        sum += av * int32_t(b.b[k / 4][4 * m + k % 4]);
+      }
+      c[r][m] = sum;
+    }
+}
+
+// acc[r][m] += C[r][m]·(d_w[r]·d_x[m]) + m_w[r]·s_x[m], as two fused
+// multiply-adds in this order (the AVX-512 version does the same).
+void scale_add_scalar(const int32_t c[kTile][kTile], const WBlock& a, const ABlock& b,
+                      float acc[kTile][kTile]) {
+  for (int r = 0; r < kTile; ++r)
+    for (int m = 0; m < kTile; ++m) {
+      const float v = std::fma(float(c[r][m]), a.d[r] * b.d[m], acc[r][m]);
+      acc[r][m] = std::fma(a.m[r], b.s[m], v);
+    }
+}
+
+// ---- the tiles, real --------------------------------------------------------
+#ifdef KV_AMX_X86
+
+// ldtilecfg's 64-byte operand (Intel SDM vol. 2, LDTILECFG).
+struct alignas(64) TileConfig {
+  uint8_t palette_id;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+static_assert(sizeof(TileConfig) == 64);
+static_assert(offsetof(TileConfig, colsb) == 16 && offsetof(TileConfig, rows) == 48);
+
+// tmm0 = A (16 × 32 bytes), tmm1 = B (8 × 64 bytes), tmm2 = C (16 × 64).
+constexpr TileConfig kConfig = {1, 0, {}, {kK, 4 * kTile, 4 * kTile}, {kTile, kK / 4, kTile}};
+
+inline void tiles_configure() {
+  asm volatile("ldtilecfg %0" : : "m"(kConfig) : "memory");
+}
+
+inline void tiles_release() {
+  asm volatile("tilerelease" ::: "memory");
+}
+
+inline void tile_product_amx(const WBlock& a, const ABlock& b, bool a_signed,
+                             int32_t c[kTile][kTile]) {
+  const int64_t sa = kK, sb = 4 * kTile, sc = 4 * kTile;
+  // AT&T order: tdpb?sd src2 (B), src1 (A), dst (C).
+  if (a_signed)
+    asm volatile(
+        "tilezero %%tmm2\n\t"
+        "tileloadd (%[a],%[sa],1), %%tmm0\n\t"
+        "tileloadd (%[b],%[sb],1), %%tmm1\n\t"
+        "tdpbssd %%tmm1, %%tmm0, %%tmm2\n\t"
+        "tilestored %%tmm2, (%[c],%[sc],1)"
+        :
+        : [a] "r"(a.a), [b] "r"(b.b), [c] "r"(c), [sa] "r"(sa), [sb] "r"(sb), [sc] "r"(sc)
+        : "memory");
+  else
+    asm volatile(
+        "tilezero %%tmm2\n\t"
+        "tileloadd (%[a],%[sa],1), %%tmm0\n\t"
+        "tileloadd (%[b],%[sb],1), %%tmm1\n\t"
+        "tdpbusd %%tmm1, %%tmm0, %%tmm2\n\t"
+        "tilestored %%tmm2, (%[c],%[sc],1)"
+        :
+        : [a] "r"(a.a), [b] "r"(b.b), [c] "r"(c), [sa] "r"(sa), [sb] "r"(sb), [sc] "r"(sc)
+        : "memory");
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef __clang__
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl"))) void scale_add_avx512(
+    const int32_t c[kTile][kTile], const WBlock& a, const ABlock& b, float acc[kTile][kTile]) {
+  const __m512 dx = _mm512_load_ps(b.d), sx = _mm512_load_ps(b.s);
+  for (int r = 0; r < kTile; ++r) {
+    const __m512 cv = _mm512_cvtepi32_ps(_mm512_loadu_si512(c[r]));
+    __m512 v =
+        _mm512_fmadd_ps(cv, _mm512_mul_ps(_mm512_set1_ps(a.d[r]), dx), _mm512_loadu_ps(acc[r]));
+    v = _mm512_fmadd_ps(_mm512_set1_ps(a.m[r]), sx, v);
+    _mm512_storeu_ps(acc[r], v);
+  }
+}
+#pragma GCC diagnostic pop
+
+#endif  // KV_AMX_X86
+
+// ---- the driver -------------------------------------------------------------
+
+template <bool Emulate>
+void strip_range(const TensorView& w, uint64_t row_bytes, const ABlock* act, int64_t n, int64_t nb,
+                 float* y, int64_t s0, int64_t s1) {
+  thread_local std::vector<WBlock> wbuf;  // grow-only
+  if (wbuf.size() < size_t(nb)) wbuf.resize(size_t(nb));
+  const int64_t rows = w.rows(), nt = (n + kTile - 1) / kTile;
+  const bool a_signed = a_is_signed(w.type);
+  alignas(64) int32_t c[kTile][kTile];
+  alignas(64) float acc[kTile][kTile];
+#ifdef KV_AMX_X86
+  if constexpr (!Emulate) tiles_configure();
+#endif
+  for (int64_t s = s0; s < s1; ++s) {
+    const int64_t r0 = s * kTile;
+    pack_weights(w, row_bytes, r0, wbuf.data());
+    for (int64_t t = 0; t < nt; ++t) {
+      std::memset(acc, 0, sizeof(acc));
+      const ABlock* ab = act + t * nb;
+      for (int64_t b = 0; b < nb; ++b) {
+        if constexpr (Emulate) {
+          tile_product_emulated(wbuf[size_t(b)], ab[b], a_signed, c);
+          scale_add_scalar(c, wbuf[size_t(b)], ab[b], acc);
+        } else {
+#ifdef KV_AMX_X86
+          tile_product_amx(wbuf[size_t(b)], ab[b], a_signed, c);
+          scale_add_avx512(c, wbuf[size_t(b)], ab[b], acc);
+#endif
+        }
+      }
+      const int64_t m0 = t * kTile;
+      for (int m = 0; m < kTile && m0 + m < n; ++m)
+        for (int r = 0; r < kTile && r0 + r < rows; ++r) y[(m0 + m) * rows + r0 + r] = acc[r][m];
+    }
+  }
+#ifdef KV_AMX_X86
+  if constexpr (!Emulate) tiles_release();
+#endif
+}
+
+// ---- availability -----------------------------------------------------------
+
+std::mutex g_mu;
+int g_state = -1;  // -1 not asked yet, 0 unusable, 1 usable
+std::string g_status;
+
+#ifdef KV_AMX_X86
+bool cpu_and_os_have_amx(std::string& missing) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+    missing = "amx-tile, amx-int8";
+    return false;
+  }
+  const bool tile = (d >> 24) & 1u, int8 = (d >> 25) & 1u;
+  if (!tile || !int8) {
+    missing = !tile && !int8 ? "amx-tile, amx-int8" : !tile ? "amx-tile" : "amx-int8";
+    return false;
+  }
+  // XCR0 bits 17 (XTILECFG) and 18 (XTILEDATA): the OS manages tile state.
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1u)) {
+    missing = "OS xsave support";
+    return false;
+  }
+  uint32_t lo, hi;
+  asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if (((lo >> 17) & 3u) != 3u) {
+    missing = "tile state in XCR0 (the OS does not enable AMX)";
+    return false;
+  }
+  return true;
+}
+#endif
+
+}  // namespace
+
+bool amx_cpu_has() {
+#ifdef KV_AMX_X86
+  static const bool has = [] {
+    std::string missing;
+    return cpu_and_os_have_amx(missing) && simd_level_available(SimdLevel::kAvx512);
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool amx_usable() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_state >= 0) return g_state == 1;
+  g_state = 0;
+#ifdef KV_AMX_X86
+  std::string missing;
+  if (!cpu_and_os_have_amx(missing)) {
+    g_status = fmt::format("absent (this CPU lacks {})", missing);
+    return false;
+  }
+  if (!simd_level_available(SimdLevel::kAvx512)) {
+    g_status = "present, unused (needs the avx512 level for its scaling)";
+    return false;
+  }
+  if (const char* env = std::getenv("KVASIR_AMX"); env && std::strcmp(env, "0") == 0) {
+    g_status = "present, off (KVASIR_AMX=0)";
+    return false;
+  }
+  constexpr long kReqXcompPerm = 0x1023, kGetXcompPerm = 0x1022, kXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kReqXcompPerm, kXtiledata) != 0) {
+    g_status = fmt::format("present, the kernel refused the tile state (arch_prctl: {})",
+                           std::strerror(errno));
+    return false;
+  }
+  unsigned long perm = 0;
+  if (syscall(SYS_arch_prctl, kGetXcompPerm, &perm) != 0 || !((perm >> kXtiledata) & 1ul)) {
+    g_status = "present, the tile state is not permitted after the request";
+    return false;
+  }
+  g_state = 1;
+  g_status =
+      "present, tile state granted (never validated on hardware by the authors: "
+      "self-checked against AVX-512 before first use)";
+  return true;
+#else
+  g_status = "absent (not x86-64 Linux)";
+  return false;
+#endif
+}
+
+void amx_disable(const std::string& why) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_state = 0;
+  g_status = "present, disabled: " + why;
+}
+
+bool amx_supports(DType type) {
+  return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q4_K ||
+         type == DType::Q5_K;
+}
+
+void amx_matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool* pool,
+                bool emulate) {
+  KV_CHECK(amx_supports(w.type), "amx: no path for {}", dtype_name(w.type));
+  KV_CHECK(emulate || amx_usable(), "amx: not usable here: {}", amx_status());
+  const auto rb = dtype_row_bytes(w.type, w.cols());
+  KV_CHECK(rb.has_value() && w.cols() > 0, "amx: bad shape [{} x {}]", w.rows(), w.cols());
+  const uint64_t row_bytes = *rb;
+  KV_CHECK(w.nbytes >= row_bytes * uint64_t(w.rows()), "amx: tensor smaller than its shape");
+  KV_CHECK(n >= 0 && (n == 0 || (x != nullptr && y != nullptr)), "amx: bad activations");
+  const int64_t rows = w.rows(), cols = w.cols(), nb = cols / kK;
+  if (n == 0 || rows == 0) return;
+
+  thread_local std::vector<BlockQ8x> xq;  // grow-only
+  thread_local std::vector<ABlock> act;
+  if (xq.size() < size_t(n * nb)) xq.resize(size_t(n * nb));
+  const SimdLevel ql =
+      simd_level_available(SimdLevel::kAvx2) ? SimdLevel::kAvx2 : SimdLevel::kScalar;
+  for (int64_t i = 0; i < n; ++i) quantize_row_q8x(x + i * cols, cols, xq.data() + i * nb, ql);
+  const int64_t nt = (n + kTile - 1) / kTile;
+  if (act.size() < size_t(nt * nb)) act.resize(size_t(nt * nb));
+  for (int64_t t = 0; t < nt; ++t)
+    pack_activations(xq.data(), nb, n, t * kTile, act.data() + t * nb);
+
+  const int64_t strips = (rows + kTile - 1) / kTile;
+  const ABlock* ap = act.data();
+  auto body = [&](int64_t s0, int64_t s1, int) {
+    if (emulate)
+      strip_range<true>(w, row_bytes, ap, n, nb, y, s0, s1);
+    else
+      strip_range<false>(w, row_bytes, ap, n, nb, y, s0, s1);
+  };
+  if (pool && pool->size() > 1 && strips > 1)
+    pool->parallel_for(strips, body);
+  else
+    body(0, strips, 0);
+}
+
+}  // namespace detail
+
+std::string amx_status() {
+  detail::amx_usable();
+  std::lock_guard<std::mutex> lock(detail::g_mu);
+  return detail::g_status;
+}
+
+}  // namespace kvasir::cpu

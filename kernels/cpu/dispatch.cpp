@@ -1,0 +1,339 @@
+// The per-kernel level choice (simd.h): which SIMD level each matmul kernel
+// (weight type × rows class) runs at.
+//
+// The widest level is not always the fastest: on the first AVX-512 machine
+// the 512-bit quantised dots lost to the AVX2 ones (docs/kernels.md). In
+// auto mode each kernel's candidate levels are timed once, on a synthetic
+// weight with the columns of the first call that needs the kernel, and the
+// fastest is kept for the life of the process. Timing: the calling thread's
+// CPU time (a shared machine deschedules threads; that time is not counted),
+// rounds interleaved across the candidates so that a slow period hits them
+// all, the best round of each kept. A wider level must win by kWinMargin
+// within its family, a narrower family by kFamilyMargin (simd.h): the
+// choice must not flip between processes where it would change outputs.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/half.h"
+#include "kernels/cpu/amx.h"
+#include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/simd.h"
+
+namespace kvasir::cpu {
+namespace {
+
+constexpr DType kComputable[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K,
+                                 DType::Q6_K, DType::F16,  DType::BF16, DType::F32};
+constexpr unsigned kTypeSlots = 32;
+
+struct Slot {
+  std::atomic<int> level{-1};  // -1: not chosen
+  std::atomic<bool> amx{false};
+  KernelChoice choice;
+};
+
+std::mutex g_mu;
+Slot g_slots[kTypeSlots][kRowsClasses];
+
+// The lowest level the CPU has that runs the same kernel as `level`.
+SimdLevel path_of(DType t, SimdLevel level) {
+  const detail::DotFn fn = detail::dot_kernel(t, level);
+  for (int l = 0; l < int(level); ++l)
+    if (simd_level_available(SimdLevel(l)) && detail::dot_kernel(t, SimdLevel(l)) == fn)
+      return SimdLevel(l);
+  return level;
+}
+
+// Levels up to cap that the CPU has and that run a kernel of their own.
+std::vector<SimdLevel> candidates(DType t, SimdLevel cap) {
+  std::vector<SimdLevel> c;
+  for (int l = int(SimdLevel::kAvx2); l <= int(cap); ++l) {
+    const auto level = SimdLevel(l);
+    if (simd_level_available(level) && path_of(t, level) == level) c.push_back(level);
+  }
+  if (c.empty()) c.push_back(SimdLevel::kScalar);
+  return c;
+}
+
+double thread_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+// Deterministic bytes (a 64-bit LCG).
+struct Lcg {
+  uint64_t s = 0x9e3779b97f4a7c15ull;
+  uint32_t next() {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return uint32_t(s >> 33);
+  }
+};
+
+// A weight of the type with random quants and small, sane scales (no
+// subnormal products; the integer work does not depend on the values).
+std::vector<uint8_t> probe_weight(DType t, int64_t rows, int64_t cols) {
+  const auto& info = dtype_info(t);
+  std::vector<uint8_t> bytes(*dtype_row_bytes(t, cols) * size_t(rows));
+  Lcg rng;
+  for (auto& b : bytes) b = uint8_t(rng.next());
+  const size_t bb = size_t(info.bytes);
+  auto put = [&](size_t at, uint16_t h) { std::memcpy(&bytes[at], &h, 2); };
+  if (info.block == 1) {
+    for (size_t o = 0; o < bytes.size(); o += bb) {
+      if (t == DType::F32) {
+        const float f = 0.01f;
+        std::memcpy(&bytes[o], &f, 4);
+      } else {
+        put(o, t == DType::F16 ? f32_to_fp16(0.01f) : f32_to_bf16(0.01f));
+      }
+    }
+  } else {
+    const uint16_t h = f32_to_fp16(info.block == 256 ? 0.001f : 0.01f);
+    for (size_t o = 0; o < bytes.size(); o += bb) {
+      put(o + (t == DType::Q6_K ? 208 : 0), h);
+      if (t == DType::Q4_1 || t == DType::Q4_K || t == DType::Q5_K) put(o + 2, h);
+    }
+  }
+  return bytes;
+}
+
+// AMX-INT8 (amx.h), batch kernels: never run on AMX hardware by its
+// authors, so first a self-check — the tiles' result on the probe against
+// the chosen level's (the same integer block sums: only f32 order differs;
+// the bound catches a wrong layout or instruction, not rounding) — and only
+// then timed against that level, the same rounds. A failed check turns AMX
+// off for the process and says why (simd_report).
+void try_amx(KernelChoice& c, const TensorView& w, const std::vector<float>& x,
+             std::vector<float>& y) {
+  if (!detail::amx_supports(c.type) || !detail::amx_usable()) return;
+  std::vector<float> ya(y.size());
+  detail::matmul_at(w, x.data(), c.probe_n, y.data(), nullptr, c.level);
+  try {
+    detail::amx_matmul(w, x.data(), c.probe_n, ya.data(), nullptr, false);
+  } catch (const std::exception& e) {
+    detail::amx_disable(fmt::format("self-check threw: {}", e.what()));
+    return;
+  }
+  double max_ref = 0, max_diff = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    max_ref = std::max(max_ref, double(std::fabs(y[i])));
+    max_diff = std::max(max_diff, double(std::fabs(ya[i] - y[i])));
+  }
+  if (!(max_diff <= 1e-4 * max_ref + 1e-6)) {
+    detail::amx_disable(fmt::format(
+        "self-check on {} {}x{}: max |amx - {}| = {:.3g} (max |y| {:.3g})", dtype_name(c.type),
+        c.probe_rows, c.probe_cols, simd_level_name(c.level), max_diff, max_ref));
+    return;
+  }
+  double best_amx = 1e30, best_level = 1e30;
+  for (int r = 0; r < c.rounds; ++r) {
+    double t0 = thread_seconds();
+    detail::amx_matmul(w, x.data(), c.probe_n, ya.data(), nullptr, false);
+    best_amx = std::min(best_amx, thread_seconds() - t0);
+    t0 = thread_seconds();
+    detail::matmul_at(w, x.data(), c.probe_n, y.data(), nullptr, c.level);
+    best_level = std::min(best_level, thread_seconds() - t0);
+  }
+  c.amx_us = best_amx * 1e6;
+  c.amx = best_amx < best_level * (1.0 - kFamilyMargin);  // another f32 order: as a family
+}
+
+KernelChoice measure(DType t, RowsClass rc, int64_t cols, const std::vector<SimdLevel>& cands) {
+  KernelChoice c;
+  c.type = t;
+  c.rows = rc;
+  c.reason = ChoiceReason::kMeasured;
+  const int64_t block = dtype_info(t).block == 256 ? 256 : 32;
+  c.probe_cols = std::max<int64_t>((cols + block - 1) / block * block, 512);
+  c.probe_n = rc == RowsClass::kDecode ? 1 : 16;
+  c.probe_rows = rc == RowsClass::kDecode ? 256 : 128;
+  c.rounds = rc == RowsClass::kDecode ? 15 : 11;
+  const auto bytes = probe_weight(t, c.probe_rows, c.probe_cols);
+  TensorView w;
+  w.type = t;
+  w.n_dims = 2;
+  w.ne[0] = c.probe_cols;
+  w.ne[1] = c.probe_rows;
+  w.data = bytes.data();
+  w.nbytes = bytes.size();
+  std::vector<float> x(size_t(c.probe_n * c.probe_cols)), y(size_t(c.probe_n * c.probe_rows));
+  Lcg rng;
+  for (auto& v : x) v = float(int(rng.next() % 2001) - 1000) * 1e-3f;
+  for (SimdLevel l : cands) detail::matmul_at(w, x.data(), c.probe_n, y.data(), nullptr, l);
+  std::vector<double> best(cands.size(), 1e30);
+  for (int r = 0; r < c.rounds; ++r)
+    for (size_t i = 0; i < cands.size(); ++i) {
+      const double t0 = thread_seconds();
+      detail::matmul_at(w, x.data(), c.probe_n, y.data(), nullptr, cands[i]);
+      best[i] = std::min(best[i], thread_seconds() - t0);
+    }
+  // Within each family (bit-identical results) the fastest, a wider level
+  // by kWinMargin; then the widest family unless a narrower one is faster
+  // by kFamilyMargin (the families' results differ in the last bits).
+  int pick[3] = {-1, -1, -1};
+  for (size_t i = 0; i < cands.size(); ++i) {
+    c.us[int(cands[i])] = best[i] * 1e6;
+    int& p = pick[simd_family(cands[i])];
+    if (p < 0 || best[i] < best[size_t(p)] * (1.0 - kWinMargin)) p = int(i);
+  }
+  int chosen = -1;
+  for (int f = 2; f >= 0; --f) {
+    if (pick[f] < 0) continue;
+    if (chosen < 0 || best[size_t(pick[f])] < best[size_t(chosen)] * (1.0 - kFamilyMargin))
+      chosen = pick[f];
+  }
+  c.level = cands[size_t(chosen)];
+  if (rc == RowsClass::kBatch) try_amx(c, w, x, y);
+  return c;
+}
+
+KernelChoice forced_choice(DType t, RowsClass rc) {
+  KernelChoice c;
+  c.type = t;
+  c.rows = rc;
+  c.level = simd_level();
+  c.reason = ChoiceReason::kForced;
+  return c;
+}
+
+}  // namespace
+
+SimdLevel detail::kernel_level(DType type, RowsClass rows, int64_t cols) {
+  if (simd_level_forced() || unsigned(type) >= kTypeSlots) return simd_level();
+  Slot& slot = g_slots[unsigned(type)][int(rows)];
+  const int l = slot.level.load(std::memory_order_acquire);
+  if (l >= 0) return SimdLevel(l);
+  return simd_kernel_choice(type, rows, cols).level;
+}
+
+void detail::forget_kernel_choices() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  for (auto& per_type : g_slots)
+    for (auto& slot : per_type) {
+      slot.level.store(-1, std::memory_order_release);
+      slot.amx.store(false, std::memory_order_release);
+    }
+}
+
+KernelChoice simd_kernel_choice(DType type, RowsClass rows, int64_t cols) {
+  if (simd_level_forced()) return forced_choice(type, rows);
+  KernelChoice pending;
+  pending.type = type;
+  pending.rows = rows;
+  pending.level = simd_level();
+  if (unsigned(type) >= kTypeSlots || detail::dot_kernel(type, SimdLevel::kScalar) == nullptr)
+    return pending;
+  Slot& slot = g_slots[unsigned(type)][int(rows)];
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (slot.level.load(std::memory_order_relaxed) >= 0) return slot.choice;
+  const auto cands = candidates(type, simd_level());
+  const bool amx_candidate =
+      rows == RowsClass::kBatch && detail::amx_supports(type) && detail::amx_cpu_has();
+  if (cands.size() == 1 && !amx_candidate) {
+    slot.choice = KernelChoice{};
+    slot.choice.type = type;
+    slot.choice.rows = rows;
+    slot.choice.level = cands[0];
+    slot.choice.reason = ChoiceReason::kOnlyPath;
+  } else if (cols > 0) {
+    slot.choice = measure(type, rows, cols, cands);
+  } else {
+    return pending;
+  }
+  slot.amx.store(slot.choice.amx, std::memory_order_release);
+  slot.level.store(int(slot.choice.level), std::memory_order_release);
+  return slot.choice;
+}
+
+bool detail::kernel_amx(DType type) {
+  if (simd_level_forced() || unsigned(type) >= kTypeSlots) return false;
+  return g_slots[unsigned(type)][int(RowsClass::kBatch)].amx.load(std::memory_order_acquire);
+}
+
+std::vector<KernelChoice> simd_kernel_choices() {
+  std::vector<KernelChoice> out;
+  const bool forced = simd_level_forced();
+  for (DType t : kComputable)
+    for (int r = 0; r < kRowsClasses; ++r) {
+      if (forced) {
+        out.push_back(forced_choice(t, RowsClass(r)));
+        continue;
+      }
+      Slot& slot = g_slots[unsigned(t)][r];
+      std::lock_guard<std::mutex> lock(g_mu);
+      if (slot.level.load(std::memory_order_relaxed) >= 0) out.push_back(slot.choice);
+    }
+  return out;
+}
+
+const char* rows_class_name(RowsClass rows) {
+  return rows == RowsClass::kDecode ? "decode" : "batch";
+}
+
+const char* choice_reason_name(ChoiceReason reason) {
+  switch (reason) {
+    case ChoiceReason::kForced:
+      return "forced";
+    case ChoiceReason::kOnlyPath:
+      return "only path";
+    case ChoiceReason::kMeasured:
+      return "measured";
+    case ChoiceReason::kPending:
+      return "not chosen yet";
+  }
+  return "?";
+}
+
+std::string KernelChoice::describe() const {
+  std::string s =
+      fmt::format("{} {}: {}", dtype_name(type), rows_class_name(rows), simd_level_name(level));
+  const SimdLevel path = reason == ChoiceReason::kPending ? level : path_of(type, level);
+  if (path != level) s += fmt::format(" (runs the {} kernel)", simd_level_name(path));
+  s += fmt::format(" [{}", choice_reason_name(reason));
+  if (reason == ChoiceReason::kMeasured) {
+    s += fmt::format(" on {}x{}, n={}, best of {}:", probe_rows, probe_cols, probe_n, rounds);
+    for (int l = 0; l < kSimdLevels; ++l)
+      if (us[l] >= 0) s += fmt::format(" {} {:.1f} us", simd_level_name(SimdLevel(l)), us[l]);
+    if (amx_us >= 0) s += fmt::format(" amx-int8 {:.1f} us", amx_us);
+  }
+  s += "]";
+  if (amx) s += fmt::format(" + amx-int8 tiles from {} rows", detail::kAmxRows);
+  return s;
+}
+
+std::string simd_report() {
+  std::string s = fmt::format("cpu: {}\nsimd levels:", cpu_model_name());
+  std::string lacks;
+  for (int l = 0; l < kSimdLevels; ++l) {
+    const auto level = SimdLevel(l);
+    if (simd_level_available(level)) {
+      s += fmt::format(" {}", simd_level_name(level));
+      if (level == SimdLevel::kAvxVnni) s += detail::cpu_has_vex_vnni() ? "(vex)" : "(evex)";
+    } else {
+      lacks += fmt::format("{}{} ({})", lacks.empty() ? "" : ", ", simd_level_name(level),
+                           simd_level_flags(level));
+    }
+  }
+  if (!lacks.empty()) s += fmt::format("; lacks {}", lacks);
+  s += fmt::format("\namx-int8: {}\n", amx_status());
+  if (simd_level_forced())
+    s += fmt::format("mode: forced to {} (KVASIR_SIMD or a test); nothing measured\n",
+                     simd_level_name(simd_level()));
+  else
+    s += fmt::format("mode: auto (a level per kernel, measured on first use; up to {})\n",
+                     simd_level_name(simd_level()));
+  for (const auto& c : simd_kernel_choices()) s += "  " + c.describe() + "\n";
+  return s;
+}
+
+}  // namespace kvasir::cpu

@@ -1,0 +1,97 @@
+// AMX-INT8 matmul (kernels/cpu/amx.h). The tile arithmetic runs here as an
+// emulation in C++ (the same driver and layouts as the real tiles) against
+// the scalar matmul on every machine; the real tiles only where the CPU has
+// amx-int8 — they have never run on the machines this was written on.
+//
+// Tolerance: the tiles form the same integer block sums as the scalar path,
+// only the f32 order differs: |y - y_scalar| ≤ 1e-5·Σ|w·x| + 1e-6.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "base/check.h"
+#include "kernels/cpu/amx.h"
+#include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/simd.h"
+#include "reference.h"
+
+namespace kvasir::cpu {
+namespace {
+
+const DType kTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K};
+
+std::vector<float> random_x(int64_t n, int64_t cols, std::mt19937& rng) {
+  std::vector<float> x(size_t(n * cols));
+  std::normal_distribution<float> d(0.f, 1.f);
+  for (auto& v : x) v = d(rng);
+  if (cols >= 64) x[0] = 40.f;  // an outlier: a wide block
+  return x;
+}
+
+// Every supported type over odd shapes: rows not a multiple of 16 (a padded
+// weight strip), n below, at and above one 16-row activation tile.
+void check_against_scalar(bool emulate) {
+  std::mt19937 rng(31);
+  ThreadPool pool(3);
+  for (DType t : kTypes) {
+    const bool k = dtype_info(t).block == 256;
+    for (int64_t cols : k ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{32, 96, 576}) {
+      for (int64_t rows : {1, 16, 37}) {
+        const auto w = ref::random_weight(t, rows, cols, rng);
+        for (int64_t n : {1, 15, 16, 33}) {
+          const auto x = random_x(n, cols, rng);
+          const auto want = ref::matmul(w.view, x.data(), n);
+          std::vector<float> ys(size_t(n * rows)), ya(ys.size(), NAN);
+          detail::matmul_at(w.view, x.data(), n, ys.data(), nullptr, SimdLevel::kScalar);
+          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            detail::amx_matmul(w.view, x.data(), n, ya.data(), p, emulate);
+            for (size_t i = 0; i < ys.size(); ++i)
+              ASSERT_NEAR(ya[i], ys[i], 1e-5 * want.abs_sum[i] + 1e-6)
+                  << dtype_name(t) << " rows=" << rows << " cols=" << cols << " n=" << n
+                  << " i=" << i << (p ? " pool" : "");
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(AmxEmulated, TilesAgreeWithTheScalarMatmul) {
+  check_against_scalar(/*emulate=*/true);
+}
+
+TEST(AmxHardware, TilesAgreeWithTheScalarMatmul) {
+  if (!detail::amx_cpu_has())
+    GTEST_SKIP() << "this CPU lacks amx-int8 (compiled, not executed here): " << amx_status();
+  if (!detail::amx_usable()) GTEST_SKIP() << "AMX not usable: " << amx_status();
+  check_against_scalar(/*emulate=*/false);
+  // The real tiles and their emulation: the same integers and the same
+  // fused multiply-adds in the same order, so the same bits.
+  std::mt19937 rng(5);
+  const auto w = ref::random_weight(DType::Q4_1, 37, 576, rng);
+  const auto x = random_x(33, 576, rng);
+  std::vector<float> ye(33 * 37), yr(ye.size());
+  detail::amx_matmul(w.view, x.data(), 33, ye.data(), nullptr, true);
+  detail::amx_matmul(w.view, x.data(), 33, yr.data(), nullptr, false);
+  for (size_t i = 0; i < ye.size(); ++i) ASSERT_EQ(yr[i], ye[i]) << i;
+}
+
+TEST(Amx, StatusSaysWhatTheCpuHas) {
+  const std::string s = amx_status();
+  EXPECT_FALSE(s.empty());
+  if (!detail::amx_cpu_has()) {
+    EXPECT_NE(s.find("absent"), std::string::npos) << s;
+  }
+  std::printf("amx-int8: %s\n", s.c_str());
+}
+
+TEST(Amx, RefusesTypesWithoutAPath) {
+  std::mt19937 rng(1);
+  const auto w = ref::random_weight(DType::Q6_K, 4, 256, rng);
+  std::vector<float> x(256, 1.f), y(4);
+  EXPECT_FALSE(detail::amx_supports(DType::Q6_K));
+  EXPECT_THROW(detail::amx_matmul(w.view, x.data(), 1, y.data(), nullptr, true), kvasir::Error);
+}
+
+}  // namespace
+}  // namespace kvasir::cpu

@@ -1,0 +1,174 @@
+// The per-kernel SIMD level choice (kernels/cpu/simd.h): a forced level runs
+// on every kernel and nothing is measured (deterministic); auto measures each
+// kernel once and keeps the fastest candidate. Levels the CPU lacks are
+// reported as skipped, with the missing flags named.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <random>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/simd.h"
+#include "reference.h"
+
+namespace kvasir::cpu {
+namespace {
+
+const DType kTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K,
+                        DType::Q6_K, DType::F16,  DType::BF16, DType::F32};
+
+int64_t cols_for(DType t) {
+  return dtype_info(t).block == 256 ? 768 : 576;
+}
+
+struct SimdGuard {
+  ~SimdGuard() { simd_reset_for_testing(); }
+};
+
+std::vector<float> random_x(int64_t n, int64_t cols, std::mt19937& rng) {
+  std::vector<float> x(size_t(n * cols));
+  std::normal_distribution<float> d(0.f, 1.f);
+  for (auto& v : x) v = d(rng);
+  return x;
+}
+
+class ForcedLevel : public ::testing::TestWithParam<int> {};
+
+// Forcing a level: every kernel reports it, twice the same, and matmul gives
+// bit for bit what that level's kernels give.
+TEST_P(ForcedLevel, EveryKernelRunsTheForcedLevel) {
+  const auto level = SimdLevel(GetParam());
+  if (!simd_level_available(level))
+    GTEST_SKIP() << simd_level_name(level) << ": this CPU lacks " << simd_level_flags(level)
+                 << " (compiled, not executed here)";
+  SimdGuard guard;
+  set_simd_level_for_testing(level);
+  ASSERT_TRUE(simd_level_forced());
+  ASSERT_EQ(simd_level(), level);
+  std::mt19937 rng(17);
+  for (DType t : kTypes) {
+    for (int64_t n : {1, 5}) {
+      const RowsClass rc = rows_class(n);
+      const KernelChoice a = simd_kernel_choice(t, rc, cols_for(t));
+      const KernelChoice b = simd_kernel_choice(t, rc, cols_for(t));
+      EXPECT_EQ(a.reason, ChoiceReason::kForced) << a.describe();
+      EXPECT_EQ(a.level, level) << a.describe();
+      EXPECT_EQ(b.level, a.level);
+      EXPECT_EQ(detail::kernel_level(t, rc, cols_for(t)), level);
+
+      const auto w = ref::random_weight(t, 33, cols_for(t), rng);
+      const auto x = random_x(n, cols_for(t), rng);
+      std::vector<float> y(size_t(n * 33)), want(y.size());
+      matmul(w.view, x.data(), n, y.data(), nullptr);
+      detail::matmul_at(w.view, x.data(), n, want.data(), nullptr, level);
+      for (size_t i = 0; i < y.size(); ++i)
+        ASSERT_EQ(y[i], want[i]) << dtype_name(t) << " n=" << n << " " << simd_level_name(level);
+    }
+  }
+  const auto all = simd_kernel_choices();
+  EXPECT_EQ(all.size(), std::size(kTypes) * kRowsClasses);
+  for (const auto& c : all) EXPECT_EQ(c.level, level) << c.describe();
+}
+
+INSTANTIATE_TEST_SUITE_P(Dispatch, ForcedLevel, ::testing::Range(0, kSimdLevels),
+                         [](const auto& info) { return simd_level_name(SimdLevel(info.param)); });
+
+bool env_forces() {
+  return std::getenv("KVASIR_SIMD") != nullptr && simd_level_forced();
+}
+
+// Auto: each kernel is measured once; the choice is a level the CPU has, the
+// fastest timed candidate within the margin, and it stays.
+TEST(Dispatch, AutoMeasuresOnceAndKeepsTheFastest) {
+  SimdGuard guard;
+  simd_reset_for_testing();
+  if (env_forces()) GTEST_SKIP() << "KVASIR_SIMD forces " << simd_level_name(simd_level());
+  std::mt19937 rng(23);
+  for (DType t : kTypes) {
+    for (RowsClass rc : {RowsClass::kDecode, RowsClass::kBatch}) {
+      // Without columns nothing is measured: pending, unless there is one path.
+      const ChoiceReason before = simd_kernel_choice(t, rc).reason;
+      EXPECT_TRUE(before == ChoiceReason::kPending || before == ChoiceReason::kOnlyPath)
+          << dtype_name(t);
+      const KernelChoice c = simd_kernel_choice(t, rc, cols_for(t));
+      SCOPED_TRACE(c.describe());
+      ASSERT_TRUE(c.reason == ChoiceReason::kMeasured || c.reason == ChoiceReason::kOnlyPath);
+      EXPECT_TRUE(simd_level_available(c.level));
+      EXPECT_LE(int(c.level), int(simd_level_supported()));
+      if (c.reason == ChoiceReason::kMeasured) {
+        ASSERT_GE(c.us[int(c.level)], 0.0);
+        int timed = 0;
+        for (int l = 0; l < kSimdLevels; ++l) {
+          if (c.us[l] < 0) continue;
+          ++timed;
+          EXPECT_TRUE(simd_level_available(SimdLevel(l)));
+          // No timed level beats the choice by more than the margins.
+          const double margin =
+              (1.0 - kWinMargin) *
+              (simd_family(SimdLevel(l)) == simd_family(c.level) ? 1.0 : 1.0 - kFamilyMargin);
+          EXPECT_LE(c.us[int(c.level)] * margin, c.us[l] * (1.0 + 1e-9));
+          // A narrower family only when it wins by the family margin.
+          if (simd_family(SimdLevel(l)) > simd_family(c.level)) {
+            EXPECT_LT(c.us[int(c.level)],
+                      c.us[l] * (1.0 - kFamilyMargin) / (1.0 - kWinMargin) * (1.0 + 1e-9));
+          }
+        }
+        EXPECT_GE(timed, 2);
+      }
+      // Kept: the same choice, and matmul runs it.
+      const KernelChoice again = simd_kernel_choice(t, rc, cols_for(t));
+      EXPECT_EQ(again.level, c.level);
+      EXPECT_EQ(again.us[int(c.level)], c.us[int(c.level)]);
+      EXPECT_EQ(detail::kernel_level(t, rc, 32), c.level);
+      const int64_t n = rc == RowsClass::kDecode ? 1 : 4;
+      const auto w = ref::random_weight(t, 7, cols_for(t), rng);
+      const auto x = random_x(n, cols_for(t), rng);
+      std::vector<float> y(size_t(n * 7)), want(y.size());
+      matmul(w.view, x.data(), n, y.data(), nullptr);
+      detail::matmul_at(w.view, x.data(), n, want.data(), nullptr, c.level);
+      for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], want[i]);
+    }
+  }
+  EXPECT_EQ(simd_kernel_choices().size(), std::size(kTypes) * kRowsClasses);
+  // Forcing overrides the measured choices; the reset forgets them.
+  set_simd_level_for_testing(SimdLevel::kScalar);
+  EXPECT_EQ(simd_kernel_choice(DType::Q4_1, RowsClass::kDecode).level, SimdLevel::kScalar);
+  simd_reset_for_testing();
+  EXPECT_EQ(simd_kernel_choice(DType::Q4_1, RowsClass::kDecode).reason, ChoiceReason::kPending);
+  EXPECT_TRUE(simd_kernel_choices().empty());
+}
+
+TEST(Dispatch, EnvironmentForcesALevel) {
+  SimdGuard guard;
+  const char* old = std::getenv("KVASIR_SIMD");
+  const std::string saved = old ? old : "";
+  ASSERT_EQ(setenv("KVASIR_SIMD", "scalar", 1), 0);
+  simd_reset_for_testing();
+  EXPECT_TRUE(simd_level_forced());
+  EXPECT_EQ(simd_level(), SimdLevel::kScalar);
+  EXPECT_EQ(simd_kernel_choice(DType::Q8_0, RowsClass::kBatch, 576).reason, ChoiceReason::kForced);
+  ASSERT_EQ(setenv("KVASIR_SIMD", "auto", 1), 0);
+  simd_reset_for_testing();
+  EXPECT_FALSE(simd_level_forced());
+  EXPECT_EQ(simd_level(), simd_level_supported());
+  if (old)
+    setenv("KVASIR_SIMD", saved.c_str(), 1);
+  else
+    unsetenv("KVASIR_SIMD");
+}
+
+TEST(Dispatch, ReportNamesTheCpuTheModeAndTheChoices) {
+  SimdGuard guard;
+  simd_reset_for_testing();
+  if (!env_forces()) simd_kernel_choice(DType::Q4_1, RowsClass::kDecode, 576);
+  const std::string r = simd_report();
+  EXPECT_NE(r.find(cpu_model_name()), std::string::npos) << r;
+  EXPECT_NE(r.find("mode: "), std::string::npos) << r;
+  EXPECT_NE(r.find("Q4_1 decode: "), std::string::npos) << r;
+  EXPECT_NE(r.find("amx-int8: "), std::string::npos) << r;
+  std::printf("%s", r.c_str());
+}
+
+}  // namespace
+}  // namespace kvasir::cpu
