@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -135,8 +136,11 @@ int compare_policies(const CompareOptions& c, const BenchOptions& o,
   if (c.config.empty()) throw std::runtime_error("--compare-policies needs --config FILE");
   if (access(c.kvasird.c_str(), X_OK) != 0)
     throw std::runtime_error("cannot run kvasird at '" + c.kvasird + "' (give --kvasird PATH)");
-  char tmpl[] = "/tmp/kvasir-bench.XXXXXX";
-  if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+  // The daemons' configs and logs go under $TMPDIR (default /tmp).
+  const char* tmp = std::getenv("TMPDIR");
+  std::string tmpl =
+      (tmp && *tmp ? std::string(tmp) : std::string("/tmp")) + "/kvasir-bench.XXXXXX";
+  if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed in " + tmpl);
   fs::path dir(tmpl);
   std::vector<std::pair<std::string, json>> runs;
   int rc = 0;

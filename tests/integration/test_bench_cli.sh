@@ -104,7 +104,7 @@ expect "kvasird exits 0" "$?" "0"
 # request still completes. naive runs one at a time and never preempts.
 kv_config '[kv]
 memory = "1440KiB"' > "$WORK/small.toml"
-"$KVASIR" bench --compare-policies --config "$WORK/small.toml" --kvasird "$KVASIRD" \
+TMPDIR="$WORK" "$KVASIR" bench --compare-policies --config "$WORK/small.toml" --kvasird "$KVASIRD" \
   --policies naive,continuous+chunked --requests 8 --concurrency 4 --max-tokens 56 \
   --prompt-len 40 --json > "$WORK/cmp.json" 2> "$WORK/cmp.err"
 expect "compare-policies exits 0" "$?" "0"
@@ -122,10 +122,10 @@ print("; ".join(bad) if bad else "consistent")
 PY
 )
 expect "compare-policies: both complete all 8 on a small pool, chunked preempts" "$check" "consistent"
-"$KVASIR" bench --compare-policies --config "$WORK/small.toml" --kvasird "$KVASIRD" \
+TMPDIR="$WORK" "$KVASIR" bench --compare-policies --config "$WORK/small.toml" --kvasird "$KVASIRD" \
   --policies naive --requests 1 --max-tokens 2 --prompt-len 8 > "$WORK/cmp.txt" 2>&1
 grep -q 'naive' "$WORK/cmp.txt" && ok "compare table" || bad "compare table: $(cat "$WORK/cmp.txt")"
-pgrep -f 'config /tmp/kvasir-bench\.' > /dev/null && bad "a compared daemon is still running" || ok "compared daemons stopped"
+pgrep -f "config $WORK/kvasir-bench\\." > /dev/null && bad "a compared daemon is still running" || ok "compared daemons stopped"
 
 [ $fails -eq 0 ] && echo "all passed" || { echo "$fails FAILED"; cat "$WORK/cmp.err" 2>/dev/null; tail -20 "$WORK/kvasird.log"; }
 exit $((fails > 0))
