@@ -105,6 +105,28 @@ kvasir::RingReport planned_ring(const kvasir::Config& cfg) {
   return r;
 }
 
+// The plan and scheduler settings as /kvasir/v1/stats reports them (what
+// `kvasir diagnose` reasons from).
+nlohmann::json plan_json(const kvasir::Config& cfg) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const kvasir::StageCfg& s : cfg.plan.stages)
+    stages.push_back({{"layers", fmt::format("{}-{}", s.first, s.last)},
+                      {"device", s.device},
+                      {"threads", s.threads}});
+  const double itl = cfg.scheduler.itl_target_ms;
+  return {{"max_rows", cfg.plan.max_rows},
+          {"max_tokens", cfg.plan.max_tokens},
+          {"max_inflight", cfg.plan.inflight()},
+          {"stages", std::move(stages)},
+          {"policy", cfg.scheduler.policy},
+          {"chunk_size", cfg.scheduler.chunk_size},
+          {"max_num_seqs", cfg.scheduler.max_num_seqs},
+          {"itl_target_ms",
+           itl == kvasir::SchedulerCfg::kItlAuto ? nlohmann::json("auto") : nlohmann::json(itl)},
+          {"kv_memory", cfg.kv.memory},
+          {"kv_block_size", cfg.kv.block_size}};
+}
+
 // The command line.
 struct Args {
   std::string config_path, segment, log_level;
@@ -213,6 +235,7 @@ class Daemon {
     if (tok_) ctx.codec = kvasir::make_text_codec(*tok_, chat_.get());
     ctx.model_name = mc_.name;
     ctx.max_model_len = mc_.context_length;
+    ctx.plan = plan_json(cfg_);
     ctx.stop = &g_stop;
     ctx.abort = &g_abort;
     ctx.loading = [this] { return loading_.snapshot(); };
@@ -283,6 +306,9 @@ class Daemon {
                             cfg_.scheduler.max_num_seqs};
     // The config validated the name already (daemon/config/config.cpp).
     bc.limits.policy = parse_policy(cfg_.scheduler.policy).value_or(Policy::kChunked);
+    bc.limits.itl_target_ms = cfg_.scheduler.itl_target_ms == SchedulerCfg::kItlAuto
+                                  ? kItlTargetAuto
+                                  : cfg_.scheduler.itl_target_ms;
     bc.max_queue = cfg_.scheduler.max_queue;
     bc.n_blocks = sup_.kv_blocks();
     bc.block_size = cfg_.kv.block_size;

@@ -298,8 +298,23 @@ void parse_kv(const toml::table& k, KvCfg& kv) {
   }
 }
 
+// scheduler.itl_target_ms: "auto", or milliseconds (0 = no target).
+double parse_itl_target(const toml::table& s, double def) {
+  const char* f = "scheduler.itl_target_ms";
+  auto* n = s.get("itl_target_ms");
+  if (!n) return def;
+  if (n->is_string()) {
+    KV_CHECK(*n->value<std::string_view>() == "auto",
+             "{}: \"{}\" is not \"auto\" or a number of milliseconds", f,
+             *n->value<std::string_view>());
+    return SchedulerCfg::kItlAuto;
+  }
+  return get_double(s, "itl_target_ms", f, def, 0, 600000, "milliseconds (0 = no target)");
+}
+
 void parse_scheduler(const toml::table& s, SchedulerCfg& sc) {
-  check_keys(s, "scheduler", {"policy", "chunk_size", "max_num_seqs", "max_queue"});
+  check_keys(s, "scheduler",
+             {"policy", "chunk_size", "max_num_seqs", "max_queue", "itl_target_ms"});
   sc.policy = get_str(s, "policy", "scheduler.policy", "continuous+chunked");
   // The names daemon/engine/scheduler.h parses (kept literal here: config
   // has no dependency on the engine).
@@ -313,6 +328,7 @@ void parse_scheduler(const toml::table& s, SchedulerCfg& sc) {
   // At least 1: a request waits in the queue before its first batch, so 0
   // would refuse every request (a daemon that serves nobody).
   sc.max_queue = get_int(s, "max_queue", "scheduler.max_queue", 1024, 1, 1 << 24);
+  sc.itl_target_ms = parse_itl_target(s, sc.itl_target_ms);
 }
 
 double get_seconds(const toml::table& t, const char* key, const char* field, double def, double lo,

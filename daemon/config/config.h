@@ -60,6 +60,11 @@ struct SchedulerCfg {
   int32_t chunk_size = 512;    // prefill chunk (tokens), for prompts longer than a micro-batch
   int32_t max_num_seqs = 256;  // sequences running at once
   int32_t max_queue = 1024;    // waiting requests before new ones are refused
+  // The target gap between a running request's tokens (ms), under
+  // continuous+chunked: > 0 a fixed target, 0 none (token budget only),
+  // kItlAuto ("auto", the default) from the stages' measured costs.
+  double itl_target_ms = -1;
+  static constexpr double kItlAuto = -1;
 };
 
 struct ServerCfg {

@@ -120,6 +120,7 @@ class Bridge : public Engine {
 
   mutable std::mutex stats_mu_;
   EngineStats stats_;
+  std::vector<StageCost> cost_;  // the scheduler's cost model, per stage
   std::string failure_;
   std::atomic<bool> failed_{false}, stopping_{false};
   std::atomic<uint64_t> refused_results_{0}, stale_results_{0};

@@ -4,6 +4,7 @@
 
 #include "base/check.h"
 #include "base/log.h"
+#include "ipc/futex.h"
 
 namespace kvasir {
 
@@ -35,7 +36,10 @@ Scheduler::Scheduler(SchedLimits lim, int32_t n_blocks, int32_t block_size,
       blocks_(n_blocks, block_size),
       eos_(eos_ids.begin(), eos_ids.end()),
       cap_(lim_, q_, blocks_),
-      form_(lim_) {}
+      cost_(lim_.n_stages),
+      form_(lim_, cost_) {
+  timing_.itl_target_auto = lim_.itl_target_ms < 0;
+}
 
 // ---- requests in and out ------------------------------------------------------
 
@@ -111,6 +115,12 @@ void Scheduler::end_all(FinishReason why, const Status& error) {
 SchedulerOutput Scheduler::schedule(RingLoad load) {
   // Admission first, so the row cap sees everyone who wants the ring.
   cap_.admit_waiting();
+  // Someone waits though the policy and max_num_seqs would let more in: no
+  // KV room. What kvasir diagnose reads as admission waits.
+  if ((lim_.policy == Policy::kContinuous || lim_.policy == Policy::kChunked) &&
+      !q_.waiting.empty() && q_.running.size() < size_t(lim_.max_num_seqs))
+    timing_.admission_waits++;
+  if (load.now_ns <= 0) load.now_ns = ipc::now_ns();
   begin_batch(load);
   std::vector<SchedRow> rows;
   // Decodes first: their latency is what users feel, and chunked prefill
@@ -130,15 +140,60 @@ SchedulerOutput Scheduler::schedule(RingLoad load) {
 // fits a micro-batch: the largest such is the budget's floor.
 void Scheduler::begin_batch(RingLoad load) {
   int64_t active = 0, work = 0, floor = 0;
-  for (const Sequence* s : q_.running) {
+  for (Sequence* s : q_.running) {
     if (s->done) continue;
+    // Prefilling since when (the aging floor's clock), or not prefilling.
+    if (s->remaining() <= 1)
+      s->prefill_since_ns = 0;
+    else if (s->prefill_since_ns == 0)
+      s->prefill_since_ns = load.now_ns;
     active++;
     if (!s->schedulable()) continue;
     work += s->remaining() + s->padding();
     if (lim_.policy != Policy::kChunked && s->remaining() <= lim_.max_tokens)
       floor = std::max(floor, s->remaining());
   }
-  form_.begin(active, work, load, floor);
+  form_.begin(active, work, load, floor, step_budget(load.now_ns));
+}
+
+// The time budget of the next micro-batch (docs/scheduler.md, "Scheduling
+// by time"). A token of a running request crosses every stage, and the
+// ring's max_inflight micro-batches take turns on each stage, so the gap
+// between its tokens is about max(stages, max_inflight) steps: each
+// micro-batch's step gets target / that depth. Auto: 3 x the step of a
+// micro-batch of max_rows decodes (at the running requests' mean context).
+// None when there is no target, no cost model yet, or no running request
+// whose tokens it would protect (prefill then runs at the token budget).
+StepBudget Scheduler::step_budget(int64_t now_ns) {
+  StepBudget b;
+  b.now_ns = now_ns;
+  timing_.step_budget_ms = 0;
+  timing_.cost_ready = cost_.ready();
+  if (lim_.policy != Policy::kChunked || lim_.itl_target_ms == 0 || !timing_.cost_ready) return b;
+  int64_t decoding = 0, positions = 0;
+  for (const Sequence* s : q_.running)
+    if (!s->done && (s->n_generated > 0 || s->awaiting)) {
+      decoding++;
+      positions += int64_t(s->tokens.size());
+    }
+  const int32_t depth = std::max({lim_.n_stages, lim_.inflight, 1});
+  if (lim_.itl_target_ms > 0) {
+    b.step_s = lim_.itl_target_ms / 1e3 / depth;
+  } else {
+    BatchShape full;
+    const int64_t pos = decoding > 0 ? positions / decoding : 0;
+    for (int32_t r = 0; r < lim_.max_rows; ++r) full.add_row(pos, 1, true, true);
+    b.step_s = 3 * cost_.step(full);
+  }
+  timing_.itl_target_ms = b.step_s * depth * 1e3;
+  if (decoding == 0) {
+    b.step_s = 0;
+    return b;
+  }
+  timing_.step_budget_ms = b.step_s * 1e3;
+  b.aging_s = 4 * b.step_s * depth;  // the floor doubles every four target gaps
+  b.floor_tokens = std::min(16, lim_.chunk_size);
+  return b;
 }
 
 bool Scheduler::take(std::vector<SchedRow>& rows, Sequence* s) {
@@ -160,6 +215,7 @@ SchedulerOutput Scheduler::emit(std::vector<SchedRow> rows) {
   if (rows.empty()) return out;
   out.id = next_batch_++;
   out.rows.reserve(rows.size());
+  InFlight batch{{}, form_.shape()};
   for (const SchedRow& r : rows) {
     Sequence* s = r.seq;
     ScheduledRow o;
@@ -180,7 +236,8 @@ SchedulerOutput Scheduler::emit(std::vector<SchedRow> rows) {
       tokens_prompt_ += std::min(r.n_tokens, s->n_prompt - r.pos0);
     out.rows.push_back(std::move(o));
   }
-  inflight_.emplace(out.id, std::move(rows));
+  batch.rows = std::move(rows);
+  inflight_.emplace(out.id, std::move(batch));
   return out;
 }
 
@@ -192,8 +249,10 @@ void Scheduler::update(const BatchResult& result) {
     KV_LOG_WARN("scheduler", "result for batch {}, which is not in flight: ignored", result.batch);
     return;
   }
-  const std::vector<SchedRow> rows = std::move(it->second);
+  const InFlight batch = std::move(it->second);
+  const std::vector<SchedRow>& rows = batch.rows;
   inflight_.erase(it);
+  if (result.status.ok()) observe(batch, result);
   KV_CHECK(!result.status.ok() || result.rows.size() == rows.size(),
            "scheduler: batch {} has {} rows, its result {}", result.batch, rows.size(),
            result.rows.size());
@@ -235,14 +294,40 @@ void Scheduler::apply_row(const SchedRow& row, const RowResult& res) {
   if (ev.finish != FinishReason::kNone) finish(s, FinishReason::kNone);  // the event said it
 }
 
+// A batch is back: the cost model learns its stages' times, and the
+// timing figures (EngineStats::timing) follow the measured step.
+void Scheduler::observe(const InFlight& batch, const BatchResult& result) {
+  const BatchShape& sh = batch.shape;
+  SchedTiming& t = timing_;
+  t.batches++;
+  t.decode_rows += sh.decode_rows;
+  const bool prefill = sh.prefill_tokens() > 0;
+  if (prefill) {
+    t.prefill_batches++;
+    t.decode_rows_with_prefill += sh.decode_rows;
+  }
+  constexpr double kMean = 0.05;  // recent means: the last ~20 batches
+  t.mean_rows += kMean * (double(sh.rows) - t.mean_rows);
+  t.mean_tokens += kMean * (double(sh.tokens) - t.mean_tokens);
+  if (result.stage_busy_s.empty()) return;
+  cost_.observe(sh, result.stage_busy_s);
+  double step = 0;
+  for (double v : result.stage_busy_s) step = std::max(step, v);
+  if (!(step > 0)) return;
+  double& mean = prefill ? t.step_ms_prefill : t.step_ms_decode;
+  // Decode-only figures are for batches of decodes; a prefill-only batch
+  // says nothing about what decodes suffer.
+  if (!prefill || sh.decode_rows > 0) mean += (mean == 0 ? 1.0 : 0.1) * (step * 1e3 - mean);
+}
+
 // ---- a lost stage -------------------------------------------------------------
 
 void Scheduler::requeue_all() {
   // Every batch in the ring is lost with the stage, and every stage's KV is
   // suspect (the restarted one starts empty): nothing in flight will come
   // back, and every running sequence is recomputed, not only those in flight.
-  for (auto& [id, rows] : inflight_)
-    for (const SchedRow& r : rows) {
+  for (auto& [id, batch] : inflight_)
+    for (const SchedRow& r : batch.rows) {
       r.seq->batches_in_flight--;
       r.seq->awaiting = false;
     }
@@ -281,6 +366,15 @@ SchedulerStats Scheduler::stats() const {
   st.requeued = cap_.requeued();
   st.tokens_generated = tokens_generated_;
   st.tokens_prompt = tokens_prompt_;
+  st.timing = timing_;
+  st.timing.prefill_cut = form_.counts().cut;
+  st.timing.prefill_aged = form_.counts().aged;
+  for (int s = 0; s < cost_.n_stages(); ++s) {
+    const StageCostFit f = cost_.fit(s);
+    st.cost.push_back(StageCost{f.fixed_s * 1e3, f.per_token_s * 1e3, f.per_kctx_s * 1e3,
+                                f.per_sample_s * 1e3, f.rms_s * 1e3, f.mean_busy_s * 1e3,
+                                f.samples});
+  }
   return st;
 }
 
