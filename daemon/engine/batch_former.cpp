@@ -1,7 +1,6 @@
 #include "daemon/engine/batch_former.h"
 
 #include <algorithm>
-#include <cmath>
 
 namespace kvasir {
 
@@ -85,15 +84,12 @@ int32_t BatchFormer::within_time(const Sequence& s, int32_t n) const {
   return std::max(lo, std::min(n, aging_floor(s)));
 }
 
-// floor_tokens, doubled for every aging_s the sequence has waited for its
-// first token since it was admitted (or put back by a preemption).
+// floor_tokens, doubled for every aging_steps micro-batches in which the
+// budget starved the sequence's prefill (left it no more than the floor).
+// Only starvation ages it: a prompt that gets more than the floor is moving.
 int32_t BatchFormer::aging_floor(const Sequence& s) const {
   int64_t floor = std::max(time_.floor_tokens, 1);
-  if (time_.aging_s > 0 && s.prefill_since_ns > 0 && time_.now_ns > s.prefill_since_ns) {
-    const double waited = double(time_.now_ns - s.prefill_since_ns) / 1e9;
-    const int doublings = int(std::min(30.0, std::floor(waited / time_.aging_s)));
-    floor <<= doublings;
-  }
+  floor <<= std::min(s.starved / std::max(time_.aging_steps, 1), 20);
   return int32_t(std::min<int64_t>(floor, lim_.max_tokens));
 }
 
@@ -119,7 +115,9 @@ void BatchFormer::add(std::vector<SchedRow>& rows, Sequence* s, int32_t n) {
 
 // What the time budget did to a prefill piece of n positions: cut it (the
 // token budget alone would have sent more), or let the aging floor through.
-void BatchFormer::count_piece(const Sequence& s, int32_t n) {
+// The batch's first piece counts a starved micro-batch when the budget
+// left it no more than its floor.
+void BatchFormer::count_piece(Sequence& s, int32_t n) {
   const auto by_tokens = int32_t(std::min<int64_t>({s.remaining(), budget_ + n, lim_.chunk_size}));
   BatchShape b = shape_;
   b.add_row(s.n_scheduled, n, n == s.remaining(), false);
@@ -127,6 +125,7 @@ void BatchFormer::count_piece(const Sequence& s, int32_t n) {
     counts_.aged++;
   else if (n < by_tokens)
     counts_.cut++;
+  if (!prefill_taken_ && n < by_tokens && n <= aging_floor(s)) s.starved++;
   prefill_taken_ = true;
 }
 

@@ -21,12 +21,13 @@ namespace kvasir {
 // slowest stage's busy time, CostModel::step) stays within `step_s`, the
 // decodes first and prefill in what is left. The first prefill piece of
 // the batch (the oldest admission's) always gets its aging floor, even past
-// the budget, so a long prompt under steady decode load still gets through.
+// the budget: floor_tokens, doubled for every `aging_steps` micro-batches
+// in which the budget left it no more than the floor, so a long prompt
+// under steady decode load still gets through.
 struct StepBudget {
-  double step_s = 0;  // 0: no time budget (tokens only, as without a target)
-  int64_t now_ns = 0;
-  double aging_s = 0;         // the floor doubles every aging_s a prefill has waited
-  int32_t floor_tokens = 16;  // the floor of a prefill that has just started
+  double step_s = 0;          // 0: no time budget (tokens only, as without a target)
+  int32_t floor_tokens = 16;  // the floor of a prefill the budget has not starved yet
+  int32_t aging_steps = 8;    // starved micro-batches per doubling of the floor
 };
 
 // What the time budget did, counted over the scheduler's life.
@@ -66,7 +67,7 @@ class BatchFormer {
   // floor applied to the batch's first prefill piece.
   int32_t within_time(const Sequence& s, int32_t n) const;
   int32_t aging_floor(const Sequence& s) const;
-  void count_piece(const Sequence& s, int32_t n);
+  void count_piece(Sequence& s, int32_t n);
 
   const SchedLimits& lim_;
   const CostModel& cost_;

@@ -72,15 +72,22 @@ void CostModel::observe(const BatchShape& shape, const std::vector<double>& stag
     Stage& st = stages_[s];
     const double pred = predict(int(s), shape);
     st.weight = st.weight * kDecay + 1.0;
-    const double w = 1.0 / st.weight;  // decayed means
-    if (st.n > 0) st.err2 += w * ((pred - y) * (pred - y) - st.err2);
-    st.busy += w * (y - st.busy);
+    const double m = 1.0 / st.weight;  // decayed means
+    if (st.n > 0) st.err2 += m * ((pred - y) * (pred - y) - st.err2);
+    st.busy += (st.n > 0 ? m : 1.0) * (y - st.busy);
+    // Relative error, not absolute: a decode step of 20 ms and a chunk of
+    // 2 s weigh alike (in squared seconds the chunks alone would fit, and
+    // the fixed cost of a step would come out as whatever they leave), and
+    // a step a busy machine stretched counts for less.
+    const double rel = st.busy / std::max(y, 1e-6);
+    const double w = std::min(rel * rel, 1e4);
     for (int i = 0; i < kTerms; ++i) {
-      for (int j = 0; j < kTerms; ++j) st.a[i][j] = st.a[i][j] * kDecay + x[i] * x[j];
-      st.b[i] = st.b[i] * kDecay + x[i] * y;
+      for (int j = 0; j < kTerms; ++j) st.a[i][j] = st.a[i][j] * kDecay + w * x[i] * x[j];
+      st.b[i] = st.b[i] * kDecay + w * x[i] * y;
     }
     st.n++;
     if (shape.prefill_tokens() > 0) st.n_prefill++;
+    if (shape.tokens <= kSmallTokens) st.n_small++;
     solve(st);
   }
 }
@@ -88,7 +95,7 @@ void CostModel::observe(const BatchShape& shape, const std::vector<double>& stag
 bool CostModel::ready() const {
   if (stages_.empty()) return false;
   for (const Stage& st : stages_)
-    if (st.n < 3 || st.n_prefill < 1) return false;
+    if (st.n < 3 || st.n_prefill < 1 || st.n_small < 2) return false;
   return true;
 }
 

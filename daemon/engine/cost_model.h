@@ -16,12 +16,14 @@
 // model, and the sampler). The ring's step is set by its slowest stage, so
 // the scheduler budgets with step() = max over stages.
 //
-// The fit is least squares over the recent batches: decayed normal
-// equations (weight 0.98 per batch, so the last ~50 batches count), with a
-// small pull towards the previous solution so a term the recent batches do
-// not exercise (the per-token cost during a long decode-only stretch) keeps
-// its value instead of drifting to whatever fits; coefficients are kept
-// non-negative (time does not shrink with work).
+// The fit is least squares of the relative error over the recent batches:
+// decayed normal equations (weight 0.98 per batch, so the last ~50 batches
+// count; each batch weighted by 1 / its time², so a 20 ms decode step and a
+// 2 s chunk count alike), with a small pull towards the previous solution
+// so a term the recent batches do not exercise (the per-token cost during
+// a long decode-only stretch) keeps its value instead of drifting to
+// whatever fits; coefficients are kept non-negative (time does not shrink
+// with work).
 #pragma once
 
 #include <array>
@@ -69,8 +71,13 @@ class CostModel {
   // stage with a time <= 0 did not report and is skipped).
   void observe(const BatchShape& shape, const std::vector<double>& stage_s);
   // Whether the model can be trusted for budgeting: every stage has seen
-  // a few batches, prefill among them (or the per-token cost is unknown).
+  // a few batches, prefill among them (or the per-token cost is unknown),
+  // and a few small ones (at most kSmallTokens tokens: decode steps). Fitted
+  // on prefill chunks alone, which all carry about as many tokens, the
+  // fixed and per-token costs cannot be told apart, and what a step of
+  // decodes costs is a guess.
   bool ready() const;
+  static constexpr int64_t kSmallTokens = 64;
   double predict(int stage, const BatchShape& shape) const;
   // The ring's step for a batch of this shape: its slowest stage.
   double step(const BatchShape& shape) const;
@@ -83,7 +90,7 @@ class CostModel {
     Vec b{};                        // decayed X^T y
     Vec theta{};                    // the solution (scaled features)
     double err2 = 0, busy = 0, weight = 0;
-    int64_t n = 0, n_prefill = 0;
+    int64_t n = 0, n_prefill = 0, n_small = 0;
   };
   static Vec features(const BatchShape& s);
   static void solve(Stage& st);

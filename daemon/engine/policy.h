@@ -42,7 +42,6 @@ struct SchedLimits {
 struct RingLoad {
   int32_t free_slots = 0;        // free now, counting this batch's (<= 0: unknown)
   int64_t tokens_in_flight = 0;  // tokens of the batches in the busy slots
-  int64_t now_ns = 0;            // the clock (CLOCK_MONOTONIC); 0: the scheduler reads it
 };
 
 }  // namespace kvasir

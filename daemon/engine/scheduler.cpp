@@ -4,7 +4,6 @@
 
 #include "base/check.h"
 #include "base/log.h"
-#include "ipc/futex.h"
 
 namespace kvasir {
 
@@ -120,7 +119,6 @@ SchedulerOutput Scheduler::schedule(RingLoad load) {
   if ((lim_.policy == Policy::kContinuous || lim_.policy == Policy::kChunked) &&
       !q_.waiting.empty() && q_.running.size() < size_t(lim_.max_num_seqs))
     timing_.admission_waits++;
-  if (load.now_ns <= 0) load.now_ns = ipc::now_ns();
   begin_batch(load);
   std::vector<SchedRow> rows;
   // Decodes first: their latency is what users feel, and chunked prefill
@@ -142,18 +140,13 @@ void Scheduler::begin_batch(RingLoad load) {
   int64_t active = 0, work = 0, floor = 0;
   for (Sequence* s : q_.running) {
     if (s->done) continue;
-    // Prefilling since when (the aging floor's clock), or not prefilling.
-    if (s->remaining() <= 1)
-      s->prefill_since_ns = 0;
-    else if (s->prefill_since_ns == 0)
-      s->prefill_since_ns = load.now_ns;
     active++;
     if (!s->schedulable()) continue;
     work += s->remaining() + s->padding();
     if (lim_.policy != Policy::kChunked && s->remaining() <= lim_.max_tokens)
       floor = std::max(floor, s->remaining());
   }
-  form_.begin(active, work, load, floor, step_budget(load.now_ns));
+  form_.begin(active, work, load, floor, step_budget());
 }
 
 // The time budget of the next micro-batch (docs/scheduler.md, "Scheduling
@@ -162,37 +155,41 @@ void Scheduler::begin_batch(RingLoad load) {
 // between its tokens is about max(stages, max_inflight) steps: each
 // micro-batch's step gets target / that depth. Auto: 3 x the step of a
 // micro-batch of max_rows decodes (at the running requests' mean context).
-// None when there is no target, no cost model yet, or no running request
-// whose tokens it would protect (prefill then runs at the token budget).
-StepBudget Scheduler::step_budget(int64_t now_ns) {
+// None when there is no target or no running request whose tokens it would
+// protect (prefill then runs at the token budget). While the cost model
+// cannot tell yet, only the aging floor.
+StepBudget Scheduler::step_budget() {
   StepBudget b;
-  b.now_ns = now_ns;
   timing_.step_budget_ms = 0;
   timing_.cost_ready = cost_.ready();
-  if (lim_.policy != Policy::kChunked || lim_.itl_target_ms == 0 || !timing_.cost_ready) return b;
+  if (lim_.policy != Policy::kChunked || lim_.itl_target_ms == 0) return b;
   int64_t decoding = 0, positions = 0;
   for (const Sequence* s : q_.running)
     if (!s->done && (s->n_generated > 0 || s->awaiting)) {
       decoding++;
       positions += int64_t(s->tokens.size());
     }
+  if (decoding == 0) return b;  // nothing to protect: the token budget alone
+  b.floor_tokens = std::min(16, lim_.chunk_size);
   const int32_t depth = std::max({lim_.n_stages, lim_.inflight, 1});
+  b.aging_steps = 4 * depth;  // the floor doubles every four starved token gaps
+  if (!timing_.cost_ready) {
+    // Requests decode but the model cannot yet say what a step costs (a
+    // cold start: it has seen only prefill chunks, or nothing): the batch
+    // is of decodes and the aging floor, which also teaches it their cost.
+    b.step_s = 1e-9;
+    return b;
+  }
   if (lim_.itl_target_ms > 0) {
     b.step_s = lim_.itl_target_ms / 1e3 / depth;
   } else {
     BatchShape full;
-    const int64_t pos = decoding > 0 ? positions / decoding : 0;
+    const int64_t pos = positions / decoding;
     for (int32_t r = 0; r < lim_.max_rows; ++r) full.add_row(pos, 1, true, true);
     b.step_s = 3 * cost_.step(full);
   }
   timing_.itl_target_ms = b.step_s * depth * 1e3;
-  if (decoding == 0) {
-    b.step_s = 0;
-    return b;
-  }
   timing_.step_budget_ms = b.step_s * 1e3;
-  b.aging_s = 4 * b.step_s * depth;  // the floor doubles every four target gaps
-  b.floor_tokens = std::min(16, lim_.chunk_size);
   return b;
 }
 

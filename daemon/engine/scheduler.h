@@ -166,7 +166,7 @@ class Scheduler {
   };
 
   void begin_batch(RingLoad load);
-  StepBudget step_budget(int64_t now_ns);
+  StepBudget step_budget();
   bool take(std::vector<SchedRow>& rows, Sequence* s);
   SchedulerOutput emit(std::vector<SchedRow> rows);
   void observe(const InFlight& batch, const BatchResult& result);
