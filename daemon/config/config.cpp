@@ -222,6 +222,7 @@ void validate_plan(const PlanCfg& plan) {
       KV_CHECK(gpus.insert(s.device).second,
                "{}.device: {} is already used by another stage (one stage per GPU)", f, s.device);
     }
+    if (plan.auto_layers) continue;  // chosen at load (apply_split)
     KV_CHECK(s.first >= 0 && s.first <= s.last, "{}.layers: {}-{} is not a range", f, s.first,
              s.last);
     if (i == 0) {
@@ -264,8 +265,10 @@ StageCfg parse_stage(const toml::node& n, const std::string& f) {
   check_keys(*t, f, {"layers", "device", "threads"});
   StageCfg st;
   auto* layers = t->get("layers");
-  KV_CHECK(layers, "{}.layers: required (e.g. \"0-14\")", f);
-  if (layers->is_integer()) {
+  KV_CHECK(layers, "{}.layers: required (e.g. \"0-14\", or \"auto\")", f);
+  if (layers->is_string() && *layers->value<std::string_view>() == "auto") {
+    st.first = st.last = -1;  // chosen at load from measured costs
+  } else if (layers->is_integer()) {
     st.first = st.last = int32_t(*layers->value<int64_t>());
   } else {
     KV_CHECK(layers->is_string(), "{}.layers: must be a string like \"0-14\"", f);
@@ -281,6 +284,15 @@ void parse_stages(const toml::node& n, PlanCfg& plan) {
   KV_CHECK(arr, "stages: must be an array of tables ([[stages]])");
   for (size_t i = 0; i < arr->size(); ++i)
     plan.stages.push_back(parse_stage((*arr)[i], fmt::format("stages[{}]", i)));
+  // "auto" is a plan, not a stage's range: all of them or none.
+  size_t autos = 0;
+  for (const StageCfg& s : plan.stages) autos += s.first < 0;
+  for (size_t i = 0; i < plan.stages.size() && autos > 0; ++i)
+    KV_CHECK(plan.stages[i].first < 0,
+             "stages[{}].layers: \"auto\" must be given for every stage or none (the split "
+             "is chosen for the whole ring)",
+             i);
+  plan.auto_layers = autos > 0;
 }
 
 void parse_kv(const toml::table& k, KvCfg& kv) {
@@ -416,6 +428,17 @@ Config parse_config(std::string_view text, const std::string& base_dir, const st
   return c;
 }
 
+void apply_split(PlanCfg& plan, const std::vector<std::pair<int, int>>& ranges) {
+  KV_CHECK(ranges.size() == plan.stages.size(), "stages: a split of {} ranges for {} stages",
+           ranges.size(), plan.stages.size());
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    plan.stages[i].first = ranges[i].first;
+    plan.stages[i].last = ranges[i].second;
+  }
+  plan.auto_layers = false;
+  validate_plan(plan);
+}
+
 Config load_config(const std::string& path) {
   std::error_code ec;
   KV_CHECK(fs::is_regular_file(path, ec), "config: {}: no such file", path);
@@ -432,6 +455,8 @@ uint64_t kv_bytes_per_block(const ModelConfig& m, int32_t n_layers, int32_t bloc
 }
 
 void check_against_model(const Config& cfg, const ModelConfig& m) {
+  KV_CHECK(!cfg.plan.auto_layers,
+           "stages: layers = \"auto\" is chosen at load; the split is not made yet");
   const auto& st = cfg.plan.stages;
   for (size_t i = 0; i < st.size(); ++i) {
     KV_CHECK(st[i].last < m.n_layers,
