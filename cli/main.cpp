@@ -433,9 +433,17 @@ void add_bench(CLI::App& app, Commands& c) {
                   "start kvasird once per policy (from --config) and compare them");
   bench->add_option("--config", c.bc.c.config, "with --compare-policies: the config to start from");
   bench->add_option("--kvasird", c.bc.c.kvasird, "with --compare-policies: the daemon binary");
-  bench->add_option("--policies", c.bc.c.policies, "with --compare-policies: which (default all)")
+  bench
+      ->add_option("--policies", c.bc.c.policies,
+                   "with --compare-policies: which (default all); POLICY:section.key=value[:...] "
+                   "also changes settings for that run")
       ->delimiter(',')
-      ->check(CLI::IsMember({"naive", "static", "continuous", "continuous+chunked"}));
+      ->check([](const std::string& v) {
+        const std::string p = v.substr(0, v.find(':'));
+        for (const char* n : {"naive", "static", "continuous", "continuous+chunked"})
+          if (p == n) return std::string();
+        return "not a policy: " + p;
+      });
   add_common(bench, c.common);
 }
 
