@@ -63,6 +63,7 @@ json timing_json(const SchedTiming& t) {
           {"step_ms_prefill", t.step_ms_prefill},
           {"mean_rows", t.mean_rows},
           {"mean_tokens", t.mean_tokens},
+          {"ring_depth", t.ring_depth},
           {"prefill_cut", t.prefill_cut},
           {"prefill_aged", t.prefill_aged},
           {"admission_waits", t.admission_waits}};

@@ -238,6 +238,7 @@ bool Bridge::submit_batch() {
   slot_it->busy = true;
   slot_it->batch_id = batch_id;
   slot_it->out = std::move(out);
+  slot_it->submit_ns = ipc::now_ns();
   // Never full: at most `inflight` batches exist and the ring holds that many.
   return seg_.ring(0).push(m, [&] { return stopping_.load(); });
 }
@@ -277,7 +278,8 @@ bool Bridge::read_results() {
     any = true;
     if (!accept(m)) continue;
     Slot& slot = slots_[m.slot];
-    const BatchResult result = decode(m, slot);
+    BatchResult result = decode(m, slot);
+    result.cycle_s = double(ipc::now_ns() - slot.submit_ns) / 1e9;
     slot.busy = false;
     slot.out = {};
     sched_.update(result);

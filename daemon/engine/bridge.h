@@ -83,6 +83,7 @@ class Bridge : public Engine {
     bool busy = false;
     uint64_t batch_id = 0;  // the ring's id (epochs are ranges of it)
     SchedulerOutput out;    // what the scheduler put in it
+    int64_t submit_ns = 0;  // when it entered the ring (its cycle: until its result)
   };
 
   Status check_request(const GenRequest& r) const;

@@ -87,7 +87,7 @@ void CostModel::observe(const BatchShape& shape, const std::vector<double>& stag
     }
     st.n++;
     if (shape.prefill_tokens() > 0) st.n_prefill++;
-    if (shape.tokens <= kSmallTokens) st.n_small++;
+    if (shape.tokens <= kSmallTokens && shape.decode_rows > 0) st.n_small++;
     solve(st);
   }
 }

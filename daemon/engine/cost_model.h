@@ -72,7 +72,7 @@ class CostModel {
   void observe(const BatchShape& shape, const std::vector<double>& stage_s);
   // Whether the model can be trusted for budgeting: every stage has seen
   // a few batches, prefill among them (or the per-token cost is unknown),
-  // and a few small ones (at most kSmallTokens tokens: decode steps). Fitted
+  // and a few small ones with decodes (at most kSmallTokens tokens). Fitted
   // on prefill chunks alone, which all carry about as many tokens, the
   // fixed and per-token costs cannot be told apart, and what a step of
   // decodes costs is a guess.

@@ -70,6 +70,10 @@ struct SchedTiming {
   double step_ms_decode = 0;              // batches of decodes only
   double step_ms_prefill = 0;             // batches carrying prefill and decodes
   double mean_rows = 0, mean_tokens = 0;  // recent mean micro-batch
+  // The ring's depth as measured: a batch's time in the ring over its step
+  // (recent mean). max(stages, max_inflight) when each stage has a core; more
+  // when the stages share cores and take turns. 0: not measured yet.
+  double ring_depth = 0;
   int64_t prefill_cut = 0;                // prefill pieces the time budget made smaller
   int64_t prefill_aged = 0;               // pieces the aging floor let past the budget
   int64_t admission_waits = 0;  // decisions where a waiting request found no room (KV or seqs)

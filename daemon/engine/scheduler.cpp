@@ -153,8 +153,9 @@ void Scheduler::begin_batch(RingLoad load) {
 // by time"). A token of a running request crosses every stage, and the
 // ring's max_inflight micro-batches take turns on each stage, so the gap
 // between its tokens is about max(stages, max_inflight) steps: each
-// micro-batch's step gets target / that depth. Auto: 3 x the step of a
-// micro-batch of max_rows decodes (at the running requests' mean context).
+// micro-batch's step gets target / that depth. Auto: 3 x the step the
+// running requests' decodes alone would take (their share of a micro-batch
+// at their mean context): the gap they would see with no prefill, tripled.
 // None when there is no target or no running request whose tokens it would
 // protect (prefill then runs at the token budget). While the cost model
 // cannot tell yet, only the aging floor.
@@ -171,8 +172,12 @@ StepBudget Scheduler::step_budget() {
     }
   if (decoding == 0) return b;  // nothing to protect: the token budget alone
   b.floor_tokens = std::min(16, lim_.chunk_size);
-  const int32_t depth = std::max({lim_.n_stages, lim_.inflight, 1});
-  b.aging_steps = 4 * depth;  // the floor doubles every four starved token gaps
+  // The gap is `depth` steps: max(stages, max_inflight) when each stage
+  // runs on its own core, more when they share cores (a loaded machine:
+  // measured, two micro-batches on two stages took ~3-4 steps a cycle).
+  const int32_t nominal = std::max({lim_.n_stages, lim_.inflight, 1});
+  const double depth = depth_samples_ >= 8 ? std::max(timing_.ring_depth, 1.0) : double(nominal);
+  b.aging_steps = 4 * nominal;  // the floor doubles every four starved token gaps
   if (!timing_.cost_ready) {
     // Requests decode but the model cannot yet say what a step costs (a
     // cold start: it has seen only prefill chunks, or nothing): the batch
@@ -183,10 +188,12 @@ StepBudget Scheduler::step_budget() {
   if (lim_.itl_target_ms > 0) {
     b.step_s = lim_.itl_target_ms / 1e3 / depth;
   } else {
-    BatchShape full;
+    BatchShape alone;  // a micro-batch's share of the decodes, no prefill
     const int64_t pos = positions / decoding;
-    for (int32_t r = 0; r < lim_.max_rows; ++r) full.add_row(pos, 1, true, true);
-    b.step_s = 3 * cost_.step(full);
+    const int64_t rows =
+        std::min<int64_t>((decoding + lim_.inflight - 1) / lim_.inflight, lim_.max_rows);
+    for (int64_t r = 0; r < rows; ++r) alone.add_row(pos, 1, true, true);
+    b.step_s = 3 * cost_.step(alone);
   }
   timing_.itl_target_ms = b.step_s * depth * 1e3;
   timing_.step_budget_ms = b.step_s * 1e3;
@@ -315,6 +322,15 @@ void Scheduler::observe(const InFlight& batch, const BatchResult& result) {
   // Decode-only figures are for batches of decodes; a prefill-only batch
   // says nothing about what decodes suffer.
   if (!prefill || sh.decode_rows > 0) mean += (mean == 0 ? 1.0 : 0.1) * (step * 1e3 - mean);
+  // The ring's real depth: a batch's time in it over a step, in recent
+  // means (means, not a mean of ratios: a decode-only batch waiting behind
+  // a chunk has a long cycle for its short step, the chunk the reverse).
+  if (result.cycle_s > 0) {
+    const double a = depth_samples_++ == 0 ? 1.0 : 0.05;
+    cycle_mean_ += a * (result.cycle_s - cycle_mean_);
+    step_mean_ += a * (step - step_mean_);
+    t.ring_depth = std::clamp(cycle_mean_ / step_mean_, 1.0, 64.0);
+  }
 }
 
 // ---- a lost stage -------------------------------------------------------------

@@ -97,6 +97,10 @@ struct BatchResult {
   // Each stage's busy time on the batch (seconds; empty or <= 0: unknown),
   // from the result slot: what the cost model is fitted from.
   std::vector<double> stage_busy_s;
+  // Its time in the ring, from submission to result (seconds; 0: unknown):
+  // the gap its decodes saw. Over the step (its slowest stage's busy time)
+  // it is the ring's depth as it really is (docs/scheduler.md).
+  double cycle_s = 0;
 };
 
 struct SchedulerStats {
@@ -186,6 +190,8 @@ class Scheduler {
   uint64_t next_batch_ = 1;
   int64_t tokens_generated_ = 0, tokens_prompt_ = 0;
   SchedTiming timing_;
+  int64_t depth_samples_ = 0;
+  double cycle_mean_ = 0, step_mean_ = 0;  // recent means, seconds (the ring's depth)
 };
 
 }  // namespace kvasir

@@ -164,6 +164,7 @@ struct Sim {
       }
       steps.push_back({shape, step});
       clock_s += step;
+      res.cycle_s = cycle_steps * step;
     }
     sch.update(res);
   }
@@ -235,6 +236,7 @@ struct Sim {
   // the clock (seconds) the scheduler is given.
   std::function<double(int, const BatchShape&)> stage_time;
   int n_stages = 2;
+  double cycle_steps = 0;  // each batch's time in the ring, in steps (0: not told)
   struct Step {
     BatchShape shape;
     double step_s;

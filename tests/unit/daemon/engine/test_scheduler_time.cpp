@@ -135,18 +135,36 @@ TEST(SchedulerTime, ColdStartSendsDecodesWithTheFloorOnly) {
   EXPECT_TRUE(sim.sch.stats().timing.cost_ready);
 }
 
-TEST(SchedulerTime, AutoTargetIsThreeFullDecodeSteps) {
-  Sim sim(timed(kItlTargetAuto), 100000);
+TEST(SchedulerTime, TheRingsMeasuredDepthSetsTheStepBudget) {
+  // Two stages sharing one core: a batch spends 4 of its steps in the ring,
+  // not 2. The budget follows: a 200 ms target gives 50 ms steps.
+  Sim sim(timed(200), 100000);
   sim.stage_time = [](int s, const BatchShape& b) { return stage_ms(s, b) / 1e3; };
+  sim.cycle_steps = 4;
   for (int i = 1; i <= 4; ++i) sim.add(RequestId(i), 8, 300);
   for (int i = 0; i < 30; ++i) sim.step();
   sim.add(100, 1500, 2);
   for (int i = 0; i < 40; ++i) sim.step();
   const SchedTiming t = sim.sch.stats().timing;
+  EXPECT_NEAR(t.ring_depth, 4.0, 1e-6);
+  EXPECT_NEAR(t.step_budget_ms, 50.0, 1e-6);
+  EXPECT_NEAR(t.itl_target_ms, 200.0, 1e-6);
+}
+
+TEST(SchedulerTime, AutoTargetIsThreeDecodeOnlySteps) {
+  Sim sim(timed(kItlTargetAuto), 100000);
+  sim.stage_time = [](int s, const BatchShape& b) { return stage_ms(s, b) / 1e3; };
+  for (int i = 1; i <= 8; ++i) sim.add(RequestId(i), 8, 300);
+  for (int i = 0; i < 30; ++i) sim.step();
+  sim.add(100, 1500, 2);
+  for (int i = 0; i < 40; ++i) sim.step();
+  const SchedTiming t = sim.sch.stats().timing;
   EXPECT_TRUE(t.itl_target_auto);
-  // A micro-batch of max_rows (16) decodes takes ~2 + 16 + 32 = 50 ms on
-  // the tail: the target is 3 x that per step, 2 steps per gap.
-  EXPECT_NEAR(t.itl_target_ms, 2 * 3 * 50.0, 2 * 3 * 50.0 * 0.1);
+  // The eight decodes, four per micro-batch, would take ~2 + 4 + 8 = 14 ms
+  // a step on the tail alone: the target is 3 x that per step, 2 steps per
+  // gap; the 28 ms left a step go to prefill (above the aging floor).
+  EXPECT_NEAR(t.itl_target_ms, 2 * 3 * 14.0, 2 * 3 * 14.0 * 0.1);
+  EXPECT_EQ(t.prefill_aged, 0);
   EXPECT_NEAR(t.step_budget_ms, t.itl_target_ms / 2, 1e-6);
   double worst = 0;
   for (size_t i = 30; i < sim.steps.size(); ++i)
