@@ -85,8 +85,10 @@ int32_t BatchFormer::within_time(const Sequence& s, int32_t n) const {
 }
 
 // floor_tokens, doubled for every aging_steps micro-batches in which the
-// budget starved the sequence's prefill (left it no more than the floor).
-// Only starvation ages it: a prompt that gets more than the floor is moving.
+// budget starved the sequence's prefill (the decodes left it under a quarter
+// of the step). Only starvation ages it: a prompt that gets its share of
+// the step is moving at the budget's pace, however few tokens that is at
+// a long prompt's late positions.
 int32_t BatchFormer::aging_floor(const Sequence& s) const {
   int64_t floor = std::max(time_.floor_tokens, 1);
   floor <<= std::min(s.starved / std::max(time_.aging_steps, 1), 20);
@@ -115,8 +117,9 @@ void BatchFormer::add(std::vector<SchedRow>& rows, Sequence* s, int32_t n) {
 
 // What the time budget did to a prefill piece of n positions: cut it (the
 // token budget alone would have sent more), or let the aging floor through.
-// The batch's first piece counts a starved micro-batch when the budget
-// left it no more than its floor.
+// The batch's first piece counts a starved micro-batch when the decodes
+// before it left prefill under a quarter of the step budget: then the
+// budget, not the prompt's length or position, is what holds it back.
 void BatchFormer::count_piece(Sequence& s, int32_t n) {
   const auto by_tokens = int32_t(std::min<int64_t>({s.remaining(), budget_ + n, lim_.chunk_size}));
   BatchShape b = shape_;
@@ -125,7 +128,8 @@ void BatchFormer::count_piece(Sequence& s, int32_t n) {
     counts_.aged++;
   else if (n < by_tokens)
     counts_.cut++;
-  if (!prefill_taken_ && n < by_tokens && n <= aging_floor(s)) s.starved++;
+  if (!prefill_taken_ && n < by_tokens && time_.step_s - cost_.step(shape_) < 0.25 * time_.step_s)
+    s.starved++;
   prefill_taken_ = true;
 }
 

@@ -22,8 +22,8 @@ namespace kvasir {
 // decodes first and prefill in what is left. The first prefill piece of
 // the batch (the oldest admission's) always gets its aging floor, even past
 // the budget: floor_tokens, doubled for every `aging_steps` micro-batches
-// in which the budget left it no more than the floor, so a long prompt
-// under steady decode load still gets through.
+// in which the decodes left prefill under a quarter of the step budget, so
+// a long prompt under steady decode load still gets through.
 struct StepBudget {
   double step_s = 0;          // 0: no time budget (tokens only, as without a target)
   int32_t floor_tokens = 16;  // the floor of a prefill the budget has not starved yet
