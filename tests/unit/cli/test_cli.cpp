@@ -87,6 +87,22 @@ TEST(Top, SharesFromTwoSnapshots) {
   EXPECT_NE(render(v).find("15-29"), std::string::npos);
 }
 
+// Each stage's ms per micro-batch over the interval and its share of the
+// step (the slowest sets it), and the phase it is in now.
+TEST(Top, StepSharesAndPhase) {
+  json a = snapshot(10, {0.5, 0.8}), b = snapshot(11, {0.5, 0.8});
+  b["stages"][1]["state"] = "busy";
+  TopView v = make_view(b, &a, 1.0);
+  EXPECT_NEAR(v.stages[0].ms_per_batch, 50, 1e-9);  // 0.5 s busy over 10 batches
+  EXPECT_NEAR(v.stages[1].ms_per_batch, 80, 1e-9);
+  EXPECT_NEAR(v.stages[0].step_share, 50.0 / 80, 1e-9);
+  EXPECT_NEAR(v.stages[1].step_share, 1.0, 1e-9);
+  EXPECT_EQ(v.stages[1].state, "busy");
+  const std::string screen = render(v);
+  EXPECT_NE(screen.find("step%"), std::string::npos);
+  EXPECT_NE(screen.find("busy"), std::string::npos);
+}
+
 TEST(Top, SharesNeverSumPastTheInterval) {
   // Counters read a little after the clock: busy 0.7 s + starved 0.5 s in a
   // 1 s interval. Shown as-is that is 120%; the shares must partition 100%.
