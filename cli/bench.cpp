@@ -193,11 +193,20 @@ json summarize(const std::vector<RequestResult>& results, double wall_s, const S
   s["kv_waste"] = n_waste ? json(waste_sum / held_sum) : json(nullptr);
   s["kv_waste_samples"] = n_waste;
   if (o.ttft_target_ms > 0 || o.itl_target_ms > 0) {
+    // Per token, not per request: the share of all ITL samples (one per
+    // token after the first) within the ITL target. A request's mean can
+    // hide a multi-second gap among fifty short ones; this cannot.
+    json within = nullptr;
+    if (o.itl_target_ms > 0 && !itl.empty())
+      within = double(std::count_if(itl.begin(), itl.end(),
+                                    [&](double x) { return x * 1e3 <= o.itl_target_ms; })) /
+               double(itl.size());
     s["goodput"] = {{"ttft_target_ms", o.ttft_target_ms},
                     {"itl_target_ms", o.itl_target_ms},
                     {"requests", good},
                     {"requests_per_s", double(good) / wall},
-                    {"fraction", results.empty() ? 0.0 : double(good) / double(results.size())}};
+                    {"fraction", results.empty() ? 0.0 : double(good) / double(results.size())},
+                    {"itl_within_target", within}};
   } else {
     s["goodput"] = nullptr;
   }
@@ -223,6 +232,13 @@ std::string goodput_text(const json& s) {
   if (it == s.end() || !it->is_object()) return "";
   return fmt::format("{:.2f} req/s ({:.0f}%)", num(*it, "requests_per_s"),
                      num(*it, "fraction") * 100);
+}
+std::string itl_within_text(const json& s) {
+  auto it = s.find("goodput");
+  if (it == s.end() || !it->is_object()) return "";
+  auto w = it->find("itl_within_target");
+  if (w == it->end() || !w->is_number()) return "";
+  return fmt::format("{:.1f}% <= {:.0f} ms", w->get<double>() * 100, num(*it, "itl_target_ms"));
 }
 
 // Rows of the table: label, then the text of one summary.
@@ -251,6 +267,7 @@ const Row kRows[] = {
     {"preemptions", [](const json& s) { return fmt::format("{:.0f}", num(s, "preemptions")); }},
     {"KV waste", waste_text},
     {"goodput", goodput_text},
+    {"ITL samples in target", itl_within_text},
 };
 }  // namespace
 

@@ -13,6 +13,7 @@
 #include <toml++/toml.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -31,10 +32,43 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The user's config with the policy and socket replaced. Relative paths are
-// resolved against the original file's folder, as kvasird would have.
-std::string derived_config(const std::string& path, const std::string& policy,
+// "section.key=value": one setting of a run's config (a run is "POLICY" or
+// "POLICY:section.key=value[:section.key=value...]"). The value is an
+// integer, a decimal or else a string.
+void apply_override(toml::table& t, const std::string& spec) {
+  const size_t dot = spec.find('.'), eq = spec.find('=');
+  if (dot == std::string::npos || eq == std::string::npos || dot > eq || eq + 1 >= spec.size())
+    throw std::runtime_error("'" + spec + "' is not section.key=value");
+  const std::string section = spec.substr(0, dot), key = spec.substr(dot + 1, eq - dot - 1),
+                    value = spec.substr(eq + 1);
+  if (!t[section].is_table()) t.insert_or_assign(section, toml::table{});
+  toml::table& sec = *t[section].as_table();
+  char* end = nullptr;
+  const long long i = std::strtoll(value.c_str(), &end, 10);
+  if (end && *end == 0) {
+    sec.insert_or_assign(key, int64_t(i));
+    return;
+  }
+  const double d = std::strtod(value.c_str(), &end);
+  if (end && *end == 0)
+    sec.insert_or_assign(key, d);
+  else
+    sec.insert_or_assign(key, value);
+}
+
+// The user's config with the policy and socket replaced (and a run's own
+// settings). Relative paths are resolved against the original file's
+// folder, as kvasird would have.
+std::string derived_config(const std::string& path, const std::string& run,
                            const std::string& socket) {
+  std::string policy = run;
+  std::vector<std::string> overrides;
+  for (size_t colon = policy.find(':'); colon != std::string::npos; colon = policy.find(':')) {
+    const size_t next = policy.find(':', colon + 1);
+    overrides.push_back(
+        policy.substr(colon + 1, next == std::string::npos ? next : next - colon - 1));
+    policy.erase(colon, next == std::string::npos ? std::string::npos : next - colon);
+  }
   toml::table t;
   try {
     t = toml::parse_file(path);
@@ -52,6 +86,7 @@ std::string derived_config(const std::string& path, const std::string& policy,
   toml::table& server = *t["server"].as_table();
   server.insert_or_assign("socket", socket);
   server.erase("http");
+  for (const std::string& o : overrides) apply_override(t, o);
   std::ostringstream os;
   os << t << "\n";
   return os.str();
@@ -144,8 +179,11 @@ int compare_policies(const CompareOptions& c, const BenchOptions& o,
   fs::path dir(tmpl);
   std::vector<std::pair<std::string, json>> runs;
   int rc = 0;
+  int n_run = 0;
   for (const auto& policy : c.policies) {
-    std::string safe = policy == "continuous+chunked" ? "chunked" : policy;
+    std::string safe = std::to_string(n_run++);
+    for (char ch : policy) safe += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+    safe.resize(std::min<size_t>(safe.size(), 60));
     fs::path cfg = dir / (safe + ".toml"), log = dir / (safe + ".log");
     Endpoint ep;
     ep.socket = (dir / (safe + ".sock")).string();

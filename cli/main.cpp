@@ -6,6 +6,7 @@
 //   kvasir chat [--max-tokens N] [--temperature T] [--system TEXT]
 //   kvasir tokenize [--json] TEXT|-      kvasir detokenize IDS...
 //   kvasir top [--once [--json]]
+//   kvasir diagnose [--interval SECONDS] [--json]
 //   kvasir bench [--requests N] [--concurrency C | --rate R] [--max-tokens N]
 //                [--prompt-len L1,L2,...] [--trace FILE] [--seed S] [--json]
 //                [--ttft-target MS] [--itl-target MS] [--progress auto|always|never]
@@ -26,6 +27,7 @@
 #include <thread>
 
 #include "cli/bench.h"
+#include "cli/diagnose.h"
 #include "cli/http_client.h"
 #include "cli/top.h"
 
@@ -265,6 +267,26 @@ int cmd_top(const Endpoint& ep, bool once, bool as_json) {
   return 0;
 }
 
+// Two snapshots `interval_s` apart: the diagnosis of what the daemon did
+// in between (docs/cli.md). Exit 0 whatever it finds.
+int cmd_diagnose(const Endpoint& ep, double interval_s, bool as_json) {
+  json a = get_json(ep, "/kvasir/v1/stats");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
+  json b = get_json(ep, "/kvasir/v1/stats");
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const TopView v = make_view(b, &a, std::max(dt, 1e-3));
+  const Diagnosis d = diagnose_view(v);
+  if (as_json) {
+    json out = diagnosis_json(d);
+    out["interval_s"] = dt;
+    std::cout << out.dump(2) << "\n";
+  } else {
+    std::cout << render_diagnosis(d);
+  }
+  return 0;
+}
+
 // ---- bench ----
 struct BenchCli {
   BenchOptions o;
@@ -309,7 +331,7 @@ int cmd_bench(const Endpoint& ep, BenchCli& b) {
 struct Commands {
   Common common;
   CLI::App *status = nullptr, *gen = nullptr, *chat = nullptr, *tok = nullptr, *detok = nullptr,
-           *top = nullptr, *bench = nullptr;
+           *top = nullptr, *diag = nullptr, *bench = nullptr;
   double wait_s = 0;
   bool status_json = false;
   GenOpts g;
@@ -317,6 +339,8 @@ struct Commands {
   bool tok_json = false;
   std::vector<int64_t> ids;
   bool top_once = false, top_json = false;
+  double diag_interval_s = 3;
+  bool diag_json = false;
   BenchCli bc;
   CLI::Option* concurrency = nullptr;
 };
@@ -366,6 +390,14 @@ void add_tokenize_and_top(CLI::App& app, Commands& c) {
   c.top->add_flag("--once", c.top_once, "print one snapshot and exit");
   c.top->add_flag("--json", c.top_json, "as JSON");
   add_common(c.top, c.common);
+
+  c.diag = app.add_subcommand("diagnose",
+                              "which default is the bottleneck now (KV capacity, batching, prefill "
+                              "interference), the figures, the setting to change");
+  c.diag->add_option("--interval", c.diag_interval_s, "seconds between the two stats samples")
+      ->check(CLI::Range(0.1, 600.0));
+  c.diag->add_flag("--json", c.diag_json, "as JSON");
+  add_common(c.diag, c.common);
 }
 
 void add_bench(CLI::App& app, Commands& c) {
@@ -401,9 +433,17 @@ void add_bench(CLI::App& app, Commands& c) {
                   "start kvasird once per policy (from --config) and compare them");
   bench->add_option("--config", c.bc.c.config, "with --compare-policies: the config to start from");
   bench->add_option("--kvasird", c.bc.c.kvasird, "with --compare-policies: the daemon binary");
-  bench->add_option("--policies", c.bc.c.policies, "with --compare-policies: which (default all)")
+  bench
+      ->add_option("--policies", c.bc.c.policies,
+                   "with --compare-policies: which (default all); POLICY:section.key=value[:...] "
+                   "also changes settings for that run")
       ->delimiter(',')
-      ->check(CLI::IsMember({"naive", "static", "continuous", "continuous+chunked"}));
+      ->check([](const std::string& v) {
+        const std::string p = v.substr(0, v.find(':'));
+        for (const char* n : {"naive", "static", "continuous", "continuous+chunked"})
+          if (p == n) return std::string();
+        return "not a policy: " + p;
+      });
   add_common(bench, c.common);
 }
 
@@ -418,6 +458,7 @@ int run_command(Commands& c) {
     if (*c.tok) return cmd_tokenize(ep, c.text, c.tok_json);
     if (*c.detok) return cmd_detokenize(ep, c.ids);
     if (*c.top) return cmd_top(ep, c.top_once, c.top_json);
+    if (*c.diag) return cmd_diagnose(ep, c.diag_interval_s, c.diag_json);
     if (*c.bench) return cmd_bench(ep, c.bc);
   } catch (const Failure& f) {
     std::cout << std::flush;

@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <functional>
 
+#include "cli/diagnose.h"
+
 namespace kvasir::cli {
 
 using nlohmann::json;
@@ -28,104 +30,158 @@ const json& sub(const json& j, const char* k) {
 }
 }  // namespace
 
-TopView make_view(const json& now, const json* prev, double dt) {
-  TopView v;
-  v.model = now.value("model", std::string("?"));
-  v.ready = now.value("ready", false);
-  v.inflight = int(num(now, "inflight"));
+namespace {
+
+const json* prev_stage(const json* prev, size_t i) {
+  if (!prev) return nullptr;
+  auto it = prev->find("stages");
+  if (it == prev->end() || !it->is_array() || i >= it->size()) return nullptr;
+  return &(*it)[i];
+}
+
+// One stage over the interval. Its shares are of its own busy + starved +
+// blocked over the interval: the daemon counts the phase a stage is in up
+// to the moment it reports (docs/ring.md, "Accounting"), so the three
+// partition the stage's time exactly, whatever a batch's length.
+StageView stage_view(const json& s, const json* p) {
+  StageView st;
+  st.layers = s.value("layers", std::string("?"));
+  st.device = s.value("device", std::string("?"));
+  st.state = s.value("state", std::string("?"));
+  std::sscanf(st.layers.c_str(), "%d-%d", &st.first_layer, &st.last_layer);
+  auto d = [&](const char* k) { return num(s, k) - (p ? num(*p, k) : 0.0); };
+  const double busy = std::max(d("busy_s"), 0.0), starved = std::max(d("starved_s"), 0.0),
+               blocked = std::max(d("blocked_s"), 0.0);
+  const double total = busy + starved + blocked;
+  if (total > 0) st.busy = busy / total, st.starved = starved / total, st.blocked = blocked / total;
+  const double span = total > 0 ? total : 1.0;
+  st.batches_per_s = d("batches") / span;
+  st.tokens_per_s = d("tokens") / span;
+  const json& cost = sub(s, "cost");
+  st.ms_per_batch = d("batches") > 0 ? busy * 1e3 / d("batches") : num(cost, "mean_busy_ms");
+  st.cost_fixed_ms = num(cost, "fixed_ms");
+  st.cost_per_token_ms = num(cost, "per_token_ms");
+  st.cost_per_sample_ms = num(cost, "per_sample_ms");
+  return st;
+}
+
+PlanView plan_view(const json& now) {
+  PlanView p;
+  const json& j = sub(now, "plan");
+  if (j.empty()) return p;
+  p.known = true;
+  p.max_rows = int(num(j, "max_rows"));
+  p.max_tokens = int(num(j, "max_tokens"));
+  p.max_inflight = int(num(j, "max_inflight"));
+  p.chunk_size = int(num(j, "chunk_size"));
+  p.max_num_seqs = int(num(j, "max_num_seqs"));
+  p.policy = j.value("policy", std::string("?"));
+  p.kv_memory = num(j, "kv_memory");
+  p.kv_block_size = int(num(j, "kv_block_size"));
+  auto it = j.find("itl_target_ms");
+  if (it != j.end() && it->is_number()) {
+    p.itl_target_ms = it->get<double>();
+    p.itl_target = p.itl_target_ms > 0 ? fmt::format("{:g} ms", p.itl_target_ms) : "none";
+  } else {
+    p.itl_target = "auto";
+  }
+  return p;
+}
+
+TimingView timing_view(const json& e, const json* pe) {
+  TimingView t;
+  const json& j = sub(e, "timing");
+  const json* p = pe ? &sub(*pe, "timing") : nullptr;
+  auto d = [&](const char* k) { return int64_t(num(j, k) - (p ? num(*p, k) : 0.0)); };
+  t.itl_target_ms = num(j, "itl_target_ms");
+  t.step_budget_ms = num(j, "step_budget_ms");
+  t.cost_ready = j.value("cost_ready", false);
+  t.batches = d("batches");
+  t.prefill_batches = d("prefill_batches");
+  t.decode_rows = d("decode_rows");
+  t.decode_rows_with_prefill = d("decode_rows_with_prefill");
+  t.prefill_cut = d("prefill_cut");
+  t.admission_waits = d("admission_waits");
+  t.step_ms_decode = num(j, "step_ms_decode");
+  t.step_ms_prefill = num(j, "step_ms_prefill");
+  t.mean_rows = num(j, "mean_rows");
+  t.mean_tokens = num(j, "mean_tokens");
+  return t;
+}
+
+void engine_view(TopView& v, const json& now, const json* prev, double dt) {
   const json& e = sub(now, "engine");
   v.waiting = int(num(e, "waiting"));
   v.running = int(num(e, "running"));
   v.blocks_total = int64_t(num(e, "blocks_total"));
   v.blocks_free = int64_t(num(e, "blocks_free"));
   v.preemptions = int64_t(num(e, "preemptions"));
+  v.kv_slots_used = int64_t(num(e, "kv_slots_used"));
+  v.kv_waste = int64_t(num(e, "kv_waste"));
   v.restarts = int64_t(num(e, "restarts"));
-  double up = std::max(num(now, "uptime_s"), 1e-9);
-  if (prev) {
-    const json& pe = sub(*prev, "engine");
-    v.preemptions_delta = v.preemptions - int64_t(num(pe, "preemptions"));
-    v.gen_tokens_per_s = (num(e, "tokens_generated") - num(pe, "tokens_generated")) / dt;
-    v.prompt_tokens_per_s = (num(e, "tokens_prompt") - num(pe, "tokens_prompt")) / dt;
-  } else {
-    v.gen_tokens_per_s = num(e, "tokens_generated") / up;
-    v.prompt_tokens_per_s = num(e, "tokens_prompt") / up;
-  }
+  const json* pe = prev ? &sub(*prev, "engine") : nullptr;
+  const double up = std::max(num(now, "uptime_s"), 1e-9);
+  v.interval_s = prev ? dt : up;
+  v.preemptions_delta = v.preemptions - (pe ? int64_t(num(*pe, "preemptions")) : 0);
+  v.gen_tokens_per_s =
+      (num(e, "tokens_generated") - (pe ? num(*pe, "tokens_generated") : 0)) / v.interval_s;
+  v.prompt_tokens_per_s =
+      (num(e, "tokens_prompt") - (pe ? num(*pe, "tokens_prompt") : 0)) / v.interval_s;
+  v.timing = timing_view(e, pe);
+}
+
+}  // namespace
+
+TopView make_view(const json& now, const json* prev, double dt) {
+  TopView v;
+  v.model = now.value("model", std::string("?"));
+  v.ready = now.value("ready", false);
+  v.inflight = int(num(now, "inflight"));
+  engine_view(v, now, prev, dt);
+  v.plan = plan_view(now);
   const json& lat = sub(now, "latency");
   v.ttft_p50 = num(sub(lat, "ttft"), "p50_s");
   v.ttft_p99 = num(sub(lat, "ttft"), "p99_s");
   v.itl_p50 = num(sub(lat, "itl"), "p50_s");
   v.itl_p99 = num(sub(lat, "itl"), "p99_s");
   auto stages = now.find("stages");
-  if (stages != now.end() && stages->is_array()) {
-    for (size_t i = 0; i < stages->size(); ++i) {
-      const json& s = (*stages)[i];
-      if (!s.is_object()) continue;
-      StageView st;
-      st.layers = s.value("layers", std::string("?"));
-      st.device = s.value("device", std::string("?"));
-      const json* p = nullptr;
-      if (prev && prev->contains("stages") && (*prev)["stages"].is_array() &&
-          i < (*prev)["stages"].size())
-        p = &(*prev)["stages"][i];
-      double span = p ? dt : up;
-      auto d = [&](const char* k) { return num(s, k) - (p ? num(*p, k) : 0.0); };
-      st.busy = std::clamp(d("busy_s") / span, 0.0, 1.0);
-      st.starved = std::clamp(d("starved_s") / span, 0.0, 1.0);
-      st.blocked = std::clamp(d("blocked_s") / span, 0.0, 1.0);
-      // A stage's counters and our clock are read at different instants, so
-      // the shares can add up to a little over the interval; they partition
-      // the stage's time, so scale them back to sum to at most 100%.
-      double sum = st.busy + st.starved + st.blocked;
-      if (sum > 1.0) st.busy /= sum, st.starved /= sum, st.blocked /= sum;
-      st.batches_per_s = d("batches") / span;
-      st.tokens_per_s = d("tokens") / span;
-      v.stages.push_back(st);
-    }
-  }
+  if (stages != now.end() && stages->is_array())
+    for (size_t i = 0; i < stages->size(); ++i)
+      if ((*stages)[i].is_object())
+        v.stages.push_back(stage_view((*stages)[i], prev_stage(prev, i)));
+  double slowest = 0;
+  for (const StageView& s : v.stages) slowest = std::max(slowest, s.ms_per_batch);
+  for (StageView& s : v.stages) s.step_share = slowest > 0 ? s.ms_per_batch / slowest : 0;
   return v;
 }
 
 std::string diagnose(const TopView& v) {
-  if (!v.ready) return "loading: the model is not ready yet";
-  bool kv_low = v.blocks_total > 0 && double(v.blocks_free) < 0.05 * double(v.blocks_total);
-  if (v.preemptions_delta > 0 || (kv_low && v.waiting > 0))
-    return "KV-bound: sequences are preempted or wait for blocks; raise kv.memory or lower "
-           "scheduler.max_num_seqs";
-  if (v.stages.empty()) return "no stage statistics";
-  double min_busy = 1, max_busy = 0;
-  size_t slow = 0;
-  for (size_t i = 0; i < v.stages.size(); ++i) {
-    if (v.stages[i].busy > max_busy) max_busy = v.stages[i].busy, slow = i;
-    min_busy = std::min(min_busy, v.stages[i].busy);
-  }
-  if (v.running == 0 && v.waiting == 0) return "idle: no requests running";
-  if (max_busy - min_busy > 0.15)
-    return fmt::format(
-        "unbalanced: stage {} (layers {}) is busy {:.0f}% vs {:.0f}% for the least; "
-        "move layers off it in [[stages]] layers",
-        slow, v.stages[slow].layers, max_busy * 100, min_busy * 100);
-  if (v.itl_p50 > 0 && v.itl_p99 > 4 * v.itl_p50 && v.prompt_tokens_per_s > v.gen_tokens_per_s)
-    return "prefill-heavy: long prompts stall decodes (ITL p99 >> p50); lower scheduler.chunk_size";
-  if (max_busy < 0.85)
-    return fmt::format(
-        "ring starved: stages busy at most {:.0f}%; too few sequences in flight "
-        "({} running) — send more concurrent requests or raise plan.max_rows",
-        max_busy * 100, v.running);
-  return "saturated and balanced: the ring is the limit (add stages or devices)";
+  return diagnose_view(v).summary;
 }
 
 std::string render(const TopView& v) {
   std::string o = fmt::format("kvasir top — {}  [{}]\n\n", v.model, v.ready ? "ready" : "loading");
-  o += fmt::format("{:<6} {:<10} {:<8} {:>7} {:>8} {:>8} {:>10} {:>10}\n", "stage", "layers",
-                   "device", "busy%", "starved%", "blocked%", "batches/s", "tokens/s");
+  o += fmt::format("{:<6} {:<10} {:<8} {:<8} {:>7} {:>8} {:>8} {:>10} {:>10} {:>9} {:>6}\n",
+                   "stage", "layers", "device", "now", "busy%", "starved%", "blocked%", "batches/s",
+                   "tokens/s", "ms/batch", "step%");
   for (size_t i = 0; i < v.stages.size(); ++i) {
     const auto& s = v.stages[i];
-    o += fmt::format("{:<6} {:<10} {:<8} {:>7.1f} {:>8.1f} {:>8.1f} {:>10.1f} {:>10.1f}\n", i,
-                     s.layers, s.device, s.busy * 100, s.starved * 100, s.blocked * 100,
-                     s.batches_per_s, s.tokens_per_s);
+    o += fmt::format(
+        "{:<6} {:<10} {:<8} {:<8} {:>7.1f} {:>8.1f} {:>8.1f} {:>10.1f} {:>10.1f} {:>9.1f} "
+        "{:>6.0f}\n",
+        i, s.layers, s.device, s.state, s.busy * 100, s.starved * 100, s.blocked * 100,
+        s.batches_per_s, s.tokens_per_s, s.ms_per_batch, s.step_share * 100);
   }
   int64_t used = v.blocks_total - v.blocks_free;
-  o += fmt::format("\nring: {} micro-batches in flight at most\n", v.inflight);
+  o += fmt::format("\nring: {} micro-batches in flight at most", v.inflight);
+  if (v.plan.known)
+    o += fmt::format("; policy {}, ITL target {}", v.plan.policy,
+                     v.timing.itl_target_ms > 0 ? fmt::format("{:.0f} ms", v.timing.itl_target_ms)
+                                                : v.plan.itl_target);
+  o += fmt::format(
+      "\nsteps: decodes only {:.1f} ms, with prefill {:.1f} ms; mean batch {:.1f} rows, "
+      "{:.0f} tokens\n",
+      v.timing.step_ms_decode, v.timing.step_ms_prefill, v.timing.mean_rows, v.timing.mean_tokens);
   o += fmt::format("KV: {} / {} blocks used ({:.0f}%), preemptions {}\n", used, v.blocks_total,
                    v.blocks_total ? 100.0 * double(used) / double(v.blocks_total) : 0.0,
                    v.preemptions);

@@ -1,9 +1,11 @@
 // cli/top.h — `kvasir top`: what the ring is doing, and why it is slow.
 //
 // Two snapshots of /kvasir/v1/stats (a second apart) give each stage's
-// busy/starved/blocked shares and rates; diagnose() names the bottleneck
-// (docs/scheduler.md) with the setting to change. Pure functions, tested in
-// tests/unit/cli/test_cli.cpp; the terminal loop is in top.cpp.
+// busy/starved/blocked shares and rates, its share of the ring's step, and
+// the scheduler's and KV pool's figures over the interval; diagnose()
+// (cli/diagnose.h, shared with `kvasir diagnose`) names the bottleneck with
+// the setting to change. Pure functions, tested in tests/unit/cli/; the
+// terminal loop is in top.cpp.
 #pragma once
 
 #include <functional>
@@ -15,8 +17,36 @@ namespace kvasir::cli {
 
 struct StageView {
   std::string layers, device;
+  std::string state;                          // busy, starved, blocked, down (now)
   double busy = 0, starved = 0, blocked = 0;  // shares of the interval, 0..1
   double batches_per_s = 0, tokens_per_s = 0;
+  // Mean busy time per micro-batch (ms): over the interval when batches
+  // came back in it, else the cost model's recent mean.
+  double ms_per_batch = 0;
+  double step_share = 0;  // ms_per_batch over the slowest stage's: 1 = sets the step
+  // The cost model (docs/scheduler.md): ms per batch = fixed + per_token · tokens + ...
+  double cost_fixed_ms = 0, cost_per_token_ms = 0, cost_per_sample_ms = 0;
+  int first_layer = 0, last_layer = 0;
+};
+
+// The plan and scheduler settings the daemon reports ("plan" in the stats).
+struct PlanView {
+  bool known = false;
+  int max_rows = 0, max_tokens = 0, max_inflight = 0, chunk_size = 0, max_num_seqs = 0;
+  std::string policy, itl_target;  // itl_target: "auto", "none" or "N ms"
+  double itl_target_ms = -1;       // -1 auto, 0 none
+  double kv_memory = 0;            // bytes per CPU stage
+  int kv_block_size = 16;
+};
+
+// The scheduler's timing figures (engine.timing): counts over the interval
+// (deltas), recent means as they are now.
+struct TimingView {
+  double itl_target_ms = 0, step_budget_ms = 0;
+  bool cost_ready = false;
+  int64_t batches = 0, prefill_batches = 0, decode_rows = 0, decode_rows_with_prefill = 0;
+  int64_t prefill_cut = 0, admission_waits = 0;
+  double step_ms_decode = 0, step_ms_prefill = 0, mean_rows = 0, mean_tokens = 0;
 };
 
 struct TopView {
@@ -26,14 +56,18 @@ struct TopView {
   int inflight = 0;
   int waiting = 0, running = 0;
   int64_t blocks_total = 0, blocks_free = 0, preemptions = 0, preemptions_delta = 0;
+  int64_t kv_slots_used = 0, kv_waste = 0;
   int64_t restarts = 0;  // stage processes restarted after a loss (docs/recovery.md)
   double gen_tokens_per_s = 0, prompt_tokens_per_s = 0;
   double ttft_p50 = 0, ttft_p99 = 0, itl_p50 = 0, itl_p99 = 0;
+  double interval_s = 0;  // what the shares and deltas cover
+  PlanView plan;
+  TimingView timing;
 };
 
 // `prev` may be null (first snapshot: shares from totals since start).
 TopView make_view(const nlohmann::json& now, const nlohmann::json* prev, double interval_s);
-// One line: the bottleneck and the setting to change.
+// One line: the bottleneck and the setting to change (diagnose_view's summary).
 std::string diagnose(const TopView& v);
 // The screen (plain text, no escape codes).
 std::string render(const TopView& v);

@@ -7,7 +7,9 @@
 // the shared segment and the socket.
 //
 //   kvasird --config FILE            run in the foreground
-//   kvasird --check --config FILE    validate (model included), exit 0 / 1
+//   kvasird --check --config FILE    validate (model included), measure the
+//                                    layers and compare the split with the
+//                                    balanced one (CPU stages), exit 0 / 1
 //   kvasird --log-level LEVEL        trace | debug | info | warn | error | off
 //                                    (overrides [log] level)
 //   kvasird --stage N --segment NAME (internal) a stage process
@@ -24,6 +26,7 @@
 #include <thread>
 
 #include "base/check.h"
+#include "base/layer_split.h"
 #include "base/log.h"
 #include "daemon/api/api.h"
 #include "daemon/config/config.h"
@@ -103,6 +106,103 @@ kvasir::RingReport planned_ring(const kvasir::Config& cfg) {
     r.stages.push_back(std::move(one));
   }
   return r;
+}
+
+// The plan and scheduler settings as /kvasir/v1/stats reports them (what
+// `kvasir diagnose` reasons from).
+nlohmann::json plan_json(const kvasir::Config& cfg) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const kvasir::StageCfg& s : cfg.plan.stages)
+    stages.push_back({{"layers", fmt::format("{}-{}", s.first, s.last)},
+                      {"device", s.device},
+                      {"threads", s.threads}});
+  const double itl = cfg.scheduler.itl_target_ms;
+  return {{"max_rows", cfg.plan.max_rows},
+          {"max_tokens", cfg.plan.max_tokens},
+          {"max_inflight", cfg.plan.inflight()},
+          {"stages", std::move(stages)},
+          {"policy", cfg.scheduler.policy},
+          {"chunk_size", cfg.scheduler.chunk_size},
+          {"max_num_seqs", cfg.scheduler.max_num_seqs},
+          {"itl_target_ms",
+           itl == kvasir::SchedulerCfg::kItlAuto ? nlohmann::json("auto") : nlohmann::json(itl)},
+          {"kv_memory", cfg.kv.memory},
+          {"kv_block_size", cfg.kv.block_size}};
+}
+
+// ---- the layer split by measured time (docs/scheduler.md) ----
+
+bool all_cpu(const kvasir::Config& cfg) {
+  for (const kvasir::StageCfg& s : cfg.plan.stages)
+    if (s.is_gpu()) return false;
+  return true;
+}
+
+// Each layer's cost on this CPU for a decode micro-batch of the plan's (a
+// ring slot's share of max_rows, at 256 positions), as the ends add theirs.
+kvasir::SplitCosts measured_costs(const kvasir::Config& cfg, int* rows) {
+  *rows = std::max(1, cfg.plan.max_rows / std::max(1, cfg.plan.inflight()));
+  const kvasir::LayerCosts c =
+      kvasir::measure_layer_costs(cfg.model.path, cfg.plan.stages[0].threads, *rows, 256);
+  return kvasir::SplitCosts{c.layer_ms, c.head_ms, c.tail_ms};
+}
+
+std::string split_text(const kvasir::SplitCosts& c, const std::vector<std::pair<int, int>>& split) {
+  std::string ranges, ms;
+  for (size_t s = 0; s < split.size(); ++s) {
+    ranges += fmt::format("{}{}-{}", s ? " | " : "", split[s].first, split[s].second);
+    ms += fmt::format(
+        "{}{:.1f}", s ? " | " : "",
+        kvasir::stage_cost(c, split[s].first, split[s].second, int(s), int(split.size())));
+  }
+  return fmt::format("{} ({} ms per stage)", ranges, ms);
+}
+
+// layers = "auto": the balanced split of the measured costs, before the
+// model checks (they need ranges).
+void resolve_auto_layers(kvasir::Config& cfg) {
+  if (!cfg.plan.auto_layers) return;
+  for (size_t i = 0; i < cfg.plan.stages.size(); ++i)
+    KV_CHECK(!cfg.plan.stages[i].is_gpu(),
+             "stages[{}].layers: \"auto\" measures the layers on the CPU; give the stages of a "
+             "plan with a cuda device their layers",
+             i);
+  int rows = 0;
+  const kvasir::SplitCosts c = measured_costs(cfg, &rows);
+  const auto split = kvasir::balanced_split(c, int(cfg.plan.stages.size()));
+  KV_CHECK(!split.empty(), "stages: {} stages for {} layers", cfg.plan.stages.size(),
+           c.layer.size());
+  kvasir::apply_split(cfg.plan, split);
+  KV_LOG_INFO("main", "layers = \"auto\": {}, measured with {} decode rows", split_text(c, split),
+              rows);
+}
+
+// kvasird --check: how unbalanced the configured split is, and the
+// balanced one (CPU plans; a GPU stage's layers cost what the CPU cannot say).
+void report_split(const kvasir::Config& cfg) {
+  if (!all_cpu(cfg)) {
+    std::printf("layer split: not measured (the plan has a cuda stage)\n");
+    return;
+  }
+  int rows = 0;
+  const kvasir::SplitCosts c = measured_costs(cfg, &rows);
+  std::vector<std::pair<int, int>> now;
+  for (const kvasir::StageCfg& s : cfg.plan.stages) now.emplace_back(s.first, s.last);
+  const auto best = kvasir::balanced_split(c, int(now.size()));
+  double lo = 1e300, hi = 0;
+  for (size_t s = 0; s < now.size(); ++s) {
+    const double t = kvasir::stage_cost(c, now[s].first, now[s].second, int(s), int(now.size()));
+    lo = std::min(lo, t), hi = std::max(hi, t);
+  }
+  std::printf(
+      "layer costs (decode micro-batch of %d rows): %.2f ms per layer (mean), head +%.2f "
+      "ms, tail +%.2f ms\n",
+      rows, kvasir::stage_cost(c, 0, int(c.layer.size()) - 1, 1, 3) / c.layer.size(), c.head,
+      c.tail);
+  std::printf("configured split: %s: the slowest stage is %.2fx the fastest\n",
+              split_text(c, now).c_str(), lo > 0 ? hi / lo : 0.0);
+  std::printf("balanced split:   %s: a step %.2fx faster (layers = \"auto\" applies it)\n",
+              split_text(c, best).c_str(), hi / kvasir::split_step(c, best));
 }
 
 // The command line.
@@ -213,6 +313,7 @@ class Daemon {
     if (tok_) ctx.codec = kvasir::make_text_codec(*tok_, chat_.get());
     ctx.model_name = mc_.name;
     ctx.max_model_len = mc_.context_length;
+    ctx.plan = plan_json(cfg_);
     ctx.stop = &g_stop;
     ctx.abort = &g_abort;
     ctx.loading = [this] { return loading_.snapshot(); };
@@ -283,6 +384,9 @@ class Daemon {
                             cfg_.scheduler.max_num_seqs};
     // The config validated the name already (daemon/config/config.cpp).
     bc.limits.policy = parse_policy(cfg_.scheduler.policy).value_or(Policy::kChunked);
+    bc.limits.itl_target_ms = cfg_.scheduler.itl_target_ms == SchedulerCfg::kItlAuto
+                                  ? kItlTargetAuto
+                                  : cfg_.scheduler.itl_target_ms;
     bc.max_queue = cfg_.scheduler.max_queue;
     bc.n_blocks = sup_.kv_blocks();
     bc.block_size = cfg_.kv.block_size;
@@ -351,10 +455,12 @@ int main(int argc, char** argv) {
     Config cfg = load_config(a.config_path);
     if (!level) log::set_level(*log::parse_level(cfg.log.level));
     if (!model_present(cfg, a.config_path)) return 1;
+    resolve_auto_layers(cfg);
     ModelConfig mc = check_config(cfg);
     if (a.check) {
       std::printf("%s: valid (%zu stages, %d layers, max_inflight %d)\n", a.config_path.c_str(),
                   cfg.plan.stages.size(), mc.n_layers, cfg.plan.inflight());
+      report_split(cfg);
       return 0;
     }
     install_signal_handlers();

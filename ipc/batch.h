@@ -18,7 +18,10 @@ namespace kvasir::ipc {
 
 constexpr uint16_t kMsgBatch = 1;
 // 2: DescRow gained n_prompt and pad. 3: status carries an ErrorCode.
-constexpr uint16_t kMsgVersion = 3;
+// 4: the result slot carries each stage's busy time on the batch.
+constexpr uint16_t kMsgVersion = 4;
+// Stages whose time a result slot carries (the segment's kMaxStages).
+constexpr int kMaxStageTimes = 16;
 
 // One ring message: "the batch in slot `slot` is yours".
 struct BatchMsg {
@@ -77,6 +80,11 @@ struct ResultHeader {
   int32_t n_rows = 0;
   int32_t status = 0;  // an ErrorCode, as in BatchMsg
   char error[256] = {};
+  // Stage s's busy time on this batch (ns: from taking it to being ready to
+  // hand it on), written by stage s before it hands the batch on; the head
+  // clears the others. The bridge's cost model is fitted from them
+  // (daemon/engine/cost_model.h). Untrusted like the rest of the slot.
+  uint64_t stage_busy_ns[kMaxStageTimes] = {};
 };
 
 // A descriptor slot in the segment, as typed pointers into it. Layout:

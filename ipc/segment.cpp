@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
 #include <chrono>
@@ -66,6 +67,107 @@ uint64_t process_start_time(int32_t pid) {
   if (got != 20 || state == 'Z' || state == 'X' || state == 'x') return 0;
   return uint64_t(v[18]) + 1;  // +1: a process started at tick 0 is still not "unknown"
 }
+
+// ---- the stages' accounting (a seqlock per stage; the stage writes) ----------
+
+namespace {
+std::atomic<uint64_t>* phase_counter(StageShared& st, uint32_t phase) {
+  switch (phase) {
+    case kPhaseBusy:
+      return &st.stats.busy_ns;
+    case kPhaseBlocked:
+      return &st.stats.blocked_ns;
+    default:
+      return &st.stats.starved_ns;
+  }
+}
+// The writer's bracket: odd while the fields change.
+void write_begin(StageShared& st) {
+  st.acct_seq.store(st.acct_seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+}
+void write_end(StageShared& st) {
+  st.acct_seq.store(st.acct_seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+}
+}  // namespace
+
+void begin_accounting(StageShared& st, int64_t now) {
+  write_begin(st);
+  st.phase.store(kPhaseIdle, std::memory_order_relaxed);
+  st.phase_since_ns.store(now, std::memory_order_relaxed);
+  write_end(st);
+}
+
+void enter_phase(StageShared& st, StagePhase p, int64_t now) {
+  write_begin(st);
+  const int64_t since = st.phase_since_ns.load(std::memory_order_relaxed);
+  if (since > 0 && now > since)
+    phase_counter(st, st.phase.load(std::memory_order_relaxed))
+        ->fetch_add(uint64_t(now - since), std::memory_order_relaxed);
+  st.phase.store(p, std::memory_order_relaxed);
+  if (since > 0) st.phase_since_ns.store(now, std::memory_order_relaxed);
+  write_end(st);
+}
+
+void end_accounting(StageShared& st) {
+  // The writer is gone: a write it left half done (odd) is closed, and the
+  // running part it never booked is dropped (the stage is not serving).
+  uint32_t seq = st.acct_seq.load(std::memory_order_relaxed);
+  st.acct_seq.store(seq | 1u, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  st.phase.store(kPhaseIdle, std::memory_order_relaxed);
+  st.phase_since_ns.store(0, std::memory_order_relaxed);
+  st.acct_seq.store((seq | 1u) + 1, std::memory_order_release);
+}
+
+StageTime read_stage_time(const StageShared& st, int64_t now) {
+  StageTime t;
+  int64_t since = 0;
+  auto copy = [&] {
+    t.busy_ns = st.stats.busy_ns.load(std::memory_order_relaxed);
+    t.starved_ns = st.stats.starved_ns.load(std::memory_order_relaxed);
+    t.blocked_ns = st.stats.blocked_ns.load(std::memory_order_relaxed);
+    t.phase = StagePhase(st.phase.load(std::memory_order_relaxed));
+    since = st.phase_since_ns.load(std::memory_order_relaxed);
+  };
+  // A writer holds the bracket for a few instructions: a reader retries.
+  // Past the bound (only a writer that died inside it, which end_accounting
+  // then closes) it takes the fields as they are.
+  bool consistent = false;
+  const bool clock = now <= 0;
+  for (int attempt = 0; attempt < 100000 && !consistent; ++attempt) {
+    const uint32_t s1 = st.acct_seq.load(std::memory_order_acquire);
+    if (s1 & 1u) continue;
+    copy();
+    // Read after the copy, the clock is past every change it holds.
+    if (clock) now = now_ns();
+    std::atomic_thread_fence(std::memory_order_acquire);
+    consistent = st.acct_seq.load(std::memory_order_relaxed) == s1;
+  }
+  if (!consistent) {
+    copy();
+    if (clock) now = now_ns();
+  }
+  // A caller's instant taken before a change the copy holds: count up to
+  // the change (never a negative running part, never a moment twice).
+  now = std::max(now, since);
+  t.now_ns = now;
+  t.serving = since > 0;
+  t.in_phase_ns = t.serving ? std::max<int64_t>(now - since, 0) : 0;
+  switch (t.phase) {
+    case kPhaseBusy:
+      t.busy_ns += uint64_t(t.in_phase_ns);
+      break;
+    case kPhaseBlocked:
+      t.blocked_ns += uint64_t(t.in_phase_ns);
+      break;
+    default:
+      t.starved_ns += uint64_t(t.in_phase_ns);
+  }
+  return t;
+}
+
+// ---- the segment ------------------------------------------------------------
 
 std::string Segment::name_for(const std::string& key) {
   // FNV-1a 64: stable across runs and builds (std::hash is not promised to be).

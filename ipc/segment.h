@@ -30,9 +30,11 @@ class mapped_region;
 namespace kvasir::ipc {
 
 constexpr uint32_t kSegMagic = 0x5253564B;  // "KVSR" little-endian
-// 2: epochs and per-stage progress (recovery); 3: the owner's start time.
-constexpr uint32_t kSegVersion = 3;
+// 2: epochs and per-stage progress (recovery); 3: the owner's start time;
+// 4: each stage's phase and since when, under a seqlock (StageShared).
+constexpr uint32_t kSegVersion = 4;
 constexpr int kMaxStages = 16;
+static_assert(kMaxStageTimes == kMaxStages, "a result slot times every stage");
 
 struct StagePlan {
   int32_t first = 0, last = 0;  // inclusive layer range
@@ -62,9 +64,14 @@ enum StageStatus : uint32_t {
 };
 
 // What a stage is doing right now (StageShared::phase), for the watchdog
-// and the drain check: busy means it holds a batch.
+// and the accounting: idle = starved (waiting for a batch), busy = holding
+// one, blocked = waiting for room downstream.
 enum StagePhase : uint32_t { kPhaseIdle = 0, kPhaseBusy = 1, kPhaseBlocked = 2 };
 
+// busy/starved/blocked count the phases the stage has *left*; the phase it
+// is in counts from StageShared::phase_since_ns on. Read them with
+// read_stage_time(), which adds that running part: a stage holding one
+// batch for a minute is busy all that minute, not at its end.
 struct StageStats {
   std::atomic<uint64_t> busy_ns{0};     // holding a batch
   std::atomic<uint64_t> starved_ns{0};  // waiting for a batch
@@ -91,10 +98,44 @@ struct alignas(64) StageShared {
   // ones it took, so tail - passed is what it holds: 0 or 1. When a stage
   // dies the supervisor sets passed = tail (what it held is gone).
   std::atomic<uint32_t> passed{0};
+  // The accounting: `phase` since `phase_since_ns` (CLOCK_MONOTONIC, the
+  // same clock in every process; 0 = not serving: starting or gone), and
+  // the three counters of `stats`. The stage is their one writer and
+  // changes them together (enter_phase) under `acct_seq`, a seqlock (odd
+  // while it writes), so a reader's copy never counts a moment twice or
+  // not at all.
   std::atomic<uint32_t> phase{kPhaseIdle};
+  std::atomic<uint32_t> acct_seq{0};
+  std::atomic<int64_t> phase_since_ns{0};
   std::atomic<uint64_t> last_busy_ns{0};  // duration of its last batch (watchdog history)
   char error[512] = {};
 };
+
+// A stage's time as of one instant: the counters plus the running part of
+// the phase it is in, so busy + starved + blocked advance together with the
+// clock while the stage serves (docs/ring.md, "Accounting").
+struct StageTime {
+  uint64_t busy_ns = 0, starved_ns = 0, blocked_ns = 0;
+  StagePhase phase = kPhaseIdle;
+  int64_t in_phase_ns = 0;  // how long it has been in `phase` (0 when not serving)
+  bool serving = false;
+  int64_t now_ns = 0;  // the instant the copy is as of
+  uint64_t total_ns() const { return busy_ns + starved_ns + blocked_ns; }
+};
+
+// The stage's side. begin_accounting: it starts serving at `now` (starved
+// until its first batch). enter_phase: the time since the last change goes
+// to the counter of the phase it leaves, and `p` runs from `now`.
+void begin_accounting(StageShared& st, int64_t now);
+void enter_phase(StageShared& st, StagePhase p, int64_t now);
+// The supervisor's, once the stage is gone: no running part any more (and a
+// write the dead process left half done is closed).
+void end_accounting(StageShared& st);
+// Any reader (the bridge's ring report, kvasir top through the API): a
+// consistent copy as of `now`, or (now <= 0) as of the clock read with the
+// copy, so that busy + starved + blocked is exactly the time since the
+// stage began serving at that instant.
+StageTime read_stage_time(const StageShared& st, int64_t now = 0);
 
 struct SegmentHeader {
   uint32_t magic = 0;  // written last by the creator

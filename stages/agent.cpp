@@ -34,8 +34,9 @@ class Agent {
   ForwardBatch forward_batch(const ipc::BatchMsg& m);
   void fail_batch(ipc::BatchMsg& m, ErrorCode code, const std::string& why,
                   const ipc::ResultView& result) const;
-  // Pushes m on; false when the stage is stopping.
-  bool hand_on(const ipc::BatchMsg& m, int64_t t_busy);
+  // Records the batch's busy time (the counters and its result slot's
+  // stage_busy_ns) and pushes m on; false when the stage is stopping.
+  bool hand_on(const ipc::BatchMsg& m, int64_t t_busy, const ipc::ResultView& result);
   // Whatever happens to a message, `passed` counts it once we are done
   // with it (pushed on or dropped): the bridge's drain check relies on it.
   void pass() { me_.passed.fetch_add(1, std::memory_order_release); }
@@ -78,21 +79,22 @@ Agent::Agent(ipc::Segment& seg, const AgentConfig& cfg, const StageForward& forw
 
 int Agent::run() {
   auto stop = [&] { return seg_.stopping(); };
+  // From here on the stage's time is accounted: starved until a batch comes.
+  ipc::begin_accounting(me_, ipc::now_ns());
   while (!seg_.stopping()) {
     ipc::BatchMsg m;
-    const int64_t t0 = ipc::now_ns();
     if (!in_.pop(m, stop)) break;
     const int64_t t1 = ipc::now_ns();
-    me_.stats.starved_ns.fetch_add(uint64_t(t1 - t0), std::memory_order_relaxed);
+    ipc::enter_phase(me_, ipc::kPhaseBusy, t1);
     // A batch of a dead epoch (a stage died while it was in the ring): its
     // sequences are being recomputed, so nothing downstream wants it and its
     // slot may already carry a new batch. Drop it without touching the slot.
     if (seg_.stale(m.batch_id)) {
       me_.stats.dropped.fetch_add(1, std::memory_order_relaxed);
       pass();
+      ipc::enter_phase(me_, ipc::kPhaseIdle, ipc::now_ns());
       continue;
     }
-    me_.phase.store(ipc::kPhaseBusy, std::memory_order_relaxed);
     if (!check_message(m)) continue;
     last_id_ = m.batch_id;
     const ipc::ResultView result = seg_.result(m.slot);
@@ -103,7 +105,7 @@ int Agent::run() {
       result.hdr->n_rows = m.n_rows;
       result.hdr->status = m.status;
     }
-    if (!hand_on(m, t1)) break;
+    if (!hand_on(m, t1, result)) break;
   }
   return 0;
 }
@@ -116,8 +118,8 @@ bool Agent::check_message(ipc::BatchMsg& m) {
   // With a usable slot and id, fail that batch downstream so the bridge
   // hears of it; otherwise there is nothing safe to touch: drop it.
   if (m.slot >= uint32_t(d_.inflight) || m.batch_id <= last_id_) {
-    me_.phase.store(ipc::kPhaseIdle, std::memory_order_relaxed);
     pass();
+    ipc::enter_phase(me_, ipc::kPhaseIdle, ipc::now_ns());
     return false;
   }
   m.kind = ipc::kMsgBatch;
@@ -185,17 +187,19 @@ void Agent::fail_batch(ipc::BatchMsg& m, ErrorCode code, const std::string& why,
             fmt::format("stage {}: {}", s_, why));
 }
 
-bool Agent::hand_on(const ipc::BatchMsg& m, int64_t t_busy) {
+bool Agent::hand_on(const ipc::BatchMsg& m, int64_t t_busy, const ipc::ResultView& result) {
   const int64_t t2 = ipc::now_ns();
-  me_.stats.busy_ns.fetch_add(uint64_t(t2 - t_busy), std::memory_order_relaxed);
+  // This batch's busy time, for the bridge's cost model: ours, and (the
+  // head) the others' cleared, since the slot held an older batch's.
+  if (head_) std::fill_n(result.hdr->stage_busy_ns, ipc::kMaxStageTimes, uint64_t(0));
+  if (s_ < ipc::kMaxStageTimes) result.hdr->stage_busy_ns[s_] = uint64_t(t2 - t_busy);
   me_.stats.batches.fetch_add(1, std::memory_order_relaxed);
   me_.stats.tokens.fetch_add(uint64_t(m.n_tokens), std::memory_order_relaxed);
   me_.last_busy_ns.store(uint64_t(t2 - t_busy), std::memory_order_relaxed);
-  me_.phase.store(ipc::kPhaseBlocked, std::memory_order_relaxed);
+  ipc::enter_phase(me_, ipc::kPhaseBlocked, t2);
   if (!out_.push(m, [&] { return seg_.stopping(); })) return false;
   pass();
-  me_.phase.store(ipc::kPhaseIdle, std::memory_order_relaxed);
-  me_.stats.blocked_ns.fetch_add(uint64_t(ipc::now_ns() - t2), std::memory_order_relaxed);
+  ipc::enter_phase(me_, ipc::kPhaseIdle, ipc::now_ns());
   return true;
 }
 

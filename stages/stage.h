@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace kvasir {
 
@@ -15,5 +16,20 @@ namespace kvasir {
 // out in stage_main.cpp). Any failure before serving is written to the
 // stage's error field with status failed. Returns the process exit code.
 int stage_main(int stage, const std::string& segment_name);
+
+// What each layer of the model costs on this machine's CPU with `threads`
+// threads, for a decode micro-batch of `rows` rows at `context` positions
+// (every row sampled): each layer's median over `repeats` forwards, and
+// what the ends add to their layers — the embedding on the first stage,
+// the final norm and output head on the last (the tail's sampler is not
+// included). What `kvasird --check` and layers = "auto" split the layers by
+// (base/layer_split.h). Maps the model; throws kvasir::Error if it cannot.
+struct LayerCosts {
+  std::vector<double> layer_ms;
+  double head_ms = 0, tail_ms = 0;
+  int rows = 0, context = 0;
+};
+LayerCosts measure_layer_costs(const std::string& model_path, int threads, int rows, int context,
+                               int repeats = 5);
 
 }  // namespace kvasir

@@ -10,6 +10,16 @@ after (the machine is shared; the load says how far to trust the figures).
 
   python3 bench/policies/run.py --bin build/bin [--out /tmp/kvasir-policies]
 
+--trace-kind picks another trace (docs/scheduler.md, "Scheduling by time"):
+long-heavy (half 1,600-token prompts, half 32, 48 generated, 12 at a time),
+short-heavy (mostly 64-192-token prompts, a few 900-1,300, 16 at a time),
+poisson-burst (Poisson arrivals with a burst, mixed lengths, open loop).
+With --itl-check it first measures the ITL the same requests see when no
+prefill runs (every prompt 32 tokens, same outputs and arrivals), then adds
+a continuous+chunked run with scheduler.itl_target_ms at 3x that and checks
+the time-budget goals. --runs replaces --policies with run specs
+(POLICY[:section.key=value...], docs/cli.md).
+
 Everything it writes (trace, configs, raw JSON) stays in --out.
 """
 import argparse
@@ -47,6 +57,36 @@ def make_trace(a):
     return reqs
 
 
+def make_kind_trace(a):
+    """The traces of the time-budget goals (none of them tuned on)."""
+    rng = random.Random(a.seed)
+    reqs = []
+    if a.trace_kind == "long-heavy":
+        for i in range(24):
+            reqs.append({"t": 0, "prompt_len": 1600 if i % 2 == 0 else 32, "max_tokens": 48})
+    elif a.trace_kind == "short-heavy":
+        for i in range(40):
+            long = i % 7 == 5
+            reqs.append({"t": 0, "prompt_len": rng.randrange(900, 1301) if long else rng.randrange(64, 193),
+                         "max_tokens": 64})
+    elif a.trace_kind == "poisson-burst":
+        t = 0.0
+        for i in range(30):
+            t += rng.expovariate(0.4)
+            reqs.append({"t": round(t, 3)})
+        for i in range(10):
+            reqs.append({"t": round(30 + 0.05 * i, 3)})
+        reqs.sort(key=lambda r: r["t"])
+        for r in reqs:
+            r["prompt_len"] = max(16, min(1800, int(rng.lognormvariate(5.3, 1.0))))
+            r["max_tokens"] = 48
+    return reqs
+
+
+def kind_concurrency(kind):
+    return {"long-heavy": 12, "short-heavy": 16}.get(kind, 0)
+
+
 def config(model, kv_memory, threads, chunk_size, batch_tokens):
     sched = f"[scheduler]\nchunk_size = {chunk_size}\n" if chunk_size else ""
     plan = f"[plan]\nmax_tokens = {batch_tokens}\n" if batch_tokens else ""
@@ -71,10 +111,14 @@ def uptime():
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def bench(a, cfg, trace, policies, out_json):
+def bench(a, cfg, trace, policies, out_json, itl_target=0):
     cmd = [os.path.join(a.bin, "kvasir"), "bench", "--compare-policies", "--config", cfg,
            "--kvasird", os.path.join(a.bin, "kvasird"), "--policies", ",".join(policies),
            "--trace", trace, "--json", "--progress", "never"]
+    if a.concurrency:
+        cmd += ["--concurrency", str(a.concurrency)]
+    if itl_target:
+        cmd += ["--itl-target", f"{itl_target:.1f}"]
     print("$", " ".join(cmd), file=sys.stderr, flush=True)
     r = subprocess.run(cmd, capture_output=True, text=True)
     open(out_json, "w").write(r.stdout)
@@ -111,8 +155,21 @@ def main():
     p.add_argument("--report-only", action="store_true",
                    help="run nothing: print the figures from the JSON files already in --out")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--trace-kind", default="default",
+                   choices=["default", "long-heavy", "short-heavy", "poisson-burst"])
+    p.add_argument("--concurrency", type=int, default=-1,
+                   help="requests outstanding at most (default: the trace kind's; 0 = open loop)")
+    p.add_argument("--runs", default="", help="run specs POLICY[:section.key=value...], comma-separated")
+    p.add_argument("--itl-check", action="store_true",
+                   help="measure the no-prefill ITL, then add a run at 3x it as scheduler.itl_target_ms")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    if a.concurrency < 0:
+        a.concurrency = kind_concurrency(a.trace_kind)
+    if a.runs:
+        a.policies = a.runs
+    if a.trace_kind != "default":
+        return main_kind(a)
 
     trace = os.path.join(a.out, "trace.jsonl")
     reqs = make_trace(a)
@@ -200,6 +257,106 @@ def main():
             print(f"- small pool ({a.small_kv}), chunked: {s['completed']}/{len(reqs)} completed, "
                   f"{s['preemptions']} preemptions, output {s['output_tok_s']:.1f} tok/s: "
                   f"{'every request completed' if okk else 'NOT all completed'}")
+
+
+def write_trace(path, reqs):
+    with open(path, "w") as f:
+        for r in reqs:
+            f.write(json.dumps(r) + "\n")
+
+
+def row_table(runs, names):
+    rows = [("output tok/s", lambda s: f"{s['output_tok_s']:.1f}"),
+            ("TTFT p50 / p99 ms", lambda s: f"{s['ttft_ms']['p50']:.0f} / {s['ttft_ms']['p99']:.0f}"),
+            ("ITL p50 / p99 ms", lambda s: f"{s['itl_ms']['p50']:.0f} / {s['itl_ms']['p99']:.0f}"),
+            ("ITL samples in target", lambda s: "-" if not s.get("goodput") or s["goodput"].get("itl_within_target") is None
+             else f"{100 * s['goodput']['itl_within_target']:.1f}% <= {s['goodput']['itl_target_ms']:.0f} ms"),
+            ("goodput (req)", lambda s: "-" if not s.get("goodput") else f"{100 * s['goodput']['fraction']:.0f}%"),
+            ("KV waste", lambda s: "n/a" if s["kv_waste"] is None else f"{100 * s['kv_waste']:.2f}%"),
+            ("preemptions", lambda s: str(s["preemptions"])),
+            ("completed / failed", lambda s: f"{s['completed']} / {s['failed']}"),
+            ("uptime before", lambda s: s.get("uptime", "?").split("load average:")[-1].strip())]
+    print("| | " + " | ".join(f"`{n}`" for n in names) + " |")
+    print("|---|" + "---|" * len(names))
+    for label, f in rows:
+        print(f"| {label} | " + " | ".join("error" if "error" in runs[n] else f(runs[n]) for n in names) + " |")
+
+
+def run_each(a, cfg, trace, names, tag, itl_target=0):
+    runs = {}
+    for n in names:
+        up = uptime()
+        print(f"uptime before {n}: {up}", flush=True)
+        safe = "".join(ch if ch.isalnum() else "_" for ch in n)
+        got = bench(a, cfg, trace, [n], os.path.join(a.out, f"{tag}-{safe}.json"), itl_target)
+        for k, v in got.items():
+            v["uptime"] = up
+            runs[k] = v
+    return runs
+
+
+def main_kind(a):
+    """A time-budget trace: the runs, then the goals of docs/scheduler.md."""
+    reqs = make_kind_trace(a)
+    trace = os.path.join(a.out, "trace.jsonl")
+    write_trace(trace, reqs)
+    cfg = os.path.join(a.out, "roomy.toml")
+    open(cfg, "w").write(config(a.model, a.kv, a.threads, a.chunk_size, a.batch_tokens))
+    c = "continuous+chunked"
+    names = a.policies.split(",") if a.runs or a.policies != ",".join(POLICIES) else \
+        [c, f"{c}:scheduler.itl_target_ms=0", "continuous", "naive"]
+    target = 0
+    runs = {}
+    if a.itl_check:
+        # The ITL the same requests see when no prefill runs: the median gap
+        # of the same trace under the same policy without a target (prefill
+        # steps are few among the decode steps, so the median gap has none).
+        none = f"{c}:scheduler.itl_target_ms=0"
+        runs.update(run_each(a, cfg, trace, [none], "run"))
+        itl0 = runs[none]["itl_ms"]["p50"]
+        target = 3 * itl0
+        print(f"no-prefill ITL (p50 without a target) {itl0:.1f} ms -> itl_target_ms {target:.0f}", flush=True)
+        names = [none] + [n for n in names if n != none] + [f"{c}:scheduler.itl_target_ms={target:.0f}"]
+    runs.update(run_each(a, cfg, trace, [n for n in names if n not in runs], "run", target))
+    print(f"\ntrace {a.trace_kind}: {len(reqs)} requests, {sum(r['prompt_len'] for r in reqs)} prompt "
+          f"and {sum(r['max_tokens'] for r in reqs)} output tokens, concurrency {a.concurrency or 'open loop'}; "
+          f"2 CPU stages x {a.threads} thread(s)\n")
+    ok = [n for n in names if n in runs]
+    row_table(runs, ok)
+    report_kind(runs, names, c, target)
+
+
+def report_kind(runs, names, c, target):
+    def get(n, *k):
+        s = runs.get(n)
+        if not s or "error" in s:
+            return None
+        for x in k:
+            s = s[x]
+        return s
+    print()
+    none = f"{c}:scheduler.itl_target_ms=0"
+    cp, kp = get(c, "itl_ms", "p99"), get("continuous", "itl_ms", "p99")
+    if cp and kp:
+        print(f"- ITL p99 {c} / continuous = {cp / kp:.2f} (goal <= 0.5): {'met' if cp / kp <= 0.5 else 'NOT met'}")
+    best = max([(get(n, "output_tok_s") or 0, n) for n in names if n != c and n in runs] or [(0, "")])
+    if get(c, "output_tok_s") and best[0]:
+        r = get(c, "output_tok_s") / best[0]
+        print(f"- output tok/s {c} / best other ({best[1]}) = {r:.2f} (goal >= 0.95): {'met' if r >= 0.95 else 'NOT met'}")
+    if target:
+        t = f"{c}:scheduler.itl_target_ms={target:.0f}"
+        w = get(t, "goodput", "itl_within_target")
+        if w is not None:
+            print(f"- ITL samples within {target:.0f} ms at that target = {100 * w:.1f}% (goal >= 95%): {'met' if w >= 0.95 else 'NOT met'}")
+        if get(t, "output_tok_s") and get(none, "output_tok_s"):
+            r = get(t, "output_tok_s") / get(none, "output_tok_s")
+            print(f"- output tok/s at that target / without a target = {r:.2f} (goal >= 0.8): {'met' if r >= 0.8 else 'NOT met'}")
+    for n in names:
+        if n in runs and "error" not in runs[n]:
+            s = runs[n]
+            w = s["kv_waste"]
+            print(f"- {n}: {s['completed']}/{s['requests']} completed, KV waste "
+                  f"{'n/a' if w is None else f'{100 * w:.2f}%'} (goal < 4%)")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,9 @@ struct ApiContext {
   std::string model_name;                  // the id in /v1/models and responses
   std::vector<std::string> model_aliases;  // also accepted as "model" (e.g. the file name)
   int32_t max_model_len = 0;               // context length (0 = unknown)
+  // The plan and scheduler settings as /kvasir/v1/stats reports them
+  // ("plan": what kvasir diagnose reasons from); null: not reported.
+  nlohmann::json plan;
   // Turning true starts the graceful stop (see run_api). May be null.
   const std::atomic<bool>* stop = nullptr;
   // Turning true during the drain aborts the requests still running (the

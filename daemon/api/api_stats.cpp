@@ -50,6 +50,25 @@ void Histogram::prometheus(std::string& out, const std::string& name,
 
 namespace {
 
+json timing_json(const SchedTiming& t) {
+  return {{"itl_target_ms", t.itl_target_ms},
+          {"itl_target_auto", t.itl_target_auto},
+          {"step_budget_ms", t.step_budget_ms},
+          {"cost_ready", t.cost_ready},
+          {"batches", t.batches},
+          {"prefill_batches", t.prefill_batches},
+          {"decode_rows", t.decode_rows},
+          {"decode_rows_with_prefill", t.decode_rows_with_prefill},
+          {"step_ms_decode", t.step_ms_decode},
+          {"step_ms_prefill", t.step_ms_prefill},
+          {"mean_rows", t.mean_rows},
+          {"mean_tokens", t.mean_tokens},
+          {"ring_depth", t.ring_depth},
+          {"prefill_cut", t.prefill_cut},
+          {"prefill_aged", t.prefill_aged},
+          {"admission_waits", t.admission_waits}};
+}
+
 json engine_stats_json(const EngineStats& s) {
   return {{"waiting", s.waiting},
           {"running", s.running},
@@ -64,17 +83,26 @@ json engine_stats_json(const EngineStats& s) {
           {"restarts", s.restarts},
           {"faults", s.faults},
           {"requeued", s.requeued},
-          {"last_recovery_s", s.last_recovery_s}};
+          {"last_recovery_s", s.last_recovery_s},
+          {"timing", timing_json(s.timing)}};
 }
 
 std::string layers_text(const StageReport& s) {
   return fmt::format("{}-{}", s.first_layer, s.last_layer);
 }
 
+json cost_json(const StageCost& c) {
+  return {{"fixed_ms", c.fixed_ms},       {"per_token_ms", c.per_token_ms},
+          {"per_kctx_ms", c.per_kctx_ms}, {"per_sample_ms", c.per_sample_ms},
+          {"rms_ms", c.rms_ms},           {"mean_busy_ms", c.mean_busy_ms},
+          {"samples", c.samples}};
+}
+
 json stage_json(const StageReport& s) {
-  return {{"index", s.index},     {"layers", layers_text(s)}, {"device", s.device},
-          {"busy_s", s.busy_s},   {"starved_s", s.starved_s}, {"blocked_s", s.blocked_s},
-          {"batches", s.batches}, {"tokens", s.tokens}};
+  return {{"index", s.index},   {"layers", layers_text(s)}, {"device", s.device},
+          {"busy_s", s.busy_s}, {"starved_s", s.starved_s}, {"blocked_s", s.blocked_s},
+          {"state", s.state},   {"state_s", s.state_s},     {"batches", s.batches},
+          {"tokens", s.tokens}, {"cost", cost_json(s.cost)}};
 }
 
 json latency_json(const Histogram& h) {
@@ -120,6 +148,7 @@ json ApiService::Impl::stats_json() {
   for (const StageReport& s : ring.stages) stages.push_back(stage_json(s));
   json body = {{"inflight", ring.inflight}, {"stages", std::move(stages)}};
   body["model"] = ctx.model_name;
+  if (!ctx.plan.is_null()) body["plan"] = ctx.plan;
   body["ready"] = engine.ready();
   body["uptime_s"] =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

@@ -222,6 +222,7 @@ void validate_plan(const PlanCfg& plan) {
       KV_CHECK(gpus.insert(s.device).second,
                "{}.device: {} is already used by another stage (one stage per GPU)", f, s.device);
     }
+    if (plan.auto_layers) continue;  // chosen at load (apply_split)
     KV_CHECK(s.first >= 0 && s.first <= s.last, "{}.layers: {}-{} is not a range", f, s.first,
              s.last);
     if (i == 0) {
@@ -264,8 +265,10 @@ StageCfg parse_stage(const toml::node& n, const std::string& f) {
   check_keys(*t, f, {"layers", "device", "threads"});
   StageCfg st;
   auto* layers = t->get("layers");
-  KV_CHECK(layers, "{}.layers: required (e.g. \"0-14\")", f);
-  if (layers->is_integer()) {
+  KV_CHECK(layers, "{}.layers: required (e.g. \"0-14\", or \"auto\")", f);
+  if (layers->is_string() && *layers->value<std::string_view>() == "auto") {
+    st.first = st.last = -1;  // chosen at load from measured costs
+  } else if (layers->is_integer()) {
     st.first = st.last = int32_t(*layers->value<int64_t>());
   } else {
     KV_CHECK(layers->is_string(), "{}.layers: must be a string like \"0-14\"", f);
@@ -281,6 +284,15 @@ void parse_stages(const toml::node& n, PlanCfg& plan) {
   KV_CHECK(arr, "stages: must be an array of tables ([[stages]])");
   for (size_t i = 0; i < arr->size(); ++i)
     plan.stages.push_back(parse_stage((*arr)[i], fmt::format("stages[{}]", i)));
+  // "auto" is a plan, not a stage's range: all of them or none.
+  size_t autos = 0;
+  for (const StageCfg& s : plan.stages) autos += s.first < 0;
+  for (size_t i = 0; i < plan.stages.size() && autos > 0; ++i)
+    KV_CHECK(plan.stages[i].first < 0,
+             "stages[{}].layers: \"auto\" must be given for every stage or none (the split "
+             "is chosen for the whole ring)",
+             i);
+  plan.auto_layers = autos > 0;
 }
 
 void parse_kv(const toml::table& k, KvCfg& kv) {
@@ -298,8 +310,23 @@ void parse_kv(const toml::table& k, KvCfg& kv) {
   }
 }
 
+// scheduler.itl_target_ms: "auto", or milliseconds (0 = no target).
+double parse_itl_target(const toml::table& s, double def) {
+  const char* f = "scheduler.itl_target_ms";
+  auto* n = s.get("itl_target_ms");
+  if (!n) return def;
+  if (n->is_string()) {
+    KV_CHECK(*n->value<std::string_view>() == "auto",
+             "{}: \"{}\" is not \"auto\" or a number of milliseconds", f,
+             *n->value<std::string_view>());
+    return SchedulerCfg::kItlAuto;
+  }
+  return get_double(s, "itl_target_ms", f, def, 0, 600000, "milliseconds (0 = no target)");
+}
+
 void parse_scheduler(const toml::table& s, SchedulerCfg& sc) {
-  check_keys(s, "scheduler", {"policy", "chunk_size", "max_num_seqs", "max_queue"});
+  check_keys(s, "scheduler",
+             {"policy", "chunk_size", "max_num_seqs", "max_queue", "itl_target_ms"});
   sc.policy = get_str(s, "policy", "scheduler.policy", "continuous+chunked");
   // The names daemon/engine/scheduler.h parses (kept literal here: config
   // has no dependency on the engine).
@@ -313,6 +340,7 @@ void parse_scheduler(const toml::table& s, SchedulerCfg& sc) {
   // At least 1: a request waits in the queue before its first batch, so 0
   // would refuse every request (a daemon that serves nobody).
   sc.max_queue = get_int(s, "max_queue", "scheduler.max_queue", 1024, 1, 1 << 24);
+  sc.itl_target_ms = parse_itl_target(s, sc.itl_target_ms);
 }
 
 double get_seconds(const toml::table& t, const char* key, const char* field, double def, double lo,
@@ -400,6 +428,17 @@ Config parse_config(std::string_view text, const std::string& base_dir, const st
   return c;
 }
 
+void apply_split(PlanCfg& plan, const std::vector<std::pair<int, int>>& ranges) {
+  KV_CHECK(ranges.size() == plan.stages.size(), "stages: a split of {} ranges for {} stages",
+           ranges.size(), plan.stages.size());
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    plan.stages[i].first = ranges[i].first;
+    plan.stages[i].last = ranges[i].second;
+  }
+  plan.auto_layers = false;
+  validate_plan(plan);
+}
+
 Config load_config(const std::string& path) {
   std::error_code ec;
   KV_CHECK(fs::is_regular_file(path, ec), "config: {}: no such file", path);
@@ -416,6 +455,8 @@ uint64_t kv_bytes_per_block(const ModelConfig& m, int32_t n_layers, int32_t bloc
 }
 
 void check_against_model(const Config& cfg, const ModelConfig& m) {
+  KV_CHECK(!cfg.plan.auto_layers,
+           "stages: layers = \"auto\" is chosen at load; the split is not made yet");
   const auto& st = cfg.plan.stages;
   for (size_t i = 0; i < st.size(); ++i) {
     KV_CHECK(st[i].last < m.n_layers,

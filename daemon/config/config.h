@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "model/config.h"
@@ -41,6 +42,9 @@ struct PlanCfg {
   int32_t max_tokens = 512;  // token budget of one micro-batch
   int32_t max_inflight = 0;  // as written; 0 = number of stages
   std::vector<StageCfg> stages;
+  // Every stage said layers = "auto": the ranges are chosen at load from
+  // the layers' measured costs (apply_split); until then they are -1.
+  bool auto_layers = false;
 
   // The effective number of micro-batches in the ring.
   int32_t inflight() const { return max_inflight > 0 ? max_inflight : int32_t(stages.size()); }
@@ -60,6 +64,11 @@ struct SchedulerCfg {
   int32_t chunk_size = 512;    // prefill chunk (tokens), for prompts longer than a micro-batch
   int32_t max_num_seqs = 256;  // sequences running at once
   int32_t max_queue = 1024;    // waiting requests before new ones are refused
+  // The target gap between a running request's tokens (ms), under
+  // continuous+chunked: > 0 a fixed target, 0 none (token budget only),
+  // kItlAuto ("auto", the default) from the stages' measured costs.
+  double itl_target_ms = -1;
+  static constexpr double kItlAuto = -1;
 };
 
 struct ServerCfg {
@@ -117,8 +126,13 @@ Config load_config(const std::string& path);
 
 // Plan rules that need no model: at least two stages (head and tail are
 // distinct roles), widths > 0, devices well-formed, no GPU named twice,
-// ranges well-formed (first <= last) and in order without overlap or gap.
+// ranges well-formed (first <= last) and in order without overlap or gap
+// (unless every stage's layers are "auto": they are chosen at load).
 void validate_plan(const PlanCfg& plan);
+
+// Sets the stages' layer ranges (layers = "auto", resolved): one inclusive
+// range per stage, in order; then the plan rules apply as to written ones.
+void apply_split(PlanCfg& plan, const std::vector<std::pair<int, int>>& ranges);
 
 // Rules that need the model: ranges cover exactly 0..n_layers-1; kv.memory
 // holds at least one block on every stage; devices this build can run.

@@ -4,9 +4,13 @@
 
 namespace kvasir {
 
-void BatchFormer::begin(int64_t active, int64_t work, RingLoad load, int64_t floor) {
+void BatchFormer::begin(int64_t active, int64_t work, RingLoad load, int64_t floor,
+                        StepBudget time) {
   budget_ = lim_.max_tokens;
   row_cap_ = lim_.max_rows;
+  time_ = time;
+  shape_ = {};
+  prefill_taken_ = false;
   if (lim_.inflight <= 1) return;
   if (load.free_slots <= 0) {
     // The ring unknown: balance rows only, over all the slots.
@@ -45,8 +49,11 @@ int32_t BatchFormer::want(const Sequence& s) const {
   // can be cut anywhere.
   if (s.padding() > 0) return int32_t(std::min<int64_t>(s.padding(), budget_));
   const int64_t rem = s.remaining();
-  if (lim_.policy == Policy::kChunked)
-    return int32_t(std::min<int64_t>({rem, budget_, lim_.chunk_size}));
+  if (lim_.policy == Policy::kChunked) {
+    const auto n = int32_t(std::min<int64_t>({rem, budget_, lim_.chunk_size}));
+    // A decode (one position left) is what the budget protects: never cut.
+    return rem > 1 && time_.step_s > 0 ? within_time(s, n) : n;
+  }
   // Whole prefills: a prompt that fits a micro-batch waits for one with room
   // for all of it. One longer than any micro-batch has to be cut: it takes
   // what is left of the budget (a full batch when it is alone).
@@ -54,19 +61,76 @@ int32_t BatchFormer::want(const Sequence& s) const {
   return budget_;
 }
 
+// The piece's size under the step budget: the largest k <= n whose batch
+// (the rows so far plus k positions of s) the cost model predicts within
+// step_s, found by bisection (the prediction grows with k). The batch's
+// first prefill piece gets at least its aging floor.
+int32_t BatchFormer::within_time(const Sequence& s, int32_t n) const {
+  auto fits = [&](int32_t k) {
+    BatchShape b = shape_;
+    b.add_row(s.n_scheduled, k, k == s.remaining(), false);
+    return cost_.step(b) <= time_.step_s;
+  };
+  int32_t lo = 0, hi = n;
+  if (fits(n)) {
+    lo = n;
+  } else {
+    while (hi - lo > 1) {
+      const int32_t mid = lo + (hi - lo) / 2;
+      (fits(mid) ? lo : hi) = mid;
+    }
+  }
+  if (prefill_taken_) return lo;
+  return std::max(lo, std::min(n, aging_floor(s)));
+}
+
+// floor_tokens, doubled for every aging_steps micro-batches in which the
+// budget starved the sequence's prefill (the decodes left it under a quarter
+// of the step). Only starvation ages it: a prompt that gets its share of
+// the step is moving at the budget's pace, however few tokens that is at
+// a long prompt's late positions.
+int32_t BatchFormer::aging_floor(const Sequence& s) const {
+  int64_t floor = std::max(time_.floor_tokens, 1);
+  floor <<= std::min(s.starved / std::max(time_.aging_steps, 1), 20);
+  return int32_t(std::min<int64_t>(floor, lim_.max_tokens));
+}
+
 void BatchFormer::add(std::vector<SchedRow>& rows, Sequence* s, int32_t n) {
   budget_ -= n;
   if (s->padding() > 0) {
     rows.push_back(SchedRow{s, int32_t(s->pad_next), n, false, true});
+    shape_.add_row(s->pad_next, n, false, false);
     s->pad_next += n;
     return;
   }
   // Only the row that reaches the last known token samples: earlier chunks
   // of a prompt only write KV.
-  SchedRow r{s, int32_t(s->n_scheduled), n, n == s->remaining()};
+  const int64_t rem = s->remaining();
+  SchedRow r{s, int32_t(s->n_scheduled), n, n == rem};
+  const bool decode = rem == 1 && s->n_scheduled >= s->n_prompt;
+  if (!decode && rem > 1 && time_.step_s > 0) count_piece(*s, n);
+  shape_.add_row(s->n_scheduled, n, r.sample, decode);
   s->n_scheduled += n;
   s->awaiting = r.sample;
   rows.push_back(r);
+}
+
+// What the time budget did to a prefill piece of n positions: cut it (the
+// token budget alone would have sent more), or let the aging floor through.
+// The batch's first piece counts a starved micro-batch when the decodes
+// before it left prefill under a quarter of the step budget: then the
+// budget, not the prompt's length or position, is what holds it back.
+void BatchFormer::count_piece(Sequence& s, int32_t n) {
+  const auto by_tokens = int32_t(std::min<int64_t>({s.remaining(), budget_ + n, lim_.chunk_size}));
+  BatchShape b = shape_;
+  b.add_row(s.n_scheduled, n, n == s.remaining(), false);
+  if (cost_.step(b) > time_.step_s * 1.000001)
+    counts_.aged++;
+  else if (n < by_tokens)
+    counts_.cut++;
+  if (!prefill_taken_ && n < by_tokens && time_.step_s - cost_.step(shape_) < 0.25 * time_.step_s)
+    s.starved++;
+  prefill_taken_ = true;
 }
 
 }  // namespace kvasir

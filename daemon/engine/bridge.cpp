@@ -15,7 +15,20 @@ namespace {
 // needs to know how many can be in the ring at once.
 SchedLimits with_inflight(SchedLimits l, const ipc::Segment& seg) {
   l.inflight = int32_t(seg.dims().inflight);
+  l.n_stages = seg.n_stages();
   return l;
+}
+
+const char* phase_name(const ipc::StageTime& t) {
+  if (!t.serving) return "down";
+  switch (t.phase) {
+    case ipc::kPhaseBusy:
+      return "busy";
+    case ipc::kPhaseBlocked:
+      return "blocked";
+    default:
+      return "starved";
+  }
 }
 }  // namespace
 
@@ -162,26 +175,39 @@ void Bridge::publish_stats() {
   stats_.requeued = s.requeued;
   stats_.tokens_generated = s.tokens_generated;
   stats_.tokens_prompt = s.tokens_prompt;
+  stats_.timing = s.timing;
+  cost_ = s.cost;
 }
 
 RingReport Bridge::ring_report() const {
   RingReport r;
   r.inflight = int32_t(seg_.dims().inflight);
   const ipc::SegmentParams& p = seg_.params();
+  std::vector<StageCost> cost;
+  {
+    std::lock_guard lk(stats_mu_);
+    cost = cost_;
+  }
+  // Each stage as of the instant it is read, the running part of its phase
+  // included: its shares partition the time whatever a batch's length.
   for (int s = 0; s < seg_.n_stages(); ++s) {
-    const ipc::StageStats& st = seg_.stage(s).stats;
+    const ipc::StageShared& sh = seg_.stage(s);
+    const ipc::StageTime t = ipc::read_stage_time(sh);
     StageReport one;
     one.index = s;
     one.first_layer = p.stages[s].first;
     one.last_layer = p.stages[s].last;
     one.device =
         std::string(p.stages[s].device, strnlen(p.stages[s].device, sizeof p.stages[s].device));
-    one.busy_s = double(st.busy_ns.load()) / 1e9;
-    one.starved_s = double(st.starved_ns.load()) / 1e9;
-    one.blocked_s = double(st.blocked_ns.load()) / 1e9;
-    one.batches = st.batches.load();
-    one.tokens = st.tokens.load();
-    one.refused = st.refused.load();
+    one.busy_s = double(t.busy_ns) / 1e9;
+    one.starved_s = double(t.starved_ns) / 1e9;
+    one.blocked_s = double(t.blocked_ns) / 1e9;
+    one.state = phase_name(t);
+    one.state_s = double(t.in_phase_ns) / 1e9;
+    one.batches = sh.stats.batches.load();
+    one.tokens = sh.stats.tokens.load();
+    one.refused = sh.stats.refused.load();
+    if (size_t(s) < cost.size()) one.cost = cost[size_t(s)];
     r.stages.push_back(std::move(one));
   }
   return r;
@@ -212,6 +238,7 @@ bool Bridge::submit_batch() {
   slot_it->busy = true;
   slot_it->batch_id = batch_id;
   slot_it->out = std::move(out);
+  slot_it->submit_ns = ipc::now_ns();
   // Never full: at most `inflight` batches exist and the ring holds that many.
   return seg_.ring(0).push(m, [&] { return stopping_.load(); });
 }
@@ -251,7 +278,8 @@ bool Bridge::read_results() {
     any = true;
     if (!accept(m)) continue;
     Slot& slot = slots_[m.slot];
-    const BatchResult result = decode(m, slot);
+    BatchResult result = decode(m, slot);
+    result.cycle_s = double(ipc::now_ns() - slot.submit_ns) / 1e9;
     slot.busy = false;
     slot.out = {};
     sched_.update(result);
@@ -297,6 +325,12 @@ BatchResult Bridge::decode(const ipc::BatchMsg& m, const Slot& slot) const {
     res.status = Status(ErrorCode::kBadResult, "result slot does not match its message");
     return res;
   }
+  // The stages' busy times on the batch, for the cost model; a time past an
+  // hour is no measurement (0: the model skips it).
+  res.stage_busy_s.assign(size_t(seg_.n_stages()), 0.0);
+  for (int s = 0; s < seg_.n_stages() && s < ipc::kMaxStageTimes; ++s)
+    if (hdr.stage_busy_ns[s] < 3'600'000'000'000ull)
+      res.stage_busy_s[size_t(s)] = double(hdr.stage_busy_ns[s]) / 1e9;
   res.rows.resize(slot.out.rows.size());
   for (size_t r = 0; r < slot.out.rows.size(); ++r) {
     const ScheduledRow& row = slot.out.rows[r];

@@ -83,6 +83,7 @@ class Bridge : public Engine {
     bool busy = false;
     uint64_t batch_id = 0;  // the ring's id (epochs are ranges of it)
     SchedulerOutput out;    // what the scheduler put in it
+    int64_t submit_ns = 0;  // when it entered the ring (its cycle: until its result)
   };
 
   Status check_request(const GenRequest& r) const;
@@ -120,6 +121,7 @@ class Bridge : public Engine {
 
   mutable std::mutex stats_mu_;
   EngineStats stats_;
+  std::vector<StageCost> cost_;  // the scheduler's cost model, per stage
   std::string failure_;
   std::atomic<bool> failed_{false}, stopping_{false};
   std::atomic<uint64_t> refused_results_{0}, stale_results_{0};

@@ -54,6 +54,31 @@ inline const char* engine_state_name(EngineState s) {
   return "ok";
 }
 
+// How the scheduler budgets micro-batches by time (docs/scheduler.md,
+// "Scheduling by time"), and what it measured doing so.
+struct SchedTiming {
+  double itl_target_ms = 0;  // the target in force now (auto: its current value); 0: none
+  bool itl_target_auto = false;
+  double step_budget_ms = 0;    // the step budget of the last micro-batch formed; 0: none
+  bool cost_ready = false;      // the cost model has seen enough batches to budget with
+  int64_t batches = 0;          // micro-batches back from the ring
+  int64_t prefill_batches = 0;  // ... of which carried prefill (chunks, recomputes, padding)
+  int64_t decode_rows = 0;      // decode rows back from the ring
+  int64_t decode_rows_with_prefill = 0;  // ... of which rode in a batch carrying prefill
+  // Recent means (the last ~20 batches of each kind) of the measured step:
+  // the slowest stage's busy time on the batch.
+  double step_ms_decode = 0;              // batches of decodes only
+  double step_ms_prefill = 0;             // batches carrying prefill and decodes
+  double mean_rows = 0, mean_tokens = 0;  // recent mean micro-batch
+  // The ring's depth as measured: a batch's time in the ring over its step
+  // (recent mean). max(stages, max_inflight) when each stage has a core; more
+  // when the stages share cores and take turns. 0: not measured yet.
+  double ring_depth = 0;
+  int64_t prefill_cut = 0;                // prefill pieces the time budget made smaller
+  int64_t prefill_aged = 0;               // pieces the aging floor let past the budget
+  int64_t admission_waits = 0;  // decisions where a waiting request found no room (KV or seqs)
+};
+
 struct EngineStats {
   int32_t waiting = 0, running = 0;
   int64_t blocks_total = 0, blocks_free = 0;
@@ -73,16 +98,31 @@ struct EngineStats {
   double last_recovery_s = 0;  // last loss seen → ring serving again
   EngineState state = EngineState::kOk;
   std::string failure;  // with kFailed: why
+  SchedTiming timing;
+};
+
+// A stage's cost model (daemon/engine/cost_model.h): its busy time on a
+// micro-batch ≈ fixed + per_token · tokens + per_kctx · context / 1024 +
+// per_sample · sampled rows.
+struct StageCost {
+  double fixed_ms = 0, per_token_ms = 0, per_kctx_ms = 0, per_sample_ms = 0;
+  double rms_ms = 0;        // the fit's recent error
+  double mean_busy_ms = 0;  // recent mean busy time per micro-batch
+  int64_t samples = 0;      // micro-batches fitted
 };
 
 // One stage as the engine reports it: its slice of the plan and its
-// counters (busy + starved + blocked is the time since it began serving).
+// counters. busy + starved + blocked is the time since it began serving,
+// as of the moment of the report: the phase it is in counts up to then.
 struct StageReport {
   int32_t index = 0;
   int32_t first_layer = 0, last_layer = 0;  // inclusive
   std::string device;                       // "cpu", "cuda:N"
   double busy_s = 0, starved_s = 0, blocked_s = 0;
   uint64_t batches = 0, tokens = 0, refused = 0;
+  std::string state = "down";  // busy, starved, blocked, or down (not serving)
+  double state_s = 0;          // how long it has been in it
+  StageCost cost;
 };
 
 struct RingReport {

@@ -20,6 +20,9 @@ enum class Policy {
 std::optional<Policy> parse_policy(std::string_view name);
 const char* policy_name(Policy p);
 
+// scheduler.itl_target_ms = "auto" (docs/scheduler.md, "Scheduling by time").
+constexpr double kItlTargetAuto = -1;
+
 struct SchedLimits {
   int32_t max_rows = 32;
   int32_t max_tokens = 512;
@@ -27,6 +30,12 @@ struct SchedLimits {
   int32_t max_num_seqs = 256;
   Policy policy = Policy::kChunked;
   int32_t inflight = 1;  // micro-batches the ring holds at once (the bridge sets it)
+  // The target gap between a running request's tokens, in ms, under
+  // `continuous+chunked`: > 0 a fixed target, kItlTargetAuto from the cost
+  // model (3 x the step the running requests' decodes alone would take), 0
+  // none (the token budget alone, as before time budgets existed).
+  double itl_target_ms = 0;
+  int32_t n_stages = 1;  // stages a token crosses (the bridge sets it)
 };
 
 // The ring as the bridge sees it when it asks for a batch.

@@ -35,7 +35,10 @@ Scheduler::Scheduler(SchedLimits lim, int32_t n_blocks, int32_t block_size,
       blocks_(n_blocks, block_size),
       eos_(eos_ids.begin(), eos_ids.end()),
       cap_(lim_, q_, blocks_),
-      form_(lim_) {}
+      cost_(lim_.n_stages),
+      form_(lim_, cost_) {
+  timing_.itl_target_auto = lim_.itl_target_ms < 0;
+}
 
 // ---- requests in and out ------------------------------------------------------
 
@@ -111,6 +114,11 @@ void Scheduler::end_all(FinishReason why, const Status& error) {
 SchedulerOutput Scheduler::schedule(RingLoad load) {
   // Admission first, so the row cap sees everyone who wants the ring.
   cap_.admit_waiting();
+  // Someone waits though the policy and max_num_seqs would let more in: no
+  // KV room. What kvasir diagnose reads as admission waits.
+  if ((lim_.policy == Policy::kContinuous || lim_.policy == Policy::kChunked) &&
+      !q_.waiting.empty() && q_.running.size() < size_t(lim_.max_num_seqs))
+    timing_.admission_waits++;
   begin_batch(load);
   std::vector<SchedRow> rows;
   // Decodes first: their latency is what users feel, and chunked prefill
@@ -130,7 +138,7 @@ SchedulerOutput Scheduler::schedule(RingLoad load) {
 // fits a micro-batch: the largest such is the budget's floor.
 void Scheduler::begin_batch(RingLoad load) {
   int64_t active = 0, work = 0, floor = 0;
-  for (const Sequence* s : q_.running) {
+  for (Sequence* s : q_.running) {
     if (s->done) continue;
     active++;
     if (!s->schedulable()) continue;
@@ -138,7 +146,58 @@ void Scheduler::begin_batch(RingLoad load) {
     if (lim_.policy != Policy::kChunked && s->remaining() <= lim_.max_tokens)
       floor = std::max(floor, s->remaining());
   }
-  form_.begin(active, work, load, floor);
+  form_.begin(active, work, load, floor, step_budget());
+}
+
+// The time budget of the next micro-batch (docs/scheduler.md, "Scheduling
+// by time"). A token of a running request crosses every stage, and the
+// ring's max_inflight micro-batches take turns on each stage, so the gap
+// between its tokens is about max(stages, max_inflight) steps: each
+// micro-batch's step gets target / that depth. Auto: 3 x the step the
+// running requests' decodes alone would take (their share of a micro-batch
+// at their mean context): the gap they would see with no prefill, tripled.
+// None when there is no target or no running request whose tokens it would
+// protect (prefill then runs at the token budget). While the cost model
+// cannot tell yet, only the aging floor.
+StepBudget Scheduler::step_budget() {
+  StepBudget b;
+  timing_.step_budget_ms = 0;
+  timing_.cost_ready = cost_.ready();
+  if (lim_.policy != Policy::kChunked || lim_.itl_target_ms == 0) return b;
+  int64_t decoding = 0, positions = 0;
+  for (const Sequence* s : q_.running)
+    if (!s->done && (s->n_generated > 0 || s->awaiting)) {
+      decoding++;
+      positions += int64_t(s->tokens.size());
+    }
+  if (decoding == 0) return b;  // nothing to protect: the token budget alone
+  b.floor_tokens = std::min(16, lim_.chunk_size);
+  // The gap is `depth` steps: max(stages, max_inflight) when each stage
+  // runs on its own core, more when they share cores (a loaded machine:
+  // measured, two micro-batches on two stages took ~3-4 steps a cycle).
+  const int32_t nominal = std::max({lim_.n_stages, lim_.inflight, 1});
+  const double depth = depth_samples_ >= 8 ? std::max(timing_.ring_depth, 1.0) : double(nominal);
+  b.aging_steps = 4 * nominal;  // the floor doubles every four starved token gaps
+  if (!timing_.cost_ready) {
+    // Requests decode but the model cannot yet say what a step costs (a
+    // cold start: it has seen only prefill chunks, or nothing): the batch
+    // is of decodes and the aging floor, which also teaches it their cost.
+    b.step_s = 1e-9;
+    return b;
+  }
+  if (lim_.itl_target_ms > 0) {
+    b.step_s = lim_.itl_target_ms / 1e3 / depth;
+  } else {
+    BatchShape alone;  // a micro-batch's share of the decodes, no prefill
+    const int64_t pos = positions / decoding;
+    const int64_t rows =
+        std::min<int64_t>((decoding + lim_.inflight - 1) / lim_.inflight, lim_.max_rows);
+    for (int64_t r = 0; r < rows; ++r) alone.add_row(pos, 1, true, true);
+    b.step_s = 3 * cost_.step(alone);
+  }
+  timing_.itl_target_ms = b.step_s * depth * 1e3;
+  timing_.step_budget_ms = b.step_s * 1e3;
+  return b;
 }
 
 bool Scheduler::take(std::vector<SchedRow>& rows, Sequence* s) {
@@ -160,6 +219,7 @@ SchedulerOutput Scheduler::emit(std::vector<SchedRow> rows) {
   if (rows.empty()) return out;
   out.id = next_batch_++;
   out.rows.reserve(rows.size());
+  InFlight batch{{}, form_.shape()};
   for (const SchedRow& r : rows) {
     Sequence* s = r.seq;
     ScheduledRow o;
@@ -180,7 +240,8 @@ SchedulerOutput Scheduler::emit(std::vector<SchedRow> rows) {
       tokens_prompt_ += std::min(r.n_tokens, s->n_prompt - r.pos0);
     out.rows.push_back(std::move(o));
   }
-  inflight_.emplace(out.id, std::move(rows));
+  batch.rows = std::move(rows);
+  inflight_.emplace(out.id, std::move(batch));
   return out;
 }
 
@@ -192,8 +253,10 @@ void Scheduler::update(const BatchResult& result) {
     KV_LOG_WARN("scheduler", "result for batch {}, which is not in flight: ignored", result.batch);
     return;
   }
-  const std::vector<SchedRow> rows = std::move(it->second);
+  const InFlight batch = std::move(it->second);
+  const std::vector<SchedRow>& rows = batch.rows;
   inflight_.erase(it);
+  if (result.status.ok()) observe(batch, result);
   KV_CHECK(!result.status.ok() || result.rows.size() == rows.size(),
            "scheduler: batch {} has {} rows, its result {}", result.batch, rows.size(),
            result.rows.size());
@@ -235,14 +298,49 @@ void Scheduler::apply_row(const SchedRow& row, const RowResult& res) {
   if (ev.finish != FinishReason::kNone) finish(s, FinishReason::kNone);  // the event said it
 }
 
+// A batch is back: the cost model learns its stages' times, and the
+// timing figures (EngineStats::timing) follow the measured step.
+void Scheduler::observe(const InFlight& batch, const BatchResult& result) {
+  const BatchShape& sh = batch.shape;
+  SchedTiming& t = timing_;
+  t.batches++;
+  t.decode_rows += sh.decode_rows;
+  const bool prefill = sh.prefill_tokens() > 0;
+  if (prefill) {
+    t.prefill_batches++;
+    t.decode_rows_with_prefill += sh.decode_rows;
+  }
+  constexpr double kMean = 0.05;  // recent means: the last ~20 batches
+  t.mean_rows += kMean * (double(sh.rows) - t.mean_rows);
+  t.mean_tokens += kMean * (double(sh.tokens) - t.mean_tokens);
+  if (result.stage_busy_s.empty()) return;
+  cost_.observe(sh, result.stage_busy_s);
+  double step = 0;
+  for (double v : result.stage_busy_s) step = std::max(step, v);
+  if (!(step > 0)) return;
+  double& mean = prefill ? t.step_ms_prefill : t.step_ms_decode;
+  // Decode-only figures are for batches of decodes; a prefill-only batch
+  // says nothing about what decodes suffer.
+  if (!prefill || sh.decode_rows > 0) mean += (mean == 0 ? 1.0 : 0.1) * (step * 1e3 - mean);
+  // The ring's real depth: a batch's time in it over a step, in recent
+  // means (means, not a mean of ratios: a decode-only batch waiting behind
+  // a chunk has a long cycle for its short step, the chunk the reverse).
+  if (result.cycle_s > 0) {
+    const double a = depth_samples_++ == 0 ? 1.0 : 0.05;
+    cycle_mean_ += a * (result.cycle_s - cycle_mean_);
+    step_mean_ += a * (step - step_mean_);
+    t.ring_depth = std::clamp(cycle_mean_ / step_mean_, 1.0, 64.0);
+  }
+}
+
 // ---- a lost stage -------------------------------------------------------------
 
 void Scheduler::requeue_all() {
   // Every batch in the ring is lost with the stage, and every stage's KV is
   // suspect (the restarted one starts empty): nothing in flight will come
   // back, and every running sequence is recomputed, not only those in flight.
-  for (auto& [id, rows] : inflight_)
-    for (const SchedRow& r : rows) {
+  for (auto& [id, batch] : inflight_)
+    for (const SchedRow& r : batch.rows) {
       r.seq->batches_in_flight--;
       r.seq->awaiting = false;
     }
@@ -281,6 +379,15 @@ SchedulerStats Scheduler::stats() const {
   st.requeued = cap_.requeued();
   st.tokens_generated = tokens_generated_;
   st.tokens_prompt = tokens_prompt_;
+  st.timing = timing_;
+  st.timing.prefill_cut = form_.counts().cut;
+  st.timing.prefill_aged = form_.counts().aged;
+  for (int s = 0; s < cost_.n_stages(); ++s) {
+    const StageCostFit f = cost_.fit(s);
+    st.cost.push_back(StageCost{f.fixed_s * 1e3, f.per_token_s * 1e3, f.per_kctx_s * 1e3,
+                                f.per_sample_s * 1e3, f.rms_s * 1e3, f.mean_busy_s * 1e3,
+                                f.samples});
+  }
   return st;
 }
 

@@ -19,8 +19,11 @@
 //   CapacityScheduler  who may hold KV: admission (per policy), on-demand
 //   (capacity.h)       block growth, preemption when the pool runs dry.
 //   BatchFormer        what goes in this micro-batch: decodes first, then
-//   (batch_former.h)   prefill (whole or in chunks), under the token budget
-//                      and a per-batch row cap that balances the ring.
+//   (batch_former.h)   prefill (whole or in chunks), under the token budget,
+//                      the time budget (an ITL target, by the CostModel,
+//                      cost_model.h, fitted from the stages' timings that
+//                      update() brings) and a per-batch row cap that
+//                      balances the ring.
 //
 // A sequence whose next token is still unknown (its sampling row in flight)
 // is never scheduled again until the result is back: that keeps a decode out
@@ -42,6 +45,7 @@
 #include "daemon/engine/batch_former.h"
 #include "daemon/engine/block_manager.h"
 #include "daemon/engine/capacity.h"
+#include "daemon/engine/cost_model.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/policy.h"
 #include "daemon/engine/sequence.h"
@@ -90,6 +94,13 @@ struct BatchResult {
   // result slot was inconsistent); every request in it ends with kError.
   Status status;
   std::vector<RowResult> rows;  // with status ok: one per row of the output, in order
+  // Each stage's busy time on the batch (seconds; empty or <= 0: unknown),
+  // from the result slot: what the cost model is fitted from.
+  std::vector<double> stage_busy_s;
+  // Its time in the ring, from submission to result (seconds; 0: unknown):
+  // the gap its decodes saw. Over the step (its slowest stage's busy time)
+  // it is the ring's depth as it really is (docs/scheduler.md).
+  double cycle_s = 0;
 };
 
 struct SchedulerStats {
@@ -101,6 +112,8 @@ struct SchedulerStats {
   int64_t preemptions = 0;  // for lack of KV blocks
   int64_t requeued = 0;     // recomputed after a lost stage
   int64_t tokens_generated = 0, tokens_prompt = 0;
+  SchedTiming timing;
+  std::vector<StageCost> cost;  // per stage
 };
 
 class Scheduler {
@@ -151,9 +164,16 @@ class Scheduler {
   SchedulerStats stats() const;
 
  private:
+  struct InFlight {  // a batch in the ring: its rows, to apply a result to, and its shape
+    std::vector<SchedRow> rows;
+    BatchShape shape;
+  };
+
   void begin_batch(RingLoad load);
+  StepBudget step_budget();
   bool take(std::vector<SchedRow>& rows, Sequence* s);
   SchedulerOutput emit(std::vector<SchedRow> rows);
+  void observe(const InFlight& batch, const BatchResult& result);
   void apply_row(const SchedRow& row, const RowResult& res);
   void finish(Sequence* s, FinishReason why, Status error = {});
   void reap();
@@ -164,11 +184,14 @@ class Scheduler {
   std::unordered_map<RequestId, std::unique_ptr<Sequence>> seqs_;
   SeqQueues q_;
   CapacityScheduler cap_;  // refers to lim_, q_ and blocks_ above
-  BatchFormer form_;       // refers to lim_
-  // The batches in flight: their rows, to apply a result to.
-  std::unordered_map<uint64_t, std::vector<SchedRow>> inflight_;
+  CostModel cost_;
+  BatchFormer form_;  // refers to lim_ and cost_
+  std::unordered_map<uint64_t, InFlight> inflight_;
   uint64_t next_batch_ = 1;
   int64_t tokens_generated_ = 0, tokens_prompt_ = 0;
+  SchedTiming timing_;
+  int64_t depth_samples_ = 0;
+  double cycle_mean_ = 0, step_mean_ = 0;  // recent means, seconds (the ring's depth)
 };
 
 }  // namespace kvasir

@@ -33,6 +33,9 @@ struct Sequence {
   // pad_end) past its prompt still to be computed before its prefill, so
   // its prefill costs what the batch's longest prompt costs.
   int64_t pad_next = 0, pad_end = 0;
+  // Micro-batches in which the time budget left its prefill no more than
+  // the aging floor: the floor doubles with them (batch_former.h).
+  int32_t starved = 0;
 
   // Positions not yet sent to the ring (its prompt, or a recompute, or the
   // one decode position once its last token is known).

@@ -196,7 +196,7 @@ void Supervisor::on_death(int s, const std::string& why, int64_t now) {
   if (st.status.load() != ipc::kStageStopped) st.status.store(ipc::kStageDead);
   // What it held is gone with it: the drain check must not wait for it.
   st.passed.store(seg_->ring(s).tail.load(std::memory_order_acquire), std::memory_order_release);
-  st.phase.store(ipc::kPhaseIdle);
+  ipc::end_accounting(st);  // not serving: no running part in its shares
   seg_->header().state.ring();
   health_.faults++;
   health_.serving = false;

@@ -130,6 +130,25 @@ TEST(BenchStats, SummaryArithmetic) {
   std::string cmp = render_compare({{"naive", s}, {"static", s}});
   EXPECT_NE(cmp.find("naive"), std::string::npos);
   EXPECT_NE(cmp.find("ITL p99 ms"), std::string::npos);
+  EXPECT_TRUE(s["goodput"]["itl_within_target"].is_null());  // no ITL target
+}
+
+// The share of ITL samples (one per token after the first) within the
+// target: a request's mean can hide one long gap among many short ones.
+TEST(BenchStats, ItlSamplesWithinTarget) {
+  std::vector<RequestResult> rs(2);
+  for (auto& r : rs) {
+    r.ok = true;
+    r.completion_tokens = 5;
+  }
+  rs[0].itl_s = {0.01, 0.01, 0.01, 0.01};
+  rs[1].itl_s = {0.01, 0.01, 0.01, 0.5};  // mean 0.1325 s
+  BenchOptions o;
+  o.itl_target_ms = 200;
+  json s = summarize(rs, 1.0, {}, {}, {}, o);
+  EXPECT_DOUBLE_EQ(s["goodput"]["itl_within_target"].get<double>(), 7.0 / 8.0);
+  EXPECT_EQ(s["goodput"]["requests"], 2);  // both means are within 200 ms
+  EXPECT_NE(render_summary(s).find("87.5% <= 200 ms"), std::string::npos) << render_summary(s);
 }
 
 TEST(BenchStats, NoWasteFiguresFromAnOlderDaemon) {

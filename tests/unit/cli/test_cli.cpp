@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 
+#include "base/layer_split.h"
+#include "cli/diagnose.h"
 #include "cli/http_client.h"
 #include "cli/top.h"
 
@@ -85,6 +87,22 @@ TEST(Top, SharesFromTwoSnapshots) {
   EXPECT_NE(render(v).find("15-29"), std::string::npos);
 }
 
+// Each stage's ms per micro-batch over the interval and its share of the
+// step (the slowest sets it), and the phase it is in now.
+TEST(Top, StepSharesAndPhase) {
+  json a = snapshot(10, {0.5, 0.8}), b = snapshot(11, {0.5, 0.8});
+  b["stages"][1]["state"] = "busy";
+  TopView v = make_view(b, &a, 1.0);
+  EXPECT_NEAR(v.stages[0].ms_per_batch, 50, 1e-9);  // 0.5 s busy over 10 batches
+  EXPECT_NEAR(v.stages[1].ms_per_batch, 80, 1e-9);
+  EXPECT_NEAR(v.stages[0].step_share, 50.0 / 80, 1e-9);
+  EXPECT_NEAR(v.stages[1].step_share, 1.0, 1e-9);
+  EXPECT_EQ(v.stages[1].state, "busy");
+  const std::string screen = render(v);
+  EXPECT_NE(screen.find("step%"), std::string::npos);
+  EXPECT_NE(screen.find("busy"), std::string::npos);
+}
+
 TEST(Top, SharesNeverSumPastTheInterval) {
   // Counters read a little after the clock: busy 0.7 s + starved 0.5 s in a
   // 1 s interval. Shown as-is that is 120%; the shares must partition 100%.
@@ -98,20 +116,85 @@ TEST(Top, SharesNeverSumPastTheInterval) {
   EXPECT_NEAR(v.stages[1].busy, 0.5, 1e-9);          // a stage under 100% is untouched
 }
 
-TEST(Top, Diagnoses) {
-  auto diag = [](json now, json prev) { return diagnose(make_view(now, &prev, 1.0)); };
-  EXPECT_NE(diag(snapshot(11, {0.95, 0.4}), snapshot(10, {0.95, 0.4})).find("unbalanced: stage 0"),
-            std::string::npos);
-  EXPECT_NE(diag(snapshot(11, {0.5, 0.5}), snapshot(10, {0.5, 0.5})).find("ring starved"),
-            std::string::npos);
-  EXPECT_NE(diag(snapshot(11, {0.95, 0.95}, 3), snapshot(10, {0.95, 0.95}, 1)).find("KV-bound"),
-            std::string::npos);
-  EXPECT_NE(diag(snapshot(11, {0.95, 0.93}), snapshot(10, {0.95, 0.93})).find("saturated"),
+// The diagnosis names the cause and the one setting to turn (cli/diagnose.h).
+TEST(Diagnose, NamesTheCauseAndTheKnob) {
+  auto diag = [](json now, json prev) { return diagnose_view(make_view(now, &prev, 1.0)); };
+  auto is = [](const Diagnosis& d, const char* cause, const char* knob) {
+    return d.cause == cause && d.knob == knob;
+  };
+  Diagnosis d = diag(snapshot(11, {0.95, 0.4}), snapshot(10, {0.95, 0.4}));
+  EXPECT_TRUE(is(d, "batching", "stages.layers")) << d.summary;
+  EXPECT_NE(d.change.find("0-4 | 5-29"), std::string::npos) << d.change;
+  d = diag(snapshot(11, {0.5, 0.5}), snapshot(10, {0.5, 0.5}));
+  EXPECT_TRUE(is(d, "batching", "plan.max_inflight") == false) << d.summary;  // inflight 2
+  EXPECT_EQ(d.cause, "batching") << d.summary;                                // light load
+  d = diag(snapshot(11, {0.95, 0.95}, 3), snapshot(10, {0.95, 0.95}, 1));
+  EXPECT_TRUE(is(d, "kv_capacity", "kv.memory")) << d.summary;
+  d = diag(snapshot(11, {0.95, 0.93}), snapshot(10, {0.95, 0.93}));
+  EXPECT_EQ(d.cause, "none") << d.summary;
+  EXPECT_NE(diagnose(make_view(snapshot(11, {0.95, 0.93}), nullptr, 1)).find("saturated"),
             std::string::npos);
   json idle = snapshot(11, {0.5, 0.5});
   idle["engine"]["running"] = 0;
-  EXPECT_NE(diag(idle, snapshot(10, {0.5, 0.5})).find("idle"), std::string::npos);
+  EXPECT_EQ(diag(idle, snapshot(10, {0.5, 0.5})).cause, "idle");
   json loading = snapshot(1, {0, 0});
   loading["ready"] = false;
   EXPECT_NE(diagnose(make_view(loading, nullptr, 1)).find("loading"), std::string::npos);
+}
+
+TEST(Diagnose, OneMicroBatchForTwoStages) {
+  json a = snapshot(10, {0.45, 0.5}), b = snapshot(11, {0.45, 0.5});
+  a["inflight"] = b["inflight"] = 1;
+  const Diagnosis d = diagnose_view(make_view(b, &a, 1.0));
+  EXPECT_EQ(d.cause, "batching");
+  EXPECT_EQ(d.knob, "plan.max_inflight");
+  EXPECT_NE(d.change.find("plan.max_inflight = 2"), std::string::npos) << d.change;
+}
+
+TEST(Diagnose, PrefillInterferenceAndWhatATargetExcuses) {
+  auto timed = [](double t, double steps) {
+    json j = snapshot(t, {0.95, 0.95});
+    j["plan"] = {{"policy", "continuous+chunked"}, {"itl_target_ms", 0}, {"max_rows", 32}};
+    j["engine"]["timing"] = {{"batches", 10 * t},      {"prefill_batches", 2 * t},
+                             {"decode_rows", 80 * t},  {"decode_rows_with_prefill", 16 * t},
+                             {"step_ms_decode", 30.0}, {"step_ms_prefill", steps},
+                             {"itl_target_ms", 0.0}};
+    return j;
+  };
+  json a = timed(10, 2000), b = timed(11, 2000);
+  Diagnosis d = diagnose_view(make_view(b, &a, 1.0));
+  EXPECT_EQ(d.cause, "prefill_interference") << d.summary;
+  EXPECT_EQ(d.knob, "scheduler.itl_target_ms");
+  EXPECT_NE(d.change.find("= 180"), std::string::npos) << d.change;  // 3 x 2 steps x 30 ms
+  // The same steps under a target they keep (target / depth = 1,500 ms): no spike.
+  b["engine"]["timing"]["itl_target_ms"] = 3000.0;
+  EXPECT_NE(diagnose_view(make_view(b, &a, 1.0)).cause, "prefill_interference");
+  // Whole prefills: the token budget is the knob.
+  b["engine"]["timing"]["itl_target_ms"] = 0.0;
+  b["plan"]["policy"] = "continuous";
+  EXPECT_EQ(diagnose_view(make_view(b, &a, 1.0)).knob, "plan.max_tokens");
+}
+
+TEST(LayerSplit, BalancesMeasuredCosts) {
+  using namespace kvasir;
+  // 30 equal layers; the tail's output head costs 6 layers: 18 | 12 beats 15 | 15.
+  SplitCosts c;
+  c.layer.assign(30, 1.0);
+  c.tail = 6;
+  auto s = balanced_split(c, 2);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0], (std::pair<int, int>{0, 17}));
+  EXPECT_EQ(s[1], (std::pair<int, int>{18, 29}));
+  EXPECT_DOUBLE_EQ(split_step(c, s), 18);
+  EXPECT_DOUBLE_EQ(split_step(c, {{0, 14}, {15, 29}}), 21);
+  auto three = balanced_split(c, 3);
+  EXPECT_DOUBLE_EQ(split_step(c, three), 12);
+  EXPECT_TRUE(balanced_split(c, 31).empty());
+  // From the stages' own times: 15 layers at 1 ms each, the tail 6 ms more.
+  SplitCosts m = costs_from_stages({{0, 14}, {15, 29}}, {15.0, 21.0});
+  ASSERT_EQ(m.layer.size(), 30u);
+  EXPECT_DOUBLE_EQ(m.layer[0], 1.0);
+  EXPECT_DOUBLE_EQ(m.tail, 6.0);
+  EXPECT_DOUBLE_EQ(m.head, 0.0);
+  EXPECT_EQ(balanced_split(m, 2), s);
 }

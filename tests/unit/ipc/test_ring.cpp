@@ -330,3 +330,75 @@ TEST(Batch, DescriptorRoundTripAndChecks) {
 
 }  // namespace
 }  // namespace kvasir::ipc
+
+namespace kvasir::ipc {
+namespace {
+
+// The accounting partitions time at every instant: the phase a stage is in
+// counts up to the reader's `now`, the counters hold the phases it left.
+TEST(Accounting, RunningPhaseCountsUpToTheReadersNow) {
+  StageShared st;
+  StageTime t = read_stage_time(st, 5'000);
+  EXPECT_FALSE(t.serving);
+  EXPECT_EQ(t.total_ns(), 0u);
+  begin_accounting(st, 1'000);
+  t = read_stage_time(st, 4'000);  // starved since 1,000
+  EXPECT_TRUE(t.serving);
+  EXPECT_EQ(t.phase, kPhaseIdle);
+  EXPECT_EQ(t.starved_ns, 3'000u);
+  EXPECT_EQ(t.in_phase_ns, 3'000);
+  enter_phase(st, kPhaseBusy, 4'000);
+  // A batch held for a long time is busy all along, not at its end.
+  for (int64_t now : {4'000, 104'000, 9'004'000}) {
+    t = read_stage_time(st, now);
+    EXPECT_EQ(t.busy_ns, uint64_t(now - 4'000));
+    EXPECT_EQ(t.total_ns(), uint64_t(now - 1'000));
+  }
+  enter_phase(st, kPhaseBlocked, 9'004'000);
+  enter_phase(st, kPhaseIdle, 9'005'000);
+  t = read_stage_time(st, 9'006'000);
+  EXPECT_EQ(t.busy_ns, 9'000'000u);
+  EXPECT_EQ(t.blocked_ns, 1'000u);
+  EXPECT_EQ(t.starved_ns, 3'000u + 1'000u);
+  EXPECT_EQ(t.total_ns(), 9'005'000u);
+  // Gone (the supervisor's view of a dead stage): no running part, and a
+  // bracket its writer left open is closed.
+  st.acct_seq.fetch_add(1);
+  end_accounting(st);
+  EXPECT_EQ(st.acct_seq.load() % 2, 0u);
+  t = read_stage_time(st, 20'000'000);
+  EXPECT_FALSE(t.serving);
+  EXPECT_EQ(t.total_ns(), 9'004'000u);
+}
+
+// A reader in another process never sees a torn update: the shares it
+// computes from one copy always sum to the time since the stage began.
+TEST(Accounting, ReadsAcrossProcessesAreConsistent) {
+  const std::string name = Segment::name_for("acct-test-" + std::to_string(getpid()));
+  SegmentParams p;
+  p.n_stages = 2;
+  p.dims = SlotDims{2, 8, 4, 8, 2};
+  auto seg = Segment::create(name, p);
+  StageShared& st = seg->stage(0);
+  const int64_t t0 = now_ns();
+  begin_accounting(st, t0);
+  pid_t kid = fork();
+  if (kid == 0) {
+    auto mine = Segment::open(name);
+    StageShared& me = mine->stage(0);
+    for (int i = 0; i < 200000; ++i) enter_phase(me, StagePhase(i % 3), now_ns());
+    _exit(0);
+  }
+  int bad = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const StageTime t = read_stage_time(st);
+    bad += t.total_ns() != uint64_t(t.now_ns - t0);
+  }
+  int status = 0;
+  waitpid(kid, &status, 0);
+  EXPECT_EQ(bad, 0);
+  Segment::remove(name);
+}
+
+}  // namespace
+}  // namespace kvasir::ipc

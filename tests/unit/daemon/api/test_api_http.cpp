@@ -41,8 +41,8 @@ class ApiHttpTest : public ::testing::Test {
     ctx.model_name = "fake-model";
     ctx.max_model_len = 4096;
     engine_.ring.inflight = 2;
-    engine_.ring.stages = {{0, 0, 14, "cpu", 1.5, 0.25, 0.125, 10, 80, 0},
-                           {1, 15, 29, "cpu", 2.5, 0.5, 0.75, 11, 88, 1}};
+    engine_.ring.stages = {{0, 0, 14, "cpu", 1.5, 0.25, 0.125, 10, 80, 0, "busy", 0.125, {}},
+                           {1, 15, 29, "cpu", 2.5, 0.5, 0.75, 11, 88, 1, "starved", 0.5, {}}};
     ApiOptions aopts;
     aopts.api_key = "sekrit";
     api_ = std::make_shared<ApiService>(
@@ -285,8 +285,18 @@ TEST_F(ApiHttpTest, StatsAndMetricsFromTheRingReport) {
                                    {"busy_s", 2.5},
                                    {"starved_s", 0.5},
                                    {"blocked_s", 0.75},
+                                   {"state", "starved"},
+                                   {"state_s", 0.5},
                                    {"batches", 11},
-                                   {"tokens", 88}}));
+                                   {"tokens", 88},
+                                   {"cost",
+                                    {{"fixed_ms", 0.0},
+                                     {"per_token_ms", 0.0},
+                                     {"per_kctx_ms", 0.0},
+                                     {"per_sample_ms", 0.0},
+                                     {"rms_ms", 0.0},
+                                     {"mean_busy_ms", 0.0},
+                                     {"samples", 0}}}}));
   for (const char* key : {"model", "ready", "uptime_s", "engine", "latency", "requests"})
     EXPECT_TRUE(st.contains(key)) << key;
   std::string m = get("/metrics").body;
@@ -418,7 +428,8 @@ TEST(DeferredEngine, RefusesUntilAttached) {
 TEST(DeferredEngine, ReportsThePlannedRingUntilAttached) {
   RingReport planned;
   planned.inflight = 3;
-  planned.stages = {{0, 0, 9, "cpu", 0, 0, 0, 0, 0, 0}, {1, 10, 21, "cuda:0", 0, 0, 0, 0, 0, 0}};
+  planned.stages = {{0, 0, 9, "cpu", 0, 0, 0, 0, 0, 0, "down", 0, {}},
+                    {1, 10, 21, "cuda:0", 0, 0, 0, 0, 0, 0, "down", 0, {}}};
   DeferredEngine d(planned);
   EXPECT_EQ(d.ring_report().inflight, 3);
   ASSERT_EQ(d.ring_report().stages.size(), 2u);

@@ -397,3 +397,76 @@ TEST(Config, LoadFileResolvesAgainstItsFolderAndMissingFileNamed) {
 
 }  // namespace
 }  // namespace kvasir
+
+namespace kvasir {
+namespace {
+
+// layers = "auto": every stage or none; the ranges come at load
+// (apply_split), and then the plan rules apply as to written ones.
+TEST(Config, AutoLayersForEveryStageOrNone) {
+  const std::string two = R"([model]
+path = "/m.gguf"
+[[stages]]
+layers = "auto"
+[[stages]]
+layers = "auto"
+)";
+  Config c = parse_config(two, "/base");
+  EXPECT_TRUE(c.plan.auto_layers);
+  EXPECT_EQ(c.plan.stages[0].first, -1);
+  ModelConfig m;
+  m.n_layers = 30;
+  try {
+    check_against_model(c, m);
+    ADD_FAILURE() << "an unresolved auto split passed the model check";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("auto"), std::string::npos) << e.message();
+  }
+  apply_split(c.plan, {{0, 17}, {18, 29}});
+  EXPECT_FALSE(c.plan.auto_layers);
+  EXPECT_EQ(c.plan.stages[1].first, 18);
+  try {
+    parse_config(R"([model]
+path = "/m.gguf"
+[[stages]]
+layers = "auto"
+[[stages]]
+layers = "15-29"
+)",
+                 "/base");
+    ADD_FAILURE() << "a half-auto plan was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("stages[1].layers"), std::string::npos) << e.message();
+  }
+  try {
+    apply_split(c.plan, {{0, 10}, {12, 29}});
+    ADD_FAILURE() << "a split with a gap was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("stages[1].layers"), std::string::npos) << e.message();
+  }
+}
+
+TEST(Config, ItlTargetIsAutoMillisecondsOrNone) {
+  const std::string base =
+      "[model]\npath = \"/m.gguf\"\n[[stages]]\nlayers = \"0-14\"\n"
+      "[[stages]]\nlayers = \"15-29\"\n";
+  EXPECT_EQ(parse_config(base, "/b").scheduler.itl_target_ms, SchedulerCfg::kItlAuto);
+  EXPECT_EQ(parse_config(base + "[scheduler]\nitl_target_ms = 250\n", "/b").scheduler.itl_target_ms,
+            250);
+  EXPECT_EQ(parse_config(base + "[scheduler]\nitl_target_ms = 0\n", "/b").scheduler.itl_target_ms,
+            0);
+  EXPECT_EQ(
+      parse_config(base + "[scheduler]\nitl_target_ms = \"auto\"\n", "/b").scheduler.itl_target_ms,
+      SchedulerCfg::kItlAuto);
+  for (const char* bad : {"-5", "\"fast\"", "1e9"}) {
+    try {
+      parse_config(base + "[scheduler]\nitl_target_ms = " + bad + "\n", "/b");
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(e.message().find("scheduler.itl_target_ms"), std::string::npos) << e.message();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvasir

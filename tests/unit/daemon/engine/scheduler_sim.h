@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -154,7 +155,25 @@ struct Sim {
       res.rows.push_back(run_row(r));
       if (::testing::Test::HasFatalFailure()) return;
     }
+    if (stage_time) {  // the stages' times, and the clock moves on by the step
+      const BatchShape shape = shape_of(b);
+      double step = 0;
+      for (int s = 0; s < n_stages; ++s) {
+        res.stage_busy_s.push_back(stage_time(s, shape));
+        step = std::max(step, res.stage_busy_s.back());
+      }
+      steps.push_back({shape, step});
+      clock_s += step;
+      res.cycle_s = cycle_steps * step;
+    }
     sch.update(res);
+  }
+
+  static BatchShape shape_of(const SchedulerOutput& b) {
+    BatchShape shape;
+    for (const ScheduledRow& r : b.rows)
+      shape.add_row(r.pos0, r.n_tokens, r.sample, r.n_tokens == 1 && r.pos0 >= r.n_prompt);
+    return shape;
   }
 
   RowResult run_row(const ScheduledRow& r) {
@@ -212,6 +231,18 @@ struct Sim {
   PenaltyHistories hists;
   Sampler sampler;
   uint64_t batch_no = 0;
+  // Timed stages (scheduling by time): each stage's busy seconds for a
+  // batch of this shape; the batches' shapes and steps as they completed;
+  // the clock (seconds) the scheduler is given.
+  std::function<double(int, const BatchShape&)> stage_time;
+  int n_stages = 2;
+  double cycle_steps = 0;  // each batch's time in the ring, in steps (0: not told)
+  struct Step {
+    BatchShape shape;
+    double step_s;
+  };
+  std::vector<Step> steps;
+  double clock_s = 0;
 };
 
 // 4 rows, a budget of 8 tokens, chunks of 4.

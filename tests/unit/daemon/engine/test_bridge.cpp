@@ -35,6 +35,10 @@ void fake_forward(int stage, int S, const ForwardBatch& b, const float* in, floa
   }
 }
 
+// A stage that takes `g_slow_ms` on every batch carrying prefill (a row of
+// more than one token): set before the Ring forks its stages.
+int g_slow_stage = -1, g_slow_ms = 0;
+
 struct Ring {
   std::string name;
   std::unique_ptr<ipc::Segment> seg;
@@ -61,6 +65,10 @@ struct Ring {
       int rc =
           run_agent(*mine, ac, [&](const ForwardBatch& b, const float* in, float* out, float* lg) {
             fake_forward(s, S, b, in, out, lg);
+            bool prefill = false;
+            for (int32_t r = 0; r < b.n_rows; ++r) prefill |= b.rows[r].n_tokens > 1;
+            if (s == g_slow_stage && prefill)
+              std::this_thread::sleep_for(std::chrono::milliseconds(g_slow_ms));
           });
       _exit(rc);
     }
@@ -248,6 +256,66 @@ TEST(Bridge, LostStageIsReplacedAndNoTokenIsLostOrRepeated) {
   EXPECT_EQ(engine.refused_results(), 0u);
   engine.shutdown();
   // The dead one was reaped by the hook; the destructor waits for the rest.
+}
+
+// Accounting true at every instant: while stage 1 holds one batch for
+// seconds (5), reports every 0.5 s show it busy ~100% of each interval and the
+// head starved (nothing else to do), each stage's shares summing to the
+// interval; and the result carries each stage's busy time on the batch,
+// which the cost model is fitted from.
+TEST(Bridge, LongBatchIsAccountedWhileItRuns) {
+  g_slow_stage = 1;
+  g_slow_ms = 5000;
+  Ring ring(2, 1, 4, 32, 100);
+  g_slow_stage = -1;
+  Bridge engine(*ring.seg, bridge_cfg(4, 32, 100));
+  Collector col;
+  GenRequest r;
+  r.prompt.assign(10, 3);
+  r.max_tokens = 2;
+  r.sampling.temperature = 0;
+  ASSERT_NE(engine.submit(r, col.sink(0)), 0u);
+  auto state = [&](int s) { return engine.ring_report().stages[size_t(s)].state; };
+  for (int i = 0; i < 2000 && state(1) != "busy"; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(state(1), "busy");
+  RingReport prev = engine.ring_report();
+  auto t_prev = std::chrono::steady_clock::now();
+  int checked = 0;
+  for (int k = 0; k < 6; ++k) {  // up to 3 s of the 5 s batch
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const RingReport now = engine.ring_report();
+    const auto t_now = std::chrono::steady_clock::now();
+    if (now.stages[1].state != "busy") break;  // the batch ended inside this interval
+    const double wall = std::chrono::duration<double>(t_now - t_prev).count();
+    for (int s = 0; s < 2; ++s) {
+      const StageReport &a = prev.stages[size_t(s)], &b = now.stages[size_t(s)];
+      const double busy = b.busy_s - a.busy_s, starved = b.starved_s - a.starved_s,
+                   blocked = b.blocked_s - a.blocked_s;
+      const double total = busy + starved + blocked;
+      // The shares partition the interval (read within the report call).
+      EXPECT_NEAR(total, wall, 0.02 * wall + 0.01) << "stage " << s << " interval " << k;
+      const double holding = s == 1 ? busy : starved + blocked;  // the head has nothing to do
+      EXPECT_GE(holding / total, 0.98) << "stage " << s << " interval " << k;
+    }
+    EXPECT_GT(now.stages[1].state_s, prev.stages[1].state_s);
+    prev = now;
+    t_prev = t_now;
+    checked++;
+  }
+  EXPECT_GE(checked, 2);
+  ASSERT_TRUE(col.wait_all(1));
+  ASSERT_EQ(col.finish[0], FinishReason::kLength);
+  // The prefill batch's stage times came back with it: stage 1's ~5 s is
+  // what the cost model saw (its mean over the batches so far).
+  for (int tries = 0; tries < 100 && engine.stats().timing.batches < 2; ++tries)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const RingReport rep = engine.ring_report();
+  EXPECT_EQ(engine.stats().timing.batches, 2);
+  EXPECT_EQ(engine.stats().timing.prefill_batches, 1);
+  EXPECT_EQ(rep.stages[1].cost.samples, 2);
+  EXPECT_GT(rep.stages[1].cost.mean_busy_ms, 1000.0);
+  EXPECT_LT(rep.stages[0].cost.mean_busy_ms, 1000.0);
 }
 
 TEST(Bridge, BogusResultIsRefused) {

@@ -1,0 +1,83 @@
+// stages/profile.cpp — what each layer of a model costs on this machine's
+// CPU (stages/stage.h, measure_layer_costs): the costs `kvasird --check`
+// and layers = "auto" split the layers by (base/layer_split.h).
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "base/check.h"
+#include "stages/forward.h"
+#include "stages/stage.h"
+
+namespace kvasir {
+namespace {
+
+// One decode micro-batch: `rows` sequences of one token each at position
+// `context`, every row sampled, the KV of each in its own blocks.
+struct DecodeBatch {
+  DecodeBatch(int rows, int context, int block_size) {
+    const int per_row = (context + block_size) / block_size;
+    tables.resize(size_t(rows) * size_t(per_row));
+    for (size_t i = 0; i < tables.size(); ++i) tables[i] = int32_t(i);
+    tokens.assign(size_t(rows), 1);
+    for (int r = 0; r < rows; ++r)
+      frows.push_back(
+          ForwardRow{context, 1, tables.data() + size_t(r) * size_t(per_row), per_row, true});
+    batch.rows = frows.data();
+    batch.n_rows = rows;
+    batch.tokens = tokens.data();
+    batch.n_tokens = rows;
+    n_blocks = int32_t(tables.size());
+  }
+  std::vector<int32_t> tables, tokens;
+  std::vector<ForwardRow> frows;
+  ForwardBatch batch;
+  int32_t n_blocks = 0;
+};
+
+// The median time (ms) of `repeats` forwards of the slice, after a warm-up
+// (the first pages the slice's weights in).
+double time_slice(const ModelFile& model, const SliceSpec& slice, const DecodeBatch& d, int threads,
+                  int repeats) {
+  const ModelConfig& mc = model.config();
+  SliceExecutor ex(model, slice, KvSpec{d.n_blocks, 16, DType::F16}, threads, d.batch.n_tokens);
+  std::vector<float> in(size_t(d.batch.n_tokens) * size_t(mc.hidden), 0.01f), out(in.size()),
+      logits(slice.tail ? size_t(d.batch.n_rows) * size_t(mc.vocab) : 0);
+  std::vector<double> ms;
+  for (int i = 0; i <= repeats; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ex.forward(d.batch, slice.head ? nullptr : in.data(), slice.tail ? nullptr : out.data(),
+               slice.tail ? logits.data() : nullptr);
+    const double t =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (i > 0) ms.push_back(t);
+  }
+  std::nth_element(ms.begin(), ms.begin() + int64_t(ms.size() / 2), ms.end());
+  return ms[ms.size() / 2];
+}
+
+}  // namespace
+
+LayerCosts measure_layer_costs(const std::string& model_path, int threads, int rows, int context,
+                               int repeats) {
+  KV_CHECK(rows >= 1 && context >= 0 && repeats >= 1, "measure_layer_costs: bad shape");
+  auto model = ModelFile::open(model_path);
+  const int L = model->config().n_layers;
+  const DecodeBatch d(rows, context, 16);
+  LayerCosts c;
+  c.rows = rows;
+  c.context = context;
+  for (int l = 0; l < L; ++l)
+    c.layer_ms.push_back(time_slice(*model, SliceSpec{l, l, false, false}, d, threads, repeats));
+  // The ends' extras: what the head's embedding and the tail's final norm,
+  // output head and logits add to their layer.
+  const double first = time_slice(*model, SliceSpec{0, 0, true, false}, d, threads, repeats);
+  const double last = time_slice(*model, SliceSpec{L - 1, L - 1, false, true}, d, threads, repeats);
+  c.head_ms = std::max(0.0, first - c.layer_ms.front());
+  c.tail_ms = std::max(0.0, last - c.layer_ms.back());
+  return c;
+}
+
+}  // namespace kvasir

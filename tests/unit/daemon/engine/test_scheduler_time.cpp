@@ -1,0 +1,177 @@
+// Scheduling by time (docs/scheduler.md): under continuous+chunked with an
+// ITL target, prefill chunks are cut so a micro-batch's predicted step keeps
+// the running decodes within target / depth; the oldest prefill's aging
+// floor still gets a long prompt through under steady decode load; without
+// decodes to protect, or without a target, nothing changes. Against the
+// fake ring of scheduler_sim.h with stages whose times are known functions
+// of the batch, which the scheduler's cost model learns from the results.
+#include <gtest/gtest.h>
+
+#include "tests/unit/daemon/engine/scheduler_sim.h"
+
+namespace kvasir::test {
+namespace {
+
+// Two stages: 1 ms per token each, the tail 2 ms per sampled row more (the
+// output head), a little attention.
+double stage_ms(int s, const BatchShape& b) {
+  return 2.0 + 1.0 * double(b.tokens) + 0.05 * double(b.context) / 1024 +
+         (s == 1 ? 2.0 * double(b.sampled) : 0.0);
+}
+
+SchedLimits timed(double itl_target_ms) {
+  SchedLimits l{16, 512, 512, 256};
+  l.policy = Policy::kChunked;
+  l.inflight = 2;
+  l.n_stages = 2;
+  l.itl_target_ms = itl_target_ms;
+  return l;
+}
+
+struct Timed {
+  std::vector<Sim::Step> steps;
+  double long_ttft_s = -1;  // sim clock at the long prompt's first token
+  int64_t cut = 0, aged = 0;
+  bool all_done = false;
+};
+
+// `shorts` requests decoding (prompt 8, `gen` tokens), then a long prompt
+// (request 100, `long_len` tokens) once they all decode.
+Timed run_timed(SchedLimits lim, int shorts, int gen, int long_len) {
+  Sim sim(lim, 100000);
+  sim.stage_time = [](int s, const BatchShape& b) { return stage_ms(s, b) / 1e3; };
+  for (int i = 1; i <= shorts; ++i) sim.add(RequestId(i), 8, gen);
+  for (int i = 0; i < 20; ++i) sim.step();
+  sim.add(100, long_len, 4);
+  Timed r;
+  for (int i = 0; i < 100000 && !sim.idle(); ++i) {
+    sim.step();
+    if (r.long_ttft_s < 0 && !sim.out[100].empty()) r.long_ttft_s = sim.clock_s;
+  }
+  r.all_done = sim.idle() && sim.finish.size() == size_t(shorts) + 1;
+  r.steps = sim.steps;
+  r.cut = sim.sch.stats().timing.prefill_cut;
+  r.aged = sim.sch.stats().timing.prefill_aged;
+  return r;
+}
+
+double worst_decode_step(const Timed& r, size_t from) {
+  double m = 0;
+  for (size_t i = from; i < r.steps.size(); ++i)
+    if (r.steps[i].shape.decode_rows > 0) m = std::max(m, r.steps[i].step_s);
+  return m;
+}
+
+TEST(SchedulerTime, ChunksKeepDecodesWithinTheTarget) {
+  // 150 ms between a request's tokens, 2 steps per gap: 75 ms per step.
+  const Timed with = run_timed(timed(150), 6, 150, 1200);
+  const Timed without = run_timed(timed(0), 6, 150, 1200);
+  ASSERT_TRUE(with.all_done);
+  ASSERT_TRUE(without.all_done);
+  EXPECT_LE(worst_decode_step(with, 20), 0.075 * 1.05);
+  EXPECT_GT(with.cut, 0);
+  EXPECT_EQ(with.aged, 0);  // the decodes leave room: no floor needed
+  // Without a target a 512-token chunk rides with the decodes.
+  EXPECT_GT(worst_decode_step(without, 20), 0.5);
+  // The prompt still gets through, in smaller pieces: later, not starved.
+  EXPECT_GT(with.long_ttft_s, without.long_ttft_s);
+  EXPECT_LT(with.long_ttft_s, 4 * without.long_ttft_s);
+}
+
+TEST(SchedulerTime, AgingBoundsTheFirstTokenUnderSteadyDecodes) {
+  // 16 decodes take ~20-50 ms a step, over the 10 ms a step a 20 ms target
+  // allows: the budget leaves prefill nothing. The oldest prefill's floor
+  // (16 tokens, doubling every 4 starved token gaps = 8 micro-batches)
+  // still gets it through: after 5 doublings (40 starved micro-batches) the
+  // floor is max_tokens and it goes as it would without a target.
+  const Timed with = run_timed(timed(20), 16, 400, 1500);
+  const Timed without = run_timed(timed(0), 16, 400, 1500);
+  ASSERT_TRUE(with.all_done);
+  EXPECT_GT(with.aged, 0);
+  ASSERT_GT(with.long_ttft_s, 0);
+  double bound = without.long_ttft_s;
+  for (int k = 0; k < 5; ++k) {  // 8 micro-batches at each floor 16, 32, ..., 256
+    BatchShape b;
+    for (int r = 0; r < 16; ++r) b.add_row(400, 1, true, true);
+    b.add_row(0, 16 << k, false, false);
+    bound += 8 * std::max(stage_ms(0, b), stage_ms(1, b)) / 1e3;
+  }
+  EXPECT_LE(with.long_ttft_s, bound);
+}
+
+TEST(SchedulerTime, NothingToProtectNothingCut) {
+  // A long prompt alone: no running request's tokens to protect, so it
+  // goes at the token budget, exactly as without a target.
+  for (double target : {150.0, kItlTargetAuto}) {
+    Sim with(timed(target), 100000), without(timed(0), 100000);
+    for (Sim* s : {&with, &without}) {
+      s->stage_time = [](int st, const BatchShape& b) { return stage_ms(st, b) / 1e3; };
+      s->add(1, 8, 2);  // teaches the cost model, then leaves
+    }
+    with.run();
+    without.run();
+    with.add(2, 1500, 1);
+    without.add(2, 1500, 1);
+    EXPECT_EQ(with.run(), without.run());
+    EXPECT_EQ(with.sch.stats().timing.prefill_cut, 0);
+  }
+}
+
+TEST(SchedulerTime, ColdStartSendsDecodesWithTheFloorOnly) {
+  // The model has seen only a prefill batch: what a step of decodes costs
+  // is a guess. Requests decode, so prefill gets the aging floor only, and
+  // the small batches teach the model what decodes cost.
+  SchedLimits one = timed(150);
+  one.inflight = 1;
+  Sim sim(one, 100000);
+  sim.stage_time = [](int s, const BatchShape& b) { return stage_ms(s, b) / 1e3; };
+  sim.add(1, 8, 50);
+  sim.step();  // the prefill: its first token, one observation
+  sim.add(2, 1500, 2);
+  const std::string next = sim.step();
+  EXPECT_EQ(next, "1:1 2:16");
+  EXPECT_FALSE(sim.sch.stats().timing.cost_ready);
+  for (int i = 0; i < 3; ++i) sim.step();
+  EXPECT_TRUE(sim.sch.stats().timing.cost_ready);
+}
+
+TEST(SchedulerTime, TheRingsMeasuredDepthSetsTheStepBudget) {
+  // Two stages sharing one core: a batch spends 4 of its steps in the ring,
+  // not 2. The budget follows: a 200 ms target gives 50 ms steps.
+  Sim sim(timed(200), 100000);
+  sim.stage_time = [](int s, const BatchShape& b) { return stage_ms(s, b) / 1e3; };
+  sim.cycle_steps = 4;
+  for (int i = 1; i <= 4; ++i) sim.add(RequestId(i), 8, 300);
+  for (int i = 0; i < 30; ++i) sim.step();
+  sim.add(100, 1500, 2);
+  for (int i = 0; i < 40; ++i) sim.step();
+  const SchedTiming t = sim.sch.stats().timing;
+  EXPECT_NEAR(t.ring_depth, 4.0, 1e-6);
+  EXPECT_NEAR(t.step_budget_ms, 50.0, 1e-6);
+  EXPECT_NEAR(t.itl_target_ms, 200.0, 1e-6);
+}
+
+TEST(SchedulerTime, AutoTargetIsThreeDecodeOnlySteps) {
+  Sim sim(timed(kItlTargetAuto), 100000);
+  sim.stage_time = [](int s, const BatchShape& b) { return stage_ms(s, b) / 1e3; };
+  for (int i = 1; i <= 8; ++i) sim.add(RequestId(i), 8, 300);
+  for (int i = 0; i < 30; ++i) sim.step();
+  sim.add(100, 1500, 2);
+  for (int i = 0; i < 40; ++i) sim.step();
+  const SchedTiming t = sim.sch.stats().timing;
+  EXPECT_TRUE(t.itl_target_auto);
+  // The eight decodes, four per micro-batch, would take ~2 + 4 + 8 = 14 ms
+  // a step on the tail alone: the target is 3 x that per step, 2 steps per
+  // gap; the 28 ms left a step go to prefill (above the aging floor).
+  EXPECT_NEAR(t.itl_target_ms, 2 * 3 * 14.0, 2 * 3 * 14.0 * 0.1);
+  EXPECT_EQ(t.prefill_aged, 0);
+  EXPECT_NEAR(t.step_budget_ms, t.itl_target_ms / 2, 1e-6);
+  double worst = 0;
+  for (size_t i = 30; i < sim.steps.size(); ++i)
+    if (sim.steps[i].shape.decode_rows > 0) worst = std::max(worst, sim.steps[i].step_s);
+  EXPECT_LE(worst * 1e3, t.step_budget_ms * 1.05);
+  EXPECT_GT(t.prefill_cut, 0);
+}
+
+}  // namespace
+}  // namespace kvasir::test
