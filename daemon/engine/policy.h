@@ -27,6 +27,9 @@ struct SchedLimits {
   int32_t max_num_seqs = 256;
   Policy policy = Policy::kChunked;
   int32_t inflight = 1;  // micro-batches the ring holds at once (the bridge sets it)
+  // Automatic prefix caching ([kv] prefix_caching; docs/scheduler.md). Not
+  // under `static`, which models a padded batcher (the config refuses it).
+  bool prefix_caching = false;
 };
 
 // The ring as the bridge sees it when it asks for a batch.
