@@ -283,6 +283,7 @@ class Daemon {
                             cfg_.scheduler.max_num_seqs};
     // The config validated the name already (daemon/config/config.cpp).
     bc.limits.policy = parse_policy(cfg_.scheduler.policy).value_or(Policy::kChunked);
+    bc.limits.prefix_caching = cfg_.kv.prefix_caching;  // off under static (the config's rule)
     bc.max_queue = cfg_.scheduler.max_queue;
     bc.n_blocks = sup_.kv_blocks();
     bc.block_size = cfg_.kv.block_size;
@@ -298,7 +299,8 @@ class Daemon {
   // the engine and the stages (the segment is removed).
   int serve() {
     kvasir::BridgeConfig bc = bridge_config();
-    KV_LOG_INFO("main", "scheduler policy {}", kvasir::policy_name(bc.limits.policy));
+    KV_LOG_INFO("main", "scheduler policy {}, prefix caching {}",
+                kvasir::policy_name(bc.limits.policy), bc.limits.prefix_caching ? "on" : "off");
     // A lost stage is restarted and its requests recomputed
     // (docs/recovery.md); past the restart limit the engine fails for good:
     // /health says unhealthy and new work is refused, the daemon stays up.
