@@ -28,6 +28,16 @@ const json& sub(const json& j, const char* k) {
 }
 }  // namespace
 
+// The prefix cache's figures: the hit rate over the interval.
+void prefix_view(TopView& v, const json& pc, const json* prev) {
+  v.prefix_caching = pc.value("enabled", false);
+  v.blocks_cached = int64_t(num(pc, "blocks_cached"));
+  v.blocks_evictable = int64_t(num(pc, "blocks_evictable"));
+  double q = num(pc, "queries"), h = num(pc, "hits");
+  if (prev) q -= num(*prev, "queries"), h -= num(*prev, "hits");
+  v.prefix_hit_rate = q > 0 ? h / q : -1;
+}
+
 TopView make_view(const json& now, const json* prev, double dt) {
   TopView v;
   v.model = now.value("model", std::string("?"));
@@ -50,6 +60,8 @@ TopView make_view(const json& now, const json* prev, double dt) {
     v.gen_tokens_per_s = num(e, "tokens_generated") / up;
     v.prompt_tokens_per_s = num(e, "tokens_prompt") / up;
   }
+  prefix_view(v, sub(e, "prefix_cache"),
+              prev ? &sub(sub(*prev, "engine"), "prefix_cache") : nullptr);
   const json& lat = sub(now, "latency");
   v.ttft_p50 = num(sub(lat, "ttft"), "p50_s");
   v.ttft_p99 = num(sub(lat, "ttft"), "p99_s");
@@ -129,6 +141,11 @@ std::string render(const TopView& v) {
   o += fmt::format("KV: {} / {} blocks used ({:.0f}%), preemptions {}\n", used, v.blocks_total,
                    v.blocks_total ? 100.0 * double(used) / double(v.blocks_total) : 0.0,
                    v.preemptions);
+  if (v.prefix_caching)
+    o += fmt::format(
+        "prefix cache: hit rate {}, {} blocks cached ({} evictable)\n",
+        v.prefix_hit_rate < 0 ? std::string("-") : fmt::format("{:.1f}%", v.prefix_hit_rate * 100),
+        v.blocks_cached, v.blocks_evictable);
   if (v.restarts > 0) o += fmt::format("stage restarts: {}\n", v.restarts);
   o += fmt::format("requests: {} running, {} waiting; tokens/s: {:.1f} generated, {:.1f} prompt\n",
                    v.running, v.waiting, v.gen_tokens_per_s, v.prompt_tokens_per_s);

@@ -29,6 +29,11 @@ struct TopView {
   int64_t restarts = 0;  // stage processes restarted after a loss (docs/recovery.md)
   double gen_tokens_per_s = 0, prompt_tokens_per_s = 0;
   double ttft_p50 = 0, ttft_p99 = 0, itl_p50 = 0, itl_p99 = 0;
+  // Prefix caching: hits / queries (tokens) over the interval (since start
+  // on the first snapshot; -1 when nothing was looked up), and the blocks.
+  bool prefix_caching = false;
+  double prefix_hit_rate = -1;
+  int64_t blocks_cached = 0, blocks_evictable = 0;
 };
 
 // `prev` may be null (first snapshot: shares from totals since start).
