@@ -74,11 +74,14 @@ std::vector<BenchRequest> parse_trace(std::istream& in, int32_t default_max_toke
       if (j.contains("prompt_len")) bad_line(line, "give prompt or prompt_len, not both");
       r.prompt = p->get<std::string>();
     } else {
-      r.prompt_len = int_field(j, "prompt_len", 1, kMaxBenchTokens, 0, line);
-      if (r.prompt_len == 0) bad_line(line, "prompt or prompt_len is required");
+      // 0 only after a shared prefix: the prompt is the prefix alone.
+      r.prompt_len = int_field(j, "prompt_len", 0, kMaxBenchTokens, -1, line);
+      if (r.prompt_len < 0) bad_line(line, "prompt or prompt_len is required");
     }
     r.max_tokens = int_field(j, "max_tokens", 1, kMaxBenchTokens, default_max_tokens, line);
     parse_sharing(j, r, line);
+    if (r.prompt.empty() && r.prompt_len + r.prefix_len == 0)
+      bad_line(line, "prompt_len must be >= 1 (0 only after a shared prefix_len)");
     out.push_back(std::move(r));
   }
   if (out.empty()) throw std::runtime_error("the trace holds no requests");

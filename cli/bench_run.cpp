@@ -14,6 +14,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -222,15 +223,26 @@ struct Prepared {
   std::vector<int64_t> shared;      // shared prefix tokens of each request's prompt
 };
 
+// Where request i's own part starts in the pool: a shuffled order of every
+// offset, so that no two requests (up to the pool's size) share their first
+// token's position, and so no prefix that the workload does not mean to
+// share (two requests from the same offset would share whole blocks).
+struct Offsets {
+  Offsets(size_t pool, std::mt19937_64& rng) : order(pool) {
+    std::iota(order.begin(), order.end(), uint64_t(0));
+    std::shuffle(order.begin(), order.end(), rng);
+  }
+  uint64_t operator()(size_t i) const { return order[i % order.size()]; }
+  std::vector<uint64_t> order;
+};
+
 void prepare_chats(const Endpoint& ep, const std::vector<BenchRequest>& workload,
-                   const std::vector<int64_t>& pool, std::mt19937_64& rng, Prepared& p) {
+                   const std::vector<int64_t>& pool, const Offsets& at, Prepared& p) {
   std::map<int32_t, int64_t> last;  // conversation → its latest turn so far
   for (size_t i = 0; i < workload.size(); ++i) {
     const BenchRequest& q = workload[i];
     if (q.conversation < 0) continue;
-    p.user[i] = !q.prompt.empty()
-                    ? q.prompt
-                    : detokenize(ep, pool_ids(pool, rng() % pool.size(), q.prompt_len));
+    p.user[i] = !q.prompt.empty() ? q.prompt : detokenize(ep, pool_ids(pool, at(i), q.prompt_len));
     if (q.prefix_len > 0)
       p.system[i] =
           detokenize(ep, pool_ids(pool, group_start(q.prefix_group, pool.size()), q.prefix_len));
@@ -253,6 +265,7 @@ Prepared prepare(const Endpoint& ep, const BenchOptions& o,
   Prepared p{std::vector<std::string>(n), std::vector<std::string>(n), std::vector<std::string>(n),
              std::vector<int64_t>(n, -1), std::vector<int64_t>(n, -1), std::vector<int64_t>(n, 0)};
   std::mt19937_64 rng(o.seed ^ 0x6b76617369726265ull);
+  const Offsets at(std::max<size_t>(pool.size(), 1), rng);
   for (size_t i = 0; i < n; ++i) {
     const BenchRequest& q = workload[i];
     p.shared[i] = q.prefix_len;
@@ -264,11 +277,11 @@ Prepared prepare(const Endpoint& ep, const BenchOptions& o,
     std::vector<int64_t> ids;
     if (q.prefix_len > 0)
       ids = pool_ids(pool, group_start(q.prefix_group, pool.size()), q.prefix_len);
-    const std::vector<int64_t> own = pool_ids(pool, rng() % pool.size(), q.prompt_len);
+    const std::vector<int64_t> own = pool_ids(pool, at(i), q.prompt_len);
     ids.insert(ids.end(), own.begin(), own.end());
     p.bodies[i] = request_body(q, ids);
   }
-  prepare_chats(ep, workload, pool, rng, p);
+  prepare_chats(ep, workload, pool, at, p);
   return p;
 }
 

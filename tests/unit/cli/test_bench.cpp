@@ -83,6 +83,8 @@ TEST(BenchTrace, PrefixGroupsChatTurnsAndChoices) {
       err("{\"t\":0,\"prompt\":\"x\",\"prefix_group\":0,\"prefix_len\":9}").find("prompt_len"),
       std::string::npos);
   EXPECT_NE(err("{\"t\":0,\"prompt_len\":4,\"n\":17}").find("n must be"), std::string::npos);
+  std::istringstream alone("{\"t\":0,\"prompt_len\":0,\"prefix_group\":0,\"prefix_len\":512}");
+  EXPECT_EQ(parse_trace(alone, 8)[0].prompt_len, 0);  // the shared prefix alone
   EXPECT_NE(err("{\"t\":0,\"prompt_len\":4,\"conversation\":-1}").find("conversation"),
             std::string::npos);
 }
