@@ -11,11 +11,14 @@ alternating so drift in a shared machine's load hits both alike:
   n4       one request with n = 4 against four separate requests with the
            same 512-token prompt (sent together), 32 output tokens each
 
-The no-sharing case (bench/policies' trace) is
-`python3 bench/policies/run.py --policies continuous+chunked --skip-small
---prefix-caching on|off`.
+The no-sharing case, bench/policies' trace under continuous+chunked with
+caching on and off alternating, stage and daemon CPU seconds beside the
+throughput: `--only nosharing`. What recomputing the partial block per
+choice costs: `--only partial`.
 
   python3 bench/prefix/run.py --bin build/bin [--out /tmp/kvasir-prefix] [--only shared,chat,n4]
+  python3 bench/prefix/run.py --bin build/bin --only partial --repeat 5   # the partial block's cost
+  python3 bench/prefix/run.py --bin build/bin --only nosharing --repeat 2
 
 Prints each run's figures, the ratios against the targets, and `uptime`
 around each run (the machine is shared; the load says how far to trust it).
@@ -116,7 +119,7 @@ def run(a):
         if a.only and name not in a.only:
             continue
         for repeat in range(a.repeat):
-            for caching in ([False, True] if repeat % 2 == 0 else [True, False]):
+            for caching in ([False, True] if (repeat + a.on_first) % 2 == 0 else [True, False]):
                 tag = f"{name}-{'on' if caching else 'off'}-{repeat}"
                 print(f"== {tag}: {uptime()}", file=sys.stderr, flush=True)
                 d = Daemon(a, caching, tag)
@@ -128,6 +131,102 @@ def run(a):
                 finally:
                     d.stop()
     return results
+
+
+def partial_block(a):
+    """What recomputing the partial last block per choice costs, against what
+    a copy-on-write would compute (each choice's last token only).
+
+    On a daemon with caching, alone, one after the other: n = 4 on a
+    512-token prompt (block-aligned: choices 1-3 recompute a whole block, 16
+    positions each) and on a 497-token one (1 position each, what a copy
+    would leave), and n = 1 on both lengths (the 15 extra prompt tokens of
+    choice 0). Each prompt is fresh (its own prefix group). The recompute's
+    cost is (n4 at 512 - n4 at 497) - (n1 at 512 - n1 at 497), in the stage
+    processes' CPU seconds (utime + stime: on a shared machine wall time
+    mostly measures the other jobs) and in wall seconds."""
+    d = Daemon(a, True, "partial")
+    stages = children(d.p.pid)
+    times = {}
+    try:
+        g = 10
+        for repeat in range(a.repeat):
+            for n, length in [(4, 512), (4, 497), (1, 512), (1, 497)]:
+                trace = os.path.join(a.out, f"partial-{n}-{length}-{repeat}.jsonl")
+                write_trace(trace, [{"t": 0, "prompt_len": 0, "prefix_group": g,
+                                     "prefix_len": length, "max_tokens": 8, "n": n}])
+                g += 1
+                cpu0 = cpu_seconds(stages)
+                s = d.bench(["--trace", trace], trace.replace(".jsonl", ".json"))
+                times.setdefault((n, length), []).append((cpu_seconds(stages) - cpu0, s["duration_s"]))
+    finally:
+        d.stop()
+    med = lambda v, i: sorted(x[i] for x in v)[len(v) // 2]
+    print("| request | stage CPU s (median of %d) | wall s (median) |" % a.repeat)
+    print("|---|---|---|")
+    for k in sorted(times):
+        print(f"| n = {k[0]}, {k[1]} tokens | {med(times[k], 0):.3f} | {med(times[k], 1):.3f} |")
+    for i, unit in [(0, "stage CPU"), (1, "wall")]:
+        m = {k: med(v, i) for k, v in times.items()}
+        cost = (m[(4, 512)] - m[(4, 497)]) - (m[(1, 512)] - m[(1, 497)])
+        print(f"- recomputing 3 x 15 more positions than a copy would: {cost:.3f} s of {unit}, "
+              f"{100 * cost / m[(4, 512)]:.1f}% of the n = 4 request's {m[(4, 512)]:.2f} s")
+
+
+def no_sharing(a):
+    """bench/policies' default trace (24 short, 3 long prompts, seed 1: no
+    prefix shared) under continuous+chunked, caching off and on
+    alternating: throughput, and the CPU seconds of the stage processes
+    and of kvasird itself (the scheduler's lookups and hashing run there),
+    which a loaded machine does not blur as it does wall time."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("policies", os.path.join(ROOT, "bench", "policies", "run.py"))
+    pol = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pol)
+    args = argparse.Namespace(seed=1, shorts=24, short_len=128, short_max=128, short_gap=0.05,
+                              longs=3, long_len=1536, long_max=32, long_start=20.0, long_gap=5.0)
+    trace = os.path.join(a.out, "policies-trace.jsonl")
+    write_trace(trace, pol.make_trace(args))
+    rows = {}
+    for repeat in range(a.repeat):
+        for caching in ([False, True] if repeat % 2 == 0 else [True, False]):
+            tag = f"nosharing-{'on' if caching else 'off'}-{repeat}"
+            print(f"== {tag}: {uptime()}", file=sys.stderr, flush=True)
+            d = Daemon(a, caching, tag)
+            stages = children(d.p.pid)
+            try:
+                c0, m0 = cpu_seconds(stages), cpu_seconds([d.p.pid])
+                s = d.bench(["--trace", trace], os.path.join(a.out, tag + ".json"))
+                rows.setdefault(caching, []).append(
+                    (s["output_tok_s"], cpu_seconds(stages) - c0, cpu_seconds([d.p.pid]) - m0,
+                     s.get("prefix_hit_rate"), uptime()))
+            finally:
+                d.stop()
+    print("| caching | run | output tok/s | stage CPU s | kvasird CPU s | hit rate | load after |")
+    print("|---|---|---|---|---|---|---|")
+    for caching, rs in sorted(rows.items()):
+        for i, r in enumerate(rs):
+            print(f"| {'on' if caching else 'off'} | {i} | {r[0]:.2f} | {r[1]:.1f} | {r[2]:.2f} | {r[3]} | {r[4].split('average:')[1].strip()} |")
+    if True in rows and False in rows:
+        tot = lambda c, i: sum(r[i] for r in rows[c])
+        print(f"\n- output tok/s on/off = {tot(True, 0) / tot(False, 0):.3f} (target within 2%), "
+              f"stage CPU on/off = {tot(True, 1) / tot(False, 1):.3f}, kvasird CPU on/off = "
+              f"{tot(True, 2) / tot(False, 2):.3f}")
+
+
+def children(pid):
+    """The stage processes of kvasird `pid`."""
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def cpu_seconds(pids):
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for p in pids:
+        fields = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
 
 
 def mean(runs, key, sub=None):
@@ -177,11 +276,17 @@ def main():
     p.add_argument("--kv", default="256MiB")
     p.add_argument("--repeat", type=int, default=1, help="runs per workload and setting")
     p.add_argument("--only", type=lambda s: s.split(","), default=None)
+    p.add_argument("--on-first", type=int, default=0, choices=[0, 1],
+                   help="1: the first repeat runs caching on before off")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     t0 = time.time()
-    results = run(a)
-    report(results)
+    if a.only == ["partial"]:
+        partial_block(a)
+    elif a.only == ["nosharing"]:
+        no_sharing(a)
+    else:
+        report(run(a))
     print(f"\n({time.time() - t0:.0f} s; raw JSON in {a.out})")
 
 
