@@ -259,6 +259,7 @@ void Bridge::encode(uint32_t slot, uint64_t batch_id, const SchedulerOutput& out
     b.tokens.insert(b.tokens.end(), row.tokens.begin(), row.tokens.end());
     std::copy(row.table.begin(), row.table.end(), b.tables.begin() + int64_t(r) * d.max_table);
     b.sampling.push_back(row.sampling);
+    if (row.copy_src >= 0) b.copies.push_back(ipc::BlockCopy{row.copy_src, row.copy_dst});
   }
   b.n_tokens = int32_t(b.tokens.size());
   ipc::write_desc(seg_.desc(slot), b, d);

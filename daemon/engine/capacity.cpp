@@ -130,6 +130,7 @@ void CapacityScheduler::preempt(Sequence* s, PreemptCause why) {
   s->n_shared = 0;
   s->cache = {};
   s->tainted = false;
+  s->prompt_batch = s->copy_writer = 0;  // its prompt is to be sent again
   s->awaiting = false;
   s->running = false;
   s->preempted++;
@@ -161,10 +162,9 @@ int64_t CapacityScheduler::reuse_prefix(Sequence* s) {
 }
 
 void CapacityScheduler::undo_reuse(Sequence* s) {
-  if (s->n_shared == 0) return;
   KV_CHECK(int32_t(s->table.size()) == s->n_shared, "scheduler: undoing a reuse after growth");
   blocks_.release(s->table);
-  s->n_scheduled = 0;
+  s->n_scheduled = 0;  // (a fork had moved it to the last prompt token)
   s->n_shared = 0;
   s->cache = {};
 }

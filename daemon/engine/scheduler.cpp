@@ -186,6 +186,8 @@ bool Scheduler::take(std::vector<SchedRow>& rows, Sequence* s) {
   if (form_.full(rows) || waits_for_leader(s)) return false;
   const bool starting = s->table.empty() && s->n_scheduled == 0 && s->padding() == 0;
   const int64_t hit = starting ? cap_.reuse_prefix(s) : 0;
+  const Fork fork = starting ? fork_from_leader(s) : Fork{};
+  if (fork.src >= 0) s->n_scheduled = s->n_prompt - 1;  // the copy holds the rest but the last
   const int32_t n = form_.want(*s);
   const int64_t end = s->padding() > 0 ? s->pad_next + n : s->n_scheduled + n;
   if (n <= 0 || !cap_.grow(s, end, rows)) {
@@ -194,20 +196,55 @@ bool Scheduler::take(std::vector<SchedRow>& rows, Sequence* s) {
   }
   if (starting) cap_.count_lookup(s, hit);
   form_.add(rows, s, n);
+  if (fork.src >= 0) {
+    rows.back().copy_src = fork.src;
+    rows.back().copy_dst = s->table[size_t(fork.index)];
+    s->copy_writer = fork.writer;
+  }
+  if (s->prompt_batch == 0 && s->n_scheduled >= s->n_prompt) s->prompt_batch = next_batch_;
   cap_.cache_written(s, next_batch_);
   return true;
 }
 
+// Copy-on-write for parallel sampling: a choice > 0 starting afresh, which
+// reused every whole block of the prompt but the one holding its last
+// token, copies that block from choice 0 (which must hold it, its prompt
+// finished in an earlier batch: the copy runs before this batch's forward)
+// and computes the last token alone, instead of recomputing the block's
+// positions (up to block_size - 1 of them; docs/scheduler.md).
+Scheduler::Fork Scheduler::fork_from_leader(Sequence* s) const {
+  const int32_t bs = blocks_.block_size();
+  const int64_t L = s->n_prompt;
+  if (s->index == 0 || s->preempted > 0 || int64_t(s->tokens.size()) != L || !cap_.may_reuse(s) ||
+      (L - 1) % bs == 0)
+    return {};
+  const int32_t q = int32_t((L - 1) / bs);  // the block of the last prompt token
+  if (s->n_shared != q || s->n_scheduled != int64_t(q) * bs) return {};
+  auto it = seqs_.find(sequence_key(s->id, 0));
+  if (it == seqs_.end()) return {};
+  const Sequence& lead = *it->second;
+  if (!lead.running || lead.done || lead.tainted || lead.prompt_batch == 0 ||
+      lead.prompt_batch >= next_batch_ || int32_t(lead.table.size()) <= q)
+    return {};
+  return Fork{lead.table[size_t(q)], q, lead.prompt_batch};
+}
+
 // Parallel sampling with caching: choices 1..n-1 start only once choice 0
-// has sent its whole prompt to the ring, so they reuse all its full blocks
-// and compute only the partial last block (docs/scheduler.md: n). They do
-// not wait for a leader that is not running (preempted, or finished).
+// has sent its whole prompt to the ring, so they reuse all its full blocks;
+// and when its last prompt block holds more than the last token, only
+// once that went in an earlier batch, so they can copy the block (the copy
+// runs before the batch's forward) and compute the last token alone
+// (docs/scheduler.md: n). They do not wait for a leader that is not
+// running (preempted, or finished).
 bool Scheduler::waits_for_leader(const Sequence* s) const {
   if (s->index == 0 || !s->table.empty() || s->n_scheduled != 0 || !cap_.may_reuse(s)) return false;
   auto it = seqs_.find(sequence_key(s->id, 0));
   if (it == seqs_.end()) return false;
   const Sequence& lead = *it->second;
-  return lead.running && !lead.done && !lead.tainted && lead.n_scheduled < lead.n_prompt;
+  if (!lead.running || lead.done || lead.tainted) return false;
+  if (lead.n_scheduled < lead.n_prompt) return true;
+  const bool copyable = s->preempted == 0 && (s->n_prompt - 1) % blocks_.block_size() != 0;
+  return copyable && (lead.prompt_batch == 0 || lead.prompt_batch >= next_batch_);
 }
 
 // The formed batch as plain rows (copies: the bridge keeps them while the
@@ -229,6 +266,8 @@ SchedulerOutput Scheduler::emit(std::vector<SchedRow> rows) {
     o.sample = r.sample;
     o.pad = r.pad;
     o.n_prompt = s->n_prompt;
+    o.copy_src = r.copy_src;
+    o.copy_dst = r.copy_dst;
     if (r.pad)  // the filler: any valid id will do
       o.tokens.assign(size_t(r.n_tokens), s->tokens.back());
     else
@@ -312,7 +351,9 @@ void Scheduler::apply_row(const SchedRow& row, const RowResult& res) {
 void Scheduler::lose_pending_blocks(uint64_t failed_batch) {
   if (!blocks_.caching()) return;
   for (Sequence* s : q_.running)
-    if (!s->done && blocks_.reads_pending(s->table, s->n_shared, failed_batch)) s->tainted = true;
+    if (!s->done && (blocks_.reads_pending(s->table, s->n_shared, failed_batch) ||
+                     (s->copy_writer != 0 && failed_batch <= s->copy_writer)))
+      s->tainted = true;
   const int32_t n = blocks_.drop_pending(failed_batch);
   if (n > 0) KV_LOG_WARN("scheduler", "batch {} failed: {} cached blocks dropped", failed_batch, n);
 }

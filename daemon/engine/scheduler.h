@@ -60,7 +60,10 @@ struct ScheduledRow {
   // `static` padding: filler positions, computed and never sampled
   // (docs/scheduler.md, "What `static` pads").
   bool pad = false;
-  int32_t n_prompt = 0;         // the tail's penalties tell prompt from output by it
+  int32_t n_prompt = 0;  // the tail's penalties tell prompt from output by it
+  // Copy-on-write before the batch runs (parallel sampling): every stage
+  // copies block copy_src to copy_dst, this row's own (-1: none).
+  int32_t copy_src = -1, copy_dst = -1;
   std::vector<int32_t> tokens;  // n_tokens ids (for padding, a filler id)
   std::vector<int32_t> table;   // the request's KV blocks, covering pos0 + n_tokens
   SamplingParams sampling;      // its seed always set
@@ -163,6 +166,13 @@ class Scheduler {
   void begin_batch(RingLoad load);
   bool take(std::vector<SchedRow>& rows, Sequence* s);
   bool waits_for_leader(const Sequence* s) const;
+  // Where a starting choice > 0 copies choice 0's last prompt block from.
+  struct Fork {
+    int32_t src = -1;     // choice 0's block
+    int32_t index = -1;   // its place in the tables
+    uint64_t writer = 0;  // choice 0's batch that finished writing it
+  };
+  Fork fork_from_leader(Sequence* s) const;
   SchedulerOutput emit(std::vector<SchedRow> rows);
   void apply_row(const SchedRow& row, const RowResult& res);
   void lose_pending_blocks(uint64_t failed_batch);

@@ -51,6 +51,12 @@ struct Sequence {
   int32_t cached_tokens = -1;
   CacheCursor cache;
   bool tainted = false;
+  // Parallel sampling: the batch that carried its last prompt position (0:
+  // not yet, or since a preemption); and, for a choice that copied choice
+  // 0's last prompt block (copy-on-write), that batch of choice 0's: a
+  // failure up to it may have left the copy's source unwritten.
+  uint64_t prompt_batch = 0;
+  uint64_t copy_writer = 0;
 
   // Positions not yet sent to the ring (its prompt, or a recompute, or the
   // one decode position once its last token is known).
@@ -76,6 +82,8 @@ struct SchedRow {
   // the KV they write is overwritten by the sequence's own decodes before
   // any row reads it (attention at position q reads positions <= q only).
   bool pad = false;
+  // Copy-on-write before the batch: block copy_src into copy_dst (-1: none).
+  int32_t copy_src = -1, copy_dst = -1;
 };
 
 // Where a sequence stands, both queues kept by the Scheduler: waiting in

@@ -146,9 +146,13 @@ struct Sim {
     int64_t& at_pos = next_pos[k];
     // A row that does not start where the sequence's previous one ended
     // starts anew (first row, or after a preemption) past a cached prefix.
-    const std::string hit = r.pos0 > 0 && r.pos0 != at_pos
-                                ? " cached [0," + std::to_string(r.pos0) + ")"
-                                : std::string();
+    std::string hit = r.pos0 > 0 && r.pos0 != at_pos ? " cached [0," + std::to_string(r.pos0) + ")"
+                                                     : std::string();
+    if (r.copy_src >= 0) {  // copy-on-write: the block of pos0 came from another table
+      const int64_t b0 = r.pos0 / bs * bs;
+      hit = (b0 > 0 ? " cached [0," + std::to_string(b0) + ")" : std::string()) + " copied [" +
+            std::to_string(b0) + "," + std::to_string(r.pos0) + ")";
+    }
     const bool again = r.pos0 < high;
     high = std::max<int64_t>(high, r.pos0 + r.n_tokens);
     at_pos = r.pos0 + r.n_tokens;
@@ -196,8 +200,10 @@ struct Sim {
   void fail_oldest() {
     SchedulerOutput b = std::move(ring.front());
     ring.pop_front();
-    for (const ScheduledRow& r : b.rows)
+    for (const ScheduledRow& r : b.rows) {
       for (int64_t p = r.pos0; p < r.pos0 + r.n_tokens; ++p) at(r, p) = kPoison;
+      if (r.copy_dst >= 0) std::fill_n(cache.begin() + int64_t(r.copy_dst) * bs, bs, kPoison);
+    }
     BatchResult res;
     res.batch = b.id;
     res.status = Status(ErrorCode::kStageFailed, "stage 1: injected");
@@ -209,6 +215,11 @@ struct Sim {
   void complete() {
     SchedulerOutput b = std::move(ring.front());
     ring.pop_front();
+    // Block copies first, as every stage does before the forward.
+    for (const ScheduledRow& r : b.rows)
+      if (r.copy_src >= 0)
+        std::copy_n(cache.begin() + int64_t(r.copy_src) * bs, bs,
+                    cache.begin() + int64_t(r.copy_dst) * bs);
     BatchResult res;
     res.batch = b.id;
     for (const ScheduledRow& r : b.rows) {

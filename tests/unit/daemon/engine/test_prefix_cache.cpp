@@ -184,21 +184,61 @@ TEST(PrefixCache, APreemptedSequenceFindsItsOwnBlocksStillCached) {
 
 // ---- parallel sampling ------------------------------------------------------------
 
-TEST(PrefixCache, ChoicesShareThePromptAndComputeOnlyItsPartialBlock) {
+TEST(PrefixCache, ChoicesShareThePromptAndCopyItsLastBlock) {
   // n = 4 on a 10-token prompt: choice 0 computes the prompt; the other
-  // three wait for it, then reuse its two whole blocks and compute only
-  // positions [8,10) each: 10 + 3 x 2 prompt tokens, not 4 x 10.
+  // three wait for it, reuse its two whole blocks, copy its block [8,12)
+  // (positions 8 and 9 written, before their batch's forward, so in the
+  // batch after the one that writes it) and compute only the last token:
+  // 10 + 3 x 1 prompt tokens, not 4 x 10.
   Sim sim(clim(Policy::kChunked), 1000);
   sim.detailed = true;
   sim.add(1, req(seq(10, 100), 2, 4));
   EXPECT_EQ(sim.run(), (T{
                            "A prefill [0,8)",
-                           "A prefill [8,10) + A1 cached [0,8) prefill [8,10) + "
-                           "A2 cached [0,8) prefill [8,10) + A3 cached [0,8) prefill [8,10)",
-                           "A decode 10 + A1 decode 10 + A2 decode 10 + A3 decode 10",
+                           "A prefill [8,10)",
+                           "A decode 10 + A1 cached [0,8) copied [8,9) prefill [9,10) + "
+                           "A2 cached [0,8) copied [8,9) prefill [9,10) + "
+                           "A3 cached [0,8) copied [8,9) prefill [9,10)",
+                           "A1 decode 10 + A2 decode 10 + A3 decode 10",
                        }));
-  EXPECT_EQ(sim.sch.stats().tokens_prompt, 10 + 3 * 2);
+  EXPECT_EQ(sim.sch.stats().tokens_prompt, 10 + 3 * 1);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(sim.finish[sequence_key(1, i)], FinishReason::kLength);
+  // The last token alone in its block: nothing to copy, the choices compute
+  // it in choice 0's batch.
+  Sim one(clim(Policy::kChunked), 1000);
+  one.detailed = true;
+  one.add(1, req(seq(9, 100), 1, 3));
+  EXPECT_EQ(one.run(), (T{"A prefill [0,8)",
+                          "A prefill [8,9) + A1 cached [0,8) prefill [8,9) + "
+                          "A2 cached [0,8) prefill [8,9)"}));
+}
+
+TEST(PrefixCache, ACopyFromAFailedBatchIsRecomputed) {
+  // Three micro-batches in flight: choice 0's prompt goes in batches 1 and
+  // 2, the copies of its last block in batch 3; batch 2 fails (its block
+  // poisoned): choice 0 fails, the copies are garbage, the other choices are
+  // recomputed and give the text of a fault-free run (one that recomputed
+  // nothing: choice i alone with seed + i, caching off).
+  SchedLimits l = clim(Policy::kChunked, true, 3);
+  Sim sim(l, 1000), ok(clim(Policy::kChunked, false), 1000);
+  sim.detailed = true;
+  sim.strict = false;
+  sim.balance = false;
+  sim.add(1, req(seq(10, 100), 3, 3));
+  EXPECT_EQ(sim.fill(),
+            "A prefill [0,8) | A prefill [8,10) | A1 cached [0,8) copied [8,9) "
+            "prefill [9,10) + A2 cached [0,8) copied [8,9) prefill [9,10)");
+  sim.complete();
+  sim.fail_oldest();  // batch 2
+  EXPECT_EQ(sim.finish[1], FinishReason::kError);
+  sim.run();
+  EXPECT_EQ(sim.sch.stats().requeued, 2);
+  for (int i = 1; i < 3; ++i) {
+    ok.add(RequestId(10 + i), req(seq(10, 100), 3));
+    EXPECT_EQ(sim.finish[sequence_key(1, i)], FinishReason::kLength);
+  }
+  ok.run();
+  for (int i = 1; i < 3; ++i) EXPECT_EQ(sim.out[sequence_key(1, i)], ok.out[RequestId(10 + i)]);
 }
 
 TEST(PrefixCache, ChoiceIIsTheSingleRequestWithSeedPlusI) {
@@ -234,7 +274,9 @@ TEST(PrefixCache, ChoiceIIsTheSingleRequestWithSeedPlusI) {
         }
         EXPECT_GT(distinct.size(), 1u) << "the seeds made no difference";
         const int64_t computed = many.sch.stats().tokens_prompt;
-        EXPECT_EQ(computed, caching && presence == 0 ? 11 + 3 * 3 : 4 * 11) << policy_name(p);
+        // Caching: the prompt once, then the last token per other choice
+        // (its last block copied).
+        EXPECT_EQ(computed, caching && presence == 0 ? 11 + 3 * 1 : 4 * 11) << policy_name(p);
       }
 }
 
