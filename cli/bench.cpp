@@ -31,6 +31,18 @@ int32_t int_field(const json& j, const char* key, int32_t lo, int32_t hi, int32_
   return int32_t(v);
 }
 
+// The prefix caching fields of a trace line: n, a shared prefix, a chat turn.
+void parse_sharing(const json& j, BenchRequest& r, size_t line) {
+  r.n = int_field(j, "n", 1, 16, 1, line);
+  r.prefix_group = int_field(j, "prefix_group", 0, kMaxBenchRequests, -1, line);
+  r.prefix_len = int_field(j, "prefix_len", 1, kMaxBenchTokens, 0, line);
+  if ((r.prefix_group >= 0) != (r.prefix_len > 0))
+    bad_line(line, "give prefix_group and prefix_len together");
+  if (r.prefix_len > 0 && !r.prompt.empty())
+    bad_line(line, "a shared prefix goes with prompt_len, not a text prompt");
+  r.conversation = int_field(j, "conversation", 0, kMaxBenchRequests, -1, line);
+}
+
 }  // namespace
 
 std::vector<BenchRequest> parse_trace(std::istream& in, int32_t default_max_tokens) {
@@ -62,15 +74,45 @@ std::vector<BenchRequest> parse_trace(std::istream& in, int32_t default_max_toke
       if (j.contains("prompt_len")) bad_line(line, "give prompt or prompt_len, not both");
       r.prompt = p->get<std::string>();
     } else {
-      r.prompt_len = int_field(j, "prompt_len", 1, kMaxBenchTokens, 0, line);
-      if (r.prompt_len == 0) bad_line(line, "prompt or prompt_len is required");
+      // 0 only after a shared prefix: the prompt is the prefix alone.
+      r.prompt_len = int_field(j, "prompt_len", 0, kMaxBenchTokens, -1, line);
+      if (r.prompt_len < 0) bad_line(line, "prompt or prompt_len is required");
     }
     r.max_tokens = int_field(j, "max_tokens", 1, kMaxBenchTokens, default_max_tokens, line);
+    parse_sharing(j, r, line);
+    if (r.prompt.empty() && r.prompt_len + r.prefix_len == 0)
+      bad_line(line, "prompt_len must be >= 1 (0 only after a shared prefix_len)");
     out.push_back(std::move(r));
   }
   if (out.empty()) throw std::runtime_error("the trace holds no requests");
   return out;
 }
+
+namespace {
+// `conversations` chats of `turns` turns, turn-major (every chat's first
+// turn, then every second...), all arriving at once: each chat is a closed
+// loop of its own. A shared prefix, when given, is the system prompt of
+// each chat's first turn (later turns carry it in the conversation).
+std::vector<BenchRequest> chat_workload(const BenchOptions& o) {
+  if (int64_t(o.conversations) * o.turns > kMaxBenchRequests)
+    throw std::runtime_error("too many turns in all");
+  std::vector<BenchRequest> w;
+  for (int32_t t = 0; t < o.turns; ++t)
+    for (int32_t c = 0; c < o.conversations; ++c) {
+      BenchRequest r;
+      r.conversation = c;
+      r.prompt_len = o.prompt_lens[w.size() % o.prompt_lens.size()];
+      r.max_tokens = o.max_tokens;
+      r.n = o.n;
+      if (t == 0 && o.shared_prefix_len > 0) {
+        r.prefix_group = c % std::max(o.prefix_groups, 1);
+        r.prefix_len = o.shared_prefix_len;
+      }
+      w.push_back(r);
+    }
+  return w;
+}
+}  // namespace
 
 std::vector<BenchRequest> make_workload(const BenchOptions& o,
                                         const std::vector<BenchRequest>* trace) {
@@ -79,8 +121,13 @@ std::vector<BenchRequest> make_workload(const BenchOptions& o,
     if (o.requests > 0 && size_t(o.requests) < w.size()) w.resize(size_t(o.requests));
     return w;
   }
-  int n = o.requests > 0 ? o.requests : 100;
   if (o.prompt_lens.empty()) throw std::runtime_error("--prompt-len needs at least one length");
+  if (o.conversations > 0 || o.turns > 0) {
+    if (o.conversations <= 0 || o.turns <= 0)
+      throw std::runtime_error("--conversations and --turns go together");
+    return chat_workload(o);
+  }
+  int n = o.requests > 0 ? o.requests : 100;
   std::mt19937_64 rng(o.seed);
   std::exponential_distribution<double> gap(o.rate > 0 ? o.rate : 1.0);
   std::vector<BenchRequest> w(static_cast<size_t>(n));
@@ -91,6 +138,11 @@ std::vector<BenchRequest> make_workload(const BenchOptions& o,
     w[i].arrival_s = t;
     w[i].prompt_len = o.prompt_lens[i % o.prompt_lens.size()];
     w[i].max_tokens = o.max_tokens;
+    w[i].n = o.n;
+    if (o.shared_prefix_len > 0) {  // request i: group i mod G's prefix, then its own part
+      w[i].prefix_group = int32_t(i % size_t(std::max(o.prefix_groups, 1)));
+      w[i].prefix_len = o.shared_prefix_len;
+    }
   }
   return w;
 }
@@ -124,12 +176,31 @@ StatsSample parse_stats(const json& stats) {
   s.kv_slots_used = get("kv_slots_used", -1);
   s.kv_waste = get("kv_waste", -1);
   s.running = int32_t(std::clamp<int64_t>(get("running", 0), 0, INT32_MAX));
+  if (auto pc = e->find("prefix_cache"); pc != e->end() && pc->is_object()) {
+    s.prefix_queries = pc->value("queries", int64_t(0));
+    s.prefix_hits = pc->value("hits", int64_t(0));
+  }
   return s;
 }
 
 namespace {
 json ms(const Dist& d) {
   return {{"mean", d.mean * 1e3}, {"p50", d.p50 * 1e3}, {"p99", d.p99 * 1e3}, {"count", d.count}};
+}
+
+// Prefix caching, three ways: the daemon's hit rate over the run (tokens
+// found / tokens looked up, from its stats), the prompt tokens the
+// responses say were cached, and those as a share of the workload's shared
+// prefixes (null without any).
+void add_prefix_figures(json& s, int64_t cached, int64_t shared, int64_t prompt_tok,
+                        const StatsSample& before, const StatsSample& after) {
+  const int64_t q = after.prefix_queries - before.prefix_queries;
+  const int64_t h = after.prefix_hits - before.prefix_hits;
+  s["prefix_hit_rate"] = q > 0 ? json(double(h) / double(q)) : json(nullptr);
+  s["cached_tokens"] = cached;
+  s["cached_fraction"] = prompt_tok > 0 ? double(cached) / double(prompt_tok) : 0.0;
+  s["shared_prefix_tokens"] = shared;
+  s["shared_hit_rate"] = shared > 0 ? json(double(cached) / double(shared)) : json(nullptr);
 }
 }  // namespace
 
@@ -138,6 +209,7 @@ json summarize(const std::vector<RequestResult>& results, double wall_s, const S
                const BenchOptions& o) {
   std::vector<double> ttft, itl, e2e;
   int64_t completed = 0, failed = 0, prompt_tok = 0, out_tok = 0, good = 0;
+  int64_t cached = 0, shared = 0;
   json errors = json::array();
   for (const auto& r : results) {
     if (!r.ok) {
@@ -148,6 +220,8 @@ json summarize(const std::vector<RequestResult>& results, double wall_s, const S
     ++completed;
     prompt_tok += r.prompt_tokens;
     out_tok += r.completion_tokens;
+    cached += r.cached_tokens;
+    shared += r.shared_tokens;
     ttft.push_back(r.ttft_s);
     e2e.push_back(r.e2e_s);
     itl.insert(itl.end(), r.itl_s.begin(), r.itl_s.end());
@@ -192,6 +266,7 @@ json summarize(const std::vector<RequestResult>& results, double wall_s, const S
   }
   s["kv_waste"] = n_waste ? json(waste_sum / held_sum) : json(nullptr);
   s["kv_waste_samples"] = n_waste;
+  add_prefix_figures(s, cached, shared, prompt_tok, before, after);
   if (o.ttft_target_ms > 0 || o.itl_target_ms > 0) {
     // Per token, not per request: the share of all ITL samples (one per
     // token after the first) within the ITL target. A request's mean can
@@ -226,6 +301,11 @@ std::string waste_text(const json& s) {
   auto it = s.find("kv_waste");
   if (it == s.end() || !it->is_number()) return "n/a";
   return fmt::format("{:.2f}%", it->get<double>() * 100);
+}
+std::string share_text(const json& s, const char* key) {
+  auto it = s.find(key);
+  if (it == s.end() || !it->is_number()) return "";
+  return fmt::format("{:.1f}%", it->get<double>() * 100);
 }
 std::string goodput_text(const json& s) {
   auto it = s.find("goodput");
@@ -266,6 +346,9 @@ const Row kRows[] = {
     {"E2E p99 ms", [](const json& s) { return fmt::format("{:.1f}", sub(s, "e2e_ms", "p99")); }},
     {"preemptions", [](const json& s) { return fmt::format("{:.0f}", num(s, "preemptions")); }},
     {"KV waste", waste_text},
+    {"prefix hit rate", [](const json& s) { return share_text(s, "prefix_hit_rate"); }},
+    {"cached prompt", [](const json& s) { return share_text(s, "cached_fraction"); }},
+    {"shared prefix hit", [](const json& s) { return share_text(s, "shared_hit_rate"); }},
     {"goodput", goodput_text},
     {"ITL samples in target", itl_within_text},
 };

@@ -22,8 +22,18 @@ namespace kvasir::cli {
 struct BenchRequest {
   double arrival_s = 0;    // offset from the start of the run
   std::string prompt;      // a text prompt, or (when empty)
-  int32_t prompt_len = 0;  // a synthetic prompt of exactly this many tokens
+  int32_t prompt_len = 0;  // a synthetic prompt of exactly this many tokens (its own part)
   int32_t max_tokens = 0;
+  // A shared prefix (prefix caching workloads): group g's prefix_len
+  // tokens, the same for every request of the group, before its own part.
+  int32_t prefix_group = -1;
+  int32_t prefix_len = 0;
+  // A turn of a multi-turn chat: sent once the conversation's previous
+  // turn is back (and not before arrival_s). Its prompt is the whole
+  // conversation as text: the previous turn's prompt and reply, then this
+  // turn's own part (prompt, or prompt_len tokens of text) as the user's.
+  int32_t conversation = -1;
+  int32_t n = 1;  // choices (the API's n)
 };
 
 struct BenchOptions {
@@ -33,6 +43,15 @@ struct BenchOptions {
   int max_tokens = 128;
   std::vector<int32_t> prompt_lens{128};  // cycled over the requests
   std::string trace;                      // JSON-lines file; wins over rate/prompt_lens
+  // Prefix caching workloads: each request starts with one of
+  // prefix_groups shared prompts of shared_prefix_len tokens (its own part
+  // is --prompt-len); or `conversations` chats of `turns` turns each (the
+  // user's part of a turn is --prompt-len tokens; a shared prefix, when
+  // given, is each chat's system prompt).
+  int32_t shared_prefix_len = 0;
+  int32_t prefix_groups = 1;
+  int32_t conversations = 0, turns = 0;
+  int32_t n = 1;  // choices per request
   uint64_t seed = 0;
   double ttft_target_ms = 0, itl_target_ms = 0;  // goodput targets; 0 = not set
   bool json = false;
@@ -47,7 +66,9 @@ inline constexpr int32_t kMaxBenchTokens = 1 << 20;
 
 // Parses a trace: one JSON object per line (blank lines and lines starting
 // with # are skipped): {"t": SECONDS, "prompt": TEXT} or {"t": SECONDS,
-// "prompt_len": N}, optional "max_tokens" (default `default_max_tokens`).
+// "prompt_len": N}, optional "max_tokens" (default `default_max_tokens`),
+// "n" (choices), "prefix_group" and "prefix_len" (a shared prefix before a
+// prompt_len), "conversation" (a turn of that chat, in file order).
 // Arrival times must not decrease. Throws std::runtime_error naming the line.
 std::vector<BenchRequest> parse_trace(std::istream& in, int32_t default_max_tokens);
 
@@ -62,8 +83,11 @@ struct RequestResult {
   bool ok = false;
   std::string error;
   double ttft_s = 0, e2e_s = 0;
-  std::vector<double> itl_s;  // one per token after the first
+  std::vector<double> itl_s;  // one per token after the first of its choice
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t cached_tokens = 0;  // usage.prompt_tokens_details.cached_tokens
+  int64_t shared_tokens = 0;  // of its prompt, the workload's shared prefix
+  std::string text;           // choice 0's text (a chat's next turn resends it)
 };
 
 struct Dist {
@@ -78,6 +102,7 @@ struct StatsSample {
   int64_t preemptions = 0;
   int64_t kv_slots_used = 0, kv_waste = 0;  // -1 when the daemon does not report them
   int32_t running = 0;
+  int64_t prefix_queries = 0, prefix_hits = 0;  // engine.prefix_cache (tokens)
 };
 StatsSample parse_stats(const nlohmann::json& stats);
 

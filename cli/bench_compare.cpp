@@ -82,6 +82,9 @@ std::string derived_config(const std::string& path, const std::string& run,
   }
   if (!t["scheduler"].is_table()) t.insert_or_assign("scheduler", toml::table{});
   t["scheduler"].as_table()->insert_or_assign("policy", policy);
+  // `static` refuses prefix caching (a padded batcher computes every prompt).
+  if (policy == "static")
+    if (auto* kv = t["kv"].as_table()) kv->insert_or_assign("prefix_caching", false);
   if (!t["server"].is_table()) t.insert_or_assign("server", toml::table{});
   toml::table& server = *t["server"].as_table();
   server.insert_or_assign("socket", socket);

@@ -8,6 +8,7 @@
 //   kvasir top [--once [--json]]
 //   kvasir diagnose [--interval SECONDS] [--json]
 //   kvasir bench [--requests N] [--concurrency C | --rate R] [--max-tokens N]
+//                [--shared-prefix-len L [--prefix-groups G]] [--conversations C --turns T] [--n N]
 //                [--prompt-len L1,L2,...] [--trace FILE] [--seed S] [--json]
 //                [--ttft-target MS] [--itl-target MS] [--progress auto|always|never]
 //                [--compare-policies --config FILE [--kvasird PATH] [--policies P,...]]
@@ -400,6 +401,24 @@ void add_tokenize_and_top(CLI::App& app, Commands& c) {
   add_common(c.diag, c.common);
 }
 
+// The prefix caching workloads (docs/cli.md).
+void add_sharing(CLI::App* bench, BenchOptions& o) {
+  bench
+      ->add_option("--shared-prefix-len", o.shared_prefix_len,
+                   "each prompt starts with one of --prefix-groups shared prompts of this many "
+                   "tokens; --prompt-len is then each one's own part")
+      ->check(CLI::Range(1, kMaxBenchTokens));
+  bench->add_option("--prefix-groups", o.prefix_groups, "distinct shared prefixes (default 1)")
+      ->check(CLI::Range(1, kMaxBenchRequests));
+  bench
+      ->add_option("--conversations", o.conversations,
+                   "multi-turn chats (with --turns): each turn resends the conversation")
+      ->check(CLI::Range(1, kMaxBenchWorkers));
+  bench->add_option("--turns", o.turns, "turns per chat; --prompt-len is the user's part")
+      ->check(CLI::Range(1, 10000));
+  bench->add_option("--n", o.n, "choices per request (the API's n)")->check(CLI::Range(1, 16));
+}
+
 void add_bench(CLI::App& app, Commands& c) {
   BenchOptions& o = c.bc.o;
   auto* bench = c.bench =
@@ -420,7 +439,9 @@ void add_bench(CLI::App& app, Commands& c) {
       ->check(CLI::Range(1, kMaxBenchTokens));
   bench->add_option("--trace", o.trace,
                     "JSON lines: {\"t\":S, \"prompt_len\":N|\"prompt\":T, "
-                    "\"max_tokens\":N}");
+                    "\"max_tokens\":N, \"n\":N, \"prefix_group\":G, \"prefix_len\":L, "
+                    "\"conversation\":C}");
+  add_sharing(bench, o);
   bench->add_option("--seed", o.seed, "seed of arrivals and prompts");
   bench->add_option("--ttft-target", o.ttft_target_ms, "goodput: TTFT target (ms)")
       ->check(CLI::PositiveNumber);

@@ -109,6 +109,16 @@ TimingView timing_view(const json& e, const json* pe) {
   return t;
 }
 
+// The prefix cache's figures: the hit rate over the interval.
+void prefix_view(TopView& v, const json& pc, const json* prev) {
+  v.prefix_caching = pc.value("enabled", false);
+  v.blocks_cached = int64_t(num(pc, "blocks_cached"));
+  v.blocks_evictable = int64_t(num(pc, "blocks_evictable"));
+  double q = num(pc, "queries"), h = num(pc, "hits");
+  if (prev) q -= num(*prev, "queries"), h -= num(*prev, "hits");
+  v.prefix_hit_rate = q > 0 ? h / q : -1;
+}
+
 void engine_view(TopView& v, const json& now, const json* prev, double dt) {
   const json& e = sub(now, "engine");
   v.waiting = int(num(e, "waiting"));
@@ -128,6 +138,7 @@ void engine_view(TopView& v, const json& now, const json* prev, double dt) {
   v.prompt_tokens_per_s =
       (num(e, "tokens_prompt") - (pe ? num(*pe, "tokens_prompt") : 0)) / v.interval_s;
   v.timing = timing_view(e, pe);
+  prefix_view(v, sub(e, "prefix_cache"), pe ? &sub(*pe, "prefix_cache") : nullptr);
 }
 
 }  // namespace
@@ -185,6 +196,11 @@ std::string render(const TopView& v) {
   o += fmt::format("KV: {} / {} blocks used ({:.0f}%), preemptions {}\n", used, v.blocks_total,
                    v.blocks_total ? 100.0 * double(used) / double(v.blocks_total) : 0.0,
                    v.preemptions);
+  if (v.prefix_caching)
+    o += fmt::format(
+        "prefix cache: hit rate {}, {} blocks cached ({} evictable)\n",
+        v.prefix_hit_rate < 0 ? std::string("-") : fmt::format("{:.1f}%", v.prefix_hit_rate * 100),
+        v.blocks_cached, v.blocks_evictable);
   if (v.restarts > 0) o += fmt::format("stage restarts: {}\n", v.restarts);
   o += fmt::format("requests: {} running, {} waiting; tokens/s: {:.1f} generated, {:.1f} prompt\n",
                    v.running, v.waiting, v.gen_tokens_per_s, v.prompt_tokens_per_s);

@@ -63,6 +63,11 @@ struct TopView {
   double interval_s = 0;  // what the shares and deltas cover
   PlanView plan;
   TimingView timing;
+  // Prefix caching: hits / queries (tokens) over the interval (since start
+  // on the first snapshot; -1 when nothing was looked up), and the blocks.
+  bool prefix_caching = false;
+  double prefix_hit_rate = -1;
+  int64_t blocks_cached = 0, blocks_evictable = 0;
 };
 
 // `prev` may be null (first snapshot: shares from totals since start).

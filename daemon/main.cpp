@@ -387,6 +387,7 @@ class Daemon {
     bc.limits.itl_target_ms = cfg_.scheduler.itl_target_ms == SchedulerCfg::kItlAuto
                                   ? kItlTargetAuto
                                   : cfg_.scheduler.itl_target_ms;
+    bc.limits.prefix_caching = cfg_.kv.prefix_caching;  // off under static (the config's rule)
     bc.max_queue = cfg_.scheduler.max_queue;
     bc.n_blocks = sup_.kv_blocks();
     bc.block_size = cfg_.kv.block_size;
@@ -402,7 +403,8 @@ class Daemon {
   // the engine and the stages (the segment is removed).
   int serve() {
     kvasir::BridgeConfig bc = bridge_config();
-    KV_LOG_INFO("main", "scheduler policy {}", kvasir::policy_name(bc.limits.policy));
+    KV_LOG_INFO("main", "scheduler policy {}, prefix caching {}",
+                kvasir::policy_name(bc.limits.policy), bc.limits.prefix_caching ? "on" : "off");
     // A lost stage is restarted and its requests recomputed
     // (docs/recovery.md); past the restart limit the engine fails for good:
     // /health says unhealthy and new work is refused, the daemon stays up.

@@ -23,6 +23,7 @@ uint64_t desc_bytes(const SlotDims& d) {
   n += align64(4ull * uint64_t(d.max_tokens));
   n += align64(4ull * uint64_t(d.max_rows) * uint64_t(d.max_table));
   n += align64(sizeof(SamplingParams) * uint64_t(d.max_rows));
+  n += align64(sizeof(BlockCopy) * uint64_t(d.max_rows));
   return n;
 }
 
@@ -44,6 +45,8 @@ DescView desc_view(void* base, const SlotDims& d) {
   v.tables = reinterpret_cast<int32_t*>(p);
   p += align64(4ull * uint64_t(d.max_rows) * uint64_t(d.max_table));
   v.sampling = reinterpret_cast<SamplingParams*>(p);
+  p += align64(sizeof(SamplingParams) * uint64_t(d.max_rows));
+  v.copies = reinterpret_cast<BlockCopy*>(p);
   return v;
 }
 
@@ -78,6 +81,26 @@ Status check_msg(const BatchMsg& m, const SlotDims& d, uint64_t last_batch_id) {
                    d.max_tokens);
   return Status();
 }
+
+namespace {
+// The block copies of a descriptor whose header is h (copied into out.copies).
+Status read_copies(const DescView& v, const DescHeader& h, const BatchMsg& m, const SlotDims& d,
+                   int32_t n_blocks, Batch& out) {
+  if (h.n_copies < 0 || h.n_copies > d.max_rows)
+    return refused("batch {}: {} block copies (max {})", m.batch_id, h.n_copies, d.max_rows);
+  out.copies.assign(v.copies, v.copies + h.n_copies);
+  for (size_t i = 0; i < out.copies.size(); ++i) {
+    const BlockCopy& c = out.copies[i];
+    if (c.src < 0 || c.src >= n_blocks || c.dst < 0 || c.dst >= n_blocks || c.src == c.dst)
+      return refused("batch {}: block copy {} -> {} (pool [0, {}))", m.batch_id, c.src, c.dst,
+                     n_blocks);
+    for (size_t j = 0; j < i; ++j)
+      if (out.copies[j].dst == c.dst || out.copies[j].dst == c.src || out.copies[j].src == c.dst)
+        return refused("batch {}: block copies {} and {} overlap", m.batch_id, j, i);
+  }
+  return Status();
+}
+}  // namespace
 
 Status read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_t n_blocks,
                  int32_t block_size, Batch& out) {
@@ -122,7 +145,7 @@ Status read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_
   }
   if (sum != nt)
     return refused("batch {}: rows carry {} tokens, header says {}", m.batch_id, sum, nt);
-  return Status();
+  return read_copies(v, h, m, d, n_blocks, out);
 }
 
 void write_desc(const DescView& v, const Batch& b, const SlotDims& d) {
@@ -134,7 +157,8 @@ void write_desc(const DescView& v, const Batch& b, const SlotDims& d) {
     std::copy(src, src + b.rows[r].n_table, v.tables + int64_t(r) * d.max_table);
   }
   std::copy(b.sampling.begin(), b.sampling.end(), v.sampling);
-  DescHeader h{b.batch_id, nr, b.n_tokens};
+  std::copy(b.copies.begin(), b.copies.end(), v.copies);
+  DescHeader h{b.batch_id, nr, b.n_tokens, int32_t(b.copies.size()), 0};
   std::memcpy(v.hdr, &h, sizeof h);
 }
 

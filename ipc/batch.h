@@ -19,7 +19,8 @@ namespace kvasir::ipc {
 constexpr uint16_t kMsgBatch = 1;
 // 2: DescRow gained n_prompt and pad. 3: status carries an ErrorCode.
 // 4: the result slot carries each stage's busy time on the batch.
-constexpr uint16_t kMsgVersion = 4;
+// 5: the descriptor gained block copies (parallel sampling's copy-on-write).
+constexpr uint16_t kMsgVersion = 5;
 // Stages whose time a result slot carries (the segment's kMaxStages).
 constexpr int kMaxStageTimes = 16;
 
@@ -51,6 +52,18 @@ struct DescHeader {
   uint64_t batch_id = 0;
   int32_t n_rows = 0;
   int32_t n_tokens = 0;
+  int32_t n_copies = 0;  // block copies before the forward (at most max_rows)
+  int32_t reserved = 0;
+};
+
+// A KV block copy (copy-on-write of a block shared by the choices of a
+// parallel-sampling request, docs/scheduler.md): before it runs the batch's
+// forward, every stage copies the K and V of block `src` to block `dst` in
+// each of its own layers. src and dst in the pool, different; no dst twice,
+// and no dst that is also a src, so the order of the copies does not matter.
+struct BlockCopy {
+  int32_t src = 0;
+  int32_t dst = 0;
 };
 
 struct DescRow {
@@ -89,13 +102,15 @@ struct ResultHeader {
 
 // A descriptor slot in the segment, as typed pointers into it. Layout:
 // DescHeader | DescRow[max_rows] | int32 tokens[max_tokens] |
-// int32 tables[max_rows][max_table] | SamplingParams[max_rows]
+// int32 tables[max_rows][max_table] | SamplingParams[max_rows] |
+// BlockCopy[max_rows]
 struct DescView {
   DescHeader* hdr = nullptr;
   DescRow* rows = nullptr;
   int32_t* tokens = nullptr;
   int32_t* tables = nullptr;  // row r's table at tables + r * max_table
   SamplingParams* sampling = nullptr;
+  BlockCopy* copies = nullptr;
 };
 
 // A result slot. Layout: ResultHeader | int32 token[max_rows] |
@@ -121,6 +136,7 @@ struct Batch {
   std::vector<int32_t> tokens;
   std::vector<int32_t> tables;  // rows.size() × max_table
   std::vector<SamplingParams> sampling;
+  std::vector<BlockCopy> copies;  // applied before the forward
   int32_t n_tokens = 0;
 };
 
@@ -131,7 +147,8 @@ Status check_msg(const BatchMsg& m, const SlotDims& d, uint64_t last_batch_id);
 // Copies the descriptor of m.slot and checks it against the message and the
 // widths: same batch id and counts, rows' tokens sum to n_tokens, each row
 // has >= 1 token, a table long enough for its positions, block ids in
-// [0, n_blocks). Not ok: kBatchRefused and why (out is then unspecified).
+// [0, n_blocks), block copies as BlockCopy says. Not ok: kBatchRefused and
+// why (out is then unspecified).
 Status read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_t n_blocks,
                  int32_t block_size, Batch& out);
 

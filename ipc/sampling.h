@@ -28,6 +28,15 @@ struct SamplingParams {
 
 constexpr int kMaxLogprobs = 8;
 
+// Whether any of the repetition / presence / frequency penalties is on.
+// Such a row is sampled with its sequence's token history, which the tail
+// keeps by position from 0 (stages/sampler.h: PenaltyHistories); so the
+// scheduler never starts such a sequence past a cached prefix, whose
+// positions the tail would never see (docs/scheduler.md).
+inline bool penalties_active(const SamplingParams& p) {
+  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+}
+
 // Ok if valid; otherwise kInvalidArgument and a message naming the
 // parameter, e.g. "temperature must be >= 0 (got -1)"; *field (when given)
 // is then the parameter's name, e.g. "temperature". NaN is refused everywhere.

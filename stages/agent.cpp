@@ -55,6 +55,7 @@ class Agent {
   // Rows a GPU tail sampled on its device (ForwardBatch::sampled_token).
   std::vector<int32_t> dev_token_;
   std::vector<float> dev_logprob_;
+  std::vector<int32_t> copy_src_, copy_dst_;  // the batch's block copies (ForwardBatch)
   TailSampler sampler_;
   ipc::Batch batch_;
   uint64_t last_id_ = 0;
@@ -156,6 +157,15 @@ ForwardBatch Agent::forward_batch(const ipc::BatchMsg& m) {
     fb.sampled_token = dev_token_.data();
     fb.sampled_logprob = dev_logprob_.data();
   }
+  copy_src_.clear();
+  copy_dst_.clear();
+  for (const ipc::BlockCopy& c : batch_.copies) {
+    copy_src_.push_back(c.src);
+    copy_dst_.push_back(c.dst);
+  }
+  fb.copy_src = copy_src_.data();
+  fb.copy_dst = copy_dst_.data();
+  fb.n_copies = int32_t(batch_.copies.size());
   return fb;
 }
 

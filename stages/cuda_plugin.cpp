@@ -243,6 +243,9 @@ void CudaBackend::forward(const ForwardBatch& b, const float* in, float* out, fl
   cb.hidden_in = in;
   cb.hidden_out = out;
   cb.logits = logits;
+  cb.copy_src = b.copy_src;
+  cb.copy_dst = b.copy_dst;
+  cb.n_copies = b.n_copies;
   if (stage_ == seg_.params().n_stages - 1 && b.sampling && b.sampled_token && b.sampled_logprob)
     fill_sampling(b, cb);
   char err[512] = {};

@@ -189,6 +189,25 @@ void SliceExecutor::run_layer(const Layer& L, const ForwardBatch& b,
   cpu::add_inplace(x, s.tmp.data(), T * H);
 }
 
+// Copy-on-write: block src's K and V to block dst in every layer, before
+// any row of the batch runs (a block is contiguous in both caches).
+void SliceExecutor::copy_blocks(const ForwardBatch& b) {
+  KV_CHECK(b.n_copies >= 0 && (b.n_copies == 0 || (b.copy_src && b.copy_dst)),
+           "batch: bad block copies");
+  for (int32_t i = 0; i < b.n_copies; ++i)
+    KV_CHECK(b.copy_src[i] >= 0 && b.copy_src[i] < kv_.n_blocks && b.copy_dst[i] >= 0 &&
+                 b.copy_dst[i] < kv_.n_blocks && b.copy_src[i] != b.copy_dst[i],
+             "batch: block copy {} -> {} outside 0..{}", b.copy_src[i], b.copy_dst[i],
+             kv_.n_blocks - 1);
+  const size_t bytes = size_t(cfg_.n_kv_heads) * size_t(kv_.block_size) * size_t(cfg_.head_dim) *
+                       kv_elem_bytes(kv_.type);
+  for (const Layer& L : layers_)
+    for (int32_t i = 0; i < b.n_copies; ++i)
+      for (uint8_t* cache : {L.k_cache.get(), L.v_cache.get()})
+        std::memcpy(cache + size_t(b.copy_dst[i]) * bytes, cache + size_t(b.copy_src[i]) * bytes,
+                    bytes);
+}
+
 void SliceExecutor::forward(const ForwardBatch& b, const float* hidden_in, float* hidden_out,
                             float* logits) {
   const ModelConfig& c = cfg_;
@@ -221,6 +240,7 @@ void SliceExecutor::forward(const ForwardBatch& b, const float* hidden_in, float
     t += row.n_tokens;
   }
   KV_CHECK(t == b.n_tokens, "batch: rows hold {} tokens but n_tokens is {}", t, b.n_tokens);
+  copy_blocks(b);
   if (b.n_tokens == 0) return;
 
   float* x = s_->x.data();  // [n_tokens, hidden]

@@ -50,6 +50,12 @@ struct ForwardBatch {
   const SamplingParams* sampling = nullptr;  // [n_rows]
   int32_t* sampled_token = nullptr;          // [n_rows] -1 on entry
   float* sampled_logprob = nullptr;          // [n_rows]
+  // Block copies (ipc/batch.h BlockCopy: copy-on-write of a parallel-sampling
+  // request's shared block), applied to every layer of the slice before the
+  // forward: K and V of block copy_src[i] → block copy_dst[i].
+  const int32_t* copy_src = nullptr;  // [n_copies]
+  const int32_t* copy_dst = nullptr;  // [n_copies]
+  int32_t n_copies = 0;
 };
 
 class SliceExecutor {
@@ -82,6 +88,7 @@ class SliceExecutor {
   void alloc_scratch();
   void run_layer(const Layer& L, const ForwardBatch& b, const std::vector<cpu::AttnRow>& rows,
                  const int32_t* pos, float* x);
+  void copy_blocks(const ForwardBatch& b);
 
   ModelConfig cfg_;
   SliceSpec slice_;

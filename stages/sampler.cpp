@@ -214,10 +214,6 @@ float nucleus_threshold(const float* prob, int32_t n, double need) {
 
 }  // namespace
 
-bool penalties_active(const SamplingParams& p) {
-  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-}
-
 // ---------------------------------------------------------------------------
 // SequenceHistory
 

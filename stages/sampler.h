@@ -139,9 +139,8 @@ void apply_penalties(float* logits, int32_t vocab, const SamplingParams& p,
 
 // One sampler per thread: it owns the scratch buffers, so steady-state
 // sampling allocates nothing once they have grown to the vocabulary.
-// Whether any of the repetition / presence / frequency penalties is on:
-// such a row needs its sequence's history (the agent's, on the host).
-bool penalties_active(const SamplingParams& p);
+// penalties_active (ipc/sampling.h): such a row needs its sequence's
+// history (the agent's, on the host).
 
 class Sampler {
  public:

@@ -87,8 +87,9 @@ def kind_concurrency(kind):
     return {"long-heavy": 12, "short-heavy": 16}.get(kind, 0)
 
 
-def config(model, kv_memory, threads, chunk_size, batch_tokens):
+def config(model, kv_memory, threads, chunk_size, batch_tokens, prefix_caching=None):
     sched = f"[scheduler]\nchunk_size = {chunk_size}\n" if chunk_size else ""
+    caching = "" if prefix_caching is None else f"prefix_caching = {str(prefix_caching).lower()}\n"
     plan = f"[plan]\nmax_tokens = {batch_tokens}\n" if batch_tokens else ""
     return f"""{sched}{plan}[model]
 path = "{model}"
@@ -102,7 +103,7 @@ device = "cpu"
 threads = {threads}
 [kv]
 memory = "{kv_memory}"
-[server]
+{caching}[server]
 socket = "unused.sock"
 """
 
@@ -151,6 +152,8 @@ def main():
                    help="plan.max_tokens, the token budget of one micro-batch (0: the default, 512); "
                         "on a loaded machine keep a batch under the stage watchdog's 10 s floor")
     p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--prefix-caching", choices=["default", "on", "off"], default="default",
+                   help="kv.prefix_caching (default: the daemon's, on except under static)")
     p.add_argument("--skip-small", action="store_true")
     p.add_argument("--report-only", action="store_true",
                    help="run nothing: print the figures from the JSON files already in --out")
@@ -178,8 +181,9 @@ def main():
             f.write(json.dumps(r) + "\n")
     roomy = os.path.join(a.out, "roomy.toml")
     small = os.path.join(a.out, "small.toml")
-    open(roomy, "w").write(config(a.model, a.kv, a.threads, a.chunk_size, a.batch_tokens))
-    open(small, "w").write(config(a.model, a.small_kv, a.threads, a.chunk_size, a.batch_tokens))
+    caching = None if a.prefix_caching == "default" else a.prefix_caching == "on"
+    open(roomy, "w").write(config(a.model, a.kv, a.threads, a.chunk_size, a.batch_tokens, caching))
+    open(small, "w").write(config(a.model, a.small_kv, a.threads, a.chunk_size, a.batch_tokens, caching))
 
     def load(path):
         try:

@@ -251,6 +251,9 @@ RequestId DeferredEngine::submit(GenRequest req, EventSink sink) {
 void DeferredEngine::cancel(RequestId id) {
   if (Engine* e = engine_.load()) e->cancel(id);
 }
+void DeferredEngine::stop_choice(RequestId id, int32_t index) {
+  if (Engine* e = engine_.load()) e->stop_choice(id, index);
+}
 EngineStats DeferredEngine::stats() const {
   Engine* e = engine_.load();
   return e ? e->stats() : EngineStats{};

@@ -122,6 +122,7 @@ class DeferredEngine : public Engine {
   void attach(Engine* e) { engine_.store(e); }
   RequestId submit(GenRequest req, EventSink sink) override;
   void cancel(RequestId id) override;
+  void stop_choice(RequestId id, int32_t index) override;
   EngineStats stats() const override;
   RingReport ring_report() const override;
   bool ready() const override;

@@ -23,6 +23,11 @@ ApiError engine_error(const Status& error) {
   return ApiError(error.code(), error.message(), prompt_at_fault ? "prompt" : "");
 }
 
+// One request's answer: n choices (best_of generated), each with its own
+// incremental detokenizer, stop matcher, text and logprobs. A stream sends
+// each choice's pieces as they come, tagged with its index, each choice's
+// last chunk with its finish_reason, and ends when all have finished; a
+// whole response waits for all. Usage counts the prompt once.
 class Generation : public std::enable_shared_from_this<Generation> {
  public:
   Generation(std::shared_ptr<ApiService::Impl> api, std::shared_ptr<Responder> res,
@@ -30,11 +35,9 @@ class Generation : public std::enable_shared_from_this<Generation> {
       : api_(std::move(api)),
         res_(std::move(res)),
         req_(std::move(req)),
-        route_(std::move(route)),
-        stop_(req_.stop) {}
+        route_(std::move(route)) {}
 
   void start(std::vector<int32_t> prompt, std::string echo_text) {
-    Engine& engine = api_->engine;
     meta_.id = fmt::format("{}-{:016x}", req_.chat ? "chatcmpl" : "cmpl",
                            api_->next_serial.fetch_add(1) * 0x9E3779B97F4A7C15ull);
     meta_.model = api_->ctx.model_name;
@@ -42,16 +45,13 @@ class Generation : public std::enable_shared_from_this<Generation> {
                         std::chrono::system_clock::now().time_since_epoch())
                         .count();
     usage_.prompt_tokens = int64_t(prompt.size());
-    dec_ = api_->ctx.codec->stream(req_.skip_special_tokens);
-    if (req_.echo) pending_text_ = std::move(echo_text);
-
-    GenRequest g;
-    g.prompt = std::move(prompt);
-    g.max_tokens = req_.max_tokens;
-    g.sampling = req_.sampling;
-    g.stop_ids = req_.stop_token_ids;
-    g.ignore_eos = req_.ignore_eos;
-
+    for (int32_t i = 0; i < req_.generated(); ++i) {
+      auto c = std::make_unique<Choice>(req_.stop);
+      c->index = i;
+      c->dec = api_->ctx.codec->stream(req_.skip_special_tokens);
+      if (req_.echo) c->pending_text = echo_text;
+      choices_.push_back(std::move(c));
+    }
     // Engine events come on the engine's thread: hop to the io thread.
     auto self = shared_from_this();
     std::weak_ptr<PostGate> gate = api_->gate;
@@ -67,8 +67,8 @@ class Generation : public std::enable_shared_from_this<Generation> {
       api_->gens[serial_] = self;
     }
     t_submit_ = Clock::now();
-    id_ = engine.submit(std::move(g), std::move(sink));
-    if (cancel_when_submitted_ && id_ != 0) engine.cancel(id_);
+    id_ = api_->engine.submit(gen_request(std::move(prompt)), std::move(sink));
+    if (cancel_when_submitted_ && id_ != 0) api_->engine.cancel(id_);
   }
 
   // The client went away (io thread): abort at the next iteration.
@@ -97,82 +97,130 @@ class Generation : public std::enable_shared_from_this<Generation> {
   }
 
  private:
+  struct Choice {
+    explicit Choice(const std::vector<std::string>& stops) : stop(stops) {}
+    int32_t index = 0;
+    std::unique_ptr<TextStream> dec;
+    StopMatcher stop;
+    std::string pending_text, full_text;
+    std::vector<TokenLogprob> pending_lp, all_lp;
+    size_t text_offset = 0;
+    double cum_logprob = 0;  // best_of ranks by it
+    FinishReason finish = FinishReason::kNone;
+    bool done = false, stopped = false;  // stopped: by a stop string (its kAbort follows)
+    bool any_token = false;
+    Clock::time_point t_last;
+  };
+
+  GenRequest gen_request(std::vector<int32_t> prompt) const {
+    GenRequest g;
+    g.prompt = std::move(prompt);
+    g.max_tokens = req_.max_tokens;
+    g.sampling = req_.sampling;
+    g.stop_ids = req_.stop_token_ids;
+    g.ignore_eos = req_.ignore_eos;
+    g.n = req_.generated();
+    g.cache_salt = req_.cache_salt;
+    return g;
+  }
+
   void on_event(const TokenEvent& ev) {
-    if (done_) return;
-    auto now = Clock::now();
-    if (ev.token >= 0) {
-      {
-        std::lock_guard lk(api_->metrics.mu);
-        if (usage_.completion_tokens == 0)
-          api_->metrics.ttft.observe(std::chrono::duration<double>(now - t_submit_).count());
-        else
-          api_->metrics.itl.observe(std::chrono::duration<double>(now - t_last_).count());
-      }
-      t_last_ = now;
-      usage_.completion_tokens++;
-      bool final_stop =
-          ev.finish == FinishReason::kStop &&
-          (api_->ctx.codec->is_eog(ev.token) ||
-           std::count(req_.stop_token_ids.begin(), req_.stop_token_ids.end(), ev.token));
-      std::string piece;
-      try {
-        piece = final_stop ? dec_->flush() : dec_->push(ev.token);
-      } catch (const std::exception&) {
-        piece = "\xEF\xBF\xBD";  // an id the tokenizer cannot decode: U+FFFD
-      }
-      if (req_.logprobs >= 0) add_logprob(ev);
-      std::string out = stop_.push(piece);
-      pending_text_ += out;
-      if (stop_.matched()) {
-        {
-          std::lock_guard lk(api_->metrics.mu);
-          api_->metrics.stopped_by_string++;
-        }
-        cancel();
-        return complete(FinishReason::kStop);
-      }
-      if (ev.finish == FinishReason::kNone) return emit_pending();
-    }
+    if (done_ || ev.index < 0 || size_t(ev.index) >= choices_.size()) return;
+    Choice& c = *choices_[size_t(ev.index)];
+    if (c.done) return;  // a choice a stop string ended: its kAbort
+    if (ev.index == 0) usage_.cached_tokens = ev.cached_tokens;
+    if (ev.token >= 0 && !on_token(c, ev)) return;
     switch (ev.finish) {
       case FinishReason::kNone:
         return;
       case FinishReason::kStop:
       case FinishReason::kLength: {
-        std::string rest = stop_.push(dec_->flush());
-        pending_text_ += rest;
-        if (!stop_.matched()) pending_text_ += stop_.flush();
-        return complete(stop_.matched() ? FinishReason::kStop : ev.finish);
+        std::string rest = c.stop.push(c.dec->flush());
+        c.pending_text += rest;
+        if (!c.stop.matched()) c.pending_text += c.stop.flush();
+        return finish_choice(c, c.stop.matched() ? FinishReason::kStop : ev.finish);
       }
       case FinishReason::kAbort:
         if (!started_)
           return fail(
               ApiError(ErrorCode::kAborted, "the request was aborted (the daemon is stopping)"));
-        return complete(FinishReason::kAbort);
+        return finish_choice(c, FinishReason::kAbort);
       case FinishReason::kError:
-        return fail(engine_error(ev.error));
+        fail(engine_error(ev.error));
+        return cancel();
     }
   }
 
-  void add_logprob(const TokenEvent& ev) {
-    const TextCodec& c = *api_->ctx.codec;
+  // A token of choice c: its text through the stop matcher. False when a
+  // stop string ended the choice (the rest of the event does not count).
+  bool on_token(Choice& c, const TokenEvent& ev) {
+    observe_latency(c);
+    usage_.completion_tokens++;
+    c.cum_logprob += ev.logprob;
+    bool final_stop =
+        ev.finish == FinishReason::kStop &&
+        (api_->ctx.codec->is_eog(ev.token) ||
+         std::count(req_.stop_token_ids.begin(), req_.stop_token_ids.end(), ev.token));
+    std::string piece;
+    try {
+      piece = final_stop ? c.dec->flush() : c.dec->push(ev.token);
+    } catch (const std::exception&) {
+      piece = "\xEF\xBF\xBD";  // an id the tokenizer cannot decode: U+FFFD
+    }
+    if (req_.logprobs >= 0) add_logprob(c, ev);
+    c.pending_text += c.stop.push(piece);
+    if (c.stop.matched()) {
+      {
+        std::lock_guard lk(api_->metrics.mu);
+        api_->metrics.stopped_by_string++;
+      }
+      stop_choice(c);
+      finish_choice(c, FinishReason::kStop);
+      return false;
+    }
+    if (ev.finish == FinishReason::kNone) emit_pending(c);
+    return true;
+  }
+
+  // TTFT: the request's first token (any choice); ITL: within a choice.
+  void observe_latency(Choice& c) {
+    const auto now = Clock::now();
+    std::lock_guard lk(api_->metrics.mu);
+    if (!any_token_)
+      api_->metrics.ttft.observe(std::chrono::duration<double>(now - t_submit_).count());
+    else if (c.any_token)
+      api_->metrics.itl.observe(std::chrono::duration<double>(now - c.t_last).count());
+    any_token_ = c.any_token = true;
+    c.t_last = now;
+  }
+
+  // A stop string ended choice c: the engine stops generating it.
+  void stop_choice(Choice& c) {
+    c.stopped = true;
+    if (choices_.size() == 1) return cancel();
+    if (RequestId id = id_.load(); id != 0) api_->engine.stop_choice(id, c.index);
+  }
+
+  void add_logprob(Choice& c, const TokenEvent& ev) {
+    const TextCodec& codec = *api_->ctx.codec;
     auto text_of = [&](int32_t id) {
       try {
-        return c.decode({id}, false);
+        return codec.decode({id}, false);
       } catch (const std::exception&) {
         return std::string();
       }
     };
     TokenLogprob t{text_of(ev.token), ev.logprob, {}};
     for (const auto& [id, lp] : ev.top_logprobs) t.top.emplace_back(text_of(id), lp);
-    pending_lp_.push_back(std::move(t));
+    c.pending_lp.push_back(std::move(t));
   }
 
-  json take_logprobs() {
+  json take_logprobs(Choice& c) {
     if (req_.logprobs < 0) return nullptr;
-    json j = req_.chat ? chat_logprobs_json(pending_lp_)
-                       : completion_logprobs_json(pending_lp_, text_offset_);
-    for (const auto& t : pending_lp_) text_offset_ += t.text.size();
-    pending_lp_.clear();
+    json j = req_.chat ? chat_logprobs_json(c.pending_lp)
+                       : completion_logprobs_json(c.pending_lp, c.text_offset);
+    for (const auto& t : c.pending_lp) c.text_offset += t.text.size();
+    c.pending_lp.clear();
     return j;
   }
 
@@ -181,41 +229,75 @@ class Generation : public std::enable_shared_from_this<Generation> {
     started_ = true;
     res_->start_stream(200, "text/event-stream");
     if (req_.chat)
-      res_->write(sse_event(chat_chunk(meta_, std::string(), true, FinishReason::kNone, nullptr)));
+      for (const auto& c : choices_)
+        res_->write(sse_event(
+            chat_chunk(meta_, std::string(), true, FinishReason::kNone, nullptr, c->index)));
   }
 
   // Streaming: send what is ready; whole responses accumulate.
-  void emit_pending() {
+  void emit_pending(Choice& c) {
     if (!req_.stream) {
-      full_text_ += pending_text_;
-      pending_text_.clear();
-      if (req_.logprobs >= 0)
-        all_lp_.insert(all_lp_.end(), pending_lp_.begin(), pending_lp_.end()), pending_lp_.clear();
+      c.full_text += c.pending_text;
+      c.pending_text.clear();
+      c.all_lp.insert(c.all_lp.end(), c.pending_lp.begin(), c.pending_lp.end());
+      c.pending_lp.clear();
       return;
     }
     begin_stream();
-    if (pending_text_.empty()) return;
-    json lp = take_logprobs();
-    json chunk = req_.chat ? chat_chunk(meta_, pending_text_, false, FinishReason::kNone, lp)
-                           : completion_chunk(meta_, pending_text_, FinishReason::kNone, lp);
-    pending_text_.clear();
+    if (c.pending_text.empty()) return;
+    json lp = take_logprobs(c);
+    json chunk = req_.chat
+                     ? chat_chunk(meta_, c.pending_text, false, FinishReason::kNone, lp, c.index)
+                     : completion_chunk(meta_, c.pending_text, FinishReason::kNone, lp, c.index);
+    c.pending_text.clear();
     res_->write(sse_event(chunk));
   }
 
-  void complete(FinishReason f) {
-    if (done_) return;
-    emit_pending();
-    if (!req_.stream) {
+  // Choice c is over: a stream sends its last chunk; the request completes
+  // with its last choice.
+  void finish_choice(Choice& c, FinishReason f) {
+    if (c.done) return;
+    c.done = true;
+    c.finish = f;
+    emit_pending(c);
+    if (req_.stream) {
+      json chunk = req_.chat ? chat_chunk(meta_, std::nullopt, false, f, take_logprobs(c), c.index)
+                             : completion_chunk(meta_, "", f, take_logprobs(c), c.index);
+      res_->write(sse_event(chunk));
+    }
+    if (++n_done_ == choices_.size()) complete();
+  }
+
+  // The choices a whole response returns: all of them by index, or with
+  // best_of the n of highest cumulative logprob, indexed 0..n-1.
+  std::vector<ChoiceOut> returned() {
+    std::vector<Choice*> order;
+    for (auto& c : choices_) order.push_back(c.get());
+    if (req_.best_of > 0)
+      std::stable_sort(order.begin(), order.end(), [](const Choice* a, const Choice* b) {
+        return a->cum_logprob > b->cum_logprob;
+      });
+    std::vector<ChoiceOut> out;
+    for (int32_t i = 0; i < req_.n && size_t(i) < order.size(); ++i) {
+      Choice& c = *order[size_t(i)];
       json lp = nullptr;
       if (req_.logprobs >= 0)
-        lp = req_.chat ? chat_logprobs_json(all_lp_) : completion_logprobs_json(all_lp_, 0);
-      json body = req_.chat ? chat_response(meta_, full_text_, f, usage_, lp)
-                            : completion_response(meta_, full_text_, f, usage_, lp);
+        lp = req_.chat ? chat_logprobs_json(c.all_lp) : completion_logprobs_json(c.all_lp, 0);
+      out.push_back(ChoiceOut{i, c.full_text, c.finish, std::move(lp)});
+    }
+    return out;
+  }
+
+  void complete() {
+    if (done_) return;
+    if (!req_.stream) {
+      const std::vector<ChoiceOut> out = returned();
+      json body =
+          req_.chat ? chat_response(meta_, out, usage_) : completion_response(meta_, out, usage_);
       api_->send_json(res_, route_, 200, body);
     } else {
-      json chunk = req_.chat ? chat_chunk(meta_, std::nullopt, false, f, take_logprobs())
-                             : completion_chunk(meta_, "", f, take_logprobs());
-      std::string out = sse_event(chunk);
+      begin_stream();
+      std::string out;
       if (req_.include_usage) out += sse_event(usage_chunk(meta_, req_.chat, usage_));
       out += sse_done();
       res_->write(std::move(out));
@@ -253,17 +335,14 @@ class Generation : public std::enable_shared_from_this<Generation> {
   CompletionRequest req_;
   std::string route_;
   ResponseMeta meta_;
-  std::unique_ptr<TextStream> dec_;
-  StopMatcher stop_;
+  std::vector<std::unique_ptr<Choice>> choices_;
+  size_t n_done_ = 0;
   Usage usage_;
   std::atomic<RequestId> id_{0};  // cancel() may come from another thread (shutdown)
   uint64_t serial_ = 0;
   std::atomic<bool> cancel_when_submitted_{false};
-  bool started_ = false, done_ = false;
-  std::string pending_text_, full_text_;
-  std::vector<TokenLogprob> pending_lp_, all_lp_;
-  size_t text_offset_ = 0;
-  Clock::time_point t_submit_, t_last_;
+  bool started_ = false, done_ = false, any_token_ = false;
+  Clock::time_point t_submit_;
 };
 
 void ApiService::Impl::generate(const HttpRequest& http, const std::shared_ptr<Responder>& res,

@@ -69,6 +69,21 @@ json timing_json(const SchedTiming& t) {
           {"admission_waits", t.admission_waits}};
 }
 
+// Hits over queries, both in tokens (0 before any lookup).
+double hit_rate(const EngineStats& s) {
+  return s.prefix_queries > 0 ? double(s.prefix_hits) / double(s.prefix_queries) : 0.0;
+}
+
+json prefix_cache_json(const EngineStats& s) {
+  return {{"enabled", s.prefix_caching},
+          {"queries", s.prefix_queries},
+          {"hits", s.prefix_hits},
+          {"hit_rate", hit_rate(s)},
+          {"blocks_cached", s.blocks_cached},
+          {"blocks_evictable", s.blocks_evictable},
+          {"resets", s.prefix_resets}};
+}
+
 json engine_stats_json(const EngineStats& s) {
   return {{"waiting", s.waiting},
           {"running", s.running},
@@ -84,7 +99,8 @@ json engine_stats_json(const EngineStats& s) {
           {"faults", s.faults},
           {"requeued", s.requeued},
           {"last_recovery_s", s.last_recovery_s},
-          {"timing", timing_json(s.timing)}};
+          {"timing", timing_json(s.timing)},
+          {"prefix_cache", prefix_cache_json(s)}};
 }
 
 std::string layers_text(const StageReport& s) {
@@ -177,6 +193,16 @@ std::string ApiService::Impl::metrics_text() {
   gauge(out, "kvasir_kv_blocks_free", "Free KV cache blocks", double(s.blocks_free));
   gauge(out, "kvasir_kv_usage_ratio", "Share of KV blocks in use",
         s.blocks_total > 0 ? double(s.blocks_total - s.blocks_free) / double(s.blocks_total) : 0.0);
+  gauge(out, "kvasir_kv_blocks_cached", "KV blocks whose prefix a later prompt may reuse",
+        double(s.blocks_cached));
+  gauge(out, "kvasir_kv_blocks_evictable", "Cached KV blocks no sequence holds (counted as free)",
+        double(s.blocks_evictable));
+  gauge(out, "kvasir_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache",
+        double(s.prefix_queries), "counter");
+  gauge(out, "kvasir_prefix_cache_hits_total", "Prompt tokens found in the prefix cache",
+        double(s.prefix_hits), "counter");
+  gauge(out, "kvasir_prefix_cache_resets_total", "Prefix cache emptied for a new epoch",
+        double(s.prefix_resets), "counter");
   gauge(out, "kvasir_preemptions_total", "Sequences preempted for lack of KV blocks",
         double(s.preemptions), "counter");
   gauge(out, "kvasir_stage_restarts_total", "Stage processes restarted after a loss",

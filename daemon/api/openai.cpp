@@ -223,6 +223,21 @@ void parse_stops(const json& j, CompletionRequest& r, const ParseLimits& lim) {
   }
 }
 
+// n, best_of and cache_salt (the engine's GenRequest has their meaning).
+void parse_choices(const json& j, CompletionRequest& r) {
+  r.n = int32_t(get_int(j, "n", 1, kMaxChoices).value_or(1));
+  if (auto b = get_int(j, "best_of", 1, kMaxChoices)) {
+    if (*b < r.n) bad_param("best_of", fmt::format("best_of must be >= n ({}) (got {})", r.n, *b));
+    r.best_of = int32_t(*b);
+  }
+  if (auto salt = get_string(j, "cache_salt")) {
+    if (salt->empty() || salt->size() > kMaxCacheSalt)
+      bad_param("cache_salt",
+                fmt::format("cache_salt must be a string of 1 to {} bytes", kMaxCacheSalt));
+    r.cache_salt = std::move(*salt);
+  }
+}
+
 }  // namespace
 
 CompletionRequest parse_completion_request(std::string_view body, bool chat,
@@ -236,10 +251,7 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat,
   else
     parse_prompt(j, r, lim);
 
-  if (auto n = get_int(j, "n", INT64_MIN, INT64_MAX); n && *n != 1)
-    bad_param("n", fmt::format("n must be 1: one choice per request (got {})", *n));
-  if (auto n = get_int(j, "best_of", INT64_MIN, INT64_MAX); n && *n != 1)
-    bad_param("best_of", fmt::format("best_of must be 1 (got {})", *n));
+  parse_choices(j, r);
 
   // max_completion_tokens is the newer chat name; max_tokens wins if both.
   std::optional<int64_t> mt = get_int(j, "max_tokens", 1, lim.max_tokens_cap);
@@ -286,6 +298,10 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat,
     r.include_usage = get_bool(*it, "include_usage").value_or(false);
   }
 
+  if (r.best_of > 0 && r.stream)
+    bad_param("best_of",
+              "best_of is not supported with stream: the best choices are known only "
+              "once all have finished");
   const char* field = "";
   if (Status st = validate_sampling(s, &field); !st.ok()) bad_param(field, st.message());
   return r;
@@ -328,7 +344,8 @@ json finish_reason_json(FinishReason f) {
 json usage_json(const Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
 namespace {
@@ -373,46 +390,53 @@ json chat_logprobs_json(const std::vector<TokenLogprob>& lp) {
   return {{"content", content}};
 }
 
+json completion_response(const ResponseMeta& m, const std::vector<ChoiceOut>& choices,
+                         const Usage& u) {
+  json out = json::array();
+  for (const ChoiceOut& c : choices)
+    out.push_back({{"index", c.index},
+                   {"text", c.text},
+                   {"logprobs", c.logprobs},
+                   {"finish_reason", finish_reason_json(c.finish)}});
+  return {{"id", m.id},       {"object", "text_completion"}, {"created", m.created},
+          {"model", m.model}, {"choices", std::move(out)},   {"usage", usage_json(u)}};
+}
+
+json chat_response(const ResponseMeta& m, const std::vector<ChoiceOut>& choices, const Usage& u) {
+  json out = json::array();
+  for (const ChoiceOut& c : choices)
+    out.push_back({{"index", c.index},
+                   {"message", {{"role", "assistant"}, {"content", c.text}}},
+                   {"logprobs", c.logprobs},
+                   {"finish_reason", finish_reason_json(c.finish)}});
+  return {{"id", m.id},       {"object", "chat.completion"}, {"created", m.created},
+          {"model", m.model}, {"choices", std::move(out)},   {"usage", usage_json(u)}};
+}
+
 json completion_response(const ResponseMeta& m, const std::string& text, FinishReason f,
                          const Usage& u, const json& logprobs) {
-  return {{"id", m.id},
-          {"object", "text_completion"},
-          {"created", m.created},
-          {"model", m.model},
-          {"choices", json::array({{{"index", 0},
-                                    {"text", text},
-                                    {"logprobs", logprobs},
-                                    {"finish_reason", finish_reason_json(f)}}})},
-          {"usage", usage_json(u)}};
+  return completion_response(m, {ChoiceOut{0, text, f, logprobs}}, u);
 }
 
 json chat_response(const ResponseMeta& m, const std::string& text, FinishReason f, const Usage& u,
                    const json& logprobs) {
-  return {{"id", m.id},
-          {"object", "chat.completion"},
-          {"created", m.created},
-          {"model", m.model},
-          {"choices", json::array({{{"index", 0},
-                                    {"message", {{"role", "assistant"}, {"content", text}}},
-                                    {"logprobs", logprobs},
-                                    {"finish_reason", finish_reason_json(f)}}})},
-          {"usage", usage_json(u)}};
+  return chat_response(m, {ChoiceOut{0, text, f, logprobs}}, u);
 }
 
 json completion_chunk(const ResponseMeta& m, const std::string& text, FinishReason f,
-                      const json& logprobs) {
+                      const json& logprobs, int32_t index) {
   return {{"id", m.id},
           {"object", "text_completion"},
           {"created", m.created},
           {"model", m.model},
-          {"choices", json::array({{{"index", 0},
+          {"choices", json::array({{{"index", index},
                                     {"text", text},
                                     {"logprobs", logprobs},
                                     {"finish_reason", finish_reason_json(f)}}})}};
 }
 
 json chat_chunk(const ResponseMeta& m, const std::optional<std::string>& content, bool with_role,
-                FinishReason f, const json& logprobs) {
+                FinishReason f, const json& logprobs, int32_t index) {
   json delta = json::object();
   if (with_role) delta["role"] = "assistant";
   if (content) delta["content"] = *content;
@@ -420,7 +444,7 @@ json chat_chunk(const ResponseMeta& m, const std::optional<std::string>& content
           {"object", "chat.completion.chunk"},
           {"created", m.created},
           {"model", m.model},
-          {"choices", json::array({{{"index", 0},
+          {"choices", json::array({{{"index", index},
                                     {"delta", delta},
                                     {"logprobs", logprobs},
                                     {"finish_reason", finish_reason_json(f)}}})}};

@@ -52,6 +52,15 @@ struct CompletionRequest {
   bool echo = false;           // completions only
   bool skip_special_tokens = true;
   int logprobs = -1;  // -1: none; otherwise number of top alternatives (0..kMaxLogprobs)
+  // Parallel sampling: n choices (1..kMaxChoices), choice i sampled with
+  // seed + i. best_of (0: not given; else n..kMaxChoices, not with stream):
+  // that many are generated and the n of highest cumulative logprob returned.
+  int32_t n = 1;
+  int32_t best_of = 0;
+  // Prefix caching isolation: only requests with the same salt share cached
+  // blocks (docs/scheduler.md). Empty: the daemon's shared default pool.
+  std::string cache_salt;
+  int32_t generated() const { return best_of > 0 ? best_of : n; }
 };
 
 // Parse a /v1/completions (chat=false) or /v1/chat/completions (chat=true)
@@ -79,6 +88,9 @@ nlohmann::json finish_reason_json(FinishReason f);
 
 struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  // Of the prompt tokens, those found in the prefix cache
+  // (prompt_tokens_details.cached_tokens, as OpenAI reports them).
+  int64_t cached_tokens = 0;
 };
 nlohmann::json usage_json(const Usage& u);
 
@@ -99,19 +111,33 @@ struct ResponseMeta {
   int64_t created = 0;
 };
 
-// A whole (non-streamed) response.
+// One choice of a whole response.
+struct ChoiceOut {
+  int32_t index = 0;
+  std::string text;
+  FinishReason finish = FinishReason::kNone;
+  nlohmann::json logprobs;  // null when not asked
+};
+
+// A whole (non-streamed) response: its choices in the order given.
+nlohmann::json completion_response(const ResponseMeta& m, const std::vector<ChoiceOut>& choices,
+                                   const Usage& u);
+nlohmann::json chat_response(const ResponseMeta& m, const std::vector<ChoiceOut>& choices,
+                             const Usage& u);
+// The same with one choice.
 nlohmann::json completion_response(const ResponseMeta& m, const std::string& text, FinishReason f,
                                    const Usage& u, const nlohmann::json& logprobs);
 nlohmann::json chat_response(const ResponseMeta& m, const std::string& text, FinishReason f,
                              const Usage& u, const nlohmann::json& logprobs);
 
-// Stream chunks. `usage` (only with include_usage) goes in a final chunk with
-// empty choices, as OpenAI sends it.
+// Stream chunks, one choice each (`index`: which). `usage` (only with
+// include_usage) goes in a final chunk with empty choices, as OpenAI sends it.
 nlohmann::json completion_chunk(const ResponseMeta& m, const std::string& text, FinishReason f,
-                                const nlohmann::json& logprobs);
-// Chat: the first chunk carries delta.role; later ones delta.content.
+                                const nlohmann::json& logprobs, int32_t index = 0);
+// Chat: the first chunk of each choice carries delta.role; later ones delta.content.
 nlohmann::json chat_chunk(const ResponseMeta& m, const std::optional<std::string>& content,
-                          bool with_role, FinishReason f, const nlohmann::json& logprobs);
+                          bool with_role, FinishReason f, const nlohmann::json& logprobs,
+                          int32_t index = 0);
 nlohmann::json usage_chunk(const ResponseMeta& m, bool chat, const Usage& u);
 
 // Server-sent events framing: "data: <json>\n\n" and "data: [DONE]\n\n".

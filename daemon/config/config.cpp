@@ -295,8 +295,25 @@ void parse_stages(const toml::node& n, PlanCfg& plan) {
   plan.auto_layers = autos > 0;
 }
 
+// `static` models a padded batcher: every member of a batch computes its
+// longest prompt. Reusing cached blocks would make it something else, so
+// caching is off under it by default and refused when asked for.
+void settle_prefix_caching(Config& c) {
+  if (c.scheduler.policy != "static") return;
+  KV_CHECK(!(c.kv.prefix_caching_set && c.kv.prefix_caching),
+           "kv.prefix_caching: not with scheduler.policy = \"static\" (a padded batcher "
+           "computes every prompt); set it to false or choose another policy");
+  c.kv.prefix_caching = false;
+}
+
 void parse_kv(const toml::table& k, KvCfg& kv) {
-  check_keys(k, "kv", {"block_size", "memory", "dtype", "gpu_memory_utilization"});
+  check_keys(k, "kv",
+             {"block_size", "memory", "dtype", "gpu_memory_utilization", "prefix_caching"});
+  if (auto* n = k.get("prefix_caching")) {
+    KV_CHECK(n->is_boolean(), "kv.prefix_caching: must be true or false");
+    kv.prefix_caching = *n->value<bool>();
+    kv.prefix_caching_set = true;
+  }
   kv.block_size = get_int(k, "block_size", "kv.block_size", 16, 1, 1024);
   kv.memory = get_size(k, "memory", "kv.memory", kv.memory);
   kv.dtype = get_str(k, "dtype", "kv.dtype", "f16");
@@ -425,6 +442,7 @@ Config parse_config(std::string_view text, const std::string& base_dir, const st
   if (auto* l = sub_table(root, "log")) parse_log(*l, c.log);
   resolve_server(base_dir, c.server);
   validate_plan(c.plan);
+  settle_prefix_caching(c);
   return c;
 }
 

@@ -57,6 +57,11 @@ struct KvCfg {
   // GPU stages: the share of the device's free memory (after the weights are
   // up) their KV blocks may take, as vLLM's gpu_memory_utilization; (0, 1].
   double gpu_memory_utilization = 0.9;
+  // Automatic prefix caching (docs/scheduler.md): full blocks of equal
+  // token prefixes are computed once and shared. On by default, off under
+  // scheduler.policy = "static" (refused there when set to true).
+  bool prefix_caching = true;
+  bool prefix_caching_set = false;  // written in the file (not the default)
 };
 
 struct SchedulerCfg {

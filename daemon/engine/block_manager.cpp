@@ -1,34 +1,89 @@
 #include "daemon/engine/block_manager.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "base/check.h"
 
 namespace kvasir {
 
-BlockManager::BlockManager(int32_t n_blocks, int32_t block_size)
-    : n_blocks_(n_blocks), block_size_(block_size) {
-  KV_CHECK(n_blocks >= 0 && block_size > 0, "block manager: {} blocks of {}", n_blocks, block_size);
-  free_.reserve(size_t(n_blocks));
-  for (int32_t b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
+BlockManager::BlockManager(int32_t n_blocks, int32_t block_size, bool caching)
+    : pool_(n_blocks, block_size), caching_(caching) {}
+
+PrefixHit BlockManager::find_prefix(const std::vector<int32_t>& tokens,
+                                    std::string_view salt) const {
+  PrefixHit hit;
+  if (!caching_ || tokens.empty()) return hit;
+  const int32_t bs = block_size();
+  // The last token is always computed: at most (n - 1) / bs whole blocks.
+  const int64_t max_blocks = (int64_t(tokens.size()) - 1) / bs;
+  for (int64_t i = 0; i < max_blocks; ++i) {
+    auto link = pool_.find(hit.blocks.empty() ? nullptr : &hit.last, salt, tokens.data() + i * bs);
+    if (!link) break;
+    hit.blocks.push_back(link->block);
+    if (pool_.refs(link->block) == 0) hit.n_evictable++;
+    hit.last = *link;
+  }
+  return hit;
+}
+
+void BlockManager::reuse(std::vector<int32_t>& table, const PrefixHit& hit, CacheCursor& cur) {
+  KV_CHECK(table.empty(), "block manager: a prefix hit for a table that holds blocks");
+  for (int32_t b : hit.blocks) {
+    pool_.ref(b);
+    table.push_back(b);
+  }
+  cur = CacheCursor{};
+  cur.n_blocks = int32_t(hit.blocks.size());
+  cur.last = hit.last;
 }
 
 bool BlockManager::ensure(std::vector<int32_t>& table, int64_t tokens) {
   const int32_t need = blocks_for(tokens) - int32_t(table.size());
   if (need <= 0) return true;
   if (need > free()) return false;
-  for (int32_t i = 0; i < need; ++i) {
-    table.push_back(free_.back());
-    free_.pop_back();
-  }
+  for (int32_t i = 0; i < need; ++i) table.push_back(pool_.take());
   return true;
 }
 
 void BlockManager::release(std::vector<int32_t>& table) {
-  for (int32_t b : table) {
-    KV_CHECK(b >= 0 && b < n_blocks_ && int32_t(free_.size()) < n_blocks_,
-             "block manager: releasing block {} twice or out of range", b);
-    free_.push_back(b);
-  }
+  // Last block first: the evictable list then holds a chain's leaf as
+  // older than its parent, and eviction takes leaves first. (Without
+  // caching, in table order, as ever.)
+  if (caching_)
+    for (auto it = table.rbegin(); it != table.rend(); ++it) pool_.unref(*it);
+  else
+    for (int32_t b : table) pool_.unref(b);
   table.clear();
+}
+
+void BlockManager::cache_full_blocks(const std::vector<int32_t>& table,
+                                     const std::vector<int32_t>& tokens, int64_t n_written,
+                                     std::string_view salt, uint64_t writer, CacheCursor& cur) {
+  if (!caching_ || cur.stopped) return;
+  const int32_t bs = block_size();
+  const int64_t full = std::min<int64_t>(n_written / bs, int64_t(table.size()));
+  for (int64_t i = cur.n_blocks; i < full; ++i) {
+    const int32_t b = table[size_t(i)];
+    std::optional<BlockPool::Link> link;
+    if (pool_.is_cached(b))  // reused, or cached by this sequence before a preemption
+      link = pool_.find(i == 0 ? nullptr : &cur.last, salt, tokens.data() + i * bs);
+    else
+      link = pool_.cache(b, i == 0 ? nullptr : &cur.last, salt, tokens.data() + i * bs, writer);
+    if (!link) {
+      cur.stopped = true;  // its parent was uncached, or a collision: cache no more of it
+      return;
+    }
+    cur.last = *link;
+    cur.n_blocks = int32_t(i + 1);
+  }
+}
+
+bool BlockManager::reads_pending(const std::vector<int32_t>& table, int32_t n_shared,
+                                 uint64_t from) const {
+  for (int32_t i = 0; i < n_shared && i < int32_t(table.size()); ++i)
+    if (pool_.pending(table[size_t(i)], from)) return true;
+  return false;
 }
 
 }  // namespace kvasir

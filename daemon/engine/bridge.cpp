@@ -80,6 +80,10 @@ Status Bridge::check_request(const GenRequest& r) const {
                           r.prompt[i], cfg_.vocab);
   if (r.max_tokens < 1)
     return error_status(kInvalidArgument, "max_tokens: must be >= 1 (got {})", r.max_tokens);
+  if (r.n < 1 || r.n > kMaxChoices)
+    return error_status(kInvalidArgument, "n: must be in 1..{} (got {})", kMaxChoices, r.n);
+  if (r.cache_salt.size() > kMaxCacheSalt)
+    return error_status(kInvalidArgument, "cache_salt: longer than {} bytes", kMaxCacheSalt);
   KV_RETURN_IF_ERROR(validate_sampling(r.sampling));
   const int64_t need = int64_t(r.prompt.size()) + r.max_tokens;
   if (cfg_.context_length > 0 && need > cfg_.context_length)
@@ -135,21 +139,34 @@ RequestId Bridge::submit(GenRequest req, EventSink sink) {
 void Bridge::cancel(RequestId id) {
   {
     std::lock_guard lk(inbox_mu_);
-    cancels_.push_back(id);
+    cancels_.push_back(Cancel{id, -1});
+  }
+  seg_.ring(seg_.n_stages()).not_empty.ring();
+}
+
+void Bridge::stop_choice(RequestId id, int32_t index) {
+  {
+    std::lock_guard lk(inbox_mu_);
+    cancels_.push_back(Cancel{id, index});
   }
   seg_.ring(seg_.n_stages()).not_empty.ring();
 }
 
 void Bridge::take_inbox() {
   std::vector<Pending> in;
-  std::vector<RequestId> cancels;
+  std::vector<Cancel> cancels;
   {
     std::lock_guard lk(inbox_mu_);
     in.swap(inbox_);
     cancels.swap(cancels_);
   }
   for (Pending& p : in) sched_.add(p.id, std::move(p.req), std::move(p.sink));
-  for (RequestId id : cancels) sched_.abort(id);
+  for (const Cancel& c : cancels) {
+    if (c.index < 0)
+      sched_.abort(c.id);
+    else
+      sched_.abort_choice(c.id, c.index);
+  }
 }
 
 // ---- stats --------------------------------------------------------------------
@@ -177,6 +194,12 @@ void Bridge::publish_stats() {
   stats_.tokens_prompt = s.tokens_prompt;
   stats_.timing = s.timing;
   cost_ = s.cost;
+  stats_.prefix_caching = cfg_.limits.prefix_caching;
+  stats_.blocks_cached = s.blocks_cached;
+  stats_.blocks_evictable = s.blocks_evictable;
+  stats_.prefix_queries = s.prefix_queries;
+  stats_.prefix_hits = s.prefix_hits;
+  stats_.prefix_resets = s.prefix_resets;
 }
 
 RingReport Bridge::ring_report() const {
@@ -252,7 +275,7 @@ void Bridge::encode(uint32_t slot, uint64_t batch_id, const SchedulerOutput& out
   for (size_t r = 0; r < out.rows.size(); ++r) {
     const ScheduledRow& row = out.rows[r];
     ipc::DescRow dr;
-    dr.seq_id = row.id;
+    dr.seq_id = sequence_key(row.id, row.index);  // each choice its own penalty history
     dr.pos0 = row.pos0;
     dr.n_tokens = row.n_tokens;
     dr.n_table = int32_t(row.table.size());
@@ -263,6 +286,7 @@ void Bridge::encode(uint32_t slot, uint64_t batch_id, const SchedulerOutput& out
     b.tokens.insert(b.tokens.end(), row.tokens.begin(), row.tokens.end());
     std::copy(row.table.begin(), row.table.end(), b.tables.begin() + int64_t(r) * d.max_table);
     b.sampling.push_back(row.sampling);
+    if (row.copy_src >= 0) b.copies.push_back(ipc::BlockCopy{row.copy_src, row.copy_dst});
   }
   b.n_tokens = int32_t(b.tokens.size());
   ipc::write_desc(seg_.desc(slot), b, d);

@@ -62,6 +62,7 @@ class Bridge : public Engine {
 
   RequestId submit(GenRequest req, EventSink sink) override;
   void cancel(RequestId id) override;
+  void stop_choice(RequestId id, int32_t index) override;
   EngineStats stats() const override;
   RingReport ring_report() const override;
   bool ready() const override { return !failed_.load() && !stopping_.load(); }
@@ -105,7 +106,11 @@ class Bridge : public Engine {
 
   mutable std::mutex inbox_mu_;
   std::vector<Pending> inbox_;
-  std::vector<RequestId> cancels_;
+  struct Cancel {
+    RequestId id = 0;
+    int32_t index = -1;  // -1: every choice
+  };
+  std::vector<Cancel> cancels_;
   std::atomic<RequestId> next_id_{1};
   std::atomic<uint64_t> seed_counter_{0};
   uint64_t seed_base_ = 0;

@@ -47,9 +47,7 @@ int32_t CapacityScheduler::admit_waiting() {
   while (may_admit(admitted)) {
     Sequence* s = q_.waiting.front();
     const int64_t rem = s->remaining();
-    const int64_t first = lim_.policy == Policy::kChunked ? std::min<int64_t>(rem, lim_.chunk_size)
-                                                          : std::min<int64_t>(rem, lim_.max_tokens);
-    const int32_t need = blocks_.blocks_for(s->n_scheduled + first) - int32_t(s->table.size());
+    const int32_t need = first_need(s);
     const int32_t spare = int32_t(q_.running.size());
     if (need + promised + spare > blocks_.free() && spare > 0) break;
     if (need + promised > blocks_.free()) break;
@@ -68,6 +66,18 @@ int32_t CapacityScheduler::admit_waiting() {
   return admitted;
 }
 
+int32_t CapacityScheduler::first_need(const Sequence* s) const {
+  PrefixHit hit;
+  if (may_reuse(s) && s->table.empty() && s->n_scheduled == 0)
+    hit = blocks_.find_prefix(s->tokens, s->req.cache_salt);
+  const int64_t start = s->n_scheduled + hit.tokens(blocks_.block_size());
+  const int64_t rem = int64_t(s->tokens.size()) - start;
+  const int64_t first = lim_.policy == Policy::kChunked ? std::min<int64_t>(rem, lim_.chunk_size)
+                                                        : std::min<int64_t>(rem, lim_.max_tokens);
+  return blocks_.blocks_for(start + first) - int32_t(s->table.size()) - int32_t(hit.blocks.size()) +
+         hit.n_evictable;
+}
+
 // Pads every member to the longest prompt of the batch (the members are the
 // last `admitted` of running; a recomputed one counts its tokens so far as
 // prompt, as its prefill computes them).
@@ -84,7 +94,10 @@ void CapacityScheduler::pad_static_batch(int32_t admitted, int64_t longest) {
 Sequence* CapacityScheduler::victim(const std::vector<SchedRow>& taken) const {
   Sequence* victim = nullptr;
   for (Sequence* v : q_.running) {
-    if (v->batches_in_flight > 0 || v->awaiting || v->done || v->table.empty()) continue;
+    // (A table of reused blocks only is no one's yet: take() gives it back.)
+    if (v->batches_in_flight > 0 || v->awaiting || v->done ||
+        int32_t(v->table.size()) <= v->n_shared)
+      continue;
     if (std::any_of(taken.begin(), taken.end(), [&](const SchedRow& r) { return r.seq == v; }))
       continue;
     if (!victim || v->admitted > victim->admitted) victim = v;
@@ -94,9 +107,10 @@ Sequence* CapacityScheduler::victim(const std::vector<SchedRow>& taken) const {
 
 bool CapacityScheduler::grow(Sequence* s, int64_t tokens, const std::vector<SchedRow>& taken) {
   // A sequence with nothing computed yet (just admitted, or back after a
-  // preemption) never evicts another for its first blocks: it would trade
-  // work done for work not started. It waits for room instead.
-  const bool may_preempt = !s->table.empty();
+  // preemption; blocks it reused from the cache are not its work) never
+  // evicts another for its first blocks: it would trade work done for work
+  // not started. It waits for room instead.
+  const bool may_preempt = int32_t(s->table.size()) > s->n_shared;
   while (blocks_.blocks_for(tokens) - int32_t(s->table.size()) > blocks_.free()) {
     if (!may_preempt) return false;
     Sequence* v = victim(taken);
@@ -110,15 +124,61 @@ bool CapacityScheduler::grow(Sequence* s, int64_t tokens, const std::vector<Sche
 void CapacityScheduler::preempt(Sequence* s, PreemptCause why) {
   KV_CHECK(s->running && s->batches_in_flight == 0,
            "scheduler: preempting request {} while it has a batch in flight", s->id);
-  blocks_.release(s->table);
+  blocks_.release(s->table);     // its full blocks stay cached: its recompute may reuse them
   s->n_scheduled = 0;            // recompute prompt + generated tokens; nothing is re-sent
   s->pad_next = s->pad_end = 0;  // its next (static) batch pads it afresh
+  s->n_shared = 0;
+  s->cache = {};
+  s->tainted = false;
+  s->prompt_batch = s->copy_writer = 0;  // its prompt is to be sent again
   s->awaiting = false;
   s->running = false;
   s->preempted++;
   q_.running.erase(std::find(q_.running.begin(), q_.running.end(), s));
   q_.waiting.push_front(s);
   (why == PreemptCause::kKvPressure ? preemptions_ : requeued_)++;
+}
+
+// ---- prefix caching -------------------------------------------------------------
+
+bool CapacityScheduler::may_reuse(const Sequence* s) const {
+  // A penalised row is sampled with the sequence's history from position
+  // 0, which the tail builds from the rows it sees: it must see them all.
+  return blocks_.caching() && !penalties_active(s->req.sampling);
+}
+
+int64_t CapacityScheduler::reusable(const Sequence* s) const {
+  if (!may_reuse(s) || !s->table.empty() || s->n_scheduled != 0) return 0;
+  return blocks_.find_prefix(s->tokens, s->req.cache_salt).tokens(blocks_.block_size());
+}
+
+int64_t CapacityScheduler::reuse_prefix(Sequence* s) {
+  if (!may_reuse(s) || !s->table.empty() || s->n_scheduled != 0) return 0;
+  const PrefixHit hit = blocks_.find_prefix(s->tokens, s->req.cache_salt);
+  blocks_.reuse(s->table, hit, s->cache);
+  s->n_shared = int32_t(hit.blocks.size());
+  s->n_scheduled = hit.tokens(blocks_.block_size());
+  return s->n_scheduled;
+}
+
+void CapacityScheduler::undo_reuse(Sequence* s) {
+  KV_CHECK(int32_t(s->table.size()) == s->n_shared, "scheduler: undoing a reuse after growth");
+  blocks_.release(s->table);
+  s->n_scheduled = 0;  // (a fork had moved it to the last prompt token)
+  s->n_shared = 0;
+  s->cache = {};
+}
+
+void CapacityScheduler::count_lookup(Sequence* s, int64_t hit) {
+  if (!blocks_.caching()) return;
+  prefix_queries_ += int64_t(s->tokens.size());
+  prefix_hits_ += hit;
+  if (s->cached_tokens < 0) s->cached_tokens = int32_t(std::min<int64_t>(hit, s->n_prompt));
+}
+
+void CapacityScheduler::cache_written(Sequence* s, uint64_t writer) {
+  blocks_.cache_full_blocks(s->table, s->tokens, s->n_scheduled, s->req.cache_salt, writer,
+                            s->cache);
 }
 
 }  // namespace kvasir

@@ -22,8 +22,9 @@ namespace kvasir {
 
 // Why a sequence loses its blocks. The rule is the same; only the counter
 // differs: EngineStats::preemptions means "the pool ran dry" (kvasir top
-// reads it as KV-bound), EngineStats::requeued means "a stage was lost".
-enum class PreemptCause { kKvPressure, kStageLost };
+// reads it as KV-bound), EngineStats::requeued means "a stage was lost" or
+// "a cached block it reused was lost with a failed batch" (kBlockLost).
+enum class PreemptCause { kKvPressure, kStageLost, kBlockLost };
 
 class CapacityScheduler {
  public:
@@ -53,12 +54,36 @@ class CapacityScheduler {
   // in flight.
   void preempt(Sequence* s, PreemptCause why);
 
+  // Prefix caching (docs/scheduler.md). A sequence about to get its first
+  // row (it holds nothing) starts from the longest cached run of whole
+  // blocks of its tokens: they enter its table shared and read-only, and
+  // count as scheduled. Returns the tokens reused (0 without caching).
+  int64_t reuse_prefix(Sequence* s);
+  // Gives a reuse back when the first row could not be formed after all
+  // (no room): s holds nothing again, as a waiter for room must.
+  void undo_reuse(Sequence* s);
+  // The first row went: counts the lookup (`hit` tokens of s's tokens).
+  void count_lookup(Sequence* s, int64_t hit);
+  // Caches the blocks s's scheduled positions fill, written by batch `writer`.
+  void cache_written(Sequence* s, uint64_t writer);
+  // The tokens reuse_prefix would reuse for s now (0 unless it is about
+  // to start).
+  int64_t reusable(const Sequence* s) const;
+  // Whether s may start past a cached prefix (caching on, and no penalty
+  // that needs the tail to see every position: penalties_active).
+  bool may_reuse(const Sequence* s) const;
+
   int64_t preemptions() const { return preemptions_; }
   int64_t requeued() const { return requeued_; }
+  int64_t prefix_queries() const { return prefix_queries_; }
+  int64_t prefix_hits() const { return prefix_hits_; }
 
  private:
   // Whether the policy lets the head of the queue in now (blocks aside).
   bool may_admit(int32_t admitted_this_batch) const;
+  // Blocks s's first piece would use up: new blocks, plus reused ones that
+  // are evictable now (taking them costs capacity too).
+  int32_t first_need(const Sequence* s) const;
   void admit(Sequence* s);
   void pad_static_batch(int32_t admitted, int64_t longest);
   Sequence* victim(const std::vector<SchedRow>& taken) const;
@@ -69,6 +94,7 @@ class CapacityScheduler {
   uint64_t next_admit_ = 1;
   int64_t preemptions_ = 0;
   int64_t requeued_ = 0;
+  int64_t prefix_queries_ = 0, prefix_hits_ = 0;
 };
 
 }  // namespace kvasir

@@ -18,12 +18,25 @@
 
 namespace kvasir {
 
+// The most choices one request may ask for (GenRequest::n), and the
+// longest cache_salt.
+constexpr int32_t kMaxChoices = 16;
+constexpr size_t kMaxCacheSalt = 1024;
+
 struct GenRequest {
   std::vector<int32_t> prompt;  // token ids, checked against the vocabulary
   int32_t max_tokens = 16;
   SamplingParams sampling;
   std::vector<int32_t> stop_ids;  // besides the model's end-of-generation ids
   bool ignore_eos = false;        // benchmarks: generate exactly max_tokens
+  // Parallel sampling: n continuations of the one prompt (1..kMaxChoices),
+  // choice i sampled with seed + i; each event names its choice
+  // (TokenEvent::index). With prefix caching the prompt is computed once
+  // and the choices share its blocks (docs/scheduler.md).
+  int32_t n = 1;
+  // Prefix caching isolation: blocks are shared only between requests with
+  // the same salt (empty: the default pool every unsalted request shares).
+  std::string cache_salt;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
@@ -33,7 +46,11 @@ struct TokenEvent {
   float logprob = 0.f;
   std::vector<std::pair<int32_t, float>> top_logprobs;  // when asked
   FinishReason finish = FinishReason::kNone;
-  Status error;  // with kError: what went wrong (the API picks the HTTP status by its code)
+  Status error;       // with kError: what went wrong (the API picks the HTTP status by its code)
+  int32_t index = 0;  // the choice (0..n-1) the event is for
+  // Prompt tokens this choice's first admission found in the prefix cache
+  // (usage.prompt_tokens_details.cached_tokens); on every event.
+  int32_t cached_tokens = 0;
 };
 
 using RequestId = uint64_t;
@@ -98,6 +115,16 @@ struct EngineStats {
   double last_recovery_s = 0;  // last loss seen → ring serving again
   EngineState state = EngineState::kOk;
   std::string failure;  // with kFailed: why
+  // Prefix caching (docs/scheduler.md). blocks_free above counts evictable
+  // blocks as free (they are capacity); blocks_cached are those whose KV a
+  // later prompt may reuse, held or not, blocks_evictable the unheld ones.
+  bool prefix_caching = false;
+  int64_t blocks_cached = 0, blocks_evictable = 0;
+  // Tokens looked up in the cache when sequences started (or restarted
+  // after a preemption), and of those, tokens found: hits / queries is the
+  // hit rate.
+  int64_t prefix_queries = 0, prefix_hits = 0;
+  int64_t prefix_resets = 0;  // the cache emptied for a new epoch (a lost stage)
   SchedTiming timing;
 };
 
@@ -139,6 +166,13 @@ class Engine {
   virtual RequestId submit(GenRequest req, EventSink sink) = 0;
   // Aborts at the next iteration; frees its blocks; a final kAbort event follows.
   virtual void cancel(RequestId id) = 0;
+  // Ends one choice of an n > 1 request (a stop string matched it): a
+  // final kAbort event for that choice, the others go on. An engine that
+  // cannot generates it to its end; the caller ignores the rest.
+  virtual void stop_choice(RequestId id, int32_t index) {
+    (void)id;
+    (void)index;
+  }
   virtual EngineStats stats() const = 0;
   // The ring's stages and their counters (none before the ring is up).
   virtual RingReport ring_report() const { return {}; }

@@ -36,6 +36,9 @@ struct SchedLimits {
   // none (the token budget alone, as before time budgets existed).
   double itl_target_ms = 0;
   int32_t n_stages = 1;  // stages a token crosses (the bridge sets it)
+  // Automatic prefix caching ([kv] prefix_caching; docs/scheduler.md). Not
+  // under `static`, which models a padded batcher (the config refuses it).
+  bool prefix_caching = false;
 };
 
 // The ring as the bridge sees it when it asks for a batch.

@@ -29,10 +29,21 @@ const char* policy_name(Policy p) {
   return "?";
 }
 
+namespace {
+SchedLimits checked(SchedLimits lim) {
+  // `static` models a padded batcher, whose every member computes the
+  // batch's longest prompt; reusing cached blocks would make it something
+  // else. The config refuses the pair (daemon/config); this is the backstop.
+  KV_CHECK_CODE(!(lim.prefix_caching && lim.policy == Policy::kStatic), ErrorCode::kInvalidArgument,
+                "scheduler: prefix caching does not apply to the static policy");
+  return lim;
+}
+}  // namespace
+
 Scheduler::Scheduler(SchedLimits lim, int32_t n_blocks, int32_t block_size,
                      std::vector<int32_t> eos_ids)
-    : lim_(lim),
-      blocks_(n_blocks, block_size),
+    : lim_(checked(lim)),
+      blocks_(n_blocks, block_size, lim_.prefix_caching),
       eos_(eos_ids.begin(), eos_ids.end()),
       cap_(lim_, q_, blocks_),
       cost_(lim_.n_stages),
@@ -43,22 +54,44 @@ Scheduler::Scheduler(SchedLimits lim, int32_t n_blocks, int32_t block_size,
 // ---- requests in and out ------------------------------------------------------
 
 void Scheduler::add(RequestId id, GenRequest req, EventSink sink) {
-  auto s = std::make_unique<Sequence>();
-  s->id = id;
-  s->tokens = req.prompt;
-  s->n_prompt = int32_t(req.prompt.size());
-  s->req = std::move(req);
-  s->sink = std::move(sink);
-  q_.waiting.push_back(s.get());
-  const bool fresh = seqs_.emplace(id, std::move(s)).second;
-  KV_CHECK(fresh, "scheduler: request {} added twice", id);
+  const int32_t n = std::clamp(req.n, 1, kMaxChoices);
+  for (int32_t i = 0; i < n; ++i) {
+    auto s = std::make_unique<Sequence>();
+    s->id = id;
+    s->index = i;
+    s->tokens = req.prompt;
+    s->n_prompt = int32_t(req.prompt.size());
+    s->req = i + 1 < n ? req : std::move(req);
+    s->req.sampling.seed += uint64_t(i);  // choice i: the single request with seed + i
+    s->sink = sink;
+    q_.waiting.push_back(s.get());
+    const bool fresh = seqs_.emplace(s->key(), std::move(s)).second;
+    KV_CHECK(fresh, "scheduler: request {} added twice", id);
+  }
 }
 
 void Scheduler::abort(RequestId id) {
-  auto it = seqs_.find(id);
-  if (it == seqs_.end() || it->second->done) return;
+  for (int32_t i = 0; i < kMaxChoices; ++i) {
+    auto it = seqs_.find(sequence_key(id, i));
+    if (it != seqs_.end()) finish(it->second.get(), FinishReason::kAbort);
+  }
+  reap();
+}
+
+void Scheduler::abort_choice(RequestId id, int32_t index) {
+  if (index < 0 || index >= kMaxChoices) return;
+  auto it = seqs_.find(sequence_key(id, index));
+  if (it == seqs_.end()) return;
   finish(it->second.get(), FinishReason::kAbort);
   reap();
+}
+
+// Every event names its choice and what its first lookup found in the cache.
+void Scheduler::send(Sequence* s, TokenEvent ev) {
+  if (!s->sink) return;
+  ev.index = s->index;
+  ev.cached_tokens = std::max(s->cached_tokens, 0);
+  s->sink(ev);
 }
 
 // Sends the final event (none for kNone: the last token's event carried it).
@@ -67,11 +100,11 @@ void Scheduler::abort(RequestId id) {
 void Scheduler::finish(Sequence* s, FinishReason why, Status error) {
   if (s->done) return;
   s->done = true;
-  if (why != FinishReason::kNone && s->sink) {
+  if (why != FinishReason::kNone) {
     TokenEvent ev;
     ev.finish = why;
     ev.error = std::move(error);
-    s->sink(ev);
+    send(s, std::move(ev));
   }
 }
 
@@ -136,15 +169,18 @@ SchedulerOutput Scheduler::schedule(RingLoad load) {
 // prefill chunk may follow its predecessor through the ring, so a whole
 // remaining prompt counts). Whole-prefill policies cannot cut a prompt that
 // fits a micro-batch: the largest such is the budget's floor.
+// A sequence about to start counts only what its cached prefix leaves: a
+// whole prefill that fits once the hit is taken must find a budget that
+// holds it.
 void Scheduler::begin_batch(RingLoad load) {
   int64_t active = 0, work = 0, floor = 0;
   for (Sequence* s : q_.running) {
     if (s->done) continue;
     active++;
     if (!s->schedulable()) continue;
-    work += s->remaining() + s->padding();
-    if (lim_.policy != Policy::kChunked && s->remaining() <= lim_.max_tokens)
-      floor = std::max(floor, s->remaining());
+    const int64_t rem = s->remaining() - cap_.reusable(s);
+    work += rem + s->padding();
+    if (lim_.policy != Policy::kChunked && rem <= lim_.max_tokens) floor = std::max(floor, rem);
   }
   form_.begin(active, work, load, floor, step_budget());
 }
@@ -200,14 +236,74 @@ StepBudget Scheduler::step_budget() {
   return b;
 }
 
+// One row for s, if the batch and the pool have room. A sequence about to
+// start (nothing held) first takes its cached prefix, so it asks only for
+// the rest; if it cannot go after all, it gives the prefix back. The blocks
+// its row fills are cached at once, pending on this batch (next_batch_):
+// a later row, even of this batch, may reuse them (docs/scheduler.md).
 bool Scheduler::take(std::vector<SchedRow>& rows, Sequence* s) {
-  if (form_.full(rows)) return false;
+  if (form_.full(rows) || waits_for_leader(s)) return false;
+  const bool starting = s->table.empty() && s->n_scheduled == 0 && s->padding() == 0;
+  const int64_t hit = starting ? cap_.reuse_prefix(s) : 0;
+  const Fork fork = starting ? fork_from_leader(s) : Fork{};
+  if (fork.src >= 0) s->n_scheduled = s->n_prompt - 1;  // the copy holds the rest but the last
   const int32_t n = form_.want(*s);
-  if (n <= 0) return false;
   const int64_t end = s->padding() > 0 ? s->pad_next + n : s->n_scheduled + n;
-  if (!cap_.grow(s, end, rows)) return false;
+  if (n <= 0 || !cap_.grow(s, end, rows)) {
+    if (starting && s->running) cap_.undo_reuse(s);
+    return false;
+  }
+  if (starting) cap_.count_lookup(s, hit);
   form_.add(rows, s, n);
+  if (fork.src >= 0) {
+    rows.back().copy_src = fork.src;
+    rows.back().copy_dst = s->table[size_t(fork.index)];
+    s->copy_writer = fork.writer;
+  }
+  if (s->prompt_batch == 0 && s->n_scheduled >= s->n_prompt) s->prompt_batch = next_batch_;
+  cap_.cache_written(s, next_batch_);
   return true;
+}
+
+// Copy-on-write for parallel sampling: a choice > 0 starting afresh, which
+// reused every whole block of the prompt but the one holding its last
+// token, copies that block from choice 0 (which must hold it, its prompt
+// finished in an earlier batch: the copy runs before this batch's forward)
+// and computes the last token alone, instead of recomputing the block's
+// positions (up to block_size - 1 of them; docs/scheduler.md).
+Scheduler::Fork Scheduler::fork_from_leader(Sequence* s) const {
+  const int32_t bs = blocks_.block_size();
+  const int64_t L = s->n_prompt;
+  if (s->index == 0 || s->preempted > 0 || int64_t(s->tokens.size()) != L || !cap_.may_reuse(s) ||
+      (L - 1) % bs == 0)
+    return {};
+  const int32_t q = int32_t((L - 1) / bs);  // the block of the last prompt token
+  if (s->n_shared != q || s->n_scheduled != int64_t(q) * bs) return {};
+  auto it = seqs_.find(sequence_key(s->id, 0));
+  if (it == seqs_.end()) return {};
+  const Sequence& lead = *it->second;
+  if (!lead.running || lead.done || lead.tainted || lead.prompt_batch == 0 ||
+      lead.prompt_batch >= next_batch_ || int32_t(lead.table.size()) <= q)
+    return {};
+  return Fork{lead.table[size_t(q)], q, lead.prompt_batch};
+}
+
+// Parallel sampling with caching: choices 1..n-1 start only once choice 0
+// has sent its whole prompt to the ring, so they reuse all its full blocks;
+// and when its last prompt block holds more than the last token, only
+// once that went in an earlier batch, so they can copy the block (the copy
+// runs before the batch's forward) and compute the last token alone
+// (docs/scheduler.md: n). They do not wait for a leader that is not
+// running (preempted, or finished).
+bool Scheduler::waits_for_leader(const Sequence* s) const {
+  if (s->index == 0 || !s->table.empty() || s->n_scheduled != 0 || !cap_.may_reuse(s)) return false;
+  auto it = seqs_.find(sequence_key(s->id, 0));
+  if (it == seqs_.end()) return false;
+  const Sequence& lead = *it->second;
+  if (!lead.running || lead.done || lead.tainted) return false;
+  if (lead.n_scheduled < lead.n_prompt) return true;
+  const bool copyable = s->preempted == 0 && (s->n_prompt - 1) % blocks_.block_size() != 0;
+  return copyable && (lead.prompt_batch == 0 || lead.prompt_batch >= next_batch_);
 }
 
 // The formed batch as plain rows (copies: the bridge keeps them while the
@@ -224,11 +320,14 @@ SchedulerOutput Scheduler::emit(std::vector<SchedRow> rows) {
     Sequence* s = r.seq;
     ScheduledRow o;
     o.id = s->id;
+    o.index = s->index;
     o.pos0 = r.pos0;
     o.n_tokens = r.n_tokens;
     o.sample = r.sample;
     o.pad = r.pad;
     o.n_prompt = s->n_prompt;
+    o.copy_src = r.copy_src;
+    o.copy_dst = r.copy_dst;
     if (r.pad)  // the filler: any valid id will do
       o.tokens.assign(size_t(r.n_tokens), s->tokens.back());
     else
@@ -260,6 +359,10 @@ void Scheduler::update(const BatchResult& result) {
   KV_CHECK(!result.status.ok() || result.rows.size() == rows.size(),
            "scheduler: batch {} has {} rows, its result {}", result.batch, rows.size(),
            result.rows.size());
+  if (result.status.ok())
+    blocks_.confirm(result.batch);  // the KV it wrote is there in every stage
+  else
+    lose_pending_blocks(result.batch);
   for (size_t r = 0; r < rows.size(); ++r) {
     if (result.status.ok()) {
       apply_row(rows[r], result.rows[r]);
@@ -268,6 +371,7 @@ void Scheduler::update(const BatchResult& result) {
     rows[r].seq->batches_in_flight--;
     finish(rows[r].seq, FinishReason::kError, result.status);
   }
+  requeue_tainted();
   reap();
 }
 
@@ -276,7 +380,7 @@ void Scheduler::apply_row(const SchedRow& row, const RowResult& res) {
   s->batches_in_flight--;
   if (!row.sample) return;
   s->awaiting = false;
-  if (s->done) return;  // aborted while in flight
+  if (s->done || s->tainted) return;  // aborted while in flight; or read lost KV
   if (!res.error.ok()) {
     finish(s, FinishReason::kError, res.error);
     return;
@@ -294,8 +398,37 @@ void Scheduler::apply_row(const SchedRow& row, const RowResult& res) {
     ev.finish = FinishReason::kStop;
   else if (s->n_generated >= s->req.max_tokens)
     ev.finish = FinishReason::kLength;
-  if (s->sink) s->sink(ev);
-  if (ev.finish != FinishReason::kNone) finish(s, FinishReason::kNone);  // the event said it
+  const FinishReason f = ev.finish;
+  send(s, std::move(ev));
+  if (f != FinishReason::kNone) finish(s, FinishReason::kNone);  // the event said it
+}
+
+// A failed batch may have left unwritten (in some stages) every block it
+// was to write, and a later batch still in the ring may have built on them.
+// Its rows' requests fail (update); every block cached by it or a later
+// batch is uncached, so no later lookup finds one; and every sequence that
+// reused one (read it as given) is tainted: its results in flight are
+// dropped and it is recomputed once nothing of it is in the ring.
+// Conservative: a block a later, healthy batch wrote is uncached too, and
+// its readers recomputed. A failed batch is rare; a wrong hit must never be.
+void Scheduler::lose_pending_blocks(uint64_t failed_batch) {
+  if (!blocks_.caching()) return;
+  for (Sequence* s : q_.running)
+    if (!s->done && (blocks_.reads_pending(s->table, s->n_shared, failed_batch) ||
+                     (s->copy_writer != 0 && failed_batch <= s->copy_writer)))
+      s->tainted = true;
+  const int32_t n = blocks_.drop_pending(failed_batch);
+  if (n > 0) KV_LOG_WARN("scheduler", "batch {} failed: {} cached blocks dropped", failed_batch, n);
+}
+
+void Scheduler::requeue_tainted() {
+  // Newest first to the head of the queue, as requeue_all does.
+  std::vector<Sequence*> ready;
+  for (Sequence* s : q_.running)
+    if (s->tainted && !s->done && s->batches_in_flight == 0) ready.push_back(s);
+  std::sort(ready.begin(), ready.end(),
+            [](const Sequence* a, const Sequence* b) { return a->admitted > b->admitted; });
+  for (Sequence* s : ready) cap_.preempt(s, PreemptCause::kBlockLost);
 }
 
 // A batch is back: the cost model learns its stages' times, and the
@@ -354,6 +487,14 @@ void Scheduler::requeue_all() {
             [](const Sequence* a, const Sequence* b) { return a->admitted > b->admitted; });
   for (Sequence* s : requeue) cap_.preempt(s, PreemptCause::kStageLost);
   reap();  // sequences that had finished and only waited for their batches
+  // The restarted stage's KV is empty (and a live stage may still write a
+  // dead batch's KV into a block): nothing cached survives the epoch. Every
+  // sequence has just given its blocks back, so the whole pool is free.
+  if (blocks_.caching()) {
+    const int32_t n = blocks_.drop_cache();
+    prefix_resets_++;
+    KV_LOG_INFO("scheduler", "new epoch: {} cached blocks dropped", n);
+  }
 }
 
 // ---- stats --------------------------------------------------------------------
@@ -388,6 +529,11 @@ SchedulerStats Scheduler::stats() const {
                                 f.per_sample_s * 1e3, f.rms_s * 1e3, f.mean_busy_s * 1e3,
                                 f.samples});
   }
+  st.blocks_cached = blocks_.cached();
+  st.blocks_evictable = blocks_.evictable();
+  st.prefix_queries = cap_.prefix_queries();
+  st.prefix_hits = cap_.prefix_hits();
+  st.prefix_resets = prefix_resets_;
   return st;
 }
 

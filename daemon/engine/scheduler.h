@@ -57,13 +57,17 @@ namespace kvasir {
 // descriptor without asking the scheduler anything more.
 struct ScheduledRow {
   RequestId id = 0;
+  int32_t index = 0;     // the request's choice (n > 1); the descriptor names it by sequence_key
   int32_t pos0 = 0;      // first position
   int32_t n_tokens = 0;  // positions [pos0, pos0 + n_tokens)
   bool sample = false;   // the tail samples the row's last position
   // `static` padding: filler positions, computed and never sampled
   // (docs/scheduler.md, "What `static` pads").
   bool pad = false;
-  int32_t n_prompt = 0;         // the tail's penalties tell prompt from output by it
+  int32_t n_prompt = 0;  // the tail's penalties tell prompt from output by it
+  // Copy-on-write before the batch runs (parallel sampling): every stage
+  // copies block copy_src to copy_dst, this row's own (-1: none).
+  int32_t copy_src = -1, copy_dst = -1;
   std::vector<int32_t> tokens;  // n_tokens ids (for padding, a filler id)
   std::vector<int32_t> table;   // the request's KV blocks, covering pos0 + n_tokens
   SamplingParams sampling;      // its seed always set
@@ -110,10 +114,14 @@ struct SchedulerStats {
   // slots past each sequence's last position (the tail of its last block).
   int64_t kv_slots_used = 0, kv_waste = 0;
   int64_t preemptions = 0;  // for lack of KV blocks
-  int64_t requeued = 0;     // recomputed after a lost stage
+  int64_t requeued = 0;     // recomputed after a lost stage (or a lost cached block)
   int64_t tokens_generated = 0, tokens_prompt = 0;
   SchedTiming timing;
   std::vector<StageCost> cost;  // per stage
+  // Prefix caching: blocks_free counts evictable blocks as free.
+  int64_t blocks_cached = 0, blocks_evictable = 0;
+  int64_t prefix_queries = 0, prefix_hits = 0;  // tokens looked up, and found
+  int64_t prefix_resets = 0;                    // the cache emptied (requeue_all)
 };
 
 class Scheduler {
@@ -124,15 +132,18 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;  // its parts hold references into it
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Queues a request at the tail. `req` has been validated (check_request
-  // in the bridge: ids in the vocabulary, prompt + max_tokens within the
-  // pool, sampling seeded); `id` is new.
+  // Queues a request at the tail: req.n sequences, one per choice, choice
+  // i sampled with seed + i. `req` has been validated (check_request in the
+  // bridge: ids in the vocabulary, prompt + max_tokens within the pool, n in
+  // range, sampling seeded); `id` is new.
   void add(RequestId id, GenRequest req, EventSink sink);
 
-  // A client cancel: a final kAbort event now (nothing if `id` is unknown
-  // or already finished). Its blocks go back once no batch in flight names
-  // them; any token still to come for it is dropped.
+  // A client cancel: a final kAbort event now for each choice not finished
+  // (nothing if `id` is unknown or already finished). Its blocks go back
+  // once no batch in flight names them; any token still to come is dropped.
   void abort(RequestId id);
+  // The same for one choice (a stop string matched it); the others go on.
+  void abort_choice(RequestId id, int32_t index);
 
   // The next micro-batch: admits waiting sequences, grows block tables
   // (preempting when the pool runs dry), marks the chosen positions
@@ -154,6 +165,7 @@ class Scheduler {
   // never be applied), and every running sequence is preempted by the same
   // rule as for KV pressure (CapacityScheduler::preempt), newest first, so
   // the oldest admission ends at the head of the queue. Counted as requeued.
+  // The prefix cache is emptied: a restarted stage's KV holds nothing.
   void requeue_all();
 
   // Ends every request (shutdown: kAbort; the engine failed: kError and
@@ -172,16 +184,27 @@ class Scheduler {
   void begin_batch(RingLoad load);
   StepBudget step_budget();
   bool take(std::vector<SchedRow>& rows, Sequence* s);
+  bool waits_for_leader(const Sequence* s) const;
+  // Where a starting choice > 0 copies choice 0's last prompt block from.
+  struct Fork {
+    int32_t src = -1;     // choice 0's block
+    int32_t index = -1;   // its place in the tables
+    uint64_t writer = 0;  // choice 0's batch that finished writing it
+  };
+  Fork fork_from_leader(Sequence* s) const;
   SchedulerOutput emit(std::vector<SchedRow> rows);
   void observe(const InFlight& batch, const BatchResult& result);
   void apply_row(const SchedRow& row, const RowResult& res);
+  void lose_pending_blocks(uint64_t failed_batch);
+  void requeue_tainted();
+  void send(Sequence* s, TokenEvent ev);
   void finish(Sequence* s, FinishReason why, Status error = {});
   void reap();
 
   SchedLimits lim_;
   BlockManager blocks_;
   std::set<int32_t> eos_;
-  std::unordered_map<RequestId, std::unique_ptr<Sequence>> seqs_;
+  std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // by sequence_key
   SeqQueues q_;
   CapacityScheduler cap_;  // refers to lim_, q_ and blocks_ above
   CostModel cost_;
@@ -192,6 +215,7 @@ class Scheduler {
   SchedTiming timing_;
   int64_t depth_samples_ = 0;
   double cycle_mean_ = 0, step_mean_ = 0;  // recent means, seconds (the ring's depth)
+  int64_t prefix_resets_ = 0;
 };
 
 }  // namespace kvasir

@@ -10,12 +10,21 @@
 #include <deque>
 #include <vector>
 
+#include "daemon/engine/block_manager.h"
 #include "daemon/engine/engine.h"
 
 namespace kvasir {
 
+// The id a sequence goes by in descriptors (DescRow::seq_id, so the tail's
+// penalty histories): the request's id for its first choice (as before
+// parallel sampling), the choice above bit 48 for the others.
+inline uint64_t sequence_key(RequestId id, int32_t index) {
+  return uint64_t(id) | (uint64_t(index) << 48);
+}
+
 struct Sequence {
   RequestId id = 0;
+  int32_t index = 0;  // its choice of an n > 1 request
   GenRequest req;
   EventSink sink;
   std::vector<int32_t> tokens;  // prompt, then generated tokens
@@ -36,6 +45,21 @@ struct Sequence {
   // Micro-batches in which the time budget left its prefill no more than
   // the aging floor: the floor doubles with them (batch_former.h).
   int32_t starved = 0;
+  // Prefix caching (docs/scheduler.md): the first n_shared blocks of
+  // `table` were reused from the cache (read, never written by it); the
+  // cursor tracks which full blocks are cached. cached_tokens: what its
+  // first lookup found (usage reports it). tainted: a block it reused was
+  // lost with a failed batch; it is recomputed once nothing is in flight.
+  int32_t n_shared = 0;
+  int32_t cached_tokens = -1;
+  CacheCursor cache;
+  bool tainted = false;
+  // Parallel sampling: the batch that carried its last prompt position (0:
+  // not yet, or since a preemption); and, for a choice that copied choice
+  // 0's last prompt block (copy-on-write), that batch of choice 0's: a
+  // failure up to it may have left the copy's source unwritten.
+  uint64_t prompt_batch = 0;
+  uint64_t copy_writer = 0;
 
   // Positions not yet sent to the ring (its prompt, or a recompute, or the
   // one decode position once its last token is known).
@@ -43,7 +67,10 @@ struct Sequence {
   int64_t padding() const { return pad_end - pad_next; }
   // Whether it could go into a micro-batch now. A sequence whose sampling
   // row is in flight waits for its token: a decode is never in two batches.
-  bool schedulable() const { return (remaining() > 0 || padding() > 0) && !awaiting && !done; }
+  bool schedulable() const {
+    return (remaining() > 0 || padding() > 0) && !awaiting && !done && !tainted;
+  }
+  uint64_t key() const { return sequence_key(id, index); }
 };
 
 // A row of the micro-batch being formed. Scheduler::schedule turns the
@@ -58,6 +85,8 @@ struct SchedRow {
   // the KV they write is overwritten by the sequence's own decodes before
   // any row reads it (attention at position q reads positions <= q only).
   bool pad = false;
+  // Copy-on-write before the batch: block copy_src into copy_dst (-1: none).
+  int32_t copy_src = -1, copy_dst = -1;
 };
 
 // Where a sequence stands, both queues kept by the Scheduler: waiting in

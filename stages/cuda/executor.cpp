@@ -505,6 +505,7 @@ Status CudaSliceExecutor::forward_impl(const KvasirCudaBatch& b, bool& received)
   // Every bound is checked here, on the host, before any kernel runs.
   int64_t max_ctx = 0;
   KV_RETURN_IF_ERROR(stage_rows(b, h, max_ctx));
+  KV_RETURN_IF_ERROR(copy_blocks(b));
   const int64_t T = b.n_tokens;
   if (T == 0) return Status();
   KV_RETURN_IF_ERROR(stage_tokens(b, h));
@@ -526,6 +527,30 @@ Status CudaSliceExecutor::forward_impl(const KvasirCudaBatch& b, bool& received)
   for (const Layer& L : layers_) KV_RETURN_IF_ERROR(run_layer(L, ab, T));
   KV_RETURN_IF_ERROR(hand_on(b, h, d));
   return finish_batch(b);
+}
+
+// Copy-on-write: block src's K and V to block dst in every layer, queued on
+// the stream before the layers (a block is contiguous in both caches).
+Status CudaSliceExecutor::copy_blocks(const KvasirCudaBatch& b) {
+  if (b.n_copies < 0 || b.n_copies > cfg_.max_rows ||
+      (b.n_copies > 0 && (!b.copy_src || !b.copy_dst)))
+    return batch_error(fmt::format("batch: {} block copies", b.n_copies));
+  for (int32_t i = 0; i < b.n_copies; ++i)
+    if (b.copy_src[i] < 0 || b.copy_src[i] >= n_blocks_ || b.copy_dst[i] < 0 ||
+        b.copy_dst[i] >= n_blocks_ || b.copy_src[i] == b.copy_dst[i])
+      return batch_error(fmt::format("batch: block copy {} -> {} outside 0..{}", b.copy_src[i],
+                                     b.copy_dst[i], n_blocks_ - 1));
+  for (const Layer& L : layers_) {
+    const int64_t block = kv_offset(L.kv, 1, 0, 0);  // elements per block
+    for (int32_t i = 0; i < b.n_copies; ++i)
+      for (__nv_bfloat16* cache : {L.kv.k, L.kv.v})
+        KV_RETURN_IF_ERROR(cuda_status(
+            cudaMemcpyAsync(cache + b.copy_dst[i] * block, cache + b.copy_src[i] * block,
+                            size_t(block) * sizeof(__nv_bfloat16), cudaMemcpyDeviceToDevice,
+                            stream_),
+            "cudaMemcpyAsync (block copy)"));
+  }
+  return Status();
 }
 
 Status CudaSliceExecutor::check_batch(const KvasirCudaBatch& b) const {

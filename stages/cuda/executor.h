@@ -120,6 +120,7 @@ class CudaSliceExecutor {
   // forward: the steps of one batch.
   Status forward_impl(const KvasirCudaBatch& b, bool& received);
   Status check_batch(const KvasirCudaBatch& b) const;
+  Status copy_blocks(const KvasirCudaBatch& b);
   BatchArrays batch_arrays(int32_t* base) const;
   Status stage_rows(const KvasirCudaBatch& b, const BatchArrays& h, int64_t& max_ctx) const;
   Status stage_tokens(const KvasirCudaBatch& b, const BatchArrays& h) const;

@@ -46,7 +46,8 @@
 extern "C" {
 #endif
 
-#define KVASIR_CUDA_ABI_VERSION 3u
+/* 4: KvasirCudaBatch gained block copies (copy_src, copy_dst, n_copies). */
+#define KVASIR_CUDA_ABI_VERSION 4u
 /* Same version and compiler, or refuse (see above). CMake defines
  * KVASIR_BUILD_TAG identically for the loader and the plugin. */
 #ifndef KVASIR_BUILD_TAG
@@ -112,6 +113,12 @@ typedef struct KvasirCudaBatch {
   const KvasirCudaSample* sample; /* [n_rows] */
   int32_t* token_out;             /* [n_rows] host */
   float* logprob_out;             /* [n_rows] host */
+  /* Block copies before the forward (copy-on-write of a block the choices
+   * of a parallel-sampling request share; ipc/batch.h BlockCopy): K and V
+   * of block copy_src[i] to copy_dst[i], in every layer of the stage. */
+  const int32_t* copy_src; /* [n_copies] host */
+  const int32_t* copy_dst; /* [n_copies] host */
+  int32_t n_copies;
 } KvasirCudaBatch;
 
 typedef struct KvasirCudaStage KvasirCudaStage; /* opaque */

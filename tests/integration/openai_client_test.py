@@ -66,12 +66,28 @@ for chunk in client.chat.completions.create(model=model, messages=msgs, max_toke
         parts.append(chunk.choices[0].delta.content)
 check("".join(parts) == reply, f"streamed chat equals the whole one: {''.join(parts)!r}")
 
+# Parallel sampling and the prefix cache.
+c = client.completions.create(model=model, prompt=PROMPT, max_tokens=4, n=2, seed=3, temperature=0.9)
+check(sorted(ch.index for ch in c.choices) == [0, 1] and c.usage.completion_tokens == 8,
+      f"n=2: two choices, usage {c.usage}")
+one = client.completions.create(model=model, prompt=PROMPT, max_tokens=4, seed=4, temperature=0.9)
+check(one.choices[0].text == [ch.text for ch in c.choices if ch.index == 1][0],
+      f"n=2: choice 1 is the request alone with seed + 1: {one.choices[0].text!r}")
+details = one.usage.prompt_tokens_details
+check(details is not None and details.cached_tokens is not None,
+      f"usage.prompt_tokens_details.cached_tokens: {details}")
+
 # Errors.
 try:
-    client.completions.create(model=model, prompt=PROMPT, max_tokens=4, n=2)
-    check(False, "n=2 refused")
+    client.completions.create(model=model, prompt=PROMPT, max_tokens=4, n=17)
+    check(False, "n=17 refused")
 except openai.BadRequestError as e:
-    check(e.status_code == 400 and "n" in str(e), f"n=2 → 400: {e}")
+    check(e.status_code == 400 and "n" in str(e), f"n=17 → 400: {e}")
+try:
+    client.completions.create(model=model, prompt=PROMPT, max_tokens=4, best_of=2, stream=True)
+    check(False, "best_of with stream refused")
+except openai.BadRequestError as e:
+    check(e.status_code == 400 and "best_of" in str(e), "best_of with stream → 400")
 try:
     client.completions.create(model="no-such-model", prompt=PROMPT, max_tokens=4)
     check(False, "unknown model refused")

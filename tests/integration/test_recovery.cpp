@@ -65,10 +65,14 @@ struct Outcome {
   std::vector<std::string> errors;
   EngineStats stats;
   std::vector<double> recover_s;  // fault → ring serving again (wall clock, per fault)
+  // Prefix caching: cached blocks just before the (first) fault, and while
+  // the engine was recovering from it (-1: never seen recovering).
+  int64_t cached_before_fault = 0, cached_while_recovering = -1;
 };
 
 Outcome run(const std::string& model_path, int n_layers, const std::vector<Req>& reqs,
-            const Fault& fault, const std::string& tag, RecoveryOptions rec = {}) {
+            const Fault& fault, const std::string& tag, RecoveryOptions rec = {},
+            bool caching = false) {
   std::string dir = temp_dir("recovery-" + tag);
   Config cfg =
       load_config(write_config(dir, model_path, plan_toml(n_layers, 3, 1, 0, 8, 64), "16MiB"));
@@ -80,6 +84,7 @@ Outcome run(const std::string& model_path, int n_layers, const std::vector<Req>&
   sup.start();
   BridgeConfig bc;
   bc.limits = SchedLimits{cfg.plan.max_rows, cfg.plan.max_tokens, cfg.scheduler.chunk_size, 256};
+  bc.limits.prefix_caching = caching;
   bc.n_blocks = sup.kv_blocks();
   bc.block_size = cfg.kv.block_size;
   bc.vocab = mc.vocab;
@@ -104,12 +109,15 @@ Outcome run(const std::string& model_path, int n_layers, const std::vector<Req>&
       for (int i = 0; i < 60000 && engine.stats().tokens_generated < at; ++i)
         std::this_thread::sleep_for(std::chrono::microseconds(500));
       const pid_t victim = sup.pids()[size_t(fault.stage)];
+      if (k == 0) o.cached_before_fault = engine.stats().blocks_cached;
       const auto t0 = std::chrono::steady_clock::now();
       EXPECT_EQ(kill(victim, fault.sig), 0);
       // Recovered: the loss counted, every stage serving, the bridge back to "ok".
       bool back = false;
       for (int i = 0; i < 120000 && !back; ++i) {
         EngineStats st = engine.stats();
+        if (k == 0 && o.cached_while_recovering < 0 && st.state == EngineState::kRecovering)
+          o.cached_while_recovering = st.blocks_cached;
         back = st.faults >= k + 1 && st.state == EngineState::kOk;
         if (st.state == EngineState::kFailed) break;
         if (!back) std::this_thread::sleep_for(std::chrono::microseconds(250));
@@ -231,6 +239,35 @@ TEST_F(Recovery, RepeatedKillsWithinTheLimit) {
                 3);
 }
 
+// Prefix caching: 16 requests sharing a 40-token system prompt (and some a
+// longer part of one another's prompt), the middle stage killed while the
+// shared blocks are in use. Every text equals the fault-free reference; the
+// cache held blocks before the loss and held none from the new epoch on
+// (a restarted stage's KV is empty: nothing of the old epoch is reused).
+TEST_F(Recovery, SigkillWhileCachedPrefixesAreInUse) {
+  std::mt19937_64 rng(8);
+  std::vector<int32_t> system;
+  for (int i = 0; i < 40; ++i) system.push_back(int32_t(rng() % 256));
+  std::vector<Req> reqs = make_requests(16, 256, 30, 60, 120, 9);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    std::vector<int32_t> p = system;
+    if (i % 4 == 3) p.insert(p.end(), reqs[i - 1].prompt.begin(), reqs[i - 1].prompt.end());
+    p.insert(p.end(), reqs[i].prompt.begin(), reqs[i].prompt.end());
+    reqs[i].prompt = std::move(p);
+  }
+  const auto want = reference(*model_, reqs);
+  const Outcome clean = run(*model_, 6, reqs, Fault{}, "cache-none", {}, true);
+  expect_intact(clean, want, 0);
+  EXPECT_GT(clean.stats.prefix_hits, 15 * 32);
+  const Outcome o = run(*model_, 6, reqs, Fault{1, SIGKILL}, "cache-kill1", fast_watchdog(), true);
+  expect_intact(o, want, 1);
+  EXPECT_GT(o.cached_before_fault, 0);
+  EXPECT_EQ(o.cached_while_recovering, 0) << "cached blocks survived the epoch";
+  EXPECT_EQ(o.stats.prefix_resets, 1);
+  std::printf("recovery: prefix cache %lld blocks before the loss, %lld while recovering\n",
+              (long long)o.cached_before_fault, (long long)o.cached_while_recovering);
+}
+
 // Past the restart limit the supervisor gives up: every request ends with
 // a clear error, the engine is not ready, and new work is refused.
 TEST_F(Recovery, PastTheLimitTheEngineFailsAndRefuses) {
@@ -249,7 +286,8 @@ TEST_F(Recovery, PastTheLimitTheEngineFailsAndRefuses) {
   Bridge engine(sup.segment(), bc, [&] { return sup.health(); });
   pid_t first = sup.pids()[1];
   kill(first, SIGKILL);
-  for (int i = 0; i < 3000 && (sup.pids()[1] == first || engine.stats().state != EngineState::kOk); ++i)
+  for (int i = 0; i < 3000 && (sup.pids()[1] == first || engine.stats().state != EngineState::kOk);
+       ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_EQ(engine.stats().state, EngineState::kOk);
   EXPECT_EQ(engine.stats().restarts, 1);

@@ -52,6 +52,102 @@ TEST(BenchTrace, RefusesBadLinesNamingThem) {
   EXPECT_NE(err("# only a comment\n").find("no requests"), std::string::npos);
 }
 
+TEST(BenchTrace, PrefixGroupsChatTurnsAndChoices) {
+  std::istringstream in(
+      "{\"t\": 0, \"prompt_len\": 32, \"prefix_group\": 1, \"prefix_len\": 1024, \"n\": 4}\n"
+      "{\"t\": 0, \"conversation\": 3, \"prompt_len\": 64}\n"
+      "{\"t\": 0, \"conversation\": 3, \"prompt\": \"and then?\"}\n");
+  auto w = parse_trace(in, 8);
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_EQ(w[0].prefix_group, 1);
+  EXPECT_EQ(w[0].prefix_len, 1024);
+  EXPECT_EQ(w[0].prompt_len, 32);
+  EXPECT_EQ(w[0].n, 4);
+  EXPECT_EQ(w[0].conversation, -1);
+  EXPECT_EQ(w[1].conversation, 3);
+  EXPECT_EQ(w[1].prefix_group, -1);
+  EXPECT_EQ(w[2].prompt, "and then?");
+  auto err = [](const std::string& text) {
+    std::istringstream bad(text);
+    try {
+      parse_trace(bad, 8);
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(err("{\"t\":0,\"prompt_len\":4,\"prefix_group\":0}").find("together"),
+            std::string::npos);
+  EXPECT_NE(err("{\"t\":0,\"prompt_len\":4,\"prefix_len\":9}").find("together"), std::string::npos);
+  EXPECT_NE(
+      err("{\"t\":0,\"prompt\":\"x\",\"prefix_group\":0,\"prefix_len\":9}").find("prompt_len"),
+      std::string::npos);
+  EXPECT_NE(err("{\"t\":0,\"prompt_len\":4,\"n\":17}").find("n must be"), std::string::npos);
+  std::istringstream alone("{\"t\":0,\"prompt_len\":0,\"prefix_group\":0,\"prefix_len\":512}");
+  EXPECT_EQ(parse_trace(alone, 8)[0].prompt_len, 0);  // the shared prefix alone
+  EXPECT_NE(err("{\"t\":0,\"prompt_len\":4,\"conversation\":-1}").find("conversation"),
+            std::string::npos);
+}
+
+TEST(BenchWorkload, SharedPrefixGroupsAndChats) {
+  BenchOptions o;
+  o.requests = 6;
+  o.prompt_lens = {32};
+  o.shared_prefix_len = 1024;
+  o.prefix_groups = 2;
+  o.n = 4;
+  auto w = make_workload(o, nullptr);
+  ASSERT_EQ(w.size(), 6u);
+  for (size_t i = 0; i < w.size(); ++i) {
+    EXPECT_EQ(w[i].prefix_group, int32_t(i % 2));
+    EXPECT_EQ(w[i].prefix_len, 1024);
+    EXPECT_EQ(w[i].prompt_len, 32);
+    EXPECT_EQ(w[i].n, 4);
+  }
+  // 3 chats of 2 turns, turn-major; the system prompt on first turns only.
+  BenchOptions c;
+  c.prompt_lens = {64};
+  c.conversations = 3;
+  c.turns = 2;
+  c.shared_prefix_len = 100;
+  auto chats = make_workload(c, nullptr);
+  ASSERT_EQ(chats.size(), 6u);
+  for (size_t i = 0; i < chats.size(); ++i) {
+    EXPECT_EQ(chats[i].conversation, int32_t(i % 3));
+    EXPECT_EQ(chats[i].prompt_len, 64);
+    EXPECT_EQ(chats[i].prefix_len, i < 3 ? 100 : 0);
+  }
+  c.turns = 0;
+  EXPECT_THROW(make_workload(c, nullptr), std::runtime_error);
+}
+
+TEST(BenchStats, PrefixCacheFigures) {
+  std::vector<RequestResult> rs(2);
+  for (auto& r : rs) {
+    r.ok = true;
+    r.prompt_tokens = 1056;
+    r.completion_tokens = 32;
+    r.shared_tokens = 1024;
+  }
+  rs[1].cached_tokens = 1024;
+  StatsSample before, after;
+  before.prefix_queries = 100;
+  before.prefix_hits = 0;
+  after.prefix_queries = 100 + 2112;
+  after.prefix_hits = 1024;
+  json s = summarize(rs, 1.0, before, after, {}, BenchOptions{});
+  EXPECT_NEAR(s["prefix_hit_rate"].get<double>(), 1024.0 / 2112, 1e-12);
+  EXPECT_EQ(s["cached_tokens"], 1024);
+  EXPECT_NEAR(s["cached_fraction"].get<double>(), 1024.0 / 2112, 1e-12);
+  EXPECT_EQ(s["shared_prefix_tokens"], 2048);
+  EXPECT_NEAR(s["shared_hit_rate"].get<double>(), 0.5, 1e-12);
+  EXPECT_NE(render_summary(s).find("shared prefix hit    50.0%"), std::string::npos)
+      << render_summary(s);
+  json none = summarize({}, 1.0, StatsSample{}, StatsSample{}, {}, BenchOptions{});
+  EXPECT_TRUE(none["prefix_hit_rate"].is_null());
+  EXPECT_TRUE(none["shared_hit_rate"].is_null());
+}
+
 TEST(BenchWorkload, CyclesLengthsAndSeedsPoissonArrivals) {
   BenchOptions o;
   o.requests = 2000;

@@ -116,6 +116,30 @@ TEST(Top, SharesNeverSumPastTheInterval) {
   EXPECT_NEAR(v.stages[1].busy, 0.5, 1e-9);          // a stage under 100% is untouched
 }
 
+TEST(Top, PrefixCacheHitRateOverTheInterval) {
+  json a = snapshot(10, {0.5, 0.5}), b = snapshot(11, {0.5, 0.5});
+  a["engine"]["prefix_cache"] = {{"enabled", true},
+                                 {"queries", 1000},
+                                 {"hits", 100},
+                                 {"blocks_cached", 10},
+                                 {"blocks_evictable", 4}};
+  b["engine"]["prefix_cache"] = {{"enabled", true},
+                                 {"queries", 2000},
+                                 {"hits", 1000},
+                                 {"blocks_cached", 64},
+                                 {"blocks_evictable", 20}};
+  TopView v = make_view(b, &a, 1.0);
+  EXPECT_TRUE(v.prefix_caching);
+  EXPECT_NEAR(v.prefix_hit_rate, 0.9, 1e-12);  // 900 of the last 1000 tokens looked up
+  EXPECT_NEAR(make_view(b, nullptr, 1.0).prefix_hit_rate, 0.5, 1e-12);  // since start
+  EXPECT_NE(render(v).find("prefix cache: hit rate 90.0%, 64 blocks cached (20 evictable)"),
+            std::string::npos)
+      << render(v);
+  EXPECT_NE(render(make_view(b, &b, 1.0)).find("hit rate -,"), std::string::npos);  // no lookup
+  EXPECT_EQ(render(make_view(snapshot(11, {0.5, 0.5}), nullptr, 1.0)).find("prefix cache"),
+            std::string::npos);  // an older daemon, or caching off
+}
+
 // The diagnosis names the cause and the one setting to turn (cli/diagnose.h).
 TEST(Diagnose, NamesTheCauseAndTheKnob) {
   auto diag = [](json now, json prev) { return diagnose_view(make_view(now, &prev, 1.0)); };

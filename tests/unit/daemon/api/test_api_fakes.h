@@ -4,12 +4,15 @@
 // ring, scheduler and tokenizer) are in tests/integration/test_api_e2e.sh.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "daemon/api/api.h"
 
@@ -53,14 +56,17 @@ class FakeCodec : public TextCodec {
 };
 
 // Replies with the bytes of `reply` (then the EOG token), one event per token,
-// each on a thread of its own after `delay_ms`.
+// each on a thread of its own after `delay_ms`. With n > 1 each choice on a
+// thread of its own: choice i > 0 says "<i>" first, and its tokens' logprob
+// is -0.25 x (i + 1) (so best_of ranks the choices by index).
 class FakeEngine : public Engine {
  public:
   std::string reply = "Hello world. This is the fake engine.";
   std::atomic<int> delay_ms{0};
   std::atomic<bool> is_ready{true};
-  Status refuse;    // not ok: refuse every request with this error
-  RingReport ring;  // what ring_report() says (set before serving)
+  std::atomic<int32_t> cached_tokens{0};  // every event's cached_tokens
+  Status refuse;                          // not ok: refuse every request with this error
+  RingReport ring;                        // what ring_report() says (set before serving)
 
   ~FakeEngine() override {
     for (auto& t : threads_) t.join();
@@ -77,39 +83,56 @@ class FakeEngine : public Engine {
       return 0;
     }
     RequestId id = ++next_;
-    threads_.emplace_back([this, id, req, sink] {
-      for (int i = 0;; ++i) {
-        if (delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-        if (was_cancelled(id)) {
-          TokenEvent ev;
-          ev.finish = FinishReason::kAbort;
-          sink(ev);
-          return;
-        }
-        TokenEvent ev;
-        bool eog = size_t(i) >= reply.size() && !req.ignore_eos;
-        ev.token = eog ? FakeCodec::kEog : static_cast<unsigned char>(reply[i % reply.size()]);
-        ev.logprob = -0.25f;
-        if (req.sampling.logprobs) ev.top_logprobs = {{ev.token, -0.25f}};
-        if (eog)
-          ev.finish = FinishReason::kStop;
-        else if (i + 1 >= req.max_tokens)
-          ev.finish = FinishReason::kLength;
-        sink(ev);
-        if (ev.finish != FinishReason::kNone) return;
-      }
-    });
+    for (int32_t choice = 0; choice < std::max(req.n, 1); ++choice)
+      threads_.emplace_back([this, id, choice, req, sink] { run(id, choice, req, sink); });
     return id;
+  }
+  void run(RequestId id, int32_t choice, const GenRequest& req, const EventSink& sink) {
+    const std::string text = choice ? "<" + std::to_string(choice) + ">" + reply : reply;
+    for (int i = 0;; ++i) {
+      if (delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      TokenEvent ev;
+      ev.index = choice;
+      ev.cached_tokens = cached_tokens;
+      if (was_cancelled(id) || was_stopped(id, choice)) {
+        ev.finish = FinishReason::kAbort;
+        sink(ev);
+        return;
+      }
+      bool eog = size_t(i) >= text.size() && !req.ignore_eos;
+      ev.token = eog ? FakeCodec::kEog : static_cast<unsigned char>(text[i % text.size()]);
+      ev.logprob = -0.25f * float(choice + 1);
+      if (req.sampling.logprobs) ev.top_logprobs = {{ev.token, ev.logprob}};
+      if (eog)
+        ev.finish = FinishReason::kStop;
+      else if (i + 1 >= req.max_tokens)
+        ev.finish = FinishReason::kLength;
+      sink(ev);
+      if (ev.finish != FinishReason::kNone) return;
+    }
   }
   void cancel(RequestId id) override {
     std::lock_guard lk(mu_);
     cancelled.insert(id);
+  }
+  void stop_choice(RequestId id, int32_t index) override {
+    std::lock_guard lk(mu_);
+    stopped.insert({id, index});
+  }
+  bool was_stopped(RequestId id, int32_t index) {
+    std::lock_guard lk(mu_);
+    return stopped.count({id, index}) > 0;
   }
   EngineStats stats() const override {
     EngineStats s;
     s.running = 1;
     s.blocks_total = 100;
     s.blocks_free = 60;
+    s.prefix_caching = true;
+    s.blocks_cached = 7;
+    s.blocks_evictable = 5;
+    s.prefix_queries = 200;
+    s.prefix_hits = 150;
     return s;
   }
   RingReport ring_report() const override { return ring; }
@@ -130,6 +153,7 @@ class FakeEngine : public Engine {
 
   std::vector<GenRequest> submitted;
   std::set<RequestId> cancelled;
+  std::set<std::pair<RequestId, int32_t>> stopped;
 
  private:
   std::mutex mu_;

@@ -10,6 +10,7 @@
 
 #include <boost/asio.hpp>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include "base/check.h"
@@ -197,6 +198,93 @@ TEST_F(ApiHttpTest, StopStringTruncatesAndCancels) {
   EXPECT_EQ(text, "Hell");
 }
 
+TEST_F(ApiHttpTest, ParallelSamplingWholeCountsThePromptOnce) {
+  engine_.cached_tokens = 1;
+  Resp r = post("/v1/completions",
+                R"({"prompt":"Hi","max_tokens":5,"n":3,"seed":7,"cache_salt":"tenant-a"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = r.j();
+  ASSERT_EQ(j["choices"].size(), 3u);
+  EXPECT_EQ(j["choices"][0]["text"], "Hello");
+  EXPECT_EQ(j["choices"][1]["text"], "<1>He");
+  EXPECT_EQ(j["choices"][2]["text"], "<2>He");
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    EXPECT_EQ(j["choices"][i]["finish_reason"], "length");
+  }
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 2);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 15);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 1);
+  GenRequest g = engine_.last();
+  EXPECT_EQ(g.n, 3);
+  EXPECT_EQ(g.cache_salt, "tenant-a");
+  EXPECT_EQ(g.sampling.seed, 7u);  // the engine adds i for choice i
+}
+
+TEST_F(ApiHttpTest, BestOfReturnsTheChoicesOfHighestLogprob) {
+  // The fake's choice i has logprob -0.25 (i + 1) per token: 0 is best.
+  Resp r = post("/v1/completions", R"({"prompt":"Hi","max_tokens":4,"best_of":3})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = r.j();
+  ASSERT_EQ(j["choices"].size(), 1u);
+  EXPECT_EQ(j["choices"][0]["text"], "Hell");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 12);  // all three were generated
+  EXPECT_EQ(engine_.last().n, 3);
+  j = post("/v1/completions", R"({"prompt":"Hi","max_tokens":4,"n":2,"best_of":3})").j();
+  ASSERT_EQ(j["choices"].size(), 2u);
+  EXPECT_EQ(j["choices"][0]["text"], "Hell");
+  EXPECT_EQ(j["choices"][1]["text"], "<1>H");
+  EXPECT_EQ(j["choices"][1]["index"], 1);
+  Resp s = post("/v1/completions", R"({"prompt":"Hi","best_of":2,"stream":true})");
+  EXPECT_EQ(s.status, 400);
+  EXPECT_EQ(s.j()["error"]["param"], "best_of");
+}
+
+TEST_F(ApiHttpTest, ParallelSamplingStreamsEachChoiceWithItsIndex) {
+  Resp r = post(
+      "/v1/completions",
+      R"({"prompt":"Hi","max_tokens":6,"n":2,"stream":true,"stream_options":{"include_usage":true}})");
+  ASSERT_EQ(r.status, 200);
+  bool done = false;
+  auto ev = sse_events(r.body, &done);
+  EXPECT_TRUE(done);
+  std::map<int, std::string> text;
+  std::map<int, int> finals;
+  for (const auto& e : ev) {
+    if (e["choices"].empty()) continue;
+    const json& c = e["choices"][0];
+    text[c["index"].get<int>()] += c["text"].get<std::string>();
+    if (!c["finish_reason"].is_null()) finals[c["index"].get<int>()]++;
+  }
+  EXPECT_EQ(text[0], "Hello ");
+  EXPECT_EQ(text[1], "<1>Hel");
+  EXPECT_EQ(finals, (std::map<int, int>{{0, 1}, {1, 1}}));
+  EXPECT_EQ(ev.back()["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(ev.back()["usage"]["prompt_tokens"], 2);
+  // Chat: a role chunk per choice first.
+  Resp c =
+      post("/v1/chat/completions",
+           R"({"messages":[{"role":"user","content":"x"}],"max_tokens":3,"n":2,"stream":true})");
+  auto cev = sse_events(c.body);
+  ASSERT_GE(cev.size(), 2u);
+  EXPECT_EQ(cev[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(cev[0]["choices"][0]["index"], 0);
+  EXPECT_EQ(cev[1]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(cev[1]["choices"][0]["index"], 1);
+}
+
+TEST_F(ApiHttpTest, AStopStringEndsOneChoiceOnly) {
+  Resp r = post("/v1/completions", R"({"prompt":"Hi","max_tokens":8,"n":2,"stop":"1>"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = r.j();
+  EXPECT_EQ(j["choices"][0]["text"], "Hello wo");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["choices"][1]["text"], "<");
+  EXPECT_EQ(j["choices"][1]["finish_reason"], "stop");
+  EXPECT_TRUE(engine_.was_stopped(1, 1));
+  EXPECT_EQ(engine_.n_cancelled(), 0u);
+}
+
 TEST_F(ApiHttpTest, Chat) {
   Resp r =
       post("/v1/chat/completions",
@@ -299,6 +387,13 @@ TEST_F(ApiHttpTest, StatsAndMetricsFromTheRingReport) {
                                      {"samples", 0}}}}));
   for (const char* key : {"model", "ready", "uptime_s", "engine", "latency", "requests"})
     EXPECT_TRUE(st.contains(key)) << key;
+  EXPECT_EQ(st["engine"]["prefix_cache"], (json{{"enabled", true},
+                                                {"queries", 200},
+                                                {"hits", 150},
+                                                {"hit_rate", 0.75},
+                                                {"blocks_cached", 7},
+                                                {"blocks_evictable", 5},
+                                                {"resets", 0}}));
   std::string m = get("/metrics").body;
   for (const char* line : {
            "kvasir_ring_inflight 2\n",
@@ -307,6 +402,11 @@ TEST_F(ApiHttpTest, StatsAndMetricsFromTheRingReport) {
            "kvasir_stage_batches_total{stage=\"0\",layers=\"0-14\",device=\"cpu\"} 10\n",
            "kvasir_stage_tokens_total{stage=\"1\",layers=\"15-29\",device=\"cpu\"} 88\n",
            "# TYPE kvasir_stage_tokens_total counter\n",
+           "kvasir_prefix_cache_queries_total 200\n",
+           "kvasir_prefix_cache_hits_total 150\n",
+           "# TYPE kvasir_prefix_cache_hits_total counter\n",
+           "kvasir_kv_blocks_cached 7\n",
+           "kvasir_kv_blocks_evictable 5\n",
        })
     EXPECT_NE(m.find(line), std::string::npos) << line << " in\n" << m;
 }

@@ -72,8 +72,15 @@ TEST(OpenAiParse, Errors) {
       {R"({"prompt":"x","max_tokens":"5"})", "max_tokens"},
       {R"({"prompt":"x","max_tokens":1.5})", "max_tokens"},
       {R"({"prompt":"x","max_tokens":1e300})", "max_tokens"},
-      {R"({"prompt":"x","n":2})", "n"},
+      {R"({"prompt":"x","n":0})", "n"},
+      {R"({"prompt":"x","n":17})", "n"},
+      {R"({"prompt":"x","n":1.5})", "n"},
       {R"({"prompt":"x","n":99999999999999999999})", "n"},
+      {R"({"prompt":"x","n":4,"best_of":3})", "best_of"},
+      {R"({"prompt":"x","best_of":17})", "best_of"},
+      {R"({"prompt":"x","best_of":2,"stream":true})", "best_of"},
+      {R"({"prompt":"x","cache_salt":7})", "cache_salt"},
+      {R"({"prompt":"x","cache_salt":""})", "cache_salt"},
       {R"({"prompt":"x","temperature":-1})", "temperature"},
       {R"({"prompt":"x","temperature":"hot"})", "temperature"},
       {R"({"prompt":"x","top_p":0})", "top_p"},
@@ -100,6 +107,30 @@ TEST(OpenAiParse, Errors) {
     EXPECT_EQ(e.status, 400) << c.body;
     EXPECT_EQ(e.param, c.param) << c.body << " → " << e.what();
   }
+}
+
+TEST(OpenAiParse, ChoicesBestOfAndCacheSalt) {
+  auto r = parse_completion_request(R"({"prompt":"x"})", false);
+  EXPECT_EQ(r.n, 1);
+  EXPECT_EQ(r.best_of, 0);
+  EXPECT_EQ(r.generated(), 1);
+  EXPECT_TRUE(r.cache_salt.empty());
+  r = parse_completion_request(R"({"prompt":"x","n":4,"seed":7,"stream":true})", false);
+  EXPECT_EQ(r.n, 4);
+  EXPECT_EQ(r.generated(), 4);
+  r = parse_completion_request(R"({"prompt":"x","n":2,"best_of":5,"cache_salt":"tenant-a"})",
+                               false);
+  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.best_of, 5);
+  EXPECT_EQ(r.generated(), 5);
+  EXPECT_EQ(r.cache_salt, "tenant-a");
+  auto c = parse_completion_request(
+      R"({"messages":[{"role":"user","content":"hi"}],"n":16,"cache_salt":"s"})", true);
+  EXPECT_EQ(c.n, 16);
+  EXPECT_EQ(c.cache_salt, "s");
+  ApiError e = parse_error(std::string(R"({"prompt":"x","cache_salt":")") +
+                           std::string(kMaxCacheSalt + 1, 'a') + "\"}");
+  EXPECT_EQ(e.param, "cache_salt");
 }
 
 TEST(OpenAiParse, MalformedJson) {
@@ -161,6 +192,33 @@ TEST(OpenAiShape, Responses) {
   EXPECT_TRUE(u["choices"].empty());
   json lp = completion_logprobs_json({{"a", -0.5f, {{"a", -0.5f}}}, {"bc", -1.f, {}}}, 10);
   EXPECT_EQ(lp["text_offset"], json::array({10, 11}));
+  // The OpenAI field for prefix caching, always present.
+  EXPECT_EQ(r["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  json cached = usage_json(Usage{40, 2, 32});
+  EXPECT_EQ(cached["prompt_tokens_details"]["cached_tokens"], 32);
+  EXPECT_EQ(cached["total_tokens"], 42);
+}
+
+TEST(OpenAiShape, SeveralChoices) {
+  ResponseMeta m{"cmpl-1", "smol", 42};
+  json r = completion_response(m,
+                               {ChoiceOut{0, "a", FinishReason::kLength, nullptr},
+                                ChoiceOut{1, "b", FinishReason::kStop, nullptr}},
+                               {3, 4, 0});
+  ASSERT_EQ(r["choices"].size(), 2u);
+  EXPECT_EQ(r["choices"][1]["index"], 1);
+  EXPECT_EQ(r["choices"][1]["text"], "b");
+  EXPECT_EQ(r["choices"][1]["finish_reason"], "stop");
+  EXPECT_EQ(r["usage"]["prompt_tokens"], 3);  // once, whatever n
+  json c = chat_response(m,
+                         {ChoiceOut{0, "x", FinishReason::kLength, nullptr},
+                          ChoiceOut{1, "y", FinishReason::kLength, nullptr}},
+                         {3, 2, 0});
+  EXPECT_EQ(c["choices"][1]["message"]["content"], "y");
+  EXPECT_EQ(completion_chunk(m, "t", FinishReason::kNone, nullptr, 3)["choices"][0]["index"], 3);
+  EXPECT_EQ(chat_chunk(m, std::string("t"), false, FinishReason::kNone, nullptr,
+                       2)["choices"][0]["index"],
+            2);
 }
 
 TEST(Sse, FramingRoundTrip) {

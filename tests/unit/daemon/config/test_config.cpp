@@ -102,12 +102,12 @@ TEST(Config, Sizes) {
   EXPECT_THROW(parse_size("12 parsecs", "f"), Error);
   EXPECT_THROW(parse_size("MiB", "f"), Error);
   EXPECT_THROW(parse_size("-1MiB", "f"), Error);
-  EXPECT_NE(refusal(replace(kGood, "\"512MiB\"", "\"lots\"")).find("kv.memory"),
-            std::string::npos);
+  EXPECT_NE(refusal(replace(kGood, "\"512MiB\"", "\"lots\"")).find("kv.memory"), std::string::npos);
 }
 
 TEST(Config, SingleStageRefusedHeadAndTailAreDistinctRoles) {
-  std::string one = replace(kGood, "[[stages]]\nlayers = \"15-29\"\ndevice = \"cpu\"\nthreads = 2\n", "");
+  std::string one =
+      replace(kGood, "[[stages]]\nlayers = \"15-29\"\ndevice = \"cpu\"\nthreads = 2\n", "");
   one = replace(one, "\"0-14\"", "\"0-29\"");
   auto m = refusal(one);
   EXPECT_NE(m.find("stages:"), std::string::npos) << m;
@@ -161,7 +161,8 @@ TEST(Config, ShortOfTheModelRefused) {
 }
 
 TEST(Config, GpuNamedTwiceRefused) {
-  std::string t = replace(kGood, "device = \"cpu\"\nthreads = 1", "device = \"cuda:0\"\nthreads = 1");
+  std::string t =
+      replace(kGood, "device = \"cpu\"\nthreads = 1", "device = \"cuda:0\"\nthreads = 1");
   t = replace(t, "device = \"cpu\"\nthreads = 2", "device = \"cuda:0\"\nthreads = 2");
   auto m = refusal(t);
   EXPECT_NE(m.find("stages[1].device"), std::string::npos) << m;
@@ -169,7 +170,8 @@ TEST(Config, GpuNamedTwiceRefused) {
 }
 
 TEST(Config, BadDeviceRefused) {
-  auto m = refusal(replace(kGood, "device = \"cpu\"\nthreads = 2", "device = \"tpu:0\"\nthreads = 2"));
+  auto m =
+      refusal(replace(kGood, "device = \"cpu\"\nthreads = 2", "device = \"tpu:0\"\nthreads = 2"));
   EXPECT_NE(m.find("stages[1].device"), std::string::npos) << m;
 }
 
@@ -249,6 +251,22 @@ TEST(Config, EveryPolicyNameAccepted) {
   }
 }
 
+TEST(Config, PrefixCachingOnByDefaultOffUnderStaticRefusedWhenAsked) {
+  EXPECT_TRUE(parse_config(kGood, "/b").kv.prefix_caching);
+  Config off = parse_config(replace(kGood, "[kv]\n", "[kv]\nprefix_caching = false\n"), "/b");
+  EXPECT_FALSE(off.kv.prefix_caching);
+  // `static` models a padded batcher: off by default there...
+  Config st = parse_config(std::string(kGood) + "[scheduler]\npolicy = \"static\"\n", "/b");
+  EXPECT_FALSE(st.kv.prefix_caching);
+  // ...and refused when asked for, naming both keys.
+  auto m = refusal(replace(kGood, "[kv]\n", "[kv]\nprefix_caching = true\n") +
+                   "[scheduler]\npolicy = \"static\"\n");
+  EXPECT_NE(m.find("kv.prefix_caching: not with scheduler.policy = \"static\""), std::string::npos)
+      << m;
+  m = refusal(replace(kGood, "[kv]\n", "[kv]\nprefix_caching = 1\n"));
+  EXPECT_NE(m.find("kv.prefix_caching: must be true or false"), std::string::npos) << m;
+}
+
 TEST(Config, ServerKeys) {
   auto c = parse_config(std::string(kGood).replace(std::string(kGood).find("[server]"), 8,
                                                    "[server]\nhttp = \"127.0.0.1:8000\"\n"
@@ -269,8 +287,8 @@ TEST(Config, ReadTimeoutAndMaxConnections) {
                    "/b");
   EXPECT_EQ(c.server.read_timeout, 2.5);
   EXPECT_EQ(c.server.max_connections, 8);
-  for (const char* bad : {"read_timeout = 0", "read_timeout = -1", "read_timeout = \"5\"",
-                          "read_timeout = nan"}) {
+  for (const char* bad :
+       {"read_timeout = 0", "read_timeout = -1", "read_timeout = \"5\"", "read_timeout = nan"}) {
     auto m = refusal(replace(kGood, "[server]", std::string("[server]\n") + bad));
     EXPECT_NE(m.find("server.read_timeout"), std::string::npos) << bad << ": " << m;
   }

@@ -11,6 +11,13 @@
 // a recompute that missed or duplicated a position, or a block shared by two
 // requests, reads another request's data and changes the output (or fails
 // the check that a row reads only its own tokens).
+//
+// With prefix caching (lim.prefix_caching) rows may share blocks, so a cell
+// holds what determines a real model's KV there instead: a hash of the
+// token prefix [0, p]. A row must read its own prefix's hash at every
+// position: a hit on a block of another prefix, or on one never written,
+// fails the check. Maps are keyed by sequence_key (a request's id for its
+// first choice, so tests of n = 1 read sim.out[id] as before).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -37,12 +44,26 @@ inline int64_t cell(RequestId id, int32_t token) {
 inline int64_t filler(RequestId id) {
   return cell(id, -2);
 }
+// What a failed batch leaves in its positions (some stages never wrote them).
+constexpr int64_t kPoison = -3;
+// The cells of positions [0, end) of a sequence with these tokens: each a
+// hash of the token prefix up to it.
+inline std::vector<int64_t> prefix_cells(const std::vector<int32_t>& toks, int64_t end) {
+  std::vector<int64_t> c(size_t(std::max<int64_t>(end, 0)));
+  uint64_t h = 1469598103934665603ull;
+  for (int64_t i = 0; i < end; ++i) {
+    h = (h ^ uint64_t(uint32_t(toks[size_t(i)]))) * 1099511628211ull;
+    c[size_t(i)] = int64_t(h >> 2);  // never negative: never unwritten, filler or poison
+  }
+  return c;
+}
 
 struct Sim {
   Sim(SchedLimits lim, int32_t n_blocks, int32_t block_size = 4, std::vector<int32_t> eos = {})
       : sch(lim, n_blocks, block_size, std::move(eos)),
         bs(block_size),
         inflight(lim.inflight),
+        caching(lim.prefix_caching),
         cache(size_t(n_blocks) * size_t(block_size), kUnwritten) {}
 
   void add(RequestId id, int prompt, int max_new) {
@@ -53,17 +74,21 @@ struct Sim {
     add(id, std::move(g));
   }
   void add(RequestId id, GenRequest g) {
-    toks[id] = g.prompt;
-    n_prompt[id] = int32_t(g.prompt.size());
+    for (int32_t i = 0; i < std::max(g.n, 1); ++i) {
+      toks[sequence_key(id, i)] = g.prompt;
+      n_prompt[sequence_key(id, i)] = int32_t(g.prompt.size());
+    }
     sch.add(id, std::move(g), [this, id](const TokenEvent& ev) {
+      const uint64_t k = sequence_key(id, ev.index);
+      cached[k] = ev.cached_tokens;
       if (ev.token >= 0) {
-        out[id].push_back(ev.token);
-        toks[id].push_back(ev.token);
+        out[k].push_back(ev.token);
+        toks[k].push_back(ev.token);
       }
       if (ev.finish != FinishReason::kNone) {
-        EXPECT_EQ(finish.count(id), 0u) << "two final events for request " << id;
-        finish[id] = ev.finish;
-        errors[id] = ev.error;
+        EXPECT_EQ(finish.count(k), 0u) << "two final events for sequence " << k;
+        finish[k] = ev.finish;
+        errors[k] = ev.error;
       }
     });
   }
@@ -91,6 +116,7 @@ struct Sim {
     while (int(ring.size()) < inflight) {
       RingLoad load{inflight - int(ring.size()), 0};
       for (const SchedulerOutput& b : ring) load.tokens_in_flight += b.n_tokens();
+      if (!balance) load = RingLoad{};  // the ring unknown: whole budgets, rows capped
       SchedulerOutput b = sch.schedule(load);
       if (b.empty()) break;
       std::string s;
@@ -105,43 +131,84 @@ struct Sim {
     return formed;
   }
 
+  // "B" for request 2, "B1" for its second choice; with caching, a row that
+  // starts after a prefix hit says so: "B cached [0,8) prefill [8,10)".
   std::string describe(const ScheduledRow& r) {
+    const uint64_t k = sequence_key(r.id, r.index);
     if (!detailed)
-      return std::to_string(r.id) + ":" + std::to_string(r.n_tokens) + (r.pad ? "p" : "");
-    const std::string name(1, char('A' + r.id - 1));
+      return std::to_string(r.id) + (r.index ? "." + std::to_string(r.index) : "") + ":" +
+             std::to_string(r.n_tokens) + (r.pad ? "p" : "");
+    const std::string name =
+        std::string(1, char('A' + r.id - 1)) + (r.index ? std::to_string(r.index) : "");
     const std::string range =
         "[" + std::to_string(r.pos0) + "," + std::to_string(r.pos0 + r.n_tokens) + ")";
     if (r.pad) return name + " pad " + range;
-    int64_t& high = sent[r.id];
+    int64_t& high = sent[k];
+    int64_t& at_pos = next_pos[k];
+    // A row that does not start where the sequence's previous one ended
+    // starts anew (first row, or after a preemption) past a cached prefix.
+    std::string hit = r.pos0 > 0 && r.pos0 != at_pos ? " cached [0," + std::to_string(r.pos0) + ")"
+                                                     : std::string();
+    if (r.copy_src >= 0) {  // copy-on-write: the block of pos0 came from another table
+      const int64_t b0 = r.pos0 / bs * bs;
+      hit = (b0 > 0 ? " cached [0," + std::to_string(b0) + ")" : std::string()) + " copied [" +
+            std::to_string(b0) + "," + std::to_string(r.pos0) + ")";
+    }
     const bool again = r.pos0 < high;
     high = std::max<int64_t>(high, r.pos0 + r.n_tokens);
-    if (again) return name + " recompute " + range;
-    if (r.n_tokens == 1 && r.pos0 >= r.n_prompt) return name + " decode " + std::to_string(r.pos0);
-    return name + " prefill " + range;
+    at_pos = r.pos0 + r.n_tokens;
+    if (again) return name + hit + " recompute " + range;
+    if (r.n_tokens == 1 && r.pos0 >= r.n_prompt && hit.empty())
+      return name + " decode " + std::to_string(r.pos0);
+    return name + hit + " prefill " + range;
   }
 
   // Every row's positions are covered by its table; no block is in two
-  // requests' tables (a request's latest table in the ring extends its
-  // earlier ones).
+  // sequences' tables (a sequence's latest table in the ring extends its
+  // earlier ones) — with caching, unless it is a block both reached with
+  // the same token prefix, at the same place in both tables.
   void check_tables() {
-    std::map<RequestId, std::vector<int32_t>> latest;
+    std::map<uint64_t, std::vector<int32_t>> latest;
     for (const SchedulerOutput& b : ring)
       for (const ScheduledRow& r : b.rows) {
         ASSERT_GE(int64_t(r.table.size()) * bs, r.pos0 + r.n_tokens);
         ASSERT_EQ(int64_t(r.tokens.size()), r.n_tokens);
-        if (r.table.size() > latest[r.id].size()) latest[r.id] = r.table;
+        const uint64_t k = sequence_key(r.id, r.index);
+        if (r.table.size() > latest[k].size()) latest[k] = r.table;
       }
-    std::set<int32_t> ids;
-    size_t n = 0;
-    for (auto& [id, t] : latest) {
-      ids.insert(t.begin(), t.end());
-      n += t.size();
-    }
-    ASSERT_EQ(ids.size(), n) << "a block is in two tables";
+    std::map<int32_t, std::pair<uint64_t, size_t>> owner;  // block → (sequence, index)
+    for (auto& [k, t] : latest)
+      for (size_t i = 0; i < t.size(); ++i) {
+        auto [it, fresh] = owner.emplace(t[i], std::make_pair(k, i));
+        if (fresh) continue;
+        ASSERT_TRUE(caching) << "block " << t[i] << " is in two tables";
+        const auto [k2, i2] = it->second;
+        ASSERT_EQ(i, i2) << "block " << t[i] << " at two places";
+        const std::vector<int32_t>&a = toks[k], &b = toks[k2];
+        const size_t end = (i + 1) * size_t(bs);
+        ASSERT_TRUE(a.size() >= end && b.size() >= end &&
+                    std::equal(a.begin(), a.begin() + int64_t(end), b.begin()))
+            << "block " << t[i] << " shared by two prefixes";
+      }
   }
 
   int64_t& at(const ScheduledRow& r, int64_t p) {
     return cache[size_t(r.table[size_t(p / bs)]) * size_t(bs) + size_t(p % bs)];
+  }
+
+  // Fails the oldest batch: its positions hold poison (a later stage never
+  // wrote them), its result is a kStageFailed status.
+  void fail_oldest() {
+    SchedulerOutput b = std::move(ring.front());
+    ring.pop_front();
+    for (const ScheduledRow& r : b.rows) {
+      for (int64_t p = r.pos0; p < r.pos0 + r.n_tokens; ++p) at(r, p) = kPoison;
+      if (r.copy_dst >= 0) std::fill_n(cache.begin() + int64_t(r.copy_dst) * bs, bs, kPoison);
+    }
+    BatchResult res;
+    res.batch = b.id;
+    res.status = Status(ErrorCode::kStageFailed, "stage 1: injected");
+    sch.update(res);
   }
 
   // The oldest batch runs: each row writes its positions, and a real row
@@ -149,6 +216,11 @@ struct Sim {
   void complete() {
     SchedulerOutput b = std::move(ring.front());
     ring.pop_front();
+    // Block copies first, as every stage does before the forward.
+    for (const ScheduledRow& r : b.rows)
+      if (r.copy_src >= 0)
+        std::copy_n(cache.begin() + int64_t(r.copy_src) * bs, bs,
+                    cache.begin() + int64_t(r.copy_dst) * bs);
     BatchResult res;
     res.batch = b.id;
     for (const ScheduledRow& r : b.rows) {
@@ -178,25 +250,46 @@ struct Sim {
 
   RowResult run_row(const ScheduledRow& r) {
     RowResult rr;
+    const uint64_t k = sequence_key(r.id, r.index);
+    const std::vector<int32_t>& mine = toks[k];
     const int64_t end = r.pos0 + r.n_tokens;
-    for (int64_t p = r.pos0; p < end; ++p)
-      at(r, p) = r.pad ? filler(r.id) : cell(r.id, r.tokens[size_t(p - r.pos0)]);
+    const std::vector<int64_t> own =
+        caching && !r.pad ? prefix_cells(mine, end) : std::vector<int64_t>{};
+    for (int64_t p = r.pos0; p < end; ++p) {
+      if (r.pad)
+        at(r, p) = filler(r.id);
+      else if (caching)
+        at(r, p) = own[size_t(p)];
+      else
+        at(r, p) = cell(r.id, r.tokens[size_t(p - r.pos0)]);
+    }
     // The tail's penalty history sees every row, as in stages/agent.cpp.
     const SequenceHistory* hist = nullptr;
-    if (penalize) {
+    if (penalize && penalties_active(r.sampling)) {
       hist = hists.feed(
-          r.id, PenaltyHistories::Row{r.pos0, r.n_tokens, r.n_prompt, r.tokens.data(), r.pad},
+          k, PenaltyHistories::Row{r.pos0, r.n_tokens, r.n_prompt, r.tokens.data(), r.pad},
           ++batch_no);
       EXPECT_NE(hist, nullptr);
     }
     if (r.pad) return rr;  // its output is thrown away: it may read anything
-    const std::vector<int32_t>& mine = toks[r.id];
     uint64_t h = 1469598103934665603ull;
     for (int64_t p = 0; p < end; ++p) {
+      if (caching) {
+        // The answer is a hash of what it read, so a bad read changes the
+        // output even where it is not checked (rows the scheduler drops).
+        if (strict) {
+          EXPECT_EQ(at(r, p), own[size_t(p)]) << "sequence " << k << " reads a bad position " << p;
+        }
+        h = (h ^ uint64_t(at(r, p))) * 1099511628211ull;
+        continue;
+      }
       EXPECT_EQ(at(r, p), cell(r.id, mine[size_t(p)]))
           << "request " << r.id << " reads a bad position " << p;
-      h = (h ^ uint64_t(mine[size_t(p)])) * 1099511628211ull;
     }
+    // Without caching every read is checked: the answer is what a correct
+    // read gives with caching, so the two modes' outputs compare.
+    if (!caching)
+      for (int64_t c : prefix_cells(mine, end)) h = (h ^ uint64_t(c)) * 1099511628211ull;
     if (!r.sample) return rr;
     if (penalize) {
       // A small vocabulary whose logits favour repeating the last token:
@@ -215,15 +308,24 @@ struct Sim {
   Scheduler sch;
   int32_t bs;
   int inflight;
+  bool caching;
   bool detailed = false;
+  // Every read checked (with caching). Off where a failed batch poisons
+  // blocks that rows already in the ring read: those rows' results must be
+  // dropped by the scheduler, which the outputs then show.
+  bool strict = true;
+  bool balance = true;  // tell the scheduler the ring's load (else budgets are whole)
   std::vector<int64_t> cache;
   std::deque<SchedulerOutput> ring;
-  std::map<RequestId, std::vector<int32_t>> toks, out;  // all tokens; the generated ones
-  std::map<RequestId, int32_t> n_prompt;
-  std::map<RequestId, FinishReason> finish;
-  std::map<RequestId, Status> errors;
-  std::map<RequestId, int64_t> sent;  // positions sent so far (detailed timelines)
-  int64_t computed = 0;               // tokens sent to the ring, padding included
+  // By sequence_key: all tokens; the generated ones.
+  std::map<uint64_t, std::vector<int32_t>> toks, out;
+  std::map<uint64_t, int32_t> n_prompt;
+  std::map<uint64_t, FinishReason> finish;
+  std::map<uint64_t, Status> errors;
+  std::map<uint64_t, int32_t> cached;    // cached_tokens its events reported
+  std::map<uint64_t, int64_t> sent;      // positions sent so far (detailed timelines)
+  std::map<uint64_t, int64_t> next_pos;  // where its next row would start
+  int64_t computed = 0;                  // tokens sent to the ring, padding included
   // Penalised sampling (the tail's sampler and histories) instead of a hash.
   static constexpr int32_t kPenVocab = 8;
   bool penalize = false;
