@@ -18,7 +18,8 @@ namespace kvasir::ipc {
 
 constexpr uint16_t kMsgBatch = 1;
 // 2: DescRow gained n_prompt and pad. 3: status carries an ErrorCode.
-constexpr uint16_t kMsgVersion = 3;
+// 4: SamplingParams names a grammar-table entry.
+constexpr uint16_t kMsgVersion = 4;
 
 // One ring message: "the batch in slot `slot` is yours".
 struct BatchMsg {
