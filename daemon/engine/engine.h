@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,11 @@ struct GenRequest {
   SamplingParams sampling;
   std::vector<int32_t> stop_ids;  // besides the model's end-of-generation ids
   bool ignore_eos = false;        // benchmarks: generate exactly max_tokens
+  // Structured outputs: the spec the output must match, in grammar/'s wire
+  // form (grammar::encode_spec), already compiled once by the API; null =
+  // unconstrained. Opaque to the engine: the bridge puts it into the
+  // segment's grammar table and the tail stage compiles and applies it.
+  std::shared_ptr<const std::string> grammar;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
