@@ -50,6 +50,13 @@ struct ForwardBatch {
   const SamplingParams* sampling = nullptr;  // [n_rows]
   int32_t* sampled_token = nullptr;          // [n_rows] -1 on entry
   float* sampled_logprob = nullptr;          // [n_rows]
+  // Tail, optional: structured outputs' token masks, [n_rows] pointers to
+  // mask_words words each (bit id%32 of word id/32: id may come next), null
+  // where a row is unconstrained. A device sampler applies them to its rows
+  // (every other logit -inf before it samples); the CPU executor ignores
+  // them (the agent's sampler applies them on the host).
+  const uint32_t* const* token_masks = nullptr;
+  int32_t mask_words = 0;
 };
 
 class SliceExecutor {
