@@ -8,7 +8,9 @@
 
 #include "base/check.h"
 #include "daemon/api/api_internal.h"
+#include "daemon/api/chat_turns.h"
 #include "daemon/api/openai_stop.h"
+#include "daemon/api/tool_calls.h"
 
 namespace kvasir {
 
@@ -25,50 +27,72 @@ ApiError engine_error(const Status& error) {
 
 class Generation : public std::enable_shared_from_this<Generation> {
  public:
+  // tools: the calls' syntax when the output is parsed for tool calls (a
+  // chat request with tools and tool_choice other than none).
   Generation(std::shared_ptr<ApiService::Impl> api, std::shared_ptr<Responder> res,
-             CompletionRequest req, std::string route)
+             CompletionRequest req, std::string route, std::optional<ToolFormat> tools)
       : api_(std::move(api)),
         res_(std::move(res)),
         req_(std::move(req)),
         route_(std::move(route)),
-        stop_(req_.stop) {}
+        stop_(req_.stop) {
+    if (tools)
+      tools_.emplace(
+          *tools,
+          req_.tool_choice == ToolChoice::kRequired || req_.tool_choice == ToolChoice::kNamed,
+          api_->next_serial.load() * 0x9E3779B97F4A7C15ull);
+  }
 
-  void start(std::vector<int32_t> prompt, std::string echo_text) {
-    Engine& engine = api_->engine;
+  // Registers the request (shutdown and disconnects reach it from now on)
+  // and fills in the response's id, model and time.
+  void begin(size_t prompt_tokens, std::string echo_text) {
     meta_.id = fmt::format("{}-{:016x}", req_.chat ? "chatcmpl" : "cmpl",
                            api_->next_serial.fetch_add(1) * 0x9E3779B97F4A7C15ull);
     meta_.model = api_->ctx.model_name;
     meta_.created = std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch())
                         .count();
-    usage_.prompt_tokens = int64_t(prompt.size());
+    usage_.prompt_tokens = int64_t(prompt_tokens);
     dec_ = api_->ctx.codec->stream(req_.skip_special_tokens);
     if (req_.echo) pending_text_ = std::move(echo_text);
+    res_->on_close([w = weak_from_this()] {
+      if (auto s = w.lock()) s->client_gone();
+    });
+    serial_ = api_->next_serial.fetch_add(1);
+    std::lock_guard lk(api_->gens_mu);
+    api_->gens[serial_] = shared_from_this();
+  }
 
+  // The request goes to the engine (grammar: its constraint's compiled
+  // spec, or null).
+  void submit(std::vector<int32_t> prompt, std::shared_ptr<const std::string> grammar) {
+    if (done_) return;  // the client left while its constraint compiled
     GenRequest g;
     g.prompt = std::move(prompt);
     g.max_tokens = req_.max_tokens;
     g.sampling = req_.sampling;
     g.stop_ids = req_.stop_token_ids;
     g.ignore_eos = req_.ignore_eos;
-
+    g.grammar = std::move(grammar);
     // Engine events come on the engine's thread: hop to the io thread.
     auto self = shared_from_this();
     std::weak_ptr<PostGate> gate = api_->gate;
     auto sink = [self, gate](const TokenEvent& ev) {
       if (auto g = gate.lock()) g->run([self, ev] { self->on_event(ev); });
     };
-    res_->on_close([w = weak_from_this()] {
-      if (auto s = w.lock()) s->client_gone();
-    });
-    serial_ = api_->next_serial.fetch_add(1);
-    {
-      std::lock_guard lk(api_->gens_mu);
-      api_->gens[serial_] = self;
-    }
     t_submit_ = Clock::now();
+    Engine& engine = api_->engine;
     id_ = engine.submit(std::move(g), std::move(sink));
     if (cancel_when_submitted_ && id_ != 0) engine.cancel(id_);
+  }
+
+  // The grammar service's answer for the request's constraint (io thread).
+  void compiled(std::vector<int32_t> prompt, const Status& st,
+                std::shared_ptr<const std::string> spec, const std::string& param) {
+    if (done_) return;
+    if (st.ok()) return submit(std::move(prompt), std::move(spec));
+    fail(ApiError(st.code(), st.message(),
+                  st.code() == ErrorCode::kInvalidArgument ? param : std::string()));
   }
 
   // The client went away (io thread): abort at the next iteration.
@@ -186,6 +210,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
 
   // Streaming: send what is ready; whole responses accumulate.
   void emit_pending() {
+    if (req_.stream && tools_) return emit_tools(tools_->push(pending_text_));
     if (!req_.stream) {
       full_text_ += pending_text_;
       pending_text_.clear();
@@ -202,19 +227,44 @@ class Generation : public std::enable_shared_from_this<Generation> {
     res_->write(sse_event(chunk));
   }
 
+  // Streaming with tool calls: content and call pieces as the parser
+  // gives them (tool_calls.h); pending text is the parser's now.
+  void emit_tools(const ToolCallStream::Out& o) {
+    pending_text_.clear();
+    begin_stream();
+    if (!o.content.empty())
+      res_->write(
+          sse_event(chat_chunk(meta_, o.content, false, FinishReason::kNone, take_logprobs())));
+    if (!o.deltas.empty()) res_->write(sse_event(chat_tool_chunk(meta_, o.deltas)));
+  }
+
+  // Tool calls end a response with finish_reason "tool_calls", except a
+  // call forced by name ("stop", as OpenAI and vLLM answer it).
+  bool tool_finish() const {
+    return tools_ && !tools_->calls().empty() && req_.tool_choice != ToolChoice::kNamed;
+  }
+
+  json whole_body(FinishReason f) {
+    json lp = nullptr;
+    if (req_.logprobs >= 0)
+      lp = req_.chat ? chat_logprobs_json(all_lp_) : completion_logprobs_json(all_lp_, 0);
+    if (!req_.chat) return completion_response(meta_, full_text_, f, usage_, lp);
+    if (!tools_) return chat_response(meta_, full_text_, f, usage_, lp);
+    tools_->push(full_text_);
+    tools_->finish();
+    return chat_response(meta_, tools_->content(), f, usage_, lp, tools_->calls(), tool_finish());
+  }
+
   void complete(FinishReason f) {
     if (done_) return;
     emit_pending();
     if (!req_.stream) {
-      json lp = nullptr;
-      if (req_.logprobs >= 0)
-        lp = req_.chat ? chat_logprobs_json(all_lp_) : completion_logprobs_json(all_lp_, 0);
-      json body = req_.chat ? chat_response(meta_, full_text_, f, usage_, lp)
-                            : completion_response(meta_, full_text_, f, usage_, lp);
-      api_->send_json(res_, route_, 200, body);
+      api_->send_json(res_, route_, 200, whole_body(f));
     } else {
-      json chunk = req_.chat ? chat_chunk(meta_, std::nullopt, false, f, take_logprobs())
-                             : completion_chunk(meta_, "", f, take_logprobs());
+      if (tools_) emit_tools(tools_->finish());
+      json chunk = req_.chat
+                       ? chat_chunk(meta_, std::nullopt, false, f, take_logprobs(), tool_finish())
+                       : completion_chunk(meta_, "", f, take_logprobs());
       std::string out = sse_event(chunk);
       if (req_.include_usage) out += sse_event(usage_chunk(meta_, req_.chat, usage_));
       out += sse_done();
@@ -263,8 +313,81 @@ class Generation : public std::enable_shared_from_this<Generation> {
   std::string pending_text_, full_text_;
   std::vector<TokenLogprob> pending_lp_, all_lp_;
   size_t text_offset_ = 0;
+  std::optional<ToolCallStream> tools_;
   Clock::time_point t_submit_, t_last_;
 };
+
+namespace {
+
+// The tool-call syntax of a chat request whose output is parsed for calls.
+std::optional<ToolFormat> tool_format(const CompletionRequest& req, const TextCodec& codec) {
+  if (!req.chat || req.tool_choice == ToolChoice::kNone) return std::nullopt;
+  return detect_tool_format(codec.chat_template_source());
+}
+
+}  // namespace
+
+// A chat request's prompt: its conversation made into what the model's
+// template renders (chat_turns.h), rendered and tokenized without turn
+// injection (TextCodec::encode_chat).
+std::vector<int32_t> ApiService::Impl::chat_prompt(const ChatTurns& turns) const {
+  const std::string src = ctx.codec->chat_template_source();
+  ChatTurns adapted = adapt_chat_turns(turns, template_traits(src), detect_tool_format(src));
+  try {
+    return ctx.codec->encode_chat(adapted);
+  } catch (const Error& e) {
+    throw ApiError(e.code(), "cannot apply the chat template: " + e.message(), "messages");
+  }
+}
+
+// A completion's prompt: its text tokenized, or its ids checked; the text
+// `echo` prepends.
+std::vector<int32_t> ApiService::Impl::completion_prompt(const CompletionRequest& req,
+                                                         std::string& echo) const {
+  const TextCodec& codec = *ctx.codec;
+  if (req.prompt_text) {
+    echo = *req.prompt_text;
+    return codec.encode(*req.prompt_text, true, true);
+  }
+  const int32_t vocab = codec.vocab_size();
+  for (size_t i = 0; i < req.prompt_ids.size(); ++i)
+    if (req.prompt_ids[i] < 0 || req.prompt_ids[i] >= vocab)
+      throw ApiError(ErrorCode::kInvalidArgument,
+                     fmt::format("prompt[{}]: token id {} is out of range (vocabulary: {})", i,
+                                 req.prompt_ids[i], vocab),
+                     "prompt");
+  if (req.echo) echo = codec.decode(req.prompt_ids, req.skip_special_tokens);
+  return req.prompt_ids;
+}
+
+// The prompt and max_tokens against the context; max_tokens not given is
+// cut to what is left of it.
+void ApiService::Impl::check_context(CompletionRequest& req, size_t prompt_tokens) const {
+  const char* what = req.chat ? "messages" : "prompt";
+  if (prompt_tokens == 0)
+    throw ApiError(ErrorCode::kInvalidArgument, "the prompt encodes to no tokens", what);
+  for (int32_t id : req.stop_token_ids)
+    if (id >= ctx.codec->vocab_size())
+      throw ApiError(ErrorCode::kInvalidArgument,
+                     fmt::format("stop_token_ids: {} is out of range", id), "stop_token_ids");
+  if (ctx.max_model_len <= 0) return;
+  const int64_t n = int64_t(prompt_tokens);
+  if (n >= ctx.max_model_len)
+    throw ApiError(ErrorCode::kContextLength,
+                   fmt::format("this model's maximum context length is {} tokens; the prompt "
+                               "has {}",
+                               ctx.max_model_len, n),
+                   what);
+  const int64_t room = ctx.max_model_len - n;
+  if (req.max_tokens <= room) return;
+  if (req.max_tokens_given)
+    throw ApiError(ErrorCode::kContextLength,
+                   fmt::format("this model's maximum context length is {} tokens; you asked "
+                               "for {} ({} in the prompt, {} to generate)",
+                               ctx.max_model_len, n + req.max_tokens, n, req.max_tokens),
+                   "max_tokens");
+  req.max_tokens = int32_t(room);
+}
 
 void ApiService::Impl::generate(const HttpRequest& http, const std::shared_ptr<Responder>& res,
                                 bool chat) {
@@ -278,61 +401,33 @@ void ApiService::Impl::generate(const HttpRequest& http, const std::shared_ptr<R
                    "the daemon is stopping; retry on another instance or later");
   if (!engine.ready())
     throw ApiError(ErrorCode::kLoading, "the model is still loading; retry later");
-  const TextCodec& codec = *ctx.codec;
-
-  std::vector<int32_t> prompt;
-  std::string echo_text;
-  if (chat) {
-    std::string text;
-    try {
-      text = codec.render_chat(req.messages);
-    } catch (const Error& e) {
-      throw ApiError(e.code(), "cannot apply the chat template: " + e.message(), "messages");
-    }
-    prompt = codec.encode(text, /*add_special=*/false, /*parse_special=*/true);
-  } else if (req.prompt_text) {
-    prompt = codec.encode(*req.prompt_text, true, true);
-    echo_text = *req.prompt_text;
-  } else {
-    prompt = req.prompt_ids;
-    int32_t vocab = codec.vocab_size();
-    for (size_t i = 0; i < prompt.size(); ++i)
-      if (prompt[i] < 0 || prompt[i] >= vocab)
-        throw ApiError(ErrorCode::kInvalidArgument,
-                       fmt::format("prompt[{}]: token id {} is out of range (vocabulary: {})", i,
-                                   prompt[i], vocab),
-                       "prompt");
-    if (req.echo) echo_text = codec.decode(prompt, req.skip_special_tokens);
-  }
-  if (prompt.empty())
-    throw ApiError(ErrorCode::kInvalidArgument, "the prompt encodes to no tokens",
-                   chat ? "messages" : "prompt");
-  for (int32_t id : req.stop_token_ids)
-    if (id >= codec.vocab_size())
-      throw ApiError(ErrorCode::kInvalidArgument,
-                     fmt::format("stop_token_ids: {} is out of range", id), "stop_token_ids");
-
-  if (ctx.max_model_len > 0) {
-    int64_t n = int64_t(prompt.size());
-    if (n >= ctx.max_model_len)
-      throw ApiError(ErrorCode::kContextLength,
-                     fmt::format("this model's maximum context length is {} tokens; the prompt "
-                                 "has {}",
-                                 ctx.max_model_len, n),
-                     chat ? "messages" : "prompt");
-    int64_t room = ctx.max_model_len - n;
-    if (req.max_tokens > room) {
-      if (req.max_tokens_given)
-        throw ApiError(ErrorCode::kContextLength,
-                       fmt::format("this model's maximum context length is {} tokens; you asked "
-                                   "for {} ({} in the prompt, {} to generate)",
-                                   ctx.max_model_len, n + req.max_tokens, n, req.max_tokens),
-                       "max_tokens");
-      req.max_tokens = int32_t(room);
-    }
-  }
-  auto gen = std::make_shared<Generation>(shared_from_this(), res, std::move(req), route);
-  gen->start(std::move(prompt), std::move(echo_text));
+  std::string echo;
+  std::vector<int32_t> prompt = chat ? chat_prompt(req.chat_turns) : completion_prompt(req, echo);
+  check_context(req, prompt.size());
+  const std::optional<ToolFormat> tools = tool_format(req, *ctx.codec);
+  if (tools && (req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed))
+    req.constraint =
+        tool_call_constraint(*tools, req.chat_turns.tools, req.tool_name, req.parallel_tool_calls);
+  // Mistral's call marker is a control token: the parser must see it.
+  if (tools == ToolFormat::kMistral) req.skip_special_tokens = false;
+  std::optional<OutputConstraint> constraint = std::move(req.constraint);
+  if (constraint && !ctx.grammar)
+    throw ApiError(ErrorCode::kInvalidArgument,
+                   "structured outputs are not available on this server", constraint->param);
+  auto gen = std::make_shared<Generation>(shared_from_this(), res, std::move(req), route, tools);
+  gen->begin(prompt.size(), std::move(echo));
+  if (!constraint) return gen->submit(std::move(prompt), nullptr);
+  // Compiled on arrival (a bad one is a 400 before anything is scheduled),
+  // on the grammar service's threads; the answer comes back to this thread.
+  std::weak_ptr<PostGate> gate = this->gate;
+  ctx.grammar->compile(*constraint,
+                       [gen, gate, prompt = std::move(prompt), param = constraint->param](
+                           Status st, std::shared_ptr<const std::string> spec) {
+                         if (auto g = gate.lock())
+                           g->run([gen, prompt, st, spec, param]() mutable {
+                             gen->compiled(std::move(prompt), st, std::move(spec), param);
+                           });
+                       });
 }
 
 size_t ApiService::abort_all(const std::string& message) {
