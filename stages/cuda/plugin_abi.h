@@ -46,13 +46,13 @@
 extern "C" {
 #endif
 
-#define KVASIR_CUDA_ABI_VERSION 3u
+#define KVASIR_CUDA_ABI_VERSION 4u
 /* Same version and compiler, or refuse (see above). CMake defines
  * KVASIR_BUILD_TAG identically for the loader and the plugin. */
 #ifndef KVASIR_BUILD_TAG
 #define KVASIR_BUILD_TAG "untagged"
 #endif
-#define KVASIR_CUDA_BUILD_TAG "kvasir-cuda-abi3 " KVASIR_BUILD_TAG
+#define KVASIR_CUDA_BUILD_TAG "kvasir-cuda-abi4 " KVASIR_BUILD_TAG
 
 /* Success: kvasir::ErrorCode::kOk. Any other status is a kvasir::ErrorCode. */
 #define KVASIR_CUDA_OK 0
@@ -90,6 +90,11 @@ typedef struct KvasirCudaSample {
   int32_t top_k;
   uint64_t seed;
   uint64_t position; /* keys the (seed, position) draw, as on the host */
+  /* Structured outputs (ABI 4): an on-device row's token mask, host memory,
+   * KvasirCudaBatch::mask_words words (bit id%32 of word id/32: id may come
+   * next), applied to its logits before it is sampled
+   * (kernels/cuda/token_mask.h); null = unconstrained. */
+  const uint32_t* mask;
 } KvasirCudaSample;
 
 /* One forward pass. Host pointers; device boundaries (attach_boundaries)
@@ -112,6 +117,7 @@ typedef struct KvasirCudaBatch {
   const KvasirCudaSample* sample; /* [n_rows] */
   int32_t* token_out;             /* [n_rows] host */
   float* logprob_out;             /* [n_rows] host */
+  int32_t mask_words;             /* words of each KvasirCudaSample::mask (ABI 4) */
 } KvasirCudaBatch;
 
 typedef struct KvasirCudaStage KvasirCudaStage; /* opaque */
