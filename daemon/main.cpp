@@ -311,6 +311,7 @@ class Daemon {
   kvasir::ApiContext api_context() {
     kvasir::ApiContext ctx;
     if (tok_) ctx.codec = kvasir::make_text_codec(*tok_, chat_.get());
+    if (tok_ && cfg_.grammar.enabled) ctx.grammar = grammar_service();
     ctx.model_name = mc_.name;
     ctx.max_model_len = mc_.context_length;
     ctx.plan = plan_json(cfg_);
@@ -318,6 +319,16 @@ class Daemon {
     ctx.abort = &g_abort;
     ctx.loading = [this] { return loading_.snapshot(); };
     return ctx;
+  }
+
+  // Structured outputs compiled on arrival ([grammar], docs/structured-outputs.md).
+  std::shared_ptr<kvasir::GrammarService> grammar_service() const {
+    kvasir::GrammarServiceOptions o;
+    o.workers = cfg_.grammar.workers;
+    o.cache_capacity = size_t(cfg_.grammar.cache_capacity);
+    o.compile_timeout_s = cfg_.grammar.compile_timeout_s;
+    o.max_spec_bytes = cfg_.grammar.max_spec_bytes;
+    return kvasir::make_grammar_service(*tok_, mc_.vocab, o);
   }
 
   // False (logged why) when the API cannot listen (e.g. a daemon already

@@ -89,6 +89,12 @@ xgrammar::Grammar to_xgrammar(const GrammarSpec& s, const CompilerOptions& o) {
       return xgrammar::Grammar::FromEBNF(choice_ebnf(s.choices));
     case GrammarKind::kEbnf:
       return xgrammar::Grammar::FromEBNF(s.text, "root");
+    case GrammarKind::kStructuralTag: {
+      auto g = xgrammar::Grammar::FromStructuralTag(s.text);
+      if (auto* e = std::get_if<xgrammar::StructuralTagError>(&g))
+        std::visit([](const auto& err) { throw std::invalid_argument(err.what()); }, *e);
+      return std::get<xgrammar::Grammar>(std::move(g));
+    }
   }
   throw std::invalid_argument("unknown grammar kind");
 }

@@ -30,6 +30,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -47,15 +48,20 @@ enum class GrammarKind : uint8_t {
   kRegex,       // a regular expression the whole output matches
   kChoice,      // exactly one of a list of strings
   kEbnf,        // a grammar in XGrammar's EBNF (GBNF-like), start rule "root"
+  // XGrammar's structural tag (a JSON document: text, tags and JSON schemas
+  // in sequence, alternatives and repetitions): tool calls in a model
+  // family's own syntax around each function's parameter schema.
+  kStructuralTag,
 };
 
-// "json_object", "json_schema", "regex", "choice", "ebnf".
+// "json_object", "json_schema", "regex", "choice", "ebnf", "structural_tag".
 const char* kind_name(GrammarKind kind);
 
 struct GrammarSpec {
   GrammarKind kind = GrammarKind::kJsonObject;
   // json_schema: the schema (JSON text, an object); regex: the pattern;
-  // ebnf: the grammar. Unused for json_object and choice.
+  // ebnf: the grammar; structural_tag: the tag (JSON text, an object).
+  // Unused for json_object and choice.
   std::string text;
   // choice: the strings, at least one; the output is exactly one of them.
   std::vector<std::string> choices;
@@ -69,17 +75,30 @@ struct GrammarSpec {
   static GrammarSpec regex(std::string pattern);
   static GrammarSpec choice(std::vector<std::string> choices);
   static GrammarSpec ebnf(std::string grammar);
+  static GrammarSpec structural_tag(std::string tag);
+
+  bool operator==(const GrammarSpec&) const = default;
 };
+
+// The wire form of a spec, how it travels from the daemon to the tail stage
+// (the segment's grammar table, ipc/grammar_table.h): a format version, the
+// kind, strict, the text and the choices, each length-prefixed. decode_spec
+// trusts nothing: a wrong version, kind or flag, a length past the end, or
+// bytes left over is kInvalidArgument naming what is wrong, and *out is
+// untouched.
+std::string encode_spec(const GrammarSpec& spec);
+Status decode_spec(std::string_view bytes, GrammarSpec* out);
 
 // Bounds on what a request may ask for, checked before compiling (all but
 // the last two) so that a huge or deep spec costs its caller nothing.
 struct GrammarLimits {
   // Schema, regex or grammar text in bytes; for choice, all choices together.
   size_t max_text_bytes = 64 * 1024;
-  // json_schema: nesting of the schema document (each object or array is one
-  // level); regex and ebnf: nesting of ( ) groups.
+  // json_schema and structural_tag: nesting of the document (each object or
+  // array is one level); regex and ebnf: nesting of ( ) groups.
   int max_nesting_depth = 64;
-  // json_schema: "properties" entries, summed over the whole schema.
+  // json_schema and structural_tag: "properties" entries, summed over the
+  // whole document.
   size_t max_properties = 1024;
   // json_schema: "enum" values summed over the schema; choice: the choices.
   size_t max_enum_values = 1024;

@@ -15,6 +15,11 @@ Status refuse(GrammarKind kind, const std::string& why) {
   return error_status(ErrorCode::kInvalidArgument, "{}: {}", kind_name(kind), why);
 }
 
+// What the text of a JSON kind is called in messages.
+const char* what_of(GrammarKind kind) {
+  return kind == GrammarKind::kStructuralTag ? "structural tag" : "schema";
+}
+
 Status check_text(const GrammarSpec& spec, const char* what, const GrammarLimits& lim) {
   if (spec.text.empty()) return refuse(spec.kind, fmt::format("the {} is empty", what));
   if (spec.text.size() > lim.max_text_bytes)
@@ -24,17 +29,18 @@ Status check_text(const GrammarSpec& spec, const char* what, const GrammarLimits
 }
 
 // Walks the schema document without recursion: its depth, and the
-// "properties" and "enum" entries summed over every level.
-Status check_schema_shape(const nlohmann::json& schema, const GrammarLimits& lim) {
+// "properties" and "enum" entries summed over every level. A structural
+// tag's schemas are inside its document, so the same walk bounds them.
+Status check_schema_shape(const nlohmann::json& schema, GrammarKind kind,
+                          const GrammarLimits& lim) {
   size_t properties = 0, enums = 0;
   std::vector<std::pair<const nlohmann::json*, int>> todo{{&schema, 1}};
   while (!todo.empty()) {
     auto [node, depth] = todo.back();
     todo.pop_back();
     if (depth > lim.max_nesting_depth)
-      return refuse(GrammarKind::kJsonSchema,
-                    fmt::format("the schema nests deeper than the limit of {} levels",
-                                lim.max_nesting_depth));
+      return refuse(kind, fmt::format("the {} nests deeper than the limit of {} levels",
+                                      what_of(kind), lim.max_nesting_depth));
     if (node->is_object()) {
       auto p = node->find("properties");
       if (p != node->end() && p->is_object()) properties += p->size();
@@ -45,18 +51,17 @@ Status check_schema_shape(const nlohmann::json& schema, const GrammarLimits& lim
       for (const auto& child : *node) todo.emplace_back(&child, depth + 1);
   }
   if (properties > lim.max_properties)
-    return refuse(GrammarKind::kJsonSchema,
-                  fmt::format("the schema has {} properties, over the limit of {}", properties,
-                              lim.max_properties));
+    return refuse(kind, fmt::format("the {} has {} properties, over the limit of {}", what_of(kind),
+                                    properties, lim.max_properties));
   if (enums > lim.max_enum_values)
-    return refuse(GrammarKind::kJsonSchema,
-                  fmt::format("the schema has {} enum values, over the limit of {}", enums,
-                              lim.max_enum_values));
+    return refuse(kind, fmt::format("the {} has {} enum values, over the limit of {}",
+                                    what_of(kind), enums, lim.max_enum_values));
   return {};
 }
 
 Status check_schema(const GrammarSpec& spec, const GrammarLimits& lim) {
-  KV_RETURN_IF_ERROR(check_text(spec, "schema", lim));
+  const char* what = what_of(spec.kind);
+  KV_RETURN_IF_ERROR(check_text(spec, what, lim));
   nlohmann::json schema;
   try {
     schema = nlohmann::json::parse(spec.text);
@@ -64,12 +69,12 @@ Status check_schema(const GrammarSpec& spec, const GrammarLimits& lim) {
     std::string why = e.what();  // "[json.exception.parse_error.101] parse error at ..."
     if (const size_t p = why.find("] "); why.rfind("[json.exception", 0) == 0 && p != why.npos)
       why.erase(0, p + 2);
-    return refuse(spec.kind, "the schema is not valid JSON: " + why);
+    return refuse(spec.kind, fmt::format("the {} is not valid JSON: {}", what, why));
   }
   if (!schema.is_object())
     return refuse(spec.kind,
-                  fmt::format("the schema must be a JSON object, not {}", schema.type_name()));
-  return check_schema_shape(schema, lim);
+                  fmt::format("the {} must be a JSON object, not {}", what, schema.type_name()));
+  return check_schema_shape(schema, spec.kind, lim);
 }
 
 // The nesting of ( ) groups in a regex or an EBNF grammar, skipping escapes,
@@ -130,6 +135,8 @@ const char* kind_name(GrammarKind kind) {
       return "choice";
     case GrammarKind::kEbnf:
       return "ebnf";
+    case GrammarKind::kStructuralTag:
+      return "structural_tag";
   }
   return "unknown";
 }
@@ -167,11 +174,19 @@ GrammarSpec GrammarSpec::ebnf(std::string grammar) {
   return s;
 }
 
+GrammarSpec GrammarSpec::structural_tag(std::string tag) {
+  GrammarSpec s;
+  s.kind = GrammarKind::kStructuralTag;
+  s.text = std::move(tag);
+  return s;
+}
+
 Status check_spec(const GrammarSpec& spec, const GrammarLimits& limits) {
   switch (spec.kind) {
     case GrammarKind::kJsonObject:
       return {};
     case GrammarKind::kJsonSchema:
+    case GrammarKind::kStructuralTag:
       return check_schema(spec, limits);
     case GrammarKind::kRegex:
       KV_RETURN_IF_ERROR(check_text(spec, "regex", limits));

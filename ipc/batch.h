@@ -20,7 +20,8 @@ constexpr uint16_t kMsgBatch = 1;
 // 2: DescRow gained n_prompt and pad. 3: status carries an ErrorCode.
 // 4: the result slot carries each stage's busy time on the batch.
 // 5: the descriptor gained block copies (parallel sampling's copy-on-write).
-constexpr uint16_t kMsgVersion = 5;
+// 6: SamplingParams names a grammar-table entry.
+constexpr uint16_t kMsgVersion = 6;
 // Stages whose time a result slot carries (the segment's kMaxStages).
 constexpr int kMaxStageTimes = 16;
 

@@ -23,7 +23,12 @@ struct SamplingParams {
   uint64_t seed = 0;                // with has_seed: reproducible across runs and plans
   uint8_t has_seed = 0;
   uint8_t logprobs = 0;  // top-N alternatives to return (0..kMaxLogprobs)
-  uint8_t reserved[6] = {};
+  uint8_t reserved[2] = {};
+  // Structured outputs (docs/structured-outputs.md): 1 + the index of the
+  // segment's grammar-table entry that holds the request's spec, and that
+  // entry's id (ipc/grammar_table.h); 0 = unconstrained. Set by the bridge.
+  uint32_t grammar_entry = 0;
+  uint64_t grammar_id = 0;
 };
 
 constexpr int kMaxLogprobs = 8;

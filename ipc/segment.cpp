@@ -190,6 +190,9 @@ std::string Segment::check_params(const SegmentParams& p) {
   if (p.block_size < 1 || p.block_size > 4096) return fmt::format("block_size {}", p.block_size);
   if (!(p.kv_gpu_util > 0 && p.kv_gpu_util <= 1)) return fmt::format("kv_gpu_util {}", p.kv_gpu_util);
   if (std::memchr(p.model_path, 0, sizeof p.model_path) == nullptr) return "model path not terminated";
+  if (p.grammar_entries < 0 || p.grammar_entries > (1 << 16) || p.grammar_capacity > (64u << 20) ||
+      (p.grammar_entries > 0 && p.grammar_capacity == 0))
+    return fmt::format("grammar table {} x {} bytes", p.grammar_entries, p.grammar_capacity);
   for (int i = 0; i < p.n_stages; ++i) {
     const StagePlan& s = p.stages[i];
     if (s.first < 0 || s.first > s.last || s.threads < 1 || s.threads > 1024 ||
@@ -211,7 +214,9 @@ Segment::Layout Segment::layout(const SegmentParams& p) {
   l.bound = align_to(l.result + l.result_stride * uint64_t(d.inflight), 4096);
   l.bound_stride = align_to(4ull * uint64_t(d.max_tokens) * uint64_t(d.hidden), 4096);
   l.cuda = l.bound + l.bound_stride * uint64_t(d.inflight) * uint64_t(p.n_stages - 1);
-  l.total = align_to(l.cuda + cuda_table_bytes(p.n_stages - 1, d.inflight), 4096);
+  l.grammar = align_to(l.cuda + cuda_table_bytes(p.n_stages - 1, d.inflight), 4096);
+  l.total =
+      align_to(l.grammar + GrammarTable::bytes_for(p.grammar_entries, p.grammar_capacity), 4096);
   return l;
 }
 
@@ -376,6 +381,11 @@ DescView Segment::desc(uint32_t slot) {
 ResultView Segment::result(uint32_t slot) {
   KV_CHECK(slot < uint32_t(dims().inflight), "slot {} out of range", slot);
   return result_view(static_cast<char*>(base_) + lay_.result + slot * lay_.result_stride, dims());
+}
+
+GrammarTable Segment::grammar_table() {
+  return GrammarTable(static_cast<char*>(base_) + lay_.grammar, params_.grammar_entries,
+                      params_.grammar_capacity);
 }
 
 float* Segment::boundary(uint32_t slot, int link) {

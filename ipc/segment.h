@@ -21,6 +21,7 @@
 #include "ipc/batch.h"
 #include "ipc/cuda_boundary.h"
 #include "ipc/futex.h"
+#include "ipc/grammar_table.h"
 #include "ipc/ring.h"
 
 namespace boost::interprocess {
@@ -31,8 +32,9 @@ namespace kvasir::ipc {
 
 constexpr uint32_t kSegMagic = 0x5253564B;  // "KVSR" little-endian
 // 2: epochs and per-stage progress (recovery); 3: the owner's start time;
-// 4: each stage's phase and since when, under a seqlock (StageShared).
-constexpr uint32_t kSegVersion = 4;
+// 4: each stage's phase and since when, under a seqlock (StageShared);
+// 5: the grammar table (ipc/grammar_table.h).
+constexpr uint32_t kSegVersion = 5;
 constexpr int kMaxStages = 16;
 static_assert(kMaxStageTimes == kMaxStages, "a result slot times every stage");
 
@@ -52,6 +54,10 @@ struct SegmentParams {
   double kv_gpu_util = 0.9;  // GPU stages: share of free device memory for weights' rest + KV
   StagePlan stages[kMaxStages];
   char model_path[4096] = {};
+  // The grammar table (ipc/grammar_table.h): entries of grammar_capacity
+  // bytes each; 0 entries = no structured outputs on this instance.
+  int32_t grammar_entries = 0;
+  uint32_t grammar_capacity = 0;
 };
 
 enum StageStatus : uint32_t {
@@ -207,10 +213,12 @@ class Segment {
   ResultView result(uint32_t slot);
   // The CUDA IPC boundary table (ipc/cuda_boundary.h): n_stages-1 links × inflight slots.
   CudaBoundaryTable& cuda_table() { return cuda_; }
+  // The grammar specs of constrained requests (ipc/grammar_table.h).
+  GrammarTable grammar_table();
 
   struct Layout {
     uint64_t stages, rings, desc, desc_stride, bound, bound_stride, result, result_stride, cuda,
-        total;
+        grammar, total;
   };
   static Layout layout(const SegmentParams& p);
   // Empty if the plan's widths are sane, else why.

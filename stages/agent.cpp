@@ -76,6 +76,7 @@ Agent::Agent(ipc::Segment& seg, const AgentConfig& cfg, const StageForward& forw
       dev_token_(size_t(d_.max_rows)),
       dev_logprob_(size_t(d_.max_rows)) {
   if (tail_) logits_.resize(size_t(d_.max_rows) * size_t(cfg.vocab));
+  if (tail_) sampler_.set_grammar(cfg.grammar);
 }
 
 int Agent::run() {
@@ -156,6 +157,14 @@ ForwardBatch Agent::forward_batch(const ipc::BatchMsg& m) {
     fb.sampling = batch_.sampling.data();
     fb.sampled_token = dev_token_.data();
     fb.sampled_logprob = dev_logprob_.data();
+    // Structured outputs: the grammar's records and mask jobs now; the masks
+    // themselves before the pass only where the device samples (the host
+    // sampler takes them after it, while the jobs ran beside the pass).
+    sampler_.prepare(batch_, m.batch_id, m.n_rows);
+    if (cfg_.device_masks && sampler_.grammar()) {
+      fb.token_masks = sampler_.masks(m.n_rows);
+      fb.mask_words = int32_t(sampler_.grammar()->mask_words());
+    }
   }
   copy_src_.clear();
   copy_dst_.clear();
@@ -170,8 +179,8 @@ ForwardBatch Agent::forward_batch(const ipc::BatchMsg& m) {
 }
 
 void Agent::run_batch(ipc::BatchMsg& m, const ipc::ResultView& result) {
-  const ForwardBatch fb = forward_batch(m);
   try {
+    const ForwardBatch fb = forward_batch(m);
     forward_(fb, head_ ? nullptr : seg_.boundary(m.slot, s_ - 1),
              tail_ ? nullptr : seg_.boundary(m.slot, s_), tail_ ? logits_.data() : nullptr);
     if (tail_)

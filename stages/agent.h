@@ -18,6 +18,7 @@
 
 #include "ipc/segment.h"
 #include "stages/forward.h"
+#include "stages/tail_grammar.h"
 
 namespace kvasir {
 
@@ -32,6 +33,11 @@ struct AgentConfig {
   int stage = 0;
   int32_t vocab = 0;     // tail: logits width
   int32_t n_blocks = 0;  // the KV pool every block id must fall in
+  // Tail: structured outputs (null: constrained rows fail), and whether the
+  // backend samples on its device, so needs the token masks before its
+  // forward pass (ForwardBatch::token_masks) rather than after.
+  std::shared_ptr<TailGrammar> grammar;
+  bool device_masks = false;
 };
 
 // Runs until the segment's shutdown flag is set. Returns 0.

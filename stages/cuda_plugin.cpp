@@ -255,7 +255,9 @@ void CudaBackend::forward(const ForwardBatch& b, const float* in, float* out, fl
 
 // Only ids leave the GPU for rows its sampler covers; penalties (which need
 // the sequence's history) and top-N logprobs are done by the agent's
-// sampler on the host, from that row's logits.
+// sampler on the host, from that row's logits. A structured output's mask
+// goes with its row: applied on the device for a device row, by the host
+// sampler otherwise.
 void CudaBackend::fill_sampling(const ForwardBatch& b, KvasirCudaBatch& cb) {
   for (int32_t r = 0; r < b.n_rows; ++r) {
     const SamplingParams& sp = b.sampling[r];
@@ -267,8 +269,10 @@ void CudaBackend::fill_sampling(const ForwardBatch& b, KvasirCudaBatch& cb) {
                                           sp.min_p,
                                           sp.top_k,
                                           sp.seed,
-                                          uint64_t(b.rows[r].pos0) + uint64_t(b.rows[r].n_tokens)};
+                                          uint64_t(b.rows[r].pos0) + uint64_t(b.rows[r].n_tokens),
+                                          b.token_masks ? b.token_masks[r] : nullptr};
   }
+  cb.mask_words = b.mask_words;
   cb.sample = sample_.data();
   cb.token_out = b.sampled_token;
   cb.logprob_out = b.sampled_logprob;

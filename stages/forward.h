@@ -56,6 +56,13 @@ struct ForwardBatch {
   const int32_t* copy_src = nullptr;  // [n_copies]
   const int32_t* copy_dst = nullptr;  // [n_copies]
   int32_t n_copies = 0;
+  // Tail, optional: structured outputs' token masks, [n_rows] pointers to
+  // mask_words words each (bit id%32 of word id/32: id may come next), null
+  // where a row is unconstrained. A device sampler applies them to its rows
+  // (every other logit -inf before it samples); the CPU executor ignores
+  // them (the agent's sampler applies them on the host).
+  const uint32_t* const* token_masks = nullptr;
+  int32_t mask_words = 0;
 };
 
 class SliceExecutor {

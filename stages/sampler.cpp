@@ -311,15 +311,37 @@ void apply_penalties(float* logits, int32_t vocab, const SamplingParams& p,
 // ---------------------------------------------------------------------------
 // Sampler
 
+float apply_token_mask(float* logits, int32_t vocab, std::span<const uint32_t> allowed) {
+  float mx = -kInf;
+  for (int32_t w = 0; w * 32 < vocab; ++w) {
+    const int32_t base = w * 32, n = std::min<int32_t>(32, vocab - base);
+    const uint32_t bits = size_t(w) < allowed.size() ? allowed[size_t(w)] : 0;
+    if (bits == 0) {
+      std::fill_n(logits + base, n, -kInf);
+      continue;
+    }
+    for (int32_t j = 0; j < n; ++j) {
+      if (bits >> j & 1u)
+        mx = std::max(mx, logits[base + j]);
+      else
+        logits[base + j] = -kInf;
+    }
+  }
+  return mx;
+}
+
 SampleResult Sampler::sample(float* logits, int32_t vocab, const SamplingParams& p,
-                             const SequenceHistory* hist, uint64_t position) {
+                             const SequenceHistory* hist, uint64_t position,
+                             std::span<const uint32_t> allowed) {
   KV_CHECK(logits != nullptr && vocab > 0, "sampler: no logits (vocab {})", vocab);
   KV_THROW_IF_ERROR(validate_sampling(p));
 
   SampleResult r;
 
-  // 1. Sanitise (NaN -> -inf, +inf -> max finite) and find the raw maximum.
-  const float raw_max = sanitize_max(logits, vocab);
+  // 1. Sanitise (NaN -> -inf, +inf -> max finite) and find the raw maximum;
+  // a structured output's mask takes the tokens it refuses out here.
+  float raw_max = sanitize_max(logits, vocab);
+  if (!allowed.empty()) raw_max = apply_token_mask(logits, vocab, allowed);
   if (raw_max == -kInf) {
     r.token = 0;
     r.logprob = -kInf;

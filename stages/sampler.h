@@ -131,6 +131,10 @@ uint64_t sampler_random_bits(uint64_t seed, uint64_t position);
 // Uniform in [0, 1) with 53 bits of resolution.
 double sampler_uniform(uint64_t seed, uint64_t position);
 
+// Sets every logit whose bit in `allowed` is 0 (or that lies past the mask)
+// to -inf; returns the largest logit left (-inf if none).
+float apply_token_mask(float* logits, int32_t vocab, std::span<const uint32_t> allowed);
+
 // Applies the repetition, frequency and presence penalties of `p` in place
 // (no-op when all three are neutral). Tokens outside [0, vocab) in the history
 // are ignored. Results are clamped to finite floats; -inf stays -inf.
@@ -146,10 +150,15 @@ class Sampler {
  public:
   // logits: [vocab], used as scratch (contents unspecified afterwards).
   // hist: may be null (no penalties). position: the sequence position of the
-  // token being sampled (keys the RNG). Throws kvasir::Error on invalid
-  // params (validate_sampling) or vocab <= 0.
+  // token being sampled (keys the RNG). allowed: empty, or a structured
+  // output's token mask (bit id%32 of word id/32: id may come next; ids past
+  // the mask are not allowed): the other logits become -inf right after
+  // the NaN clean-up, before logprobs and penalties, as vLLM applies its
+  // bitmask (the logprobs are then those of the masked distribution).
+  // Throws kvasir::Error on invalid params (validate_sampling) or vocab <= 0.
   SampleResult sample(float* logits, int32_t vocab, const SamplingParams& p,
-                      const SequenceHistory* hist, uint64_t position);
+                      const SequenceHistory* hist, uint64_t position,
+                      std::span<const uint32_t> allowed = {});
 
  private:
   static constexpr int32_t kBlock = 256;  // tokens per block sum in the dense draw

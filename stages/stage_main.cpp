@@ -88,6 +88,20 @@ std::unique_ptr<StageBackend> build_backend(ipc::Segment& seg, int stage) {
   return make_cpu_backend(std::move(model), cfg);
 }
 
+// The tail's structured outputs (stages/tail_grammar.h): its vocabulary from
+// the model's tokenizer. Null (constrained rows then fail, logged) when the
+// instance has no grammar table, or the tokenizer cannot be read.
+std::shared_ptr<TailGrammar> tail_grammar(ipc::Segment& seg, int stage, int32_t vocab) {
+  if (stage != seg.n_stages() - 1 || seg.grammar_table().entries() <= 0) return nullptr;
+  try {
+    auto model = ModelFile::open(seg.params().model_path);
+    return TailGrammar::create(*model, vocab, seg.grammar_table());
+  } catch (const Error& e) {
+    KV_LOG_ERROR("stage", "structured outputs off: {}", e.message());
+    return nullptr;
+  }
+}
+
 // Preload progress goes to the segment, for the daemon's log and `kvasir
 // status`; the daemon's stop ends it.
 PreloadConfig preload_config(ipc::Segment& seg, ipc::StageShared& me) {
@@ -131,7 +145,9 @@ int run_stage(ipc::Segment& seg, int stage) {
   if (!backend->attach_boundaries()) return 0;
   set_status(seg, me, ipc::kStageReady);
 
-  const AgentConfig ac{stage, backend->vocab(), n_blocks};
+  const AgentConfig ac{stage, backend->vocab(), n_blocks,
+                       tail_grammar(seg, stage, backend->vocab()),
+                       cuda_ordinal(seg.params().stages[stage].device) >= 0};
   const int rc =
       run_agent(seg, ac, [&](const ForwardBatch& b, const float* in, float* out, float* logits) {
         backend->forward(b, in, out, logits);

@@ -1,13 +1,18 @@
 // stages/tail_sampler.h — the tail's share of a batch after its forward
 // pass: each row's tokens go into the penalty histories of its sequence,
 // and each sampled row's token (with its logprob and top-N alternatives)
-// into the batch's result slot. The agent (stages/agent.h) owns one.
+// into the batch's result slot. Structured outputs (stages/tail_grammar.h):
+// a constrained row samples under its grammar's token mask, and its token
+// moves the grammar on. The agent (stages/agent.h) owns one.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "ipc/batch.h"
 #include "stages/sampler.h"
+#include "stages/tail_grammar.h"
 
 namespace kvasir {
 
@@ -25,11 +30,24 @@ class TailSampler {
     const float* device_logprob = nullptr;
   };
 
+  // Structured outputs: without a grammar, constrained rows fail (token -1).
+  void set_grammar(std::shared_ptr<TailGrammar> grammar) { grammar_ = std::move(grammar); }
+  TailGrammar* grammar() const { return grammar_.get(); }
+
+  // Before the forward pass: the constrained rows' grammar records and mask
+  // jobs (TailGrammar::prepare).
+  void prepare(const ipc::Batch& b, uint64_t batch_id, int32_t n_rows);
+  // The masks of the first n_rows rows, waiting for them: [n_rows] pointers,
+  // null where a row is unconstrained (or its grammar failed: sample() fails
+  // it). For a backend that samples on its device (ForwardBatch::token_masks).
+  const uint32_t* const* masks(int32_t n_rows);
+
   // Samples the first n_rows rows of b (batch batch_id) into `out`: every
   // row's token is -1 and n_top 0 unless it is sampled. A row whose
-  // sequence lost its penalty history keeps token -1 (that sequence fails
-  // alone). Throws kvasir::Error (the batch fails) when a row's logits are
-  // all NaN or -inf, or its sampling controls are invalid.
+  // sequence lost its penalty history, or whose grammar failed, keeps token
+  // -1 (that sequence fails alone). Throws kvasir::Error (the batch fails)
+  // when a row's logits are all NaN or -inf, or its sampling controls are
+  // invalid.
   void sample(const ipc::Batch& b, uint64_t batch_id, int32_t n_rows, const Logits& logits,
               const ipc::ResultView& out);
 
@@ -38,11 +56,17 @@ class TailSampler {
   // and it was evicted.
   const SequenceHistory* feed_history(const ipc::Batch& b, int32_t r, int64_t token_offset,
                                       uint64_t batch_id, bool& lost);
+  // Row r's mask into `allowed` (empty: unconstrained); false when its
+  // grammar failed.
+  bool row_mask(const ipc::Batch& b, int32_t r, std::span<const uint32_t>& allowed);
   void sample_row(const ipc::Batch& b, int32_t r, float* row_logits, int32_t vocab,
-                  const SequenceHistory* hist, const ipc::ResultView& out);
+                  const SequenceHistory* hist, std::span<const uint32_t> allowed,
+                  const ipc::ResultView& out);
 
   Sampler sampler_;
   PenaltyHistories histories_;  // by position (stages/sampler.h)
+  std::shared_ptr<TailGrammar> grammar_;
+  std::vector<const uint32_t*> masks_;  // [n_rows] for the device
 };
 
 }  // namespace kvasir

@@ -201,17 +201,10 @@ void ApiService::Impl::serve_model(const HttpRequest& req, const Res& res,
 void ApiService::Impl::serve_tokenize(const HttpRequest& req, const Res& res,
                                       const std::string& route) {
   TokenizeRequest t = parse_tokenize_request(req.body);
-  std::string text;
-  if (t.prompt) {
-    text = *t.prompt;
-  } else {
-    try {
-      text = ctx.codec->render_chat(t.messages);
-    } catch (const Error& e) {
-      throw ApiError(e.code(), "cannot apply the chat template: " + e.message(), "messages");
-    }
-  }
-  auto ids = ctx.codec->encode(text, t.add_special_tokens, true);
+  // Messages: the path of a chat request (chat_prompt), so the count is
+  // what a chat request with them would use.
+  std::vector<int32_t> ids =
+      t.chat ? chat_prompt(*t.chat) : ctx.codec->encode(*t.prompt, t.add_special_tokens, true);
   json body = {{"tokens", ids}, {"count", ids.size()}};
   if (ctx.max_model_len > 0) body["max_model_len"] = ctx.max_model_len;
   send_json(res, route, 200, body);

@@ -46,17 +46,57 @@ class TextCodec {
   virtual std::unique_ptr<TextStream> stream(bool skip_special) const = 0;
   virtual int32_t vocab_size() const = 0;
   virtual bool is_eog(int32_t id) const = 0;
-  // The chat template applied with the generation prompt; throws kvasir::Error
-  // if the model has none or rendering fails.
-  virtual std::string render_chat(const std::vector<ChatMessageIn>& messages) const = 0;
+  // The model's chat template applied to `chat` (ChatTurns, openai.h), and
+  // the result tokenized with control-token parsing off inside the
+  // conversation's own text (model/chat_template.h, encode_prompt: a user
+  // cannot forge a turn); never adds BOS. Throws kvasir::Error if the model
+  // has no template or the template refuses the conversation (its
+  // raise_exception message).
+  virtual std::vector<int32_t> encode_chat(const ChatTurns& chat) const = 0;
+  // The template's source ("" without one): which tool-call syntax it
+  // teaches and what it can render (chat_turns.h, tool_calls.h).
+  virtual std::string chat_template_source() const = 0;
 };
 
 // Adapts the model's tokenizer and chat template (chat may be nullptr: then
 // chat requests get 400). Both must outlive the codec.
 std::shared_ptr<TextCodec> make_text_codec(const Tokenizer& tok, const ChatTemplate* chat);
 
+// Compiles structured-output constraints on arrival, so that a bad schema,
+// regex or grammar is a 400 before anything is scheduled
+// (docs/structured-outputs.md). Asynchronous: a compilation may take
+// seconds, and the API's one io thread must not wait for it.
+class GrammarService {
+ public:
+  virtual ~GrammarService() = default;
+  // Compiles `c` and calls done(status, spec) once, on another thread (or
+  // on this one when the answer is at hand): ok with the spec in the wire
+  // form the engine carries to the tail (GenRequest::grammar), or
+  // kInvalidArgument (the constraint is wrong, too large or too slow to
+  // compile: its message names the kind), kQueueFull (every compiler busy
+  // past the deadline: try again), kStopping.
+  using Done = std::function<void(Status, std::shared_ptr<const std::string>)>;
+  virtual void compile(const OutputConstraint& c, Done done) = 0;
+};
+
+struct GrammarServiceOptions {
+  int workers = 2;  // compile threads
+  size_t cache_capacity = 128;
+  double compile_timeout_s = 10;
+  size_t max_spec_bytes = 64 << 10;
+  int waiters = 8;         // compilations waited on at once; more queue
+  size_t max_queue = 256;  // beyond: kQueueFull at once
+};
+
+// The model's grammar service over its tokenizer (logits `width` wide), or
+// null in a build without the grammar engine: structured requests then get
+// 400. The tokenizer must outlive it.
+std::shared_ptr<GrammarService> make_grammar_service(const Tokenizer& tok, int32_t width,
+                                                     const GrammarServiceOptions& options);
+
 struct ApiContext {
   std::shared_ptr<const TextCodec> codec;
+  std::shared_ptr<GrammarService> grammar;  // null: structured outputs refused (400)
   std::string model_name;                  // the id in /v1/models and responses
   std::vector<std::string> model_aliases;  // also accepted as "model" (e.g. the file name)
   int32_t max_model_len = 0;               // context length (0 = unknown)

@@ -33,13 +33,16 @@ class TokCodec : public TextCodec {
   }
   int32_t vocab_size() const override { return tok_.vocab_size(); }
   bool is_eog(int32_t id) const override { return tok_.is_eog(id); }
-  std::string render_chat(const std::vector<ChatMessageIn>& messages) const override {
+  std::vector<int32_t> encode_chat(const ChatTurns& turns) const override {
     KV_CHECK(chat_ != nullptr, "this model has no chat template; use /v1/completions");
-    std::vector<ChatMessage> m;
-    m.reserve(messages.size());
-    for (const auto& x : messages) m.push_back(ChatMessage{x.role, x.content});
-    return chat_->render(m, /*add_generation_prompt=*/true);
+    ChatInput in;
+    in.messages = turns.messages;
+    in.tools = turns.tools;
+    in.kwargs = turns.kwargs;
+    in.add_generation_prompt = turns.add_generation_prompt;
+    return encode_prompt(tok_, chat_->apply(in));
   }
+  std::string chat_template_source() const override { return chat_ ? chat_->source() : ""; }
 
  private:
   const Tokenizer& tok_;

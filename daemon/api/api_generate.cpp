@@ -8,7 +8,9 @@
 
 #include "base/check.h"
 #include "daemon/api/api_internal.h"
+#include "daemon/api/chat_turns.h"
 #include "daemon/api/openai_stop.h"
+#include "daemon/api/tool_calls.h"
 
 namespace kvasir {
 
@@ -30,45 +32,71 @@ ApiError engine_error(const Status& error) {
 // whole response waits for all. Usage counts the prompt once.
 class Generation : public std::enable_shared_from_this<Generation> {
  public:
+  // tools: the calls' syntax when the output is parsed for tool calls (a
+  // chat request with tools and tool_choice other than none); each choice
+  // has its own parser.
   Generation(std::shared_ptr<ApiService::Impl> api, std::shared_ptr<Responder> res,
-             CompletionRequest req, std::string route)
+             CompletionRequest req, std::string route, std::optional<ToolFormat> tools)
       : api_(std::move(api)),
         res_(std::move(res)),
         req_(std::move(req)),
-        route_(std::move(route)) {}
+        route_(std::move(route)),
+        tool_format_(tools) {}
 
-  void start(std::vector<int32_t> prompt, std::string echo_text) {
+  // Registers the request (shutdown and disconnects reach it from now on)
+  // and fills in the response's id, model, time and choices.
+  void begin(size_t prompt_tokens, std::string echo_text) {
     meta_.id = fmt::format("{}-{:016x}", req_.chat ? "chatcmpl" : "cmpl",
                            api_->next_serial.fetch_add(1) * 0x9E3779B97F4A7C15ull);
     meta_.model = api_->ctx.model_name;
     meta_.created = std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch())
                         .count();
-    usage_.prompt_tokens = int64_t(prompt.size());
+    usage_.prompt_tokens = int64_t(prompt_tokens);
+    const bool forced =
+        req_.tool_choice == ToolChoice::kRequired || req_.tool_choice == ToolChoice::kNamed;
     for (int32_t i = 0; i < req_.generated(); ++i) {
       auto c = std::make_unique<Choice>(req_.stop);
       c->index = i;
       c->dec = api_->ctx.codec->stream(req_.skip_special_tokens);
       if (req_.echo) c->pending_text = echo_text;
+      if (tool_format_)
+        c->tools.emplace(*tool_format_, forced,
+                         (api_->next_serial.load() + uint64_t(i)) * 0x9E3779B97F4A7C15ull);
       choices_.push_back(std::move(c));
     }
+    res_->on_close([w = weak_from_this()] {
+      if (auto s = w.lock()) s->client_gone();
+    });
+    serial_ = api_->next_serial.fetch_add(1);
+    std::lock_guard lk(api_->gens_mu);
+    api_->gens[serial_] = shared_from_this();
+  }
+
+  // The request goes to the engine (grammar: its constraint's compiled
+  // spec, or null; every choice follows it).
+  void submit(std::vector<int32_t> prompt, std::shared_ptr<const std::string> grammar) {
+    if (done_) return;  // the client left while its constraint compiled
     // Engine events come on the engine's thread: hop to the io thread.
     auto self = shared_from_this();
     std::weak_ptr<PostGate> gate = api_->gate;
     auto sink = [self, gate](const TokenEvent& ev) {
       if (auto g = gate.lock()) g->run([self, ev] { self->on_event(ev); });
     };
-    res_->on_close([w = weak_from_this()] {
-      if (auto s = w.lock()) s->client_gone();
-    });
-    serial_ = api_->next_serial.fetch_add(1);
-    {
-      std::lock_guard lk(api_->gens_mu);
-      api_->gens[serial_] = self;
-    }
     t_submit_ = Clock::now();
-    id_ = api_->engine.submit(gen_request(std::move(prompt)), std::move(sink));
+    GenRequest g = gen_request(std::move(prompt));
+    g.grammar = std::move(grammar);
+    id_ = api_->engine.submit(std::move(g), std::move(sink));
     if (cancel_when_submitted_ && id_ != 0) api_->engine.cancel(id_);
+  }
+
+  // The grammar service's answer for the request's constraint (io thread).
+  void compiled(std::vector<int32_t> prompt, const Status& st,
+                std::shared_ptr<const std::string> spec, const std::string& param) {
+    if (done_) return;
+    if (st.ok()) return submit(std::move(prompt), std::move(spec));
+    fail(ApiError(st.code(), st.message(),
+                  st.code() == ErrorCode::kInvalidArgument ? param : std::string()));
   }
 
   // The client went away (io thread): abort at the next iteration.
@@ -110,6 +138,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
     bool done = false, stopped = false;  // stopped: by a stop string (its kAbort follows)
     bool any_token = false;
     Clock::time_point t_last;
+    std::optional<ToolCallStream> tools;  // chat with tools: the output parsed for calls
   };
 
   GenRequest gen_request(std::vector<int32_t> prompt) const {
@@ -236,6 +265,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
 
   // Streaming: send what is ready; whole responses accumulate.
   void emit_pending(Choice& c) {
+    if (req_.stream && c.tools) return emit_tools(c, c.tools->push(c.pending_text));
     if (!req_.stream) {
       c.full_text += c.pending_text;
       c.pending_text.clear();
@@ -253,6 +283,23 @@ class Generation : public std::enable_shared_from_this<Generation> {
     res_->write(sse_event(chunk));
   }
 
+  // Streaming with tool calls: content and call pieces of choice c as its
+  // parser gives them (tool_calls.h); pending text is the parser's now.
+  void emit_tools(Choice& c, const ToolCallStream::Out& o) {
+    c.pending_text.clear();
+    begin_stream();
+    if (!o.content.empty())
+      res_->write(sse_event(
+          chat_chunk(meta_, o.content, false, FinishReason::kNone, take_logprobs(c), c.index)));
+    if (!o.deltas.empty()) res_->write(sse_event(chat_tool_chunk(meta_, o.deltas, c.index)));
+  }
+
+  // Tool calls end a choice with finish_reason "tool_calls", except a call
+  // forced by name ("stop", as OpenAI and vLLM answer it).
+  bool tool_finish(const Choice& c) const {
+    return c.tools && !c.tools->calls().empty() && req_.tool_choice != ToolChoice::kNamed;
+  }
+
   // Choice c is over: a stream sends its last chunk; the request completes
   // with its last choice.
   void finish_choice(Choice& c, FinishReason f) {
@@ -261,7 +308,9 @@ class Generation : public std::enable_shared_from_this<Generation> {
     c.finish = f;
     emit_pending(c);
     if (req_.stream) {
-      json chunk = req_.chat ? chat_chunk(meta_, std::nullopt, false, f, take_logprobs(c), c.index)
+      if (c.tools) emit_tools(c, c.tools->finish());
+      json chunk = req_.chat ? chat_chunk(meta_, std::nullopt, false, f, take_logprobs(c), c.index,
+                                          tool_finish(c))
                              : completion_chunk(meta_, "", f, take_logprobs(c), c.index);
       res_->write(sse_event(chunk));
     }
@@ -283,7 +332,15 @@ class Generation : public std::enable_shared_from_this<Generation> {
       json lp = nullptr;
       if (req_.logprobs >= 0)
         lp = req_.chat ? chat_logprobs_json(c.all_lp) : completion_logprobs_json(c.all_lp, 0);
-      out.push_back(ChoiceOut{i, c.full_text, c.finish, std::move(lp)});
+      ChoiceOut o{i, c.full_text, c.finish, std::move(lp)};
+      if (c.tools) {
+        c.tools->push(c.full_text);
+        c.tools->finish();
+        o.text = c.tools->content();
+        o.calls = c.tools->calls();
+        o.tool_finish = tool_finish(c);
+      }
+      out.push_back(std::move(o));
     }
     return out;
   }
@@ -334,6 +391,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
   std::shared_ptr<Responder> res_;
   CompletionRequest req_;
   std::string route_;
+  std::optional<ToolFormat> tool_format_;
   ResponseMeta meta_;
   std::vector<std::unique_ptr<Choice>> choices_;
   size_t n_done_ = 0;
@@ -344,6 +402,78 @@ class Generation : public std::enable_shared_from_this<Generation> {
   bool started_ = false, done_ = false, any_token_ = false;
   Clock::time_point t_submit_;
 };
+
+namespace {
+
+// The tool-call syntax of a chat request whose output is parsed for calls.
+std::optional<ToolFormat> tool_format(const CompletionRequest& req, const TextCodec& codec) {
+  if (!req.chat || req.tool_choice == ToolChoice::kNone) return std::nullopt;
+  return detect_tool_format(codec.chat_template_source());
+}
+
+}  // namespace
+
+// A chat request's prompt: its conversation made into what the model's
+// template renders (chat_turns.h), rendered and tokenized without turn
+// injection (TextCodec::encode_chat).
+std::vector<int32_t> ApiService::Impl::chat_prompt(const ChatTurns& turns) const {
+  const std::string src = ctx.codec->chat_template_source();
+  ChatTurns adapted = adapt_chat_turns(turns, template_traits(src), detect_tool_format(src));
+  try {
+    return ctx.codec->encode_chat(adapted);
+  } catch (const Error& e) {
+    throw ApiError(e.code(), "cannot apply the chat template: " + e.message(), "messages");
+  }
+}
+
+// A completion's prompt: its text tokenized, or its ids checked; the text
+// `echo` prepends.
+std::vector<int32_t> ApiService::Impl::completion_prompt(const CompletionRequest& req,
+                                                         std::string& echo) const {
+  const TextCodec& codec = *ctx.codec;
+  if (req.prompt_text) {
+    echo = *req.prompt_text;
+    return codec.encode(*req.prompt_text, true, true);
+  }
+  const int32_t vocab = codec.vocab_size();
+  for (size_t i = 0; i < req.prompt_ids.size(); ++i)
+    if (req.prompt_ids[i] < 0 || req.prompt_ids[i] >= vocab)
+      throw ApiError(ErrorCode::kInvalidArgument,
+                     fmt::format("prompt[{}]: token id {} is out of range (vocabulary: {})", i,
+                                 req.prompt_ids[i], vocab),
+                     "prompt");
+  if (req.echo) echo = codec.decode(req.prompt_ids, req.skip_special_tokens);
+  return req.prompt_ids;
+}
+
+// The prompt and max_tokens against the context; max_tokens not given is
+// cut to what is left of it.
+void ApiService::Impl::check_context(CompletionRequest& req, size_t prompt_tokens) const {
+  const char* what = req.chat ? "messages" : "prompt";
+  if (prompt_tokens == 0)
+    throw ApiError(ErrorCode::kInvalidArgument, "the prompt encodes to no tokens", what);
+  for (int32_t id : req.stop_token_ids)
+    if (id >= ctx.codec->vocab_size())
+      throw ApiError(ErrorCode::kInvalidArgument,
+                     fmt::format("stop_token_ids: {} is out of range", id), "stop_token_ids");
+  if (ctx.max_model_len <= 0) return;
+  const int64_t n = int64_t(prompt_tokens);
+  if (n >= ctx.max_model_len)
+    throw ApiError(ErrorCode::kContextLength,
+                   fmt::format("this model's maximum context length is {} tokens; the prompt "
+                               "has {}",
+                               ctx.max_model_len, n),
+                   what);
+  const int64_t room = ctx.max_model_len - n;
+  if (req.max_tokens <= room) return;
+  if (req.max_tokens_given)
+    throw ApiError(ErrorCode::kContextLength,
+                   fmt::format("this model's maximum context length is {} tokens; you asked "
+                               "for {} ({} in the prompt, {} to generate)",
+                               ctx.max_model_len, n + req.max_tokens, n, req.max_tokens),
+                   "max_tokens");
+  req.max_tokens = int32_t(room);
+}
 
 void ApiService::Impl::generate(const HttpRequest& http, const std::shared_ptr<Responder>& res,
                                 bool chat) {
@@ -357,61 +487,33 @@ void ApiService::Impl::generate(const HttpRequest& http, const std::shared_ptr<R
                    "the daemon is stopping; retry on another instance or later");
   if (!engine.ready())
     throw ApiError(ErrorCode::kLoading, "the model is still loading; retry later");
-  const TextCodec& codec = *ctx.codec;
-
-  std::vector<int32_t> prompt;
-  std::string echo_text;
-  if (chat) {
-    std::string text;
-    try {
-      text = codec.render_chat(req.messages);
-    } catch (const Error& e) {
-      throw ApiError(e.code(), "cannot apply the chat template: " + e.message(), "messages");
-    }
-    prompt = codec.encode(text, /*add_special=*/false, /*parse_special=*/true);
-  } else if (req.prompt_text) {
-    prompt = codec.encode(*req.prompt_text, true, true);
-    echo_text = *req.prompt_text;
-  } else {
-    prompt = req.prompt_ids;
-    int32_t vocab = codec.vocab_size();
-    for (size_t i = 0; i < prompt.size(); ++i)
-      if (prompt[i] < 0 || prompt[i] >= vocab)
-        throw ApiError(ErrorCode::kInvalidArgument,
-                       fmt::format("prompt[{}]: token id {} is out of range (vocabulary: {})", i,
-                                   prompt[i], vocab),
-                       "prompt");
-    if (req.echo) echo_text = codec.decode(prompt, req.skip_special_tokens);
-  }
-  if (prompt.empty())
-    throw ApiError(ErrorCode::kInvalidArgument, "the prompt encodes to no tokens",
-                   chat ? "messages" : "prompt");
-  for (int32_t id : req.stop_token_ids)
-    if (id >= codec.vocab_size())
-      throw ApiError(ErrorCode::kInvalidArgument,
-                     fmt::format("stop_token_ids: {} is out of range", id), "stop_token_ids");
-
-  if (ctx.max_model_len > 0) {
-    int64_t n = int64_t(prompt.size());
-    if (n >= ctx.max_model_len)
-      throw ApiError(ErrorCode::kContextLength,
-                     fmt::format("this model's maximum context length is {} tokens; the prompt "
-                                 "has {}",
-                                 ctx.max_model_len, n),
-                     chat ? "messages" : "prompt");
-    int64_t room = ctx.max_model_len - n;
-    if (req.max_tokens > room) {
-      if (req.max_tokens_given)
-        throw ApiError(ErrorCode::kContextLength,
-                       fmt::format("this model's maximum context length is {} tokens; you asked "
-                                   "for {} ({} in the prompt, {} to generate)",
-                                   ctx.max_model_len, n + req.max_tokens, n, req.max_tokens),
-                       "max_tokens");
-      req.max_tokens = int32_t(room);
-    }
-  }
-  auto gen = std::make_shared<Generation>(shared_from_this(), res, std::move(req), route);
-  gen->start(std::move(prompt), std::move(echo_text));
+  std::string echo;
+  std::vector<int32_t> prompt = chat ? chat_prompt(req.chat_turns) : completion_prompt(req, echo);
+  check_context(req, prompt.size());
+  const std::optional<ToolFormat> tools = tool_format(req, *ctx.codec);
+  if (tools && (req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed))
+    req.constraint =
+        tool_call_constraint(*tools, req.chat_turns.tools, req.tool_name, req.parallel_tool_calls);
+  // Mistral's call marker is a control token: the parser must see it.
+  if (tools == ToolFormat::kMistral) req.skip_special_tokens = false;
+  std::optional<OutputConstraint> constraint = std::move(req.constraint);
+  if (constraint && !ctx.grammar)
+    throw ApiError(ErrorCode::kInvalidArgument,
+                   "structured outputs are not available on this server", constraint->param);
+  auto gen = std::make_shared<Generation>(shared_from_this(), res, std::move(req), route, tools);
+  gen->begin(prompt.size(), std::move(echo));
+  if (!constraint) return gen->submit(std::move(prompt), nullptr);
+  // Compiled on arrival (a bad one is a 400 before anything is scheduled),
+  // on the grammar service's threads; the answer comes back to this thread.
+  std::weak_ptr<PostGate> gate = this->gate;
+  ctx.grammar->compile(*constraint,
+                       [gen, gate, prompt = std::move(prompt), param = constraint->param](
+                           Status st, std::shared_ptr<const std::string> spec) {
+                         if (auto g = gate.lock())
+                           g->run([gen, prompt, st, spec, param]() mutable {
+                             gen->compiled(std::move(prompt), st, std::move(spec), param);
+                           });
+                       });
 }
 
 size_t ApiService::abort_all(const std::string& message) {

@@ -82,6 +82,9 @@ struct ApiService::Impl : std::enable_shared_from_this<ApiService::Impl> {
 
   // POST /v1/completions and /v1/chat/completions (api_generate.cpp).
   void generate(const HttpRequest& req, const Res& res, bool chat);
+  std::vector<int32_t> chat_prompt(const ChatTurns& turns) const;
+  std::vector<int32_t> completion_prompt(const CompletionRequest& req, std::string& echo) const;
+  void check_context(CompletionRequest& req, size_t prompt_tokens) const;
   // The bodies of /v1/models entries, /kvasir/v1/stats and /metrics.
   nlohmann::json model_json() const;
   nlohmann::json stats_json();

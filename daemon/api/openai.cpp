@@ -7,9 +7,12 @@
 #include <cmath>
 #include <limits>
 
+#include "daemon/api/openai_fields.h"
+
 namespace kvasir {
 
 using nlohmann::json;
+using nlohmann::ordered_json;
 
 namespace {
 // Deepest [ / { nesting outside strings: refused before parsing, so a body of
@@ -38,79 +41,45 @@ size_t nesting_depth(std::string_view s) {
 constexpr size_t kMaxJsonDepth = 32;
 }  // namespace
 
-json parse_json_object(std::string_view body) {
+namespace {
+template <class J>
+J parse_object(std::string_view body) {
   if (nesting_depth(body) > kMaxJsonDepth)
     throw ApiError(ErrorCode::kInvalidArgument,
                    fmt::format("the JSON body is nested deeper than {} levels", kMaxJsonDepth));
-  json j;
+  J j;
   try {
-    j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/true,
-                    /*ignore_comments=*/false);
-  } catch (const json::exception& e) {
+    j = J::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/true,
+                 /*ignore_comments=*/false);
+  } catch (const typename J::exception& e) {
     throw ApiError(ErrorCode::kInvalidArgument, fmt::format("malformed JSON body: {}", e.what()));
   }
   if (!j.is_object())
     throw ApiError(ErrorCode::kInvalidArgument, "the request body must be a JSON object");
   return j;
 }
+}  // namespace
+
+json parse_json_object(std::string_view body) {
+  return parse_object<json>(body);
+}
+
+ordered_json parse_ordered_object(std::string_view body) {
+  return parse_object<ordered_json>(body);
+}
 
 namespace {
 
-const char* type_name(const json& v) {
+using fields::get_bool;
+using fields::get_int;
+using fields::get_number;
+using fields::get_string;
+
+const char* type_name(const ordered_json& v) {
   return v.type_name();
 }
 
-// Field accessors: absent or null → nullopt; wrong type → 400 naming the field.
-std::optional<bool> get_bool(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_boolean())
-    bad_param(key, fmt::format("{} must be a boolean (got {})", key, type_name(*it)));
-  return it->get<bool>();
-}
-
-std::optional<double> get_number(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number())
-    bad_param(key, fmt::format("{} must be a number (got {})", key, type_name(*it)));
-  double v = it->get<double>();
-  if (!std::isfinite(v)) bad_param(key, fmt::format("{} must be finite", key));
-  return v;
-}
-
-// An integer in [lo, hi]. Floats with an integral value (2.0) are accepted.
-std::optional<int64_t> get_int(const json& j, const char* key, int64_t lo, int64_t hi) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  int64_t v = 0;
-  if (it->is_number_integer()) {
-    if (it->is_number_unsigned() &&
-        it->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
-      bad_param(key, fmt::format("{} is out of range (got {})", key, it->dump()));
-    v = it->get<int64_t>();
-  } else if (it->is_number_float()) {
-    double d = it->get<double>();
-    if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.0e18)
-      bad_param(key, fmt::format("{} must be an integer (got {})", key, it->dump()));
-    v = int64_t(d);
-  } else {
-    bad_param(key, fmt::format("{} must be an integer (got {})", key, type_name(*it)));
-  }
-  if (v < lo || v > hi)
-    bad_param(key, fmt::format("{} must be between {} and {} (got {})", key, lo, hi, v));
-  return v;
-}
-
-std::optional<std::string> get_string(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_string())
-    bad_param(key, fmt::format("{} must be a string (got {})", key, type_name(*it)));
-  return it->get<std::string>();
-}
-
-std::vector<int32_t> int_array(const json& a, const char* key, size_t max_n) {
+std::vector<int32_t> int_array(const ordered_json& a, const char* key, size_t max_n) {
   if (a.size() > max_n)
     bad_param(key,
               fmt::format("{} has {} token ids; at most {} are accepted", key, a.size(), max_n));
@@ -127,59 +96,10 @@ std::vector<int32_t> int_array(const json& a, const char* key, size_t max_n) {
   return out;
 }
 
-// The text of a chat message's content: a string, or an array of
-// {"type":"text","text":...} parts (concatenated).
-std::string message_content(const json& c, size_t i) {
-  std::string param = fmt::format("messages[{}].content", i);
-  if (c.is_null()) return "";
-  if (c.is_string()) return c.get<std::string>();
-  if (!c.is_array())
-    bad_param(param, fmt::format("{} must be a string or an array of parts", param));
-  std::string out;
-  for (const auto& part : c) {
-    if (!part.is_object()) bad_param(param, fmt::format("{} parts must be objects", param));
-    auto type = get_string(part, "type");
-    if (type && *type != "text")
-      bad_param(param, fmt::format("{}: content part type '{}' is not supported (only 'text')",
-                                   param, *type));
-    auto text = part.find("text");
-    if (text == part.end() || !text->is_string())
-      bad_param(param, fmt::format("{}: a text part needs a string 'text'", param));
-    out += text->get<std::string>();
-  }
-  return out;
-}
-
-std::vector<ChatMessageIn> parse_messages(const json& j, size_t max_messages) {
-  auto it = j.find("messages");
-  if (it == j.end() || it->is_null()) bad_param("messages", "messages is required");
-  if (!it->is_array() || it->empty())
-    bad_param("messages", "messages must be a non-empty array of {role, content} objects");
-  if (it->size() > max_messages)
-    bad_param("messages",
-              fmt::format("too many messages ({}; at most {})", it->size(), max_messages));
-  std::vector<ChatMessageIn> out;
-  for (size_t i = 0; i < it->size(); ++i) {
-    const json& m = (*it)[i];
-    if (!m.is_object()) bad_param(fmt::format("messages[{}]", i), "each message must be an object");
-    auto role = m.find("role");
-    if (role == m.end() || !role->is_string())
-      bad_param(fmt::format("messages[{}].role", i), "each message needs a string role");
-    std::string r = role->get<std::string>();
-    if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer")
-      bad_param(fmt::format("messages[{}].role", i),
-                fmt::format("unknown role '{}' (system, user, assistant, tool)", r));
-    auto content = m.find("content");
-    out.push_back({r == "developer" ? "system" : r,
-                   content == m.end() ? std::string() : message_content(*content, i)});
-  }
-  return out;
-}
-
-void parse_prompt(const json& j, CompletionRequest& r, const ParseLimits& lim) {
+void parse_prompt(const ordered_json& j, CompletionRequest& r, const ParseLimits& lim) {
   auto it = j.find("prompt");
   if (it == j.end() || it->is_null()) bad_param("prompt", "prompt is required");
-  const json* p = &*it;
+  const ordered_json* p = &*it;
   // A list of one prompt is accepted; batches are not.
   if (p->is_array() && !p->empty() && ((*p)[0].is_string() || (*p)[0].is_array())) {
     if (p->size() != 1)
@@ -203,12 +123,12 @@ void parse_prompt(const json& j, CompletionRequest& r, const ParseLimits& lim) {
 // The stop conditions: "stop" (a string or up to max_stop strings, each
 // non-empty and at most max_stop_bytes) and "stop_token_ids" (up to 64 ids;
 // the vocabulary bound is checked where the vocabulary is known).
-void parse_stops(const json& j, CompletionRequest& r, const ParseLimits& lim) {
+void parse_stops(const ordered_json& j, CompletionRequest& r, const ParseLimits& lim) {
   if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
     const bool many = it->is_array();
     if (many && it->size() > lim.max_stop)
       bad_param("stop", fmt::format("at most {} stop strings (got {})", lim.max_stop, it->size()));
-    for (const json& s : many ? *it : json::array({*it})) {
+    for (const ordered_json& s : many ? *it : ordered_json::array({*it})) {
       if (!s.is_string()) bad_param("stop", "stop must be a string or an array of strings");
       std::string v = s.get<std::string>();
       if (v.empty()) bad_param("stop", "stop strings must not be empty");
@@ -238,18 +158,43 @@ void parse_choices(const json& j, CompletionRequest& r) {
   }
 }
 
+// OpenAI fields that change what is generated and that Kvasir does not
+// implement: a 400 naming each (silently ignoring them would return
+// something else than asked). Neutral values pass.
+void refuse_unsupported(const ordered_json& j, bool chat) {
+  auto refuse = [](const char* key, const char* why) {
+    bad_param(key, fmt::format("{} is not supported by this server{}", key, why));
+  };
+  for (const char* key : {"suffix", "functions", "function_call", "audio", "prediction",
+                          "web_search_options", "guided_whitespace_pattern"})
+    if (fields::has(j, key)) refuse(key, "");
+  if (auto it = j.find("logit_bias"); it != j.end() && !it->is_null() && !it->empty())
+    refuse("logit_bias", "");
+  if (auto it = j.find("modalities");
+      it != j.end() && !it->is_null() && *it != ordered_json::array({"text"}))
+    refuse("modalities", " (text only)");
+  if (!chat && fields::has(j, "tools")) refuse("tools", " on /v1/completions (use chat)");
+}
+
 }  // namespace
 
 CompletionRequest parse_completion_request(std::string_view body, bool chat,
                                            const ParseLimits& lim) {
-  json j = parse_json_object(body);
+  ordered_json j = parse_ordered_object(body);
   CompletionRequest r;
   r.chat = chat;
   r.model = get_string(j, "model").value_or("");
   if (chat)
-    r.messages = parse_messages(j, lim.max_messages);
+    parse_chat_fields(j, r, lim);
   else
     parse_prompt(j, r, lim);
+  refuse_unsupported(j, chat);
+  r.constraint = parse_constraint(j, chat);
+  if (r.constraint &&
+      (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed))
+    bad_param("tool_choice", fmt::format("tool_choice forces a call, and {} constrains the output "
+                                         "otherwise; send one",
+                                         r.constraint->param));
 
   parse_choices(j, r);
 
@@ -308,10 +253,10 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat,
 }
 
 TokenizeRequest parse_tokenize_request(std::string_view body) {
-  json j = parse_json_object(body);
+  ordered_json j = parse_ordered_object(body);
   TokenizeRequest r;
   if (j.contains("messages") && !j["messages"].is_null()) {
-    r.messages = parse_messages(j, 4096);
+    r.chat = parse_chat_turns(j, ParseLimits{});
     r.add_special_tokens = get_bool(j, "add_special_tokens").value_or(false);
   } else {
     r.prompt = get_string(j, "prompt");
@@ -322,7 +267,7 @@ TokenizeRequest parse_tokenize_request(std::string_view body) {
 }
 
 std::vector<int32_t> parse_detokenize_request(std::string_view body, size_t max_ids) {
-  json j = parse_json_object(body);
+  ordered_json j = parse_ordered_object(body);
   auto it = j.find("tokens");
   if (it == j.end() || !it->is_array()) bad_param("tokens", "tokens must be an array of token ids");
   return int_array(*it, "tokens", max_ids);
@@ -330,10 +275,10 @@ std::vector<int32_t> parse_detokenize_request(std::string_view body, size_t max_
 
 // ---- responses ----
 
-json finish_reason_json(FinishReason f) {
+json finish_reason_json(FinishReason f, bool tool_finish) {
   switch (f) {
     case FinishReason::kStop:
-      return "stop";
+      return tool_finish ? "tool_calls" : "stop";
     case FinishReason::kLength:
       return "length";
     default:
@@ -404,11 +349,22 @@ json completion_response(const ResponseMeta& m, const std::vector<ChoiceOut>& ch
 
 json chat_response(const ResponseMeta& m, const std::vector<ChoiceOut>& choices, const Usage& u) {
   json out = json::array();
-  for (const ChoiceOut& c : choices)
+  for (const ChoiceOut& c : choices) {
+    json message = {{"role", "assistant"}, {"content", c.text}};
+    if (!c.calls.empty()) {
+      if (c.text.empty()) message["content"] = nullptr;
+      json tc = json::array();
+      for (const ToolCall& call : c.calls)
+        tc.push_back({{"id", call.id},
+                      {"type", "function"},
+                      {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+      message["tool_calls"] = std::move(tc);
+    }
     out.push_back({{"index", c.index},
-                   {"message", {{"role", "assistant"}, {"content", c.text}}},
+                   {"message", std::move(message)},
                    {"logprobs", c.logprobs},
-                   {"finish_reason", finish_reason_json(c.finish)}});
+                   {"finish_reason", finish_reason_json(c.finish, c.tool_finish)}});
+  }
   return {{"id", m.id},       {"object", "chat.completion"}, {"created", m.created},
           {"model", m.model}, {"choices", std::move(out)},   {"usage", usage_json(u)}};
 }
@@ -419,8 +375,11 @@ json completion_response(const ResponseMeta& m, const std::string& text, FinishR
 }
 
 json chat_response(const ResponseMeta& m, const std::string& text, FinishReason f, const Usage& u,
-                   const json& logprobs) {
-  return chat_response(m, {ChoiceOut{0, text, f, logprobs}}, u);
+                   const json& logprobs, const std::vector<ToolCall>& calls, bool tool_finish) {
+  ChoiceOut c{0, text, f, logprobs};
+  c.calls = calls;
+  c.tool_finish = tool_finish;
+  return chat_response(m, {std::move(c)}, u);
 }
 
 json completion_chunk(const ResponseMeta& m, const std::string& text, FinishReason f,
@@ -436,7 +395,7 @@ json completion_chunk(const ResponseMeta& m, const std::string& text, FinishReas
 }
 
 json chat_chunk(const ResponseMeta& m, const std::optional<std::string>& content, bool with_role,
-                FinishReason f, const json& logprobs, int32_t index) {
+                FinishReason f, const json& logprobs, int32_t index, bool tool_finish) {
   json delta = json::object();
   if (with_role) delta["role"] = "assistant";
   if (content) delta["content"] = *content;
@@ -447,7 +406,31 @@ json chat_chunk(const ResponseMeta& m, const std::optional<std::string>& content
           {"choices", json::array({{{"index", index},
                                     {"delta", delta},
                                     {"logprobs", logprobs},
-                                    {"finish_reason", finish_reason_json(f)}}})}};
+                                    {"finish_reason", finish_reason_json(f, tool_finish)}}})}};
+}
+
+json chat_tool_chunk(const ResponseMeta& m, const std::vector<ToolCallDelta>& deltas,
+                     int32_t index) {
+  json calls = json::array();
+  for (const ToolCallDelta& d : deltas) {
+    json c = {{"index", d.index}};
+    if (d.first) {
+      c["id"] = d.id;
+      c["type"] = "function";
+      c["function"] = {{"name", d.name}, {"arguments", d.arguments}};
+    } else {
+      c["function"] = {{"arguments", d.arguments}};
+    }
+    calls.push_back(std::move(c));
+  }
+  return {{"id", m.id},
+          {"object", "chat.completion.chunk"},
+          {"created", m.created},
+          {"model", m.model},
+          {"choices", json::array({{{"index", index},
+                                    {"delta", {{"tool_calls", std::move(calls)}}},
+                                    {"logprobs", nullptr},
+                                    {"finish_reason", nullptr}}})}};
 }
 
 json usage_chunk(const ResponseMeta& m, bool chat, const Usage& u) {

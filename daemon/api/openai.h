@@ -20,9 +20,33 @@
 
 namespace kvasir {
 
-struct ChatMessageIn {
-  std::string role, content;
+// A chat conversation as the model's chat template takes it (the OpenAI
+// shape, key order kept: a template's tojson shows it): messages
+// (system/user/assistant/tool; content a string, null or text parts;
+// tool_calls on assistant turns; tool_call_id and name on tool turns),
+// tools (null or [{"type": "function", "function": {...}}]),
+// chat_template_kwargs, add_generation_prompt.
+struct ChatTurns {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools;  // null or an array
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
+  bool add_generation_prompt = true;
 };
+
+// What the output must match (docs/structured-outputs.md), as the request
+// asked for it, with the field it came from (named in a 400).
+struct OutputConstraint {
+  enum class Kind { kJsonObject, kJsonSchema, kRegex, kChoice, kEbnf, kStructuralTag };
+  Kind kind = Kind::kJsonObject;
+  std::string text;  // the schema (JSON), regex, grammar or structural tag
+  std::vector<std::string> choices;
+  std::string param;  // "response_format", "structured_outputs.regex", "tools", ...
+};
+
+// tool_choice: "none" (tools shown, output not parsed for calls), "auto"
+// (the model decides; calls parsed), "required" (at least one call,
+// decoding constrained), a named function (exactly one call of it).
+enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
 
 struct ParseLimits {
   int32_t max_tokens_cap = 1 << 20;  // largest max_tokens accepted
@@ -32,15 +56,21 @@ struct ParseLimits {
   size_t max_stop_bytes = 1024;  // per stop string
   size_t max_prompt_ids = 1 << 20;
   size_t max_messages = 4096;
+  size_t max_tools = 128;
 };
 
 struct CompletionRequest {
   bool chat = false;
   std::string model;  // as sent ("" if absent)
-  // Completions: either text or ids. Chat: messages.
+  // Completions: either text or ids. Chat: the conversation.
   std::optional<std::string> prompt_text;
   std::vector<int32_t> prompt_ids;
-  std::vector<ChatMessageIn> messages;
+  ChatTurns chat_turns;
+  ToolChoice tool_choice = ToolChoice::kNone;  // kAuto when tools are given
+  std::string tool_name;                       // kNamed: the function
+  bool parallel_tool_calls = true;
+  // response_format, structured_outputs or guided_* (at most one of them).
+  std::optional<OutputConstraint> constraint;
   int32_t max_tokens = 16;
   bool max_tokens_given = false;
   SamplingParams sampling;
@@ -68,10 +98,12 @@ struct CompletionRequest {
 CompletionRequest parse_completion_request(std::string_view body, bool chat,
                                            const ParseLimits& limits = {});
 
-// /tokenize: {"prompt": str, "add_special_tokens": bool} or {"messages": [...]}
+// /tokenize: {"prompt": str, "add_special_tokens": bool} or {"messages": [...],
+// "tools", "chat_template_kwargs", "add_generation_prompt"}, rendered as chat
+// requests are.
 struct TokenizeRequest {
   std::optional<std::string> prompt;
-  std::vector<ChatMessageIn> messages;
+  std::optional<ChatTurns> chat;
   bool add_special_tokens = true;
 };
 TokenizeRequest parse_tokenize_request(std::string_view body);
@@ -80,11 +112,26 @@ std::vector<int32_t> parse_detokenize_request(std::string_view body, size_t max_
 
 // Parse any JSON body; 400 on malformed JSON or a non-object.
 nlohmann::json parse_json_object(std::string_view body);
+// The same, keeping the order of object keys (chat requests: a template's
+// tojson shows it, and transformers keeps the client's order).
+nlohmann::ordered_json parse_ordered_object(std::string_view body);
+
+// Chat requests (openai_chat.cpp): messages, tools, tool_choice,
+// parallel_tool_calls, chat_template_kwargs, add_generation_prompt from `j`
+// into r; 400 naming the field on anything malformed.
+void parse_chat_fields(const nlohmann::ordered_json& j, CompletionRequest& r,
+                       const ParseLimits& limits);
+ChatTurns parse_chat_turns(const nlohmann::ordered_json& j, const ParseLimits& limits);
+// response_format, structured_outputs and vLLM's older guided_* fields
+// (openai_structured.cpp): at most one constraint, shapes checked (whether
+// it compiles is known only by compiling it).
+std::optional<OutputConstraint> parse_constraint(const nlohmann::ordered_json& j, bool chat);
 
 // ---- responses ----
 
-// The OpenAI finish_reason: "stop", "length", or null (kNone, kAbort, kError).
-nlohmann::json finish_reason_json(FinishReason f);
+// The OpenAI finish_reason: "stop", "length", or null (kNone, kAbort,
+// kError); "tool_calls" for kStop with tool_finish.
+nlohmann::json finish_reason_json(FinishReason f, bool tool_finish = false);
 
 struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0;
@@ -105,6 +152,19 @@ nlohmann::json completion_logprobs_json(const std::vector<TokenLogprob>& lp, siz
 // Chat logprobs object: {"content":[{"token","logprob","bytes","top_logprobs"}]}.
 nlohmann::json chat_logprobs_json(const std::vector<TokenLogprob>& lp);
 
+// A tool call of the response (message.tool_calls), and one piece of one
+// streamed (delta.tool_calls): the first piece of call `index` carries its
+// id, type and name, the next ones pieces of its arguments.
+struct ToolCall {
+  std::string id, name, arguments;
+};
+struct ToolCallDelta {
+  size_t index = 0;
+  bool first = false;
+  std::string id, name;  // on the first only
+  std::string arguments;
+};
+
 struct ResponseMeta {
   std::string id;  // "cmpl-…" / "chatcmpl-…"
   std::string model;
@@ -117,6 +177,11 @@ struct ChoiceOut {
   std::string text;
   FinishReason finish = FinishReason::kNone;
   nlohmann::json logprobs;  // null when not asked
+  // Chat with tools: the calls parsed from the output (text is then the
+  // content around them; null in the message when empty), and whether
+  // finish_reason "stop" reads "tool_calls".
+  std::vector<ToolCall> calls;
+  bool tool_finish = false;
 };
 
 // A whole (non-streamed) response: its choices in the order given.
@@ -127,8 +192,11 @@ nlohmann::json chat_response(const ResponseMeta& m, const std::vector<ChoiceOut>
 // The same with one choice.
 nlohmann::json completion_response(const ResponseMeta& m, const std::string& text, FinishReason f,
                                    const Usage& u, const nlohmann::json& logprobs);
+// Chat: message.content is null when the model only called tools; with
+// tool_finish, finish_reason "stop" reads "tool_calls".
 nlohmann::json chat_response(const ResponseMeta& m, const std::string& text, FinishReason f,
-                             const Usage& u, const nlohmann::json& logprobs);
+                             const Usage& u, const nlohmann::json& logprobs,
+                             const std::vector<ToolCall>& calls = {}, bool tool_finish = false);
 
 // Stream chunks, one choice each (`index`: which). `usage` (only with
 // include_usage) goes in a final chunk with empty choices, as OpenAI sends it.
@@ -137,7 +205,10 @@ nlohmann::json completion_chunk(const ResponseMeta& m, const std::string& text, 
 // Chat: the first chunk of each choice carries delta.role; later ones delta.content.
 nlohmann::json chat_chunk(const ResponseMeta& m, const std::optional<std::string>& content,
                           bool with_role, FinishReason f, const nlohmann::json& logprobs,
-                          int32_t index = 0);
+                          int32_t index = 0, bool tool_finish = false);
+// delta.tool_calls pieces (OpenAI's streaming shape) of choice `index`.
+nlohmann::json chat_tool_chunk(const ResponseMeta& m, const std::vector<ToolCallDelta>& deltas,
+                               int32_t index = 0);
 nlohmann::json usage_chunk(const ResponseMeta& m, bool chat, const Usage& u);
 
 // Server-sent events framing: "data: <json>\n\n" and "data: [DONE]\n\n".

@@ -412,6 +412,23 @@ void resolve_server(const std::string& base_dir, ServerCfg& sv) {
   sv.api_key = read_api_key_file(sv.api_key_file);
 }
 
+void parse_grammar(const toml::table& t, GrammarCfg& g) {
+  check_keys(t, "grammar",
+             {"enabled", "workers", "cache_capacity", "compile_timeout", "max_spec_bytes"});
+  if (auto* n = t.get("enabled")) {
+    KV_CHECK(n->is_boolean(), "grammar.enabled: must be true or false");
+    g.enabled = *n->value<bool>();
+  }
+  g.workers = get_int(t, "workers", "grammar.workers", g.workers, 1, 64);
+  g.cache_capacity =
+      get_int(t, "cache_capacity", "grammar.cache_capacity", g.cache_capacity, 0, 1 << 20);
+  g.compile_timeout_s =
+      get_double(t, "compile_timeout", "grammar.compile_timeout", g.compile_timeout_s, 0.01, 600);
+  g.max_spec_bytes = get_size(t, "max_spec_bytes", "grammar.max_spec_bytes", g.max_spec_bytes);
+  KV_CHECK(g.max_spec_bytes >= 1024 && g.max_spec_bytes <= (16u << 20),
+           "grammar.max_spec_bytes: {} is out of range [1KiB, 16MiB]", g.max_spec_bytes);
+}
+
 void parse_log(const toml::table& l, LogCfg& lc) {
   check_keys(l, "log", {"level"});
   lc.level = get_str(l, "level", "log.level", lc.level);
@@ -431,7 +448,9 @@ Config parse_config(std::string_view text, const std::string& base_dir, const st
   }
   Config c;
   c.source = source;
-  check_keys(root, "", {"model", "plan", "stages", "kv", "scheduler", "server", "recovery", "log"});
+  check_keys(
+      root, "",
+      {"model", "plan", "stages", "kv", "scheduler", "server", "recovery", "grammar", "log"});
   parse_model(root, base_dir, c.model);
   if (auto* p = sub_table(root, "plan")) parse_plan(*p, c.plan);
   if (auto* n = root.get("stages")) parse_stages(*n, c.plan);
@@ -439,6 +458,7 @@ Config parse_config(std::string_view text, const std::string& base_dir, const st
   if (auto* s = sub_table(root, "scheduler")) parse_scheduler(*s, c.scheduler);
   if (auto* s = sub_table(root, "server")) parse_server(*s, c.server);
   if (auto* r = sub_table(root, "recovery")) parse_recovery(*r, c.recovery);
+  if (auto* g = sub_table(root, "grammar")) parse_grammar(*g, c.grammar);
   if (auto* l = sub_table(root, "log")) parse_log(*l, c.log);
   resolve_server(base_dir, c.server);
   validate_plan(c.plan);

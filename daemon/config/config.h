@@ -101,6 +101,23 @@ struct RecoveryCfg {
   double restart_window_s = 60;      // the window max_restarts counts over
 };
 
+// [grammar]: structured outputs (docs/structured-outputs.md). Ranges are
+// checked in parse_config.
+struct GrammarCfg {
+  bool enabled = true;                 // false: no grammar table; structured requests get 400
+  int32_t workers = 2;                 // compile threads per process (the daemon's, the tail's)
+  int32_t cache_capacity = 128;        // compiled grammars kept per process
+  double compile_timeout_s = 10;       // the longest a spec may take to compile
+  uint64_t max_spec_bytes = 64 << 10;  // a schema, regex, grammar or tool set's text
+};
+
+// The bytes of a grammar-table entry (ipc/grammar_table.h) for specs of up
+// to max_spec_bytes in grammar/'s wire form: its header and a 4-byte length
+// per choice (at most 1,024 choices) come on top of the text.
+inline uint64_t grammar_entry_capacity(const GrammarCfg& g) {
+  return g.max_spec_bytes + 8192;
+}
+
 // [log]: the level of the daemon's and its stages' log (base/log.h);
 // `kvasird --log-level` overrides it.
 struct LogCfg {
@@ -115,6 +132,7 @@ struct Config {
   SchedulerCfg scheduler;
   ServerCfg server;
   RecoveryCfg recovery;
+  GrammarCfg grammar;
   LogCfg log;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <tuple>
 
 #include "base/check.h"
 #include "base/log.h"
@@ -36,7 +37,8 @@ Bridge::Bridge(ipc::Segment& seg, BridgeConfig cfg, std::function<RingHealth()> 
     : seg_(seg),
       cfg_(std::move(cfg)),
       health_(std::move(health)),
-      sched_(with_inflight(cfg_.limits, seg), cfg_.n_blocks, cfg_.block_size, cfg_.eos_ids) {
+      sched_(with_inflight(cfg_.limits, seg), cfg_.n_blocks, cfg_.block_size, cfg_.eos_ids),
+      specs_(seg.grammar_table()) {
   KV_CHECK(cfg_.limits.max_rows <= seg_.dims().max_rows &&
                cfg_.limits.max_tokens <= seg_.dims().max_tokens,
            "bridge: limits exceed the segment's widths");
@@ -85,6 +87,7 @@ Status Bridge::check_request(const GenRequest& r) const {
   if (r.cache_salt.size() > kMaxCacheSalt)
     return error_status(kInvalidArgument, "cache_salt: longer than {} bytes", kMaxCacheSalt);
   KV_RETURN_IF_ERROR(validate_sampling(r.sampling));
+  KV_RETURN_IF_ERROR(check_grammar(r));
   const int64_t need = int64_t(r.prompt.size()) + r.max_tokens;
   if (cfg_.context_length > 0 && need > cfg_.context_length)
     return error_status(kContextLength,
@@ -99,6 +102,20 @@ Status Bridge::check_request(const GenRequest& r) const {
         "prompt ({} tokens) + max_tokens ({}) need {} KV blocks; the cache holds {}",
         r.prompt.size(), r.max_tokens, blocks,
         std::min<int64_t>(cfg_.n_blocks, seg_.dims().max_table));
+  return Status();
+}
+
+// A structured-output spec must fit an entry of the segment's grammar table
+// (one with no table: this instance serves no structured outputs).
+Status Bridge::check_grammar(const GenRequest& r) const {
+  if (!r.grammar) return Status();
+  if (!specs_.enabled())
+    return Status(ErrorCode::kInvalidArgument,
+                  "structured outputs are not available on this instance (no grammar table)");
+  if (r.grammar->size() > specs_.capacity())
+    return error_status(ErrorCode::kInvalidArgument,
+                        "the structured-output spec is {} bytes; this instance takes at most {}",
+                        r.grammar->size(), specs_.capacity());
   return Status();
 }
 
@@ -269,6 +286,9 @@ bool Bridge::submit_batch() {
 // Writes a batch into descriptor `slot`, row by row as the scheduler formed it.
 void Bridge::encode(uint32_t slot, uint64_t batch_id, const SchedulerOutput& out) {
   const ipc::SlotDims& d = seg_.dims();
+  uint64_t oldest = batch_id;  // the oldest batch in the ring: its grammar entries are taken
+  for (const Slot& s : slots_)
+    if (s.busy) oldest = std::min(oldest, s.batch_id);
   ipc::Batch b;
   b.batch_id = batch_id;
   b.tables.assign(out.rows.size() * size_t(d.max_table), 0);
@@ -287,6 +307,9 @@ void Bridge::encode(uint32_t slot, uint64_t batch_id, const SchedulerOutput& out
     std::copy(row.table.begin(), row.table.end(), b.tables.begin() + int64_t(r) * d.max_table);
     b.sampling.push_back(row.sampling);
     if (row.copy_src >= 0) b.copies.push_back(ipc::BlockCopy{row.copy_src, row.copy_dst});
+    if (row.grammar)
+      std::tie(b.sampling.back().grammar_entry, b.sampling.back().grammar_id) =
+          specs_.place(*row.grammar, batch_id, oldest);
   }
   b.n_tokens = int32_t(b.tokens.size());
   ipc::write_desc(seg_.desc(slot), b, d);

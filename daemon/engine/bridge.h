@@ -37,6 +37,7 @@
 #include "daemon/engine/engine.h"
 #include "daemon/engine/ring_health.h"
 #include "daemon/engine/scheduler.h"
+#include "daemon/engine/spec_table.h"
 #include "ipc/segment.h"
 
 namespace kvasir {
@@ -88,6 +89,7 @@ class Bridge : public Engine {
   };
 
   Status check_request(const GenRequest& r) const;
+  Status check_grammar(const GenRequest& r) const;
   void loop();
   void take_inbox();
   bool submit_batch();
@@ -118,6 +120,7 @@ class Bridge : public Engine {
 
   // Engine thread only.
   Scheduler sched_;
+  SpecTable specs_;  // structured-output specs in the segment's grammar table
   std::vector<Slot> slots_;
   uint64_t next_batch_id_ = 1;
   uint64_t faults_seen_ = 0;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,11 @@ struct GenRequest {
   // Prefix caching isolation: blocks are shared only between requests with
   // the same salt (empty: the default pool every unsalted request shares).
   std::string cache_salt;
+  // Structured outputs: the spec the output must match, in grammar/'s wire
+  // form (grammar::encode_spec), already compiled once by the API; null =
+  // unconstrained. Opaque to the engine: the bridge puts it into the
+  // segment's grammar table and the tail stage compiles and applies it.
+  std::shared_ptr<const std::string> grammar;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };

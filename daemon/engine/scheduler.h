@@ -71,6 +71,8 @@ struct ScheduledRow {
   std::vector<int32_t> tokens;  // n_tokens ids (for padding, a filler id)
   std::vector<int32_t> table;   // the request's KV blocks, covering pos0 + n_tokens
   SamplingParams sampling;      // its seed always set
+  // The request's structured-output spec (GenRequest::grammar), or null.
+  std::shared_ptr<const std::string> grammar;
 };
 
 struct SchedulerOutput {

@@ -40,6 +40,13 @@ ipc::SegmentParams Supervisor::params_for(const Config& cfg, const ModelConfig& 
     p.stages[i].threads = st[i].threads;
     std::snprintf(p.stages[i].device, sizeof p.stages[i].device, "%s", st[i].device.c_str());
   }
+  // The grammar table (ipc/grammar_table.h): an entry for every row the ring
+  // can hold at once, each large enough for the biggest spec the API takes
+  // in its wire form (grammar::encode_spec: a few bytes per choice more).
+  if (cfg.grammar.enabled) {
+    p.grammar_entries = std::min(p.dims.inflight * p.dims.max_rows, 1 << 16);
+    p.grammar_capacity = uint32_t(grammar_entry_capacity(cfg.grammar));
+  }
   KV_CHECK(cfg.model.path.size() < sizeof p.model_path, "model.path: longer than {} bytes",
            sizeof p.model_path - 1);
   std::snprintf(p.model_path, sizeof p.model_path, "%s", cfg.model.path.c_str());

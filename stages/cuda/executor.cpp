@@ -18,6 +18,7 @@
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/swiglu.h"
 #include "kernels/cuda/token_logprob.h"
+#include "kernels/cuda/token_mask.h"
 #include "stages/slice.h"
 
 namespace kvasir::cuda {
@@ -66,8 +67,9 @@ CudaSliceExecutor::~CudaSliceExecutor() {
   for (void* p : allocs_) cudaFree(p);
   if (h_ints_) cudaFreeHost(h_ints_);
   if (h_err_) cudaFreeHost(h_err_);
-  for (void* h : {static_cast<void*>(h_samp_), static_cast<void*>(h_tok_),
-                  static_cast<void*>(h_flags_), static_cast<void*>(h_lp_)})
+  for (void* h :
+       {static_cast<void*>(h_samp_), static_cast<void*>(h_tok_), static_cast<void*>(h_flags_),
+        static_cast<void*>(h_lp_), static_cast<void*>(h_mask_)})
     if (h) cudaFreeHost(h);
   if (lt_) cublasLtDestroy(lt_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -327,6 +329,9 @@ Status CudaSliceExecutor::alloc_tail_scratch() {
   KV_RETURN_IF_ERROR(host_alloc(R * 4, &h_tok_));
   KV_RETURN_IF_ERROR(host_alloc(R * 4, &h_flags_));
   KV_RETURN_IF_ERROR(host_alloc(R * 4, &h_lp_));
+  mask_words_ = int32_t((uint64_t(mc_.vocab) + 31) / 32);
+  KV_RETURN_IF_ERROR(dev_alloc(R * uint64_t(mask_words_) * 4, "token masks", &d_mask_));
+  KV_RETURN_IF_ERROR(host_alloc(R * uint64_t(mask_words_) * 4, &h_mask_));
   sel_row_.assign(size_t(R), 0);
   return Status();
 }
@@ -760,6 +765,7 @@ Status CudaSliceExecutor::select_rows(const KvasirCudaBatch& b, int32_t* h_gathe
   int32_t n_dev = 0;
   int64_t t = 0;
   n_sel = 0;
+  masked_ = false;
   for (int32_t r = 0; r < b.n_rows; ++r) {
     t += b.rows[r].n_tokens;
     if (!b.rows[r].want_logits) continue;
@@ -777,9 +783,11 @@ Status CudaSliceExecutor::select_rows(const KvasirCudaBatch& b, int32_t* h_gathe
       row.top_k = sp.top_k;
       row.seed = sp.seed;
       row.position = sp.position;
+      KV_RETURN_IF_ERROR(stage_mask(b, r, n_sel));
       ++n_dev;
     } else {
       h_samp_[n_sel] = GpuSamplingRow{};  // sampled (greedy) but unused: the host samples it
+      std::fill_n(h_mask_ + int64_t(n_sel) * mask_words_, mask_words_, ~uint32_t(0));
     }
     sel_row_[size_t(n_sel)] = r;
     h_gather[n_sel++] = int32_t(t - 1);
@@ -836,6 +844,7 @@ Status CudaSliceExecutor::sample_rows(const KvasirCudaBatch& b, int32_t n_sel) {
       cuda_status(cudaMemcpyAsync(d_samp_, h_samp_, size_t(n_sel) * sizeof(GpuSamplingRow),
                                   cudaMemcpyHostToDevice, stream_),
                   "sampling upload"));
+  KV_RETURN_IF_ERROR(apply_masks(n_sel));
   KV_RETURN_IF_ERROR(cuda_status(launch_sample(sa, stream_), "sample"));
   KV_RETURN_IF_ERROR(cuda_status(launch_token_logprob(la, stream_), "token logprob"));
   KV_RETURN_IF_ERROR(down(h_tok_, d_tok_, "sampled ids"));
@@ -850,6 +859,39 @@ Status CudaSliceExecutor::sample_rows(const KvasirCudaBatch& b, int32_t n_sel) {
                     "logits download"));
   }
   return Status();
+}
+
+// Packed row `sel` (batch row r, sampled on the device): its token mask, or
+// all ones, into the pinned staging.
+Status CudaSliceExecutor::stage_mask(const KvasirCudaBatch& b, int32_t r, int32_t sel) {
+  uint32_t* dst = h_mask_ + int64_t(sel) * mask_words_;
+  const uint32_t* m = b.sample[r].mask;
+  if (!m) {
+    std::fill_n(dst, mask_words_, ~uint32_t(0));
+    return Status();
+  }
+  if (b.mask_words < mask_words_)
+    return batch_error(
+        fmt::format("row {}: a token mask of {} words for {} tokens", r, b.mask_words, mc_.vocab));
+  std::copy_n(m, mask_words_, dst);
+  masked_ = true;
+  return Status();
+}
+
+// Structured outputs: the masked rows' refused logits to -inf before the
+// sampler and the logprobs see them (the host sampler's order too).
+Status CudaSliceExecutor::apply_masks(int32_t n_sel) {
+  if (!masked_) return Status();
+  const size_t bytes = size_t(n_sel) * size_t(mask_words_) * 4;
+  KV_RETURN_IF_ERROR(cuda_status(
+      cudaMemcpyAsync(d_mask_, h_mask_, bytes, cudaMemcpyHostToDevice, stream_), "mask upload"));
+  TokenMaskArgs ma;
+  ma.logits = logits_;
+  ma.masks = d_mask_;
+  ma.n_rows = n_sel;
+  ma.vocab = int32_t(mc_.vocab);
+  ma.words = mask_words_;
+  return cuda_status(launch_apply_token_mask(ma, stream_), "token mask");
 }
 
 }  // namespace kvasir::cuda

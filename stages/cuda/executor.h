@@ -138,6 +138,8 @@ class CudaSliceExecutor {
   Status select_rows(const KvasirCudaBatch& b, int32_t* h_gather, int32_t& n_sel);
   Status project_rows(int64_t T, int32_t n_sel, const int32_t* h_gather, int32_t* d_gather);
   Status sample_rows(const KvasirCudaBatch& b, int32_t n_sel);
+  Status stage_mask(const KvasirCudaBatch& b, int32_t r, int32_t sel);
+  Status apply_masks(int32_t n_sel);
   // After the batch's synchronisation: the device-sampled rows' tokens.
   Status finish_sampling(const KvasirCudaBatch& b);
 
@@ -189,6 +191,12 @@ class CudaSliceExecutor {
   float* h_lp_ = nullptr;             // pinned [max_rows]
   std::vector<int32_t> sel_row_;      // packed sampled index -> batch row
   bool dev_sampled_ = false;          // this batch sampled rows on the device
+  // Structured outputs: each packed row's token mask (all ones where none),
+  // applied before the device sampler (kernels/cuda/token_mask.h).
+  int32_t mask_words_ = 0;      // (vocab + 31) / 32
+  uint32_t* d_mask_ = nullptr;  // [max_rows, mask_words_]
+  uint32_t* h_mask_ = nullptr;  // pinned, same layout
+  bool masked_ = false;         // this batch has a masked device row
   DeviceBoundaries bounds_;
 };
 

@@ -46,14 +46,15 @@
 extern "C" {
 #endif
 
-/* 4: KvasirCudaBatch gained block copies (copy_src, copy_dst, n_copies). */
-#define KVASIR_CUDA_ABI_VERSION 4u
+/* 4: KvasirCudaBatch gained block copies (copy_src, copy_dst, n_copies).
+ * 5: structured outputs (KvasirCudaSample::mask, KvasirCudaBatch::mask_words). */
+#define KVASIR_CUDA_ABI_VERSION 5u
 /* Same version and compiler, or refuse (see above). CMake defines
  * KVASIR_BUILD_TAG identically for the loader and the plugin. */
 #ifndef KVASIR_BUILD_TAG
 #define KVASIR_BUILD_TAG "untagged"
 #endif
-#define KVASIR_CUDA_BUILD_TAG "kvasir-cuda-abi3 " KVASIR_BUILD_TAG
+#define KVASIR_CUDA_BUILD_TAG "kvasir-cuda-abi4 " KVASIR_BUILD_TAG
 
 /* Success: kvasir::ErrorCode::kOk. Any other status is a kvasir::ErrorCode. */
 #define KVASIR_CUDA_OK 0
@@ -91,6 +92,11 @@ typedef struct KvasirCudaSample {
   int32_t top_k;
   uint64_t seed;
   uint64_t position; /* keys the (seed, position) draw, as on the host */
+  /* Structured outputs (ABI 5): an on-device row's token mask, host memory,
+   * KvasirCudaBatch::mask_words words (bit id%32 of word id/32: id may come
+   * next), applied to its logits before it is sampled
+   * (kernels/cuda/token_mask.h); null = unconstrained. */
+  const uint32_t* mask;
 } KvasirCudaSample;
 
 /* One forward pass. Host pointers; device boundaries (attach_boundaries)
@@ -119,6 +125,7 @@ typedef struct KvasirCudaBatch {
   const int32_t* copy_src; /* [n_copies] host */
   const int32_t* copy_dst; /* [n_copies] host */
   int32_t n_copies;
+  int32_t mask_words;      /* words of each KvasirCudaSample::mask (ABI 5) */
 } KvasirCudaBatch;
 
 typedef struct KvasirCudaStage KvasirCudaStage; /* opaque */

@@ -632,6 +632,39 @@ TEST(Sampler, AllNaNRowIsFlaggedNotACrash) {
 // --------------------------------------------------------------------------
 // Cost at the target vocabulary (printed, not asserted: the machine is shared).
 
+// Structured outputs: a token mask takes the refused tokens out before
+// anything else, so no draw, however seeded, lands on one, and the
+// logprobs are those of the masked distribution; a mask that leaves no
+// finite logit is all_masked; ids past the mask are refused.
+TEST(Sampler, TokenMaskRefusesEveryMaskedToken) {
+  std::vector<float> logits(70);
+  for (int i = 0; i < 70; ++i) logits[size_t(i)] = float(i % 7);
+  std::vector<uint32_t> mask = {0x00000104u, 0x80000000u};  // ids 2, 8, 63; 64+ past the mask
+  Sampler s;
+  for (uint64_t pos = 0; pos < 200; ++pos) {
+    SamplingParams p = params(1.5f);
+    p.seed = 7;
+    p.logprobs = 2;
+    auto w = logits;
+    const auto r = s.sample(w.data(), 70, p, nullptr, pos, mask);
+    EXPECT_TRUE(r.token == 2 || r.token == 8 || r.token == 63) << r.token;
+    ASSERT_EQ(r.n_top, 2);
+    EXPECT_EQ(r.top[0].first, 2);  // logits 2, 1 and 0 for ids 2, 8 and 63
+    EXPECT_EQ(r.top[1].first, 8);
+    const double lse = std::log(std::exp(2.0) + std::exp(1.0) + std::exp(0.0));
+    EXPECT_NEAR(r.top[0].second, 2.0 - lse, 1e-5);
+  }
+  auto w = logits;
+  EXPECT_EQ(s.sample(w.data(), 70, params(0.0f), nullptr, 0, mask).token, 2);
+  w = logits;
+  w[2] = w[8] = w[63] = kNaN;
+  EXPECT_TRUE(s.sample(w.data(), 70, params(0.0f), nullptr, 0, mask).all_masked);
+  w = logits;
+  EXPECT_EQ(apply_token_mask(w.data(), 70, mask), 2.0f);
+  for (int i = 0; i < 70; ++i)
+    EXPECT_EQ(std::isinf(w[size_t(i)]), !(i == 2 || i == 8 || i == 63)) << i;
+}
+
 TEST(Sampler, TimingAtVocab49152) {
   const int vocab = 49152;
   std::mt19937 gen(1);

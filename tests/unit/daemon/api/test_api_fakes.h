@@ -14,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "base/check.h"
 #include "daemon/api/api.h"
 
 namespace kvasir::test {
@@ -48,11 +49,45 @@ class FakeCodec : public TextCodec {
   }
   int32_t vocab_size() const override { return 257; }
   bool is_eog(int32_t id) const override { return id == kEog; }
-  std::string render_chat(const std::vector<ChatMessageIn>& m) const override {
+  // "role: content\n" per message, then "assistant: "; refuses (as a
+  // template's raise_exception) when chat_template_kwargs has "refuse".
+  std::vector<int32_t> encode_chat(const ChatTurns& c) const override {
+    KV_CHECK(!c.kwargs.contains("refuse"), "the template refuses this conversation");
     std::string s;
-    for (const auto& x : m) s += x.role + ": " + x.content + "\n";
-    return s + "assistant: ";
+    for (const auto& m : c.messages) {
+      s += m["role"].get<std::string>() + ": " +
+           (m["content"].is_string() ? m["content"].get<std::string>() : std::string()) + "\n";
+    }
+    s += c.add_generation_prompt ? "assistant: " : "";
+    return encode(s, false, false);
   }
+  std::string chat_template_source() const override { return source; }
+  std::string source = "{{ messages }}";
+};
+
+// A grammar service that answers from another thread, after `delay_ms`,
+// with `answer` (ok: the spec is "wire:" and the constraint's text).
+class FakeGrammar : public GrammarService {
+ public:
+  Status answer;
+  std::atomic<int> delay_ms{0};
+  ~FakeGrammar() override {
+    for (auto& t : threads_) t.join();
+  }
+  void compile(const OutputConstraint& c, Done done) override {
+    std::lock_guard lk(mu_);
+    seen.push_back(c);
+    Status st = answer;
+    threads_.emplace_back([this, st, text = c.text, done] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms.load()));
+      done(st, st.ok() ? std::make_shared<const std::string>("wire:" + text) : nullptr);
+    });
+  }
+  std::vector<OutputConstraint> seen;
+
+ private:
+  std::mutex mu_;
+  std::vector<std::thread> threads_;
 };
 
 // Replies with the bytes of `reply` (then the EOG token), one event per token,

@@ -38,7 +38,9 @@ class ApiHttpTest : public ::testing::Test {
     sock_path_ =
         "/tmp/kvasir-api-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++) + ".sock";
     ApiContext ctx;
-    ctx.codec = std::make_shared<test::FakeCodec>();
+    codec_ = std::make_shared<test::FakeCodec>();
+    ctx.codec = codec_;
+    ctx.grammar = grammar_;
     ctx.model_name = "fake-model";
     ctx.max_model_len = 4096;
     engine_.ring.inflight = 2;
@@ -108,6 +110,8 @@ class ApiHttpTest : public ::testing::Test {
   }
 
   test::FakeEngine engine_;
+  std::shared_ptr<test::FakeCodec> codec_;
+  std::shared_ptr<test::FakeGrammar> grammar_ = std::make_shared<test::FakeGrammar>();
   asio::io_context io_;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
   std::shared_ptr<ApiService> api_;
@@ -336,6 +340,123 @@ TEST_F(ApiHttpTest, BadRequests) {
   EXPECT_EQ(get("/nope").status, 404);
   EXPECT_EQ(get("/v1/completions").status, 405);
   EXPECT_EQ(engine_.submitted.size(), 0u);  // nothing bad reached the engine
+}
+
+// Structured outputs: the constraint is compiled before anything is
+// scheduled (its spec then travels with the request), a refusal is a 400
+// naming the field, a busy compiler a 429, a client gone meanwhile nothing.
+TEST_F(ApiHttpTest, ConstraintsCompiledOnArrival) {
+  grammar_->delay_ms = 50;
+  Resp r = post("/v1/chat/completions",
+                R"({"messages":[{"role":"user","content":"x"}],"max_tokens":3,
+                    "response_format":{"type":"json_schema","json_schema":{"name":"n",
+                    "schema":{"type":"object"}}}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_NE(engine_.last().grammar, nullptr);
+  EXPECT_EQ(*engine_.last().grammar, R"(wire:{"type":"object"})");
+  r = post("/v1/completions",
+           R"({"prompt":"x","max_tokens":2,"structured_outputs":{"regex":"a"}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(*engine_.last().grammar, "wire:a");
+  const size_t submitted = engine_.submitted.size();
+  grammar_->answer = Status(ErrorCode::kInvalidArgument, "regex: the parenthesis is not closed");
+  r = post("/v1/completions", R"({"prompt":"x","structured_outputs":{"regex":"("}})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.j()["error"]["param"], "structured_outputs.regex");
+  EXPECT_EQ(r.j()["error"]["message"], "regex: the parenthesis is not closed");
+  grammar_->answer = Status(ErrorCode::kQueueFull, "json_schema: no grammar compiler was free");
+  r = post("/v1/completions", R"({"prompt":"x","guided_json":{"type":"object"}})");
+  EXPECT_EQ(r.status, 429);
+  EXPECT_EQ(r.j()["error"]["code"], "queue_full");
+  EXPECT_EQ(engine_.submitted.size(), submitted);  // nothing refused reached the engine
+  // Without a grammar service (a build without the engine): 400 naming the field.
+  struct Capture : Responder {
+    int status = 0;
+    std::string body;
+    void respond(int st, std::string, std::string b) override { status = st, body = b; }
+    void start_stream(int st, std::string) override { status = st; }
+    void write(std::string) override {}
+    void finish() override {}
+    void on_close(std::function<void()>) override {}
+  };
+  ApiContext ctx;
+  ctx.codec = codec_;
+  auto bare = std::make_shared<ApiService>(engine_, ctx, ApiOptions{},
+                                           [](std::function<void()> f) { f(); });
+  auto cap = std::make_shared<Capture>();
+  HttpRequest hr;
+  hr.method = "POST";
+  hr.path = hr.target = "/v1/completions";
+  hr.body = R"({"prompt":"x","structured_outputs":{"json_object":true}})";
+  bare->handle(hr, cap);
+  EXPECT_EQ(cap->status, 400);
+  EXPECT_EQ(json::parse(cap->body)["error"]["param"], "structured_outputs.json_object");
+  EXPECT_EQ(engine_.submitted.size(), submitted);
+}
+
+// Tool calls through the front door: the fake model answers in Hermes
+// syntax; the whole response has the call, the stream's deltas assemble
+// into the same call; tool_choice required compiles the forcing grammar.
+TEST_F(ApiHttpTest, ToolCallsWholeAndStreamed) {
+  engine_.reply =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>";
+  const std::string body =
+      R"({"messages":[{"role":"user","content":"x"}],"max_tokens":200,
+          "tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}])";
+  Resp r = post("/v1/chat/completions", body + "}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json msg = r.j()["choices"][0]["message"];
+  EXPECT_TRUE(msg["content"].is_null());
+  ASSERT_EQ(msg["tool_calls"].size(), 1u);
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["arguments"], R"({"city": "Oslo"})");
+  EXPECT_EQ(r.j()["choices"][0]["finish_reason"], "tool_calls");
+  // The template knows no tools (the fake's source): they went into a system turn.
+  auto prompt = engine_.last().prompt;
+  EXPECT_EQ(std::string(prompt.begin(), prompt.end()).rfind("system: # Tools", 0), 0u);
+  Resp s = post("/v1/chat/completions", body + R"(,"stream":true})");
+  std::string name, args, content;
+  for (const json& ev : sse_events(s.body)) {
+    const json& d = ev["choices"][0]["delta"];
+    if (d.contains("content") && d["content"].is_string()) content += d["content"];
+    if (!d.contains("tool_calls")) continue;
+    for (const json& c : d["tool_calls"]) {
+      EXPECT_EQ(c["index"], 0);
+      if (c.contains("id")) name = c["function"]["name"];
+      args += c["function"]["arguments"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(content, "");
+  EXPECT_EQ(name, "get_weather");
+  EXPECT_EQ(args, R"({"city": "Oslo"})");
+  EXPECT_EQ(sse_events(s.body).back()["choices"][0]["finish_reason"], "tool_calls");
+  // Forced: the family's syntax around the parameters, as a structural tag.
+  r = post("/v1/chat/completions", body + R"(,"tool_choice":"required"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_FALSE(grammar_->seen.empty());
+  EXPECT_EQ(grammar_->seen.back().kind, OutputConstraint::Kind::kStructuralTag);
+  EXPECT_EQ(grammar_->seen.back().param, "tools");
+  EXPECT_NE(grammar_->seen.back().text.find("<tool_call>"), std::string::npos);
+}
+
+// A template's own refusal (raise_exception) is a 400 naming messages;
+// /tokenize with messages goes the chat path.
+TEST_F(ApiHttpTest, TemplateRefusalAndTokenizeMessages) {
+  Resp r = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],
+                "chat_template_kwargs":{"refuse":true}})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.j()["error"]["param"], "messages");
+  EXPECT_NE(r.j()["error"]["message"].get<std::string>().find("the template refuses"),
+            std::string::npos);
+  r = post("/tokenize", R"({"messages":[{"role":"user","content":"x"}],
+                           "chat_template_kwargs":{"refuse":true}})");
+  EXPECT_EQ(r.status, 400);
+  codec_->source = "developer";  // a template that knows the developer role
+  r = post("/tokenize", R"({"messages":[{"role":"developer","content":"be"}],
+                            "add_generation_prompt":false})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto ids = r.j()["tokens"].get<std::vector<int32_t>>();
+  EXPECT_EQ(std::string(ids.begin(), ids.end()), "developer: be\n");
 }
 
 TEST_F(ApiHttpTest, EngineRefusals) {

@@ -146,8 +146,9 @@ TEST(OpenAiParse, Chat) {
                       {"role":"user","content":[{"type":"text","text":"hi "},{"type":"text","text":"there"}]}],
           "logprobs":true,"top_logprobs":3,"max_completion_tokens":9})",
       true);
-  ASSERT_EQ(r.messages.size(), 2u);
-  EXPECT_EQ(r.messages[1].content, "hi there");
+  ASSERT_EQ(r.chat_turns.messages.size(), 2u);
+  EXPECT_EQ(r.chat_turns.messages[1]["content"][1]["text"],
+            "there");  // parts kept for the template
   EXPECT_EQ(r.logprobs, 3);
   EXPECT_EQ(r.max_tokens, 9);
   EXPECT_EQ(parse_error(R"({"messages":[]})", true).param, "messages");
@@ -276,4 +277,220 @@ TEST(OpenAiParse, DeepNestingIsRefusedNotACrash) {
   // Brackets inside strings are text, not nesting.
   std::string text = R"({"prompt":")" + std::string(100, '[') + R"(\"{"})";
   EXPECT_EQ(parse_error(text).code(), ErrorCode::kOk) << parse_error(text).what();
+}
+
+// ---- structured outputs and tools: the fields, and every refusal ----
+
+namespace {
+std::string chat_body(const std::string& extra) {
+  return R"({"messages":[{"role":"user","content":"x"}])" + extra + "}";
+}
+const char* kTools = R"(,"tools":[{"type":"function","function":{"name":"get_weather",
+  "parameters":{"type":"object","properties":{"city":{"type":"string"}}}}},
+  {"type":"function","function":{"name":"now"}}])";
+}  // namespace
+
+TEST(OpenAiStructured, EveryWayToAskForAConstraint) {
+  using K = OutputConstraint::Kind;
+  struct Case {
+    std::string body;
+    K kind;
+    std::string param, text;
+  };
+  for (const Case& c : std::vector<Case>{
+           {R"(,"response_format":{"type":"json_object"})", K::kJsonObject, "response_format", ""},
+           {R"(,"response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,
+              "schema":{"type":"object","properties":{"b":{},"a":{}}}}})",
+            K::kJsonSchema, "response_format.json_schema.schema",
+            R"({"type":"object","properties":{"b":{},"a":{}}})"},
+           {R"(,"structured_outputs":{"json":"{\"type\":\"integer\"}"})", K::kJsonSchema,
+            "structured_outputs.json", R"({"type":"integer"})"},
+           {R"(,"structured_outputs":{"regex":"[a-z]+","disable_fallback":true})", K::kRegex,
+            "structured_outputs.regex", "[a-z]+"},
+           {R"(,"structured_outputs":{"grammar":"root ::= \"a\""})", K::kEbnf,
+            "structured_outputs.grammar", "root ::= \"a\""},
+           {R"(,"structured_outputs":{"json_object":true})", K::kJsonObject,
+            "structured_outputs.json_object", ""},
+           {R"(,"structured_outputs":{"structural_tag":{"type":"structural_tag"}})",
+            K::kStructuralTag, "structured_outputs.structural_tag", R"({"type":"structural_tag"})"},
+           {R"(,"guided_json":{"type":"string"})", K::kJsonSchema, "guided_json",
+            R"({"type":"string"})"},
+           {R"(,"guided_regex":"a|b")", K::kRegex, "guided_regex", "a|b"},
+           {R"(,"guided_grammar":"root ::= \"x\"")", K::kEbnf, "guided_grammar", "root ::= \"x\""},
+       }) {
+    for (bool chat : {false, true}) {
+      const std::string body = chat ? chat_body(c.body) : R"({"prompt":"x")" + c.body + "}";
+      auto r = parse_completion_request(body, chat);
+      ASSERT_TRUE(r.constraint) << body;
+      EXPECT_EQ(r.constraint->kind, c.kind) << body;
+      EXPECT_EQ(r.constraint->param, c.param);
+      EXPECT_EQ(r.constraint->text, c.text);  // key order kept
+    }
+  }
+  auto r =
+      parse_completion_request(chat_body(R"(,"structured_outputs":{"choice":["a","b c"]})"), true);
+  EXPECT_EQ(r.constraint->choices, (std::vector<std::string>{"a", "b c"}));
+  r = parse_completion_request(chat_body(R"(,"guided_choice":["y","n"])"), true);
+  EXPECT_EQ(r.constraint->param, "guided_choice");
+  EXPECT_FALSE(parse_completion_request(chat_body(R"(,"response_format":{"type":"text"})"), true)
+                   .constraint);
+}
+
+TEST(OpenAiStructured, RefusalsNameTheField) {
+  struct Case {
+    std::string extra, param;
+  };
+  for (
+      const Case& c : std::vector<Case>{
+          {R"(,"response_format":"json")", "response_format"},
+          {R"(,"response_format":{})", "response_format.type"},
+          {R"(,"response_format":{"type":"xml"})", "response_format.type"},
+          {R"(,"response_format":{"type":"json_schema"})", "response_format.json_schema"},
+          {R"(,"response_format":{"type":"json_schema","json_schema":{"schema":{}}})",
+           "response_format.json_schema.name"},
+          {R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x"}})",
+           "response_format.json_schema.schema"},
+          {R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":5}})",
+           "response_format.json_schema.schema"},
+          {R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{},"strict":1}})",
+           "response_format.json_schema.strict"},
+          {R"(,"structured_outputs":5)", "structured_outputs"},
+          {R"(,"structured_outputs":{})", "structured_outputs"},
+          {R"(,"structured_outputs":{"regex":"a","choice":["a"]})", "structured_outputs.choice"},
+          {R"(,"structured_outputs":{"regex":""})", "structured_outputs.regex"},
+          {R"(,"structured_outputs":{"choice":[]})", "structured_outputs.choice"},
+          {R"(,"structured_outputs":{"choice":["a",1]})", "structured_outputs.choice"},
+          {R"(,"structured_outputs":{"json":"{not json"})", "structured_outputs.json"},
+          {R"(,"structured_outputs":{"json":"[1]"})", "structured_outputs.json"},
+          {R"(,"structured_outputs":{"whitespace_pattern":" "})",
+           "structured_outputs.whitespace_pattern"},
+          {R"(,"structured_outputs":{"json_object":true,"disable_any_whitespace":true})",
+           "structured_outputs.disable_any_whitespace"},
+          {R"(,"structured_outputs":{"nope":1})", "structured_outputs.nope"},
+          {R"(,"response_format":{"type":"json_object"},"structured_outputs":{"regex":"a"})",
+           "structured_outputs"},
+          {R"(,"response_format":{"type":"json_object"},"guided_regex":"a")", "guided_regex"},
+          {R"(,"guided_regex":"a","guided_choice":["a"])", "guided_choice"},
+          {R"(,"guided_whitespace_pattern":" ")", "guided_whitespace_pattern"},
+          {R"(,"logit_bias":{"5":1})", "logit_bias"},
+          {R"(,"functions":[])", "functions"},
+          {R"(,"modalities":["text","audio"])", "modalities"},
+      }) {
+    const ApiError e = parse_error(chat_body(c.extra), true);
+    EXPECT_EQ(e.status, 400) << c.extra;
+    EXPECT_EQ(e.param, c.param) << c.extra << " → " << e.what();
+  }
+  EXPECT_EQ(parse_error(R"({"prompt":"x","tools":[]})").param, "tools");
+  EXPECT_EQ(parse_error(R"({"prompt":"x","suffix":"y"})").param, "suffix");
+  EXPECT_EQ(parse_error(chat_body(R"(,"logit_bias":{})"), true).code(), ErrorCode::kOk);  // neutral
+}
+
+TEST(OpenAiChat, ToolsAndToolChoice) {
+  auto r = parse_completion_request(chat_body(kTools), true);
+  EXPECT_EQ(r.tool_choice, ToolChoice::kAuto);
+  EXPECT_EQ(r.chat_turns.tools.size(), 2u);
+  EXPECT_TRUE(r.parallel_tool_calls);
+  r = parse_completion_request(
+      chat_body(std::string(kTools) + R"(,"tool_choice":"required","parallel_tool_calls":false)"),
+      true);
+  EXPECT_EQ(r.tool_choice, ToolChoice::kRequired);
+  EXPECT_FALSE(r.parallel_tool_calls);
+  r = parse_completion_request(
+      chat_body(std::string(kTools) +
+                R"(,"tool_choice":{"type":"function","function":{"name":"now"}})"),
+      true);
+  EXPECT_EQ(r.tool_choice, ToolChoice::kNamed);
+  EXPECT_EQ(r.tool_name, "now");
+  r = parse_completion_request(chat_body(std::string(kTools) + R"(,"tool_choice":"none")"), true);
+  EXPECT_EQ(r.tool_choice, ToolChoice::kNone);
+  EXPECT_EQ(parse_completion_request(chat_body(""), true).tool_choice, ToolChoice::kNone);
+  // Key order of the tools is the client's (a template's tojson shows it).
+  EXPECT_EQ(r.chat_turns.tools[0]["function"].begin().key(), "name");
+  EXPECT_EQ(r.chat_turns.tools[0].begin().key(), "type");
+}
+
+TEST(OpenAiChat, Refusals) {
+  struct Case {
+    std::string body, param;
+  };
+  const std::string t = kTools;
+  for (
+      const Case& c : std::vector<Case>{
+          {chat_body(R"(,"tools":{})"), "tools"},
+          {chat_body(R"(,"tools":[{"type":"function","function":{}}])"), "tools[0].function.name"},
+          {chat_body(R"(,"tools":[{"type":"function","function":{"name":""}}])"),
+           "tools[0].function.name"},
+          {chat_body(R"(,"tools":[{"type":"function","function":{"name":"a b"}}])"),
+           "tools[0].function.name"},
+          {chat_body(R"(,"tools":[{"type":"retrieval"}])"), "tools[0].type"},
+          {chat_body(R"(,"tools":[{"type":"function"}])"), "tools[0].function"},
+          {chat_body(R"(,"tools":[{"type":"function","function":{"name":"f","parameters":[]}}])"),
+           "tools[0].function.parameters"},
+          {chat_body(
+               R"(,"tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"f"}}])"),
+           "tools[1].function.name"},
+          {chat_body(R"(,"tool_choice":"required")"), "tool_choice"},
+          {chat_body(t + R"(,"tool_choice":"sometimes")"), "tool_choice"},
+          {chat_body(t + R"(,"tool_choice":{"type":"function","function":{"name":"nope"}})"),
+           "tool_choice"},
+          {chat_body(t + R"(,"tool_choice":{"type":"function"})"), "tool_choice"},
+          {chat_body(t + R"(,"tool_choice":"required","response_format":{"type":"json_object"})"),
+           "tool_choice"},
+          {chat_body(t + R"(,"parallel_tool_calls":"yes")"), "parallel_tool_calls"},
+          {chat_body(R"(,"chat_template_kwargs":[])"), "chat_template_kwargs"},
+          {chat_body(R"(,"chat_template_kwargs":{"tools":[]})"), "chat_template_kwargs"},
+          {chat_body(R"(,"add_generation_prompt":1)"), "add_generation_prompt"},
+          {R"({"messages":[{"role":"tool","content":"x"}]})", "messages[0].tool_call_id"},
+          {R"({"messages":[{"role":"user","content":"x","tool_calls":[]}]})",
+           "messages[0].tool_calls"},
+          {R"({"messages":[{"role":"assistant","tool_calls":[{"function":{}}]}]})",
+           "messages[0].tool_calls[0].function.name"},
+          {R"({"messages":[{"role":"assistant","tool_calls":[{"type":"x","function":{"name":"f"}}]}]})",
+           "messages[0].tool_calls[0].type"},
+          {R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":5}}]}]})",
+           "messages[0].tool_calls[0].function.arguments"},
+          {R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
+           "messages[0].content"},
+          {R"({"messages":[{"role":"user","content":"x","name":5}]})", "messages[0].name"},
+      }) {
+    const ApiError e = parse_error(c.body, true);
+    EXPECT_EQ(e.status, 400) << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body << " → " << e.what();
+  }
+  // A whole conversation with a call and its result parses, order kept.
+  auto r = parse_completion_request(
+      R"({"messages":[{"role":"user","content":"w?"},
+          {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",
+            "function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}}]},
+          {"role":"tool","tool_call_id":"c1","name":"get_weather","content":"cold"}],
+          "chat_template_kwargs":{"enable_thinking":false},"add_generation_prompt":false})",
+      true);
+  EXPECT_EQ(r.chat_turns.messages.size(), 3u);
+  EXPECT_EQ(r.chat_turns.kwargs["enable_thinking"], false);
+  EXPECT_FALSE(r.chat_turns.add_generation_prompt);
+}
+
+TEST(OpenAiShapes, ToolCallsWholeAndStreamed) {
+  ResponseMeta m{"chatcmpl-1", "m", 5};
+  json whole = chat_response(m, "", FinishReason::kStop, {3, 4}, nullptr,
+                             {{"call_1", "f", "{\"a\": 1}"}}, true);
+  const json& msg = whole["choices"][0]["message"];
+  EXPECT_TRUE(msg["content"].is_null());
+  EXPECT_EQ(msg["tool_calls"][0]["id"], "call_1");
+  EXPECT_EQ(msg["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["arguments"], "{\"a\": 1}");
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(
+      chat_response(m, "x", FinishReason::kStop, {}, nullptr)["choices"][0]["message"].contains(
+          "tool_calls"),
+      false);
+  json chunk = chat_tool_chunk(m, {{0, true, "call_1", "f", ""}, {0, false, "", "", "{\"a\""}});
+  const json& calls = chunk["choices"][0]["delta"]["tool_calls"];
+  EXPECT_EQ(calls[0]["function"]["name"], "f");
+  EXPECT_EQ(calls[0]["id"], "call_1");
+  EXPECT_FALSE(calls[1].contains("id"));
+  EXPECT_EQ(calls[1]["function"]["arguments"], "{\"a\"");
+  EXPECT_EQ(chat_chunk(m, std::nullopt, false, FinishReason::kStop, nullptr,
+                       true)["choices"][0]["finish_reason"],
+            "tool_calls");
 }

@@ -397,6 +397,43 @@ TEST(Config, RecoveryKeys) {
   EXPECT_NE(m.find("recovery: must be a table"), std::string::npos) << m;
 }
 
+// [grammar]: defaults as docs/config.md states them; every key read; each
+// range and type refused naming its key.
+TEST(Config, GrammarKeys) {
+  auto c = parse_config(kGood, "/b");
+  EXPECT_TRUE(c.grammar.enabled);
+  EXPECT_EQ(c.grammar.workers, 2);
+  EXPECT_EQ(c.grammar.cache_capacity, 128);
+  EXPECT_EQ(c.grammar.compile_timeout_s, 10);
+  EXPECT_EQ(c.grammar.max_spec_bytes, 64u << 10);
+  EXPECT_EQ(grammar_entry_capacity(c.grammar), (64u << 10) + 8192);
+  c = parse_config(std::string(kGood) +
+                       "[grammar]\nenabled = false\nworkers = 4\ncache_capacity = 0\n"
+                       "compile_timeout = 2.5\nmax_spec_bytes = \"1MiB\"\n",
+                   "/b");
+  EXPECT_FALSE(c.grammar.enabled);
+  EXPECT_EQ(c.grammar.workers, 4);
+  EXPECT_EQ(c.grammar.cache_capacity, 0);
+  EXPECT_EQ(c.grammar.compile_timeout_s, 2.5);
+  EXPECT_EQ(c.grammar.max_spec_bytes, 1u << 20);
+  struct Bad {
+    const char* line;
+    const char* want;
+  };
+  for (auto [line, want] : std::initializer_list<Bad>{
+           {"enabled = 1", "grammar.enabled: must be true or false"},
+           {"workers = 0", "grammar.workers: 0 is out of range"},
+           {"cache_capacity = -1", "grammar.cache_capacity: -1 is out of range"},
+           {"compile_timeout = 0", "grammar.compile_timeout: 0 is out of range"},
+           {"max_spec_bytes = 10", "grammar.max_spec_bytes: 10 is out of range"},
+           {"max_spec_bytes = \"1GiB\"", "grammar.max_spec_bytes"},
+           {"worker = 3", "grammar.worker: unknown key"},
+       }) {
+    auto m = refusal(std::string(kGood) + "[grammar]\n" + line + "\n");
+    EXPECT_EQ(m.rfind(want, 0), 0u) << line << ": " << m;
+  }
+}
+
 TEST(Config, LoadFileResolvesAgainstItsFolderAndMissingFileNamed) {
   auto dir = std::filesystem::temp_directory_path() / ("kvcfg-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);

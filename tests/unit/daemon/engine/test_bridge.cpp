@@ -61,7 +61,7 @@ struct Ring {
     pid_t pid = fork();
     if (pid == 0) {
       auto mine = ipc::Segment::open(name);
-      AgentConfig ac{s, kVocab, blocks};
+      AgentConfig ac{s, kVocab, blocks, nullptr, false};
       int rc =
           run_agent(*mine, ac, [&](const ForwardBatch& b, const float* in, float* out, float* lg) {
             fake_forward(s, S, b, in, out, lg);

@@ -1,0 +1,271 @@
+// The tail's structured outputs (stages/tail_grammar.h): a matcher per
+// sequence kept equal to the sequence's output as the batches' rows tell
+// it, through decodes, a recompute after preemption, a lost step (rolled
+// back), a restarted tail (rebuilt from the resent tokens), and the ways a
+// row fails. On a hand-made vocabulary, so every mask is known.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "grammar/grammar.h"
+#include "ipc/grammar_table.h"
+#include "stages/tail_grammar.h"
+#include "stages/tail_sampler.h"
+
+namespace kvasir {
+namespace {
+
+// 0 "a", 1 "b", 2 "c", 3 "ab", 4 "ba", 5 "x", 6 end of text.
+constexpr int32_t kEos = 6;
+std::shared_ptr<const grammar::Vocabulary> vocab() {
+  static auto v = grammar::Vocabulary::from_tokens({"a", "b", "c", "ab", "ba", "x", ""}, {kEos});
+  return v;
+}
+
+struct Table {
+  Table() : mem(ipc::GrammarTable::bytes_for(4, 1024), 0), view(mem.data(), 4, 1024) {}
+  std::vector<char> mem;
+  ipc::GrammarTable view;
+};
+
+struct RowIn {
+  uint64_t seq;
+  int32_t pos0;
+  std::vector<int32_t> tokens;
+  int32_t n_prompt;
+  bool sample;
+  uint32_t entry = 1;  // 0: unconstrained
+  uint64_t id = 1;
+};
+
+ipc::Batch batch(const std::vector<RowIn>& rows) {
+  ipc::Batch b;
+  for (const RowIn& r : rows) {
+    ipc::DescRow d;
+    d.seq_id = r.seq;
+    d.pos0 = r.pos0;
+    d.n_tokens = int32_t(r.tokens.size());
+    d.n_prompt = r.n_prompt;
+    d.sample = r.sample;
+    b.rows.push_back(d);
+    b.tokens.insert(b.tokens.end(), r.tokens.begin(), r.tokens.end());
+    SamplingParams sp;
+    sp.grammar_entry = r.entry;
+    sp.grammar_id = r.id;
+    b.sampling.push_back(sp);
+  }
+  b.n_tokens = int32_t(b.tokens.size());
+  return b;
+}
+
+std::vector<int32_t> allowed(const uint32_t* mask) {
+  std::vector<int32_t> ids;
+  for (int32_t id = 0; id < 7; ++id)
+    if (mask[0] >> id & 1u) ids.push_back(id);
+  return ids;
+}
+
+using Ids = std::vector<int32_t>;
+
+// One tail over a table holding "(ab)+c" at entry 1 (id 1).
+struct Tail {
+  explicit Tail(Table& t) {
+    t.view.write(0, 1, grammar::encode_spec(grammar::GrammarSpec::regex("(ab)+c")));
+    g = TailGrammar::create(vocab(), t.view);
+  }
+  // Prepares one batch and returns the allowed ids of its row r (or the error).
+  Ids step(const std::vector<RowIn>& rows, int32_t r, std::string* error = nullptr) {
+    const ipc::Batch b = batch(rows);
+    g->prepare(b, int32_t(rows.size()), ++batch_id);
+    std::string e;
+    const uint32_t* m = g->mask(r, &e);
+    if (error) *error = e;
+    return m ? allowed(m) : Ids{-1};
+  }
+  std::unique_ptr<TailGrammar> g;
+  uint64_t batch_id = 0;
+};
+
+TEST(TailGrammar, DecodeFollowsTheGrammar) {
+  Table t;
+  Tail tail(t);
+  // Prompt of 3 tokens (7, 8, 9 are the prompt's: never read), sampled.
+  EXPECT_EQ(tail.step({{1, 0, {5, 5, 5}, 3, true}}, 0), (Ids{0, 3}));
+  tail.g->accept(0, 3);  // "ab"
+  EXPECT_EQ(tail.step({{1, 3, {3}, 3, true}}, 0), (Ids{0, 2, 3}));
+  tail.g->accept(0, 0);  // "a"
+  EXPECT_EQ(tail.step({{1, 4, {0}, 3, true}}, 0), (Ids{1, 4}));
+  tail.g->accept(0, 1);  // "b"
+  EXPECT_EQ(tail.step({{1, 5, {1}, 3, true}}, 0), (Ids{0, 2, 3}));
+  tail.g->accept(0, 2);  // "c": complete
+  EXPECT_EQ(tail.step({{1, 6, {2}, 3, true}}, 0), (Ids{kEos}));
+  tail.g->accept(0, kEos);
+  // Past the end (a request that ignores EOS): only the stop token.
+  EXPECT_EQ(tail.step({{1, 7, {kEos}, 3, true}}, 0), (Ids{kEos}));
+  const TailGrammarStats s = tail.g->stats();
+  EXPECT_EQ(s.failures, 0u);
+  EXPECT_EQ(s.rollbacks, 0u);
+  EXPECT_EQ(s.fast_forwards, 0u);
+  EXPECT_EQ(s.sequences, 1u);
+}
+
+TEST(TailGrammar, UnconstrainedAndNonSampledRowsHaveNoMask) {
+  Table t;
+  Tail tail(t);
+  const ipc::Batch b =
+      batch({{1, 0, {5, 5}, 2, false}, {2, 0, {5}, 1, true, 0, 0}, {3, 0, {5}, 1, true}});
+  tail.g->prepare(b, 3, 1);
+  std::string e;
+  EXPECT_EQ(tail.g->mask(0, &e), nullptr);  // a prefill chunk: samples nothing
+  EXPECT_EQ(tail.g->mask(1, &e), nullptr);  // unconstrained
+  EXPECT_NE(tail.g->mask(2, &e), nullptr);
+  EXPECT_EQ(e, "");
+  EXPECT_EQ(tail.g->mask(7, &e), nullptr);  // no such row
+}
+
+// Preemption: the sequence's KV is dropped and it is recomputed from
+// position 0, its generated tokens resent as part of the prefill (in
+// chunks). The matcher already stands there: no rollback, no fast-forward.
+TEST(TailGrammar, RecomputeFindsTheMatcherWhereItWas) {
+  Table t;
+  Tail tail(t);
+  tail.step({{1, 0, {5, 5}, 2, true}}, 0);
+  tail.g->accept(0, 3);  // "ab"
+  tail.step({{1, 2, {3}, 2, true}}, 0);
+  tail.g->accept(0, 0);  // "a"
+  // Recompute: [5 5 ab] then [a] sampled; an unconstrained row beside it.
+  EXPECT_EQ(tail.step({{1, 0, {5, 5, 3}, 2, false}, {9, 0, {5}, 1, true, 0, 0}}, 0), (Ids{-1}));
+  EXPECT_EQ(tail.step({{1, 3, {0}, 2, true}}, 0), (Ids{1, 4}));
+  const TailGrammarStats s = tail.g->stats();
+  EXPECT_EQ(s.rollbacks, 0u);
+  EXPECT_EQ(s.fast_forwards, 0u);
+}
+
+// A step lost with a stage: its token was accepted at the tail but never
+// reached the scheduler, so the recompute samples that position again: the
+// matcher rolls the token back.
+TEST(TailGrammar, LostStepRollsBack) {
+  Table t;
+  Tail tail(t);
+  tail.step({{1, 0, {5}, 1, true}}, 0);
+  tail.g->accept(0, 3);  // "ab"
+  tail.step({{1, 1, {3}, 1, true}}, 0);
+  tail.g->accept(0, 2);  // "c": the step that will be lost
+  // Recompute of [5 ab], sampling position 2 again.
+  EXPECT_EQ(tail.step({{1, 0, {5, 3}, 1, true}}, 0), (Ids{0, 2, 3}));
+  EXPECT_EQ(tail.g->stats().rollbacks, 1u);
+  tail.g->accept(0, 0);  // a different draw this time: "a"
+  EXPECT_EQ(tail.step({{1, 2, {0}, 1, true}}, 0), (Ids{1, 4}));
+}
+
+// A row that rewrites a position with another token: what follows it is
+// not the output any more.
+TEST(TailGrammar, RewrittenPositionDropsWhatFollows) {
+  Table t;
+  Tail tail(t);
+  tail.step({{1, 0, {5}, 1, true}}, 0);
+  tail.g->accept(0, 3);  // ab
+  tail.step({{1, 1, {3}, 1, true}}, 0);
+  tail.g->accept(0, 3);  // ab ab
+  tail.step({{1, 2, {3}, 1, true}}, 0);
+  tail.g->accept(0, 0);  // ab ab a
+  // Resent with position 1 changed to "a", not sampling: then sampled.
+  tail.step({{1, 0, {5, 0}, 1, false}}, 0);
+  EXPECT_EQ(tail.step({{1, 2, {1}, 1, true}}, 0), (Ids{0, 2, 3}));  // "ab" again
+}
+
+// A restarted tail has no matchers: the recompute resends every position
+// from 0 and the matcher is rebuilt by a fast-forward.
+TEST(TailGrammar, RestartedTailRebuildsFromTheResentTokens) {
+  Table t;
+  Ids before;
+  {
+    Tail tail(t);
+    tail.step({{1, 0, {5}, 1, true}}, 0);
+    tail.g->accept(0, 3);
+    tail.step({{1, 1, {3}, 1, true}}, 0);
+    tail.g->accept(0, 3);
+    before = tail.step({{1, 2, {3}, 1, true}}, 0);
+  }
+  Tail restarted(t);
+  EXPECT_EQ(restarted.step({{1, 0, {5, 3, 3}, 1, true}}, 0), before);
+  EXPECT_EQ(restarted.g->stats().fast_forwards, 1u);  // 2 tokens: 1 beyond a normal step
+}
+
+TEST(TailGrammar, RowsThatFail) {
+  Table t;
+  Tail tail(t);
+  std::string e;
+  // A restarted (or evicting) tail met mid-sequence, nothing resent: lost.
+  EXPECT_EQ(tail.step({{1, 5, {3}, 2, true}}, 0, &e), (Ids{-1}));
+  EXPECT_NE(e.find("no record of output positions"), std::string::npos) << e;
+  // An entry id the table does not hold.
+  EXPECT_EQ(tail.step({{2, 0, {5}, 1, true, 1, 99}}, 0, &e), (Ids{-1}));
+  EXPECT_NE(e.find("holds id 1"), std::string::npos) << e;
+  // A spec that does not decode, and one that does not compile.
+  t.view.write(1, 2, "garbage");
+  EXPECT_EQ(tail.step({{3, 0, {5}, 1, true, 2, 2}}, 0, &e), (Ids{-1}));
+  EXPECT_NE(e.find("grammar spec on the wire"), std::string::npos) << e;
+  t.view.write(2, 3, grammar::encode_spec(grammar::GrammarSpec::regex("(")));
+  EXPECT_EQ(tail.step({{4, 0, {5}, 1, true, 3, 3}}, 0, &e), (Ids{-1}));
+  EXPECT_NE(e.find("did not compile"), std::string::npos) << e;
+  // A token the grammar refuses (a device that ignored the mask): the next
+  // step of that sequence fails.
+  tail.step({{5, 0, {5}, 1, true}}, 0);
+  tail.g->accept(0, 5);  // "x"
+  EXPECT_EQ(tail.step({{5, 1, {5}, 1, true}}, 0, &e), (Ids{-1}));
+  EXPECT_NE(e.find("breaks the grammar"), std::string::npos) << e;
+  EXPECT_GE(tail.g->stats().failures, 3u);
+}
+
+// The bridge may move a spec to another entry (under a new id) between two
+// batches of one request: the sequence keeps its matcher.
+TEST(TailGrammar, SameSpecUnderANewIdKeepsTheRecord) {
+  Table t;
+  Tail tail(t);
+  tail.step({{1, 0, {5}, 1, true}}, 0);
+  tail.g->accept(0, 3);
+  t.view.write(3, 77, grammar::encode_spec(grammar::GrammarSpec::regex("(ab)+c")));
+  EXPECT_EQ(tail.step({{1, 1, {3}, 1, true, 4, 77}}, 0), (Ids{0, 2, 3}));
+  EXPECT_EQ(tail.g->stats().fast_forwards, 0u);
+}
+
+// The tail's sampler: a constrained row samples under its mask (greedy
+// takes the best allowed token, not the best), an unconstrained row beside
+// it is untouched, and the drawn token moves the grammar on.
+TEST(TailGrammar, SamplerAppliesTheMask) {
+  Table t;
+  t.view.write(0, 1, grammar::encode_spec(grammar::GrammarSpec::regex("(ab)+c")));
+  TailSampler sampler;
+  sampler.set_grammar(TailGrammar::create(vocab(), t.view));
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  ipc::Batch b = batch({{1, 0, {5}, 1, true}, {2, 0, {5}, 1, true, 0, 0}});
+  b.sampling[0].temperature = b.sampling[1].temperature = 0;
+  // Both rows' logits prefer "x" (5), then "ab" (3).
+  std::vector<float> logits = {0, 0, 0, 2, 0, 9, 1, 0, 0, 0, 2, 0, 9, 1};
+  std::vector<int32_t> dev_token = {-1, -1}, token(2), n_top(2);
+  std::vector<float> dev_lp(2), lp(2);
+  std::vector<ipc::TopLogprob> top(2 * kMaxLogprobs);
+  ipc::ResultView out;
+  out.token = token.data();
+  out.logprob = lp.data();
+  out.n_top = n_top.data();
+  out.top = top.data();
+  sampler.prepare(b, 1, 2);
+  sampler.sample(b, 1, 2, {logits.data(), 7, dev_token.data(), dev_lp.data()}, out);
+  EXPECT_EQ(token[0], 3);  // "ab": the best the grammar allows
+  EXPECT_EQ(token[1], 5);  // unconstrained: "x"
+  // The logprob is that of the masked distribution ("a" or "ab" allowed).
+  EXPECT_NEAR(lp[0], 2.0 - std::log(std::exp(0.0) + std::exp(2.0)), 1e-5);
+  // Next step: "ab" was accepted.
+  b = batch({{1, 1, {3}, 1, true}});
+  b.sampling[0].temperature = 0;
+  sampler.prepare(b, 2, 1);
+  const uint32_t* const* m = sampler.masks(1);
+  ASSERT_NE(m[0], nullptr);
+  EXPECT_EQ(allowed(m[0]), (Ids{0, 2, 3}));
+}
+
+}  // namespace
+}  // namespace kvasir
