@@ -46,16 +46,22 @@
 extern "C" {
 #endif
 
-#define KVASIR_CUDA_ABI_VERSION 3u
+#define KVASIR_CUDA_ABI_VERSION 4u
 /* Same version and compiler, or refuse (see above). CMake defines
  * KVASIR_BUILD_TAG identically for the loader and the plugin. */
 #ifndef KVASIR_BUILD_TAG
 #define KVASIR_BUILD_TAG "untagged"
 #endif
-#define KVASIR_CUDA_BUILD_TAG "kvasir-cuda-abi3 " KVASIR_BUILD_TAG
+#define KVASIR_CUDA_BUILD_TAG "kvasir-cuda-abi4 " KVASIR_BUILD_TAG
 
 /* Success: kvasir::ErrorCode::kOk. Any other status is a kvasir::ErrorCode. */
 #define KVASIR_CUDA_OK 0
+
+/* KvasirCudaStageConfig::weight_quant: the layers' matrices as stored (bf16
+ * on the device; an FP8 checkpoint's FP8 matrices stay FP8), or quantised to
+ * FP8 E4M3 at load, one scale per output row ([cuda] quantize = "fp8"). */
+#define KVASIR_CUDA_QUANT_NONE 0
+#define KVASIR_CUDA_QUANT_FP8 1
 
 /* One stage's slice and widths (the plan). */
 typedef struct KvasirCudaStageConfig {
@@ -72,6 +78,10 @@ typedef struct KvasirCudaStageConfig {
    * the process name, or log_process null to leave the plugin's as it is. */
   int32_t log_level;
   const char* log_process;
+  /* Since ABI 4. cuda_graphs != 0: decode-only batches are replayed as CUDA
+   * graphs per batch-shape bucket ([cuda] graphs); weight_quant: above. */
+  int32_t cuda_graphs;
+  int32_t weight_quant;
 } KvasirCudaStageConfig;
 
 typedef struct KvasirCudaRow {
