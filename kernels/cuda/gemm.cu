@@ -153,8 +153,11 @@ cudaError_t lt_matmul(const GemmArgs& g, LtTypes t, const void* a, void* d, floa
 // row, E4M3 x E4M3 into the f32 product, then the scales (gemm.h).
 cudaError_t gemm_fp8(const GemmArgs& g, cudaStream_t stream) {
   const uint64_t m = uint64_t(g.m), n = uint64_t(g.n), k = uint64_t(g.k);
-  if (g.k % 16 != 0 || g.n % 4 != 0 || !g.fp8.a || !g.fp8.a_scale || !g.fp8.prod ||
-      g.fp8.a_bytes < m * k || g.fp8.a_scale_bytes < 4 * m || g.fp8.prod_bytes < 4 * m * n)
+  const bool in_place = !g.fp8.prod && g.beta == 0.f && g.out_type == GemmOut::kF32;
+  float* prod = in_place ? static_cast<float*>(g.d) : g.fp8.prod;
+  if (g.k % 16 != 0 || g.n % 4 != 0 || !g.fp8.a || !g.fp8.a_scale || !prod ||
+      g.fp8.a_bytes < m * k || g.fp8.a_scale_bytes < 4 * m ||
+      (!in_place && g.fp8.prod_bytes < 4 * m * n))
     return cudaErrorInvalidValue;
   QuantizeRowsFp8Args q;
   q.x = g.a;
@@ -164,11 +167,11 @@ cudaError_t gemm_fp8(const GemmArgs& g, cudaStream_t stream) {
   q.scale = g.fp8.a_scale;
   if (cudaError_t e = launch_quantize_rows_fp8(q, stream); e != cudaSuccess) return e;
   if (cudaError_t e =
-          lt_matmul(g, LtTypes{CUDA_R_8F_E4M3, CUDA_R_32F}, g.fp8.a, g.fp8.prod, 1.f, 0.f, stream);
+          lt_matmul(g, LtTypes{CUDA_R_8F_E4M3, CUDA_R_32F}, g.fp8.a, prod, 1.f, 0.f, stream);
       e != cudaSuccess)
     return e;
   Fp8RescaleArgs r;
-  r.prod = g.fp8.prod;
+  r.prod = prod;  // in place: each element read, then written, by one thread
   r.row_scale = g.fp8.a_scale;
   r.col_scale = g.b_scale;
   r.m = g.m;
@@ -181,6 +184,11 @@ cudaError_t gemm_fp8(const GemmArgs& g, cudaStream_t stream) {
 }
 
 }  // namespace
+
+bool gemm_skinny_enabled() {
+  static const bool on = std::getenv("KVASIR_CUDA_NO_GEMV") == nullptr;
+  return on;
+}
 
 cudaError_t launch_gemm(const GemmArgs& g, cudaStream_t stream) {
   if (g.cublas_status) *g.cublas_status = CUBLAS_STATUS_SUCCESS;
@@ -197,8 +205,7 @@ cudaError_t launch_gemm(const GemmArgs& g, cudaStream_t stream) {
   // 1..4 rows (decode at small batch): the weights' bandwidth is the whole
   // cost and the skinny kernel streams them faster than cuBLASLt's choice.
   // KVASIR_CUDA_NO_GEMV=1 turns it off (bench/gpu compares the two).
-  static const bool no_gemv = std::getenv("KVASIR_CUDA_NO_GEMV") != nullptr;
-  if (!no_gemv && gemv_applies(g)) return launch_gemv(g, stream);
+  if (gemm_skinny_enabled() && gemv_applies(g)) return launch_gemv(g, stream);
   if (g.b_type == GemmWeight::kE4M3) return gemm_fp8(g, stream);
   const LtTypes t{CUDA_R_16BF, g.out_type == GemmOut::kF32 ? CUDA_R_32F : CUDA_R_16BF};
   return lt_matmul(g, t, g.a, g.d, g.alpha, g.beta, stream);

@@ -31,8 +31,10 @@ enum class GemmWeight : int32_t { kBF16 = 0, kE4M3 = 1 };
 struct GemmFp8Scratch {
   uint8_t* a = nullptr;      // [m, k] A quantised per row
   float* a_scale = nullptr;  // [m]
-  float* prod = nullptr;     // [m, n] the unscaled product
-  size_t a_bytes = 0;        // capacities, checked against m·k, 4·m, 4·m·n
+  // [m, n] the unscaled product. May be null when beta is 0 and D is f32:
+  // the product is then written to D and rescaled in place.
+  float* prod = nullptr;
+  size_t a_bytes = 0;  // capacities, checked against m·k, 4·m, 4·m·n
   size_t a_scale_bytes = 0;
   size_t prod_bytes = 0;
 };
@@ -61,5 +63,10 @@ struct GemmArgs {
 // no algorithm (E4M3 below compute capability 8.9); cudaErrorUnknown for
 // another cuBLASLt failure.
 cudaError_t launch_gemm(const GemmArgs& args, cudaStream_t stream);
+
+// Whether launch_gemm sends 1..kGemvMaxRows rows to the skinny kernel
+// (kernels/cuda/gemv.h): true unless KVASIR_CUDA_NO_GEMV is set (bench/gpu
+// compares the two); read once.
+bool gemm_skinny_enabled();
 
 }  // namespace kvasir::cuda

@@ -5,7 +5,8 @@
 //     shapes, zero and saturating rows;
 //   - E4M3 weights through launch_gemm: the skinny kernel (m <= 4, bf16
 //     activations as they are) and cuBLASLt E4M3 (m > 4, activations
-//     quantised per row) against a double reference on the same decoded
+//     quantised per row; for beta 0 and f32 out also rescaled in place)
+//     against a double reference on the same decoded
 //     values: |got - want| <= 1e-3 · sum |a·w| (+ 4e-3 · |want| for bf16 out);
 //   - the gate/up + SwiGLU skinny kernel, bf16 and E4M3 weights: bit for bit
 //     the unfused path (skinny GEMM to f32, then launch_swiglu), and within
@@ -103,6 +104,13 @@ TEST(CudaFp8Args, RejectBadArgumentsWithoutTouchingTheDevice) {
   g.fp8.a_scale_bytes = 5 * 4;
   g.fp8.prod_bytes = 5 * 16 * 4 - 1;  // one byte short
   EXPECT_EQ(launch_gemm(g, nullptr), cudaErrorInvalidValue);
+  g.fp8.prod = nullptr;  // in place needs beta 0 and f32 out
+  g.beta = 1.f;
+  EXPECT_EQ(launch_gemm(g, nullptr), cudaErrorInvalidValue);
+  g.beta = 0.f;
+  g.out_type = GemmOut::kBF16;
+  EXPECT_EQ(launch_gemm(g, nullptr), cudaErrorInvalidValue);
+  g.out_type = GemmOut::kF32;
 
   GemmArgs s = g;  // SwiGLU: bf16 out, alpha 1, beta 0, m <= 4
   s.m = 2;
@@ -281,6 +289,8 @@ TEST(CudaFp8Gemm, SkinnyAndCublasLtPathsMatchDoubleReference) {
         g.b_type = GemmWeight::kE4M3;
         g.b_scale = dscale.get();
         g.fp8 = scratch.view();
+        // beta 0 into f32: the product may go straight to D (no prod buffer).
+        if (beta == 0.f && ot == GemmOut::kF32 && s.m % 2 == 1) g.fp8.prod = nullptr;
         g.d = ot == GemmOut::kF32 ? static_cast<void*>(dd32.get()) : dd16.get();
         g.out_type = ot;
         g.m = s.m;
