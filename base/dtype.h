@@ -37,6 +37,10 @@ enum class DType : uint32_t {
   I64 = 27,
   F64 = 28,
   BF16 = 30,
+  // Not a GGML type (GGUF files never hold it): safetensors' F8_E4M3, FP8
+  // weights with per-tensor or per-channel scales (base/fp8.h, read by the
+  // CUDA backend only; docs/model-formats.md).
+  F8_E4M3 = 0x10000,
 };
 
 struct DTypeInfo {

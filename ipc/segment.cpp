@@ -189,6 +189,8 @@ std::string Segment::check_params(const SegmentParams& p) {
   if (d.hidden < 1 || d.hidden > (1 << 17)) return fmt::format("hidden {}", d.hidden);
   if (p.block_size < 1 || p.block_size > 4096) return fmt::format("block_size {}", p.block_size);
   if (!(p.kv_gpu_util > 0 && p.kv_gpu_util <= 1)) return fmt::format("kv_gpu_util {}", p.kv_gpu_util);
+  if ((p.cuda_graphs != 0 && p.cuda_graphs != 1) || (p.cuda_quantize != 0 && p.cuda_quantize != 1))
+    return fmt::format("cuda graphs {} / quantize {}", p.cuda_graphs, p.cuda_quantize);
   if (std::memchr(p.model_path, 0, sizeof p.model_path) == nullptr) return "model path not terminated";
   if (p.grammar_entries < 0 || p.grammar_entries > (1 << 16) || p.grammar_capacity > (64u << 20) ||
       (p.grammar_entries > 0 && p.grammar_capacity == 0))

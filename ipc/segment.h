@@ -33,8 +33,9 @@ namespace kvasir::ipc {
 constexpr uint32_t kSegMagic = 0x5253564B;  // "KVSR" little-endian
 // 2: epochs and per-stage progress (recovery); 3: the owner's start time;
 // 4: each stage's phase and since when, under a seqlock (StageShared);
-// 5: the grammar table (ipc/grammar_table.h).
-constexpr uint32_t kSegVersion = 5;
+// 5: the grammar table (ipc/grammar_table.h); 6: the GPU stages' [cuda]
+// settings in the plan.
+constexpr uint32_t kSegVersion = 6;
 constexpr int kMaxStages = 16;
 static_assert(kMaxStageTimes == kMaxStages, "a result slot times every stage");
 
@@ -52,6 +53,8 @@ struct SegmentParams {
   int32_t kv_f32 = 0;       // 0 = f16, 1 = f32
   uint64_t kv_memory = 0;   // bytes per CPU stage
   double kv_gpu_util = 0.9;  // GPU stages: share of free device memory for weights' rest + KV
+  int32_t cuda_graphs = 1;    // GPU stages: decode steps as CUDA graphs ([cuda] graphs)
+  int32_t cuda_quantize = 0;  // GPU stages: 0 weights as stored, 1 FP8 at load ([cuda] quantize)
   StagePlan stages[kMaxStages];
   char model_path[4096] = {};
   // The grammar table (ipc/grammar_table.h): entries of grammar_capacity

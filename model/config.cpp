@@ -264,6 +264,65 @@ std::string arch_of(const JsonKeys& k) {
   return *type;
 }
 
+// One compressed-tensors config group: its weights must be 8-bit floats,
+// scaled per tensor or per output channel.
+void check_ct_group(const std::string& src, const std::string& group, const nlohmann::json& g) {
+  const std::string f = "quantization_config.config_groups." + group + ".weights";
+  const auto w = g.is_object() ? g.find("weights") : g.end();
+  KV_CHECK(w != g.end() && w->is_object(), "{}: '{}' is missing", src, f);
+  const JsonKeys k{*w, src};
+  const auto bits = k.opt_int("num_bits");
+  const auto type = k.opt_str("type").value_or("");
+  const auto strategy = k.opt_str("strategy").value_or("");
+  KV_CHECK(bits && *bits == 8 && type == "float",
+           "{}: '{}' are {}-bit {}: Kvasir reads 8-bit float (FP8 E4M3) weights only", src, f,
+           bits ? *bits : 0, type.empty() ? "(no type)" : type);
+  KV_CHECK(strategy == "tensor" || strategy == "channel",
+           "{}: '{}.strategy' is '{}': Kvasir reads FP8 weights scaled per tensor or per channel",
+           src, f, strategy);
+}
+
+// quantization_config: FP8 checkpoints as vLLM reads them (the "fp8"
+// method of AutoFP8 / llm-compressor, fbgemm_fp8, compressed-tensors
+// float8); every other method is refused by name. Activation scales in the
+// file (input_scale, a static activation_scheme) are not used: activations
+// are scaled per token when they are quantised (docs/cuda.md).
+void read_quantization(const JsonKeys& k, ModelConfig& c) {
+  const nlohmann::json* q = k.find("quantization_config");
+  if (!q) return;
+  KV_CHECK(q->is_object(), "{}: 'quantization_config' must be an object", k.src);
+  const JsonKeys qk{*q, k.src};
+  const std::string method = qk.opt_str("quant_method").value_or("");
+  if (method == "fp8") {
+    KV_CHECK(!qk.find("weight_block_size"),
+             "{}: 'quantization_config.weight_block_size' is set: block-wise FP8 weights are not "
+             "supported (per-tensor or per-channel scales only)",
+             k.src);
+    const std::string scheme = qk.opt_str("activation_scheme").value_or("dynamic");
+    KV_CHECK(scheme == "dynamic" || scheme == "static",
+             "{}: 'quantization_config.activation_scheme' is '{}' (dynamic or static)", k.src,
+             scheme);
+    const std::string fmt = qk.opt_str("fmt").value_or("e4m3");
+    KV_CHECK(fmt == "e4m3", "{}: 'quantization_config.fmt' is '{}': only e4m3 is read", k.src, fmt);
+  } else if (method == "compressed-tensors") {
+    const std::string format = qk.opt_str("format").value_or("");
+    KV_CHECK(format == "float-quantized" || format == "naive-quantized",
+             "{}: 'quantization_config.format' is '{}': Kvasir reads float-quantized (FP8) "
+             "compressed-tensors checkpoints only",
+             k.src, format);
+    const nlohmann::json* groups = qk.find("config_groups");
+    KV_CHECK(groups && groups->is_object() && !groups->empty(),
+             "{}: 'quantization_config.config_groups' must be a non-empty object", k.src);
+    for (const auto& [name, g] : groups->items()) check_ct_group(k.src, name, g);
+  } else if (method != "fbgemm_fp8") {
+    KV_FAIL(
+        "{}: 'quantization_config.quant_method' is '{}': Kvasir reads FP8 checkpoints (fp8, "
+        "fbgemm_fp8, compressed-tensors float8), nothing else quantised this way",
+        k.src, method.empty() ? "(missing)" : method);
+  }
+  c.fp8_weights = true;
+}
+
 }  // namespace
 
 ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& src,
@@ -325,6 +384,7 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& src,
       KV_FAIL("{}: 'rope_scaling' type '{}' is not supported (linear, llama3)", src, type);
     }
   }
+  read_quantization(k, c);
   c.rope_layout = RopeLayout::kHalf;  // HF checkpoints are stored rotate-half
   c.validate(src);
   return c;

@@ -35,6 +35,11 @@ struct ModelConfig {
   float rms_eps = 1e-5f;
   bool tied_embeddings = false;  // output head = token embedding
   bool qkv_bias = false;         // Qwen2
+  // FP8 (E4M3) weight matrices, each with one scale per tensor or per output
+  // row (config.json's quantization_config: quant_method fp8, fbgemm_fp8,
+  // or compressed-tensors with 8-bit float weights; docs/model-formats.md).
+  // The CUDA backend reads them; the CPU backend refuses such a model.
+  bool fp8_weights = false;
 
   // Throws kvasir::Error naming the field if the shape is inconsistent
   // (zero sizes, heads not dividing hidden, kv heads not dividing heads...).

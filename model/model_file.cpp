@@ -47,20 +47,25 @@ const TensorView* expect(const Lookup& look, const std::string& src, const std::
   return t;
 }
 
+// One value of a small F32/F16/BF16 tensor.
+float small_value(const TensorView& t, int64_t i) {
+  const auto* p = static_cast<const uint8_t*>(t.data);
+  if (t.type == DType::F32) {
+    float v;
+    std::memcpy(&v, p + 4 * i, 4);
+    return v;
+  }
+  uint16_t h;
+  std::memcpy(&h, p + 2 * i, 2);
+  return t.type == DType::F16 ? fp16_to_f32(h) : bf16_to_f32(h);
+}
+
 // Norm weights and biases are small: decode them all and refuse NaN/Inf,
 // which would otherwise turn every activation after them into NaN silently.
 void check_finite(const std::string& src, const std::string& name, const TensorView& t) {
   const int64_t n = t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
-  const auto* p = static_cast<const uint8_t*>(t.data);
   for (int64_t i = 0; i < n; ++i) {
-    float v;
-    if (t.type == DType::F32) {
-      std::memcpy(&v, p + 4 * i, 4);
-    } else {
-      uint16_t h;
-      std::memcpy(&h, p + 2 * i, 2);
-      v = t.type == DType::F16 ? fp16_to_f32(h) : bf16_to_f32(h);
-    }
+    const float v = small_value(t, i);
     KV_CHECK(std::isfinite(v), "{}: tensor '{}': element {} is {} (NaN/Inf in a weight)", src, name,
              i, v);
   }
@@ -72,6 +77,57 @@ void check_small(const std::string& src, const std::string& name, const TensorVi
            "{}: tensor '{}' is {}: norm weights and biases must be F32, F16 or BF16", src, name,
            dtype_name(t->type));
   check_finite(src, name, *t);
+}
+
+std::vector<float> row_scales(const Lookup& look, const std::string& src, const std::string& name) {
+  const TensorView* w = look(name);
+  KV_CHECK(w, "{}: tensor '{}' is missing", src, name);
+  KV_CHECK(w->type == DType::F8_E4M3, "{}: tensor '{}' is {}, not F8_E4M3", src, name,
+           dtype_name(w->type));
+  const std::string sname = name + "_scale";
+  const TensorView* s = look(sname);
+  KV_CHECK(s, "{}: tensor '{}' is F8_E4M3 but its scale '{}' is missing", src, name, sname);
+  KV_CHECK(s->type == DType::F32 || s->type == DType::F16 || s->type == DType::BF16,
+           "{}: tensor '{}' is {}: FP8 scales must be F32, F16 or BF16", src, sname,
+           dtype_name(s->type));
+  const int64_t n = s->ne[0] * s->ne[1] * s->ne[2] * s->ne[3], rows = w->rows();
+  KV_CHECK(n == 1 || (n == rows && (s->ne[0] == rows || s->ne[1] == rows)),
+           "{}: tensor '{}' has shape {}: an FP8 scale is one value per tensor or one per row "
+           "of '{}' ({} rows); block-wise scales are not supported",
+           src, sname, shape_str(s->ne, s->n_dims), name, rows);
+  std::vector<float> out(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float v = small_value(*s, n == 1 ? 0 : r);
+    KV_CHECK(std::isfinite(v) && v >= 0.f, "{}: tensor '{}': element {} is {}", src, sname,
+             n == 1 ? 0 : r, v);
+    out[size_t(r)] = v;
+  }
+  return out;
+}
+
+// A matrix that is FP8 needs the model to say so and a well-formed scale; a
+// scale beside a matrix that is not FP8 is a malformed file.
+void check_fp8(const ModelConfig& c, const Lookup& look, const std::string& src,
+               const std::string& name) {
+  const TensorView* w = look(name);
+  if (!w) return;
+  if (w->type != DType::F8_E4M3) {
+    KV_CHECK(!look(name + "_scale"), "{}: tensor '{}_scale' is given but '{}' is {}, not F8_E4M3",
+             src, name, name, dtype_name(w->type));
+    return;
+  }
+  KV_CHECK(c.fp8_weights,
+           "{}: tensor '{}' is F8_E4M3 but config.json has no FP8 quantization_config", src, name);
+  row_scales(look, src, name);
+}
+
+void check_fp8_all(const ModelConfig& c, const Lookup& look, const std::string& src) {
+  check_fp8(c, look, src, "token_embd.weight");
+  check_fp8(c, look, src, "output.weight");
+  for (int l = 0; l < c.n_layers; ++l)
+    for (const char* m :
+         {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"})
+      check_fp8(c, look, src, fmt::format("blk.{}.{}.weight", l, m));
 }
 
 void check_tensors(const ModelConfig& c, const Lookup& look, const std::string& src) {
@@ -98,6 +154,7 @@ void check_tensors(const ModelConfig& c, const Lookup& look, const std::string& 
       check_small(src, b + "attn_v.bias", expect(look, src, b + "attn_v.bias", {kv}));
     }
   }
+  check_fp8_all(c, look, src);
 }
 
 class GgufModel final : public ModelFile {
@@ -248,6 +305,10 @@ const TensorView& ModelFile::get(const std::string& name) const {
   const TensorView* t = find(name);
   KV_CHECK(t, "{}: tensor '{}' is missing", path_, name);
   return *t;
+}
+
+std::vector<float> fp8_row_scales(const ModelFile& model, const std::string& name) {
+  return row_scales([&](const std::string& n) { return model.find(n); }, model.path(), name);
 }
 
 std::set<std::string> ModelFile::touched() const {

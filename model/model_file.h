@@ -13,6 +13,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "base/tensor.h"
 #include "model/config.h"
@@ -51,5 +52,14 @@ class ModelFile {
   mutable std::mutex touched_mu_;
   mutable std::set<std::string> touched_;
 };
+
+// FP8 weights (DType::F8_E4M3, safetensors folders only): the scale of each
+// of the weight's rows, from its tensor "<name>_scale" — one value for the
+// whole tensor (shape [] or [1]) or one per row ([rows] or [rows, 1]); F32,
+// BF16 or F16, finite and >= 0. Row r of the weight is scale[r] times the
+// decoded codes (base/fp8.h). Throws kvasir::Error naming the tensor if the
+// weight is not FP8 or its scale is missing or malformed; the model's open
+// checks every FP8 weight this way.
+std::vector<float> fp8_row_scales(const ModelFile& model, const std::string& name);
 
 }  // namespace kvasir

@@ -15,10 +15,12 @@ struct StDType {
   DType type;
   uint64_t bytes;
 };
-constexpr StDType kSupported[] = {
-    {"F32", DType::F32, 4}, {"F16", DType::F16, 2}, {"BF16", DType::BF16, 2}};
-constexpr const char* kKnownUnsupported[] = {"F64", "I64", "I32", "I16",  "I8",      "U8",
-                                             "U16", "U32", "U64", "BOOL", "F8_E4M3", "F8_E5M2"};
+constexpr StDType kSupported[] = {{"F32", DType::F32, 4},
+                                  {"F16", DType::F16, 2},
+                                  {"BF16", DType::BF16, 2},
+                                  {"F8_E4M3", DType::F8_E4M3, 1}};
+constexpr const char* kKnownUnsupported[] = {"F64", "I64", "I32", "I16",  "I8",     "U8",
+                                             "U16", "U32", "U64", "BOOL", "F8_E5M2"};
 
 const StDType& parse_dtype(const std::string& path, const std::string& name,
                            const nlohmann::json& d) {
@@ -27,7 +29,8 @@ const StDType& parse_dtype(const std::string& path, const std::string& name,
   for (const auto& t : kSupported)
     if (s == t.name) return t;
   for (const char* u : kKnownUnsupported)
-    KV_CHECK(s != u, "{}: tensor '{}': dtype {} is not supported (Kvasir reads F32, F16, BF16)",
+    KV_CHECK(s != u,
+             "{}: tensor '{}': dtype {} is not supported (Kvasir reads F32, F16, BF16, F8_E4M3)",
              path, name, s);
   KV_FAIL("{}: tensor '{}': unknown dtype '{}'", path, name, s);
 }
@@ -143,6 +146,13 @@ const SafeTensor* SafetensorsFile::find(const std::string& name) const {
 }
 
 std::optional<std::string> hf_to_gguf_name(std::string_view hf) {
+  // An FP8 weight's scale follows its weight's name: <gguf name>_scale.
+  constexpr std::string_view kScale = "_scale";
+  if (hf.size() > kScale.size() && hf.substr(hf.size() - kScale.size()) == kScale &&
+      hf.substr(0, hf.size() - kScale.size()).ends_with(".weight")) {
+    const auto w = hf_to_gguf_name(hf.substr(0, hf.size() - kScale.size()));
+    return w ? std::optional<std::string>(*w + std::string(kScale)) : std::nullopt;
+  }
   if (hf == "model.embed_tokens.weight") return "token_embd.weight";
   if (hf == "model.norm.weight") return "output_norm.weight";
   if (hf == "lm_head.weight") return "output.weight";

@@ -6,8 +6,8 @@
 // "__metadata__" object of strings, which is ignored.
 //
 // Checked: N against the file and a 100 MiB cap; the JSON (parse errors,
-// duplicate names, field types); dtype (F32, F16, BF16 — others refused by
-// name); shape (≤ 4 dims, non-negative); begin ≤ end ≤ data size and
+// duplicate names, field types); dtype (F32, F16, BF16, F8_E4M3 — others
+// refused by name); shape (≤ 4 dims, non-negative); begin ≤ end ≤ data size and
 // end - begin == product(shape) × element size, all with overflow checks.
 // Tensor data need not be aligned: safetensors does not promise it.
 #pragma once
@@ -51,7 +51,10 @@ class SafetensorsFile {
 };
 
 // Hugging Face Llama-family tensor name → GGUF name (model_file.h lists them);
-// nullopt for a name Kvasir does not use (e.g. rotary_emb.inv_freq).
+// an FP8 weight's "<hf weight>.weight_scale" → "<gguf weight>.weight_scale";
+// nullopt for a name Kvasir does not use (e.g. rotary_emb.inv_freq, and FP8
+// checkpoints' input_scale, k_scale, v_scale: activations are scaled per
+// token at run time, the KV cache stays bf16).
 std::optional<std::string> hf_to_gguf_name(std::string_view hf);
 
 }  // namespace kvasir

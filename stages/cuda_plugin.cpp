@@ -198,6 +198,8 @@ KvasirCudaStageConfig CudaBackend::stage_config() const {
   cfg.max_table = p.dims.max_table;
   cfg.inflight = p.dims.inflight;
   cfg.gpu_memory_utilization = p.kv_gpu_util;
+  cfg.cuda_graphs = p.cuda_graphs;
+  cfg.weight_quant = p.cuda_quantize ? KVASIR_CUDA_QUANT_FP8 : KVASIR_CUDA_QUANT_NONE;
   cfg.log_level = int32_t(log::level());
   cfg.log_process = log_process_.c_str();
   return cfg;

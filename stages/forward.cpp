@@ -85,6 +85,10 @@ SliceExecutor::SliceExecutor(const ModelFile& model, const SliceSpec& slice, con
 
 void SliceExecutor::check_args(int threads) const {
   const ModelConfig& c = cfg_;
+  KV_CHECK_CODE(!c.fp8_weights, ErrorCode::kModelFormat,
+                "model {}: its weights are FP8 (config.json's quantization_config), which the CPU "
+                "backend does not read; run it on GPU stages (cuda:N)",
+                c.name);
   KV_CHECK(slice_.first_layer >= 0 && slice_.first_layer <= slice_.last_layer &&
                slice_.last_layer < c.n_layers,
            "slice layers {}-{} outside the model's 0-{}", slice_.first_layer, slice_.last_layer,

@@ -341,6 +341,26 @@ double parse_itl_target(const toml::table& s, double def) {
   return get_double(s, "itl_target_ms", f, def, 0, 600000, "milliseconds (0 = no target)");
 }
 
+void parse_cuda(const toml::table& t, CudaCfg& c) {
+  check_keys(t, "cuda", {"graphs", "quantize"});
+  if (auto* g = t.get("graphs")) {
+    KV_CHECK(g->is_boolean(), "cuda.graphs: must be true or false");
+    c.graphs = *g->value<bool>();
+  }
+  c.quantize = get_str(t, "quantize", "cuda.quantize", c.quantize);
+  KV_CHECK(c.quantize == "none" || c.quantize == "fp8", "cuda.quantize: \"{}\" is not none or fp8",
+           c.quantize);
+}
+
+// [cuda] keys that only mean something with a GPU stage.
+void check_cuda(const Config& c) {
+  bool any_gpu = false;
+  for (const StageCfg& s : c.plan.stages) any_gpu = any_gpu || s.is_gpu();
+  KV_CHECK(c.cuda.quantize == "none" || any_gpu,
+           "cuda.quantize: \"{}\" but no stage is on a GPU (only GPU stages quantise)",
+           c.cuda.quantize);
+}
+
 void parse_scheduler(const toml::table& s, SchedulerCfg& sc) {
   check_keys(s, "scheduler",
              {"policy", "chunk_size", "max_num_seqs", "max_queue", "itl_target_ms"});
@@ -448,13 +468,14 @@ Config parse_config(std::string_view text, const std::string& base_dir, const st
   }
   Config c;
   c.source = source;
-  check_keys(
-      root, "",
-      {"model", "plan", "stages", "kv", "scheduler", "server", "recovery", "grammar", "log"});
+  check_keys(root, "",
+             {"model", "plan", "stages", "kv", "cuda", "scheduler", "server", "recovery", "grammar",
+              "log"});
   parse_model(root, base_dir, c.model);
   if (auto* p = sub_table(root, "plan")) parse_plan(*p, c.plan);
   if (auto* n = root.get("stages")) parse_stages(*n, c.plan);
   if (auto* k = sub_table(root, "kv")) parse_kv(*k, c.kv);
+  if (auto* t = sub_table(root, "cuda")) parse_cuda(*t, c.cuda);
   if (auto* s = sub_table(root, "scheduler")) parse_scheduler(*s, c.scheduler);
   if (auto* s = sub_table(root, "server")) parse_server(*s, c.server);
   if (auto* r = sub_table(root, "recovery")) parse_recovery(*r, c.recovery);
@@ -463,6 +484,7 @@ Config parse_config(std::string_view text, const std::string& base_dir, const st
   resolve_server(base_dir, c.server);
   validate_plan(c.plan);
   settle_prefix_caching(c);
+  check_cuda(c);
   return c;
 }
 
@@ -505,6 +527,10 @@ void check_against_model(const Config& cfg, const ModelConfig& m) {
     // machine a driver and that device is checked by the stage itself after
     // exec (stages/cuda_plugin.h): the daemon never loads CUDA.
     if (st[i].is_gpu()) continue;
+    KV_CHECK(!m.fp8_weights,
+             "stages[{}].device: cpu cannot run this model: its weights are FP8 (config.json's "
+             "quantization_config), which only GPU stages read; put every stage on cuda:N",
+             i);
     uint64_t per =
         kv_bytes_per_block(m, st[i].last - st[i].first + 1, cfg.kv.block_size, cfg.kv.dtype);
     KV_CHECK(per > 0 && cfg.kv.memory / per >= 1,

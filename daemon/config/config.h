@@ -64,6 +64,18 @@ struct KvCfg {
   bool prefix_caching_set = false;  // written in the file (not the default)
 };
 
+// [cuda]: GPU stages only (docs/cuda.md, docs/config.md).
+struct CudaCfg {
+  // Decode-only micro-batches replayed as CUDA graphs, one per batch-shape
+  // bucket (rows padded up to the bucket); prefill and mixed batches run
+  // eagerly either way. false: every batch eagerly (for comparison).
+  bool graphs = true;
+  // "none": weights as stored (bf16 on the GPU, FP8 checkpoints as FP8);
+  // "fp8": a GPU stage quantises its layers' matrices to FP8 E4M3 at load,
+  // one scale per output row (compute capability 8.9+).
+  std::string quantize = "none";
+};
+
 struct SchedulerCfg {
   std::string policy = "continuous+chunked";  // naive | static | continuous | continuous+chunked
   int32_t chunk_size = 512;    // prefill chunk (tokens), for prompts longer than a micro-batch
@@ -129,6 +141,7 @@ struct Config {
   ModelCfg model;
   PlanCfg plan;
   KvCfg kv;
+  CudaCfg cuda;
   SchedulerCfg scheduler;
   ServerCfg server;
   RecoveryCfg recovery;
@@ -158,7 +171,8 @@ void validate_plan(const PlanCfg& plan);
 void apply_split(PlanCfg& plan, const std::vector<std::pair<int, int>>& ranges);
 
 // Rules that need the model: ranges cover exactly 0..n_layers-1; kv.memory
-// holds at least one block on every stage; devices this build can run.
+// holds at least one block on every stage; devices this build can run; no
+// CPU stage for a model with FP8 weights (the CPU backend does not read them).
 void check_against_model(const Config& cfg, const ModelConfig& model);
 
 // Opens the model (model.path must exist) and runs check_against_model.

@@ -34,6 +34,8 @@ ipc::SegmentParams Supervisor::params_for(const Config& cfg, const ModelConfig& 
   p.kv_f32 = cfg.kv.dtype == "f32";
   p.kv_memory = cfg.kv.memory;
   p.kv_gpu_util = cfg.kv.gpu_memory_utilization;
+  p.cuda_graphs = cfg.cuda.graphs ? 1 : 0;
+  p.cuda_quantize = cfg.cuda.quantize == "fp8" ? 1 : 0;
   for (size_t i = 0; i < st.size(); ++i) {
     p.stages[i].first = st[i].first;
     p.stages[i].last = st[i].last;

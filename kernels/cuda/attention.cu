@@ -196,11 +196,9 @@ __global__ void attention_combine(Partials part, int32_t hd, __nv_bfloat16* out)
 }
 
 // Split only when the batch is too small to fill the GPU by itself (decode):
-// (token, head) pairs below this get up to ceil(max_context / P) partitions.
-constexpr int64_t kSplitBelowPairs = 2048;
-
+// kAttnSplitBelowPairs (attention.h).
 int64_t wanted_parts(int64_t n_pairs, int32_t max_context) {
-  if (n_pairs >= kSplitBelowPairs || max_context <= kAttnPartition) return 1;
+  if (n_pairs >= kAttnSplitBelowPairs || max_context <= kAttnPartition) return 1;
   return (int64_t(max_context) + kAttnPartition - 1) / kAttnPartition;
 }
 

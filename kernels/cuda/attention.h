@@ -22,6 +22,9 @@
 namespace kvasir::cuda {
 
 constexpr int32_t kAttnPartition = 512;  // positions per split-KV partition
+// A batch with fewer (token, query head) pairs than this splits (decode):
+// each pair gets up to ceil(max_context / kAttnPartition) partitions.
+constexpr int64_t kAttnSplitBelowPairs = 2048;
 
 struct PagedAttentionArgs {
   GpuKvLayer kv;

@@ -18,6 +18,25 @@ namespace {
 std::string cuda_why(const char* what, cudaError_t e) {
   return fmt::format("{}: {} ({})", what, cudaGetErrorString(e), int(e));
 }
+// The exporter's buffer lives on its device: another device reads it peer
+// to peer (cudaIpcOpenMemHandle enables the access), which the pair must
+// support, else the copy in would fail at the first batch.
+std::string check_peer(int32_t exporter_device) {
+  int self = -1;
+  cudaError_t e = cudaGetDevice(&self);
+  if (e != cudaSuccess) return cuda_why("cudaGetDevice", e);
+  if (exporter_device == self) return {};
+  int can = 0;
+  e = cudaDeviceCanAccessPeer(&can, self, exporter_device);
+  if (e != cudaSuccess) return cuda_why("cudaDeviceCanAccessPeer", e);
+  if (!can)
+    return fmt::format(
+        "cuda:{} cannot read cuda:{}'s memory peer to peer (cudaDeviceCanAccessPeer = 0): the "
+        "CUDA IPC boundary between two GPU stages needs peer access between their devices",
+        self, exporter_device);
+  return {};
+}
+
 }  // namespace
 
 DeviceBoundaries::~DeviceBoundaries() {
@@ -98,6 +117,8 @@ std::string DeviceBoundaries::import_link(ipc::CudaBoundaryTable* table, int32_t
     }
     if (!why.empty()) return why;
     if (ex.pid == int32_t(getpid())) return "a boundary exported by this very process";
+    why = check_peer(ex.device);
+    if (!why.empty()) return why;
     cudaIpcMemHandle_t mh;
     cudaIpcEventHandle_t eh;
     std::memcpy(&mh, ex.mem_handle, sizeof mh);

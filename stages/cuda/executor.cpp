@@ -7,18 +7,17 @@
 #include <cstring>
 
 #include "base/check.h"
-#include "kernels/cpu/matmul.h"
 #include "kernels/cuda/attention.h"
-#include "kernels/cuda/dequant.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gather_rows.h"
 #include "kernels/cuda/gemm.h"
-#include "kernels/cuda/kv_append.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/rmsnorm.h"
-#include "kernels/cuda/rope.h"
+#include "kernels/cuda/rope_kv_append.h"
 #include "kernels/cuda/swiglu.h"
 #include "kernels/cuda/token_logprob.h"
 #include "kernels/cuda/token_mask.h"
+#include "stages/cuda/executor_util.h"
 #include "stages/slice.h"
 
 namespace kvasir::cuda {
@@ -28,31 +27,18 @@ constexpr size_t kGemmWorkspace = 32ull << 20;  // cuBLASLt's recommendation for
 constexpr size_t kAttnWorkspaceCap = 256ull << 20;
 constexpr int32_t kKvElemBytes = 2;  // KV blocks are bf16
 
-// A CUDA runtime call's result: ok, or kOutOfMemory / kDevice naming the call.
-Status cuda_status(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return Status();
-  return Status(e == cudaErrorMemoryAllocation ? ErrorCode::kOutOfMemory : ErrorCode::kDevice,
-                fmt::format("{}: {} ({})", what, cudaGetErrorString(e), int(e)));
-}
+using detail::cuda_status;
+using detail::model_error;
 
 // A batch the executor refuses: that batch fails, the stage goes on.
 Status batch_error(std::string text) {
   return Status(ErrorCode::kInvalidArgument, std::move(text));
 }
 
-Status model_error(std::string text) {
-  return Status(ErrorCode::kModelFormat, std::move(text));
-}
-
 // A CUDA IPC boundary's failure (device_boundary.h reports it as a text).
 Status boundary_status(const std::string& why, const char* prefix = "") {
   if (why.empty()) return Status();
   return Status(ErrorCode::kDevice, prefix + why);
-}
-
-bool device_dequant_type(DType t) {
-  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0 ||
-         t == DType::Q4_0 || t == DType::Q4_1;
 }
 
 template <class T>
@@ -110,8 +96,19 @@ Status CudaSliceExecutor::init_device(const KvasirCudaStageConfig& cfg) {
       cfg.max_rows > cfg.max_tokens || cfg.max_table < 1 || cfg.block_size < 1 ||
       cfg.inflight < 1 || !(cfg.gpu_memory_utilization > 0 && cfg.gpu_memory_utilization <= 1))
     return Status(ErrorCode::kInvalidArgument, "stage config out of range");
+  if (cfg.weight_quant != KVASIR_CUDA_QUANT_NONE && cfg.weight_quant != KVASIR_CUDA_QUANT_FP8)
+    return error_status(ErrorCode::kInvalidArgument, "weight_quant {} unknown", cfg.weight_quant);
   // After exec, before any other CUDA call of this process: this stage's device.
   KV_RETURN_IF_ERROR(cuda_status(cudaSetDevice(cfg.device), "cudaSetDevice"));
+  cudaDeviceProp prop{};
+  KV_RETURN_IF_ERROR(
+      cuda_status(cudaGetDeviceProperties(&prop, cfg.device), "cudaGetDeviceProperties"));
+  fp8_ok_ = prop.major * 10 + prop.minor >= 89;
+  if (cfg.weight_quant == KVASIR_CUDA_QUANT_FP8 && !fp8_ok_)
+    return error_status(ErrorCode::kInvalidArgument,
+                        "cuda.quantize = \"fp8\" needs FP8 tensor cores (compute capability "
+                        "8.9+); cuda:{} ({}) is {}.{}",
+                        cfg.device, prop.name, prop.major, prop.minor);
   KV_RETURN_IF_ERROR(
       cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
   if (cublasLtCreate(&lt_) != CUBLAS_STATUS_SUCCESS)
@@ -139,138 +136,6 @@ Status CudaSliceExecutor::open_model() {
   return Status();
 }
 
-// The slice's weights: embeddings (head), final norm and output head (tail),
-// and every layer's.
-Status CudaSliceExecutor::upload_weights() {
-  const ModelConfig& c = mc_;
-  const int64_t H = c.hidden;
-  Staging st;
-  if (cfg_.head) KV_RETURN_IF_ERROR(upload_weight(st, kTokenEmbdTensor, c.vocab, H, &embed_));
-  if (cfg_.tail) {
-    KV_RETURN_IF_ERROR(upload_norm(st, kOutputNormTensor, &out_norm_));
-    KV_RETURN_IF_ERROR(upload_weight(st, output_tensor_name(c), c.vocab, H, &output_));
-  }
-  layers_.resize(size_t(cfg_.last_layer - cfg_.first_layer + 1));
-  for (int il = cfg_.first_layer; il <= cfg_.last_layer; ++il)
-    KV_RETURN_IF_ERROR(upload_layer(st, il, layers_[size_t(il - cfg_.first_layer)]));
-  return Status();
-}
-
-Status CudaSliceExecutor::upload_layer(Staging& st, int il, Layer& L) {
-  const ModelConfig& c = mc_;
-  const int64_t H = c.hidden, QD = int64_t(c.n_heads) * c.head_dim,
-                KD = int64_t(c.n_kv_heads) * c.head_dim, FF = c.ffn;
-  const LayerTensorNames n = layer_tensor_names(il);
-  KV_RETURN_IF_ERROR(upload_norm(st, n.attn_norm, &L.attn_norm));
-  KV_RETURN_IF_ERROR(upload_norm(st, n.ffn_norm, &L.ffn_norm));
-  KV_RETURN_IF_ERROR(upload_weight(st, n.attn_q, QD, H, &L.wq));
-  KV_RETURN_IF_ERROR(upload_weight(st, n.attn_k, KD, H, &L.wk));
-  KV_RETURN_IF_ERROR(upload_weight(st, n.attn_v, KD, H, &L.wv));
-  KV_RETURN_IF_ERROR(upload_weight(st, n.attn_output, H, QD, &L.wo));
-  KV_RETURN_IF_ERROR(upload_weight(st, n.ffn_down, H, FF, &L.w_down));
-  // Gate and up rows in one matrix: one GEMM, SwiGLU reads both halves.
-  KV_RETURN_IF_ERROR(dev_alloc(uint64_t(2 * FF * H) * 2, "gate/up", &L.w_gu));
-  KV_RETURN_IF_ERROR(upload_weight(st, n.ffn_gate, FF, H, nullptr, L.w_gu));
-  KV_RETURN_IF_ERROR(upload_weight(st, n.ffn_up, FF, H, nullptr, L.w_gu + FF * H));
-  L.kv.block_size = cfg_.block_size;
-  L.kv.n_kv_heads = c.n_kv_heads;
-  L.kv.head_dim = c.head_dim;
-  return Status();
-}
-
-Status CudaSliceExecutor::find_tensor(const std::string& name, const TensorView** out) const {
-  *out = model_->find(name);
-  if (!*out) return model_error(fmt::format("tensor {} missing", name));
-  return Status();
-}
-
-// One matrix → bf16 [rows, cols] at dst (device; allocated when null), its
-// shape checked. *out (if given) gets dst.
-Status CudaSliceExecutor::upload_weight(Staging& st, const std::string& name, int64_t rows,
-                                        int64_t cols, __nv_bfloat16** out, __nv_bfloat16* dst) {
-  const TensorView* t = nullptr;
-  KV_RETURN_IF_ERROR(find_tensor(name, &t));
-  if (t->rows() != rows || t->cols() != cols)
-    return error_status(ErrorCode::kModelFormat, "{}: shape [{}, {}], expected [{}, {}]", name,
-                        t->rows(), t->cols(), rows, cols);
-  if (!dst) KV_RETURN_IF_ERROR(dev_alloc(uint64_t(rows * cols) * 2, "weights", &dst));
-  KV_RETURN_IF_ERROR(upload_bf16(st, *t, dst, name.c_str()));
-  if (out) *out = dst;
-  return Status();
-}
-
-// A norm weight → f32 [hidden] on the device. F32 in GGUF; F16/BF16 in
-// safetensors folders: widened on the host.
-Status CudaSliceExecutor::upload_norm(Staging& st, const std::string& name, float** out) {
-  const int64_t H = mc_.hidden;
-  const TensorView* t = nullptr;
-  KV_RETURN_IF_ERROR(find_tensor(name, &t));
-  if (t->cols() != H || t->rows() != 1)
-    return model_error(fmt::format("{} must have {} elements", name, H));
-  st.f32.resize(size_t(H));
-  try {
-    cpu::dequantize_row(*t, 0, st.f32.data());
-  } catch (const Error& e) {
-    return model_error(fmt::format("{}: {}", name, e.message()));
-  }
-  float* d = nullptr;
-  KV_RETURN_IF_ERROR(dev_alloc(uint64_t(H) * 4, "norm", &d));
-  KV_RETURN_IF_ERROR(
-      cuda_status(cudaMemcpy(d, st.f32.data(), size_t(H) * 4, cudaMemcpyHostToDevice), "norm"));
-  *out = d;
-  return Status();
-}
-
-// One tensor → bf16 [rows, cols] at dst (device). Raw GGUF bytes go up once
-// and are expanded on the device; other types row by row on the host.
-Status CudaSliceExecutor::upload_bf16(Staging& st, const TensorView& t, __nv_bfloat16* dst,
-                                      const char* what) {
-  if (device_dequant_type(t.type)) return upload_raw(t, dst, what);
-  const int64_t rows = t.rows(), cols = t.cols();
-  // Rows are widened into a ~8 MiB bf16 staging block, copied up a block at
-  // a time (one cudaMemcpy per row would cost millions of calls on an 8B model).
-  const int64_t per_block = std::max<int64_t>(1, (int64_t(8) << 20) / (2 * cols));
-  st.f32.resize(size_t(cols));
-  st.bf16.resize(size_t(std::min(rows, per_block) * cols));
-  for (int64_t r0 = 0; r0 < rows; r0 += per_block) {
-    const int64_t n = std::min(per_block, rows - r0);
-    for (int64_t r = 0; r < n; ++r) {
-      try {
-        cpu::dequantize_row(t, r0 + r, st.f32.data());
-      } catch (const Error& e) {
-        return model_error(fmt::format("{}: {}", what, e.message()));
-      }
-      __nv_bfloat16* out = st.bf16.data() + r * cols;
-      for (int64_t i = 0; i < cols; ++i) out[i] = __float2bfloat16(st.f32[size_t(i)]);
-    }
-    KV_RETURN_IF_ERROR(cuda_status(
-        cudaMemcpy(dst + r0 * cols, st.bf16.data(), size_t(n * cols) * 2, cudaMemcpyHostToDevice),
-        what));
-  }
-  return Status();
-}
-
-// A tensor of a type the device expands (launch_dequant): its raw bytes go
-// up through a temporary buffer.
-Status CudaSliceExecutor::upload_raw(const TensorView& t, __nv_bfloat16* dst, const char* what) {
-  void* raw = nullptr;
-  KV_RETURN_IF_ERROR(cuda_status(cudaMalloc(&raw, t.nbytes), "cudaMalloc(raw weights)"));
-  // On stream_, not the legacy stream: stream_ is non-blocking, so the
-  // dequant kernel would not be ordered after a plain cudaMemcpy.
-  Status s =
-      cuda_status(cudaMemcpyAsync(raw, t.data, t.nbytes, cudaMemcpyHostToDevice, stream_), what);
-  DequantArgs a;
-  a.src = raw;
-  a.type = t.type;
-  a.n_rows = t.rows();
-  a.n_cols = t.cols();
-  a.dst = dst;
-  if (s.ok()) s = cuda_status(launch_dequant(a, stream_), what);
-  if (s.ok()) s = cuda_status(cudaStreamSynchronize(stream_), what);
-  cudaFree(raw);
-  return s;
-}
-
 // The RoPE frequencies: the CPU executor's table (stages/slice.h), the
 // rope_freqs.weight divisors included.
 Status CudaSliceExecutor::upload_rope() {
@@ -294,11 +159,23 @@ Status CudaSliceExecutor::alloc_scratch() {
   const uint64_t T = uint64_t(cfg_.max_tokens), R = uint64_t(cfg_.max_rows);
   KV_RETURN_IF_ERROR(dev_alloc(T * H * 4, "x", &x_));
   KV_RETURN_IF_ERROR(dev_alloc(T * std::max(H, FF) * 2, "xn", &xn_));
+  KV_RETURN_IF_ERROR(dev_alloc(T * (QD + 2 * KD) * 4, "qkv", &qkv_));
   KV_RETURN_IF_ERROR(dev_alloc(T * QD * 4, "q", &q_));
-  KV_RETURN_IF_ERROR(dev_alloc(T * KD * 4, "k", &k_));
-  KV_RETURN_IF_ERROR(dev_alloc(T * KD * 4, "v", &v_));
   KV_RETURN_IF_ERROR(dev_alloc(T * QD * 2, "att", &att_));
   KV_RETURN_IF_ERROR(dev_alloc(T * 2 * FF * 4, "gate/up out", &gu_));
+  KV_RETURN_IF_ERROR(dev_alloc(uint64_t(kGemvMaxRows) * FF * 2, "swiglu out", &swi_));
+  if (n_fp8_ > 0) {
+    // Activations quantised per row for the E4M3 GEMMs, and the product of
+    // those that accumulate into the residual (o, down: n = hidden); the
+    // others rescale their f32 output in place.
+    const uint64_t widest = std::max({H, QD, FF});
+    fp8_.a_bytes = T * widest;
+    fp8_.a_scale_bytes = T * 4;
+    fp8_.prod_bytes = T * H * 4;
+    KV_RETURN_IF_ERROR(dev_alloc(fp8_.a_bytes, "FP8 activations", &fp8_.a));
+    KV_RETURN_IF_ERROR(dev_alloc(fp8_.a_scale_bytes, "FP8 activation scales", &fp8_.a_scale));
+    KV_RETURN_IF_ERROR(dev_alloc(fp8_.prod_bytes, "FP8 product", &fp8_.prod));
+  }
   gemm_ws_bytes_ = kGemmWorkspace;
   KV_RETURN_IF_ERROR(dev_alloc(gemm_ws_bytes_, "cuBLASLt workspace", &gemm_ws_));
   attn_ws_bytes_ =
@@ -353,6 +230,7 @@ Status CudaSliceExecutor::measure_capacity() {
   const double budget = double(free_b) * cfg_.gpu_memory_utilization;
   capacity_ = kv_block_bytes_ ? int64_t(budget / double(kv_block_bytes_)) : 0;
   capacity_ = std::min<int64_t>(capacity_, int64_t(1) << 30);
+  if (cfg_.cuda_graphs) capacity_ = std::max<int64_t>(0, capacity_ - 1);  // the sink block
   return Status();
 }
 
@@ -363,16 +241,23 @@ Status CudaSliceExecutor::allocate_kv(int32_t n_blocks) {
     return error_status(ErrorCode::kInvalidArgument, "{} KV blocks asked, {} fit", n_blocks,
                         capacity_);
   const ModelConfig& c = mc_;
-  const uint64_t per = uint64_t(n_blocks) * uint64_t(c.n_kv_heads) * uint64_t(cfg_.block_size) *
+  // With decode graphs one block more: the sink of the padding rows, which
+  // no sequence owns (decode_graph_plan.h).
+  const int32_t physical = n_blocks + (cfg_.cuda_graphs ? 1 : 0);
+  const uint64_t per = uint64_t(physical) * uint64_t(c.n_kv_heads) * uint64_t(cfg_.block_size) *
                        uint64_t(c.head_dim) * kKvElemBytes;
   for (Layer& L : layers_) {
     KV_RETURN_IF_ERROR(dev_alloc(per, "KV blocks", &L.kv.k));
     KV_RETURN_IF_ERROR(dev_alloc(per, "KV blocks", &L.kv.v));
     KV_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(L.kv.k, 0, per, stream_), "KV memset"));
     KV_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(L.kv.v, 0, per, stream_), "KV memset"));
-    L.kv.n_blocks = n_blocks;
+    L.kv.n_blocks = physical;
   }
   n_blocks_ = n_blocks;
+  sink_block_ = cfg_.cuda_graphs ? n_blocks : -1;
+  const int64_t cap = std::min<int64_t>(int64_t(cfg_.max_table) * cfg_.block_size, 1 << 24);
+  graph_limits_ = DecodeGraphLimits{cfg_.max_rows, int32_t(cap), c.n_heads,
+                                    int32_t(kAttnSplitBelowPairs), kAttnPartition};
   return cuda_status(cudaStreamSynchronize(stream_), "KV memset");
 }
 
@@ -394,13 +279,17 @@ Status CudaSliceExecutor::attach(ipc::CudaBoundaryTable* table, int32_t import_l
 
 // --- One batch ------------------------------------------------------------
 
-Status CudaSliceExecutor::gemm(const __nv_bfloat16* a, const __nv_bfloat16* w, void* d,
-                               bool out_bf16, int64_t m, int64_t n, int64_t k, float beta,
-                               const char* what) {
+Status CudaSliceExecutor::gemm(const __nv_bfloat16* a, const Weight& w, void* d, bool out_bf16,
+                               int64_t m, int64_t n, int64_t k, float beta, const char* what) {
   GemmArgs g;
   g.handle = lt_;
   g.a = a;
-  g.b = w;
+  g.b = w.w;
+  g.b_type = w.fp8 ? GemmWeight::kE4M3 : GemmWeight::kBF16;
+  g.b_scale = w.scale;
+  g.fp8 = fp8_;
+  // Without a residual to add, an E4M3 GEMM rescales its f32 output in place.
+  if (beta == 0.f && !out_bf16) g.fp8.prod = nullptr;
   g.d = d;
   g.out_type = out_bf16 ? GemmOut::kBF16 : GemmOut::kF32;
   g.m = m;
@@ -413,14 +302,15 @@ Status CudaSliceExecutor::gemm(const __nv_bfloat16* a, const __nv_bfloat16* w, v
   g.cublas_status = &cs;
   cudaError_t e = launch_gemm(g, stream_);
   if (e == cudaSuccess) return Status();
-  return error_status(ErrorCode::kDevice, "GEMM {} [{}x{}x{}]: {} (cuBLASLt status {})", what, m, n,
-                      k, cudaGetErrorString(e), int(cs));
+  return error_status(ErrorCode::kDevice, "GEMM {} [{}x{}x{}]{}: {} (cuBLASLt status {})", what, m,
+                      n, k, w.fp8 ? " E4M3" : "", cudaGetErrorString(e), int(cs));
 }
 
+// One layer over T tokens (the batch's, or a decode graph's padded rows).
 Status CudaSliceExecutor::run_layer(const Layer& L, const GpuAttnBatch& ab, int64_t T) {
   const ModelConfig& c = mc_;
   const int64_t H = c.hidden, QD = int64_t(c.n_heads) * c.head_dim,
-                KD = int64_t(c.n_kv_heads) * c.head_dim, FF = c.ffn;
+                KD = int64_t(c.n_kv_heads) * c.head_dim;
   // Attention block: x += Wo · attn(rope(Wq·n(x)), rope(Wk·n(x)), Wv·n(x))
   RmsNormArgs n1;
   n1.x = x_;
@@ -430,30 +320,21 @@ Status CudaSliceExecutor::run_layer(const Layer& L, const GpuAttnBatch& ab, int6
   n1.eps = c.rms_eps;
   n1.out = xn_;
   KV_RETURN_IF_ERROR(cuda_status(launch_rmsnorm(n1, stream_), "rmsnorm"));
-  KV_RETURN_IF_ERROR(gemm(xn_, L.wq, q_, false, T, QD, H, 0.f, "q"));
-  KV_RETURN_IF_ERROR(gemm(xn_, L.wk, k_, false, T, KD, H, 0.f, "k"));
-  KV_RETURN_IF_ERROR(gemm(xn_, L.wv, v_, false, T, KD, H, 0.f, "v"));
-  RopeArgs r;
-  r.q = q_;
-  r.k = k_;
+  KV_RETURN_IF_ERROR(gemm(xn_, L.qkv, qkv_, false, T, QD + 2 * KD, H, 0.f, "qkv"));
+  RopeKvAppendArgs r;
+  r.qkv = qkv_;
+  r.q_out = q_;
+  r.kv = L.kv;
+  r.batch = ab;
   r.pos = d_pos_;
   r.inv_freq = inv_freq_;
-  r.n_tokens = int32_t(T);
-  r.n_q_heads = c.n_heads;
-  r.n_k_heads = c.n_kv_heads;
-  r.head_dim = c.head_dim;
+  r.n_heads = c.n_heads;
   r.rot_dim = c.head_dim;
   r.layout = c.rope_layout == kvasir::RopeLayout::kAdjacent ? cuda::RopeLayout::kAdjacent
                                                             : cuda::RopeLayout::kHalf;
   r.linear_factor = c.rope_linear_factor > 0 ? c.rope_linear_factor : 1.f;
-  KV_RETURN_IF_ERROR(cuda_status(launch_rope(r, stream_), "rope"));
-  KvAppendArgs ka;
-  ka.kv = L.kv;
-  ka.batch = ab;
-  ka.k = k_;
-  ka.v = v_;
-  ka.error = d_err_;
-  KV_RETURN_IF_ERROR(cuda_status(launch_kv_append(ka, stream_), "kv_append"));
+  r.error = d_err_;
+  KV_RETURN_IF_ERROR(cuda_status(launch_rope_kv_append(r, stream_), "rope + kv_append"));
   PagedAttentionArgs pa;
   pa.kv = L.kv;
   pa.batch = ab;
@@ -465,13 +346,34 @@ Status CudaSliceExecutor::run_layer(const Layer& L, const GpuAttnBatch& ab, int6
   pa.workspace_bytes = attn_ws_bytes_;
   pa.error = d_err_;
   KV_RETURN_IF_ERROR(cuda_status(launch_paged_attention(pa, stream_), "paged_attention"));
-  KV_RETURN_IF_ERROR(gemm(att_, L.wo, x_, false, T, H, QD, 1.f, "o (+residual)"));
-
-  // Feed-forward block: x += Wdown · (silu(Wgate·n(x)) * Wup·n(x))
+  KV_RETURN_IF_ERROR(gemm(att_, L.o, x_, false, T, H, QD, 1.f, "o (+residual)"));
   RmsNormArgs n2 = n1;
   n2.weight = L.ffn_norm;
   KV_RETURN_IF_ERROR(cuda_status(launch_rmsnorm(n2, stream_), "rmsnorm"));
-  KV_RETURN_IF_ERROR(gemm(xn_, L.w_gu, gu_, false, T, 2 * FF, H, 0.f, "gate/up"));
+  return ffn(L, T);
+}
+
+// Feed-forward block: x += Wdown · (silu(Wgate·n(x)) * Wup·n(x)). For 1..4
+// rows the gate/up kernel applies SwiGLU itself (no f32 [T, 2·ffn] round
+// trip, one launch less).
+Status CudaSliceExecutor::ffn(const Layer& L, int64_t T) {
+  const int64_t H = mc_.hidden, FF = mc_.ffn;
+  GemmArgs g;
+  g.a = xn_;
+  g.b = L.gu.w;
+  g.b_type = L.gu.fp8 ? GemmWeight::kE4M3 : GemmWeight::kBF16;
+  g.b_scale = L.gu.scale;
+  g.d = swi_;
+  g.out_type = GemmOut::kBF16;
+  g.m = T;
+  g.n = 2 * FF;  // as gemv_applies sees the stacked weight
+  g.k = H;
+  if (gemm_skinny_enabled() && gemv_applies(g)) {
+    g.n = FF;
+    KV_RETURN_IF_ERROR(cuda_status(launch_gemv_swiglu(g, stream_), "gate/up + swiglu"));
+    return gemm(swi_, L.down, x_, false, T, H, FF, 1.f, "down (+residual)");
+  }
+  KV_RETURN_IF_ERROR(gemm(xn_, L.gu, gu_, false, T, 2 * FF, H, 0.f, "gate/up"));
   SwiGluArgs sw;
   sw.gate = gu_;
   sw.up = gu_ + FF;
@@ -480,7 +382,17 @@ Status CudaSliceExecutor::run_layer(const Layer& L, const GpuAttnBatch& ab, int6
   sw.in_stride = 2 * FF;
   sw.out = xn_;
   KV_RETURN_IF_ERROR(cuda_status(launch_swiglu(sw, stream_), "swiglu"));
-  return gemm(xn_, L.w_down, x_, false, T, H, FF, 1.f, "down (+residual)");
+  return gemm(xn_, L.down, x_, false, T, H, FF, 1.f, "down (+residual)");
+}
+
+// Every layer, eagerly or as the decode graph of the step's shape.
+Status CudaSliceExecutor::run_layers(const GpuAttnBatch& ab, const StepShape& s) {
+  auto body = [&]() -> Status {
+    for (const Layer& L : layers_) KV_RETURN_IF_ERROR(run_layer(L, ab, s.tokens));
+    return Status();
+  };
+  if (!s.graph) return body();
+  return graphs_.run(decode_graph_key(DecodeShape{s.rows, s.context}), stream_, body);
 }
 
 Status CudaSliceExecutor::forward(const KvasirCudaBatch& b) {
@@ -515,21 +427,31 @@ Status CudaSliceExecutor::forward_impl(const KvasirCudaBatch& b, bool& received)
   if (T == 0) return Status();
   KV_RETURN_IF_ERROR(stage_tokens(b, h));
   GpuKvLayer probe_kv = layers_.empty() ? GpuKvLayer{} : layers_[0].kv;
+  probe_kv.n_blocks = n_blocks_;  // a row of the batch may not name the sink
   std::string why = check_attn_batch_host(probe_kv, h.q_start, h.pos0, h.tables, b.n_rows,
                                           int32_t(T), cfg_.max_table, int32_t(max_ctx));
   if (!why.empty()) return batch_error("batch: " + why);
-  KV_RETURN_IF_ERROR(upload_batch(b, h, d));
+  const StepShape shape = step_shape(b, max_ctx);
+  if (shape.graph)
+    pad_decode_rows(DecodeBatchArrays{h.q_start, h.pos0, h.tables, h.pos,
+                                      cfg_.head ? h.tokens : nullptr, cfg_.max_table},
+                    b.n_rows, shape.rows, sink_block_);
+  KV_RETURN_IF_ERROR(upload_batch(b, h, d, shape));
 
   GpuAttnBatch ab;
   ab.q_start = d.q_start;
   ab.pos0 = d.pos0;
   ab.block_tables = d.tables;
-  ab.n_seqs = b.n_rows;
-  ab.n_tokens = int32_t(T);
+  ab.n_seqs = shape.rows;
+  ab.n_tokens = int32_t(shape.tokens);
   ab.max_blocks = cfg_.max_table;
-  ab.max_context = int32_t(max_ctx);
+  ab.max_context = shape.context;
   KV_RETURN_IF_ERROR(take_input(b, d, received));
-  for (const Layer& L : layers_) KV_RETURN_IF_ERROR(run_layer(L, ab, T));
+  if (shape.tokens > T)  // padding rows: zeros in, whatever they compute is never read
+    KV_RETURN_IF_ERROR(cuda_status(
+        cudaMemsetAsync(x_ + T * mc_.hidden, 0, size_t(shape.tokens - T) * mc_.hidden * 4, stream_),
+        "padding rows"));
+  KV_RETURN_IF_ERROR(run_layers(ab, shape));
   KV_RETURN_IF_ERROR(hand_on(b, h, d));
   return finish_batch(b);
 }
@@ -629,17 +551,31 @@ Status CudaSliceExecutor::stage_tokens(const KvasirCudaBatch& b, const BatchArra
   return Status();
 }
 
+// How the layers run: as they come, or as a decode graph (decode-only
+// batch, graphs on, a shape decode_graph_plan.h gives).
+CudaSliceExecutor::StepShape CudaSliceExecutor::step_shape(const KvasirCudaBatch& b,
+                                                           int64_t max_ctx) const {
+  StepShape eager{b.n_tokens, b.n_rows, int32_t(max_ctx), false};
+  if (!cfg_.cuda_graphs || sink_block_ < 0 || b.n_tokens != b.n_rows) return eager;
+  for (int32_t r = 0; r < b.n_rows; ++r)
+    if (b.rows[r].n_tokens != 1) return eager;
+  const DecodeShape g = decode_graph_shape(graph_limits_, b.n_rows, int32_t(max_ctx));
+  if (g.rows == 0 || g.rows > cfg_.max_tokens) return eager;
+  return StepShape{g.rows, g.rows, g.context, true};
+}
+
+// The batch arrays (with a graph's padding rows) to the device.
 Status CudaSliceExecutor::upload_batch(const KvasirCudaBatch& b, const BatchArrays& h,
-                                       const BatchArrays& d) {
+                                       const BatchArrays& d, const StepShape& s) {
   auto up = [&](int32_t* dst, const int32_t* src, int64_t n) {
     return cuda_status(cudaMemcpyAsync(dst, src, size_t(n) * 4, cudaMemcpyHostToDevice, stream_),
                        "batch upload");
   };
   const int64_t T = b.n_tokens;
-  KV_RETURN_IF_ERROR(up(d.q_start, h.q_start, b.n_rows + 1));
-  KV_RETURN_IF_ERROR(up(d.pos0, h.pos0, b.n_rows));
-  KV_RETURN_IF_ERROR(up(d.tables, h.tables, int64_t(b.n_rows) * cfg_.max_table));
-  KV_RETURN_IF_ERROR(up(d.pos, h.pos, T));
+  KV_RETURN_IF_ERROR(up(d.q_start, h.q_start, s.rows + 1));
+  KV_RETURN_IF_ERROR(up(d.pos0, h.pos0, s.rows));
+  KV_RETURN_IF_ERROR(up(d.tables, h.tables, int64_t(s.rows) * cfg_.max_table));
+  KV_RETURN_IF_ERROR(up(d.pos, h.pos, s.tokens));
   if (cfg_.head) KV_RETURN_IF_ERROR(up(d.tokens, h.tokens, T));
   return cuda_status(cudaMemsetAsync(d_err_, 0, 4, stream_), "error flag");
 }
@@ -751,7 +687,8 @@ Status CudaSliceExecutor::tail_all_logits(const KvasirCudaBatch& b, int64_t T) {
     n.x = x_ + s * H;
     n.n_rows = m;
     KV_RETURN_IF_ERROR(cuda_status(launch_rmsnorm(n, stream_), "final rmsnorm"));
-    KV_RETURN_IF_ERROR(gemm(xn_, output_, logits_, false, m, V, H, 0.f, "output"));
+    KV_RETURN_IF_ERROR(
+        gemm(xn_, Weight{output_, nullptr, false}, logits_, false, m, V, H, 0.f, "output"));
     KV_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(b.logits + s * V, logits_, size_t(m * V) * 4,
                                                    cudaMemcpyDeviceToHost, stream_),
                                    "logits download"));
@@ -816,7 +753,7 @@ Status CudaSliceExecutor::project_rows(int64_t T, int32_t n_sel, const int32_t* 
       "gather upload"));
   KV_RETURN_IF_ERROR(cuda_status(launch_gather_rows(ga, stream_), "gather_rows"));
   KV_RETURN_IF_ERROR(cuda_status(launch_rmsnorm(n, stream_), "final rmsnorm"));
-  return gemm(xn_, output_, logits_, false, n_sel, V, H, 0.f, "output");
+  return gemm(xn_, Weight{output_, nullptr, false}, logits_, false, n_sel, V, H, 0.f, "output");
 }
 
 // Samples every gathered row (host rows' results are not used), takes the

@@ -4,11 +4,21 @@
 // kernels/cuda/ on one stream and the GEMMs through cuBLASLt:
 //   weights: bf16 on the device, dequantised once at load (GGUF F32/F16/BF16/
 //            Q8_0/Q4_0/Q4_1 on the device, K-quants on the host through the
-//            CPU's dequantize_row); norms f32; gate and up concatenated into
-//            one [2*ffn, hidden] matrix (one GEMM, SwiGLU reads both halves);
-//   residual stream: f32 [max_tokens, hidden], the GEMMs of Wo and Wdown
-//            accumulate into it (beta = 1: the residual add is free);
+//            CPU's dequantize_row), or FP8 E4M3 with a scale per row (an FP8
+//            checkpoint's matrices, or every layer matrix with
+//            weight_quant = FP8; compute capability 8.9+, else FP8 files are
+//            widened to bf16); norms f32; q, k and v stacked into one
+//            [(heads + 2 kv_heads) * head_dim, hidden] matrix and gate and up
+//            into one [2*ffn, hidden] matrix (one GEMM each);
+//   layer:   RMSNorm → QKV GEMM → RoPE + KV append (one kernel) → paged
+//            attention → O GEMM accumulating into the residual (beta = 1) →
+//            RMSNorm → gate/up GEMM → SwiGLU (for 1..4 rows in the gate/up
+//            kernel itself) → down GEMM accumulating into the residual;
+//   residual stream: f32 [max_tokens, hidden];
 //   KV:      bf16 paged blocks, kernels/cuda/paged_kv_layout.h;
+//   decode:  with cuda_graphs, decode-only batches run the layers as a CUDA
+//            graph per shape bucket (decode_graph_plan.h, decode_graphs.h),
+//            rows padded into a sink KV block past the daemon's count;
 //   tail:    the sampled rows' last tokens gathered, final norm, output GEMM;
 //            rows the GPU sampler covers sampled on the device, the others'
 //            logits copied to the host (the agent's sampler picks the token).
@@ -24,10 +34,13 @@
 #include <vector>
 
 #include "base/status.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/paged_kv_layout.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/sampling.h"
 #include "model/model_file.h"
+#include "stages/cuda/decode_graph_plan.h"
+#include "stages/cuda/decode_graphs.h"
 #include "stages/cuda/device_boundary.h"
 #include "stages/cuda/plugin_abi.h"
 
@@ -58,18 +71,41 @@ class CudaSliceExecutor {
   const ModelConfig& config() const { return mc_; }
   // The stage's one stream (the GPU benchmark records its events on it).
   cudaStream_t stream() const { return stream_; }
+  // What load decided (the benchmark and the tests report it): layer
+  // matrices kept or quantised to FP8, and the decode graphs made so far.
+  int32_t fp8_matrices() const { return n_fp8_; }
+  int32_t bf16_matrices() const { return n_bf16_; }
+  size_t decode_graphs() const { return graphs_.graphs(); }
+  uint64_t graph_replays() const { return graphs_.replays(); }
 
  private:
+  // A weight matrix on the device: bf16, or E4M3 codes with a scale per row.
+  struct Weight {
+    const void* w = nullptr;       // [rows, cols]
+    const float* scale = nullptr;  // [rows], E4M3 only
+    bool fp8 = false;
+  };
   struct Layer {
-    float* attn_norm = nullptr;       // [hidden] f32
-    float* ffn_norm = nullptr;        // [hidden] f32
-    __nv_bfloat16* wq = nullptr;      // [n_heads*head_dim, hidden]
-    __nv_bfloat16* wk = nullptr;      // [n_kv_heads*head_dim, hidden]
-    __nv_bfloat16* wv = nullptr;      // [n_kv_heads*head_dim, hidden]
-    __nv_bfloat16* wo = nullptr;      // [hidden, n_heads*head_dim]
-    __nv_bfloat16* w_gu = nullptr;    // [2*ffn, hidden]: gate rows, then up rows
-    __nv_bfloat16* w_down = nullptr;  // [hidden, ffn]
-    GpuKvLayer kv;                    // K, V [n_blocks][n_kv_heads][block_size][head_dim] bf16
+    float* attn_norm = nullptr;  // [hidden] f32
+    float* ffn_norm = nullptr;   // [hidden] f32
+    Weight qkv;                  // [(n_heads + 2*n_kv_heads)*head_dim, hidden]: q, k, v rows
+    Weight o;                    // [hidden, n_heads*head_dim]
+    Weight gu;                   // [2*ffn, hidden]: gate rows, then up rows
+    Weight down;                 // [hidden, ffn]
+    GpuKvLayer kv;               // K, V [n_blocks][n_kv_heads][block_size][head_dim] bf16
+  };
+  // One tensor of a stacked matrix: its name and rows.
+  struct Part {
+    std::string name;
+    int64_t rows;
+  };
+  // How a batch's layers run: tokens (= rows + padding for a graph), the
+  // attention's context bound, and whether as a decode graph.
+  struct StepShape {
+    int64_t tokens = 0;
+    int32_t rows = 0;
+    int32_t context = 0;
+    bool graph = false;
   };
   // Host buffers of the weight upload (raw rows, K-quant rows widened on
   // the host), kept across tensors and freed when the load is done.
@@ -96,6 +132,13 @@ class CudaSliceExecutor {
   Status open_model();
   Status upload_weights();
   Status upload_layer(Staging& st, int layer, Layer& L);
+  Status upload_matrix(Staging& st, const std::vector<Part>& parts, int64_t cols, bool quantizable,
+                       Weight* out);
+  bool matrix_fp8(const std::vector<Part>& parts, int64_t cols, bool quantizable) const;
+  Status upload_part_fp8(const Part& p, int64_t cols, uint8_t* dst, float* scale);
+  Status quantize_part(Staging& st, const Part& p, int64_t cols, uint8_t* dst, float* scale);
+  Status upload_fp8_as_bf16(Staging& st, const TensorView& t, const std::string& name,
+                            __nv_bfloat16* dst);
   Status upload_rope();
   Status alloc_scratch();
   Status alloc_tail_scratch();
@@ -124,11 +167,15 @@ class CudaSliceExecutor {
   BatchArrays batch_arrays(int32_t* base) const;
   Status stage_rows(const KvasirCudaBatch& b, const BatchArrays& h, int64_t& max_ctx) const;
   Status stage_tokens(const KvasirCudaBatch& b, const BatchArrays& h) const;
-  Status upload_batch(const KvasirCudaBatch& b, const BatchArrays& h, const BatchArrays& d);
+  StepShape step_shape(const KvasirCudaBatch& b, int64_t max_ctx) const;
+  Status upload_batch(const KvasirCudaBatch& b, const BatchArrays& h, const BatchArrays& d,
+                      const StepShape& s);
   Status take_input(const KvasirCudaBatch& b, const BatchArrays& d, bool& received);
+  Status run_layers(const GpuAttnBatch& ab, const StepShape& s);
   Status run_layer(const Layer& L, const GpuAttnBatch& ab, int64_t T);
-  Status gemm(const __nv_bfloat16* a, const __nv_bfloat16* w, void* d, bool out_bf16, int64_t m,
-              int64_t n, int64_t k, float beta, const char* what);
+  Status ffn(const Layer& L, int64_t T);
+  Status gemm(const __nv_bfloat16* a, const Weight& w, void* d, bool out_bf16, int64_t m, int64_t n,
+              int64_t k, float beta, const char* what);
   Status hand_on(const KvasirCudaBatch& b, const BatchArrays& h, const BatchArrays& d);
   Status finish_batch(const KvasirCudaBatch& b);
   // The tail: final norm, output head, logits or device sampling.
@@ -155,20 +202,29 @@ class CudaSliceExecutor {
   __nv_bfloat16* output_ = nullptr;  // [vocab, hidden] tail
   float* inv_freq_ = nullptr;        // [head_dim/2]
   int64_t capacity_ = 0;
-  int32_t n_blocks_ = 0;
+  int32_t n_blocks_ = 0;            // the daemon's; with graphs one more (the sink) is allocated
+  int32_t sink_block_ = -1;         // padding rows' KV block (graphs only)
+  bool fp8_ok_ = false;             // compute capability 8.9+: FP8 tensor cores
+  int32_t n_fp8_ = 0, n_bf16_ = 0;  // layer matrices of each kind (stacked ones count once)
+  DecodeGraphLimits graph_limits_;
+  DecodeGraphs graphs_;
   uint64_t kv_block_bytes_ = 0;  // all layers, K and V
 
   // Scratch, allocated once for max_tokens (T) rows.
   float* x_ = nullptr;            // [T, hidden] residual stream
   __nv_bfloat16* xn_ = nullptr;   // [T, max(hidden, ffn)] normalised / GEMM input
-  float* q_ = nullptr;            // [T, n_heads*head_dim]
-  float* k_ = nullptr;            // [T, n_kv_heads*head_dim]
-  float* v_ = nullptr;            // [T, n_kv_heads*head_dim]
+  float* qkv_ = nullptr;          // [T, (n_heads + 2*n_kv_heads)*head_dim] the QKV GEMM's output
+  float* q_ = nullptr;            // [T, n_heads*head_dim] after RoPE
   __nv_bfloat16* att_ = nullptr;  // [T, n_heads*head_dim]
   float* gu_ = nullptr;           // [T, 2*ffn]
-  float* last_ = nullptr;         // [max_rows, hidden] tail
-  float* logits_ = nullptr;       // [max_rows, vocab] tail
-  void* gemm_ws_ = nullptr;       // cuBLASLt workspace
+  __nv_bfloat16* swi_ = nullptr;  // [kGemvMaxRows, ffn] the fused gate/up + SwiGLU output
+  // E4M3 GEMMs with more than kGemvMaxRows rows (allocated when a layer
+  // matrix is FP8): activations quantised per row, their scales, and the
+  // product of the GEMMs accumulating into the residual.
+  GemmFp8Scratch fp8_;
+  float* last_ = nullptr;    // [max_rows, hidden] tail
+  float* logits_ = nullptr;  // [max_rows, vocab] tail
+  void* gemm_ws_ = nullptr;  // cuBLASLt workspace
   size_t gemm_ws_bytes_ = 0;
   float* attn_ws_ = nullptr;  // split-KV partials
   size_t attn_ws_bytes_ = 0;

@@ -47,8 +47,9 @@ extern "C" {
 #endif
 
 /* 4: KvasirCudaBatch gained block copies (copy_src, copy_dst, n_copies).
- * 5: structured outputs (KvasirCudaSample::mask, KvasirCudaBatch::mask_words). */
-#define KVASIR_CUDA_ABI_VERSION 5u
+ * 5: structured outputs (KvasirCudaSample::mask, KvasirCudaBatch::mask_words).
+ * 6: the stage config gained cuda_graphs and weight_quant. */
+#define KVASIR_CUDA_ABI_VERSION 6u
 /* Same version and compiler, or refuse (see above). CMake defines
  * KVASIR_BUILD_TAG identically for the loader and the plugin. */
 #ifndef KVASIR_BUILD_TAG
@@ -58,6 +59,12 @@ extern "C" {
 
 /* Success: kvasir::ErrorCode::kOk. Any other status is a kvasir::ErrorCode. */
 #define KVASIR_CUDA_OK 0
+
+/* KvasirCudaStageConfig::weight_quant: the layers' matrices as stored (bf16
+ * on the device; an FP8 checkpoint's FP8 matrices stay FP8), or quantised to
+ * FP8 E4M3 at load, one scale per output row ([cuda] quantize = "fp8"). */
+#define KVASIR_CUDA_QUANT_NONE 0
+#define KVASIR_CUDA_QUANT_FP8 1
 
 /* One stage's slice and widths (the plan). */
 typedef struct KvasirCudaStageConfig {
@@ -74,6 +81,10 @@ typedef struct KvasirCudaStageConfig {
    * the process name, or log_process null to leave the plugin's as it is. */
   int32_t log_level;
   const char* log_process;
+  /* Since ABI 6. cuda_graphs != 0: decode-only batches are replayed as CUDA
+   * graphs per batch-shape bucket ([cuda] graphs); weight_quant: above. */
+  int32_t cuda_graphs;
+  int32_t weight_quant;
 } KvasirCudaStageConfig;
 
 typedef struct KvasirCudaRow {

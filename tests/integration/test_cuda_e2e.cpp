@@ -19,6 +19,7 @@
 #include <random>
 
 #include "base/check.h"
+#include "gpu_texts.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 #include "ring_fixture.h"
@@ -183,38 +184,6 @@ TEST(CudaE2E, TinyModelMixedAndSharedGpuPlansMatchCpu) {
   std::filesystem::remove_all(dir);
 }
 
-// The default model on natural text: random token ids give it flat
-// distributions full of near-ties, where bf16 against the CPU's Q8
-// activations decides ties either way (the first GPU run: 2 of 8 greedy
-// requests identical and 89% exact top-1 on random ids, every miss a near-tie).
-const char* const kTexts[] = {
-    "The capital of France is",
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
-    "Once upon a time, in a small village by the sea, there lived",
-    "To make a cup of tea, first boil the water, then",
-    "The three primary colours are",
-    "Question: What is 12 times 7?\nAnswer:",
-    "Photosynthesis is the process by which plants",
-    "The quick brown fox jumps over the lazy dog. The quick brown fox",
-};
-
-// A longer passage for teacher forcing (~250 tokens).
-const char* const kPassage =
-    "The history of computing is longer than the history of computing hardware and modern "
-    "computing technology and includes the history of methods intended for pen and paper or for "
-    "chalk and slate, with or without the aid of tables. Digital computing is intimately tied to "
-    "the representation of numbers. But long before abstractions like the number arose, there "
-    "were mathematical concepts to serve the purposes of civilization. These concepts are "
-    "implicit in concrete practices such as one-to-one correspondence, the basis of counting, "
-    "comparison to a standard, used for measurement, and the triangle, used to lay out right "
-    "angles when building. The earliest known tool for use in computation was the abacus, and "
-    "it was thought to have been invented in Babylon around 2400 BC. Its original style of usage "
-    "was by lines drawn in sand with pebbles. Abaci of a more modern design are still used as "
-    "calculation tools today. In the seventeenth century, mechanical calculators were built by "
-    "Wilhelm Schickard and Blaise Pascal, and Gottfried Leibniz later designed the stepped "
-    "reckoner, which could add, subtract, multiply and divide. Charles Babbage conceived of the "
-    "analytical engine, a general purpose machine programmed with punched cards.";
-
 std::vector<int32_t> encode_text(const std::string& model_path, const std::string& text) {
   auto gguf = GgufFile::open(model_path);
   auto tok = Tokenizer::from_gguf(*gguf);
@@ -292,6 +261,44 @@ TEST(CudaE2E, DefaultModelDeviceAndHostSampledRowsMatchCpu) {
                 tag.c_str(), same);
     compare_greedy(host_rows(got), host_rows(want), tag + " host-sampled rows");
   }
+}
+
+// Two GPUs: each stage on its own device, the hidden state handed over CUDA
+// IPC peer to peer (cuda:0 -> cuda:1, and back the other way), against the
+// CPU plan. Written without a machine of two GPUs: never run yet
+// (docs/cuda.md).
+TEST(CudaE2E, TwoGpuPlansMatchCpu) {
+  std::string why;
+  if (!gpu_usable(&why)) GTEST_SKIP() << "SKIPPED: no CUDA device (" << why << ")";
+  try {
+    CudaPlugin::load(1);
+  } catch (const Error& e) {
+    GTEST_SKIP() << "SKIPPED: needs two GPUs (" << e.message() << ")";
+  }
+  std::string dir = temp_dir("cudas-2gpu");
+  std::string tiny = dir + "/tiny.gguf";
+  TinySpec spec;
+  spec.layers = 4;
+  write_tiny_gguf(tiny, spec);
+  auto prompts = prompts_for(spec.vocab, 8, 11);
+  auto want = run_plan(tiny, spec.layers, {"cpu", "cpu"}, prompts, 12, "2gpu-cpu");
+  ASSERT_EQ(want.error, "");
+  compare_greedy(run_plan(tiny, spec.layers, {"cuda:0", "cuda:1"}, prompts, 12, "2gpu-01"), want,
+                 "tiny cuda:0+cuda:1 (peer to peer)");
+  compare_greedy(run_plan(tiny, spec.layers, {"cuda:1", "cuda:0"}, prompts, 12, "2gpu-10"), want,
+                 "tiny cuda:1+cuda:0 (peer to peer)");
+  compare_greedy(run_plan(tiny, spec.layers, {"cpu", "cuda:0", "cuda:1"}, prompts, 12, "2gpu-c01"),
+                 want, "tiny cpu+cuda:0+cuda:1");
+  std::string model = std::string(KVASIR_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (std::filesystem::exists(model)) {
+    std::vector<std::vector<int32_t>> text;
+    for (const char* t : kTexts) text.push_back(encode_text(model, t));
+    auto cpu = run_plan(model, 30, {"cpu", "cpu"}, text, 16, "2gpu-smol-cpu");
+    ASSERT_EQ(cpu.error, "");
+    compare_greedy(run_plan(model, 30, {"cuda:0", "cuda:1"}, text, 16, "2gpu-smol"), cpu,
+                   "default cuda:0+cuda:1 (peer to peer)");
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // Teacher forcing: one GPU stage over the whole model (head and tail) reads a
@@ -515,6 +522,9 @@ void expect_device_sampling_matches_host(const KvasirCudaPluginV1& api, KvasirCu
           << what << " " << slice << " batch " << bi << " row " << r;
     }
   }
+  // gpu-check prints this line: the exact plumbing check's result.
+  std::printf("[%s %s] device sampling vs host sampler, batch %zu: %d of %d rows identical\n", what,
+              slice, bi, n_rows - differ, n_rows);
   EXPECT_LE(differ, 1) << what << " " << slice << " batch " << bi;
 }
 

@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/check.h"
+#include "base/fp8.h"
+#include "base/half.h"
 #include "tests/support/gguf_writer.h"
 #include "tests/support/quant.h"
 
@@ -221,6 +223,76 @@ void write_safetensors_raw(const std::string& path, uint64_t header_len, const s
   GgufWriter::write_file(path, b);
 }
 
+namespace {
+
+bool fp8_matrix(const TinyTensor& t) {
+  return !t.is_norm && t.hf_name.find("_proj.weight") != std::string::npos;
+}
+
+// One tensor of the folder: its dtype, shape and bytes.
+struct StEntry {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+
+template <class T>
+std::vector<uint8_t> raw_bytes(const std::vector<T>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(T));
+  if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+// t as an FP8 checkpoint stores it (TinySpec::st_fp8), or with
+// fp8_dequantized the F32 values of those codes and scales.
+std::vector<StEntry> fp8_entries(const TinyTensor& t, const TinySpec& s) {
+  const int64_t rows = t.shape[0], cols = t.shape[1];
+  std::vector<uint8_t> codes(t.data.size());
+  std::vector<float> scales;
+  if (s.st_fp8 == TinySpec::kFp8PerTensor) {
+    scales.push_back(fp8::quantize_row_e4m3(t.data.data(), int64_t(t.data.size()), codes.data()));
+  } else {
+    for (int64_t r = 0; r < rows; ++r)
+      scales.push_back(bf16_to_f32(f32_to_bf16(fp8::quantize_row_e4m3(
+          t.data.data() + r * cols, cols, codes.data() + r * cols))));  // stored as BF16
+  }
+  if (s.fp8_dequantized) {
+    std::vector<float> v(t.data.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = scales[scales.size() == 1 ? 0 : i / size_t(cols)] * fp8::e4m3_to_f32(codes[i]);
+    return {{t.hf_name, "F32", t.shape, raw_bytes(v)}};
+  }
+  StEntry scale{t.hf_name + "_scale", "F32", {}, raw_bytes(scales)};
+  if (s.st_fp8 == TinySpec::kFp8PerChannel) {
+    std::vector<uint16_t> h;
+    for (float f : scales) h.push_back(f32_to_bf16(f));
+    scale = {t.hf_name + "_scale", "BF16", {rows, 1}, raw_bytes(h)};
+  }
+  return {{t.hf_name, "F8_E4M3", t.shape, codes}, scale};
+}
+
+std::vector<StEntry> st_entries(const TinyTensor& t, const TinySpec& s) {
+  if (s.st_fp8 != TinySpec::kFp8None && fp8_matrix(t)) return fp8_entries(t, s);
+  return {{t.hf_name, "F32", t.shape, raw_bytes(t.data)}};
+}
+
+nlohmann::json fp8_quantization_config(const TinySpec& s) {
+  if (s.st_fp8 == TinySpec::kFp8None || s.fp8_dequantized) return nullptr;
+  if (s.st_fp8 == TinySpec::kFp8PerTensor)
+    return {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}};
+  const nlohmann::json group = {
+      {"targets", {"Linear"}},
+      {"weights", {{"num_bits", 8}, {"type", "float"}, {"strategy", "channel"}}},
+      {"input_activations",
+       {{"num_bits", 8}, {"type", "float"}, {"strategy", "token"}, {"dynamic", true}}}};
+  return {{"quant_method", "compressed-tensors"},
+          {"format", "float-quantized"},
+          {"ignore", {"lm_head"}},
+          {"config_groups", {{"group_0", group}}}};
+}
+
+}  // namespace
+
 void write_tiny_safetensors(const std::string& dir, const TinySpec& s) {
   namespace fs = std::filesystem;
   fs::create_directories(dir);
@@ -247,6 +319,8 @@ void write_tiny_safetensors(const std::string& dir, const TinySpec& s) {
                                                                 s.llama3_original_context}}},
       {"torch_dtype", "float32"},
   };
+  if (const nlohmann::json q = fp8_quantization_config(s); !q.is_null())
+    cfg["quantization_config"] = q;
   write_text(fs::path(dir) / "config.json", cfg.dump(2));
 
   const std::vector<TinyTensor> all = make_tiny_weights(s);
@@ -259,13 +333,13 @@ void write_tiny_safetensors(const std::string& dir, const TinySpec& s) {
     nlohmann::json header = {{"__metadata__", {{"format", "pt"}}}};
     Bytes data;
     for (size_t i = size_t(k); i < all.size(); i += size_t(shards)) {
-      const TinyTensor& t = all[i];
-      const uint64_t begin = data.size(), n = t.data.size() * 4;
-      data.resize(begin + n);
-      std::memcpy(data.data() + begin, t.data.data(), n);
-      header[t.hf_name] = {
-          {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {begin, begin + n}}};
-      weight_map[t.hf_name] = file;
+      for (const StEntry& e : st_entries(all[i], s)) {
+        const uint64_t begin = data.size(), n = e.bytes.size();
+        data.insert(data.end(), e.bytes.begin(), e.bytes.end());
+        header[e.name] = {
+            {"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {begin, begin + n}}};
+        weight_map[e.name] = file;
+      }
     }
     std::string text = header.dump();
     text.resize((text.size() + 7) / 8 * 8, ' ');  // keeps the data 8-byte aligned

@@ -34,6 +34,17 @@ struct TinySpec {
   // frequency divisors and no scaling metadata.
   float llama3_factor = 0.f, llama3_low = 1.f, llama3_high = 4.f;
   int llama3_original_context = 8192;
+  // Safetensors only: the layer matrices (q, k, v, o, gate, up, down; not the
+  // embeddings or the output head) as an FP8 checkpoint stores them,
+  // F8_E4M3 codes from base/fp8.h plus a weight_scale tensor:
+  //   kFp8PerTensor  one F32 scale of shape [] ("fp8" quantization_config),
+  //   kFp8PerChannel a BF16 scale per row, shape [rows, 1] (compressed-tensors).
+  // fp8_dequantized writes instead, as F32 and without quantization_config,
+  // the values those codes and scales stand for (scale · code): the same
+  // model unquantised.
+  enum Fp8 { kFp8None = 0, kFp8PerTensor = 1, kFp8PerChannel = 2 };
+  Fp8 st_fp8 = kFp8None;
+  bool fp8_dequantized = false;
 };
 
 // The rope_freqs.weight factors llama.cpp's convert_hf_to_gguf.py writes for

@@ -331,5 +331,53 @@ TEST(HfConfig, NamesTheBadField) {
   test::expect_error([] { config_from_hf_json(json::array(), "s", "n"); }, {"JSON object"});
 }
 
+json ct_fp8(const std::string& strategy, int bits = 8, const std::string& type = "float") {
+  return {{"quant_method", "compressed-tensors"},
+          {"format", "float-quantized"},
+          {"config_groups",
+           {{"group_0",
+             {{"targets", {"Linear"}},
+              {"weights", {{"num_bits", bits}, {"type", type}, {"strategy", strategy}}}}}}}};
+}
+
+TEST(HfConfig, Fp8QuantizationConfigs) {
+  json j = llama_json();
+  EXPECT_FALSE(config_from_hf_json(j, "s", "n").fp8_weights);
+  for (const json& q :
+       {json{{"quant_method", "fp8"}, {"activation_scheme", "static"}},
+        json{{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}, {"fmt", "e4m3"}},
+        json{{"quant_method", "fp8"}, {"weight_block_size", nullptr}},
+        json{{"quant_method", "fbgemm_fp8"}, {"activation_scale_ub", 1200.0}}, ct_fp8("channel"),
+        ct_fp8("tensor")}) {
+    j["quantization_config"] = q;
+    EXPECT_TRUE(config_from_hf_json(j, "s", "n").fp8_weights) << q.dump();
+  }
+}
+
+TEST(HfConfig, QuantizationConfigsKvasirCannotReadAreRefusedByName) {
+  auto bad = [](const json& q, std::initializer_list<std::string> parts) {
+    json j = llama_json();
+    j["quantization_config"] = q;
+    test::expect_error([&] { config_from_hf_json(j, "dir/config.json", "n"); }, parts);
+  };
+  bad({{"quant_method", "awq"}, {"bits", 4}}, {"quant_method", "'awq'", "FP8"});
+  bad({{"quant_method", "gptq"}}, {"'gptq'"});
+  bad({{"bits", 4}}, {"quant_method", "(missing)"});
+  bad({{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}},
+      {"weight_block_size", "block-wise"});
+  bad({{"quant_method", "fp8"}, {"activation_scheme", "weird"}}, {"activation_scheme", "weird"});
+  bad({{"quant_method", "fp8"}, {"fmt", "e5m2"}}, {"fmt", "e5m2"});
+  bad(ct_fp8("group"), {"config_groups.group_0.weights.strategy", "'group'"});
+  bad(ct_fp8("block"), {"'block'"});
+  bad(ct_fp8("channel", 4, "int"), {"4-bit int", "8-bit float"});
+  json packed = ct_fp8("channel");
+  packed["format"] = "pack-quantized";
+  bad(packed, {"quantization_config.format", "pack-quantized"});
+  json empty = ct_fp8("channel");
+  empty["config_groups"] = json::object();
+  bad(empty, {"config_groups"});
+  bad(json::array(), {"'quantization_config' must be an object"});
+}
+
 }  // namespace
 }  // namespace kvasir

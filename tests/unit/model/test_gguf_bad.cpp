@@ -205,6 +205,10 @@ TEST_F(GgufBad, UnknownTensorType) {
   GgufWriter w = base_writer();
   w.add_tensor_raw("odd", 99, {32}, Bytes(128, 0));
   expect_bad(w, {"'odd'", "unknown tensor type 99"});
+  // Kvasir's number for safetensors' FP8 is no GGML type.
+  GgufWriter f = base_writer();
+  f.add_tensor_raw("fp8", uint32_t(DType::F8_E4M3), {32}, Bytes(32, 0));
+  expect_bad(f, {"'fp8'", "unknown tensor type 65536"});
 }
 
 TEST_F(GgufBad, RowNotMultipleOfBlock) {

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "base/fp8.h"
+#include "base/half.h"
 #include "model/gguf.h"
 #include "model/model_file.h"
 #include "tests/support/gguf_writer.h"
@@ -279,6 +281,115 @@ TEST(ModelFile, OpenRefusesWhatItCannotRead) {
   test::expect_error([&] { ModelFile::open(dir.file("st")); }, {"no *.safetensors"});
   std::ofstream(dir.file("st/config.json")) << "{not json";
   test::expect_error([&] { ModelFile::open(dir.file("st")); }, {"config.json", "not valid JSON"});
+}
+
+// Rewrites the header of a one-shard folder's model.safetensors (the data
+// stays as it is).
+template <class F>
+void edit_header(const std::string& dir, F&& edit) {
+  const std::string path = dir + "/model.safetensors";
+  const std::vector<uint8_t> b = test::read_bytes(path);
+  uint64_t n;
+  std::memcpy(&n, b.data(), 8);
+  nlohmann::json h = nlohmann::json::parse(b.begin() + 8, b.begin() + 8 + long(n));
+  std::vector<uint8_t> data(b.begin() + 8 + long(n), b.end());
+  edit(h, data);
+  const std::string text = h.dump();
+  test::write_safetensors_raw(path, text.size(), text, data);
+}
+
+TEST(ModelFile, Fp8FoldersOpenWithTheirScales) {
+  for (auto mode : {test::TinySpec::kFp8PerTensor, test::TinySpec::kFp8PerChannel}) {
+    SCOPED_TRACE(int(mode));
+    test::TempDir dir;
+    test::TinySpec spec;
+    spec.st_fp8 = mode;
+    test::write_tiny_safetensors(dir.file("fp8"), spec);
+    spec.fp8_dequantized = true;
+    test::write_tiny_safetensors(dir.file("twin"), spec);
+    const auto m = ModelFile::open(dir.file("fp8"));
+    const auto twin = ModelFile::open(dir.file("twin"));
+    EXPECT_TRUE(m->config().fp8_weights);
+    EXPECT_FALSE(twin->config().fp8_weights);
+    EXPECT_EQ(m->get("token_embd.weight").type, DType::F32);  // not quantised
+    EXPECT_EQ(m->get("output.weight").type, DType::F32);
+    EXPECT_EQ(m->get("blk.0.attn_norm.weight").type, DType::F32);
+    for (const char* name :
+         {"blk.0.attn_q.weight", "blk.1.attn_v.weight", "blk.1.ffn_down.weight"}) {
+      const TensorView& w = m->get(name);
+      const TensorView& f = twin->get(name);
+      ASSERT_EQ(w.type, DType::F8_E4M3) << name;
+      ASSERT_EQ(f.type, DType::F32) << name;
+      const std::vector<float> sc = fp8_row_scales(*m, name);
+      ASSERT_EQ(int64_t(sc.size()), w.rows());
+      if (mode == test::TinySpec::kFp8PerTensor) {
+        for (float v : sc) EXPECT_EQ(v, sc[0]);
+      }
+      const auto* codes = static_cast<const uint8_t*>(w.data);
+      const auto* want = static_cast<const float*>(f.data);
+      for (int64_t r = 0; r < w.rows(); ++r)
+        for (int64_t c = 0; c < w.cols(); ++c)
+          ASSERT_EQ(sc[size_t(r)] * fp8::e4m3_to_f32(codes[r * w.cols() + c]),
+                    want[r * w.cols() + c])
+              << name << " [" << r << ", " << c << "]";
+    }
+    test::expect_error([&] { fp8_row_scales(*m, "blk.0.attn_norm.weight"); },
+                       {"'blk.0.attn_norm.weight'", "not F8_E4M3"});
+  }
+}
+
+TEST(ModelFile, Fp8WeightsWithoutAUsableScaleAreRefused) {
+  test::TempDir dir;
+  test::TinySpec spec;
+  spec.st_fp8 = test::TinySpec::kFp8PerChannel;
+  const std::string st = dir.file("st");
+  const std::string q = "model.layers.1.self_attn.q_proj.weight";
+  auto fresh = [&] { test::write_tiny_safetensors(st, spec); };
+  auto refused = [&](std::initializer_list<std::string> parts) {
+    test::expect_error([&] { ModelFile::open(st); }, parts);
+  };
+  fresh();
+  edit_header(st, [&](nlohmann::json& h, auto&) { h.erase(q + "_scale"); });
+  refused({"'blk.1.attn_q.weight' is F8_E4M3", "'blk.1.attn_q.weight_scale' is missing"});
+  fresh();  // 64 rows: [32, 2] is neither per tensor nor per row
+  edit_header(st, [&](nlohmann::json& h, auto&) { h[q + "_scale"]["shape"] = {32, 2}; });
+  refused({"'blk.1.attn_q.weight_scale'", "[2, 32]", "block-wise"});
+  fresh();
+  edit_header(st, [&](nlohmann::json& h, std::vector<uint8_t>& d) {
+    const uint64_t at = h[q + "_scale"]["data_offsets"][0].get<uint64_t>() + 2 * 5;
+    const uint16_t neg = f32_to_bf16(-1.f);
+    std::memcpy(&d[at], &neg, 2);
+  });
+  refused({"'blk.1.attn_q.weight_scale'", "element 5", "-1"});
+  fresh();
+  edit_header(st, [&](nlohmann::json& h, auto&) {
+    h[q + "_scale"]["dtype"] = "F16";  // same bytes, read as F16: fine
+  });
+  EXPECT_NO_THROW(ModelFile::open(st));
+  fresh();
+  edit_header(st, [&](nlohmann::json& h, auto&) {
+    h[q + "_scale"]["dtype"] = "F8_E4M3";
+    h[q + "_scale"]["shape"] = {64, 2};
+  });
+  refused({"'blk.1.attn_q.weight_scale' is F8_E4M3", "F32, F16 or BF16"});
+  fresh();  // FP8 codes but nothing in config.json says so
+  const std::string cfg = st + "/config.json";
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(cfg));
+  j.erase("quantization_config");
+  std::ofstream(cfg) << j.dump();
+  refused({"'blk.0.attn_q.weight' is F8_E4M3", "no FP8 quantization_config"});
+  // A scale beside a weight that is not FP8.
+  spec.st_fp8 = test::TinySpec::kFp8None;
+  fresh();
+  edit_header(st, [&](nlohmann::json& h, std::vector<uint8_t>& d) {
+    const float one = 1.f;
+    const uint64_t at = d.size();
+    d.insert(d.end(), reinterpret_cast<const uint8_t*>(&one),
+             reinterpret_cast<const uint8_t*>(&one) + 4);
+    h["lm_head.weight_scale"] = {
+        {"dtype", "F32"}, {"shape", nlohmann::json::array()}, {"data_offsets", {at, at + 4}}};
+  });
+  refused({"'output.weight_scale' is given", "'output.weight' is F32"});
 }
 
 TEST(ModelFile, OpensTheDefaultModel) {

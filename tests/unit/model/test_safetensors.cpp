@@ -151,6 +151,48 @@ TEST_F(Safetensors, UnknownDtype) {
              std::vector<uint8_t>(1), {"'t'", "unknown dtype 'Q9'"});
   expect_bad({{"t", {{"dtype", "I64"}, {"shape", {1}}, {"data_offsets", {0, 8}}}}},
              std::vector<uint8_t>(8), {"'t'", "I64", "not supported"});
+  expect_bad({{"t", {{"dtype", "F8_E5M2"}, {"shape", {1}}, {"data_offsets", {0, 1}}}}},
+             std::vector<uint8_t>(1), {"'t'", "F8_E5M2", "not supported", "F8_E4M3"});
+}
+
+TEST_F(Safetensors, ReadsFp8E4M3OneBytePerElement) {
+  std::vector<uint8_t> data = {0x38, 0xB8, 0x7E, 0x01, 0x00, 0x08, 0, 0, 0, 0};
+  const float scale = 0.5f;
+  std::memcpy(data.data() + 6, &scale, 4);
+  write({{"w", {{"dtype", "F8_E4M3"}, {"shape", {2, 3}}, {"data_offsets", {0, 6}}}},
+         {"w_scale", {{"dtype", "F32"}, {"shape", json::array()}, {"data_offsets", {6, 10}}}}},
+        data);
+  const auto f = SafetensorsFile::open(path_);
+  const SafeTensor* w = f->find("w");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->view.type, DType::F8_E4M3);
+  EXPECT_EQ(w->view.ne[0], 3);
+  EXPECT_EQ(w->view.ne[1], 2);
+  EXPECT_EQ(w->view.nbytes, 6u);
+  EXPECT_EQ(w->view.row_bytes(), 3u);
+  EXPECT_EQ(static_cast<const uint8_t*>(w->view.data)[2], 0x7E);
+  const SafeTensor* s = f->find("w_scale");  // shape []: one element
+  ASSERT_NE(s, nullptr);
+  EXPECT_TRUE(s->shape.empty());
+  EXPECT_EQ(s->view.ne[0] * s->view.ne[1], 1);
+  EXPECT_EQ(s->view.nbytes, 4u);
+  // The byte count follows the element size of F8_E4M3: 1.
+  expect_bad({{"t", {{"dtype", "F8_E4M3"}, {"shape", {2, 3}}, {"data_offsets", {0, 12}}}}},
+             std::vector<uint8_t>(12), {"'t'", "span 12 bytes", "needs 6"});
+}
+
+TEST(SafetensorsNames, Fp8ScalesFollowTheirWeightAndActivationScalesAreIgnored) {
+  EXPECT_EQ(hf_to_gguf_name("model.layers.3.self_attn.q_proj.weight_scale"),
+            "blk.3.attn_q.weight_scale");
+  EXPECT_EQ(hf_to_gguf_name("model.layers.0.mlp.down_proj.weight_scale"),
+            "blk.0.ffn_down.weight_scale");
+  EXPECT_EQ(hf_to_gguf_name("lm_head.weight_scale"), "output.weight_scale");
+  EXPECT_EQ(hf_to_gguf_name("model.layers.0.mlp.down_proj.input_scale"), std::nullopt);
+  EXPECT_EQ(hf_to_gguf_name("model.layers.0.self_attn.k_scale"), std::nullopt);
+  EXPECT_EQ(hf_to_gguf_name("model.layers.0.self_attn.q_proj.weight_scale_inv"), std::nullopt);
+  EXPECT_EQ(hf_to_gguf_name("model.layers.0.self_attn.rotary_emb.weight_scale"), std::nullopt);
+  EXPECT_EQ(hf_to_gguf_name("_scale"), std::nullopt);
+  EXPECT_EQ(hf_to_gguf_name(".weight_scale"), std::nullopt);
 }
 
 TEST_F(Safetensors, TruncatedTinyFileNeverCrashes) {

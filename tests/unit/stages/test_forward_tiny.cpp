@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "base/check.h"
 #include "stages/forward.h"
 #include "tests/support/tiny_model.h"
 
@@ -197,5 +198,26 @@ TEST(ForwardTiny, RopeFreqsTensorEqualsLlama3Scaling) {
   const auto lg = logits_of(*g, ids, 8), ls = logits_of(*s, ids, 8), lp = logits_of(*p, ids, 8);
   EXPECT_LT(max_abs_diff(lg, ls), 1e-4);
   EXPECT_GT(max_abs_diff(lg, lp), 1e-2);
+  fs::remove_all(d);
+}
+
+// The CPU backend does not read FP8 weights: refused by name, with the
+// model-format code, before anything is mapped (docs/model-formats.md).
+TEST(ForwardTiny, Fp8CheckpointIsRefusedByName) {
+  const fs::path d = temp_dir("fp8");
+  test::TinySpec spec;
+  spec.st_fp8 = test::TinySpec::kFp8PerChannel;
+  test::write_tiny_safetensors((d / "fp8").string(), spec);
+  auto m = ModelFile::open((d / "fp8").string());
+  KvSpec kv;
+  kv.n_blocks = 4;
+  try {
+    SliceExecutor ex(*m, SliceSpec{0, spec.layers - 1, true, true}, kv, 1, 8);
+    ADD_FAILURE() << "the CPU executor accepted FP8 weights";
+  } catch (const kvasir::Error& e) {
+    EXPECT_EQ(e.code(), kvasir::ErrorCode::kModelFormat);
+    EXPECT_NE(e.message().find("FP8"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("cuda:N"), std::string::npos) << e.message();
+  }
   fs::remove_all(d);
 }

@@ -3,6 +3,8 @@
 // (the plugin and the driver are checked after exec: stages/cuda_plugin.h).
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "base/check.h"
 #include "daemon/config/config.h"
 
@@ -107,6 +109,51 @@ TEST(ConfigCuda, ModelChecksLeaveKvSizingOfGpuStagesToTheStage) {
     ADD_FAILURE() << "a GPU stage past the model was accepted";
   } catch (const Error& e) {
     EXPECT_NE(e.message().find("goes past"), std::string::npos) << e.message();
+  }
+}
+
+TEST(ConfigCuda, CudaTableGraphsAndQuantize) {
+  Config d = parse_config(plan("cpu", "cuda:0"), "/base");
+  EXPECT_TRUE(d.cuda.graphs);
+  EXPECT_EQ(d.cuda.quantize, "none");
+  Config c =
+      parse_config(plan("cpu", "cuda:0") + "[cuda]\ngraphs = false\nquantize = \"fp8\"\n", "/base");
+  EXPECT_FALSE(c.cuda.graphs);
+  EXPECT_EQ(c.cuda.quantize, "fp8");
+  const std::pair<std::string, std::string> bad[] = {
+      {"graphs = 1\n", "cuda.graphs: must be true or false"},
+      {"graphs = \"yes\"\n", "cuda.graphs"},
+      {"quantize = \"int8\"\n", "cuda.quantize: \"int8\" is not none or fp8"},
+      {"quantize = 8\n", "cuda.quantize: must be a string"},
+      {"graph = true\n", "cuda.graph: unknown key"},
+  };
+  for (const auto& [body, want] : bad) {
+    auto m = refusal(plan("cpu", "cuda:0") + "[cuda]\n" + body);
+    EXPECT_NE(m.find(want), std::string::npos) << body << ": " << m;
+  }
+  auto m = refusal(plan("cpu", "cpu") + "[cuda]\nquantize = \"fp8\"\n");
+  EXPECT_NE(m.find("cuda.quantize: \"fp8\" but no stage is on a GPU"), std::string::npos) << m;
+  EXPECT_NO_THROW(parse_config(plan("cpu", "cpu") + "[cuda]\ngraphs = false\n", "/base"));
+}
+
+// The CPU backend does not read FP8 weights: a plan with a CPU stage is
+// refused for such a model, naming the stage.
+TEST(ConfigCuda, CpuStagesRefuseFp8Models) {
+  ModelConfig m = model30();
+  m.fp8_weights = true;
+  EXPECT_NO_THROW(check_against_model(parse_config(plan("cuda:0", "cuda:1"), "/base"), m));
+  for (const auto& [a, b, stage] :
+       {std::tuple{"cpu", "cuda:0", "stages[0]"}, std::tuple{"cuda:0", "cpu", "stages[1]"}}) {
+    Config c = parse_config(plan(a, b), "/base");
+    try {
+      check_against_model(c, m);
+      ADD_FAILURE() << "a CPU stage for FP8 weights was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(e.message().find(std::string(stage) + ".device: cpu cannot run this model"),
+                std::string::npos)
+          << e.message();
+      EXPECT_NE(e.message().find("FP8"), std::string::npos) << e.message();
+    }
   }
 }
 
