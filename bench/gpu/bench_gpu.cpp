@@ -17,6 +17,7 @@
 //               counted (that would need CUPTI).
 //
 // usage: bench_gpu MODEL_DIR [--device N] [--batches 1,32,128] [--prompt P] [--steps S]
+//                  [--graphs 0|1] [--quant none|fp8]
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -76,12 +77,13 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s MODEL_DIR [--device N] [--batches 1,32,128] [--prompt P] "
-                 "[--steps S]\n",
+                 "[--steps S] [--graphs 0|1] [--quant none|fp8]\n",
                  argv[0]);
     return 2;
   }
   std::string model = argv[1];
-  int device = 0, prompt = 32, steps = 64;
+  int device = 0, prompt = 32, steps = 64, graphs = 1;
+  std::string quant = "none";
   std::vector<int> batches = {1, 32, 128};
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
@@ -91,6 +93,10 @@ int main(int argc, char** argv) {
       prompt = std::atoi(v.c_str());
     else if (k == "--steps")
       steps = std::atoi(v.c_str());
+    else if (k == "--graphs")
+      graphs = std::atoi(v.c_str());
+    else if (k == "--quant")
+      quant = v;
     else if (k == "--batches") {
       batches.clear();
       for (size_t p = 0; p < v.size();) {
@@ -121,6 +127,13 @@ int main(int argc, char** argv) {
   cfg.max_table = table;
   cfg.inflight = 1;
   cfg.gpu_memory_utilization = 0.9;
+  // [cuda] graphs and quantize, as a GPU stage gets them from kvasird.
+  cfg.cuda_graphs = graphs != 0;
+  if (quant != "none" && quant != "fp8") {
+    std::fprintf(stderr, "--quant: none or fp8 (got %s)\n", quant.c_str());
+    return 2;
+  }
+  cfg.weight_quant = quant == "fp8" ? KVASIR_CUDA_QUANT_FP8 : KVASIR_CUDA_QUANT_NONE;
   {
     auto m = ModelFile::open(model);
     cfg.last_layer = m->config().n_layers - 1;
@@ -138,12 +151,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "allocate_kv: %s\n", st.message().c_str());
     return 1;
   }
-  // Weight bytes one decode step reads: every matrix of every layer, plus the
+  // Weight bytes one decode step reads: every matrix of every layer (bf16,
+  // or one byte each in FP8, its row scales negligible), plus the bf16
   // output head (the embedding gather reads one row).
   const double H = mc.hidden, QD = double(mc.n_heads) * mc.head_dim,
                KD = double(mc.n_kv_heads) * mc.head_dim, FF = mc.ffn;
+  const double layer_elem_bytes = quant == "fp8" ? 1.0 : 2.0;
   const double weight_bytes =
-      2.0 * (mc.n_layers * (H * QD * 2 + H * KD * 2 + 3 * H * FF) + double(mc.vocab) * H);
+      layer_elem_bytes * mc.n_layers * (H * QD * 2 + H * KD * 2 + 3 * H * FF) +
+      2.0 * double(mc.vocab) * H;
   std::printf(
       "{\"what\":\"setup\",\"model\":\"%s\",\"load_s\":%.1f,\"copy_bandwidth_GBps\":%.1f,"
       "\"weight_GB\":%.3f,\"roofline_tok_s\":%.1f}\n",
@@ -209,7 +225,7 @@ int main(int argc, char** argv) {
       // Greedy on the device, as the daemon samples a plain request: only
       // ids leave the GPU.
       for (int r = 0; r < n; ++r)
-        sample[size_t(r)] = KvasirCudaSample{1, 0.f, 1.f, 0.f, 0, 1, uint64_t(prompt + s + 1)};
+        sample[size_t(r)] = KvasirCudaSample{1, 0.f, 1.f, 0.f, 0, 1, uint64_t(prompt + s + 1), nullptr};
       b.sample = sample.data();
       b.token_out = sampled.data();
       b.logprob_out = sampled_lp.data();
@@ -241,9 +257,10 @@ int main(int argc, char** argv) {
     }
     const double step_wall = n_wall ? wall / n_wall : 0, step_gpu = n_span ? span / n_span : 0;
     std::printf(
-        "{\"what\":\"decode\",\"concurrent\":%d,\"prompt\":%d,\"steps\":%d,"
+        "{\"what\":\"decode\",\"graphs\":%d,\"quant\":\"%s\",\"concurrent\":%d,"
+        "\"prompt\":%d,\"steps\":%d,"
         "\"tok_s\":%.1f,\"step_ms\":%.3f,\"gpu_step_ms\":%.3f,\"host_share\":%.3f%s}\n",
-        n, prompt, steps, step_wall > 0 ? double(n) / step_wall : 0.0, 1e3 * step_wall,
+        graphs != 0 ? 1 : 0, quant.c_str(), n, prompt, steps, step_wall > 0 ? double(n) / step_wall : 0.0, 1e3 * step_wall,
         1e3 * step_gpu, step_wall > 0 ? std::max(0.0, 1.0 - step_gpu / step_wall) : 0.0,
         n == 1 && step_wall > 0
             ? fmt::format(",\"of_roofline\":{:.3f}", (1.0 / step_wall) / (bw / weight_bytes))
