@@ -68,8 +68,9 @@ struct KvCfg {
 struct CudaCfg {
   // Decode-only micro-batches replayed as CUDA graphs, one per batch-shape
   // bucket (rows padded up to the bucket); prefill and mixed batches run
-  // eagerly either way. false: every batch eagerly (for comparison).
-  bool graphs = true;
+  // eagerly either way. false: every batch eagerly. Off by default until
+  // the graph path has run on a GPU (docs/cuda.md, "Written, not run").
+  bool graphs = false;
   // "none": weights as stored (bf16 on the GPU, FP8 checkpoints as FP8);
   // "fp8": a GPU stage quantises its layers' matrices to FP8 E4M3 at load,
   // one scale per output row (compute capability 8.9+).
