@@ -207,9 +207,19 @@ async def burst(args, base):
             "rss_end_mib": round(rss_kib(args.pid) / 1024, 1), "after": after}
 
 
+# Half the aborted requests open with one shared text (a few KV blocks the
+# prefix cache holds and they share), a quarter ask for several choices:
+# aborts land mid-n and on shared blocks too.
+SHARED = ("You are a careful assistant. Answer briefly, cite nothing, and stop when the "
+          "question is answered. Requests below are numbered; treat each on its own. ")
+
+
 async def one_abort(sock, i, rng, timeout):
-    body = {"prompt": f"Abort {i}:", "max_tokens": rng.randint(8, 64), "ignore_eos": True,
+    prompt = (SHARED if rng.random() < 0.5 else "") + f"Abort {i}:"
+    body = {"prompt": prompt, "max_tokens": rng.randint(8, 64), "ignore_eos": True,
             "stream": True, "temperature": 0.8, "seed": i}
+    if rng.random() < 0.25:
+        body["n"] = rng.randint(2, 4)
     data = request_bytes(body)
     # The mix keeps the storm cheap on 2 cores: a mid-stream abort costs a
     # prefill and a few decode steps, the others next to nothing.
@@ -282,6 +292,14 @@ async def aborts(args, base):
     check(not bad, f"aborts: every client got what it waited for before closing {bad or ''}")
     st = await engine_stats(args.sock)
     after = await settle(args.sock, args.pid, base, "after the aborts")
+    # Settled: no block referenced (free counts the evictable ones), and the
+    # shared text is still cached: the storm did exercise the prefix cache.
+    pc = (await engine_stats(args.sock)).get("prefix_cache", {})
+    if pc.get("enabled"):
+        check(pc["blocks_evictable"] == pc["blocks_cached"],
+              f"after the aborts: every cached block evictable ({pc})")
+        check(pc["hits"] > 0 and pc["blocks_cached"] > 0,
+              f"after the aborts: the shared prefix was cached and hit ({pc})")
     return {"aborts": n, "concurrency": args.concurrency, "wall_s": round(wall, 2),
             "outcomes": tally, "after": after, "engine": st}
 
