@@ -202,6 +202,23 @@ void add_prefix_figures(json& s, int64_t cached, int64_t shared, int64_t prompt_
   s["shared_prefix_tokens"] = shared;
   s["shared_hit_rate"] = shared > 0 ? json(double(cached) / double(shared)) : json(nullptr);
 }
+// Waste as a share of allocated KV, summed over the samples (KV slot-time):
+// a mean of per-sample ratios would let an instant with one short sequence
+// (half a block wasted of one block) weigh as much as a full pool.
+void add_kv_waste(json& s, const std::vector<StatsSample>& samples) {
+  double waste_sum = 0, held_sum = 0;
+  size_t n_waste = 0;
+  for (const auto& x : samples) {
+    if (x.kv_waste < 0 || x.kv_slots_used < 0) continue;
+    int64_t held = x.kv_slots_used + x.kv_waste;
+    if (held <= 0) continue;  // nothing allocated: not steady state
+    waste_sum += double(x.kv_waste);
+    held_sum += double(held);
+    ++n_waste;
+  }
+  s["kv_waste"] = n_waste ? json(waste_sum / held_sum) : json(nullptr);
+  s["kv_waste_samples"] = n_waste;
+}
 }  // namespace
 
 json summarize(const std::vector<RequestResult>& results, double wall_s, const StatsSample& before,
@@ -251,21 +268,7 @@ json summarize(const std::vector<RequestResult>& results, double wall_s, const S
             {"concurrency", o.concurrency},
             {"rate", o.rate},
             {"errors", errors}};
-  // Waste as a share of allocated KV, summed over the samples (KV slot-time):
-  // a mean of per-sample ratios would let an instant with one short sequence
-  // (half a block wasted of one block) weigh as much as a full pool.
-  double waste_sum = 0, held_sum = 0;
-  size_t n_waste = 0;
-  for (const auto& x : samples) {
-    if (x.kv_waste < 0 || x.kv_slots_used < 0) continue;
-    int64_t held = x.kv_slots_used + x.kv_waste;
-    if (held <= 0) continue;  // nothing allocated: not steady state
-    waste_sum += double(x.kv_waste);
-    held_sum += double(held);
-    ++n_waste;
-  }
-  s["kv_waste"] = n_waste ? json(waste_sum / held_sum) : json(nullptr);
-  s["kv_waste_samples"] = n_waste;
+  add_kv_waste(s, samples);
   add_prefix_figures(s, cached, shared, prompt_tok, before, after);
   if (o.ttft_target_ms > 0 || o.itl_target_ms > 0) {
     // Per token, not per request: the share of all ITL samples (one per
