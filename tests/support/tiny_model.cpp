@@ -82,6 +82,29 @@ bool permutes(const TinySpec& s) { return s.arch == "llama" || s.arch == "mistra
 
 }  // namespace
 
+TinySpec tiny_family(const std::string& family) {
+  TinySpec s;
+  s.arch = family == "mixtral" ? "llama" : family;
+  if (family == "qwen3") s.head_dim = 24;
+  if (family == "qwen3moe") {
+    s.experts = 7;
+    s.experts_used = 3;
+    s.expert_ffn = 32;
+  } else if (family == "qwen2moe") {
+    s.experts = 5;
+    s.experts_used = 2;
+    s.expert_ffn = 32;
+    s.shared_ffn = 64;
+    s.norm_topk = false;
+  } else if (family == "mixtral") {
+    s.experts = 4;
+    s.experts_used = 2;
+  }
+  KV_CHECK(family == "llama" || family == "qwen3" || s.experts > 0,
+           "tiny model: no family '{}' (llama, qwen3, qwen3moe, qwen2moe, mixtral)", family);
+  return s;
+}
+
 std::vector<TinyTensor> make_tiny_weights(const TinySpec& s) {
   const int64_t hd = head_dim_of(s), q = int64_t(s.heads) * hd, kv = int64_t(s.kv_heads) * hd;
   std::vector<TinyTensor> out;

@@ -59,6 +59,13 @@ struct TinySpec {
   bool fp8_dequantized = false;
 };
 
+// The tiny model of one family, as the peer comparison writes it
+// (tests/reference/moe/make_refs.py, tests/unit/stages/test_forward_peer.cpp):
+// "llama", "qwen3" (head_dim 24), "qwen3moe" (7 experts, top 3, width 32),
+// "qwen2moe" (5 experts, top 2, width 32, a shared expert of 64), "mixtral"
+// (llama with 4 experts, top 2). Throws kvasir::Error for another name.
+TinySpec tiny_family(const std::string& family);
+
 // The rope_freqs.weight factors llama.cpp's convert_hf_to_gguf.py writes for
 // s's Llama-3 scaling (f32 frequencies, as the converter computes them).
 std::vector<float> llama3_rope_factors(const TinySpec& s);
