@@ -202,6 +202,7 @@ void add_prefix_figures(json& s, int64_t cached, int64_t shared, int64_t prompt_
   s["shared_prefix_tokens"] = shared;
   s["shared_hit_rate"] = shared > 0 ? json(double(cached) / double(shared)) : json(nullptr);
 }
+
 // Waste as a share of allocated KV, summed over the samples (KV slot-time):
 // a mean of per-sample ratios would let an instant with one short sequence
 // (half a block wasted of one block) weigh as much as a full pool.
@@ -218,6 +219,29 @@ void add_kv_waste(json& s, const std::vector<StatsSample>& samples) {
   }
   s["kv_waste"] = n_waste ? json(waste_sum / held_sum) : json(nullptr);
   s["kv_waste_samples"] = n_waste;
+}
+
+// Goodput against the targets (null without one). good: requests within both.
+void add_goodput(json& s, const BenchOptions& o, const std::vector<double>& itl, int64_t good,
+                 size_t n_requests, double wall) {
+  if (o.ttft_target_ms <= 0 && o.itl_target_ms <= 0) {
+    s["goodput"] = nullptr;
+    return;
+  }
+  // Per token, not per request: the share of all ITL samples (one per
+  // token after the first) within the ITL target. A request's mean can
+  // hide a multi-second gap among fifty short ones; this cannot.
+  json within = nullptr;
+  if (o.itl_target_ms > 0 && !itl.empty())
+    within = double(std::count_if(itl.begin(), itl.end(),
+                                  [&](double x) { return x * 1e3 <= o.itl_target_ms; })) /
+             double(itl.size());
+  s["goodput"] = {{"ttft_target_ms", o.ttft_target_ms},
+                  {"itl_target_ms", o.itl_target_ms},
+                  {"requests", good},
+                  {"requests_per_s", double(good) / wall},
+                  {"fraction", n_requests == 0 ? 0.0 : double(good) / double(n_requests)},
+                  {"itl_within_target", within}};
 }
 }  // namespace
 
@@ -270,24 +294,7 @@ json summarize(const std::vector<RequestResult>& results, double wall_s, const S
             {"errors", errors}};
   add_kv_waste(s, samples);
   add_prefix_figures(s, cached, shared, prompt_tok, before, after);
-  if (o.ttft_target_ms > 0 || o.itl_target_ms > 0) {
-    // Per token, not per request: the share of all ITL samples (one per
-    // token after the first) within the ITL target. A request's mean can
-    // hide a multi-second gap among fifty short ones; this cannot.
-    json within = nullptr;
-    if (o.itl_target_ms > 0 && !itl.empty())
-      within = double(std::count_if(itl.begin(), itl.end(),
-                                    [&](double x) { return x * 1e3 <= o.itl_target_ms; })) /
-               double(itl.size());
-    s["goodput"] = {{"ttft_target_ms", o.ttft_target_ms},
-                    {"itl_target_ms", o.itl_target_ms},
-                    {"requests", good},
-                    {"requests_per_s", double(good) / wall},
-                    {"fraction", results.empty() ? 0.0 : double(good) / double(results.size())},
-                    {"itl_within_target", within}};
-  } else {
-    s["goodput"] = nullptr;
-  }
+  add_goodput(s, o, itl, good, results.size(), wall);
   return s;
 }
 

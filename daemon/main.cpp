@@ -185,7 +185,16 @@ void report_split(const kvasir::Config& cfg) {
     return;
   }
   int rows = 0;
-  const kvasir::SplitCosts c = measured_costs(cfg, &rows);
+  kvasir::SplitCosts c;
+  try {
+    c = measured_costs(cfg, &rows);
+  } catch (const kvasir::Error& e) {
+    // The model is valid but the CPU executor cannot run it (a GPU-only
+    // model, e.g. BF16 norms): the check stands, the split is unmeasured.
+    std::printf("layer split: not measured (the CPU cannot run this model: %s)\n",
+                e.message().c_str());
+    return;
+  }
   std::vector<std::pair<int, int>> now;
   for (const kvasir::StageCfg& s : cfg.plan.stages) now.emplace_back(s.first, s.last);
   const auto best = kvasir::balanced_split(c, int(now.size()));

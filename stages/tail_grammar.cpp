@@ -95,6 +95,7 @@ struct Seq {
   // Owned by the mask job while one runs (`job` not ready).
   std::optional<grammar::Matcher> matcher;
   std::vector<int32_t> accepted;  // what the matcher accepted
+  size_t past_end = 0;            // of which the last past_end: stop tokens after its end
   std::vector<uint32_t> mask;
   size_t mask_len = SIZE_MAX;  // the (want.size(), edits) the mask is for
   uint64_t mask_edits = 0;
@@ -294,21 +295,33 @@ void TailGrammarImpl::run_job(Seq& s) {
 }
 
 // Rolls the matcher back to the longest common prefix of what it accepted
-// and `want`, then accepts the rest of `want`.
+// and `want`, then accepts the rest of `want`. Once the matcher has ended
+// (a stop token accepted), the stop tokens a request that goes on draws
+// (fill() allows nothing else) are output the matcher never sees: they are
+// kept in `accepted` and counted in past_end, and roll back first.
 void TailGrammarImpl::sync_matcher(Seq& s,
                                    const std::shared_ptr<const grammar::CompiledGrammar>& g) {
   if (!s.matcher) {
     s.matcher.emplace(g);
     s.accepted.clear();
+    s.past_end = 0;
   }
   size_t p = 0;
   while (p < s.accepted.size() && p < s.want.size() && s.accepted[p] == s.want[p]) ++p;
   const size_t back = s.accepted.size() - p, ahead = s.want.size() - p;
   if (back > 0) {
-    KV_CHECK(s.matcher->rollback(back), "rollback of {} tokens refused", back);
+    const size_t extra = std::min(back, s.past_end);
+    s.past_end -= extra;
+    KV_CHECK(s.matcher->rollback(back - extra), "rollback of {} tokens refused", back - extra);
     s.accepted.resize(p);
   }
+  const std::vector<int32_t>& stops = vocab_->stop_ids();  // sorted
   for (size_t i = p; i < s.want.size(); ++i) {
+    if (s.matcher->is_terminated() && std::binary_search(stops.begin(), stops.end(), s.want[i])) {
+      s.accepted.push_back(s.want[i]);
+      ++s.past_end;
+      continue;
+    }
     if (!s.matcher->accept(s.want[i]))
       return fail(s,
                   fmt::format("token {} at output position {} breaks the grammar", s.want[i], i));

@@ -13,11 +13,11 @@ alternating so drift in a shared machine's load hits both alike:
 
 The no-sharing case, bench/policies' trace under continuous+chunked with
 caching on and off alternating, stage and daemon CPU seconds beside the
-throughput: `--only nosharing`. What recomputing the partial block per
-choice costs: `--only partial`.
+throughput: `--only nosharing`. What a parallel-sampling choice's last
+prompt block costs (copied on write): `--only partial`.
 
   python3 bench/prefix/run.py --bin build/bin [--out /tmp/kvasir-prefix] [--only shared,chat,n4]
-  python3 bench/prefix/run.py --bin build/bin --only partial --repeat 5   # the partial block's cost
+  python3 bench/prefix/run.py --bin build/bin --only partial --repeat 5   # the last block's cost to the other choices
   python3 bench/prefix/run.py --bin build/bin --only nosharing --repeat 2
 
 Prints each run's figures, the ratios against the targets, and `uptime`
@@ -134,17 +134,19 @@ def run(a):
 
 
 def partial_block(a):
-    """What recomputing the partial last block per choice costs, against what
-    a copy-on-write would compute (each choice's last token only).
+    """What a choice's last prompt block costs with copy-on-write.
 
     On a daemon with caching, alone, one after the other: n = 4 on a
-    512-token prompt (block-aligned: choices 1-3 recompute a whole block, 16
-    positions each) and on a 497-token one (1 position each, what a copy
-    would leave), and n = 1 on both lengths (the 15 extra prompt tokens of
-    choice 0). Each prompt is fresh (its own prefix group). The recompute's
-    cost is (n4 at 512 - n4 at 497) - (n1 at 512 - n1 at 497), in the stage
-    processes' CPU seconds (utime + stime: on a shared machine wall time
-    mostly measures the other jobs) and in wall seconds."""
+    512-token prompt (block-aligned: choices 1-3 copy choice 0's last block
+    and compute its last position; recomputing it would be 16 positions
+    each) and on a 497-token one (the last token alone in its block: 1
+    position each, nothing to copy), and n = 1 on both lengths (the 15
+    extra prompt tokens of choice 0). Each prompt is fresh (its own prefix
+    group). What the block costs the choices is (n4 at 512 - n4 at 497) -
+    (n1 at 512 - n1 at 497): about 0 with the copy (before it, 0.55 s of
+    4.97 s, docs/benchmarks.md), in the stage processes' CPU seconds (utime
+    + stime: on a shared machine wall time mostly measures the other jobs)
+    and in wall seconds."""
     d = Daemon(a, True, "partial")
     stages = children(d.p.pid)
     times = {}
@@ -169,7 +171,7 @@ def partial_block(a):
     for i, unit in [(0, "stage CPU"), (1, "wall")]:
         m = {k: med(v, i) for k, v in times.items()}
         cost = (m[(4, 512)] - m[(4, 497)]) - (m[(1, 512)] - m[(1, 497)])
-        print(f"- recomputing 3 x 15 more positions than a copy would: {cost:.3f} s of {unit}, "
+        print(f"- the block-aligned prompt's extra cost to choices 1-3: {cost:.3f} s of {unit}, "
               f"{100 * cost / m[(4, 512)]:.1f}% of the n = 4 request's {m[(4, 512)]:.2f} s")
 
 

@@ -332,7 +332,11 @@ class Generation : public std::enable_shared_from_this<Generation> {
       json lp = nullptr;
       if (req_.logprobs >= 0)
         lp = req_.chat ? chat_logprobs_json(c.all_lp) : completion_logprobs_json(c.all_lp, 0);
-      ChoiceOut o{i, c.full_text, c.finish, std::move(lp)};
+      ChoiceOut o;
+      o.index = i;
+      o.text = c.full_text;
+      o.finish = c.finish;
+      o.logprobs = std::move(lp);
       if (c.tools) {
         c.tools->push(c.full_text);
         c.tools->finish();

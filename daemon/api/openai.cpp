@@ -371,12 +371,19 @@ json chat_response(const ResponseMeta& m, const std::vector<ChoiceOut>& choices,
 
 json completion_response(const ResponseMeta& m, const std::string& text, FinishReason f,
                          const Usage& u, const json& logprobs) {
-  return completion_response(m, {ChoiceOut{0, text, f, logprobs}}, u);
+  ChoiceOut c;
+  c.text = text;
+  c.finish = f;
+  c.logprobs = logprobs;
+  return completion_response(m, {std::move(c)}, u);
 }
 
 json chat_response(const ResponseMeta& m, const std::string& text, FinishReason f, const Usage& u,
                    const json& logprobs, const std::vector<ToolCall>& calls, bool tool_finish) {
-  ChoiceOut c{0, text, f, logprobs};
+  ChoiceOut c;
+  c.text = text;
+  c.finish = f;
+  c.logprobs = logprobs;
   c.calls = calls;
   c.tool_finish = tool_finish;
   return chat_response(m, {std::move(c)}, u);

@@ -206,6 +206,10 @@ nlohmann::json completion_chunk(const ResponseMeta& m, const std::string& text, 
 nlohmann::json chat_chunk(const ResponseMeta& m, const std::optional<std::string>& content,
                           bool with_role, FinishReason f, const nlohmann::json& logprobs,
                           int32_t index = 0, bool tool_finish = false);
+// A bool where the index goes is a mistake (tool_finish comes after it).
+nlohmann::json chat_chunk(const ResponseMeta& m, const std::optional<std::string>& content,
+                          bool with_role, FinishReason f, const nlohmann::json& logprobs,
+                          bool index) = delete;
 // delta.tool_calls pieces (OpenAI's streaming shape) of choice `index`.
 nlohmann::json chat_tool_chunk(const ResponseMeta& m, const std::vector<ToolCallDelta>& deltas,
                                int32_t index = 0);

@@ -214,7 +214,7 @@ TEST(PrefixE2E, GreedyWithCachingEqualsCachingOffOnTwoAndThreeStages) {
 
 // n = 4 with a seed: choice i is the request sent alone with seed + i, and
 // the prompt (100 tokens, longer than a micro-batch) is computed once plus
-// its partial last block per other choice. Greedy n = 4: four copies of the
+// its last token per other choice (the partial last block copied on write). Greedy n = 4: four copies of the
 // reference.
 TEST(PrefixE2E, ParallelSamplingChoicesEqualSeparateRequests) {
   std::string dir = temp_dir("prefix-n");
@@ -240,9 +240,11 @@ TEST(PrefixE2E, ParallelSamplingChoicesEqualSeparateRequests) {
       EXPECT_EQ(n4.out.at({1, i}), greedy[0]) << "greedy choice " << i;
     }
     EXPECT_EQ(distinct.size(), 4u);
-    // 100 prompt tokens once, then 100 - 96 = 4 per other choice; the
-    // second request (wave 1) reuses 96 for every choice.
-    EXPECT_EQ(n4.stats.tokens_prompt, 100 + 3 * 4 + 4 * 4);
+    // 100 prompt tokens once, then the last one per other choice (each
+    // copies choice 0's partial block [96,100) and computes position 99);
+    // the second request (wave 1) reuses 96: its choice 0 computes
+    // [96,100), the others copy it and compute the last token.
+    EXPECT_EQ(n4.stats.tokens_prompt, 100 + 3 * 1 + 4 + 3 * 1);
     EXPECT_EQ(sep.stats.tokens_prompt, 4 * 100);
     EXPECT_EQ(n4.stats.blocks_free, n4.stats.blocks_total);
   }

@@ -85,7 +85,8 @@ bool wait_recovered(Bridge& engine, int64_t faults) {
 }
 
 Outputs run(const std::string& model, int n_layers, const std::vector<Req>& reqs,
-            const std::string& kv_memory, bool kill_tail, const std::string& tag) {
+            const std::vector<int32_t>& eos_ids, const std::string& kv_memory, bool kill_tail,
+            const std::string& tag) {
   const std::string dir = temp_dir("structured-" + tag);
   Config cfg =
       load_config(write_config(dir, model, plan_toml(n_layers, 3, 1, 0, 6, 64), kv_memory));
@@ -101,7 +102,7 @@ Outputs run(const std::string& model, int n_layers, const std::vector<Req>& reqs
   bc.block_size = cfg.kv.block_size;
   bc.vocab = mc.vocab;
   bc.context_length = mc.context_length;
-  bc.eos_ids = {kTinyEos};
+  bc.eos_ids = eos_ids;
   Outputs out;
   {
     Bridge engine(sup.segment(), bc, [&] { return sup.health(); });
@@ -179,10 +180,17 @@ TEST(StructuredRing, ValidThroughPreemptionAndATailRestart) {
   auto tok = Tokenizer::from_gguf(*file->gguf());
   auto vocab = grammar::Vocabulary::from_tokenizer(*tok, spec.vocab);
   const std::vector<Req> reqs = requests(spec.vocab);
+  // The engine ends a request on every end-of-generation id, as kvasird
+  // configures it (daemon/main.cpp): the same ids the grammar's Vocabulary
+  // takes as its stop tokens (<|endoftext|> and <|im_end|> here).
+  std::vector<int32_t> eos_ids;
+  for (int32_t id = 0; id < tok->vocab_size(); ++id)
+    if (tok->is_eog(id)) eos_ids.push_back(id);
+  EXPECT_EQ(eos_ids, vocab->stop_ids());
 
-  const Outputs roomy = run(model, spec.layers, reqs, "16MiB", false, "roomy");
+  const Outputs roomy = run(model, spec.layers, reqs, eos_ids, "16MiB", false, "roomy");
   // 40 blocks of 16 tokens for 24 requests of up to 7 blocks each.
-  const Outputs tight = run(model, spec.layers, reqs, "320KiB", true, "tight");
+  const Outputs tight = run(model, spec.layers, reqs, eos_ids, "320KiB", true, "tight");
   EXPECT_GT(tight.stats.preemptions, 0);
   EXPECT_EQ(tight.stats.restarts, 1);
   int constrained_ended = 0;

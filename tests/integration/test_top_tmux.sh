@@ -66,17 +66,18 @@ screen=""
 for _ in $(seq 1 60); do  # up to ~30 s for a loaded frame to show
   sleep 0.5
   screen=$(tmux capture-pane -p -t "$SESSION")
-  # A frame under load: a stage line with a non-zero busy share (rates need
+  # A frame under load: a stage line (stage layers device now busy% ...)
+  # with a non-zero busy share (rates need
   # two samples, so the first frame reads 0).
-  awk '$2 ~ /^(0-14|15-29)$/ && $4 + 0 > 0 {found=1} END {exit !found}' <<<"$screen" && break
+  awk '$2 ~ /^(0-14|15-29)$/ && $5 + 0 > 0 {found=1} END {exit !found}' <<<"$screen" && break
 done
 echo "---- screen ----"; echo "$screen"; echo "----------------"
 grep -q "0-14" <<<"$screen" && grep -q "15-29" <<<"$screen" && ok "top shows both stages' layers" ||
   bad "top does not show the stages"
-awk '$2 ~ /^(0-14|15-29)$/ && $4 + 0 > 0 {found=1} END {exit !found}' <<<"$screen" &&
+awk '$2 ~ /^(0-14|15-29)$/ && $5 + 0 > 0 {found=1} END {exit !found}' <<<"$screen" &&
   ok "top shows a busy share above 0 under load" || bad "no stage shows busy time under load"
 grep -qiE "kv|block" <<<"$screen" && ok "top shows the KV cache" || bad "no KV line"
-grep -qE "^(ring starved|KV-bound|prefill-heavy|unbalanced|saturated and balanced|idle|loading):" <<<"$screen" && ok "top names a bottleneck" ||
+grep -qE "^(kv_capacity|batching|prefill_interference|none|idle|loading):" <<<"$screen" && ok "top names a bottleneck" ||
   bad "no diagnosis line"
 
 tmux send-keys -t "$SESSION" q

@@ -109,6 +109,37 @@ TEST(TailGrammar, DecodeFollowsTheGrammar) {
   EXPECT_EQ(s.sequences, 1u);
 }
 
+// A request that goes on past its stop token (ignore_eos, or a stop id the
+// scheduler does not end on): the mask allows only stop tokens, and each
+// one drawn joins the output without failing the sequence, through a
+// recompute and a lost step too.
+TEST(TailGrammar, StopTokensPastTheEndKeepTheSequence) {
+  Table t;
+  Tail tail(t);
+  tail.step({{1, 0, {5}, 1, true}}, 0);
+  tail.g->accept(0, 3);  // "ab"
+  tail.step({{1, 1, {3}, 1, true}}, 0);
+  tail.g->accept(0, 2);  // "c": complete
+  EXPECT_EQ(tail.step({{1, 2, {2}, 1, true}}, 0), (Ids{kEos}));
+  tail.g->accept(0, kEos);  // the end
+  EXPECT_EQ(tail.step({{1, 3, {kEos}, 1, true}}, 0), (Ids{kEos}));
+  tail.g->accept(0, kEos);  // past the end
+  std::string e;
+  EXPECT_EQ(tail.step({{1, 4, {kEos}, 1, true}}, 0, &e), (Ids{kEos})) << e;
+  tail.g->accept(0, kEos);
+  EXPECT_EQ(tail.step({{1, 5, {kEos}, 1, true}}, 0, &e), (Ids{kEos})) << e;
+  // A recompute resends all of it: the matcher stands there already.
+  EXPECT_EQ(tail.step({{1, 0, {5, 3, 2, kEos, kEos, kEos}, 1, true}}, 0, &e), (Ids{kEos})) << e;
+  EXPECT_EQ(tail.g->stats().rollbacks, 0u);
+  // Lost steps back to before the end: the stop tokens past it roll back
+  // first, then the end itself.
+  EXPECT_EQ(tail.step({{1, 0, {5, 3}, 1, true}}, 0, &e), (Ids{0, 2, 3})) << e;
+  EXPECT_EQ(tail.g->stats().rollbacks, 4u);
+  tail.g->accept(0, 3);  // "ab" this time
+  EXPECT_EQ(tail.step({{1, 2, {3}, 1, true}}, 0, &e), (Ids{0, 2, 3})) << e;
+  EXPECT_EQ(tail.g->stats().failures, 0u);
+}
+
 TEST(TailGrammar, UnconstrainedAndNonSampledRowsHaveNoMask) {
   Table t;
   Tail tail(t);

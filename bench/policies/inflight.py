@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""The in-flight gain with the even and the measured layer split.
+
+Two micro-batches in flight on 2 CPU stages should approach 2x the
+throughput of one; the even split of the default model (0-14 | 15-29)
+caps the gain because the tail also computes the output head
+(docs/scheduler.md, "Layer split by measured time"). For each split
+(even, and `layers = "auto"`: kvasird measures the layers and balances
+them at load) this runs the same closed-loop load with `plan.max_inflight`
+1 and 2 through `kvasir bench --compare-policies`, the two runs back to
+back, `--repeat` times in alternating order, and prints the gains
+(same-run ratios: the machine is shared).
+
+  python3 bench/policies/inflight.py --bin build/bin [--repeat 2] [--out DIR]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+CONFIG = """[model]
+path = "{model}"
+[plan]
+max_rows = 32
+max_tokens = 512
+[[stages]]
+layers = "{first}"
+device = "cpu"
+threads = 1
+[[stages]]
+layers = "{second}"
+device = "cpu"
+threads = 1
+[kv]
+memory = "256MiB"
+[server]
+socket = "unused.sock"
+"""
+
+
+def uptime():
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def cpu_model():
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "?"
+
+
+def run(a, cfg, specs, out_json):
+    cmd = [os.path.join(a.bin, "kvasir"), "bench", "--compare-policies", "--config", cfg,
+           "--kvasird", os.path.join(a.bin, "kvasird"), "--policies", ",".join(specs),
+           "--requests", str(a.requests), "--concurrency", str(a.concurrency),
+           "--max-tokens", str(a.max_tokens), "--json", "--progress", "never"]
+    print("$", " ".join(cmd), flush=True)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    open(out_json, "w").write(r.stdout)
+    if r.returncode != 0:
+        print(r.stderr, file=sys.stderr)
+        sys.exit(1)
+    return json.loads(r.stdout)["policies"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
+    p.add_argument("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    p.add_argument("--out", default="/tmp/kvasir-inflight")
+    p.add_argument("--requests", type=int, default=48)
+    p.add_argument("--concurrency", type=int, default=24)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--repeat", type=int, default=2)
+    a = p.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    print(f"CPU: {cpu_model()}; {os.cpu_count()} cores")
+    splits = {"even": ("0-14", "15-29"), "auto": ("auto", "auto")}
+    one, two = "continuous+chunked:plan.max_inflight=1", "continuous+chunked:plan.max_inflight=2"
+    gains = {k: [] for k in splits}
+    for rep in range(a.repeat):
+        for name, (f, s) in splits.items():
+            cfg = os.path.join(a.out, f"{name}.toml")
+            open(cfg, "w").write(CONFIG.format(model=a.model, first=f, second=s))
+            order = [one, two] if rep % 2 == 0 else [two, one]
+            print(f"{name} split, repeat {rep + 1}: {uptime()}", flush=True)
+            got = run(a, cfg, order, os.path.join(a.out, f"{name}-{rep}.json"))
+            r1, r2 = got[one]["output_tok_s"], got[two]["output_tok_s"]
+            gains[name].append(r2 / r1)
+            print(f"  max_inflight 1: {r1:.2f} tok/s, 2: {r2:.2f} tok/s -> gain {r2 / r1:.2f}x "
+                  f"({got[one]['completed']}+{got[two]['completed']} of {2 * a.requests} completed)",
+                  flush=True)
+    print(f"after: {uptime()}")
+    for name, g in gains.items():
+        print(f"- {name} split: in-flight gain {', '.join(f'{x:.2f}x' for x in g)} "
+              f"(mean {sum(g) / len(g):.2f}x; goal >= 1.85x with the balanced split)")
+
+
+if __name__ == "__main__":
+    main()
