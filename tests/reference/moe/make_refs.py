@@ -62,8 +62,13 @@ def main():
                                   "logits": [[round(float(v), 6) for v in row] for row in lg]}
             print(f"{fam:9s} {digest} max |logit| {np.abs(lg).max():.3f}")
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    with open(OUT, "w") as f:
-        json.dump(out, f, indent=0)
+    with open(OUT, "w") as f:  # one line per logits row
+        f.write(json.dumps({k: v for k, v in out.items() if k != "models"})[:-1] + ', "models": {\n')
+        for i, (fam, m) in enumerate(out["models"].items()):
+            f.write(f'"{fam}": {{"fnv1a64": "{m["fnv1a64"]}", "logits": [\n')
+            f.write(",\n".join(json.dumps(row) for row in m["logits"]))
+            f.write("]}" + ("," if i + 1 < len(out["models"]) else "") + "\n")
+        f.write("}}\n")
     print("wrote", OUT)
 
 
