@@ -16,6 +16,7 @@
 
 #include "base/check.h"
 #include "stages/forward.h"
+#include "stages/preload.h"
 #include "tests/support/quant.h"
 #include "tests/support/tiny_model.h"
 
@@ -344,4 +345,38 @@ TEST(ForwardMoe, QuantisedExpertsStayCloseToTheReference) {
     EXPECT_LT(err, 0.05 * scale);
     fs::remove_all(d);
   }
+}
+
+// A middle stage of a MoE model maps only its own layers' tensors: the
+// router, the three expert stacks and the shared expert of those layers.
+TEST(ForwardMoe, AStageTouchesOnlyItsLayersExperts) {
+  test::TinySpec spec = spec_of("qwen2moe", 5, 2, 24, 48);
+  spec.layers = 3;
+  const fs::path d = temp_dir("slice");
+  test::write_tiny_gguf((d / "m.gguf").string(), spec);
+  auto m = ModelFile::open((d / "m.gguf").string());
+  SliceExecutor ex(*m, SliceSpec{1, 1, false, false}, KvSpec{4, 4, DType::F32}, 1, 8);
+  const auto touched = m->touched();
+  for (const std::string& name : touched) EXPECT_EQ(name.rfind("blk.1.", 0), 0u) << name;
+  for (const char* t : {"ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
+                        "ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"})
+    EXPECT_TRUE(touched.count(std::string("blk.1.") + t + ".weight")) << t;
+  // Preloading the slice pages in exactly those bytes, the experts included.
+  uint64_t want = 0, total = 0, done = 0;
+  for (const std::string& name : touched) {
+    if (const auto* experts = m->find_experts(name))
+      for (const TensorView& v : *experts) want += v.nbytes;
+    else
+      want += m->get(name).nbytes;
+  }
+  PreloadConfig pc;
+  pc.progress = [&](const PreloadProgress& p) {
+    total = p.bytes_total;
+    done = p.bytes_done;
+    return true;
+  };
+  ASSERT_TRUE(preload_slice(*m, SliceSpec{1, 1, false, false}, pc));
+  EXPECT_EQ(total, want);
+  EXPECT_EQ(done, want);
+  fs::remove_all(d);
 }
