@@ -14,9 +14,37 @@
 
 namespace kvasir {
 
+namespace {
+
+constexpr const char* kArchs[] = {"llama", "mistral", "qwen2", "qwen3", "qwen3moe", "qwen2moe"};
+
+bool known_arch(const std::string& a) {
+  for (const char* k : kArchs)
+    if (a == k) return true;
+  return false;
+}
+
+// Architectures whose every layer is a mixture of experts.
+bool moe_arch(const std::string& a) { return a == "qwen3moe" || a == "qwen2moe"; }
+
+// The expert counts as the file gives them, refused naming the file's keys:
+// n experts (1..kMaxExperts), k of them used per token (1..n).
+void check_expert_counts(const std::string& src, const std::string& n_key, int64_t n,
+                         const std::string& k_key, int64_t k) {
+  KV_CHECK_CODE(n >= 1 && n <= kMaxExperts, ErrorCode::kModelFormat,
+                "{}: '{}' is {}, must be in [1, {}]", src, n_key, n, kMaxExperts);
+  KV_CHECK_CODE(k >= 1 && k <= n, ErrorCode::kModelFormat,
+                "{}: '{}' is {}: each token must use 1 to '{}' = {} experts", src, k_key, k, n_key,
+                n);
+}
+
+}  // namespace
+
 void ModelConfig::validate(const std::string& src) const {
-  KV_CHECK(arch == "llama" || arch == "mistral" || arch == "qwen2",
-           "{}: architecture '{}' is not supported (llama, mistral, qwen2)", src, arch);
+  KV_CHECK(known_arch(arch),
+           "{}: architecture '{}' is not supported (llama, mistral, qwen2, qwen3, qwen3moe, "
+           "qwen2moe)",
+           src, arch);
   auto range = [&](const char* field, int64_t v, int64_t lo, int64_t hi) {
     KV_CHECK(v >= lo && v <= hi, "{}: {} is {}, must be in [{}, {}]", src, field, v, lo, hi);
   };
@@ -49,6 +77,29 @@ void ModelConfig::validate(const std::string& src) const {
              rope_llama3_high_freq_factor, rope_llama3_low_freq_factor);
     range("rope_llama3_original_context", rope_llama3_original_context, 1, 1 << 30);
   }
+  validate_experts(src);
+}
+
+void ModelConfig::validate_experts(const std::string& src) const {
+  auto range = [&](const char* field, int64_t v, int64_t lo, int64_t hi) {
+    KV_CHECK_CODE(v >= lo && v <= hi, ErrorCode::kModelFormat, "{}: {} is {}, must be in [{}, {}]",
+                  src, field, v, lo, hi);
+  };
+  KV_CHECK_CODE(n_experts > 0 || !moe_arch(arch), ErrorCode::kModelFormat,
+                "{}: architecture '{}' needs experts (n_experts is {})", src, arch, n_experts);
+  KV_CHECK_CODE(n_experts == 0 || arch == "llama" || moe_arch(arch), ErrorCode::kModelFormat,
+                "{}: {} experts in a '{}' model: Kvasir runs experts in llama (Mixtral), "
+                "qwen3moe and qwen2moe",
+                src, n_experts, arch);
+  if (n_experts == 0) {
+    range("n_experts_used", n_experts_used, 0, 0);
+    range("shared_expert_ffn", shared_expert_ffn, 0, 0);
+    return;
+  }
+  range("n_experts", n_experts, 1, kMaxExperts);
+  range("n_experts_used", n_experts_used, 1, n_experts);
+  range("expert_ffn", expert_ffn, 1, 1 << 22);
+  range("shared_expert_ffn", shared_expert_ffn, 0, 1 << 22);
 }
 
 uint64_t kv_block_bytes(const ModelConfig& m, int32_t n_layers, int32_t block_size,
@@ -98,6 +149,49 @@ struct GgufKeys {
   }
 };
 
+// The experts of a MoE file, as llama.cpp reads them: `<arch>.expert_count`
+// and `expert_used_count`; each expert's width from
+// `expert_feed_forward_length` (qwen3moe / qwen2moe; default
+// feed_forward_length / used, llama.cpp's rule) or feed_forward_length
+// (llama, i.e. Mixtral); Qwen2-MoE's shared expert from
+// `expert_shared_feed_forward_length` (default feed_forward_length). The
+// weights are normalised after top-k for qwen3moe and Mixtral, not for
+// qwen2moe (llama.cpp's norm_w, fixed per architecture).
+void read_experts(const GgufKeys& g, ModelConfig& c) {
+  const std::string& path = g.f.path();
+  c.n_experts = g.opt_i32(g.k("expert_count")).value_or(0);
+  if (c.n_experts == 0) {
+    KV_CHECK_CODE(!moe_arch(c.arch), ErrorCode::kModelFormat,
+                  "{}: metadata '{}' is missing or 0: a {} model needs experts", path,
+                  g.k("expert_count"), c.arch);
+    return;
+  }
+  KV_CHECK_CODE(c.arch == "llama" || moe_arch(c.arch), ErrorCode::kModelFormat,
+                "{}: metadata '{}' is {} in a '{}' model: Kvasir runs experts in llama "
+                "(Mixtral), qwen3moe and qwen2moe",
+                path, g.k("expert_count"), c.n_experts, c.arch);
+  const auto used = g.opt_i32(g.k("expert_used_count"));
+  KV_CHECK_CODE(used.has_value(), ErrorCode::kModelFormat,
+                "{}: metadata '{}' is missing ({} experts)", path, g.k("expert_used_count"),
+                c.n_experts);
+  c.n_experts_used = *used;
+  check_expert_counts(path, g.k("expert_count"), c.n_experts, g.k("expert_used_count"),
+                      c.n_experts_used);
+  if (const auto groups = g.opt_i32(g.k("expert_group_count")))
+    KV_CHECK_CODE(*groups <= 1, ErrorCode::kModelFormat,
+                  "{}: metadata '{}' is {}: grouped expert selection is not supported", path,
+                  g.k("expert_group_count"), *groups);
+  if (c.arch == "llama") {
+    c.expert_ffn = c.ffn;
+  } else {
+    c.expert_ffn = g.opt_i32(g.k("expert_feed_forward_length"))
+                       .value_or(c.n_experts_used > 0 ? c.ffn / c.n_experts_used : 0);
+  }
+  c.expert_norm_topk = c.arch != "qwen2moe";
+  if (c.arch == "qwen2moe")
+    c.shared_expert_ffn = g.opt_i32(g.k("expert_shared_feed_forward_length")).value_or(c.ffn);
+}
+
 }  // namespace
 
 ModelConfig config_from_gguf(const GgufFile& f) {
@@ -107,9 +201,10 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   GgufKeys g{f, ""};
   c.arch = std::string(g.with_path([&] { return av.as_string("general.architecture"); }));
   g.arch = c.arch;
-  KV_CHECK(c.arch == "llama" || c.arch == "mistral" || c.arch == "qwen2",
-           "{}: metadata 'general.architecture' is '{}': Kvasir runs llama, mistral and qwen2",
-           path, c.arch);
+  KV_CHECK_CODE(known_arch(c.arch), ErrorCode::kModelFormat,
+                "{}: metadata 'general.architecture' is '{}': Kvasir runs llama, mistral, qwen2, "
+                "qwen3, qwen3moe and qwen2moe",
+                path, c.arch);
   c.name = g.opt_str("general.name").value_or(std::filesystem::path(path).stem().string());
 
   c.n_layers = g.req_i32(g.k("block_count"));
@@ -180,10 +275,16 @@ ModelConfig config_from_gguf(const GgufFile& f) {
             g.k("rope.scaling.type"), stype);
   }
 
-  // Converters keep Qwen2 in the NeoX layout and permute llama/mistral q/k
-  // rows to adjacent pairs (see docs/model-formats.md).
-  c.rope_layout = c.arch == "qwen2" ? RopeLayout::kHalf : RopeLayout::kAdjacent;
-  c.qkv_bias = c.arch == "qwen2";
+  // Converters keep the Qwen families in the NeoX layout and permute
+  // llama/mistral (Mixtral too) q/k rows to adjacent pairs (see
+  // docs/model-formats.md).
+  const bool qwen = c.arch.starts_with("qwen");
+  c.rope_layout = qwen ? RopeLayout::kHalf : RopeLayout::kAdjacent;
+  // Qwen2 always has q/k/v biases; the newer Qwen families have them where
+  // the file does (llama.cpp adds any it finds).
+  c.qkv_bias = c.arch == "qwen2" || (qwen && f.find_tensor("blk.0.attn_q.bias") != nullptr);
+  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";
+  read_experts(g, c);
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   c.validate(path);
   return c;
@@ -244,24 +345,94 @@ struct JsonKeys {
   }
 };
 
-std::string arch_of(const JsonKeys& k) {
+// Hugging Face's class and model_type names → GGUF's architecture names.
+struct HfArch {
+  const char* cls;
+  const char* model_type;
+  const char* arch;
+};
+constexpr HfArch kHfArchs[] = {
+    {"LlamaForCausalLM", "llama", "llama"},
+    {"MistralForCausalLM", "mistral", "mistral"},
+    {"Qwen2ForCausalLM", "qwen2", "qwen2"},
+    {"Qwen3ForCausalLM", "qwen3", "qwen3"},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", "qwen3moe"},
+    {"Qwen2MoeForCausalLM", "qwen2_moe", "qwen2moe"},
+    {"MixtralForCausalLM", "mixtral", "llama"},  // llama with experts, as in GGUF
+};
+
+// The entry of kHfArchs the config names.
+const HfArch& arch_of(const JsonKeys& k) {
   if (const nlohmann::json* a = k.find("architectures")) {
     KV_CHECK(a->is_array() && !a->empty() && (*a)[0].is_string(),
              "{}: 'architectures' must be a non-empty array of strings", k.src);
     const auto name = (*a)[0].get<std::string>();
-    if (name == "LlamaForCausalLM") return "llama";
-    if (name == "MistralForCausalLM") return "mistral";
-    if (name == "Qwen2ForCausalLM") return "qwen2";
-    KV_FAIL(
-        "{}: 'architectures' is '{}': Kvasir runs LlamaForCausalLM, MistralForCausalLM and "
-        "Qwen2ForCausalLM",
-        k.src, name);
+    for (const HfArch& h : kHfArchs)
+      if (name == h.cls) return h;
+    KV_FAIL_CODE(ErrorCode::kModelFormat,
+                 "{}: 'architectures' is '{}': Kvasir runs LlamaForCausalLM, MistralForCausalLM, "
+                 "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM "
+                 "and MixtralForCausalLM",
+                 k.src, name);
   }
   const auto type = k.opt_str("model_type");
-  KV_CHECK(type && (*type == "llama" || *type == "mistral" || *type == "qwen2"),
-           "{}: neither 'architectures' nor a supported 'model_type' (llama, mistral, qwen2)",
-           k.src);
-  return *type;
+  if (type)
+    for (const HfArch& h : kHfArchs)
+      if (*type == h.model_type) return h;
+  KV_FAIL_CODE(ErrorCode::kModelFormat,
+               "{}: neither 'architectures' nor a supported 'model_type' (llama, mistral, qwen2, "
+               "qwen3, qwen3_moe, qwen2_moe, mixtral)",
+               k.src);
+}
+
+// The attention's biases and norms by family: Qwen2 always has q/k/v
+// biases, Qwen2-MoE as its 'qkv_bias' says (default true); Qwen3 has
+// per-head q/k norms and biases only with 'attention_bias', which also
+// puts one on o_proj (not supported); Llama/Mistral take no biases.
+void read_attention_extras(const JsonKeys& k, ModelConfig& c) {
+  if (c.arch == "qwen2") {
+    c.qkv_bias = true;
+  } else if (c.arch == "qwen2moe") {
+    c.qkv_bias = k.opt_bool("qkv_bias").value_or(true);
+  } else {
+    KV_CHECK_CODE(!k.opt_bool("attention_bias").value_or(false), ErrorCode::kModelFormat,
+                  "{}: 'attention_bias' is true: attention biases are not supported for {}", k.src,
+                  c.arch);
+  }
+  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";
+}
+
+// The experts: Mixtral's 'num_local_experts' (each of 'intermediate_size',
+// always renormalised); Qwen's 'num_experts' of 'moe_intermediate_size'
+// with 'norm_topk_prob' (default false, as in transformers), Qwen2-MoE's
+// shared expert of 'shared_expert_intermediate_size'. Every layer must be
+// sparse ('decoder_sparse_step' 1, no 'mlp_only_layers').
+void read_hf_experts(const JsonKeys& k, const HfArch& h, ModelConfig& c) {
+  const std::string type = h.model_type;
+  if (type == "mixtral") {
+    c.n_experts = k.req_int("num_local_experts");
+    c.n_experts_used = k.req_int("num_experts_per_tok");
+    check_expert_counts(k.src, "num_local_experts", c.n_experts, "num_experts_per_tok",
+                        c.n_experts_used);
+    c.expert_ffn = c.ffn;
+    c.expert_norm_topk = true;
+    return;
+  }
+  if (type != "qwen3_moe" && type != "qwen2_moe") return;
+  c.n_experts = k.req_int("num_experts");
+  c.n_experts_used = k.req_int("num_experts_per_tok");
+  check_expert_counts(k.src, "num_experts", c.n_experts, "num_experts_per_tok", c.n_experts_used);
+  c.expert_ffn = k.req_int("moe_intermediate_size");
+  c.expert_norm_topk = k.opt_bool("norm_topk_prob").value_or(false);
+  if (type == "qwen2_moe") c.shared_expert_ffn = k.req_int("shared_expert_intermediate_size");
+  const int32_t step = k.opt_int("decoder_sparse_step").value_or(1);
+  KV_CHECK_CODE(step == 1, ErrorCode::kModelFormat,
+                "{}: 'decoder_sparse_step' is {}: layers without experts are not supported", k.src,
+                step);
+  if (const nlohmann::json* dense = k.find("mlp_only_layers"))
+    KV_CHECK_CODE(dense->is_array() && dense->empty(), ErrorCode::kModelFormat,
+                  "{}: 'mlp_only_layers' is {}: layers without experts are not supported", k.src,
+                  dense->dump());
 }
 
 // One compressed-tensors config group: its weights must be 8-bit floats,
@@ -330,7 +501,8 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& src,
   KV_CHECK(j.is_object(), "{}: expected a JSON object at the top level", src);
   const JsonKeys k{j, src};
   ModelConfig c;
-  c.arch = arch_of(k);
+  const HfArch& hf = arch_of(k);
+  c.arch = hf.arch;
   c.name = name;
   c.n_layers = k.req_int("num_hidden_layers");
   c.hidden = k.req_int("hidden_size");
@@ -352,16 +524,15 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& src,
   c.tied_embeddings = k.opt_bool("tie_word_embeddings").value_or(false);
   const std::string act = k.opt_str("hidden_act").value_or("silu");
   KV_CHECK(act == "silu", "{}: 'hidden_act' is '{}', only silu (SwiGLU) is supported", src, act);
-  if (c.arch == "qwen2") {
-    c.qkv_bias = true;
-  } else {
-    KV_CHECK(!k.opt_bool("attention_bias").value_or(false),
-             "{}: 'attention_bias' is true: attention biases are not supported for {}", src,
-             c.arch);
-  }
+  read_attention_extras(k, c);
+  read_hf_experts(k, hf, c);
   // Attention over a sliding window equals full attention while the context
   // fits the window, so the window caps the context instead of being refused.
-  if (c.arch != "llama" && k.opt_bool("use_sliding_window").value_or(c.arch == "mistral"))
+  // Mistral and Mixtral slide whenever 'sliding_window' is set; Qwen only
+  // with 'use_sliding_window'.
+  const bool mistral_like = c.arch == "mistral" || std::string(hf.model_type) == "mixtral";
+  if ((c.arch != "llama" || mistral_like) &&
+      k.opt_bool("use_sliding_window").value_or(mistral_like))
     if (const auto w = k.opt_int("sliding_window"); w && *w > 0 && *w < c.context_length)
       c.context_length = *w;
 

@@ -7,10 +7,15 @@
 
 namespace kvasir {
 
-enum class RopeLayout { kAdjacent, kHalf };  // see docs/model-formats.md and kernels/cpu/rope.h
+enum class RopeLayout { kAdjacent, kHalf };
+
+// The most experts a layer may have (Qwen3-235B: 128, DeepSeek-V3: 256).
+inline constexpr int32_t kMaxExperts = 1024;  // see docs/model-formats.md and kernels/cpu/rope.h
 
 struct ModelConfig {
-  std::string arch;  // "llama", "qwen2", "mistral"
+  // GGUF's architecture name: "llama" (Mixtral too: llama with experts),
+  // "mistral", "qwen2", "qwen3", "qwen3moe", "qwen2moe".
+  std::string arch;
   std::string name;  // general.name or the folder name
   int32_t n_layers = 0;
   int32_t hidden = 0;
@@ -34,16 +39,35 @@ struct ModelConfig {
   bool rope_freqs_tensor = false;
   float rms_eps = 1e-5f;
   bool tied_embeddings = false;  // output head = token embedding
-  bool qkv_bias = false;         // Qwen2
+  bool qkv_bias = false;         // Qwen2 (and Qwen2-MoE files that carry them)
+  bool qk_norm = false;          // Qwen3: RMSNorm over each head of q and k before RoPE
   // FP8 (E4M3) weight matrices, each with one scale per tensor or per output
   // row (config.json's quantization_config: quant_method fp8, fbgemm_fp8,
   // or compressed-tensors with 8-bit float weights; docs/model-formats.md).
   // The CUDA backend reads them; the CPU backend refuses such a model.
   bool fp8_weights = false;
 
+  // Mixture of experts (docs/model-formats.md, "Mixture of experts"). With
+  // n_experts > 0 every layer's FFN is routed: a router picks n_experts_used
+  // of n_experts experts per token (softmax over all, then the top k),
+  // each a SwiGLU FFN of width expert_ffn; `ffn` is then unused.
+  int32_t n_experts = 0;
+  int32_t n_experts_used = 0;
+  int32_t expert_ffn = 0;
+  // Renormalise the k chosen probabilities to sum 1 (Qwen3-MoE, Mixtral);
+  // Qwen2-MoE keeps them as the softmax over all experts gave them.
+  bool expert_norm_topk = false;
+  // Qwen2-MoE: one shared expert of this width on every token, its output
+  // scaled by sigmoid(ffn_gate_inp_shexp · x); 0 = none.
+  int32_t shared_expert_ffn = 0;
+
+  bool moe() const { return n_experts > 0; }
+
   // Throws kvasir::Error naming the field if the shape is inconsistent
   // (zero sizes, heads not dividing hidden, kv heads not dividing heads...).
   void validate(const std::string& source) const;
+  // The expert fields alone (part of validate); kModelFormat naming the field.
+  void validate_experts(const std::string& source) const;
 };
 
 // Bytes of KV cache one block takes over `n_layers` layers of `model`: a K
@@ -56,13 +80,14 @@ uint64_t kv_block_bytes(const ModelConfig& model, int32_t n_layers, int32_t bloc
 
 class GgufFile;
 
-// From `<arch>.*` GGUF metadata (llama, mistral, qwen2) and the tensor list
-// (tied embeddings = no output.weight). Validated; throws kvasir::Error naming
-// the file and the key.
+// From `<arch>.*` GGUF metadata (llama, mistral, qwen2, qwen3, qwen3moe,
+// qwen2moe) and the tensor list (tied embeddings = no output.weight).
+// Validated; throws kvasir::Error naming the file and the key.
 ModelConfig config_from_gguf(const GgufFile& f);
 
 // From a Hugging Face config.json (LlamaForCausalLM, MistralForCausalLM,
-// Qwen2ForCausalLM). `source` names the file in messages; `name` becomes
+// Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM,
+// Qwen2MoeForCausalLM, MixtralForCausalLM). `source` names the file in messages; `name` becomes
 // ModelConfig::name. Validated; rope layout is always kHalf.
 ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& source,
                                 const std::string& name);

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "base/check.h"
@@ -29,21 +30,29 @@ std::string shape_str(const int64_t* ne, int n) {
   return s + "]";
 }
 
-// Checks one tensor's shape (ne innermost first; unused trailing dims are 1).
+// One tensor's shape against the config's (ne innermost first; unused
+// trailing dims are 1).
+void check_shape(const std::string& src, const std::string& name, const TensorView& t,
+                 std::initializer_list<int64_t> want) {
+  int64_t w[4] = {1, 1, 1, 1};
+  std::copy(want.begin(), want.end(), w);
+  bool ok = true;
+  for (int i = 0; i < 4; ++i) ok = ok && t.ne[i] == w[i];
+  KV_CHECK_CODE(ok, ErrorCode::kModelFormat, "{}: tensor '{}' has shape {} but the config implies {}",
+                src, name, shape_str(t.ne, t.n_dims), shape_str(w, int(want.size())));
+}
+
+// Checks one tensor's shape; nullptr when absent and not required.
 const TensorView* expect(const Lookup& look, const std::string& src, const std::string& name,
                          std::initializer_list<int64_t> want, bool required = true) {
   const TensorView* t = look(name);
   if (!t) {
-    KV_CHECK(!required, "{}: tensor '{}' is missing (the config implies it, shape {})", src, name,
-             shape_str(want.begin(), int(want.size())));
+    KV_CHECK_CODE(!required, ErrorCode::kModelFormat,
+                  "{}: tensor '{}' is missing (the config implies it, shape {})", src, name,
+                  shape_str(want.begin(), int(want.size())));
     return nullptr;
   }
-  int64_t w[4] = {1, 1, 1, 1};
-  std::copy(want.begin(), want.end(), w);
-  bool ok = true;
-  for (int i = 0; i < 4; ++i) ok = ok && t->ne[i] == w[i];
-  KV_CHECK(ok, "{}: tensor '{}' has shape {} but the config implies {}", src, name,
-           shape_str(t->ne, t->n_dims), shape_str(w, int(want.size())));
+  check_shape(src, name, *t, want);
   return t;
 }
 
@@ -66,16 +75,17 @@ void check_finite(const std::string& src, const std::string& name, const TensorV
   const int64_t n = t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
   for (int64_t i = 0; i < n; ++i) {
     const float v = small_value(t, i);
-    KV_CHECK(std::isfinite(v), "{}: tensor '{}': element {} is {} (NaN/Inf in a weight)", src, name,
-             i, v);
+    KV_CHECK_CODE(std::isfinite(v), ErrorCode::kModelFormat,
+                  "{}: tensor '{}': element {} is {} (NaN/Inf in a weight)", src, name, i, v);
   }
 }
 
 void check_small(const std::string& src, const std::string& name, const TensorView* t) {
   if (!t) return;
-  KV_CHECK(t->type == DType::F32 || t->type == DType::F16 || t->type == DType::BF16,
-           "{}: tensor '{}' is {}: norm weights and biases must be F32, F16 or BF16", src, name,
-           dtype_name(t->type));
+  KV_CHECK_CODE(t->type == DType::F32 || t->type == DType::F16 || t->type == DType::BF16,
+                ErrorCode::kModelFormat,
+                "{}: tensor '{}' is {}: norm weights and biases must be F32, F16 or BF16", src,
+                name, dtype_name(t->type));
   check_finite(src, name, *t);
 }
 
@@ -126,43 +136,113 @@ void check_fp8_all(const ModelConfig& c, const Lookup& look, const std::string& 
   check_fp8(c, look, src, "output.weight");
   for (int l = 0; l < c.n_layers; ++l)
     for (const char* m :
-         {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"})
+         {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
+          "ffn_gate_inp", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"})
       check_fp8(c, look, src, fmt::format("blk.{}.{}.weight", l, m));
 }
 
-void check_tensors(const ModelConfig& c, const Lookup& look, const std::string& src) {
-  const int64_t h = c.hidden, q = int64_t(c.n_heads) * c.head_dim,
-                kv = int64_t(c.n_kv_heads) * c.head_dim;
-  expect(look, src, "token_embd.weight", {h, c.vocab});
-  check_small(src, "output_norm.weight", expect(look, src, "output_norm.weight", {h}));
-  expect(look, src, "output.weight", {h, c.vocab}, !c.tied_embeddings);
-  expect(look, src, "rope_freqs.weight", {c.head_dim / 2}, false);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string b = fmt::format("blk.{}.", l);
-    check_small(src, b + "attn_norm.weight", expect(look, src, b + "attn_norm.weight", {h}));
-    check_small(src, b + "ffn_norm.weight", expect(look, src, b + "ffn_norm.weight", {h}));
+// An expert stack: `n` experts of shape [cols, rows] each, or an error
+// naming the tensor. Given by the reader (a GGUF 3-D tensor sliced, or a
+// folder's per-expert matrices).
+using ExpertLookup = std::function<const std::vector<TensorView>*(
+    const std::string& name, int64_t cols, int64_t rows, int32_t n)>;
+
+struct TensorChecks {
+  const ModelConfig& c;
+  const Lookup& look;
+  const ExpertLookup& experts;
+  const std::string& src;
+
+  void norm(const std::string& name, int64_t n) const {
+    check_small(src, name, expect(look, src, name, {n}));
+  }
+  void attention(const std::string& b) const {
+    const int64_t h = c.hidden, q = int64_t(c.n_heads) * c.head_dim,
+                  kv = int64_t(c.n_kv_heads) * c.head_dim;
+    norm(b + "attn_norm.weight", h);
     expect(look, src, b + "attn_q.weight", {h, q});
     expect(look, src, b + "attn_k.weight", {h, kv});
     expect(look, src, b + "attn_v.weight", {h, kv});
     expect(look, src, b + "attn_output.weight", {q, h});
-    expect(look, src, b + "ffn_gate.weight", {h, c.ffn});
-    expect(look, src, b + "ffn_up.weight", {h, c.ffn});
-    expect(look, src, b + "ffn_down.weight", {c.ffn, h});
     if (c.qkv_bias) {
-      check_small(src, b + "attn_q.bias", expect(look, src, b + "attn_q.bias", {q}));
-      check_small(src, b + "attn_k.bias", expect(look, src, b + "attn_k.bias", {kv}));
-      check_small(src, b + "attn_v.bias", expect(look, src, b + "attn_v.bias", {kv}));
+      norm(b + "attn_q.bias", q);
+      norm(b + "attn_k.bias", kv);
+      norm(b + "attn_v.bias", kv);
+    }
+    if (c.qk_norm) {
+      norm(b + "attn_q_norm.weight", c.head_dim);
+      norm(b + "attn_k_norm.weight", c.head_dim);
     }
   }
+  void ffn(const std::string& b) const {
+    const int64_t h = c.hidden;
+    norm(b + "ffn_norm.weight", h);
+    if (!c.moe()) {
+      expect(look, src, b + "ffn_gate.weight", {h, c.ffn});
+      expect(look, src, b + "ffn_up.weight", {h, c.ffn});
+      expect(look, src, b + "ffn_down.weight", {c.ffn, h});
+      return;
+    }
+    // The stacks first: a count that disagrees with the file's experts is
+    // reported on the expert tensors, not on the router.
+    experts(b + "ffn_gate_exps.weight", h, c.expert_ffn, c.n_experts);
+    experts(b + "ffn_up_exps.weight", h, c.expert_ffn, c.n_experts);
+    experts(b + "ffn_down_exps.weight", c.expert_ffn, h, c.n_experts);
+    expect(look, src, b + "ffn_gate_inp.weight", {h, c.n_experts});
+    if (c.shared_expert_ffn > 0) {
+      expect(look, src, b + "ffn_gate_inp_shexp.weight", {h});
+      expect(look, src, b + "ffn_gate_shexp.weight", {h, c.shared_expert_ffn});
+      expect(look, src, b + "ffn_up_shexp.weight", {h, c.shared_expert_ffn});
+      expect(look, src, b + "ffn_down_shexp.weight", {c.shared_expert_ffn, h});
+    }
+  }
+};
+
+void check_tensors(const ModelConfig& c, const Lookup& look, const ExpertLookup& experts,
+                   const std::string& src) {
+  const int64_t h = c.hidden;
+  expect(look, src, "token_embd.weight", {h, c.vocab});
+  check_small(src, "output_norm.weight", expect(look, src, "output_norm.weight", {h}));
+  expect(look, src, "output.weight", {h, c.vocab}, !c.tied_embeddings);
+  expect(look, src, "rope_freqs.weight", {c.head_dim / 2}, false);
+  const TensorChecks checks{c, look, experts, src};
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string b = fmt::format("blk.{}.", l);
+    checks.attention(b);
+    checks.ffn(b);
+  }
   check_fp8_all(c, look, src);
+}
+
+// A GGUF expert stack [cols, rows, n] as n views of [cols, rows]: expert e
+// is the e-th contiguous slice (ggml's layout for mul_mat_id).
+std::vector<TensorView> slice_experts(const TensorView& t) {
+  const int64_t n = t.ne[2];
+  std::vector<TensorView> out(static_cast<size_t>(n));
+  const uint64_t bytes = t.nbytes / uint64_t(n);  // the reader checked nbytes against ne
+  for (int64_t e = 0; e < n; ++e) {
+    TensorView& v = out[size_t(e)];
+    v.type = t.type;
+    v.n_dims = 2;
+    v.ne[0] = t.ne[0];
+    v.ne[1] = t.ne[1];
+    v.data = static_cast<const uint8_t*>(t.data) + uint64_t(e) * bytes;
+    v.nbytes = bytes;
+  }
+  return out;
 }
 
 class GgufModel final : public ModelFile {
  public:
   GgufModel(const std::string& path, std::unique_ptr<GgufFile> f)
       : ModelFile(path), f_(std::move(f)), cfg_(config_from_gguf(*f_)) {
-    check_tensors(
-        cfg_, [this](const std::string& n) { return lookup(n); }, path);
+    const Lookup look = [this](const std::string& n) { return lookup(n); };
+    const ExpertLookup experts = [&](const std::string& n, int64_t cols, int64_t rows,
+                                     int32_t count) {
+      const TensorView* t = expect(look, path, n, {cols, rows, count});
+      return &(experts_[n] = slice_experts(*t));
+    };
+    check_tensors(cfg_, look, experts, path);
   }
   const ModelConfig& config() const override { return cfg_; }
   const GgufFile* gguf() const override { return f_.get(); }
@@ -172,10 +252,15 @@ class GgufModel final : public ModelFile {
     const GgufTensor* t = f_->find_tensor(name);
     return t ? &t->view : nullptr;
   }
+  const std::vector<TensorView>* lookup_experts(const std::string& name) const override {
+    const auto it = experts_.find(name);
+    return it == experts_.end() ? nullptr : &it->second;
+  }
 
  private:
   std::unique_ptr<GgufFile> f_;
   ModelConfig cfg_;
+  std::map<std::string, std::vector<TensorView>> experts_;  // sliced at open
 };
 
 nlohmann::json read_json(const fs::path& p) {
@@ -224,6 +309,14 @@ std::vector<std::string> shard_names(const fs::path& dir,
   return names;
 }
 
+// A folder's tensor under the name the engine uses: its GGUF name, or for
+// one expert's matrix its stack's GGUF name and "#E".
+std::optional<std::string> engine_key(const std::string& hf) {
+  if (auto g = hf_to_gguf_name(hf)) return g;
+  if (auto e = hf_expert_name(hf)) return e->gguf + "#" + std::to_string(e->expert);
+  return std::nullopt;
+}
+
 class SafetensorsModel final : public ModelFile {
  public:
   explicit SafetensorsModel(const std::string& path) : ModelFile(path) {
@@ -238,24 +331,26 @@ class SafetensorsModel final : public ModelFile {
     for (const std::string& file : shard_names(dir, &weight_map)) {
       shards_.push_back(SafetensorsFile::open((dir / file).string()));
       for (const SafeTensor& t : shards_.back()->tensors()) {
-        const auto gname = hf_to_gguf_name(t.name);
-        if (!gname) continue;  // not used by the engine (e.g. rotary_emb.inv_freq)
-        auto [it, fresh] = origin.emplace(*gname, file);
+        const auto key = engine_key(t.name);
+        if (!key) continue;  // not used by the engine (e.g. rotary_emb.inv_freq)
+        auto [it, fresh] = origin.emplace(*key, file);
         KV_CHECK(fresh, "{}: tensor '{}' appears in both {} and {}", path, t.name, it->second,
                  file);
-        tensors_[*gname] = t.view;
+        add(path, t);
       }
     }
     for (const auto& [tensor, file] : weight_map) {
-      const auto gname = hf_to_gguf_name(tensor);
-      if (!gname) continue;
-      const auto it = origin.find(*gname);
+      const auto key = engine_key(tensor);
+      if (!key) continue;
+      const auto it = origin.find(*key);
       KV_CHECK(it != origin.end() && it->second == file,
                "{}: the index puts tensor '{}' in {}, but that file does not hold it", path, tensor,
                file);
     }
-    check_tensors(
-        cfg_, [this](const std::string& n) { return lookup(n); }, path);
+    const Lookup look = [this](const std::string& n) { return lookup(n); };
+    const ExpertLookup experts = [&](const std::string& n, int64_t cols, int64_t rows,
+                                     int32_t count) { return gather(path, n, cols, rows, count); };
+    check_tensors(cfg_, look, experts, path);
   }
   const ModelConfig& config() const override { return cfg_; }
 
@@ -264,11 +359,48 @@ class SafetensorsModel final : public ModelFile {
     auto it = tensors_.find(name);
     return it == tensors_.end() ? nullptr : &it->second;
   }
+  const std::vector<TensorView>* lookup_experts(const std::string& name) const override {
+    const auto it = experts_.find(name);
+    return it == experts_.end() ? nullptr : &it->second;
+  }
 
  private:
+  // One tensor of a shard, by its engine name (an expert's into its stack).
+  void add(const std::string& path, const SafeTensor& t) {
+    if (const auto e = hf_expert_name(t.name)) {
+      KV_CHECK_CODE(e->expert < cfg_.n_experts, ErrorCode::kModelFormat,
+                    "{}: tensor '{}' is expert {}, but config.json has {} experts", path, t.name,
+                    e->expert, cfg_.n_experts);
+      parts_[e->gguf][e->expert] = {t.name, t.view};
+      return;
+    }
+    tensors_[*hf_to_gguf_name(t.name)] = t.view;
+  }
+  // The stack `name`: experts 0..count-1, each present with shape [cols, rows].
+  const std::vector<TensorView>* gather(const std::string& path, const std::string& name,
+                                        int64_t cols, int64_t rows, int32_t count) {
+    const auto& parts = parts_[name];
+    std::vector<TensorView> v;
+    for (int32_t e = 0; e < count; ++e) {
+      const auto it = parts.find(e);
+      KV_CHECK_CODE(it != parts.end(), ErrorCode::kModelFormat,
+                    "{}: expert {} of '{}' is missing (the config has {} experts of shape [{}, {}])",
+                    path, e, name, count, cols, rows);
+      check_shape(path, it->second.first, it->second.second, {cols, rows});
+      KV_CHECK_CODE(it->second.second.type != DType::F8_E4M3, ErrorCode::kModelFormat,
+                    "{}: tensor '{}' is F8_E4M3: FP8 expert weights are not supported", path,
+                    it->second.first);
+      v.push_back(it->second.second);
+    }
+    return &(experts_[name] = std::move(v));
+  }
+
   ModelConfig cfg_;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;  // keep the maps alive
   std::map<std::string, TensorView> tensors_;             // by GGUF name
+  // Per-expert matrices as read: stack name → expert → (HF name, view).
+  std::map<std::string, std::map<int32_t, std::pair<std::string, TensorView>>> parts_;
+  std::map<std::string, std::vector<TensorView>> experts_;  // checked stacks
 };
 
 }  // namespace
@@ -309,6 +441,21 @@ const TensorView& ModelFile::get(const std::string& name) const {
 
 std::vector<float> fp8_row_scales(const ModelFile& model, const std::string& name) {
   return row_scales([&](const std::string& n) { return model.find(n); }, model.path(), name);
+}
+
+const std::vector<TensorView>* ModelFile::find_experts(const std::string& name) const {
+  const std::vector<TensorView>* t = lookup_experts(name);
+  if (t) {
+    std::lock_guard lock(touched_mu_);
+    touched_.insert(name);
+  }
+  return t;
+}
+
+const std::vector<TensorView>& ModelFile::get_experts(const std::string& name) const {
+  const std::vector<TensorView>* t = find_experts(name);
+  KV_CHECK_CODE(t, ErrorCode::kModelFormat, "{}: expert tensor '{}' is missing", path_, name);
+  return *t;
 }
 
 std::set<std::string> ModelFile::touched() const {

@@ -4,7 +4,11 @@
 // Tensors are named as GGUF names them, whatever the source:
 //   token_embd.weight, output_norm.weight, output.weight,
 //   blk.N.{attn_norm,attn_q,attn_k,attn_v,attn_output,ffn_norm,ffn_gate,ffn_up,ffn_down}.weight,
-//   blk.N.{attn_q,attn_k,attn_v}.bias (Qwen2)
+//   blk.N.{attn_q,attn_k,attn_v}.bias (Qwen2), blk.N.{attn_q_norm,attn_k_norm}.weight (Qwen3),
+//   blk.N.ffn_gate_inp.weight (MoE router), blk.N.{ffn_gate_shexp,ffn_up_shexp,
+//   ffn_down_shexp,ffn_gate_inp_shexp}.weight (Qwen2-MoE shared expert),
+//   and the expert stacks blk.N.{ffn_gate_exps,ffn_up_exps,ffn_down_exps}.weight,
+//   read per expert with find_experts().
 // A safetensors folder is translated to these names; its q/k rows are kept
 // as stored and config().rope_layout says kHalf.
 #pragma once
@@ -40,12 +44,21 @@ class ModelFile {
   const TensorView* find(const std::string& name) const;
   // Same, but throws kvasir::Error if absent.
   const TensorView& get(const std::string& name) const;
-  // Names of every tensor find()/get() returned, for slicing tests.
+  // The experts of a stacked expert tensor (blk.N.ffn_{gate,up,down}_exps.weight):
+  // one 2-D view per expert, in expert order — slices of the GGUF file's
+  // 3-D tensor, or the folder's per-expert matrices. Count and shapes are
+  // already checked against the config. nullptr if absent. Records the name
+  // as touched.
+  const std::vector<TensorView>* find_experts(const std::string& name) const;
+  // Same, but throws kvasir::Error (kModelFormat) if absent.
+  const std::vector<TensorView>& get_experts(const std::string& name) const;
+  // Names of every tensor find()/get()/find_experts() returned, for slicing tests.
   std::set<std::string> touched() const;
 
  protected:
   explicit ModelFile(std::string path) : path_(std::move(path)) {}
   virtual const TensorView* lookup(const std::string& name) const = 0;
+  virtual const std::vector<TensorView>* lookup_experts(const std::string& name) const = 0;
 
  private:
   std::string path_;

@@ -145,6 +145,23 @@ const SafeTensor* SafetensorsFile::find(const std::string& name) const {
   return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
+namespace {
+
+// "model.layers.N." + rest → (N, rest); nullopt for another prefix or a
+// layer number that is not plain decimal (one spelling per layer).
+std::optional<std::pair<std::string_view, std::string_view>> split_layer(std::string_view hf) {
+  constexpr std::string_view prefix = "model.layers.";
+  if (hf.substr(0, prefix.size()) != prefix) return std::nullopt;
+  hf.remove_prefix(prefix.size());
+  size_t digits = 0;
+  while (digits < hf.size() && hf[digits] >= '0' && hf[digits] <= '9') ++digits;
+  if (digits == 0 || digits > 6 || digits >= hf.size() || hf[digits] != '.') return std::nullopt;
+  if (digits > 1 && hf[0] == '0') return std::nullopt;
+  return std::make_pair(hf.substr(0, digits), hf.substr(digits + 1));
+}
+
+}  // namespace
+
 std::optional<std::string> hf_to_gguf_name(std::string_view hf) {
   // An FP8 weight's scale follows its weight's name: <gguf name>_scale.
   constexpr std::string_view kScale = "_scale";
@@ -156,14 +173,9 @@ std::optional<std::string> hf_to_gguf_name(std::string_view hf) {
   if (hf == "model.embed_tokens.weight") return "token_embd.weight";
   if (hf == "model.norm.weight") return "output_norm.weight";
   if (hf == "lm_head.weight") return "output.weight";
-  constexpr std::string_view prefix = "model.layers.";
-  if (hf.substr(0, prefix.size()) != prefix) return std::nullopt;
-  hf.remove_prefix(prefix.size());
-  size_t digits = 0;
-  while (digits < hf.size() && hf[digits] >= '0' && hf[digits] <= '9') ++digits;
-  if (digits == 0 || digits > 6 || digits >= hf.size() || hf[digits] != '.') return std::nullopt;
-  if (digits > 1 && hf[0] == '0') return std::nullopt;  // one spelling per layer
-  const std::string_view layer = hf.substr(0, digits), rest = hf.substr(digits + 1);
+  const auto split = split_layer(hf);
+  if (!split) return std::nullopt;
+  const auto [layer, rest] = *split;
   static constexpr std::pair<std::string_view, std::string_view> kMap[] = {
       {"input_layernorm.weight", "attn_norm.weight"},
       {"self_attn.q_proj.weight", "attn_q.weight"},
@@ -173,13 +185,58 @@ std::optional<std::string> hf_to_gguf_name(std::string_view hf) {
       {"self_attn.q_proj.bias", "attn_q.bias"},
       {"self_attn.k_proj.bias", "attn_k.bias"},
       {"self_attn.v_proj.bias", "attn_v.bias"},
+      {"self_attn.q_norm.weight", "attn_q_norm.weight"},  // Qwen3
+      {"self_attn.k_norm.weight", "attn_k_norm.weight"},
       {"post_attention_layernorm.weight", "ffn_norm.weight"},
       {"mlp.gate_proj.weight", "ffn_gate.weight"},
       {"mlp.up_proj.weight", "ffn_up.weight"},
       {"mlp.down_proj.weight", "ffn_down.weight"},
+      {"mlp.gate.weight", "ffn_gate_inp.weight"},  // Qwen MoE router
+      {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},  // Mixtral router
+      {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},  // Qwen2-MoE
+      {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+      {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+      {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
   };
   for (const auto& [from, to] : kMap)
     if (rest == from) return "blk." + std::string(layer) + "." + std::string(to);
+  return std::nullopt;
+}
+
+std::optional<HfExpertName> hf_expert_name(std::string_view hf) {
+  const auto split = split_layer(hf);
+  if (!split) return std::nullopt;
+  auto [layer, rest] = *split;
+  static constexpr std::string_view kQwen = "mlp.experts.", kMixtral = "block_sparse_moe.experts.";
+  // The matrix names after "experts.E.", per family.
+  static constexpr std::pair<std::string_view, std::string_view> kQwenMats[] = {
+      {"gate_proj.weight", "ffn_gate_exps.weight"},
+      {"up_proj.weight", "ffn_up_exps.weight"},
+      {"down_proj.weight", "ffn_down_exps.weight"}};
+  static constexpr std::pair<std::string_view, std::string_view> kMixtralMats[] = {
+      {"w1.weight", "ffn_gate_exps.weight"},
+      {"w3.weight", "ffn_up_exps.weight"},
+      {"w2.weight", "ffn_down_exps.weight"}};
+  const std::pair<std::string_view, std::string_view>* mats;
+  if (rest.substr(0, kQwen.size()) == kQwen) {
+    rest.remove_prefix(kQwen.size());
+    mats = kQwenMats;
+  } else if (rest.substr(0, kMixtral.size()) == kMixtral) {
+    rest.remove_prefix(kMixtral.size());
+    mats = kMixtralMats;
+  } else {
+    return std::nullopt;
+  }
+  size_t digits = 0;
+  while (digits < rest.size() && rest[digits] >= '0' && rest[digits] <= '9') ++digits;
+  if (digits == 0 || digits > 6 || digits >= rest.size() || rest[digits] != '.')
+    return std::nullopt;
+  if (digits > 1 && rest[0] == '0') return std::nullopt;
+  const int32_t expert = int32_t(std::stol(std::string(rest.substr(0, digits))));
+  rest.remove_prefix(digits + 1);
+  for (int i = 0; i < 3; ++i)
+    if (rest == mats[i].first)
+      return HfExpertName{"blk." + std::string(layer) + "." + std::string(mats[i].second), expert};
   return std::nullopt;
 }
 

@@ -57,4 +57,15 @@ class SafetensorsFile {
 // token at run time, the KV cache stays bf16).
 std::optional<std::string> hf_to_gguf_name(std::string_view hf);
 
+// One expert's matrix of a Hugging Face MoE checkpoint → the GGUF name of the
+// stacked tensor it belongs to and its expert index:
+//   model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight   (Qwen MoE)
+//   model.layers.N.block_sparse_moe.experts.E.w{1,3,2}.weight (Mixtral)
+// → blk.N.ffn_{gate,up,down}_exps.weight, E. nullopt for any other name.
+struct HfExpertName {
+  std::string gguf;
+  int32_t expert = 0;
+};
+std::optional<HfExpertName> hf_expert_name(std::string_view hf);
+
 }  // namespace kvasir

@@ -6,6 +6,7 @@
 
 #include "base/check.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/moe.h"
 #include "kernels/cpu/norm.h"
 
 namespace kvasir {
@@ -39,6 +40,17 @@ void add_bias(float* y, const float* bias, int64_t n_tokens, int64_t width) {
 
 }  // namespace
 
+// A mixture-of-experts FFN (ModelConfig::moe()): the router, the experts
+// this executor holds (all of the layer's), Qwen2-MoE's shared expert.
+struct SliceExecutor::Moe {
+  const TensorView* router = nullptr;  // [hidden] -> [n_experts]
+  cpu::MoeExperts experts;             // views of the model's stacks
+  const TensorView* sh_gate_inp = nullptr;  // [hidden] -> [1], null without a shared expert
+  const TensorView* sh_gate = nullptr;      // [hidden] -> [shared_expert_ffn]
+  const TensorView* sh_up = nullptr;
+  const TensorView* sh_down = nullptr;  // [shared_expert_ffn] -> [hidden]
+};
+
 struct SliceExecutor::Layer {
   const float* attn_norm = nullptr;  // [hidden]
   const float* ffn_norm = nullptr;   // [hidden]
@@ -52,6 +64,9 @@ struct SliceExecutor::Layer {
   const TensorView* w_gate = nullptr;  // [hidden] -> [ffn]
   const TensorView* w_up = nullptr;
   const TensorView* w_down = nullptr;  // [ffn] -> [hidden]
+  const float* q_norm = nullptr;       // [head_dim] Qwen3's per-head norms, else null
+  const float* k_norm = nullptr;
+  Moe moe;                             // a MoE layer's FFN (w_gate/up/down null)
   Buffer k_cache, v_cache;             // [n_blocks][n_kv_heads][block_size][head_dim]
   cpu::KvLayerView kv;
 };
@@ -68,6 +83,13 @@ struct SliceExecutor::Scratch {
   std::vector<float> tmp;    // [max_tokens, hidden]
   std::vector<int32_t> pos;  // [max_tokens]
   std::vector<float> last;   // [max_rows, hidden]  tail: last tokens of sampled rows
+  // MoE layers (empty otherwise); gate/up above serve the shared expert.
+  std::vector<float> router;          // [max_tokens, n_experts]  router logits
+  std::vector<int32_t> expert_ids;    // [max_tokens, n_experts_used]
+  std::vector<float> expert_weights;  // [max_tokens, n_experts_used]
+  std::vector<float> shared_gate;     // [max_tokens]  shared expert's gate logit
+  std::vector<float> shared_out;      // [max_tokens, hidden]
+  cpu::MoeScratch moe;
 };
 
 SliceExecutor::SliceExecutor(const ModelFile& model, const SliceSpec& slice, const KvSpec& kv,
@@ -123,9 +145,11 @@ void SliceExecutor::map_layer(const ModelFile& model, int il, Layer& L) {
   L.wk = &model.get(n.attn_k);
   L.wv = &model.get(n.attn_v);
   L.wo = &model.get(n.attn_output);
-  L.w_gate = &model.get(n.ffn_gate);
-  L.w_up = &model.get(n.ffn_up);
-  L.w_down = &model.get(n.ffn_down);
+  map_ffn(model, n, L);
+  if (c.qk_norm) {
+    L.q_norm = f32_data(&model.get(n.attn_q_norm), "attn_q_norm.weight", c.head_dim);
+    L.k_norm = f32_data(&model.get(n.attn_k_norm), "attn_k_norm.weight", c.head_dim);
+  }
   if (c.qkv_bias) {
     L.bq = f32_data(&model.get(n.attn_q_bias), "attn_q.bias", QD);
     L.bk = f32_data(&model.get(n.attn_k_bias), "attn_k.bias", KD);
@@ -140,6 +164,31 @@ void SliceExecutor::map_layer(const ModelFile& model, int il, Layer& L) {
                           kv_.block_size,  c.n_kv_heads,    c.head_dim};
 }
 
+// A layer's FFN: dense (ffn_gate/up/down) or a mixture of experts (the
+// router, every expert of the three stacks, the shared expert if any).
+void SliceExecutor::map_ffn(const ModelFile& model, const LayerTensorNames& n, Layer& L) {
+  const ModelConfig& c = cfg_;
+  if (!c.moe()) {
+    L.w_gate = &model.get(n.ffn_gate);
+    L.w_up = &model.get(n.ffn_up);
+    L.w_down = &model.get(n.ffn_down);
+    return;
+  }
+  Moe& m = L.moe;
+  m.router = &model.get(n.ffn_gate_inp);
+  m.experts.n_total = c.n_experts;
+  m.experts.first = 0;
+  m.experts.gate = model.get_experts(n.ffn_gate_exps);
+  m.experts.up = model.get_experts(n.ffn_up_exps);
+  m.experts.down = model.get_experts(n.ffn_down_exps);
+  if (c.shared_expert_ffn > 0) {
+    m.sh_gate_inp = &model.get(n.ffn_gate_inp_shexp);
+    m.sh_gate = &model.get(n.ffn_gate_shexp);
+    m.sh_up = &model.get(n.ffn_up_shexp);
+    m.sh_down = &model.get(n.ffn_down_shexp);
+  }
+}
+
 void SliceExecutor::alloc_scratch() {
   const ModelConfig& c = cfg_;
   const int64_t H = c.hidden, QD = int64_t(c.n_heads) * c.head_dim,
@@ -152,10 +201,19 @@ void SliceExecutor::alloc_scratch() {
   s_->k.resize(T * KD);
   s_->v.resize(T * KD);
   s_->att.resize(T * QD);
-  s_->gate.resize(T * size_t(c.ffn));
-  s_->up.resize(T * size_t(c.ffn));
+  // A MoE layer uses gate/up for its shared expert only.
+  const size_t ffn = size_t(c.moe() ? c.shared_expert_ffn : c.ffn);
+  s_->gate.resize(T * ffn);
+  s_->up.resize(T * ffn);
   s_->tmp.resize(T * H);
   s_->pos.resize(T);
+  if (c.moe()) {
+    s_->router.resize(T * size_t(c.n_experts));
+    s_->expert_ids.resize(T * size_t(c.n_experts_used));
+    s_->expert_weights.resize(T * size_t(c.n_experts_used));
+    s_->shared_gate.resize(c.shared_expert_ffn > 0 ? T : 0);
+    s_->shared_out.resize(c.shared_expert_ffn > 0 ? T * H : 0);
+  }
 }
 
 SliceExecutor::~SliceExecutor() = default;
@@ -176,6 +234,10 @@ void SliceExecutor::run_layer(const Layer& L, const ForwardBatch& b,
   add_bias(s.q.data(), L.bq, T, QD);
   add_bias(s.k.data(), L.bk, T, KD);
   add_bias(s.v.data(), L.bv, T, KD);
+  if (L.q_norm) {  // Qwen3: RMSNorm over each head, before RoPE
+    cpu::rmsnorm(s.q.data(), L.q_norm, c.rms_eps, T * c.n_heads, c.head_dim, s.q.data());
+    cpu::rmsnorm(s.k.data(), L.k_norm, c.rms_eps, T * c.n_kv_heads, c.head_dim, s.k.data());
+  }
   cpu::rope(rope_.config, rope_.inv_freq.data(), pos, T, c.n_heads, s.q.data());
   cpu::rope(rope_.config, rope_.inv_freq.data(), pos, T, c.n_kv_heads, s.k.data());
   cpu::kv_append(L.kv, rows.data(), int(rows.size()), s.k.data(), s.v.data());
@@ -184,12 +246,17 @@ void SliceExecutor::run_layer(const Layer& L, const ForwardBatch& b,
   cpu::matmul(*L.wo, s.att.data(), T, s.tmp.data(), pool);
   cpu::add_inplace(x, s.tmp.data(), T * H);
 
-  // Feed-forward block: x += Wdown · (silu(Wgate·n(x)) * Wup·n(x))
+  // Feed-forward block: x += Wdown · (silu(Wgate·n(x)) * Wup·n(x)), or the
+  // mixture of experts.
   cpu::rmsnorm(x, L.ffn_norm, c.rms_eps, T, H, s.xn.data());
-  cpu::matmul(*L.w_gate, s.xn.data(), T, s.gate.data(), pool);
-  cpu::matmul(*L.w_up, s.xn.data(), T, s.up.data(), pool);
-  cpu::swiglu(s.gate.data(), s.up.data(), T * c.ffn, s.gate.data());
-  cpu::matmul(*L.w_down, s.gate.data(), T, s.tmp.data(), pool);
+  if (c.moe()) {
+    run_moe(L.moe, T, s.tmp.data());
+  } else {
+    cpu::matmul(*L.w_gate, s.xn.data(), T, s.gate.data(), pool);
+    cpu::matmul(*L.w_up, s.xn.data(), T, s.up.data(), pool);
+    cpu::swiglu(s.gate.data(), s.up.data(), T * c.ffn, s.gate.data());
+    cpu::matmul(*L.w_down, s.gate.data(), T, s.tmp.data(), pool);
+  }
   cpu::add_inplace(x, s.tmp.data(), T * H);
 }
 
@@ -210,6 +277,27 @@ void SliceExecutor::copy_blocks(const ForwardBatch& b) {
       for (uint8_t* cache : {L.k_cache.get(), L.v_cache.get()})
         std::memcpy(cache + size_t(b.copy_dst[i]) * bytes, cache + size_t(b.copy_src[i]) * bytes,
                     bytes);
+}
+
+// out [T, hidden] = the experts' weighted sum for the normalised tokens s.xn
+// (router, top-k, grouped expert FFNs: kernels/cpu/moe.h), plus
+// sigmoid(gate · xn) × the shared expert where the model has one.
+void SliceExecutor::run_moe(const Moe& m, int64_t T, float* out) {
+  const ModelConfig& c = cfg_;
+  Scratch& s = *s_;
+  cpu::ThreadPool* pool = pool_.get();
+  cpu::matmul(*m.router, s.xn.data(), T, s.router.data(), pool);  // [T, n_experts]
+  cpu::moe_route(cpu::MoeRouteConfig{c.n_experts, c.n_experts_used, c.expert_norm_topk},
+                 s.router.data(), T, s.expert_ids.data(), s.expert_weights.data());
+  cpu::moe_ffn(m.experts, s.xn.data(), T, c.n_experts_used, s.expert_ids.data(),
+               s.expert_weights.data(), out, s.moe, pool);
+  if (!m.sh_gate_inp) return;
+  cpu::matmul(*m.sh_gate, s.xn.data(), T, s.gate.data(), pool);
+  cpu::matmul(*m.sh_up, s.xn.data(), T, s.up.data(), pool);
+  cpu::swiglu(s.gate.data(), s.up.data(), T * c.shared_expert_ffn, s.gate.data());
+  cpu::matmul(*m.sh_down, s.gate.data(), T, s.shared_out.data(), pool);
+  cpu::matmul(*m.sh_gate_inp, s.xn.data(), T, s.shared_gate.data(), pool);  // [T, 1]
+  cpu::add_sigmoid_gated(s.shared_out.data(), s.shared_gate.data(), T, c.hidden, out);
 }
 
 void SliceExecutor::forward(const ForwardBatch& b, const float* hidden_in, float* hidden_out,

@@ -86,16 +86,19 @@ class SliceExecutor {
   const SliceSpec& slice() const { return slice_; }
 
  private:
+  struct Moe;
   struct Layer;
   struct Scratch;
   // The constructor's steps.
   void check_args(int threads) const;
   void map_ends(const ModelFile& model);
   void map_layer(const ModelFile& model, int layer, Layer& L);
+  void map_ffn(const ModelFile& model, const LayerTensorNames& names, Layer& L);
   void alloc_scratch();
   void run_layer(const Layer& L, const ForwardBatch& b, const std::vector<cpu::AttnRow>& rows,
                  const int32_t* pos, float* x);
   void copy_blocks(const ForwardBatch& b);
+  void run_moe(const Moe& m, int64_t T, float* out);
 
   ModelConfig cfg_;
   SliceSpec slice_;

@@ -44,10 +44,14 @@ bool preload_slice(const ModelFile& model, const SliceSpec& slice, const Preload
   std::vector<std::vector<const TensorView*>> layers;
   for (int il = slice.first_layer; il <= slice.last_layer; ++il) {
     std::vector<const TensorView*> ts;
-    for (const std::string& n : layer_tensor_names(il).all()) {
+    const LayerTensorNames names = layer_tensor_names(il);
+    for (const std::string& n : names.all()) {
       const TensorView* t = model.find(n);
       if (t) ts.push_back(t);
     }
+    for (const std::string& n : names.expert_stacks())
+      if (const std::vector<TensorView>* experts = model.find_experts(n))
+        for (const TensorView& t : *experts) ts.push_back(&t);
     layers.push_back(std::move(ts));
   }
   PreloadProgress pr;

@@ -26,12 +26,28 @@ LayerTensorNames layer_tensor_names(int layer) {
   n.attn_q_bias = b + "attn_q.bias";
   n.attn_k_bias = b + "attn_k.bias";
   n.attn_v_bias = b + "attn_v.bias";
+  n.attn_q_norm = b + "attn_q_norm.weight";
+  n.attn_k_norm = b + "attn_k_norm.weight";
+  n.ffn_gate_inp = b + "ffn_gate_inp.weight";
+  n.ffn_gate_exps = b + "ffn_gate_exps.weight";
+  n.ffn_up_exps = b + "ffn_up_exps.weight";
+  n.ffn_down_exps = b + "ffn_down_exps.weight";
+  n.ffn_gate_inp_shexp = b + "ffn_gate_inp_shexp.weight";
+  n.ffn_gate_shexp = b + "ffn_gate_shexp.weight";
+  n.ffn_up_shexp = b + "ffn_up_shexp.weight";
+  n.ffn_down_shexp = b + "ffn_down_shexp.weight";
   return n;
 }
 
 std::vector<std::string> LayerTensorNames::all() const {
-  return {attn_norm, ffn_norm, attn_q,   attn_k,      attn_v,      attn_output,
-          ffn_gate,  ffn_up,   ffn_down, attn_q_bias, attn_k_bias, attn_v_bias};
+  return {attn_norm,    ffn_norm,       attn_q,         attn_k,       attn_v,
+          attn_output,  ffn_gate,       ffn_up,         ffn_down,     attn_q_bias,
+          attn_k_bias,  attn_v_bias,    attn_q_norm,    attn_k_norm,  ffn_gate_inp,
+          ffn_gate_inp_shexp, ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp};
+}
+
+std::vector<std::string> LayerTensorNames::expert_stacks() const {
+  return {ffn_gate_exps, ffn_up_exps, ffn_down_exps};
 }
 
 RopeTable rope_table(const ModelConfig& c, const TensorView* rope_freqs) {

@@ -42,16 +42,28 @@ inline constexpr const char* kRopeFreqsTensor = "rope_freqs.weight";
 // model ties its embeddings.
 const char* output_tensor_name(const ModelConfig& c);
 
-// The tensors of one layer: "blk.N.attn_q.weight", ... The three biases
-// exist only where ModelConfig::qkv_bias is set (Qwen2).
+// The tensors of one layer: "blk.N.attn_q.weight", ... Which exist depends
+// on the config: the three biases where ModelConfig::qkv_bias is set
+// (Qwen2), the q/k norms where qk_norm is (Qwen3); a MoE layer
+// (ModelConfig::moe()) has the router and the three expert stacks instead
+// of ffn_gate/up/down (read per expert: ModelFile::find_experts), and the
+// shared expert where shared_expert_ffn > 0 (Qwen2-MoE).
 struct LayerTensorNames {
   std::string attn_norm, ffn_norm;
   std::string attn_q, attn_k, attn_v, attn_output;
   std::string ffn_gate, ffn_up, ffn_down;
   std::string attn_q_bias, attn_k_bias, attn_v_bias;
+  std::string attn_q_norm, attn_k_norm;
+  std::string ffn_gate_inp;                               // router [hidden] -> [n_experts]
+  std::string ffn_gate_exps, ffn_up_exps, ffn_down_exps;  // expert stacks
+  std::string ffn_gate_inp_shexp;                         // shared expert's gate [hidden]
+  std::string ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;
 
-  // Every name above, in that order (weights, then the biases).
+  // Every single-tensor name above, in that order (weights, biases, norms,
+  // router, shared expert); not the expert stacks.
   std::vector<std::string> all() const;
+  // The three expert stacks.
+  std::vector<std::string> expert_stacks() const;
 };
 LayerTensorNames layer_tensor_names(int layer);
 

@@ -514,6 +514,23 @@ uint64_t kv_bytes_per_block(const ModelConfig& m, int32_t n_layers, int32_t bloc
   return kv_block_bytes(m, n_layers, block_size, dtype == "f32" ? 4 : 2);
 }
 
+namespace {
+
+// What the CUDA backend does not run (the stage refuses it at load too,
+// stages/cuda/executor.cpp): refused before any process starts.
+void check_gpu_model(size_t i, const ModelConfig& m) {
+  KV_CHECK_CODE(!m.moe(), ErrorCode::kModelFormat,
+                "stages[{}].device: a GPU stage cannot run this model: it is a mixture of "
+                "experts ({} experts, top {}), which only cpu stages run",
+                i, m.n_experts, m.n_experts_used);
+  KV_CHECK_CODE(!m.qk_norm, ErrorCode::kModelFormat,
+                "stages[{}].device: a GPU stage cannot run this model: its per-head q/k RMSNorm "
+                "({}) is implemented on cpu stages only",
+                i, m.arch);
+}
+
+}  // namespace
+
 void check_against_model(const Config& cfg, const ModelConfig& m) {
   KV_CHECK(!cfg.plan.auto_layers,
            "stages: layers = \"auto\" is chosen at load; the split is not made yet");
@@ -526,7 +543,10 @@ void check_against_model(const Config& cfg, const ModelConfig& m) {
     // are on the device; whether this build has the CUDA plugin and the
     // machine a driver and that device is checked by the stage itself after
     // exec (stages/cuda_plugin.h): the daemon never loads CUDA.
-    if (st[i].is_gpu()) continue;
+    if (st[i].is_gpu()) {
+      check_gpu_model(i, m);
+      continue;
+    }
     KV_CHECK(!m.fp8_weights,
              "stages[{}].device: cpu cannot run this model: its weights are FP8 (config.json's "
              "quantization_config), which only GPU stages read; put every stage on cuda:N",

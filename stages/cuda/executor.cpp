@@ -128,6 +128,16 @@ Status CudaSliceExecutor::open_model() {
   if (cfg_.first_layer < 0 || cfg_.first_layer > cfg_.last_layer || cfg_.last_layer >= c.n_layers)
     return error_status(ErrorCode::kInvalidArgument, "layers {}-{} outside the model's 0-{}",
                         cfg_.first_layer, cfg_.last_layer, c.n_layers - 1);
+  if (c.moe())
+    return model_error(fmt::format(
+        "{} is a mixture-of-experts model ({} experts, top {}): MoE layers are not implemented "
+        "on the CUDA backend yet (run its stages on cpu)",
+        c.arch == "llama" ? "this Mixtral-style llama" : c.arch, c.n_experts, c.n_experts_used));
+  if (c.qk_norm)
+    return model_error(fmt::format(
+        "{}: per-head q/k RMSNorm (Qwen3) is not implemented on the CUDA backend yet (run its "
+        "stages on cpu)",
+        c.arch));
   if (c.qkv_bias)
     return model_error("q/k/v biases (Qwen2) are not implemented on the CUDA backend yet");
   if (c.head_dim < 1 || c.head_dim > 256 || c.head_dim % 2 || c.n_heads % c.n_kv_heads)

@@ -1,9 +1,11 @@
 #include "tests/support/tiny_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "base/check.h"
@@ -69,17 +71,62 @@ void write_text(const std::filesystem::path& p, const std::string& text) {
 
 }  // namespace
 
+namespace {
+
+int64_t head_dim_of(const TinySpec& s) { return s.head_dim > 0 ? s.head_dim : s.hidden / s.heads; }
+bool is_qwen3(const TinySpec& s) { return s.arch == "qwen3" || s.arch == "qwen3moe"; }
+bool has_biases(const TinySpec& s) { return s.arch == "qwen2" || s.arch == "qwen2moe"; }
+bool is_mixtral(const TinySpec& s) { return s.arch == "llama" && s.experts > 0; }
+// Llama and Mistral (Mixtral too) store q/k permuted in GGUF; the Qwens do not.
+bool permutes(const TinySpec& s) { return s.arch == "llama" || s.arch == "mistral"; }
+
+}  // namespace
+
+TinySpec tiny_family(const std::string& family) {
+  TinySpec s;
+  s.arch = family == "mixtral" ? "llama" : family;
+  if (family == "qwen3") s.head_dim = 24;
+  if (family == "qwen3moe") {
+    s.experts = 7;
+    s.experts_used = 3;
+    s.expert_ffn = 32;
+  } else if (family == "qwen2moe") {
+    s.experts = 5;
+    s.experts_used = 2;
+    s.expert_ffn = 32;
+    s.shared_ffn = 64;
+    s.norm_topk = false;
+  } else if (family == "mixtral") {
+    s.experts = 4;
+    s.experts_used = 2;
+  }
+  KV_CHECK(family == "llama" || family == "qwen3" || s.experts > 0,
+           "tiny model: no family '{}' (llama, qwen3, qwen3moe, qwen2moe, mixtral)", family);
+  return s;
+}
+
 std::vector<TinyTensor> make_tiny_weights(const TinySpec& s) {
-  const int64_t hd = s.hidden / s.heads, q = int64_t(s.heads) * hd, kv = int64_t(s.kv_heads) * hd;
+  const int64_t hd = head_dim_of(s), q = int64_t(s.heads) * hd, kv = int64_t(s.kv_heads) * hd;
   std::vector<TinyTensor> out;
-  auto add = [&](std::string hf, std::string gg, std::vector<int64_t> shape, bool norm, float std) {
+  auto add = [&](std::string hf, std::string gg, std::vector<int64_t> shape, bool norm, float std,
+                 int expert = -1, bool keep_f32 = false) {
     size_t n = 1;
     for (int64_t d : shape) n *= size_t(d);
     auto data =
         norm && std == 0 ? normal(s.seed, hf, n, 1.f, 0.05f) : normal(s.seed, hf, n, 0.f, std);
-    out.push_back({std::move(hf), std::move(gg), std::move(shape), std::move(data), norm});
+    out.push_back(
+        {std::move(hf), std::move(gg), std::move(shape), std::move(data), norm, expert, keep_f32});
   };
   auto fan = [](int64_t in) { return 0.5f / std::sqrt(float(in)); };
+  // A SwiGLU FFN of width f: HF names prefix + {gate,up,down}, GGUF names g + {gate,up,down} + suffix.
+  auto ffn = [&](const std::string& h, const std::string& g, const char* const names[3],
+                 const std::string& suffix, int64_t f, int expert) {
+    add(h + names[0], g + "ffn_gate" + suffix, {f, s.hidden}, false, fan(s.hidden), expert);
+    add(h + names[1], g + "ffn_up" + suffix, {f, s.hidden}, false, fan(s.hidden), expert);
+    add(h + names[2], g + "ffn_down" + suffix, {s.hidden, f}, false, fan(f), expert);
+  };
+  static const char* const kProj[3] = {"gate_proj.weight", "up_proj.weight", "down_proj.weight"};
+  static const char* const kW[3] = {"w1.weight", "w3.weight", "w2.weight"};
   add("model.embed_tokens.weight", "token_embd.weight", {s.vocab, s.hidden}, false, 0.05f);
   for (int l = 0; l < s.layers; ++l) {
     const std::string h = "model.layers." + std::to_string(l) + ".";
@@ -88,16 +135,33 @@ std::vector<TinyTensor> make_tiny_weights(const TinySpec& s) {
     add(h + "self_attn.q_proj.weight", g + "attn_q.weight", {q, s.hidden}, false, fan(s.hidden));
     add(h + "self_attn.k_proj.weight", g + "attn_k.weight", {kv, s.hidden}, false, fan(s.hidden));
     add(h + "self_attn.v_proj.weight", g + "attn_v.weight", {kv, s.hidden}, false, fan(s.hidden));
-    if (s.arch == "qwen2") {
+    if (has_biases(s)) {
       add(h + "self_attn.q_proj.bias", g + "attn_q.bias", {q}, true, 0.02f);
       add(h + "self_attn.k_proj.bias", g + "attn_k.bias", {kv}, true, 0.02f);
       add(h + "self_attn.v_proj.bias", g + "attn_v.bias", {kv}, true, 0.02f);
     }
+    if (is_qwen3(s)) {
+      add(h + "self_attn.q_norm.weight", g + "attn_q_norm.weight", {hd}, true, 0);
+      add(h + "self_attn.k_norm.weight", g + "attn_k_norm.weight", {hd}, true, 0);
+    }
     add(h + "self_attn.o_proj.weight", g + "attn_output.weight", {s.hidden, q}, false, fan(q));
     add(h + "post_attention_layernorm.weight", g + "ffn_norm.weight", {s.hidden}, true, 0);
-    add(h + "mlp.gate_proj.weight", g + "ffn_gate.weight", {s.ffn, s.hidden}, false, fan(s.hidden));
-    add(h + "mlp.up_proj.weight", g + "ffn_up.weight", {s.ffn, s.hidden}, false, fan(s.hidden));
-    add(h + "mlp.down_proj.weight", g + "ffn_down.weight", {s.hidden, s.ffn}, false, fan(s.ffn));
+    if (s.experts == 0) {
+      ffn(h + "mlp.", g, kProj, ".weight", s.ffn, -1);
+      continue;
+    }
+    const std::string moe = is_mixtral(s) ? h + "block_sparse_moe." : h + "mlp.";
+    add(moe + "gate.weight", g + "ffn_gate_inp.weight", {s.experts, s.hidden}, false,
+        4.f * fan(s.hidden), -1, true);
+    const int64_t ef = is_mixtral(s) ? s.ffn : s.expert_ffn;
+    for (int e = 0; e < s.experts; ++e)
+      ffn(moe + "experts." + std::to_string(e) + ".", g, is_mixtral(s) ? kW : kProj, "_exps.weight",
+          ef, e);
+    if (s.arch == "qwen2moe") {
+      ffn(h + "mlp.shared_expert.", g, kProj, "_shexp.weight", s.shared_ffn, -1);
+      add(h + "mlp.shared_expert_gate.weight", g + "ffn_gate_inp_shexp.weight", {1, s.hidden},
+          false, fan(s.hidden), -1, true);
+    }
   }
   add("model.norm.weight", "output_norm.weight", {s.hidden}, true, 0);
   if (!s.tied) add("lm_head.weight", "output.weight", {s.vocab, s.hidden}, false, fan(s.hidden));
@@ -147,8 +211,8 @@ std::vector<float> llama3_rope_factors(const TinySpec& s) {
 
 void write_tiny_gguf(const std::string& path, const TinySpec& s) {
   KV_CHECK(s.vocab >= 259, "tiny model: vocab {} < 259 (256 bytes + 3 specials)", s.vocab);
-  KV_CHECK(s.hidden % s.heads == 0, "tiny model: heads must divide hidden");
-  const int64_t hd = s.hidden / s.heads;
+  KV_CHECK(s.head_dim > 0 || s.hidden % s.heads == 0, "tiny model: heads must divide hidden");
+  const int64_t hd = head_dim_of(s);
   const std::string a = s.arch;
   GgufWriter w;
   w.add_string("general.architecture", s.arch);
@@ -164,6 +228,17 @@ void write_tiny_gguf(const std::string& path, const TinySpec& s) {
   w.add_f32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
   w.add_u32(a + ".vocab_size", uint32_t(s.vocab));
   w.add_u32(a + ".rope.dimension_count", uint32_t(hd));
+  if (s.head_dim > 0) {
+    w.add_u32(a + ".attention.key_length", uint32_t(hd));
+    w.add_u32(a + ".attention.value_length", uint32_t(hd));
+  }
+  if (s.experts > 0) {
+    w.add_u32(a + ".expert_count", uint32_t(s.experts));
+    w.add_u32(a + ".expert_used_count", uint32_t(s.experts_used));
+    if (!is_mixtral(s)) w.add_u32(a + ".expert_feed_forward_length", uint32_t(s.expert_ffn));
+    if (s.arch == "qwen2moe")
+      w.add_u32(a + ".expert_shared_feed_forward_length", uint32_t(s.shared_ffn));
+  }
 
   std::vector<std::string> tokens = gpt2_byte_tokens();
   std::vector<int32_t> types(256, 1);
@@ -185,15 +260,30 @@ void write_tiny_gguf(const std::string& path, const TinySpec& s) {
                "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if "
                "add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}");
 
+  // Expert matrices are stacked per GGUF name, expert e as slice e of a 3-D
+  // tensor [in, out, experts] (the converter's merge).
+  std::vector<std::pair<std::string, std::vector<float>>> stacks;
+  std::vector<std::vector<int64_t>> stack_ne;
   for (const TinyTensor& t : make_tiny_weights(s)) {
     std::vector<int64_t> ne(t.shape.rbegin(), t.shape.rend());
     std::vector<float> data = t.data;
-    const bool permute = s.arch != "qwen2";  // the converter keeps Qwen2 in NeoX order
-    if (permute && t.gguf_name.ends_with("attn_q.weight"))
+    if (t.gguf_name.ends_with("ffn_gate_inp_shexp.weight")) ne = {s.hidden};  // [1, h] -> [h]
+    if (permutes(s) && t.gguf_name.ends_with("attn_q.weight"))
       data = permute_qk(data, s.heads, hd, s.hidden);
-    if (permute && t.gguf_name.ends_with("attn_k.weight"))
+    if (permutes(s) && t.gguf_name.ends_with("attn_k.weight"))
       data = permute_qk(data, s.kv_heads, hd, s.hidden);
-    if (!t.is_norm && s.prequantize != DType::F32) {
+    if (t.expert >= 0) {
+      if (t.expert == 0) {
+        stacks.push_back({t.gguf_name, {}});
+        stack_ne.push_back({ne[0], ne[1], s.experts});
+      }
+      auto& st = std::find_if(stacks.begin(), stacks.end(), [&](const auto& x) {
+                   return x.first == t.gguf_name;
+                 })->second;
+      st.insert(st.end(), data.begin(), data.end());
+      continue;
+    }
+    if (!t.is_norm && !t.keep_f32 && s.prequantize != DType::F32) {
       const std::vector<uint8_t> q = quantize(s.prequantize, data.data(), int64_t(data.size()));
       TensorView v;
       v.type = s.prequantize;
@@ -203,8 +293,13 @@ void write_tiny_gguf(const std::string& path, const TinySpec& s) {
       v.nbytes = q.size();
       data = dequantize(v);
     }
-    const DType type = t.is_norm ? DType::F32 : s.matrix_type;
+    const DType type = t.is_norm || t.keep_f32 ? DType::F32 : s.matrix_type;
     w.add_tensor(t.gguf_name, type, ne, quantize(type, data.data(), int64_t(data.size())));
+  }
+  for (size_t i = 0; i < stacks.size(); ++i) {
+    const std::vector<float>& data = stacks[i].second;
+    w.add_tensor(stacks[i].first, s.matrix_type, stack_ne[i],
+                 quantize(s.matrix_type, data.data(), int64_t(data.size())));
   }
   if (s.llama3_factor != 0.f) {
     const std::vector<float> f = llama3_rope_factors(s);
@@ -296,9 +391,16 @@ nlohmann::json fp8_quantization_config(const TinySpec& s) {
 void write_tiny_safetensors(const std::string& dir, const TinySpec& s) {
   namespace fs = std::filesystem;
   fs::create_directories(dir);
+  const std::map<std::string, std::pair<const char*, const char*>> kClass = {
+      {"llama", {"LlamaForCausalLM", "llama"}},
+      {"qwen2", {"Qwen2ForCausalLM", "qwen2"}},
+      {"qwen3", {"Qwen3ForCausalLM", "qwen3"}},
+      {"qwen3moe", {"Qwen3MoeForCausalLM", "qwen3_moe"}},
+      {"qwen2moe", {"Qwen2MoeForCausalLM", "qwen2_moe"}}};
+  const auto cls = is_mixtral(s) ? std::pair{"MixtralForCausalLM", "mixtral"} : kClass.at(s.arch);
   nlohmann::json cfg = {
-      {"architectures", {s.arch == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
-      {"model_type", s.arch},
+      {"architectures", {cls.first}},
+      {"model_type", cls.second},
       {"hidden_size", s.hidden},
       {"intermediate_size", s.ffn},
       {"num_attention_heads", s.heads},
@@ -319,6 +421,19 @@ void write_tiny_safetensors(const std::string& dir, const TinySpec& s) {
                                                                 s.llama3_original_context}}},
       {"torch_dtype", "float32"},
   };
+  if (s.head_dim > 0) cfg["head_dim"] = s.head_dim;
+  if (is_mixtral(s)) {
+    cfg["num_local_experts"] = s.experts;
+    cfg["num_experts_per_tok"] = s.experts_used;
+  } else if (s.experts > 0) {
+    cfg["num_experts"] = s.experts;
+    cfg["num_experts_per_tok"] = s.experts_used;
+    cfg["moe_intermediate_size"] = s.expert_ffn;
+    cfg["norm_topk_prob"] = s.norm_topk;
+    cfg["decoder_sparse_step"] = 1;
+    cfg["mlp_only_layers"] = nlohmann::json::array();
+    if (s.arch == "qwen2moe") cfg["shared_expert_intermediate_size"] = s.shared_ffn;
+  }
   if (const nlohmann::json q = fp8_quantization_config(s); !q.is_null())
     cfg["quantization_config"] = q;
   write_text(fs::path(dir) / "config.json", cfg.dump(2));

@@ -23,7 +23,19 @@ struct TinySpec {
   DType matrix_type = DType::F32;  // GGUF matrices and token_embd; norms stay F32
   bool tied = false;               // no output.weight / lm_head.weight
   int st_shards = 1;               // safetensors files (> 1 writes model.safetensors.index.json)
-  std::string arch = "llama";      // or "qwen2": q/k/v biases, no q/k permutation in GGUF
+  // "llama", "qwen2" (q/k/v biases, no q/k permutation in GGUF), "qwen3"
+  // (per-head q/k norms, no permutation), "qwen3moe" (qwen3 with experts),
+  // "qwen2moe" (experts, a gated shared expert, q/k/v biases); "llama" with
+  // experts > 0 is Mixtral (MixtralForCausalLM in the folder).
+  std::string arch = "llama";
+  int head_dim = 0;  // 0: hidden / heads (the GGUF says attention.key_length when set)
+  // Experts (MoE when experts > 0): each of width expert_ffn (Mixtral: ffn),
+  // experts_used per token; qwen2moe's shared expert of width shared_ffn.
+  int experts = 0, experts_used = 0, expert_ffn = 0, shared_ffn = 0;
+  // The folder's norm_topk_prob (Qwen MoE). A GGUF file has no such key
+  // (qwen3moe renormalises, qwen2moe does not): set it false for qwen2moe
+  // when both forms must hold the same model.
+  bool norm_topk = true;
   // Matrices are quantised to this type and back before they are written
   // (F32: untouched). With matrix_type F32 this gives a model whose f32
   // weights are exactly those of a quantised one.
@@ -47,6 +59,13 @@ struct TinySpec {
   bool fp8_dequantized = false;
 };
 
+// The tiny model of one family, as the peer comparison writes it
+// (tests/reference/moe/make_refs.py, tests/unit/stages/test_forward_peer.cpp):
+// "llama", "qwen3" (head_dim 24), "qwen3moe" (7 experts, top 3, width 32),
+// "qwen2moe" (5 experts, top 2, width 32, a shared expert of 64), "mixtral"
+// (llama with 4 experts, top 2). Throws kvasir::Error for another name.
+TinySpec tiny_family(const std::string& family);
+
 // The rope_freqs.weight factors llama.cpp's convert_hf_to_gguf.py writes for
 // s's Llama-3 scaling (f32 frequencies, as the converter computes them).
 std::vector<float> llama3_rope_factors(const TinySpec& s);
@@ -58,10 +77,13 @@ struct TinyTensor {
   std::vector<int64_t> shape;
   std::vector<float> data;
   bool is_norm = false;  // 1-D (norms, biases): always F32
+  int expert = -1;       // an expert's matrix: gguf_name is its stack (3-D in GGUF)
+  bool keep_f32 = false;  // the router and the shared expert's gate stay F32 in GGUF
 };
 
 // Deterministic in (seed, name): normal weights of std 0.5/sqrt(fan_in)
-// (embeddings 0.05), norms 1 ± 0.05, biases (qwen2) std 0.02.
+// (embeddings 0.05; routers 2/sqrt(fan_in), so that routing is decisive),
+// norms 1 ± 0.05, biases (qwen2) std 0.02.
 std::vector<TinyTensor> make_tiny_weights(const TinySpec& s);
 
 // Rows of a [n_head * head_dim, cols] q or k weight, rotate-half → adjacent

@@ -291,4 +291,80 @@ inline void attend(const float* q, const float* k_hist, const float* v_hist, int
   }
 }
 
+// ---- mixture of experts ---------------------------------------------------
+
+// The router, token by token, from its definition: p = softmax(logits) over
+// all n_experts, the k largest (equal p: lower id first), their p divided by
+// their sum when norm. ids / weights: [n, k].
+inline void moe_route(const float* logits, int64_t n, int n_experts, int k, bool norm,
+                      std::vector<int32_t>& ids, std::vector<double>& weights) {
+  ids.assign(size_t(n * k), -1);
+  weights.assign(size_t(n * k), 0.0);
+  for (int64_t t = 0; t < n; ++t) {
+    std::vector<double> p(static_cast<size_t>(n_experts));
+    double mx = -INFINITY, sum = 0;
+    for (int e = 0; e < n_experts; ++e) mx = std::max(mx, double(logits[t * n_experts + e]));
+    for (int e = 0; e < n_experts; ++e)
+      sum += (p[size_t(e)] = std::exp(double(logits[t * n_experts + e]) - mx));
+    std::vector<bool> taken(static_cast<size_t>(n_experts), false);
+    double chosen = 0;
+    for (int j = 0; j < k; ++j) {
+      int best = -1;
+      for (int e = 0; e < n_experts; ++e)
+        if (!taken[size_t(e)] && (best < 0 || p[size_t(e)] > p[size_t(best)])) best = e;
+      taken[size_t(best)] = true;
+      ids[size_t(t * k + j)] = best;
+      weights[size_t(t * k + j)] = p[size_t(best)] / sum;
+      chosen += p[size_t(best)] / sum;
+    }
+    if (norm)
+      for (int j = 0; j < k; ++j) weights[size_t(t * k + j)] /= chosen;
+  }
+}
+
+// One expert's SwiGLU FFN on one token, in double with the dequantised weights
+// and unrounded activations: down · (silu(gate · x) ⊙ up · x).
+inline std::vector<double> expert_ffn(const TensorView& gate, const TensorView& up,
+                                      const TensorView& down, const float* x) {
+  const int64_t hidden = gate.cols(), ffn = gate.rows();
+  std::vector<double> h(static_cast<size_t>(ffn));
+  for (int64_t r = 0; r < ffn; ++r) {
+    const std::vector<float> g = dequant_row(gate, r), u = dequant_row(up, r);
+    double sg = 0, su = 0;
+    for (int64_t c = 0; c < hidden; ++c) {
+      sg += double(g[size_t(c)]) * x[c];
+      su += double(u[size_t(c)]) * x[c];
+    }
+    h[size_t(r)] = silu(sg) * su;
+  }
+  std::vector<double> y(static_cast<size_t>(hidden));
+  for (int64_t r = 0; r < hidden; ++r) {
+    const std::vector<float> d = dequant_row(down, r);
+    double s = 0;
+    for (int64_t c = 0; c < ffn; ++c) s += double(d[size_t(c)]) * h[size_t(c)];
+    y[size_t(r)] = s;
+  }
+  return y;
+}
+
+// out[t] = Σ_j weights[t, j] · FFN_{ids[t, j]}(x[t]) over the j whose expert
+// lies in [first, first + gate.size()): one token at a time, no grouping.
+inline std::vector<double> moe_ffn(const std::vector<TensorView>& gate,
+                                   const std::vector<TensorView>& up,
+                                   const std::vector<TensorView>& down, int first, const float* x,
+                                   int64_t n, int k, const std::vector<int32_t>& ids,
+                                   const std::vector<double>& weights) {
+  const int64_t hidden = gate[0].cols();
+  std::vector<double> out(size_t(n * hidden), 0.0);
+  for (int64_t t = 0; t < n; ++t)
+    for (int j = 0; j < k; ++j) {
+      const int e = ids[size_t(t * k + j)] - first;
+      if (e < 0 || e >= int(gate.size())) continue;
+      const auto y = expert_ffn(gate[size_t(e)], up[size_t(e)], down[size_t(e)], x + t * hidden);
+      for (int64_t c = 0; c < hidden; ++c)
+        out[size_t(t * hidden + c)] += weights[size_t(t * k + j)] * y[size_t(c)];
+    }
+  return out;
+}
+
 }  // namespace kvasir::ref

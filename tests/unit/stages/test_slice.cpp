@@ -253,10 +253,21 @@ TEST(SliceTensors, NamesOfALayer) {
   EXPECT_EQ(n.attn_q_bias, "blk.7.attn_q.bias");
   EXPECT_EQ(n.attn_k_bias, "blk.7.attn_k.bias");
   EXPECT_EQ(n.attn_v_bias, "blk.7.attn_v.bias");
+  EXPECT_EQ(n.attn_q_norm, "blk.7.attn_q_norm.weight");
+  EXPECT_EQ(n.attn_k_norm, "blk.7.attn_k_norm.weight");
+  EXPECT_EQ(n.ffn_gate_inp, "blk.7.ffn_gate_inp.weight");
+  EXPECT_EQ(n.ffn_gate_inp_shexp, "blk.7.ffn_gate_inp_shexp.weight");
+  EXPECT_EQ(n.ffn_gate_shexp, "blk.7.ffn_gate_shexp.weight");
+  EXPECT_EQ(n.ffn_up_shexp, "blk.7.ffn_up_shexp.weight");
+  EXPECT_EQ(n.ffn_down_shexp, "blk.7.ffn_down_shexp.weight");
   const auto all = n.all();
-  ASSERT_EQ(all.size(), 12u);
+  ASSERT_EQ(all.size(), 19u);
   EXPECT_EQ(all.front(), n.attn_norm);
-  EXPECT_EQ(all.back(), n.attn_v_bias);
+  EXPECT_EQ(all[11], n.attn_v_bias);
+  EXPECT_EQ(all.back(), n.ffn_down_shexp);
+  EXPECT_EQ(n.expert_stacks(),
+            (std::vector<std::string>{"blk.7.ffn_gate_exps.weight", "blk.7.ffn_up_exps.weight",
+                                      "blk.7.ffn_down_exps.weight"}));
   ModelConfig c;
   EXPECT_STREQ(output_tensor_name(c), "output.weight");
   c.tied_embeddings = true;

@@ -158,5 +158,32 @@ TEST(ConfigCuda, CpuStagesRefuseFp8Models) {
   }
 }
 
+// The CUDA backend runs neither experts nor Qwen3's q/k norms: a plan with a
+// GPU stage is refused for such a model (kModelFormat), naming the stage
+// and the feature; the same plan on cpu stages is fine.
+TEST(ConfigCuda, GpuStagesRefuseMoeAndQkNormModels) {
+  ModelConfig moe = model30();
+  moe.arch = "qwen3moe";
+  moe.n_experts = 8;
+  moe.n_experts_used = 2;
+  ModelConfig qk = model30();
+  qk.arch = "qwen3";
+  qk.qk_norm = true;
+  for (const auto& [m, feature] : {std::pair{moe, "mixture of experts (8 experts, top 2)"},
+                                   std::pair{qk, "per-head q/k RMSNorm (qwen3)"}}) {
+    Config cpu = parse_config(plan("cpu", "cpu"), "/base");
+    cpu.kv.memory = uint64_t(64) << 20;  // 100 KiB holds no block on a cpu stage
+    EXPECT_NO_THROW(check_against_model(cpu, m));
+    try {
+      check_against_model(parse_config(plan("cuda:0", "cpu"), "/base"), m);
+      ADD_FAILURE() << "a GPU stage was accepted for " << feature;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kModelFormat);
+      EXPECT_NE(e.message().find("stages[0].device"), std::string::npos) << e.message();
+      EXPECT_NE(e.message().find(feature), std::string::npos) << e.message();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvasir

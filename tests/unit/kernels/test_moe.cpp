@@ -1,0 +1,297 @@
+// moe_route and moe_ffn against the token-by-token references of
+// reference.h (ref::moe_route, ref::moe_ffn): odd routings (experts no token
+// chose, one token, every token), every weight type, a held range of
+// experts, with and without a pool.
+//
+// Tolerances: F32/F16/BF16 weights, |out - ref| ≤ 1e-4 · (|ref| + 1) per
+// element (f32 accumulation over two matmuls). Quantised weights round the activations to
+// 8 bits twice (x, then the SwiGLU output): ‖out - ref‖ / ‖ref‖ < 3%, 8%
+// for K-quants, 25% for Q4_1 (see quant_tolerance).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <string>
+
+#include "base/check.h"
+#include "kernels/cpu/moe.h"
+#include "reference.h"
+
+namespace kvasir::cpu {
+namespace {
+
+struct Stack {
+  std::vector<ref::OwnedWeight> owned;
+  std::vector<TensorView> views;
+};
+
+Stack random_stack(DType t, int n, int64_t rows, int64_t cols, std::mt19937& rng) {
+  Stack s;
+  for (int i = 0; i < n; ++i) s.owned.push_back(ref::random_weight(t, rows, cols, rng));
+  for (const auto& o : s.owned) s.views.push_back(o.view);
+  return s;
+}
+
+struct Layer {
+  int n_experts, hidden, ffn;
+  Stack gate, up, down;
+  Layer(DType t, int n_experts_, int hidden_, int ffn_, std::mt19937& rng)
+      : n_experts(n_experts_), hidden(hidden_), ffn(ffn_) {
+    gate = random_stack(t, n_experts, ffn, hidden, rng);
+    up = random_stack(t, n_experts, ffn, hidden, rng);
+    down = random_stack(t, n_experts, hidden, ffn, rng);
+  }
+  MoeExperts held(int first, int count) const {
+    auto part = [&](const Stack& s) {
+      return std::span<const TensorView>(s.views).subspan(size_t(first), size_t(count));
+    };
+    return MoeExperts{n_experts, first, part(gate), part(up), part(down)};
+  }
+};
+
+std::vector<float> random_x(int64_t n, int64_t cols, std::mt19937& rng) {
+  std::vector<float> x(size_t(n * cols));
+  std::normal_distribution<float> d(0.f, 1.f);
+  for (auto& v : x) v = d(rng);
+  return x;
+}
+
+bool is_plain(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
+}
+
+bool is_kquant(DType t) {
+  return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+}
+
+// Relative L2 error allowed for quantised weights: the matmul kernels round
+// the activations to 8 bits, per 32 values (Q8_0 blocks) or, for K-quants,
+// per 256 (Q8_K blocks: one scale over a longer, heavier-tailed row of
+// SwiGLU outputs, so coarser steps). Q4_1 adds min · Σx to d · Σ q·x, two
+// large terms that nearly cancel on random weights, so on a token or two of
+// 32-wide rows the rounding shows most there. These bounds catch a wrong
+// expert, slice or weight (errors of order 1); the grouping and the combine
+// are checked tightly on the F32/F16/BF16 weights.
+double quant_tolerance(DType t) {
+  if (t == DType::Q4_1) return 0.25;
+  return is_kquant(t) ? 0.08 : 0.03;
+}
+
+// The kernel against the reference for one routing, every pool.
+void expect_matches(const Layer& L, DType t, const std::vector<float>& x, int64_t n, int k,
+                    const std::vector<int32_t>& ids, const std::vector<float>& weights, int first,
+                    int count, const char* what) {
+  std::vector<double> wd(weights.begin(), weights.end());
+  std::vector<TensorView> g(L.gate.views.begin() + first, L.gate.views.begin() + first + count),
+      u(L.up.views.begin() + first, L.up.views.begin() + first + count),
+      d(L.down.views.begin() + first, L.down.views.begin() + first + count);
+  const auto want = ref::moe_ffn(g, u, d, first, x.data(), n, k, ids, wd);
+  std::unique_ptr<ThreadPool> pools[] = {nullptr, std::make_unique<ThreadPool>(3)};
+  for (auto& pool : pools) {
+    MoeScratch s;
+    std::vector<float> out(size_t(n * L.hidden), NAN);
+    moe_ffn(L.held(first, count), x.data(), n, k, ids.data(), weights.data(), out.data(), s,
+            pool.get());
+    double err2 = 0, ref2 = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(out[i])) << what << " at " << i;
+      const double e = out[i] - want[i];
+      err2 += e * e;
+      ref2 += want[i] * want[i];
+      if (is_plain(t)) {
+        ASSERT_LE(std::fabs(e), 1e-4 * (std::fabs(want[i]) + 1.0))
+            << what << " " << dtype_name(t) << " element " << i << ": " << out[i] << " vs "
+            << want[i];
+      }
+    }
+    if (!is_plain(t)) {
+      EXPECT_LT(std::sqrt(err2 / std::max(ref2, 1e-30)), quant_tolerance(t))
+          << what << " " << dtype_name(t);
+    }
+  }
+}
+
+const DType kTypes[] = {DType::F32, DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
+                        DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+TEST(MoeRoute, MatchesTheReference) {
+  std::mt19937 rng(7);
+  for (int E : {1, 3, 8, 60}) {
+    for (int k : {1, 2, 4, 8}) {
+      if (k > E) continue;
+      for (bool norm : {false, true}) {
+        const int64_t n = 13;
+        const auto logits = random_x(n, E, rng);
+        std::vector<int32_t> ids(size_t(n * k));
+        std::vector<float> w(size_t(n * k));
+        moe_route(MoeRouteConfig{E, k, norm}, logits.data(), n, ids.data(), w.data());
+        std::vector<int32_t> rid;
+        std::vector<double> rw;
+        ref::moe_route(logits.data(), n, E, k, norm, rid, rw);
+        EXPECT_EQ(ids, rid) << E << " experts, top " << k;
+        for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], rw[i], 1e-6) << i;
+        if (norm) {
+          for (int64_t t = 0; t < n; ++t)
+            EXPECT_NEAR(std::accumulate(w.begin() + t * k, w.begin() + (t + 1) * k, 0.0), 1.0,
+                        1e-6);
+        }
+      }
+    }
+  }
+}
+
+// Equal logits: the lower ids first, each weight 1/E (1/k normalised).
+TEST(MoeRoute, TiesAndSoftmaxOverTheChosen) {
+  const std::vector<float> flat(6, 0.25f);
+  std::vector<int32_t> ids(3);
+  std::vector<float> w(3);
+  moe_route(MoeRouteConfig{6, 3, false}, flat.data(), 1, ids.data(), w.data());
+  EXPECT_EQ(ids, (std::vector<int32_t>{0, 1, 2}));
+  for (float v : w) EXPECT_NEAR(v, 1.0 / 6, 1e-7);
+  moe_route(MoeRouteConfig{6, 3, true}, flat.data(), 1, ids.data(), w.data());
+  for (float v : w) EXPECT_NEAR(v, 1.0 / 3, 1e-7);
+  // Normalised top-k weights are a softmax over the k largest logits (Mixtral).
+  const std::vector<float> l = {0.5f, -1.f, 2.f, 1.5f, -3.f};
+  std::vector<int32_t> id2(2);
+  std::vector<float> w2(2);
+  moe_route(MoeRouteConfig{5, 2, true}, l.data(), 1, id2.data(), w2.data());
+  EXPECT_EQ(id2, (std::vector<int32_t>{2, 3}));
+  EXPECT_NEAR(w2[0], 1 / (1 + std::exp(-0.5)), 1e-6);
+  EXPECT_NEAR(w2[1], 1 / (1 + std::exp(0.5)), 1e-6);
+}
+
+TEST(MoeRoute, RefusesBadInput) {
+  std::vector<int32_t> ids(4);
+  std::vector<float> w(4), l(4, 0.f);
+  EXPECT_THROW(moe_route(MoeRouteConfig{4, 5, false}, l.data(), 1, ids.data(), w.data()), Error);
+  EXPECT_THROW(moe_route(MoeRouteConfig{4, 0, false}, l.data(), 1, ids.data(), w.data()), Error);
+  l[2] = NAN;
+  EXPECT_THROW(moe_route(MoeRouteConfig{4, 2, false}, l.data(), 1, ids.data(), w.data()), Error);
+}
+
+// Routings chosen by hand: expert 0 takes every token, expert 5 exactly one,
+// experts 3 and 7 none; then one token alone; then k = E (every expert on
+// every token).
+TEST(MoeFfn, OddRoutingsEveryType) {
+  std::mt19937 rng(11);
+  for (DType t : kTypes) {
+    const int hidden = is_kquant(t) ? 256 : 96, ffn = is_kquant(t) ? 256 : 64, E = 8;
+    const Layer L(t, E, hidden, ffn, rng);
+    const int64_t n = 9;
+    const int k = 2;
+    std::vector<int32_t> ids(size_t(n * k));
+    for (int64_t i = 0; i < n; ++i) {
+      ids[size_t(i * k)] = 0;
+      ids[size_t(i * k + 1)] = i == 4 ? 5 : int32_t(1 + i % 2 * 5);  // 1 or 6, token 4: 5
+    }
+    std::vector<float> w(size_t(n * k));
+    for (auto& v : w) v = std::uniform_real_distribution<float>(0.1f, 1.f)(rng);
+    const auto x = random_x(n, hidden, rng);
+    expect_matches(L, t, x, n, k, ids, w, 0, E, "hand routing");
+    expect_matches(L, t, x, 1, k, ids, w, 0, E, "one token");
+
+    std::vector<int32_t> all(size_t(n * E));
+    std::vector<float> wall(size_t(n * E));
+    for (int64_t i = 0; i < n; ++i)
+      for (int j = 0; j < E; ++j) {
+        all[size_t(i * E + j)] = (j + int(i)) % E;  // every expert, in rotating order
+        wall[size_t(i * E + j)] = 1.f / float(E);
+      }
+    expect_matches(L, t, x, n, E, all, wall, 0, E, "k = E");
+  }
+}
+
+// Router-chosen routings over a larger batch, and a held range of experts:
+// the outputs of the three ranges add up to the whole layer's.
+TEST(MoeFfn, RoutedBatchAndHeldRangesAddUp) {
+  std::mt19937 rng(5);
+  const int E = 6, k = 2, hidden = 64, ffn = 32;
+  const int64_t n = 37;
+  const Layer L(DType::Q8_0, E, hidden, ffn, rng);
+  const auto x = random_x(n, hidden, rng);
+  const auto logits = random_x(n, E, rng);
+  std::vector<int32_t> ids(size_t(n * k));
+  std::vector<float> w(size_t(n * k));
+  moe_route(MoeRouteConfig{E, k, true}, logits.data(), n, ids.data(), w.data());
+  expect_matches(L, DType::Q8_0, x, n, k, ids, w, 0, E, "routed");
+  expect_matches(L, DType::Q8_0, x, n, k, ids, w, 2, 3, "experts 2-4");
+
+  MoeScratch s;
+  std::vector<float> whole(size_t(n * hidden)), part(size_t(n * hidden)),
+      sum(size_t(n * hidden), 0.f);
+  moe_ffn(L.held(0, E), x.data(), n, k, ids.data(), w.data(), whole.data(), s, nullptr);
+  for (auto [first, count] : {std::pair{0, 2}, std::pair{2, 3}, std::pair{5, 1}}) {
+    moe_ffn(L.held(first, count), x.data(), n, k, ids.data(), w.data(), part.data(), s, nullptr);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+  }
+  for (size_t i = 0; i < sum.size(); ++i)
+    EXPECT_NEAR(sum[i], whole[i], 1e-5 * (std::fabs(whole[i]) + 1)) << i;
+}
+
+// Odd shapes: expert counts that are multiples of nothing, k = 1..4, batches
+// of 1 to 37 tokens routed by moe_route (so some experts get no token), odd
+// widths where the type allows them (K-quants: rows of 256).
+TEST(MoeFfn, OddShapesSweep) {
+  std::mt19937 rng(19);
+  int unrouted = 0;
+  for (DType t : {DType::F32, DType::BF16, DType::Q8_0, DType::Q4_1, DType::Q6_K}) {
+    const int hidden = is_kquant(t) ? 256 : (is_plain(t) ? 24 : 32);
+    const int ffn = is_kquant(t) ? 256 : (is_plain(t) ? 40 : 64);
+    for (int E : {1, 3, 5, 7, 13}) {
+      const Layer L(t, E, hidden, ffn, rng);
+      for (int k = 1; k <= std::min(E, 4); ++k)
+        for (int64_t n : {int64_t(1), int64_t(2), int64_t(7), int64_t(37)}) {
+          if (is_kquant(t) && n > 7) continue;  // the reference is slow at 256 x 256
+          const auto x = random_x(n, hidden, rng);
+          const auto logits = random_x(n, E, rng);
+          std::vector<int32_t> ids(size_t(n * k));
+          std::vector<float> w(size_t(n * k));
+          moe_route(MoeRouteConfig{E, k, k % 2 == 0}, logits.data(), n, ids.data(), w.data());
+          std::vector<bool> used(size_t(E), false);
+          for (int32_t id : ids) used[size_t(id)] = true;
+          unrouted += int(std::count(used.begin(), used.end(), false));
+          const std::string what = std::to_string(E) + " experts, k " + std::to_string(k) +
+                                   ", " + std::to_string(n) + " tokens";
+          expect_matches(L, t, x, n, k, ids, w, 0, E, what.c_str());
+        }
+    }
+  }
+  EXPECT_GT(unrouted, 0) << "no case left an expert without tokens";
+}
+
+TEST(MoeFfn, RefusesBadIdsAndStacks) {
+  std::mt19937 rng(3);
+  const Layer L(DType::F32, 4, 32, 32, rng);
+  const auto x = random_x(1, 32, rng);
+  std::vector<float> out(32), w = {0.5f, 0.5f};
+  MoeScratch s;
+  std::vector<int32_t> bad = {1, 4};
+  EXPECT_THROW(moe_ffn(L.held(0, 4), x.data(), 1, 2, bad.data(), w.data(), out.data(), s, nullptr),
+               Error);
+  bad = {-1, 0};
+  EXPECT_THROW(moe_ffn(L.held(0, 4), x.data(), 1, 2, bad.data(), w.data(), out.data(), s, nullptr),
+               Error);
+  MoeExperts wrong = L.held(0, 4);
+  wrong.down = wrong.down.subspan(0, 3);
+  const std::vector<int32_t> ok = {0, 1};
+  EXPECT_THROW(moe_ffn(wrong, x.data(), 1, 2, ok.data(), w.data(), out.data(), s, nullptr), Error);
+  const Layer W(DType::F32, 2, 32, 64, rng);
+  MoeExperts mixed = W.held(0, 2);
+  mixed.up = mixed.down;  // up [32 x 64] where [64 x 32] is needed
+  EXPECT_THROW(moe_ffn(mixed, x.data(), 1, 2, ok.data(), w.data(), out.data(), s, nullptr), Error);
+}
+
+TEST(MoeFfn, SigmoidGatedAdd) {
+  const std::vector<float> y = {1, 2, 3, 4}, g = {0.f, 100.f};
+  std::vector<float> out = {1, 1, 1, 1};
+  add_sigmoid_gated(y.data(), g.data(), 2, 2, out.data());
+  EXPECT_FLOAT_EQ(out[0], 1.5f);
+  EXPECT_FLOAT_EQ(out[1], 2.f);
+  EXPECT_FLOAT_EQ(out[2], 4.f);
+  EXPECT_FLOAT_EQ(out[3], 5.f);
+}
+
+}  // namespace
+}  // namespace kvasir::cpu
