@@ -11,7 +11,7 @@ them at load) this runs the same closed-loop load with `plan.max_inflight`
 back, `--repeat` times in alternating order, and prints the gains
 (same-run ratios: the machine is shared).
 
-  python3 bench/policies/inflight.py --bin build/bin [--repeat 2] [--out DIR]
+  python3 bench/policies/inflight.py --bin build/bin [--repeat 2] [--out DIR] [--set section.key=value]
 """
 import argparse
 import json
@@ -75,11 +75,14 @@ def main():
     p.add_argument("--concurrency", type=int, default=24)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--set", default="", help="more settings for both runs, as section.key=value[:...]")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     print(f"CPU: {cpu_model()}; {os.cpu_count()} cores")
     splits = {"even": ("0-14", "15-29"), "auto": ("auto", "auto")}
     one, two = "continuous+chunked:plan.max_inflight=1", "continuous+chunked:plan.max_inflight=2"
+    if a.set:
+        one, two = one + ":" + a.set, two + ":" + a.set
     gains = {k: [] for k in splits}
     for rep in range(a.repeat):
         for name, (f, s) in splits.items():

@@ -83,9 +83,12 @@ struct SchedulerCfg {
   int32_t max_num_seqs = 256;  // sequences running at once
   int32_t max_queue = 1024;    // waiting requests before new ones are refused
   // The target gap between a running request's tokens (ms), under
-  // continuous+chunked: > 0 a fixed target, 0 none (token budget only),
-  // kItlAuto ("auto", the default) from the stages' measured costs.
-  double itl_target_ms = -1;
+  // continuous+chunked: > 0 a fixed target, 0 none (token budget only: the
+  // default), kItlAuto ("auto") from the stages' measured costs. Not on by
+  // default: measured, "auto" cost 0.6x the throughput of a decode-heavy
+  // load and the in-flight gain (docs/scheduler.md, "Figures: scheduling
+  // by time").
+  double itl_target_ms = 0;
   static constexpr double kItlAuto = -1;
 };
 

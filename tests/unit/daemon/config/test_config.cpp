@@ -505,7 +505,7 @@ TEST(Config, ItlTargetIsAutoMillisecondsOrNone) {
   const std::string base =
       "[model]\npath = \"/m.gguf\"\n[[stages]]\nlayers = \"0-14\"\n"
       "[[stages]]\nlayers = \"15-29\"\n";
-  EXPECT_EQ(parse_config(base, "/b").scheduler.itl_target_ms, SchedulerCfg::kItlAuto);
+  EXPECT_EQ(parse_config(base, "/b").scheduler.itl_target_ms, 0);  // none unless asked
   EXPECT_EQ(parse_config(base + "[scheduler]\nitl_target_ms = 250\n", "/b").scheduler.itl_target_ms,
             250);
   EXPECT_EQ(parse_config(base + "[scheduler]\nitl_target_ms = 0\n", "/b").scheduler.itl_target_ms,
