@@ -94,7 +94,11 @@ struct Seq {
   std::string error;  // why its grammar failed ("" while fine)
   // Owned by the mask job while one runs (`job` not ready).
   std::optional<grammar::Matcher> matcher;
-  std::vector<int32_t> accepted;  // what the matcher accepted
+  std::vector<int32_t> accepted;  // what the matcher accepted, then past_end stop tokens
+  // Stop tokens after the output ended (a request that ignores EOS goes on
+  // drawing them): the matcher refuses anything once terminated, so they
+  // are kept here, at the end of `accepted`, and never given to it.
+  size_t past_end = 0;
   std::vector<uint32_t> mask;
   size_t mask_len = SIZE_MAX;  // the (want.size(), edits) the mask is for
   uint64_t mask_edits = 0;
@@ -294,25 +298,34 @@ void TailGrammarImpl::run_job(Seq& s) {
 }
 
 // Rolls the matcher back to the longest common prefix of what it accepted
-// and `want`, then accepts the rest of `want`.
+// and `want`, then accepts the rest of `want` (stop tokens past the end
+// aside: Seq::past_end).
 void TailGrammarImpl::sync_matcher(Seq& s,
                                    const std::shared_ptr<const grammar::CompiledGrammar>& g) {
   if (!s.matcher) {
     s.matcher.emplace(g);
     s.accepted.clear();
+    s.past_end = 0;
   }
   size_t p = 0;
   while (p < s.accepted.size() && p < s.want.size() && s.accepted[p] == s.want[p]) ++p;
   const size_t back = s.accepted.size() - p, ahead = s.want.size() - p;
   if (back > 0) {
-    KV_CHECK(s.matcher->rollback(back), "rollback of {} tokens refused", back);
+    const size_t kept = std::min(back, s.past_end);  // the matcher never saw those
+    s.past_end -= kept;
+    KV_CHECK(back == kept || s.matcher->rollback(back - kept), "rollback of {} tokens refused",
+             back - kept);
     s.accepted.resize(p);
   }
+  const std::vector<int32_t>& stops = vocab_->stop_ids();
   for (size_t i = p; i < s.want.size(); ++i) {
-    if (!s.matcher->accept(s.want[i]))
-      return fail(s,
-                  fmt::format("token {} at output position {} breaks the grammar", s.want[i], i));
-    s.accepted.push_back(s.want[i]);
+    const int32_t t = s.want[i];
+    if (s.matcher->is_terminated() && std::find(stops.begin(), stops.end(), t) != stops.end()) {
+      ++s.past_end;
+    } else if (!s.matcher->accept(t)) {
+      return fail(s, fmt::format("token {} at output position {} breaks the grammar", t, i));
+    }
+    s.accepted.push_back(t);
   }
   std::lock_guard lk(stats_mu_);
   stats_.rollbacks += back;

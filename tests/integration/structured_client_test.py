@@ -127,6 +127,20 @@ for ch in chat(user(s["prompt"]), response_format=response_format(s), max_tokens
 check("".join(parts) == whole and finish == "stop",
       f"streamed json_schema equals the whole one ({len(parts)} chunks, {finish})")
 
+# ignore_eos: the output ends, then only the end-of-generation token may
+# follow (not shown) until max_tokens.
+try:
+    r = chat(user("Pick a color."), max_tokens=12, temperature=0, extra_body={"ignore_eos": True},
+             response_format=response_format({"name": "color",
+                                              "schema": {"enum": ["red", "blue"]}}))
+    c = r.choices[0]
+    check(c.finish_reason == "length" and r.usage.completion_tokens == 12
+          and valid(c.message.content, {"enum": ["red", "blue"]}) is None,
+          f"ignore_eos under a schema: {c.message.content!r}, {r.usage.completion_tokens} "
+          f"tokens, {c.finish_reason}")
+except openai.APIError as e:
+    check(False, f"ignore_eos under a schema: {e}")
+
 # ---- tools ----------------------------------------------------------------
 
 TOOLS = [
