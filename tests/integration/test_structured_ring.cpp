@@ -101,7 +101,15 @@ Outputs run(const std::string& model, int n_layers, const std::vector<Req>& reqs
   bc.block_size = cfg.kv.block_size;
   bc.vocab = mc.vocab;
   bc.context_length = mc.context_length;
-  bc.eos_ids = {kTinyEos};
+  // Every end-of-generation token ends a request, as kvasird sets it
+  // (daemon/main.cpp): the grammar's stop tokens are the same set
+  // (<|endoftext|> and <|im_end|> here).
+  {
+    auto file = ModelFile::open(model);
+    auto tok = Tokenizer::from_gguf(*file->gguf());
+    for (int32_t id = 0; id < tok->vocab_size(); ++id)
+      if (tok->is_eog(id)) bc.eos_ids.push_back(id);
+  }
   Outputs out;
   {
     Bridge engine(sup.segment(), bc, [&] { return sup.health(); });
