@@ -83,9 +83,9 @@ def response_format(s):
 # ---- response_format json_schema: every schema, greedy and sampled --------
 
 def run_schema(s):
-    greedy = chat(user(s["prompt"]), response_format=response_format(s), max_tokens=160,
+    greedy = chat(user(s["prompt"]), response_format=response_format(s), max_tokens=256,
                   temperature=0)
-    sampled = chat(user(s["prompt"]), response_format=response_format(s), max_tokens=160,
+    sampled = chat(user(s["prompt"]), response_format=response_format(s), max_tokens=256,
                    temperature=1.0, seed=7, n=2)
     free = chat(user(s["prompt"]), max_tokens=48, temperature=0)
     return s, greedy.choices + sampled.choices, free.choices[0].message.content
@@ -111,15 +111,15 @@ check(len(SCHEMAS) >= 12 and outputs == 3 * len(SCHEMAS), "at least 12 schemas, 
 
 # json_object, and a streamed json_schema equal to the whole one.
 r = chat(user("Describe a cat as JSON."), response_format={"type": "json_object"},
-         max_tokens=160, temperature=0)
+         max_tokens=256, temperature=0)
 obj = r.choices[0].message.content
 ok = r.choices[0].finish_reason == "stop" and valid(obj, {"type": "object"}) is None
 check(ok, f"json_object: {obj!r}")
 s = SCHEMAS[1]
-whole = chat(user(s["prompt"]), response_format=response_format(s), max_tokens=160,
+whole = chat(user(s["prompt"]), response_format=response_format(s), max_tokens=256,
              temperature=0).choices[0].message.content
 parts, finish = [], None
-for ch in chat(user(s["prompt"]), response_format=response_format(s), max_tokens=160,
+for ch in chat(user(s["prompt"]), response_format=response_format(s), max_tokens=256,
                temperature=0, stream=True):
     if ch.choices:
         parts.append(ch.choices[0].delta.content or "")
@@ -154,7 +154,7 @@ TOOLS = [
         "name": "get_time", "description": "The local time in a time zone.",
         "parameters": {"type": "object",
                        "properties": {"timezone": {"type": "string",
-                                                   "pattern": "^[A-Z][a-z]+/[A-Z][a-z]+$"}},
+                                                   "pattern": "^[A-Z][a-z]{1,12}/[A-Z][a-z]{1,12}$"}},
                        "required": ["timezone"]}}},
 ]
 PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
