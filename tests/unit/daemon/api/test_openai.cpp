@@ -490,7 +490,7 @@ TEST(OpenAiShapes, ToolCallsWholeAndStreamed) {
   EXPECT_EQ(calls[0]["id"], "call_1");
   EXPECT_FALSE(calls[1].contains("id"));
   EXPECT_EQ(calls[1]["function"]["arguments"], "{\"a\"");
-  EXPECT_EQ(chat_chunk(m, std::nullopt, false, FinishReason::kStop, nullptr,
+  EXPECT_EQ(chat_chunk(m, std::nullopt, false, FinishReason::kStop, nullptr, 0,
                        true)["choices"][0]["finish_reason"],
             "tool_calls");
 }
