@@ -23,7 +23,8 @@ static void check_request(const CompletionRequest& r, const ParseLimits& lim) {
   for (const auto& s : r.stop)
     if (s.size() > lim.max_stop_bytes) __builtin_trap();
   if (r.prompt_ids.size() > lim.max_prompt_ids) __builtin_trap();
-  if (r.messages.size() > lim.max_messages) __builtin_trap();
+  if (r.chat_turns.messages.size() > lim.max_messages) __builtin_trap();
+  if (r.chat_turns.tools.is_array() && r.chat_turns.tools.size() > lim.max_tools) __builtin_trap();
   if (!validate_sampling(r.sampling).ok()) __builtin_trap();
   StopMatcher m(r.stop);
   for (const auto& s : r.stop) g_sink_api += m.push(s).size() + m.push("x").size();
@@ -52,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case 2: {
         TokenizeRequest r = parse_tokenize_request(body);
-        g_sink_api += r.messages.size() + (r.prompt ? r.prompt->size() : 0);
+        g_sink_api += (r.chat ? r.chat->messages.size() : 0) + (r.prompt ? r.prompt->size() : 0);
         break;
       }
       case 3: {
