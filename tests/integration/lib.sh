@@ -18,6 +18,10 @@
 #   kv_segment LOG                    the segment name kvasird printed at start
 #   kv_curl SOCK ARGS…                curl over the Unix socket with a deadline
 #   kv_finish [LOG]                   prints the tally (and LOG's tail on failure), exits
+#   kv_venv                           the venv of the openai client tests ($KVASIR_E2E_VENV,
+#                                     else one in $WORK) with openai and jsonschema installed
+#                                     if missing (under a lock: tests run in parallel); its
+#                                     path on stdout, nothing if it cannot be made
 # Names: every test passes kv_setup its own NAME; the socket lives in its
 # $WORK, and the segment is named after the socket path, so concurrent tests
 # never share either.
@@ -122,6 +126,22 @@ kv_curl() {  # kv_curl SOCK ARGS…
   local sock=$1
   shift
   curl -s --max-time "${KV_CURL_TIMEOUT:-120}" --unix-socket "$sock" "$@"
+}
+
+kv_venv() {
+  local venv=${KVASIR_E2E_VENV:-$WORK/venv}
+  mkdir -p "$(dirname "$venv")"
+  if (
+    flock 9
+    "$venv/bin/python" -c 'import openai, jsonschema' 2> /dev/null && exit 0
+    { [ -x "$venv/bin/python" ] || python3 -m venv "$venv"; } &&
+      "$venv/bin/pip" -q --disable-pip-version-check install openai jsonschema
+  ) 9> "$venv.lock" > "$WORK/pip.log" 2>&1; then
+    echo "$venv"
+  else
+    echo "cannot install openai and jsonschema into $venv:" >&2
+    cat "$WORK/pip.log" >&2
+  fi
 }
 
 kv_finish() {  # kv_finish [LOG]

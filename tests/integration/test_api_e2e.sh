@@ -12,6 +12,8 @@ KVASIR=${2:?kvasir path}
 SRC=${3:-$(cd "$(dirname "$0")/../.." && pwd)}
 MODEL="$SRC/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 [ -f "$MODEL" ] || { echo "SKIP: $MODEL is missing (scripts/fetch-model)"; exit 77; }
+# kv_venv only (this test keeps its own daemon set-up).
+. "$SRC/tests/integration/lib.sh"
 
 WORK=$(mktemp -d /tmp/kvasir-api-e2e.XXXXXX)
 SOCK="$WORK/kvasir.sock"
@@ -160,11 +162,8 @@ KVASIR_API_KEY=$KEY "$KVASIR" status --url "http://127.0.0.1:$PORT" > /dev/null 
 expect "TCP without key → 401" "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/models")" "401"
 
 # The openai package.
-VENV="${KVASIR_E2E_VENV:-$WORK/venv}"
-if [ ! -x "$VENV/bin/python" ]; then
-  python3 -m venv "$VENV" && "$VENV/bin/pip" -q install openai > "$WORK/pip.log" 2>&1 ||
-    { echo "SKIP openai client part: cannot install the openai package"; cat "$WORK/pip.log"; VENV=; }
-fi
+VENV=$(kv_venv) || true
+[ -n "$VENV" ] || echo "SKIP openai client part: cannot install the openai package"
 if [ -n "$VENV" ]; then
   if "$VENV/bin/python" "$SRC/tests/integration/openai_client_test.py" "http://127.0.0.1:$PORT/v1" "$KEY"; then
     ok "openai client tests"

@@ -140,6 +140,41 @@ TEST(TailGrammar, StopTokensPastTheEndKeepTheSequence) {
   EXPECT_EQ(tail.g->stats().failures, 0u);
 }
 
+// A request that ignores EOS goes on drawing the stop token after its
+// output ended: each one is kept, not given to the (terminated) matcher,
+// and a step lost past the end rolls back without touching it.
+TEST(TailGrammar, StopTokensPastTheEnd) {
+  Table t;
+  Tail tail(t);
+  tail.step({{1, 0, {5}, 1, true}}, 0);
+  tail.g->accept(0, 3);  // "ab"
+  tail.step({{1, 1, {3}, 1, true}}, 0);
+  tail.g->accept(0, 2);  // "c": complete
+  tail.step({{1, 2, {2}, 1, true}}, 0);
+  tail.g->accept(0, kEos);
+  for (int32_t pos = 3; pos < 6; ++pos) {
+    std::string e;
+    EXPECT_EQ(tail.step({{1, pos, {kEos}, 1, true}}, 0, &e), (Ids{kEos})) << pos << ": " << e;
+    tail.g->accept(0, kEos);
+  }
+  // Recompute from position 0 sampling position 4 again: two stop tokens
+  // dropped, the matcher still past the end.
+  EXPECT_EQ(tail.step({{1, 0, {5, 3, 2, kEos, kEos}, 1, true}}, 0), (Ids{kEos}));
+  EXPECT_EQ(tail.g->stats().rollbacks, 2u);
+  // Recompute sampling position 3 (the first stop token) again: the
+  // matcher rolls back over the stop token it accepted, the output is
+  // complete again, not ended.
+  EXPECT_EQ(tail.step({{1, 0, {5, 3, 2}, 1, true}}, 0), (Ids{kEos}));
+  tail.g->accept(0, kEos);
+  EXPECT_EQ(tail.step({{1, 3, {kEos}, 1, true}}, 0), (Ids{kEos}));
+  EXPECT_EQ(tail.g->stats().failures, 0u);
+  // Anything else past the end breaks the grammar.
+  tail.g->accept(0, 0);
+  std::string e;
+  EXPECT_EQ(tail.step({{1, 4, {0}, 1, true}}, 0, &e), (Ids{-1}));
+  EXPECT_NE(e.find("breaks the grammar"), std::string::npos) << e;
+}
+
 TEST(TailGrammar, UnconstrainedAndNonSampledRowsHaveNoMask) {
   Table t;
   Tail tail(t);
