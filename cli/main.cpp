@@ -83,6 +83,17 @@ std::string loading_text(const json& health) {
   return out;
 }
 
+// A stage's "simd" (what runs its kernels) for one line of the terminal:
+// printable ASCII only, at most 512 bytes; "not reported yet" when empty.
+std::string simd_text(const json& stage) {
+  auto it = stage.find("simd");
+  std::string t = it != stage.end() && it->is_string() ? it->get<std::string>() : std::string();
+  if (t.size() > 512) t.resize(512);
+  for (char& c : t)
+    if (c < 0x20 || c > 0x7e) c = '?';
+  return t.empty() ? "not reported yet" : t;
+}
+
 int cmd_status(const Endpoint& ep, double wait_s, bool as_json) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
   HttpResult h;
@@ -130,8 +141,9 @@ int cmd_status(const Endpoint& ep, double wait_s, bool as_json) {
   if (stats.contains("stages") && stats["stages"].is_array()) {
     size_t i = 0;
     for (const auto& s : stats["stages"]) {
+      if (!s.is_object()) continue;
       std::cout << "  stage " << i++ << ": layers " << s.value("layers", std::string("?")) << " on "
-                << s.value("device", std::string("?")) << "\n";
+                << s.value("device", std::string("?")) << "; simd: " << simd_text(s) << "\n";
     }
   }
   if (stats.contains("engine")) {

@@ -8,7 +8,8 @@
 //   |                the plan (widths, stages, model path, kv)           |
 //   +--------------------------------------------------------------------+
 //   | StageShared[S] status, pid, KV capacity, error text, stats:        |
-//   |                busy/starved/blocked ns, batches, tokens (atomics)  |
+//   |                busy/starved/blocked ns, batches, tokens (atomics), |
+//   |                kernels text (SIMD levels / device, own seqlock)    |
 //   +--------------------------------------------------------------------+
 //   | Ring[S+1]      ring s feeds stage s; ring S feeds the bridge       |
 //   |                                                                    |

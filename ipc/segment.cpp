@@ -68,6 +68,43 @@ uint64_t process_start_time(int32_t pid) {
   return uint64_t(v[18]) + 1;  // +1: a process started at tick 0 is still not "unknown"
 }
 
+// ---- the stages' kernels text (a seqlock of its own; the stage writes) ------
+
+void write_stage_simd(StageShared& st, std::string_view text) {
+  char bytes[kStageSimdBytes] = {};
+  std::memcpy(bytes, text.data(), std::min(text.size(), kStageSimdBytes - 1));
+  // Odd while writing; from an odd value too (a writer that died inside).
+  const uint32_t seq = st.simd_seq.load(std::memory_order_relaxed) | 1u;
+  st.simd_seq.store(seq, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  for (size_t w = 0; w < kStageSimdBytes / 8; ++w) {
+    uint64_t word;
+    std::memcpy(&word, bytes + w * 8, 8);
+    st.simd_text[w].store(word, std::memory_order_relaxed);
+  }
+  st.simd_seq.store(seq + 1, std::memory_order_release);
+}
+
+std::string read_stage_simd(const StageShared& st) {
+  char bytes[kStageSimdBytes];
+  bool consistent = false;
+  for (int attempt = 0; attempt < 10000 && !consistent; ++attempt) {
+    const uint32_t s1 = st.simd_seq.load(std::memory_order_acquire);
+    if (s1 & 1u) continue;
+    for (size_t w = 0; w < kStageSimdBytes / 8; ++w) {
+      const uint64_t word = st.simd_text[w].load(std::memory_order_relaxed);
+      std::memcpy(bytes + w * 8, &word, 8);
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);
+    consistent = st.simd_seq.load(std::memory_order_relaxed) == s1;
+  }
+  if (!consistent) return {};
+  std::string text(bytes, strnlen(bytes, kStageSimdBytes - 1));
+  for (char& c : text)
+    if (c < 0x20 || c > 0x7e) c = '?';
+  return text;
+}
+
 // ---- the stages' accounting (a seqlock per stage; the stage writes) ----------
 
 namespace {

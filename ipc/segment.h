@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "ipc/batch.h"
 #include "ipc/cuda_boundary.h"
@@ -34,8 +35,8 @@ constexpr uint32_t kSegMagic = 0x5253564B;  // "KVSR" little-endian
 // 2: epochs and per-stage progress (recovery); 3: the owner's start time;
 // 4: each stage's phase and since when, under a seqlock (StageShared);
 // 5: the grammar table (ipc/grammar_table.h); 6: the GPU stages' [cuda]
-// settings in the plan.
-constexpr uint32_t kSegVersion = 6;
+// settings in the plan; 7: each stage's kernels text (StageShared::simd_text).
+constexpr uint32_t kSegVersion = 7;
 constexpr int kMaxStages = 16;
 static_assert(kMaxStageTimes == kMaxStages, "a result slot times every stage");
 
@@ -91,6 +92,9 @@ struct StageStats {
   std::atomic<uint64_t> dropped{0};     // messages of a dead epoch (recovery)
 };
 
+// The room for a stage's kernels text (StageShared::simd_text), its NUL included.
+constexpr size_t kStageSimdBytes = 512;
+
 struct alignas(64) StageShared {
   std::atomic<uint32_t> status{kStageStarting};
   std::atomic<int32_t> pid{0};
@@ -118,6 +122,14 @@ struct alignas(64) StageShared {
   std::atomic<int64_t> phase_since_ns{0};
   std::atomic<uint64_t> last_busy_ns{0};  // duration of its last batch (watchdog history)
   char error[512] = {};
+  // What runs this stage's kernels, for /kvasir/v1/stats (stages[].simd) and
+  // `kvasir status`: a CPU stage's SIMD summary (kernels/cpu/simd.h,
+  // simd_summary), a GPU stage's device. Written by the stage only, with
+  // write_stage_simd, under `simd_seq` (odd while it writes); read with
+  // read_stage_simd. Kept in words so that a reader racing the writer copies
+  // atomics, never a torn or undefined text.
+  std::atomic<uint32_t> simd_seq{0};
+  std::atomic<uint64_t> simd_text[kStageSimdBytes / 8] = {};
 };
 
 // A stage's time as of one instant: the counters plus the running part of
@@ -145,6 +157,16 @@ void end_accounting(StageShared& st);
 // copy, so that busy + starved + blocked is exactly the time since the
 // stage began serving at that instant.
 StageTime read_stage_time(const StageShared& st, int64_t now = 0);
+
+// The stage's kernels text: at most kStageSimdBytes - 1 bytes of `text`
+// (the rest dropped). Also the supervisor's, to clear a dead stage's text:
+// a write the dead process left half done is closed.
+void write_stage_simd(StageShared& st, std::string_view text);
+// Any reader: a consistent copy, or "" when none came (nothing written yet,
+// or a writer kept it busy past a bounded number of tries). The bytes are
+// another process's: read up to a NUL within the buffer, anything but
+// printable ASCII replaced by '?'.
+std::string read_stage_simd(const StageShared& st);
 
 struct SegmentHeader {
   uint32_t magic = 0;  // written last by the creator

@@ -40,6 +40,8 @@ class Agent {
   // Whatever happens to a message, `passed` counts it once we are done
   // with it (pushed on or dropped): the bridge's drain check relies on it.
   void pass() { me_.passed.fetch_add(1, std::memory_order_release); }
+  // Writes cfg_.kernels() to the segment when it differs from the last written.
+  void publish_kernels();
 
   ipc::Segment& seg_;
   const AgentConfig cfg_;
@@ -59,6 +61,7 @@ class Agent {
   TailSampler sampler_;
   ipc::Batch batch_;
   uint64_t last_id_ = 0;
+  std::string kernels_;  // what publish_kernels wrote last
 };
 
 Agent::Agent(ipc::Segment& seg, const AgentConfig& cfg, const StageForward& forward)
@@ -83,6 +86,7 @@ int Agent::run() {
   auto stop = [&] { return seg_.stopping(); };
   // From here on the stage's time is accounted: starved until a batch comes.
   ipc::begin_accounting(me_, ipc::now_ns());
+  publish_kernels();
   while (!seg_.stopping()) {
     ipc::BatchMsg m;
     if (!in_.pop(m, stop)) break;
@@ -102,6 +106,7 @@ int Agent::run() {
     const ipc::ResultView result = seg_.result(m.slot);
     if (m.status == int32_t(ErrorCode::kOk)) read_descriptor(m, result);
     if (m.status == int32_t(ErrorCode::kOk)) run_batch(m, result);
+    publish_kernels();
     if (tail_) {
       result.hdr->batch_id = m.batch_id;
       result.hdr->n_rows = m.n_rows;
@@ -110,6 +115,14 @@ int Agent::run() {
     if (!hand_on(m, t1, result)) break;
   }
   return 0;
+}
+
+void Agent::publish_kernels() {
+  if (!cfg_.kernels) return;
+  std::string now = cfg_.kernels();
+  if (now == kernels_) return;
+  ipc::write_stage_simd(me_, now);
+  kernels_ = std::move(now);
 }
 
 bool Agent::check_message(ipc::BatchMsg& m) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "ipc/segment.h"
 #include "stages/forward.h"
@@ -38,6 +39,11 @@ struct AgentConfig {
   // forward pass (ForwardBatch::token_masks) rather than after.
   std::shared_ptr<TailGrammar> grammar;
   bool device_masks = false;
+  // What runs the kernels, as one line for StageShared::simd_text (a CPU
+  // stage: kernels/cpu/simd.h simd_summary; a GPU stage: its device). The
+  // agent publishes it when it starts and, whenever it changed, after each
+  // batch (the CPU kernels choose their levels on first use). Null: nothing.
+  std::function<std::string()> kernels;
 };
 
 // Runs until the segment's shutdown flag is set. Returns 0.

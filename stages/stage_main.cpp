@@ -23,6 +23,7 @@
 
 #include "base/check.h"
 #include "base/log.h"
+#include "kernels/cpu/simd.h"
 #include "stages/agent.h"
 #include "stages/backend.h"
 #include "stages/cpu_backend.h"
@@ -129,6 +130,13 @@ int32_t wait_for_block_count(ipc::Segment& seg) {
   return seg.header().kv_blocks.load();
 }
 
+// The stage's kernels line (AgentConfig::kernels): the SIMD summary of the
+// CPU kernels, or the GPU's device.
+std::function<std::string()> kernels_text(const std::string& device, bool gpu) {
+  if (gpu) return [device] { return device; };
+  return [] { return cpu::simd_summary(ipc::kStageSimdBytes - 1); };
+}
+
 // The handshake (see the top of this file), then the agent until shutdown.
 int run_stage(ipc::Segment& seg, int stage) {
   ipc::StageShared& me = seg.stage(stage);
@@ -143,11 +151,15 @@ int run_stage(ipc::Segment& seg, int stage) {
   KV_CHECK(n_blocks <= cap, "the daemon asked for {} blocks, this stage holds {}", n_blocks, cap);
   backend->allocate_kv(n_blocks);
   if (!backend->attach_boundaries()) return 0;
+  const ipc::StagePlan& plan = seg.params().stages[stage];
+  const std::string device(plan.device, strnlen(plan.device, sizeof plan.device));
+  const bool gpu = cuda_ordinal(device.c_str()) >= 0;
+  std::function<std::string()> kernels = kernels_text(device, gpu);
+  ipc::write_stage_simd(me, kernels());  // there from ready on; the agent updates it
   set_status(seg, me, ipc::kStageReady);
 
   const AgentConfig ac{stage, backend->vocab(), n_blocks,
-                       tail_grammar(seg, stage, backend->vocab()),
-                       cuda_ordinal(seg.params().stages[stage].device) >= 0};
+                       tail_grammar(seg, stage, backend->vocab()), gpu, std::move(kernels)};
   const int rc =
       run_agent(seg, ac, [&](const ForwardBatch& b, const float* in, float* out, float* logits) {
         backend->forward(b, in, out, logits);

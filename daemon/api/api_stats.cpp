@@ -116,9 +116,9 @@ json cost_json(const StageCost& c) {
 
 json stage_json(const StageReport& s) {
   return {{"index", s.index},   {"layers", layers_text(s)}, {"device", s.device},
-          {"busy_s", s.busy_s}, {"starved_s", s.starved_s}, {"blocked_s", s.blocked_s},
-          {"state", s.state},   {"state_s", s.state_s},     {"batches", s.batches},
-          {"tokens", s.tokens}, {"cost", cost_json(s.cost)}};
+          {"simd", s.simd},     {"busy_s", s.busy_s},       {"starved_s", s.starved_s},
+          {"blocked_s", s.blocked_s}, {"state", s.state},   {"state_s", s.state_s},
+          {"batches", s.batches},     {"tokens", s.tokens}, {"cost", cost_json(s.cost)}};
 }
 
 json latency_json(const Histogram& h) {

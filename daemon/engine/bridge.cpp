@@ -239,6 +239,7 @@ RingReport Bridge::ring_report() const {
     one.last_layer = p.stages[s].last;
     one.device =
         std::string(p.stages[s].device, strnlen(p.stages[s].device, sizeof p.stages[s].device));
+    one.simd = ipc::read_stage_simd(sh);
     one.busy_s = double(t.busy_ns) / 1e9;
     one.starved_s = double(t.starved_ns) / 1e9;
     one.blocked_s = double(t.blocked_ns) / 1e9;

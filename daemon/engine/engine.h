@@ -156,6 +156,10 @@ struct StageReport {
   std::string state = "down";  // busy, starved, blocked, or down (not serving)
   double state_s = 0;          // how long it has been in it
   StageCost cost;
+  // What runs its kernels, as the stage published it (ipc::read_stage_simd):
+  // a CPU stage's SIMD summary ("cpu:avx512_vnni amx:no q4_1/decode:avx2
+  // ..."), a GPU stage's device; "" until the stage has said.
+  std::string simd;
 };
 
 struct RingReport {

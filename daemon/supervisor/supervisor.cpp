@@ -361,6 +361,7 @@ void Supervisor::monitor() {
       st.pid.store(0);
       st.capacity_blocks.store(0);
       std::memset(st.error, 0, sizeof st.error);
+      ipc::write_stage_simd(st, "");  // the new process publishes its own
       pid_t pid = spawn(s);
       if (pid < 0) {
         on_death(s, fmt::format("stage {}: fork: {}", s, std::strerror(errno)), now);

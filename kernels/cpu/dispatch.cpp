@@ -43,6 +43,7 @@ struct Slot {
 
 std::mutex g_mu;
 Slot g_slots[kTypeSlots][kRowsClasses];
+std::atomic<uint64_t> g_generation{0};  // simd_choices_generation()
 
 // The lowest level the CPU has that runs the same kernel as `level`.
 SimdLevel path_of(DType t, SimdLevel level) {
@@ -223,6 +224,7 @@ void detail::forget_kernel_choices() {
       slot.level.store(-1, std::memory_order_release);
       slot.amx.store(false, std::memory_order_release);
     }
+  g_generation.fetch_add(1, std::memory_order_release);
 }
 
 KernelChoice simd_kernel_choice(DType type, RowsClass rows, int64_t cols) {
@@ -252,6 +254,7 @@ KernelChoice simd_kernel_choice(DType type, RowsClass rows, int64_t cols) {
   }
   slot.amx.store(slot.choice.amx, std::memory_order_release);
   slot.level.store(int(slot.choice.level), std::memory_order_release);
+  g_generation.fetch_add(1, std::memory_order_release);
   return slot.choice;
 }
 
@@ -275,6 +278,8 @@ std::vector<KernelChoice> simd_kernel_choices() {
     }
   return out;
 }
+
+uint64_t simd_choices_generation() { return g_generation.load(std::memory_order_acquire); }
 
 const char* rows_class_name(RowsClass rows) {
   return rows == RowsClass::kDecode ? "decode" : "batch";

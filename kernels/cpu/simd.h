@@ -140,6 +140,27 @@ KernelChoice simd_kernel_choice(DType type, RowsClass rows, int64_t cols = 0);
 // and rows-class order.
 std::vector<KernelChoice> simd_kernel_choices();
 
+// How many times the set of choices changed in this process (a kernel
+// chosen, the choices forgotten): a caller that keeps a summary of them
+// redoes it only when this moved.
+uint64_t simd_choices_generation();
+
+// ---- the one-line summary (a stage's `simd` in /kvasir/v1/stats) ----------
+//
+// "cpu:<widest> amx:<yes|no>" — the widest level this CPU has, and whether
+// the AMX-INT8 tiles are usable — then, forced, "forced:<level>" (every
+// kernel runs at it), else each kernel chosen so far as
+// "<type>/<rows>:<level>", with "+amx" where the batch kernel runs the tiles
+// from their row count: "cpu:avx512_vnni amx:no q4_1/decode:avx2
+// q4_1/batch:avx512_vnni q8_0/decode:avx2". Types in lower case, in
+// simd_kernel_choices() order. Never longer than max_len: whole entries
+// are dropped from the end and " ..." says so.
+std::string format_simd_summary(SimdLevel widest, bool amx_usable, bool forced,
+                                SimdLevel forced_level, const std::vector<KernelChoice>& choices,
+                                size_t max_len);
+// This process's summary now (cached until simd_choices_generation() moves).
+std::string simd_summary(size_t max_len);
+
 // Several lines for logs and `--simd-info`: the CPU model, the levels it has
 // and lacks, the mode, and simd_kernel_choices().
 std::string simd_report();

@@ -75,6 +75,34 @@ out=$("${C[@]}" -H 'Content-Type: application/json' -d "$body" http://x/v1/compl
 text=$(echo "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>/dev/null)
 [ -n "$text" ] && ok "curl completion: '$text'" || bad "curl completion: $out"
 
+# After a request each CPU stage says which SIMD levels its kernels chose
+# (stages[].simd; kernels/cpu/simd.h names the levels), and `kvasir status`
+# prints it per stage.
+simd=$("${C[@]}" http://x/kvasir/v1/stats | python3 -c '
+import json, sys
+levels = {"scalar", "avx2", "avx_vnni", "avx512", "avx512_vnni"}
+bad = []
+for s in json.load(sys.stdin)["stages"]:
+    t = s.get("simd", "")
+    words = t.split()
+    if s["device"] != "cpu":
+        continue
+    if not t or not words[0].startswith("cpu:") or words[0][4:] not in levels:
+        bad.append("stage %d: %r" % (s["index"], t)); continue
+    for w in words[2:]:
+        if w == "...":
+            continue
+        lv = w.rsplit(":", 1)[-1]
+        lv = lv[:-4] if lv.endswith("+amx") else lv
+        if lv not in levels:
+            bad.append("stage %d: %r names no level" % (s["index"], w))
+    if not any(w.startswith("forced:") or w.startswith("q4_1/") for w in words):
+        bad.append("stage %d: no q4_1 kernel in %r" % (s["index"], t))
+print("; ".join(bad) if bad else "ok")')
+expect "stats: each CPU stage names its kernels' SIMD levels" "$simd" "ok"
+expect "kvasir status: a simd line per stage" \
+  "$("$KVASIR" status --socket "$SOCK" | grep -c '^  stage [0-9]*: .*; simd: cpu:')" "2"
+
 stream=$("${C[@]}" -N -H 'Content-Type: application/json' \
   -d '{"prompt":"The capital of France is","max_tokens":8,"temperature":0,"stream":true}' http://x/v1/completions)
 expect "SSE ends with [DONE]" "$(echo "$stream" | grep -c '^data: \[DONE\]')" "1"

@@ -185,6 +185,12 @@ run_fault() {  # run_fault TAG SIGNAL WANT_RESTARTS
   now=$(stage_pid 1)
   [ -n "$now" ] && [ "$now" != "$victim" ] && ok "$tag: middle stage restarted (pid $victim → $now)" ||
     bad "$tag: middle stage not restarted (was $victim, now '$now')"
+  # The new process published its own kernels text (the supervisor cleared the old one).
+  local simd
+  simd=$(kv_curl "$SOCK" http://x/kvasir/v1/stats |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["stages"][1].get("simd", ""))')
+  [[ "$simd" == cpu:* ]] && ok "$tag: the restarted stage says what runs its kernels: '$simd'" ||
+    bad "$tag: the restarted stage's simd is '$simd'"
   kill -CONT "$victim" 2> /dev/null  # in case SIGSTOP was never answered by a kill
   expect "$tag: /health ok afterwards" "$(health)" "ok"
 }

@@ -46,6 +46,7 @@ class ApiHttpTest : public ::testing::Test {
     engine_.ring.inflight = 2;
     engine_.ring.stages = {{0, 0, 14, "cpu", 1.5, 0.25, 0.125, 10, 80, 0, "busy", 0.125, {}},
                            {1, 15, 29, "cpu", 2.5, 0.5, 0.75, 11, 88, 1, "starved", 0.5, {}}};
+    engine_.ring.stages[1].simd = "cpu:avx2 amx:no q4_1/decode:avx2";
     ApiOptions aopts;
     aopts.api_key = "sekrit";
     api_ = std::make_shared<ApiService>(
@@ -491,6 +492,7 @@ TEST_F(ApiHttpTest, StatsAndMetricsFromTheRingReport) {
   EXPECT_EQ(st["stages"][1], (json{{"index", 1},
                                    {"layers", "15-29"},
                                    {"device", "cpu"},
+                                   {"simd", "cpu:avx2 amx:no q4_1/decode:avx2"},
                                    {"busy_s", 2.5},
                                    {"starved_s", 0.5},
                                    {"blocked_s", 0.75},

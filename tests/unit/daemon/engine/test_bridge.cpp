@@ -61,7 +61,13 @@ struct Ring {
     pid_t pid = fork();
     if (pid == 0) {
       auto mine = ipc::Segment::open(name);
-      AgentConfig ac{s, kVocab, blocks, nullptr, false};
+      // What runs the kernels: before the first batch the capability only,
+      // from then on a kernel chosen too (as the CPU stages' summary grows).
+      auto kernels = [s, calls = 0]() mutable {
+        return std::string("cpu:avx2 amx:no") +
+               (calls++ == 0 ? "" : " q4_1/decode:avx2 s" + std::to_string(s));
+      };
+      AgentConfig ac{s, kVocab, blocks, nullptr, false, kernels};
       int rc =
           run_agent(*mine, ac, [&](const ForwardBatch& b, const float* in, float* out, float* lg) {
             fake_forward(s, S, b, in, out, lg);
@@ -128,6 +134,8 @@ void run_many(int S, int inflight) {
   for (auto& s : engine.ring_report().stages) {
     EXPECT_GT(s.batches, 0u);
     EXPECT_EQ(s.refused, 0u);
+    // The text each stage published after its batches, read from the segment.
+    EXPECT_EQ(s.simd, "cpu:avx2 amx:no q4_1/decode:avx2 s" + std::to_string(s.index));
   }
   EXPECT_EQ(engine.refused_results(), 0u);
 }
