@@ -192,6 +192,80 @@ void read_experts(const GgufKeys& g, ModelConfig& c) {
     c.shared_expert_ffn = g.opt_i32(g.k("expert_shared_feed_forward_length")).value_or(c.ffn);
 }
 
+// head_dim from the key length, else the rotary dimension, else hidden /
+// heads; the value length and the rotary dimension must agree with it.
+void read_head_dim(const GgufKeys& g, ModelConfig& c) {
+  const std::string& path = g.f.path();
+  const auto key_len = g.opt_i32(g.k("attention.key_length"));
+  const auto rot_dim = g.opt_i32(g.k("rope.dimension_count"));
+  if (key_len) {
+    c.head_dim = *key_len;
+  } else if (rot_dim) {
+    c.head_dim = *rot_dim;
+  } else {
+    KV_CHECK(c.n_heads > 0 && c.hidden % c.n_heads == 0, "{}: {} {} is not a multiple of {} {}",
+             path, g.k("embedding_length"), c.hidden, g.k("attention.head_count"), c.n_heads);
+    c.head_dim = c.hidden / c.n_heads;
+  }
+  if (const auto vlen = g.opt_i32(g.k("attention.value_length")))
+    KV_CHECK(*vlen == c.head_dim, "{}: metadata '{}' is {}, but the key length is {}", path,
+             g.k("attention.value_length"), *vlen, c.head_dim);
+  if (rot_dim)
+    KV_CHECK(*rot_dim == c.head_dim,
+             "{}: metadata '{}' is {} but head_dim is {}: partial rotary embeddings are not "
+             "supported",
+             path, g.k("rope.dimension_count"), *rot_dim, c.head_dim);
+}
+
+// The vocabulary size: `<arch>.vocab_size`, else the tokenizer's token list,
+// else the embedding's rows.
+void read_vocab(const GgufKeys& g, ModelConfig& c) {
+  const std::string& path = g.f.path();
+  const GgufFile& f = g.f;
+  if (const auto v = g.opt_i32(g.k("vocab_size"))) {
+    c.vocab = *v;
+  } else if (const GgufValue* toks = f.find("tokenizer.ggml.tokens")) {
+    const uint64_t n = g.with_path([&] { return toks->as_array("tokenizer.ggml.tokens").count; });
+    KV_CHECK(n <= uint64_t(std::numeric_limits<int32_t>::max()),
+             "{}: metadata 'tokenizer.ggml.tokens' has {} entries, too many", path, n);
+    c.vocab = int32_t(n);
+  } else if (const GgufTensor* e = f.find_tensor("token_embd.weight")) {
+    KV_CHECK(e->view.ne[1] <= std::numeric_limits<int32_t>::max(),
+             "{}: tensor 'token_embd.weight' has {} rows, too many", path, e->view.ne[1]);
+    c.vocab = int32_t(e->view.ne[1]);
+  } else {
+    KV_FAIL(
+        "{}: no vocabulary size: neither '{}' nor 'tokenizer.ggml.tokens' nor "
+        "'token_embd.weight'",
+        path, g.k("vocab_size"));
+  }
+}
+
+// RoPE scaling: linear, llama3 (or a rope_freqs tensor alone), or none.
+void read_rope_scaling(const GgufKeys& g, ModelConfig& c) {
+  const std::string& path = g.f.path();
+  const GgufFile& f = g.f;
+  const std::string stype = g.opt_str(g.k("rope.scaling.type")).value_or("none");
+  const auto factor = g.opt_f32(g.k("rope.scaling.factor"));
+  c.rope_freqs_tensor = f.find_tensor("rope_freqs.weight") != nullptr;
+  if (stype == "linear") {
+    const auto legacy = g.opt_f32(g.k("rope.scale_linear"));
+    KV_CHECK(factor || legacy, "{}: rope scaling type 'linear' without '{}'", path,
+             g.k("rope.scaling.factor"));
+    c.rope_linear_factor = factor ? *factor : *legacy;
+  } else if (stype == "llama3" || (stype == "none" && c.rope_freqs_tensor)) {
+    if (factor) c.rope_llama3_factor = *factor;
+    if (auto v = g.opt_f32(g.k("rope.scaling.low_freq_factor"))) c.rope_llama3_low_freq_factor = *v;
+    if (auto v = g.opt_f32(g.k("rope.scaling.high_freq_factor")))
+      c.rope_llama3_high_freq_factor = *v;
+    if (auto v = g.opt_i32(g.k("rope.scaling.original_context_length")))
+      c.rope_llama3_original_context = *v;
+  } else if (stype != "none") {
+    KV_FAIL("{}: metadata '{}' is '{}': only linear and llama3 rope scaling are supported", path,
+            g.k("rope.scaling.type"), stype);
+  }
+}
+
 }  // namespace
 
 ModelConfig config_from_gguf(const GgufFile& f) {
@@ -216,64 +290,9 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.rope_theta = g.opt_f32(g.k("rope.freq_base")).value_or(10000.f);
   c.rms_eps = g.opt_f32(g.k("attention.layer_norm_rms_epsilon")).value_or(1e-5f);
 
-  const auto key_len = g.opt_i32(g.k("attention.key_length"));
-  const auto rot_dim = g.opt_i32(g.k("rope.dimension_count"));
-  if (key_len) {
-    c.head_dim = *key_len;
-  } else if (rot_dim) {
-    c.head_dim = *rot_dim;
-  } else {
-    KV_CHECK(c.n_heads > 0 && c.hidden % c.n_heads == 0, "{}: {} {} is not a multiple of {} {}",
-             path, g.k("embedding_length"), c.hidden, g.k("attention.head_count"), c.n_heads);
-    c.head_dim = c.hidden / c.n_heads;
-  }
-  if (const auto vlen = g.opt_i32(g.k("attention.value_length")))
-    KV_CHECK(*vlen == c.head_dim, "{}: metadata '{}' is {}, but the key length is {}", path,
-             g.k("attention.value_length"), *vlen, c.head_dim);
-  if (rot_dim)
-    KV_CHECK(*rot_dim == c.head_dim,
-             "{}: metadata '{}' is {} but head_dim is {}: partial rotary embeddings are not "
-             "supported",
-             path, g.k("rope.dimension_count"), *rot_dim, c.head_dim);
-
-  if (const auto v = g.opt_i32(g.k("vocab_size"))) {
-    c.vocab = *v;
-  } else if (const GgufValue* toks = f.find("tokenizer.ggml.tokens")) {
-    const uint64_t n = g.with_path([&] { return toks->as_array("tokenizer.ggml.tokens").count; });
-    KV_CHECK(n <= uint64_t(std::numeric_limits<int32_t>::max()),
-             "{}: metadata 'tokenizer.ggml.tokens' has {} entries, too many", path, n);
-    c.vocab = int32_t(n);
-  } else if (const GgufTensor* e = f.find_tensor("token_embd.weight")) {
-    KV_CHECK(e->view.ne[1] <= std::numeric_limits<int32_t>::max(),
-             "{}: tensor 'token_embd.weight' has {} rows, too many", path, e->view.ne[1]);
-    c.vocab = int32_t(e->view.ne[1]);
-  } else {
-    KV_FAIL(
-        "{}: no vocabulary size: neither '{}' nor 'tokenizer.ggml.tokens' nor "
-        "'token_embd.weight'",
-        path, g.k("vocab_size"));
-  }
-
-  // RoPE scaling.
-  const std::string stype = g.opt_str(g.k("rope.scaling.type")).value_or("none");
-  const auto factor = g.opt_f32(g.k("rope.scaling.factor"));
-  c.rope_freqs_tensor = f.find_tensor("rope_freqs.weight") != nullptr;
-  if (stype == "linear") {
-    const auto legacy = g.opt_f32(g.k("rope.scale_linear"));
-    KV_CHECK(factor || legacy, "{}: rope scaling type 'linear' without '{}'", path,
-             g.k("rope.scaling.factor"));
-    c.rope_linear_factor = factor ? *factor : *legacy;
-  } else if (stype == "llama3" || (stype == "none" && c.rope_freqs_tensor)) {
-    if (factor) c.rope_llama3_factor = *factor;
-    if (auto v = g.opt_f32(g.k("rope.scaling.low_freq_factor"))) c.rope_llama3_low_freq_factor = *v;
-    if (auto v = g.opt_f32(g.k("rope.scaling.high_freq_factor")))
-      c.rope_llama3_high_freq_factor = *v;
-    if (auto v = g.opt_i32(g.k("rope.scaling.original_context_length")))
-      c.rope_llama3_original_context = *v;
-  } else if (stype != "none") {
-    KV_FAIL("{}: metadata '{}' is '{}': only linear and llama3 rope scaling are supported", path,
-            g.k("rope.scaling.type"), stype);
-  }
+  read_head_dim(g, c);
+  read_vocab(g, c);
+  read_rope_scaling(g, c);
 
   // Converters keep the Qwen families in the NeoX layout and permute
   // llama/mistral (Mixtral too) q/k rows to adjacent pairs (see
