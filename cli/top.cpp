@@ -59,6 +59,7 @@ StageView stage_view(const json& s, const json* p) {
   st.tokens_per_s = d("tokens") / span;
   const json& cost = sub(s, "cost");
   st.ms_per_batch = d("batches") > 0 ? busy * 1e3 / d("batches") : num(cost, "mean_busy_ms");
+  if (d("handoffs") > 0) st.handoff_us = d("handoff_s") * 1e6 / d("handoffs");
   st.cost_fixed_ms = num(cost, "fixed_ms");
   st.cost_per_token_ms = num(cost, "per_token_ms");
   st.cost_per_sample_ms = num(cost, "per_sample_ms");
@@ -172,16 +173,17 @@ std::string diagnose(const TopView& v) {
 
 std::string render(const TopView& v) {
   std::string o = fmt::format("kvasir top — {}  [{}]\n\n", v.model, v.ready ? "ready" : "loading");
-  o += fmt::format("{:<6} {:<10} {:<8} {:<8} {:>7} {:>8} {:>8} {:>10} {:>10} {:>9} {:>6}\n",
+  o += fmt::format("{:<6} {:<10} {:<8} {:<8} {:>7} {:>8} {:>8} {:>10} {:>10} {:>9} {:>6} {:>10}\n",
                    "stage", "layers", "device", "now", "busy%", "starved%", "blocked%", "batches/s",
-                   "tokens/s", "ms/batch", "step%");
+                   "tokens/s", "ms/batch", "step%", "handoff_us");
   for (size_t i = 0; i < v.stages.size(); ++i) {
     const auto& s = v.stages[i];
     o += fmt::format(
         "{:<6} {:<10} {:<8} {:<8} {:>7.1f} {:>8.1f} {:>8.1f} {:>10.1f} {:>10.1f} {:>9.1f} "
-        "{:>6.0f}\n",
+        "{:>6.0f} {:>10}\n",
         i, s.layers, s.device, s.state, s.busy * 100, s.starved * 100, s.blocked * 100,
-        s.batches_per_s, s.tokens_per_s, s.ms_per_batch, s.step_share * 100);
+        s.batches_per_s, s.tokens_per_s, s.ms_per_batch, s.step_share * 100,
+        s.handoff_us >= 0 ? fmt::format("{:.0f}", s.handoff_us) : std::string("-"));
   }
   int64_t used = v.blocks_total - v.blocks_free;
   o += fmt::format("\nring: {} micro-batches in flight at most", v.inflight);

@@ -24,6 +24,9 @@ struct StageView {
   // came back in it, else the cost model's recent mean.
   double ms_per_batch = 0;
   double step_share = 0;  // ms_per_batch over the slowest stage's: 1 = sets the step
+  // Mean handoff into the stage over the interval (µs): from a batch being
+  // ready for it to the stage holding it; -1 when none was timed.
+  double handoff_us = -1;
   // The cost model (docs/scheduler.md): ms per batch = fixed + per_token · tokens + ...
   double cost_fixed_ms = 0, cost_per_token_ms = 0, cost_per_sample_ms = 0;
   int first_layer = 0, last_layer = 0;

@@ -20,8 +20,9 @@ constexpr uint16_t kMsgBatch = 1;
 // 2: DescRow gained n_prompt and pad. 3: status carries an ErrorCode.
 // 4: the result slot carries each stage's busy time on the batch.
 // 5: the descriptor gained block copies (parallel sampling's copy-on-write).
-// 6: SamplingParams names a grammar-table entry.
-constexpr uint16_t kMsgVersion = 6;
+// 6: SamplingParams names a grammar-table entry. 7: the message carries the
+// instant its producer pushed it (handoff accounting).
+constexpr uint16_t kMsgVersion = 7;
 // Stages whose time a result slot carries (the segment's kMaxStages).
 constexpr int kMaxStageTimes = 16;
 
@@ -38,6 +39,10 @@ struct BatchMsg {
   int32_t n_rows = 0;
   int32_t n_tokens = 0;
   int32_t origin = -1;  // stage that set a non-ok status, or -1
+  // CLOCK_MONOTONIC ns (ipc::now_ns) when the producer pushed it: the
+  // consumer's handoff time (StageStats::handoff_ns). Untrusted like the
+  // rest: a value in the future or absurdly old is not counted.
+  int64_t sent_ns = 0;
 };
 
 // Widths of the slots, fixed at creation (the plan).

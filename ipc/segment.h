@@ -35,8 +35,9 @@ constexpr uint32_t kSegMagic = 0x5253564B;  // "KVSR" little-endian
 // 2: epochs and per-stage progress (recovery); 3: the owner's start time;
 // 4: each stage's phase and since when, under a seqlock (StageShared);
 // 5: the grammar table (ipc/grammar_table.h); 6: the GPU stages' [cuda]
-// settings in the plan; 7: each stage's kernels text (StageShared::simd_text).
-constexpr uint32_t kSegVersion = 7;
+// settings in the plan; 7: each stage's kernels text (StageShared::simd_text);
+// 8: each stage's handoff time (StageStats::handoff_ns).
+constexpr uint32_t kSegVersion = 8;
 constexpr int kMaxStages = 16;
 static_assert(kMaxStageTimes == kMaxStages, "a result slot times every stage");
 
@@ -90,6 +91,12 @@ struct StageStats {
   std::atomic<uint64_t> tokens{0};
   std::atomic<uint64_t> refused{0};     // malformed messages or descriptors
   std::atomic<uint64_t> dropped{0};     // messages of a dead epoch (recovery)
+  // The handoff into this stage: for each batch, from the later of its
+  // push upstream and the moment this stage was free to take it, to the
+  // moment it held it — the ring's own latency (a futex wake-up), not the
+  // time a batch queued behind another. `handoffs` batches were counted.
+  std::atomic<uint64_t> handoff_ns{0};
+  std::atomic<uint64_t> handoffs{0};
 };
 
 // The room for a stage's kernels text (StageShared::simd_text), its NUL included.

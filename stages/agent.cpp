@@ -40,6 +40,9 @@ class Agent {
   // Whatever happens to a message, `passed` counts it once we are done
   // with it (pushed on or dropped): the bridge's drain check relies on it.
   void pass() { me_.passed.fetch_add(1, std::memory_order_release); }
+  // The handoff of a batch pushed at sent (the producer's clock, untrusted)
+  // to this stage, free to take it since t_free, holding it at t_held.
+  void count_handoff(int64_t sent, int64_t t_free, int64_t t_held);
   // Writes cfg_.kernels() to the segment when it differs from the last written.
   void publish_kernels();
 
@@ -89,9 +92,11 @@ int Agent::run() {
   publish_kernels();
   while (!seg_.stopping()) {
     ipc::BatchMsg m;
+    const int64_t t_free = ipc::now_ns();
     if (!in_.pop(m, stop)) break;
     const int64_t t1 = ipc::now_ns();
     ipc::enter_phase(me_, ipc::kPhaseBusy, t1);
+    count_handoff(m.sent_ns, t_free, t1);
     // A batch of a dead epoch (a stage died while it was in the ring): its
     // sequences are being recomputed, so nothing downstream wants it and its
     // slot may already carry a new batch. Drop it without touching the slot.
@@ -115,6 +120,15 @@ int Agent::run() {
     if (!hand_on(m, t1, result)) break;
   }
   return 0;
+}
+
+void Agent::count_handoff(int64_t sent, int64_t t_free, int64_t t_held) {
+  // A timestamp from the future or over a minute old is not a handoff.
+  constexpr int64_t kMaxHandoffNs = 60'000'000'000;
+  if (sent <= 0 || sent > t_held || t_held - sent > kMaxHandoffNs) return;
+  me_.stats.handoff_ns.fetch_add(uint64_t(t_held - std::max(sent, t_free)),
+                                 std::memory_order_relaxed);
+  me_.stats.handoffs.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Agent::publish_kernels() {
@@ -229,7 +243,9 @@ bool Agent::hand_on(const ipc::BatchMsg& m, int64_t t_busy, const ipc::ResultVie
   me_.stats.tokens.fetch_add(uint64_t(m.n_tokens), std::memory_order_relaxed);
   me_.last_busy_ns.store(uint64_t(t2 - t_busy), std::memory_order_relaxed);
   ipc::enter_phase(me_, ipc::kPhaseBlocked, t2);
-  if (!out_.push(m, [&] { return seg_.stopping(); })) return false;
+  ipc::BatchMsg out = m;
+  out.sent_ns = ipc::now_ns();
+  if (!out_.push(out, [&] { return seg_.stopping(); })) return false;
   pass();
   ipc::enter_phase(me_, ipc::kPhaseIdle, ipc::now_ns());
   return true;

@@ -29,6 +29,10 @@ class CpuBackend final : public StageBackend {
              capacity_);
     const KvSpec kv{n_blocks, cfg_.block_size, cfg_.kv_type};
     exec_ = std::make_unique<SliceExecutor>(*model_, cfg_.slice, kv, cfg_.threads, cfg_.max_tokens);
+    if (cfg_.width)
+      exec_->set_pool_width(
+          {[](const void* f) { return (*static_cast<const std::function<int()>*>(f))(); },
+           &cfg_.width});
   }
 
   bool attach_boundaries() override { return true; }  // host boundaries: nothing to open

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "model/model_file.h"
@@ -15,8 +16,11 @@ struct CpuStageConfig {
   int32_t block_size = 16;
   DType kv_type = DType::F16;  // F16 or F32
   uint64_t kv_memory = 0;      // bytes of KV this stage may hold
-  int threads = 1;
+  int threads = 1;             // the most threads a kernel call uses
   int64_t max_tokens = 0;  // the plan's tokens per batch
+  // Threads for each kernel call, asked at the call (stages/core_share.h);
+  // empty: always `threads`. Called from the stage's thread only.
+  std::function<int()> width;
 };
 
 // The slice's capacity is kv_memory / KV bytes per block of its layers;

@@ -74,6 +74,10 @@ class SliceExecutor {
                 int64_t max_tokens);
   ~SliceExecutor();
 
+  // The per-call width rule of the executor's thread pool
+  // (kernels/cpu/thread_pool.h); w.ctx must outlive the executor.
+  void set_pool_width(cpu::PoolWidth w) { pool_->set_width(w); }
+
   // hidden_in:  [n_tokens, hidden] f32 — ignored by the head (it embeds tokens).
   // hidden_out: [n_tokens, hidden] f32 — written by every stage but the tail.
   // logits:     [rows with want_logits, vocab] f32 — written by the tail only, in row order;

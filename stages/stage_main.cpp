@@ -22,10 +22,12 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "base/cores.h"
 #include "base/log.h"
 #include "kernels/cpu/simd.h"
 #include "stages/agent.h"
 #include "stages/backend.h"
+#include "stages/core_share.h"
 #include "stages/cpu_backend.h"
 #include "stages/cuda_plugin.h"
 #include "stages/stage.h"
@@ -86,6 +88,13 @@ std::unique_ptr<StageBackend> build_backend(ipc::Segment& seg, int stage) {
   cfg.kv_memory = p.kv_memory;
   cfg.threads = plan.threads;
   cfg.max_tokens = p.dims.max_tokens;
+  // The CPU stages share this machine's cores by need (stages/core_share.h).
+  std::vector<int> threads(size_t(p.n_stages), 0);
+  for (int i = 0; i < p.n_stages; ++i)
+    if (cuda_ordinal(p.stages[i].device) < 0) threads[size_t(i)] = p.stages[i].threads;
+  cfg.width = [share = CoreShare(seg, stage, available_cores(), std::move(threads))] {
+    return share.width();
+  };
   return make_cpu_backend(std::move(model), cfg);
 }
 

@@ -115,10 +115,11 @@ json cost_json(const StageCost& c) {
 }
 
 json stage_json(const StageReport& s) {
-  return {{"index", s.index},   {"layers", layers_text(s)}, {"device", s.device},
-          {"simd", s.simd},     {"busy_s", s.busy_s},       {"starved_s", s.starved_s},
-          {"blocked_s", s.blocked_s}, {"state", s.state},   {"state_s", s.state_s},
-          {"batches", s.batches},     {"tokens", s.tokens}, {"cost", cost_json(s.cost)}};
+  return {{"index", s.index},         {"layers", layers_text(s)}, {"device", s.device},
+          {"simd", s.simd},           {"busy_s", s.busy_s},       {"starved_s", s.starved_s},
+          {"blocked_s", s.blocked_s}, {"state", s.state},         {"state_s", s.state_s},
+          {"batches", s.batches},     {"tokens", s.tokens},       {"cost", cost_json(s.cost)},
+          {"handoff_s", s.handoff_s}, {"handoffs", s.handoffs}};
 }
 
 json latency_json(const Histogram& h) {
@@ -154,6 +155,11 @@ void stage_series(std::string& out, const RingReport& ring) {
          [](const StageReport& s) { return s.batches; });
   series("kvasir_stage_tokens_total", "Tokens a stage ran",
          [](const StageReport& s) { return s.tokens; });
+  series("kvasir_stage_handoff_seconds_total",
+         "Time from a batch being ready for a stage to the stage holding it",
+         [](const StageReport& s) { return s.handoff_s; });
+  series("kvasir_stage_handoffs_total", "Batches whose handoff was timed",
+         [](const StageReport& s) { return s.handoffs; });
 }
 
 }  // namespace
@@ -162,7 +168,9 @@ json ApiService::Impl::stats_json() {
   const RingReport ring = engine.ring_report();
   json stages = json::array();
   for (const StageReport& s : ring.stages) stages.push_back(stage_json(s));
-  json body = {{"inflight", ring.inflight}, {"stages", std::move(stages)}};
+  json body = {{"inflight", ring.inflight},
+               {"stages", std::move(stages)},
+               {"ring_return", {{"seconds", ring.return_s}, {"results", ring.returns}}}};
   body["model"] = ctx.model_name;
   if (!ctx.plan.is_null()) body["plan"] = ctx.plan;
   body["ready"] = engine.ready();

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "base/check.h"
+#include "base/cores.h"
 #include "base/log.h"
 
 namespace kvasir {
@@ -275,7 +276,10 @@ StageCfg parse_stage(const toml::node& n, const std::string& f) {
     parse_layers(*layers->value<std::string_view>(), f + ".layers", st);
   }
   st.device = get_str(*t, "device", f + ".device", "cpu");
-  st.threads = get_int(*t, "threads", f + ".threads", 1, 0, 1024);
+  // 0: every core this process may run on; the CPU stages share them by
+  // need (stages/core_share.h), so each may hold all of them.
+  st.threads = get_int(*t, "threads", f + ".threads", 0, 0, 1024);
+  if (st.threads == 0) st.threads = std::min(available_cores(), 1024);
   return st;
 }
 

@@ -222,6 +222,8 @@ void Bridge::publish_stats() {
 RingReport Bridge::ring_report() const {
   RingReport r;
   r.inflight = int32_t(seg_.dims().inflight);
+  r.return_s = double(return_ns_.load()) / 1e9;
+  r.returns = returns_.load();
   const ipc::SegmentParams& p = seg_.params();
   std::vector<StageCost> cost;
   {
@@ -248,6 +250,8 @@ RingReport Bridge::ring_report() const {
     one.batches = sh.stats.batches.load();
     one.tokens = sh.stats.tokens.load();
     one.refused = sh.stats.refused.load();
+    one.handoff_s = double(sh.stats.handoff_ns.load()) / 1e9;
+    one.handoffs = sh.stats.handoffs.load();
     if (size_t(s) < cost.size()) one.cost = cost[size_t(s)];
     r.stages.push_back(std::move(one));
   }
@@ -280,6 +284,7 @@ bool Bridge::submit_batch() {
   slot_it->batch_id = batch_id;
   slot_it->out = std::move(out);
   slot_it->submit_ns = ipc::now_ns();
+  m.sent_ns = slot_it->submit_ns;
   // Never full: at most `inflight` batches exist and the ring holds that many.
   return seg_.ring(0).push(m, [&] { return stopping_.load(); });
 }
@@ -324,6 +329,11 @@ bool Bridge::read_results() {
   ipc::Ring& ring = seg_.ring(seg_.n_stages());
   while (ring.try_pop(m)) {
     any = true;
+    const int64_t now = ipc::now_ns();
+    if (m.sent_ns > 0 && m.sent_ns <= now && now - m.sent_ns < 60'000'000'000) {
+      return_ns_.fetch_add(uint64_t(now - m.sent_ns), std::memory_order_relaxed);
+      returns_.fetch_add(1, std::memory_order_relaxed);
+    }
     if (!accept(m)) continue;
     Slot& slot = slots_[m.slot];
     BatchResult result = decode(m, slot);
@@ -481,13 +491,14 @@ void Bridge::loop() {
       continue;
     }
     bool progress = read_results();
-    publish_stats();
     // While recovering nothing enters the ring: the drain check needs it
     // quiet, and the restarted stage is not ready. Requests wait meanwhile.
+    // The next batch goes in before the stats are published: a single
+    // stream's tokens wait on this path.
     bool submitted = false;
     if (!recovering_)
       while (submit_batch()) submitted = true;
-    if (submitted) publish_stats();
+    publish_stats();
     // Recovering: re-check the drain soon (stages ring no bell for it).
     if (!progress && !submitted) bell.wait(seen, recovering_ ? 10'000'000 : 100'000'000);
   }

@@ -133,6 +133,8 @@ class Bridge : public Engine {
   std::string failure_;
   std::atomic<bool> failed_{false}, stopping_{false};
   std::atomic<uint64_t> refused_results_{0}, stale_results_{0};
+  // The tail-to-bridge hop (RingReport::return_s): ns summed, results timed.
+  std::atomic<uint64_t> return_ns_{0}, returns_{0};
   std::thread thread_;
 };
 

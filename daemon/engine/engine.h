@@ -160,10 +160,19 @@ struct StageReport {
   // a CPU stage's SIMD summary ("cpu:avx512_vnni amx:no q4_1/decode:avx2
   // ..."), a GPU stage's device; "" until the stage has said.
   std::string simd;
+  // Handoffs into the stage (ipc StageStats::handoff_ns): from the later of
+  // the upstream push and the stage being free, to the stage holding the
+  // batch. handoff_s over handoffs is the ring's own latency per hop.
+  double handoff_s = 0;
+  uint64_t handoffs = 0;
 };
 
 struct RingReport {
   int32_t inflight = 0;  // micro-batches the ring holds at once
+  // The last hop, tail to bridge: from the tail's push to the bridge's read
+  // of each result (including any time the bridge spent on other work).
+  double return_s = 0;
+  uint64_t returns = 0;
   std::vector<StageReport> stages;
 };
 

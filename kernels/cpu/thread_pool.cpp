@@ -1,5 +1,6 @@
 #include "kernels/cpu/thread_pool.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -49,9 +50,14 @@ ThreadPool::~ThreadPool() {
   for (auto& t : threads_) t.join();
 }
 
-void ThreadPool::run_chunk(int index) {
-  const int64_t begin = n_ * index / n_threads_;
-  const int64_t end = n_ * (index + 1) / n_threads_;
+int ThreadPool::width() const {
+  if (!width_.fn) return n_threads_;
+  return std::clamp(width_.fn(width_.ctx), 1, n_threads_);
+}
+
+void ThreadPool::run_chunk(int index, int width) {
+  const int64_t begin = n_ * index / width;
+  const int64_t end = n_ * (index + 1) / width;
   if (begin >= end) return;
   try {
     call_(ctx_, begin, end, index);
@@ -68,19 +74,25 @@ void ThreadPool::run(int64_t n, Call call, const void* ctx) {
     return;
   }
   std::lock_guard call_lk(call_mu_);
+  const int w = width();
+  if (w == 1) {
+    call(ctx, 0, n, 0);
+    return;
+  }
   call_ = call;
   ctx_ = ctx;
   n_ = n;
   error_ = nullptr;
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  pending_.store(w - 1, std::memory_order_relaxed);
   {
     std::lock_guard lk(mu_);
-    generation_.fetch_add(1, std::memory_order_release);
+    const uint64_t next = ((job_.load(std::memory_order_relaxed) >> 16) + 1) << 16;
+    job_.store(next | uint64_t(w), std::memory_order_release);
   }
   wake_.notify_all();
 
   t_in_pool = true;
-  run_chunk(0);
+  run_chunk(0, w);
   t_in_pool = false;
 
   auto all_done = [this] { return pending_.load(std::memory_order_acquire) == 0; };
@@ -97,18 +109,25 @@ void ThreadPool::run(int64_t n, Call call, const void* ctx) {
 void ThreadPool::worker(int index) {
   t_in_pool = true;
   uint64_t seen = 0;
+  bool took_part = true;  // spin for the next job only after working on one
   for (;;) {
     auto ready = [&] {
-      return stop_.load(std::memory_order_acquire) ||
-             generation_.load(std::memory_order_acquire) != seen;
+      return stop_.load(std::memory_order_acquire) || job_.load(std::memory_order_acquire) != seen;
     };
-    if (!spin_until(spin_us_, ready)) {
+    if (!took_part || !spin_until(spin_us_, ready)) {
       std::unique_lock lk(mu_);
       wake_.wait(lk, ready);
     }
     if (stop_.load(std::memory_order_acquire)) return;
-    seen = generation_.load(std::memory_order_acquire);
-    run_chunk(index);
+    seen = job_.load(std::memory_order_acquire);
+    // A job narrower than this thread's index runs without it: it neither
+    // works nor counts, and sleeps (no spinning on a core another stage
+    // may want). The job cannot end before its takers are done, so the
+    // word read here is the job those takers work on.
+    const int w = int(seen & 0xffff);
+    took_part = index < w;
+    if (!took_part) continue;
+    run_chunk(index, w);
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard lk(mu_);
       done_.notify_one();

@@ -11,6 +11,13 @@
 // every other chunk still finishes, and it is rethrown on the caller.
 // parallel_for called from inside a task runs inline (no deadlock); calls
 // from several outside threads are serialised.
+//
+// The width of a call — how many of the threads take part — may be decided
+// per call by a PoolWidth (set_width): the CPU stages of one instance share
+// the machine's cores by need (stages/core_share.h), so a stage holding the
+// only batch in the ring uses every core and two busy stages use half each
+// instead of oversubscribing them. Threads left out of a call do not spin;
+// they sleep until a call needs them.
 #pragma once
 
 #include <atomic>
@@ -25,6 +32,13 @@
 
 namespace kvasir::cpu {
 
+// How many threads a call may use, asked at each call: fn(ctx), clamped to
+// [1, size()]. No fn: all of them.
+struct PoolWidth {
+  int (*fn)(const void* ctx) = nullptr;
+  const void* ctx = nullptr;
+};
+
 class ThreadPool {
  public:
   // n_threads >= 1 (the caller counts as one). spin_us: how long an idle
@@ -34,10 +48,18 @@ class ThreadPool {
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
+  // The most threads a call uses (the caller counts as one).
   int size() const { return n_threads_; }
 
-  // Calls fn(begin, end, thread_index) on disjoint chunks covering [0, n);
-  // returns when all are done. fn is any callable (lambda, std::function).
+  // Sets the per-call width rule; call before the pool is shared (not
+  // concurrently with parallel_for). w.fn must be cheap and thread-safe.
+  void set_width(PoolWidth w) { width_ = w; }
+
+  // The width the next call would get now.
+  int width() const;
+
+  // Calls fn(begin, end, thread_index) on disjoint chunks covering [0, n),
+  // thread_index < width(); returns when all are done. fn is any callable (lambda, std::function).
   template <class F>
   void parallel_for(int64_t n, F&& fn) {
     using Fn = std::remove_reference_t<F>;
@@ -53,16 +75,19 @@ class ThreadPool {
   using Call = void (*)(const void* ctx, int64_t begin, int64_t end, int thread);
 
   void run(int64_t n, Call call, const void* ctx);
-  void run_chunk(int index);
+  void run_chunk(int index, int width);
   void worker(int index);
 
   int n_threads_;
   int spin_us_;
+  PoolWidth width_;
   std::vector<std::thread> threads_;
   std::mutex call_mu_;  // serialises outside callers
   std::mutex mu_;       // guards sleeping and waking
   std::condition_variable wake_, done_;
-  std::atomic<uint64_t> generation_{0};
+  // The current job's number << 16 | its width: one word, so a worker that
+  // reads it knows at once whether it takes part in that job.
+  std::atomic<uint64_t> job_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
   // The current job; written by the caller before generation_ moves.

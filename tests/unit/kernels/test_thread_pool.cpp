@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <stdexcept>
@@ -115,6 +116,54 @@ TEST(ThreadPool, AcceptsStdFunction) {
   };
   pool.parallel_for(9, fn);
   EXPECT_EQ(n.load(), 9);
+}
+
+// The width rule is asked at every call, its answer clamped to [1, size()]:
+// each call covers [0, n) once with thread indices below that width, and
+// the threads left out do no work.
+TEST(ThreadPool, WidthIsDecidedPerCall) {
+  ThreadPool pool(4, /*spin_us=*/20);
+  std::atomic<int> want{4};
+  pool.set_width(
+      {[](const void* c) { return static_cast<const std::atomic<int>*>(c)->load(); }, &want});
+  for (int it = 0; it < 400; ++it) {
+    const int w = (it * 7) % 6 - 1;  // -1..4: out of range clamps
+    want.store(w);
+    const int expect = std::clamp(w, 1, 4);
+    EXPECT_EQ(pool.width(), expect);
+    const int64_t n = 1 + it % 37;
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    std::atomic<int> max_t{0};
+    std::vector<std::atomic<int>> by_thread(4);
+    pool.parallel_for(n, [&](int64_t b, int64_t e, int t) {
+      int m = max_t.load();
+      while (t > m && !max_t.compare_exchange_weak(m, t)) {
+      }
+      by_thread[size_t(t)] += int(e - b);
+      for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+    });
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << it;
+    ASSERT_LT(max_t.load(), expect) << it;
+    // Every taker gets its even share: n split over `expect` chunks.
+    if (n >= expect) {
+      for (int t = 0; t < expect; ++t) ASSERT_GT(by_thread[size_t(t)].load(), 0) << it << " " << t;
+    }
+  }
+}
+
+// A width of one runs on the caller alone, like a pool of one.
+TEST(ThreadPool, WidthOneRunsInline) {
+  ThreadPool pool(3);
+  pool.set_width({[](const void*) { return 1; }, nullptr});
+  const auto me = std::this_thread::get_id();
+  int calls = 0;
+  pool.parallel_for(50, [&](int64_t b, int64_t e, int t) {
+    EXPECT_EQ(std::this_thread::get_id(), me);
+    EXPECT_EQ(e - b, 50);
+    EXPECT_EQ(t, 0);
+    ++calls;
+  });
+  EXPECT_EQ(calls, 1);
 }
 
 TEST(ThreadPool, RejectsBadSize) {

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "base/check.h"
+#include "base/cores.h"
 #include "daemon/config/config.h"
 
 namespace kvasir {
@@ -75,6 +76,11 @@ TEST(Config, GoodFileParsesWithDefaultsAndResolvedPaths) {
   EXPECT_EQ(c.plan.stages[1].first, 15);
   EXPECT_EQ(c.plan.stages[1].last, 29);
   EXPECT_EQ(c.plan.stages[1].threads, 2);
+  // 0, or no key: every core this process may run on (shared by need).
+  const Config all = parse_config(replace(kGood, "threads = 2", "threads = 0"), "/base");
+  EXPECT_EQ(all.plan.stages[1].threads, available_cores());
+  const Config dflt = parse_config(replace(kGood, "threads = 2\n", ""), "/base");
+  EXPECT_EQ(dflt.plan.stages[1].threads, available_cores());
   EXPECT_EQ(c.plan.inflight(), 2);
   EXPECT_EQ(c.kv.memory, 512ull << 20);
   EXPECT_EQ(c.kv.dtype, "f16");
@@ -184,7 +190,9 @@ TEST(Config, ZeroWidthsRefused) {
     auto m = refusal(t);
     EXPECT_NE(m.find(std::string("plan.") + key), std::string::npos) << m;
   }
-  auto m = refusal(replace(kGood, "threads = 2", "threads = 0"));
+  auto m = refusal(replace(kGood, "threads = 2", "threads = -1"));
+  EXPECT_NE(m.find("stages[1].threads"), std::string::npos) << m;
+  m = refusal(replace(kGood, "threads = 2", "threads = 1025"));
   EXPECT_NE(m.find("stages[1].threads"), std::string::npos) << m;
   m = refusal(replace(kGood, "block_size = 16", "block_size = 0"));
   EXPECT_NE(m.find("kv.block_size"), std::string::npos) << m;

@@ -136,7 +136,15 @@ void run_many(int S, int inflight) {
     EXPECT_EQ(s.refused, 0u);
     // The text each stage published after its batches, read from the segment.
     EXPECT_EQ(s.simd, "cpu:avx2 amx:no q4_1/decode:avx2 s" + std::to_string(s.index));
+    // Every batch's handoff into the stage was timed (its producer stamped
+    // the message), and a handoff is a wake-up, not a wait behind a batch.
+    EXPECT_EQ(s.handoffs, s.batches);
+    EXPECT_GT(s.handoff_s, 0.0);
+    EXPECT_LT(s.handoff_s / double(s.handoffs), 0.5);
   }
+  const RingReport ring_now = engine.ring_report();
+  EXPECT_EQ(ring_now.returns, ring_now.stages.back().batches);
+  EXPECT_GT(ring_now.return_s, 0.0);
   EXPECT_EQ(engine.refused_results(), 0u);
 }
 
