@@ -248,6 +248,10 @@ RingReport Bridge::ring_report() const {
     one.batches = sh.stats.batches.load();
     one.tokens = sh.stats.tokens.load();
     one.refused = sh.stats.refused.load();
+    ipc::ExpertLoad load = ipc::read_stage_experts(sh);
+    one.n_experts = load.n_experts;
+    one.experts_per_slot = load.per_slot;
+    one.routed = std::move(load.routed);
     if (size_t(s) < cost.size()) one.cost = cost[size_t(s)];
     r.stages.push_back(std::move(one));
   }
