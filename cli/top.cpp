@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <functional>
 
+#include "base/expert_load.h"
 #include "cli/diagnose.h"
 
 namespace kvasir::cli {
@@ -63,8 +64,52 @@ StageView stage_view(const json& s, const json* p) {
   st.cost_fixed_ms = num(cost, "fixed_ms");
   st.cost_per_token_ms = num(cost, "per_token_ms");
   st.cost_per_sample_ms = num(cost, "per_sample_ms");
+  st.experts = expert_view(s, p);
   return st;
 }
+
+// "17" or, for a folded counter, the range it covers ("34-35").
+std::string expert_label(const ExpertView& v, size_t slot) {
+  const int first = int(slot) * v.per_slot;
+  const int last = std::min(first + v.per_slot, v.n_experts) - 1;
+  return first == last ? fmt::format("{}", first) : fmt::format("{}-{}", first, last);
+}
+
+// The counters of one snapshot's experts object, or empty when it has
+// none or they do not fit n slots.
+std::vector<uint64_t> routed_of(const json& experts, size_t n) {
+  auto it = experts.find("routed");
+  if (it == experts.end() || !it->is_array() || it->size() != n) return {};
+  std::vector<uint64_t> out;
+  for (const json& c : *it) out.push_back(c.is_number() ? c.get<uint64_t>() : 0);
+  return out;
+}
+
+}  // namespace
+
+ExpertView expert_view(const json& now, const json* prev) {
+  ExpertView v;
+  const json& e = sub(now, "experts");
+  v.n_experts = int(num(e, "n_experts"));
+  if (v.n_experts <= 0) return v;
+  v.per_slot = std::max(1, int(num(e, "experts_per_slot")));
+  std::vector<uint64_t> d = routed_of(e, size_t((v.n_experts + v.per_slot - 1) / v.per_slot));
+  const std::vector<uint64_t> p = prev ? routed_of(sub(*prev, "experts"), d.size()) : d;
+  if (prev && p.size() == d.size())  // else (a first or odd snapshot): since start
+    for (size_t i = 0; i < d.size(); ++i) d[i] = d[i] >= p[i] ? d[i] - p[i] : 0;
+  for (uint64_t c : d) v.routed += c;
+  v.imbalance = expert_imbalance(d);
+  std::vector<size_t> order(d.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  const size_t k = std::min<size_t>(3, order.size());
+  std::partial_sort(order.begin(), order.begin() + ptrdiff_t(k), order.end(),
+                    [&](size_t a, size_t b) { return d[a] > d[b] || (d[a] == d[b] && a < b); });
+  for (size_t j = 0; j < k && v.routed > 0 && d[order[j]] > 0; ++j)
+    v.hottest.emplace_back(expert_label(v, order[j]), double(d[order[j]]) / double(v.routed));
+  return v;
+}
+
+namespace {
 
 PlanView plan_view(const json& now) {
   PlanView p;
@@ -171,6 +216,28 @@ std::string diagnose(const TopView& v) {
   return diagnose_view(v).summary;
 }
 
+namespace {
+// One line per MoE stage under the stage table: the imbalance over the
+// interval and the hottest experts with their share of the routed tokens.
+std::string experts_lines(const TopView& v) {
+  std::string o;
+  for (size_t i = 0; i < v.stages.size(); ++i) {
+    const ExpertView& e = v.stages[i].experts;
+    if (e.n_experts <= 0) continue;
+    o += fmt::format("{:<6} experts: ", i);
+    if (e.routed == 0) {
+      o += fmt::format("{} experts, none routed in the interval\n", e.n_experts);
+      continue;
+    }
+    o += fmt::format("imbalance {:.2f} (max/mean), hottest", e.imbalance);
+    for (const auto& [label, share] : e.hottest)
+      o += fmt::format(" {}:{:.0f}%", label, share * 100);
+    o += "\n";
+  }
+  return o;
+}
+}  // namespace
+
 std::string render(const TopView& v) {
   std::string o = fmt::format("kvasir top — {}  [{}]\n\n", v.model, v.ready ? "ready" : "loading");
   o += fmt::format("{:<6} {:<10} {:<8} {:<8} {:>7} {:>8} {:>8} {:>10} {:>10} {:>9} {:>6} {:>10}\n",
@@ -185,6 +252,7 @@ std::string render(const TopView& v) {
         s.batches_per_s, s.tokens_per_s, s.ms_per_batch, s.step_share * 100,
         s.handoff_us >= 0 ? fmt::format("{:.0f}", s.handoff_us) : std::string("-"));
   }
+  o += experts_lines(v);
   int64_t used = v.blocks_total - v.blocks_free;
   o += fmt::format("\nring: {} micro-batches in flight at most", v.inflight);
   if (v.plan.known)

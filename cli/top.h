@@ -15,6 +15,17 @@
 
 namespace kvasir::cli {
 
+// A MoE stage's expert load over the interval (the differences of the
+// stats' cumulative `experts.routed`; since start on the first snapshot).
+struct ExpertView {
+  int n_experts = 0;     // 0: a dense stage (no experts line)
+  int per_slot = 1;      // consecutive experts per counter (more than 256 are folded)
+  uint64_t routed = 0;   // (token, choice) pairs routed in the interval
+  double imbalance = 0;  // max / mean over every expert (zeros included); 0: nothing routed
+  // The three hottest experts (or folded ranges, "34-35"), share of `routed`.
+  std::vector<std::pair<std::string, double>> hottest;
+};
+
 struct StageView {
   std::string layers, device;
   std::string state;                          // busy, starved, blocked, down (now)
@@ -30,6 +41,7 @@ struct StageView {
   // The cost model (docs/scheduler.md): ms per batch = fixed + per_token · tokens + ...
   double cost_fixed_ms = 0, cost_per_token_ms = 0, cost_per_sample_ms = 0;
   int first_layer = 0, last_layer = 0;
+  ExpertView experts;
 };
 
 // The plan and scheduler settings the daemon reports ("plan" in the stats).
@@ -73,6 +85,9 @@ struct TopView {
   int64_t blocks_cached = 0, blocks_evictable = 0;
 };
 
+// One stage's expert load from its stats (`now`) and the previous
+// snapshot's (`prev`, may be null).
+ExpertView expert_view(const nlohmann::json& now, const nlohmann::json* prev);
 // `prev` may be null (first snapshot: shares from totals since start).
 TopView make_view(const nlohmann::json& now, const nlohmann::json* prev, double interval_s);
 // One line: the bottleneck and the setting to change (diagnose_view's summary).

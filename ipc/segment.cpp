@@ -105,6 +105,44 @@ std::string read_stage_simd(const StageShared& st) {
   return text;
 }
 
+// ---- the stages' expert load (the stage writes, anyone reads) ----------------
+
+namespace {
+// The most experts a model may have (model/config.h, kMaxExperts); a count
+// past it in the segment is another process's bad write, read as none.
+constexpr int32_t kMaxExpertsCounted = 1024;
+}  // namespace
+
+void set_stage_experts(StageShared& st, int32_t n_experts) {
+  KV_CHECK(n_experts >= 0 && n_experts <= kMaxExpertsCounted, "{} experts: 0..{} are shown",
+           n_experts, kMaxExpertsCounted);
+  st.n_experts.store(n_experts, std::memory_order_release);
+}
+
+void add_stage_routed(StageShared& st, std::span<const uint64_t> per_expert) {
+  if (per_expert.empty()) return;
+  const int32_t n = st.n_experts.load(std::memory_order_relaxed);
+  KV_CHECK(int64_t(per_expert.size()) == int64_t(n), "{} expert counts for {} experts",
+           per_expert.size(), n);
+  const int32_t per = experts_per_slot(n);
+  uint64_t slots[kMaxExpertsShown] = {};
+  for (size_t e = 0; e < per_expert.size(); ++e) slots[e / size_t(per)] += per_expert[e];
+  for (int32_t i = 0; i < expert_slots(n); ++i)
+    if (slots[i]) st.routed[i].fetch_add(slots[i], std::memory_order_relaxed);
+}
+
+ExpertLoad read_stage_experts(const StageShared& st) {
+  ExpertLoad l;
+  const int32_t n = st.n_experts.load(std::memory_order_acquire);
+  if (n <= 0 || n > kMaxExpertsCounted) return l;
+  l.n_experts = n;
+  l.per_slot = experts_per_slot(n);
+  l.routed.resize(size_t(expert_slots(n)));
+  for (size_t i = 0; i < l.routed.size(); ++i)
+    l.routed[i] = st.routed[i].load(std::memory_order_relaxed);
+  return l;
+}
+
 // ---- the stages' accounting (a seqlock per stage; the stage writes) ----------
 
 namespace {

@@ -16,9 +16,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "base/expert_load.h"
 #include "ipc/batch.h"
 #include "ipc/cuda_boundary.h"
 #include "ipc/futex.h"
@@ -36,8 +39,9 @@ constexpr uint32_t kSegMagic = 0x5253564B;  // "KVSR" little-endian
 // 4: each stage's phase and since when, under a seqlock (StageShared);
 // 5: the grammar table (ipc/grammar_table.h); 6: the GPU stages' [cuda]
 // settings in the plan; 7: each stage's kernels text (StageShared::simd_text);
-// 8: each stage's handoff time (StageStats::handoff_ns).
-constexpr uint32_t kSegVersion = 8;
+// 8: each stage's handoff time (StageStats::handoff_ns); 9: each MoE stage's
+// tokens routed per expert (StageShared::routed).
+constexpr uint32_t kSegVersion = 9;
 constexpr int kMaxStages = 16;
 static_assert(kMaxStageTimes == kMaxStages, "a result slot times every stage");
 
@@ -137,6 +141,15 @@ struct alignas(64) StageShared {
   // atomics, never a torn or undefined text.
   std::atomic<uint32_t> simd_seq{0};
   std::atomic<uint64_t> simd_text[kStageSimdBytes / 8] = {};
+  // Expert load (docs/model-formats.md, "Expert load"): a MoE stage's
+  // experts (0: a dense model's stage, or not said yet) and, since the
+  // instance started, the tokens routed to each, summed over the MoE layers
+  // it holds, in expert_slots(n_experts) slots (base/expert_load.h: more
+  // than kMaxExpertsShown experts are folded). Written by the stage only
+  // (set_stage_experts, add_stage_routed); they go on counting across a
+  // restart of the stage, as `stats` do.
+  std::atomic<int32_t> n_experts{0};
+  std::atomic<uint64_t> routed[kMaxExpertsShown] = {};
 };
 
 // A stage's time as of one instant: the counters plus the running part of
@@ -174,6 +187,23 @@ void write_stage_simd(StageShared& st, std::string_view text);
 // another process's: read up to a NUL within the buffer, anything but
 // printable ASCII replaced by '?'.
 std::string read_stage_simd(const StageShared& st);
+
+// The stage's side of the expert load: its model's expert count, once
+// before it serves (0 for a dense model; above 1024 is refused, as the
+// model's config is). Then after each batch it ran, the batch's tokens
+// routed per expert ([n_experts], empty for a dense stage): one relaxed
+// fetch_add per slot with something routed, folded as expert_slots says.
+void set_stage_experts(StageShared& st, int32_t n_experts);
+void add_stage_routed(StageShared& st, std::span<const uint64_t> per_expert);
+
+// Any reader: the expert count and the routed counters as of now (each
+// counter read once; they are cumulative, so a reader takes differences).
+struct ExpertLoad {
+  int32_t n_experts = 0;         // 0: a dense stage
+  int32_t per_slot = 1;          // experts_per_slot(n_experts)
+  std::vector<uint64_t> routed;  // [expert_slots(n_experts)]
+};
+ExpertLoad read_stage_experts(const StageShared& st);
 
 struct SegmentHeader {
   uint32_t magic = 0;  // written last by the creator

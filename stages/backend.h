@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "stages/forward.h"
 #include "stages/preload.h"
@@ -62,6 +63,14 @@ class StageBackend {
   // on), kDevice / kOutOfMemory for the device.
   virtual void forward(const ForwardBatch& batch, const float* hidden_in, float* hidden_out,
                        float* logits) = 0;
+
+  // The expert load (base/expert_load.h): the model's experts (0 for a
+  // dense model, or a backend that does not count), and the last
+  // successful forward's (token, choice) pairs per expert over the slice's
+  // layers ([n_experts], empty when it does not count). The stage publishes
+  // them (ipc::add_stage_routed); the CUDA backend refuses MoE models.
+  virtual int32_t n_experts() const { return 0; }
+  virtual std::span<const uint64_t> routed() const { return {}; }
 };
 
 }  // namespace kvasir

@@ -42,6 +42,11 @@ class CpuBackend final : public StageBackend {
     exec_->forward(b, in, out, logits);
   }
 
+  int32_t n_experts() const override { return model_->config().n_experts; }
+  std::span<const uint64_t> routed() const override {
+    return exec_ ? exec_->routed() : std::span<const uint64_t>{};
+  }
+
  private:
   std::unique_ptr<ModelFile> model_;
   CpuStageConfig cfg_;

@@ -1,5 +1,6 @@
 #include "stages/forward.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -90,6 +91,7 @@ struct SliceExecutor::Scratch {
   std::vector<float> shared_gate;     // [max_tokens]  shared expert's gate logit
   std::vector<float> shared_out;      // [max_tokens, hidden]
   cpu::MoeScratch moe;
+  std::vector<uint64_t> routed;  // [n_experts]  this batch's (token, choice) pairs per expert
 };
 
 SliceExecutor::SliceExecutor(const ModelFile& model, const SliceSpec& slice, const KvSpec& kv,
@@ -213,10 +215,15 @@ void SliceExecutor::alloc_scratch() {
     s_->expert_weights.resize(T * size_t(c.n_experts_used));
     s_->shared_gate.resize(c.shared_expert_ffn > 0 ? T : 0);
     s_->shared_out.resize(c.shared_expert_ffn > 0 ? T * H : 0);
+    s_->routed.resize(size_t(c.n_experts));
   }
 }
 
 SliceExecutor::~SliceExecutor() = default;
+
+std::span<const uint64_t> SliceExecutor::routed() const {
+  return s_->routed;
+}
 
 void SliceExecutor::run_layer(const Layer& L, const ForwardBatch& b,
                               const std::vector<cpu::AttnRow>& rows, const int32_t* pos, float* x) {
@@ -289,6 +296,7 @@ void SliceExecutor::run_moe(const Moe& m, int64_t T, float* out) {
   cpu::matmul(*m.router, s.xn.data(), T, s.router.data(), pool);  // [T, n_experts]
   cpu::moe_route(cpu::MoeRouteConfig{c.n_experts, c.n_experts_used, c.expert_norm_topk},
                  s.router.data(), T, s.expert_ids.data(), s.expert_weights.data());
+  cpu::moe_count_routed(s.expert_ids.data(), T, c.n_experts_used, c.n_experts, s.routed.data());
   cpu::moe_ffn(m.experts, s.xn.data(), T, c.n_experts_used, s.expert_ids.data(),
                s.expert_weights.data(), out, s.moe, pool);
   if (!m.sh_gate_inp) return;
@@ -304,6 +312,7 @@ void SliceExecutor::forward(const ForwardBatch& b, const float* hidden_in, float
                             float* logits) {
   const ModelConfig& c = cfg_;
   const int64_t H = c.hidden;
+  std::fill(s_->routed.begin(), s_->routed.end(), uint64_t(0));
   KV_CHECK(b.n_rows >= 0 && (b.n_rows == 0 || b.rows != nullptr), "batch: bad row list");
   KV_CHECK(b.n_tokens >= 0 && b.n_tokens <= max_tokens_,
            "batch: {} tokens exceed the plan's max_tokens {}", b.n_tokens, max_tokens_);

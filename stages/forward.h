@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "base/dtype.h"
@@ -85,6 +86,11 @@ class SliceExecutor {
   // Throws kvasir::Error on a malformed batch (token id out of range, too
   // many tokens, a position outside the row's block table, a bad block id).
   void forward(const ForwardBatch& batch, const float* hidden_in, float* hidden_out, float* logits);
+
+  // The last forward's expert load: per expert, the (token, choice) pairs
+  // the router sent it, summed over the slice's layers ([n_experts]; empty
+  // for a dense model). Real tokens only: a batch carries no padding.
+  std::span<const uint64_t> routed() const;
 
   const ModelConfig& config() const { return cfg_; }
   const SliceSpec& slice() const { return slice_; }

@@ -159,6 +159,7 @@ int run_stage(ipc::Segment& seg, int stage) {
   if (n_blocks <= 0) return 0;
   KV_CHECK(n_blocks <= cap, "the daemon asked for {} blocks, this stage holds {}", n_blocks, cap);
   backend->allocate_kv(n_blocks);
+  ipc::set_stage_experts(me, backend->n_experts());
   if (!backend->attach_boundaries()) return 0;
   const ipc::StagePlan& plan = seg.params().stages[stage];
   const std::string device(plan.device, strnlen(plan.device, sizeof plan.device));
@@ -172,6 +173,7 @@ int run_stage(ipc::Segment& seg, int stage) {
   const int rc =
       run_agent(seg, ac, [&](const ForwardBatch& b, const float* in, float* out, float* logits) {
         backend->forward(b, in, out, logits);
+        ipc::add_stage_routed(me, backend->routed());  // a batch that threw counts nothing
       });
   set_status(seg, me, ipc::kStageStopped);
   return rc;

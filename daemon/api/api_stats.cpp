@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/expert_load.h"
 #include "daemon/api/api_internal.h"
 
 namespace kvasir {
@@ -114,12 +115,49 @@ json cost_json(const StageCost& c) {
           {"samples", c.samples}};
 }
 
+// A MoE stage's expert load since start (docs/api.md): the reader takes
+// differences of `routed` for an interval, as it does of busy_s.
+json experts_json(const StageReport& s) {
+  uint64_t total = 0;
+  for (uint64_t c : s.routed) total += c;
+  return {{"n_experts", s.n_experts},
+          {"experts_per_slot", s.experts_per_slot},
+          {"routed", s.routed},
+          {"routed_total", total},
+          {"imbalance", expert_imbalance(s.routed)}};
+}
+
 json stage_json(const StageReport& s) {
-  return {{"index", s.index},         {"layers", layers_text(s)}, {"device", s.device},
-          {"simd", s.simd},           {"busy_s", s.busy_s},       {"starved_s", s.starved_s},
-          {"blocked_s", s.blocked_s}, {"state", s.state},         {"state_s", s.state_s},
-          {"batches", s.batches},     {"tokens", s.tokens},       {"cost", cost_json(s.cost)},
-          {"handoff_s", s.handoff_s}, {"handoffs", s.handoffs}};
+  json j = {{"index", s.index},         {"layers", layers_text(s)}, {"device", s.device},
+            {"simd", s.simd},           {"busy_s", s.busy_s},       {"starved_s", s.starved_s},
+            {"blocked_s", s.blocked_s}, {"state", s.state},         {"state_s", s.state_s},
+            {"batches", s.batches},     {"tokens", s.tokens},       {"cost", cost_json(s.cost)},
+            {"handoff_s", s.handoff_s}, {"handoffs", s.handoffs}};
+  if (s.n_experts > 0) j["experts"] = experts_json(s);
+  return j;
+}
+
+// An expert slot's label: its expert, or the range it folds ("34-35").
+std::string expert_label(const StageReport& s, size_t slot) {
+  const int64_t first = int64_t(slot) * s.experts_per_slot;
+  const int64_t last = std::min<int64_t>(first + s.experts_per_slot, s.n_experts) - 1;
+  return first == last ? fmt::format("{}", first) : fmt::format("{}-{}", first, last);
+}
+
+// Tokens routed per expert, MoE stages only: at most 256 series a stage.
+void expert_series(std::string& out, const RingReport& ring) {
+  bool any = false;
+  for (const StageReport& s : ring.stages) any = any || (s.n_experts > 0 && !s.routed.empty());
+  if (!any) return;
+  out +=
+      "# HELP kvasir_expert_routed_tokens_total Tokens routed to an expert, summed over a "
+      "stage's MoE layers\n# TYPE kvasir_expert_routed_tokens_total counter\n";
+  for (size_t i = 0; i < ring.stages.size(); ++i) {
+    const StageReport& s = ring.stages[i];
+    for (size_t e = 0; e < s.routed.size(); ++e)
+      out += fmt::format("kvasir_expert_routed_tokens_total{{stage=\"{}\",expert=\"{}\"}} {}\n", i,
+                         expert_label(s, e), s.routed[e]);
+  }
 }
 
 json latency_json(const Histogram& h) {
@@ -235,6 +273,7 @@ std::string ApiService::Impl::metrics_text() {
   const RingReport ring = engine.ring_report();
   gauge(out, "kvasir_ring_inflight", "Micro-batches in the ring", ring.inflight);
   stage_series(out, ring);
+  expert_series(out, ring);
   return out;
 }
 

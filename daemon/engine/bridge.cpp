@@ -252,6 +252,10 @@ RingReport Bridge::ring_report() const {
     one.refused = sh.stats.refused.load();
     one.handoff_s = double(sh.stats.handoff_ns.load()) / 1e9;
     one.handoffs = sh.stats.handoffs.load();
+    ipc::ExpertLoad load = ipc::read_stage_experts(sh);
+    one.n_experts = load.n_experts;
+    one.experts_per_slot = load.per_slot;
+    one.routed = std::move(load.routed);
     if (size_t(s) < cost.size()) one.cost = cost[size_t(s)];
     r.stages.push_back(std::move(one));
   }

@@ -160,6 +160,12 @@ struct StageReport {
   // a CPU stage's SIMD summary ("cpu:avx512_vnni amx:no q4_1/decode:avx2
   // ..."), a GPU stage's device; "" until the stage has said.
   std::string simd;
+  // The expert load, as the stage published it (ipc::read_stage_experts):
+  // its model's experts (0: dense), and the tokens routed to each since
+  // start over the MoE layers it holds, experts_per_slot consecutive
+  // experts per entry (base/expert_load.h: 1 up to 256 experts).
+  int32_t n_experts = 0, experts_per_slot = 1;
+  std::vector<uint64_t> routed;
   // Handoffs into the stage (ipc StageStats::handoff_ns): from the later of
   // the upstream push and the stage being free, to the stage holding the
   // batch. handoff_s over handoffs is the ring's own latency per hop.

@@ -45,6 +45,18 @@ void moe_route(const MoeRouteConfig& cfg, const float* logits, int64_t n, int32_
   }
 }
 
+void moe_count_routed(const int32_t* ids, int64_t n, int32_t top_k, int32_t n_experts,
+                      uint64_t* counts) {
+  KV_CHECK(n >= 0 && top_k >= 0, "moe_count_routed: n {}, top_k {}", n, top_k);
+  const int64_t choices = n * top_k;
+  for (int64_t i = 0; i < choices; ++i) {
+    const int32_t e = ids[i];
+    KV_CHECK(e >= 0 && e < n_experts, "moe_count_routed: expert id {} outside [0, {})", e,
+             n_experts);
+    counts[e]++;
+  }
+}
+
 namespace {
 
 void check_experts(const MoeExperts& e) {

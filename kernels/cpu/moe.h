@@ -35,6 +35,13 @@ struct MoeRouteConfig {
 void moe_route(const MoeRouteConfig& cfg, const float* logits, int64_t n, int32_t* ids,
                float* weights);
 
+// counts[e] += the (token, j) choices of ids [n, top_k] (moe_route's) that
+// chose expert e, for e < n_experts: the expert load a stage publishes
+// (base/expert_load.h). Plain adds into the caller's array, once per layer
+// call; throws kvasir::Error on an id outside [0, n_experts).
+void moe_count_routed(const int32_t* ids, int64_t n, int32_t top_k, int32_t n_experts,
+                      uint64_t* counts);
+
 // The experts of one layer that a process holds: experts [first, first +
 // gate.size()) of n_total, each FFN_e(x) = down_e · (silu(gate_e · x) ⊙ up_e · x)
 // with gate_e, up_e: [ffn, hidden] and down_e: [hidden, ffn] (TensorView

@@ -141,6 +141,47 @@ TEST(Top, PrefixCacheHitRateOverTheInterval) {
 }
 
 // The diagnosis names the cause and the one setting to turn (cli/diagnose.h).
+// A MoE stage's expert load over the interval: the differences of the
+// cumulative counters, the imbalance (max / mean over every expert, idle
+// ones included), the three hottest with their share; one line per MoE
+// stage, none for a dense one.
+TEST(Top, ExpertLoadOverTheInterval) {
+  json a = snapshot(10, {0.5, 0.5}), b = snapshot(11, {0.5, 0.5});
+  auto experts = [](std::vector<uint64_t> routed) {
+    return json{{"n_experts", routed.size()}, {"experts_per_slot", 1}, {"routed", routed}};
+  };
+  a["stages"][0]["experts"] = experts({100, 100, 100, 100, 100, 100, 100, 100});
+  // Since: 10 4 1 7 0 0 2 0 → 24 routed, mean 3, max 10.
+  b["stages"][0]["experts"] = experts({110, 104, 101, 107, 100, 100, 102, 100});
+  TopView v = make_view(b, &a, 1.0);
+  const ExpertView& e = v.stages[0].experts;
+  EXPECT_EQ(e.n_experts, 8);
+  EXPECT_EQ(e.routed, 24u);
+  EXPECT_NEAR(e.imbalance, 10.0 / 3.0, 1e-12);
+  ASSERT_EQ(e.hottest.size(), 3u);
+  EXPECT_EQ(e.hottest[0].first, "0");
+  EXPECT_EQ(e.hottest[1].first, "3");
+  EXPECT_EQ(e.hottest[2].first, "1");
+  EXPECT_NEAR(e.hottest[0].second, 10.0 / 24, 1e-12);
+  EXPECT_EQ(v.stages[1].experts.n_experts, 0);  // dense
+  const std::string screen = render(v);
+  EXPECT_NE(screen.find("0      experts: imbalance 3.33 (max/mean), hottest 0:42% 3:29% 1:17%\n"),
+            std::string::npos)
+      << screen;
+  EXPECT_EQ(screen.find("1      experts"), std::string::npos);
+  // The first snapshot: since start (even, 1.00); an idle interval says so.
+  EXPECT_NEAR(make_view(a, nullptr, 1.0).stages[0].experts.imbalance, 1.0, 1e-12);
+  EXPECT_NE(render(make_view(b, &b, 1.0)).find("experts: 8 experts, none routed in the interval"),
+            std::string::npos);
+  // Folded counters (more than 256 experts) are named by their range.
+  json f = snapshot(11, {0.5});
+  f["stages"][0]["experts"] = {{"n_experts", 6}, {"experts_per_slot", 2}, {"routed", {1, 6, 1}}};
+  const ExpertView fe = make_view(f, nullptr, 1.0).stages[0].experts;
+  ASSERT_FALSE(fe.hottest.empty());
+  EXPECT_EQ(fe.hottest[0].first, "2-3");
+  EXPECT_NEAR(fe.imbalance, 6.0 / (8.0 / 3.0), 1e-12);
+}
+
 TEST(Diagnose, NamesTheCauseAndTheKnob) {
   auto diag = [](json now, json prev) { return diagnose_view(make_view(now, &prev, 1.0)); };
   auto is = [](const Diagnosis& d, const char* cause, const char* knob) {

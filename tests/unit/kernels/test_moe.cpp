@@ -171,6 +171,33 @@ TEST(MoeRoute, RefusesBadInput) {
   EXPECT_THROW(moe_route(MoeRouteConfig{4, 2, false}, l.data(), 1, ids.data(), w.data()), Error);
 }
 
+// A routed batch with known ids → per-expert counts, added to what the
+// array held (one call per layer); a bad id is refused.
+TEST(MoeCountRouted, CountsEachChoice) {
+  // 4 tokens, top 2, of 6 experts: expert 0 on every token, 5 once, 2 and 4 never.
+  const std::vector<int32_t> ids{0, 3, 1, 0, 0, 5, 3, 0};
+  std::vector<uint64_t> counts(6, 0);
+  moe_count_routed(ids.data(), 4, 2, 6, counts.data());
+  EXPECT_EQ(counts, (std::vector<uint64_t>{4, 1, 0, 2, 0, 1}));
+  moe_count_routed(ids.data(), 2, 2, 6, counts.data());  // a second layer, two tokens
+  EXPECT_EQ(counts, (std::vector<uint64_t>{6, 2, 0, 3, 0, 1}));
+  moe_count_routed(ids.data(), 0, 2, 6, counts.data());  // no token: nothing
+  EXPECT_EQ(counts, (std::vector<uint64_t>{6, 2, 0, 3, 0, 1}));
+  const std::vector<int32_t> bad{0, 6};
+  EXPECT_THROW(moe_count_routed(bad.data(), 1, 2, 6, counts.data()), Error);
+  // Counted from moe_route's ids: k per token in all.
+  std::vector<float> logits(size_t(9 * 5));
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = float((i * 37) % 11) * 0.3f;
+  std::vector<int32_t> rid(9 * 2);
+  std::vector<float> rw(9 * 2);
+  moe_route(MoeRouteConfig{5, 2, true}, logits.data(), 9, rid.data(), rw.data());
+  std::vector<uint64_t> c5(5, 0);
+  moe_count_routed(rid.data(), 9, 2, 5, c5.data());
+  uint64_t total = 0;
+  for (uint64_t c : c5) total += c;
+  EXPECT_EQ(total, 18u);
+}
+
 // Routings chosen by hand: expert 0 takes every token, expert 5 exactly one,
 // experts 3 and 7 none; then one token alone; then k = E (every expert on
 // every token).

@@ -78,6 +78,9 @@ class RefModel {
     return lg;
   }
 
+  // Per expert, the (token, choice) pairs logits() routed there, all layers.
+  const std::map<int, uint64_t>& routed() const { return routed_; }
+
  private:
   const Mat& get(const std::string& name) {
     auto it = mats_.find(name);
@@ -178,6 +181,7 @@ class RefModel {
       for (size_t e = 0; e < E; ++e)
         if (!taken[e] && (best == E || p[e] > p[best])) best = e;
       taken[best] = true;
+      routed_[int(best)]++;
       chosen.emplace_back(int(best), p[best] / sum);
       total += p[best] / sum;
     }
@@ -214,6 +218,7 @@ class RefModel {
   const ModelConfig& c_;
   Family f_;
   std::map<std::string, Mat> mats_;
+  std::map<int, uint64_t> routed_;
 };
 
 fs::path temp_dir(const std::string& tag) {
@@ -223,8 +228,10 @@ fs::path temp_dir(const std::string& tag) {
   return d;
 }
 
-// Logits of every token of ids through the executor, in prefill chunks.
-std::vector<float> executor_logits(const ModelFile& m, const std::vector<int32_t>& ids, int chunk) {
+// Logits of every token of ids through the executor, in prefill chunks;
+// with `routed`, the executor's expert load of each forward added there.
+std::vector<float> executor_logits(const ModelFile& m, const std::vector<int32_t>& ids, int chunk,
+                                   std::vector<uint64_t>* routed = nullptr) {
   const ModelConfig& c = m.config();
   KvSpec kv;
   kv.block_size = 4;
@@ -239,6 +246,9 @@ std::vector<float> executor_logits(const ModelFile& m, const std::vector<int32_t
     ForwardRow row{int32_t(p), n, table.data(), kv.n_blocks, false};
     ex.forward(ForwardBatch{&row, 1, ids.data() + p, n, true}, nullptr, nullptr,
                out.data() + p * size_t(c.vocab));
+    if (!routed) continue;
+    routed->resize(ex.routed().size());
+    for (size_t e = 0; e < routed->size(); ++e) (*routed)[e] += ex.routed()[e];
   }
   return out;
 }
@@ -378,5 +388,52 @@ TEST(ForwardMoe, AStageTouchesOnlyItsLayersExperts) {
   ASSERT_TRUE(preload_slice(*m, SliceSpec{1, 1, false, false}, pc));
   EXPECT_EQ(total, want);
   EXPECT_EQ(done, want);
+  fs::remove_all(d);
+}
+
+// The expert load a stage publishes (stages/forward.h, routed()): per
+// expert, the (token, choice) pairs the router sent there over the slice's
+// layers in the last forward. Summed over the chunks of a prompt it is the
+// reference's choices counted, tokens × top k × layers in all; a dense
+// model counts nothing, and an empty batch leaves nothing of the last one.
+TEST(ForwardMoe, CountsTheTokensRoutedToEachExpert) {
+  test::TinySpec spec = spec_of("qwen3moe", 7, 3, 40, 0);
+  const fs::path d = temp_dir("routed");
+  test::write_tiny_gguf((d / "m.gguf").string(), spec);
+  auto g = ModelFile::open((d / "m.gguf").string());
+  const auto ids = some_ids(23, spec.vocab);
+  RefModel ref(*g, Family{3, true});
+  ref.logits(ids);
+  std::vector<uint64_t> routed;
+  executor_logits(*g, ids, 5, &routed);
+  ASSERT_EQ(routed.size(), 7u);
+  uint64_t total = 0;
+  for (int e = 0; e < 7; ++e) {
+    const auto it = ref.routed().find(e);
+    EXPECT_EQ(routed[size_t(e)], it == ref.routed().end() ? 0u : it->second) << "expert " << e;
+    total += routed[size_t(e)];
+  }
+  EXPECT_EQ(total, 23u * 3u * 2u);  // tokens × top k × MoE layers
+
+  // One stage of the two: its one layer's choices only.
+  KvSpec kv{4, 4, DType::F32};
+  SliceExecutor head(*g, SliceSpec{0, 0, true, false}, kv, 1, 8);
+  std::vector<int32_t> table{0, 1, 2, 3};
+  std::vector<float> hidden(size_t(8 * spec.hidden));
+  ForwardRow row{0, 8, table.data(), 4, false};
+  head.forward(ForwardBatch{&row, 1, ids.data(), 8, false}, nullptr, hidden.data(), nullptr);
+  total = 0;
+  for (uint64_t c : head.routed()) total += c;
+  EXPECT_EQ(total, 8u * 3u);
+  ForwardBatch empty{nullptr, 0, nullptr, 0, false};
+  head.forward(empty, nullptr, hidden.data(), nullptr);
+  for (uint64_t c : head.routed()) EXPECT_EQ(c, 0u);
+
+  const fs::path dense = d / "dense.gguf";
+  test::write_tiny_gguf(dense.string(), spec_of("qwen3", 0, 0, 0, 0));
+  auto m = ModelFile::open(dense.string());
+  SliceExecutor ex(*m, SliceSpec{0, 0, true, false}, kv, 1, 8);
+  ex.forward(ForwardBatch{&row, 1, ids.data(), 8, false}, nullptr, hidden.data(), nullptr);
+  EXPECT_TRUE(ex.routed().empty());
   fs::remove_all(d);
 }

@@ -47,6 +47,8 @@ class ApiHttpTest : public ::testing::Test {
     engine_.ring.stages = {{0, 0, 14, "cpu", 1.5, 0.25, 0.125, 10, 80, 0, "busy", 0.125, {}},
                            {1, 15, 29, "cpu", 2.5, 0.5, 0.75, 11, 88, 1, "starved", 0.5, {}}};
     engine_.ring.stages[1].simd = "cpu:avx2 amx:no q4_1/decode:avx2";
+    engine_.ring.stages[0].n_experts = 4;  // a MoE stage; stage 1 stays dense
+    engine_.ring.stages[0].routed = {5, 0, 3, 0};
     ApiOptions aopts;
     aopts.api_key = "sekrit";
     api_ = std::make_shared<ApiService>(
@@ -532,6 +534,33 @@ TEST_F(ApiHttpTest, StatsAndMetricsFromTheRingReport) {
            "kvasir_kv_blocks_evictable 5\n",
        })
     EXPECT_NE(m.find(line), std::string::npos) << line << " in\n" << m;
+}
+
+// A MoE stage's expert load: its counters since start and their imbalance
+// in the stats (the dense stage has no `experts`, above), one series per
+// expert in /metrics, MoE stages only.
+TEST_F(ApiHttpTest, ExpertLoadInStatsAndMetrics) {
+  json st = get("/kvasir/v1/stats").j();
+  EXPECT_EQ(st["stages"][0]["experts"], (json{{"n_experts", 4},
+                                              {"experts_per_slot", 1},
+                                              {"routed", {5, 0, 3, 0}},
+                                              {"routed_total", 8},
+                                              {"imbalance", 2.5}}));
+  EXPECT_FALSE(st["stages"][1].contains("experts"));
+  std::string m = get("/metrics").body;
+  for (const char* line : {
+           "# TYPE kvasir_expert_routed_tokens_total counter\n",
+           "kvasir_expert_routed_tokens_total{stage=\"0\",expert=\"0\"} 5\n",
+           "kvasir_expert_routed_tokens_total{stage=\"0\",expert=\"1\"} 0\n",
+           "kvasir_expert_routed_tokens_total{stage=\"0\",expert=\"3\"} 0\n",
+       })
+    EXPECT_NE(m.find(line), std::string::npos) << line << " in\n" << m;
+  EXPECT_EQ(m.find("kvasir_expert_routed_tokens_total{stage=\"1\""), std::string::npos);
+  size_t series = 0;
+  for (size_t at = m.find("kvasir_expert_routed_tokens_total{"); at != std::string::npos;
+       at = m.find("kvasir_expert_routed_tokens_total{", at + 1))
+    ++series;
+  EXPECT_EQ(series, 4u);
 }
 
 TEST_F(ApiHttpTest, BodyOverLimitIs413) {
