@@ -1,5 +1,6 @@
 #include "ipc/segment.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -205,12 +206,21 @@ StageTime read_stage_time(const StageShared& st, int64_t now) {
     t.phase = StagePhase(st.phase.load(std::memory_order_relaxed));
     since = st.phase_since_ns.load(std::memory_order_relaxed);
   };
-  // A writer holds the bracket for a few instructions: a reader retries.
-  // Past the bound (only a writer that died inside it, which end_accounting
-  // then closes) it takes the fields as they are.
+  // A writer holds the bracket for a few instructions: a reader retries,
+  // spinning, then yielding (a writer descheduled inside its bracket on a
+  // busy machine holds it for a time slice). Past 200 ms (only a writer
+  // that died inside it, which end_accounting then closes) it takes the
+  // fields as they are.
   bool consistent = false;
   const bool clock = now <= 0;
-  for (int attempt = 0; attempt < 100000 && !consistent; ++attempt) {
+  int64_t give_up = 0;
+  for (int attempt = 0; !consistent; ++attempt) {
+    if (attempt >= 1000) {
+      const int64_t t = now_ns();
+      if (give_up == 0) give_up = t + 200'000'000;
+      if (t > give_up) break;
+      sched_yield();
+    }
     const uint32_t s1 = st.acct_seq.load(std::memory_order_acquire);
     if (s1 & 1u) continue;
     copy();

@@ -270,7 +270,7 @@ TEST(Batch, MessageChecks) {
   bad.slot = 2;
   EXPECT_NE(check_msg(bad, d, 0).message().find("slot 2"), std::string::npos);
   bad = m;
-  bad.version = 7;
+  bad.version = kMsgVersion - 1;  // an older peer
   EXPECT_EQ(check_msg(bad, d, 0).code(), ErrorCode::kBatchRefused);
   bad = m;
   bad.n_rows = 5;

@@ -47,6 +47,10 @@ class ApiHttpTest : public ::testing::Test {
     engine_.ring.stages = {{0, 0, 14, "cpu", 1.5, 0.25, 0.125, 10, 80, 0, "busy", 0.125, {}},
                            {1, 15, 29, "cpu", 2.5, 0.5, 0.75, 11, 88, 1, "starved", 0.5, {}}};
     engine_.ring.stages[1].simd = "cpu:avx2 amx:no q4_1/decode:avx2";
+    engine_.ring.stages[1].handoff_s = 0.25;
+    engine_.ring.stages[1].handoffs = 11;
+    engine_.ring.return_s = 0.5;
+    engine_.ring.returns = 11;
     engine_.ring.stages[0].n_experts = 4;  // a MoE stage; stage 1 stays dense
     engine_.ring.stages[0].routed = {5, 0, 3, 0};
     ApiOptions aopts;
@@ -509,7 +513,10 @@ TEST_F(ApiHttpTest, StatsAndMetricsFromTheRingReport) {
                                      {"per_sample_ms", 0.0},
                                      {"rms_ms", 0.0},
                                      {"mean_busy_ms", 0.0},
-                                     {"samples", 0}}}}));
+                                     {"samples", 0}}},
+                                   {"handoff_s", 0.25},
+                                   {"handoffs", 11}}));
+  EXPECT_EQ(st["ring_return"], (json{{"seconds", 0.5}, {"results", 11}}));
   for (const char* key : {"model", "ready", "uptime_s", "engine", "latency", "requests"})
     EXPECT_TRUE(st.contains(key)) << key;
   EXPECT_EQ(st["engine"]["prefix_cache"], (json{{"enabled", true},
@@ -526,6 +533,8 @@ TEST_F(ApiHttpTest, StatsAndMetricsFromTheRingReport) {
            "kvasir_stage_blocked_seconds_total{stage=\"1\",layers=\"15-29\",device=\"cpu\"} 0.75\n",
            "kvasir_stage_batches_total{stage=\"0\",layers=\"0-14\",device=\"cpu\"} 10\n",
            "kvasir_stage_tokens_total{stage=\"1\",layers=\"15-29\",device=\"cpu\"} 88\n",
+           "kvasir_stage_handoff_seconds_total{stage=\"1\",layers=\"15-29\",device=\"cpu\"} 0.25\n",
+           "kvasir_stage_handoffs_total{stage=\"1\",layers=\"15-29\",device=\"cpu\"} 11\n",
            "# TYPE kvasir_stage_tokens_total counter\n",
            "kvasir_prefix_cache_queries_total 200\n",
            "kvasir_prefix_cache_hits_total 150\n",
