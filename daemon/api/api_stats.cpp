@@ -65,6 +65,8 @@ json timing_json(const SchedTiming& t) {
           {"mean_rows", t.mean_rows},
           {"mean_tokens", t.mean_tokens},
           {"ring_depth", t.ring_depth},
+          {"aim", t.aim},
+          {"over_target", t.over_target},
           {"prefill_cut", t.prefill_cut},
           {"prefill_aged", t.prefill_aged},
           {"admission_waits", t.admission_waits}};

@@ -128,8 +128,8 @@ void BatchFormer::count_piece(Sequence& s, int32_t n) {
     counts_.aged++;
   else if (n < by_tokens)
     counts_.cut++;
-  if (!prefill_taken_ && n < by_tokens && time_.step_s - cost_.step(shape_) < 0.25 * time_.step_s)
-    s.starved++;
+  const double full = time_.target_step_s > 0 ? time_.target_step_s : time_.step_s;
+  if (!prefill_taken_ && n < by_tokens && full - cost_.step(shape_) < 0.25 * full) s.starved++;
   prefill_taken_ = true;
 }
 

@@ -28,6 +28,11 @@ struct StepBudget {
   double step_s = 0;          // 0: no time budget (tokens only, as without a target)
   int32_t floor_tokens = 16;  // the floor of a prefill the budget has not starved yet
   int32_t aging_steps = 8;    // starved micro-batches per doubling of the floor
+  // The step the target itself allows (target / depth), before the aim
+  // lowers it (docs/scheduler.md, "Aiming below the target"): starvation is
+  // judged against it, so aiming lower does not by itself age the floor.
+  // 0: step_s.
+  double target_step_s = 0;
 };
 
 // What the time budget did, counted over the scheduler's life.

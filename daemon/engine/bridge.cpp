@@ -341,7 +341,9 @@ bool Bridge::read_results() {
     if (!accept(m)) continue;
     Slot& slot = slots_[m.slot];
     BatchResult result = decode(m, slot);
-    result.cycle_s = double(ipc::now_ns() - slot.submit_ns) / 1e9;
+    const int64_t done = ipc::now_ns();
+    result.cycle_s = double(done - slot.submit_ns) / 1e9;
+    result.done_s = double(done) / 1e9;
     slot.busy = false;
     slot.out = {};
     sched_.update(result);

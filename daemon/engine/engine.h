@@ -97,6 +97,11 @@ struct SchedTiming {
   // (recent mean). max(stages, max_inflight) when each stage has a core; more
   // when the stages share cores and take turns. 0: not measured yet.
   double ring_depth = 0;
+  // The time budget's aim: the step budget is target / depth x aim (1 =
+  // at the target), lowered while more than 3% of recent gaps exceed it;
+  // over_target: that recent share (docs/scheduler.md, "Aiming below").
+  double aim = 1;
+  double over_target = 0;
   int64_t prefill_cut = 0;                // prefill pieces the time budget made smaller
   int64_t prefill_aged = 0;               // pieces the aging floor let past the budget
   int64_t admission_waits = 0;  // decisions where a waiting request found no room (KV or seqs)

@@ -222,16 +222,17 @@ StepBudget Scheduler::step_budget() {
     return b;
   }
   if (lim_.itl_target_ms > 0) {
-    b.step_s = lim_.itl_target_ms / 1e3 / depth;
+    b.target_step_s = lim_.itl_target_ms / 1e3 / depth;
   } else {
     BatchShape alone;  // a micro-batch's share of the decodes, no prefill
     const int64_t pos = positions / decoding;
     const int64_t rows =
         std::min<int64_t>((decoding + lim_.inflight - 1) / lim_.inflight, lim_.max_rows);
     for (int64_t r = 0; r < rows; ++r) alone.add_row(pos, 1, true, true);
-    b.step_s = 3 * cost_.step(alone);
+    b.target_step_s = 3 * cost_.step(alone);
   }
-  timing_.itl_target_ms = b.step_s * depth * 1e3;
+  b.step_s = b.target_step_s * aim_;
+  timing_.itl_target_ms = b.target_step_s * depth * 1e3;
   timing_.step_budget_ms = b.step_s * 1e3;
   return b;
 }
@@ -356,7 +357,10 @@ void Scheduler::update(const BatchResult& result) {
   const InFlight batch = std::move(it->second);
   const std::vector<SchedRow>& rows = batch.rows;
   inflight_.erase(it);
-  if (result.status.ok()) observe(batch, result);
+  if (result.status.ok()) {
+    observe(batch, result);
+    learn_aim(batch, result);
+  }
   KV_CHECK(!result.status.ok() || result.rows.size() == rows.size(),
            "scheduler: batch {} has {} rows, its result {}", result.batch, rows.size(),
            result.rows.size());
@@ -465,6 +469,38 @@ void Scheduler::observe(const InFlight& batch, const BatchResult& result) {
     step_mean_ += a * (step - step_mean_);
     t.ring_depth = std::clamp(cycle_mean_ / step_mean_, 1.0, 64.0);
   }
+}
+
+// Aiming below the target (docs/scheduler.md). The budget keeps each
+// micro-batch's *predicted* step at target / depth, so the gaps scatter
+// around the target itself: the cost model's error, the measured depth's
+// and the machine's noise all land on both sides. So the scheduler
+// watches the gaps it produces — each sampled row's time since its
+// previous token, at the instant the bridge read the batch — and aims
+// lower while more than kOverGoal of the recent ones exceed the target,
+// back up slowly while they do not. Only while a time budget is in force.
+void Scheduler::learn_aim(const InFlight& batch, const BatchResult& result) {
+  constexpr double kOverGoal = 0.03, kAimMin = 0.25, kRate = 0.02;  // rate: per gap
+  const bool budget = lim_.policy == Policy::kChunked && lim_.itl_target_ms != 0;
+  const double target_s = timing_.itl_target_ms / 1e3;
+  int samples = 0;
+  for (const SchedRow& r : batch.rows) {
+    if (!r.sample || result.done_s <= 0) continue;
+    Sequence* s = r.seq;
+    if (s->done) continue;
+    if (budget && target_s > 0 && s->last_token_s > 0) {
+      const double gap = result.done_s - s->last_token_s;
+      over_share_ += kRate * ((gap > target_s ? 1.0 : 0.0) - over_share_);
+      samples++;
+    }
+    s->last_token_s = result.done_s;
+  }
+  if (samples == 0) return;
+  // Down by 3% a batch, up by 0.5%: a gap over the target is what the
+  // budget exists to prevent, a step under it costs some prefill speed.
+  aim_ = over_share_ > kOverGoal ? std::max(kAimMin, aim_ * 0.97) : std::min(1.0, aim_ * 1.005);
+  timing_.aim = aim_;
+  timing_.over_target = over_share_;
 }
 
 // ---- a lost stage -------------------------------------------------------------

@@ -107,6 +107,11 @@ struct BatchResult {
   // the gap its decodes saw. Over the step (its slowest stage's busy time)
   // it is the ring's depth as it really is (docs/scheduler.md).
   double cycle_s = 0;
+  // When the bridge read it (seconds on a monotonic clock; 0: unknown): the
+  // instant its rows' tokens were born, so the gap since a row's previous
+  // token is a real inter-token latency (the time budget's aim learns
+  // from those, docs/scheduler.md "Aiming below the target").
+  double done_s = 0;
 };
 
 struct SchedulerStats {
@@ -217,6 +222,12 @@ class Scheduler {
   SchedTiming timing_;
   int64_t depth_samples_ = 0;
   double cycle_mean_ = 0, step_mean_ = 0;  // recent means, seconds (the ring's depth)
+  // The time budget's aim (docs/scheduler.md, "Aiming below the target"):
+  // the step budget is target / depth x aim_, aim_ in [kAimMin, 1], lowered
+  // while more than kOverGoal of the recent gaps exceed the target.
+  double aim_ = 1.0;
+  double over_share_ = 0;  // recent share of gaps over the target (EWMA)
+  void learn_aim(const InFlight& batch, const BatchResult& result);
   int64_t prefix_resets_ = 0;
 };
 

@@ -52,6 +52,9 @@ struct Sequence {
   // lost with a failed batch; it is recomputed once nothing is in flight.
   int32_t n_shared = 0;
   int32_t cached_tokens = -1;
+  // When its last token was born (BatchResult::done_s; 0: none yet, or
+  // unknown): the start of the gap its next token closes.
+  double last_token_s = 0;
   CacheCursor cache;
   bool tainted = false;
   // Parallel sampling: the batch that carried its last prompt position (0:

@@ -237,6 +237,7 @@ struct Sim {
       steps.push_back({shape, step});
       clock_s += step;
       res.cycle_s = cycle_steps * step;
+      if (report_done) res.done_s = clock_s;
     }
     sch.update(res);
   }
@@ -339,6 +340,7 @@ struct Sim {
   std::function<double(int, const BatchShape&)> stage_time;
   int n_stages = 2;
   double cycle_steps = 0;  // each batch's time in the ring, in steps (0: not told)
+  bool report_done = false;  // results carry done_s = the clock (the aim learns from gaps)
   struct Step {
     BatchShape shape;
     double step_s;
