@@ -498,7 +498,14 @@ void Scheduler::learn_aim(const InFlight& batch, const BatchResult& result) {
   if (samples == 0) return;
   // Down by 3% a batch, up by 0.5%: a gap over the target is what the
   // budget exists to prevent, a step under it costs some prefill speed.
-  aim_ = over_share_ > kOverGoal ? std::max(kAimMin, aim_ * 0.97) : std::min(1.0, aim_ * 1.005);
+  // Up only in a batch that carried prefill: between bursts the decodes'
+  // gaps say nothing about what the next prompt's pieces will do to them,
+  // and an aim that drifted back to 1 meanwhile would meet every burst
+  // at the target itself.
+  if (over_share_ > kOverGoal)
+    aim_ = std::max(kAimMin, aim_ * 0.97);
+  else if (batch.shape.prefill_tokens() > 0)
+    aim_ = std::min(1.0, aim_ * 1.005);
   timing_.aim = aim_;
   timing_.over_target = over_share_;
 }
