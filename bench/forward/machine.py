@@ -10,7 +10,11 @@
 - llama_load(...): a Llama plus what ggml says it used (system_info, the
   buffer types its weights were put in: CPU, CPU_REPACK, AMX).
 - next_token(llm): greedy argmax over the last evaluated token's logits.
+- llama_decode(llm, ids, n_gen): llama.cpp's greedy decode rate after `ids`.
+- kvasird(bin, config): a daemon started from a config text (its "{sock}"
+  filled in), ready; yields its socket, stopped on exit.
 """
+import contextlib
 import os
 import re
 import subprocess
@@ -105,3 +109,36 @@ def next_token(llm):
     import numpy as np
     row = np.ctypeslib.as_array(llama_cpp.llama_get_logits(llm.ctx), shape=(llm.n_vocab(),))
     return int(np.argmax(row))
+
+
+def llama_decode(llm, ids, n_gen):
+    """Tokens/s of n_gen - 1 greedy decode steps after evaluating `ids`."""
+    import time
+    llm.reset()
+    llm.eval(ids)
+    tok = next_token(llm)
+    t = time.perf_counter()
+    for _ in range(n_gen - 1):
+        llm.eval([tok])
+        tok = next_token(llm)
+    return (n_gen - 1) / (time.perf_counter() - t)
+
+
+@contextlib.contextmanager
+def kvasird(bin_dir, config):
+    """Start kvasird from `config` (its "{sock}" replaced by a fresh socket
+    path), wait until `kvasir status` says ready, yield the socket path."""
+    d = tempfile.mkdtemp(prefix="kvasir-bench-")
+    sock = os.path.join(d, "k.sock")
+    cfg = os.path.join(d, "k.toml")
+    with open(cfg, "w") as f:
+        f.write(config.replace("{sock}", sock))
+    p = subprocess.Popen([os.path.join(bin_dir, "kvasird"), "--config", cfg],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        subprocess.run([os.path.join(bin_dir, "kvasir"), "status", "--socket", sock, "--wait", "120"],
+                       check=True, capture_output=True)
+        yield sock
+    finally:
+        p.terminate()
+        p.wait()

@@ -55,17 +55,6 @@ def llama_prefill(llm, ids):
     return len(ids) / (time.perf_counter() - t)
 
 
-def llama_decode(llm, ids, n_gen):
-    llm.reset()
-    llm.eval(ids)
-    tok = machine.next_token(llm)
-    t = time.perf_counter()
-    for _ in range(n_gen - 1):
-        llm.eval([tok])
-        tok = machine.next_token(llm)
-    return (n_gen - 1) / (time.perf_counter() - t)
-
-
 def main():
     machine.peer()
     ap = argparse.ArgumentParser()
@@ -88,7 +77,7 @@ def main():
         kp, _ = kvasir(p512, 1, a.threads)
         _, kd = kvasir(p32, 129, a.threads)
         lp = llama_prefill(llm, p512)
-        ld = llama_decode(llm, p32, 129)
+        ld = machine.llama_decode(llm, p32, 129)
         rows.append((kp, lp, kd, ld, bw, bw_cpu))
         print(f"run {r}: prefill kvasir {kp:8.1f} llama.cpp {lp:8.1f} tok/s | "
               f"decode kvasir {kd:7.1f} llama.cpp {ld:7.1f} tok/s | membw triad {bw:.2f} GB/s "

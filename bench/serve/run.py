@@ -19,9 +19,7 @@ import http.client
 import json
 import os
 import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -76,15 +74,8 @@ def complete(sock, prompt, max_tokens, out, i):
 
 
 def kvasir_rate(conc, max_tokens, inflight):
-    d = tempfile.mkdtemp(prefix="kvasir-bench-")
-    sock = os.path.join(d, "k.sock")
-    cfg = os.path.join(d, "k.toml")
-    open(cfg, "w").write(CONFIG.format(model=MODEL, sock=sock, inflight=inflight))
-    p = subprocess.Popen([os.path.join(BIN, "kvasird"), "--config", cfg],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        subprocess.run([os.path.join(BIN, "kvasir"), "status", "--socket", sock, "--wait", "120"],
-                       check=True, capture_output=True)
+    config = CONFIG.format(model=MODEL, sock="{sock}", inflight=inflight)
+    with machine.kvasird(BIN, config) as sock:
         prompts = [f"Request {i}: write a short story about a robot number {i}." for i in range(conc)]
         out = [0] * conc
         t = time.perf_counter()
@@ -93,9 +84,6 @@ def kvasir_rate(conc, max_tokens, inflight):
         [x.start() for x in th]
         [x.join() for x in th]
         return sum(out) / (time.perf_counter() - t)
-    finally:
-        p.terminate()
-        p.wait()
 
 
 def llama_rate(max_tokens, threads):
@@ -104,13 +92,7 @@ def llama_rate(max_tokens, threads):
     print(f"llama.cpp {llama_cpp.__version__}: {sysinfo}")
     print("llama.cpp weights: " + "; ".join(buffers), flush=True)
     ids = llm.tokenize(b"Request 0: write a short story about a robot number 0.", add_bos=False)
-    llm.eval(ids)
-    tok = machine.next_token(llm)
-    t = time.perf_counter()
-    for _ in range(max_tokens - 1):
-        llm.eval([tok])
-        tok = machine.next_token(llm)
-    return (max_tokens - 1) / (time.perf_counter() - t)
+    return machine.llama_decode(llm, ids, max_tokens)
 
 
 def main():

@@ -25,8 +25,6 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "forward"))
@@ -67,37 +65,26 @@ def stats(sock):
 
 def ring_rate(threads, max_tokens, requests):
     """(decode tok/s, [handoff us per stage], return us) of one stream at a time."""
-    d = tempfile.mkdtemp(prefix="kvasir-single-")
-    sock = os.path.join(d, "k.sock")
-    cfg = os.path.join(d, "k.toml")
-    open(cfg, "w").write(CONFIG.format(model=MODEL, sock=sock, threads=threads))
-    p = subprocess.Popen([os.path.join(BIN, "kvasird"), "--config", cfg],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        subprocess.run([os.path.join(BIN, "kvasir"), "status", "--socket", sock, "--wait", "120"],
-                       check=True, capture_output=True)
+    kvasir = os.path.join(BIN, "kvasir")
+    with machine.kvasird(BIN, CONFIG.format(model=MODEL, sock="{sock}", threads=threads)) as sock:
         # One warm-up request: the first touches every page of the weights.
-        subprocess.run([os.path.join(BIN, "kvasir"), "bench", "--socket", sock, "--requests", "1",
-                        "--max-tokens", "8", "--prompt-len", "16", "--progress", "never"],
-                       check=True, capture_output=True)
+        subprocess.run([kvasir, "bench", "--socket", sock, "--requests", "1", "--max-tokens", "8",
+                        "--prompt-len", "16", "--progress", "never"], check=True, capture_output=True)
         s0 = stats(sock)
-        out = subprocess.run([os.path.join(BIN, "kvasir"), "bench", "--socket", sock, "--requests",
-                              str(requests), "--concurrency", "1", "--max-tokens", str(max_tokens),
-                              "--prompt-len", "16", "--json", "--progress", "never"],
+        out = subprocess.run([kvasir, "bench", "--socket", sock, "--requests", str(requests),
+                              "--concurrency", "1", "--max-tokens", str(max_tokens), "--prompt-len",
+                              "16", "--json", "--progress", "never"],
                              check=True, capture_output=True, text=True).stdout
         s1 = stats(sock)
-        itl = json.loads(out)["itl_ms"]["mean"]
-        hand = []
-        for a, b in zip(s0["stages"], s1["stages"]):
-            n = b["handoffs"] - a["handoffs"]
-            hand.append((b["handoff_s"] - a["handoff_s"]) * 1e6 / n if n else float("nan"))
-        r0, r1 = s0["ring_return"], s1["ring_return"]
-        n = r1["results"] - r0["results"]
-        ret = (r1["seconds"] - r0["seconds"]) * 1e6 / n if n else float("nan")
-        return 1000.0 / itl, hand, ret
-    finally:
-        p.terminate()
-        p.wait()
+    itl = json.loads(out)["itl_ms"]["mean"]
+    hand = []
+    for a, b in zip(s0["stages"], s1["stages"]):
+        n = b["handoffs"] - a["handoffs"]
+        hand.append((b["handoff_s"] - a["handoff_s"]) * 1e6 / n if n else float("nan"))
+    r0, r1 = s0["ring_return"], s1["ring_return"]
+    n = r1["results"] - r0["results"]
+    ret = (r1["seconds"] - r0["seconds"]) * 1e6 / n if n else float("nan")
+    return 1000.0 / itl, hand, ret
 
 
 def local_rate(threads, max_tokens):
@@ -109,15 +96,7 @@ def local_rate(threads, max_tokens):
 
 
 def llama_rate(llm, max_tokens):
-    llm.reset()
-    ids = llm.tokenize(PROMPT.encode(), add_bos=False)
-    llm.eval(ids)
-    tok = machine.next_token(llm)
-    t = time.perf_counter()
-    for _ in range(max_tokens - 1):
-        llm.eval([tok])
-        tok = machine.next_token(llm)
-    return (max_tokens - 1) / (time.perf_counter() - t)
+    return machine.llama_decode(llm, llm.tokenize(PROMPT.encode(), add_bos=False), max_tokens)
 
 
 def main():
