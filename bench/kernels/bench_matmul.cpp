@@ -13,7 +13,9 @@
 // turn (rotating the order), each sample a few calls long, timed by the
 // thread's CPU time; per level the median time and the median of the
 // per-round ratios to avx2 (what the dispatch compares), and the level the
-// dispatch picks for that kernel in this process (simd.h).
+// dispatch picks for that kernel in this process (simd.h). mode
+// "attention": only the attention cases (run_attention), which every other
+// run but tiles and levels ends with.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -150,6 +152,59 @@ void run_levels(const Weight& w, int64_t n, double budget) {
   std::printf(" | %d rounds | dispatch: %s\n", rounds, simd_level_name(pick.level));
 }
 
+// Attention at the shapes the serving benchmarks run (9 heads over 3 kv
+// heads, head dim 64, F16 KV, blocks of 16), each timed as one call:
+//   decode 16 x 512      16 rows of one token at context 512, own blocks
+//   decode 8 x 1056 sh   8 rows at context 1056 whose first 64 blocks are
+//                        the same (a shared 1,024-token system prompt)
+//   suffix 32 @ 1024     one row of 32 new tokens after a cached 1,024
+//   prefill 512          one row of 512 tokens from position 0
+void run_attention(ThreadPool& pool, double budget, const std::string& only = "") {
+  struct Case {
+    const char* name;
+    int rows, new_tokens, pos0, shared_blocks;
+  };
+  const Case cases[] = {{"decode 16 x 512", 16, 1, 511, 0},
+                        {"decode 8 x 1056 sh", 8, 1, 1055, 64},
+                        {"suffix 32 @ 1024", 1, 32, 1024, 0},
+                        {"prefill 512", 1, 512, 0, 0}};
+  const int bs = 16, nkv = 3, nh = 9, hd = 64;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (const Case& c : cases) {
+    if (!only.empty() && std::string(c.name).find(only) == std::string::npos) continue;
+    const int ctx = c.pos0 + c.new_tokens;
+    const int per_row = (ctx + bs - 1) / bs;
+    const int n_blocks = c.shared_blocks + c.rows * (per_row - c.shared_blocks);
+    std::vector<uint16_t> k(size_t(n_blocks) * nkv * bs * hd), v(k.size());
+    for (auto& x : k) x = f32_to_fp16(u(rng));
+    for (auto& x : v) x = f32_to_fp16(u(rng));
+    KvLayerView kv{k.data(), v.data(), DType::F16, n_blocks, bs, nkv, hd};
+    std::vector<int32_t> table(size_t(c.rows) * size_t(per_row));
+    int32_t next = c.shared_blocks;
+    for (int r = 0; r < c.rows; ++r)
+      for (int b = 0; b < per_row; ++b)
+        table[size_t(r * per_row + b)] = b < c.shared_blocks ? b : next++;
+    std::vector<AttnRow> rows(size_t(c.rows));
+    for (int r = 0; r < c.rows; ++r) {
+      rows[size_t(r)].pos0 = c.pos0;
+      rows[size_t(r)].n_tokens = c.new_tokens;
+      rows[size_t(r)].block_table = table.data() + r * per_row;
+      rows[size_t(r)].n_table = per_row;
+    }
+    std::vector<float> q(size_t(c.rows) * size_t(c.new_tokens) * nh * hd), out(q.size());
+    for (auto& x : q) x = u(rng);
+    const double sec = seconds_per_call(
+        [&] { paged_attention(kv, rows.data(), c.rows, q.data(), nh, 0.125f, out.data(), &pool); },
+        budget);
+    // Multiply-adds of q.k and p.v over the causal context of every query.
+    double pairs = 0;
+    for (int t = 0; t < c.new_tokens; ++t) pairs += double(c.pos0 + t + 1);
+    const double flop = 4.0 * c.rows * pairs * nh * hd;
+    std::printf("attention %-20s %9.1f us %7.2f GFLOP/s\n", c.name, sec * 1e6, flop / sec * 1e-9);
+  }
+}
+
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
   const double budget = argc > 2 ? std::atof(argv[2]) : 0.2;
@@ -159,6 +214,10 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   std::printf("simd %s, %d thread(s), timed by %s\n", simd_level_name(simd_level()), threads,
               g_cpu_time ? "process CPU time" : "wall clock");
+  if (argc > 4 && std::string(argv[4]) == "attention") {  // attention only (5th: cases named so)
+    run_attention(pool, budget, argc > 5 ? argv[5] : "");
+    return 0;
+  }
   std::printf("%-6s %-14s %3s %10s %9s %9s\n", "type", "rows x cols", "n", "us/call", "GB/s(W)",
               "GFLOP/s");
   struct Shape {
@@ -170,6 +229,7 @@ int main(int argc, char** argv) {
   // ("Q4_0,Q4_1").
   const bool tiles = argc > 4 && std::string(argv[4]) == "tiles";
   const bool levels = argc > 4 && std::string(argv[4]) == "levels";
+
   if (levels)
     std::printf(
         "levels: median us per call and median per-round ratio to avx2 (thread CPU time)\n");
@@ -211,31 +271,6 @@ int main(int argc, char** argv) {
     }
   }
   if (tiles || levels) return 0;
-
-  // Decode attention: 16 rows, each at context 512, 9 heads over 3 kv heads, hd 64, F16.
-  {
-    const int rows_n = 16, ctx = 512, bs = 16, nkv = 3, nh = 9, hd = 64;
-    const int blocks_per = ctx / bs;
-    std::vector<uint16_t> k(size_t(rows_n * blocks_per * nkv * bs * hd), f32_to_fp16(0.1f));
-    std::vector<uint16_t> v(k.size(), f32_to_fp16(0.2f));
-    KvLayerView kv{k.data(), v.data(), DType::F16, rows_n * blocks_per, bs, nkv, hd};
-    std::vector<int32_t> table(size_t(rows_n * blocks_per));
-    for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t(i);
-    std::vector<AttnRow> rows(rows_n);
-    for (int r = 0; r < rows_n; ++r) {
-      rows[size_t(r)].pos0 = ctx - 1;
-      rows[size_t(r)].n_tokens = 1;
-      rows[size_t(r)].block_table = table.data() + r * blocks_per;
-      rows[size_t(r)].n_table = blocks_per;
-    }
-    std::vector<float> q(size_t(rows_n * nh * hd), 0.3f), out(q.size());
-    const double sec = seconds_per_call(
-        [&] { paged_attention(kv, rows.data(), rows_n, q.data(), nh, 0.125f, out.data(), &pool); },
-        budget);
-    const double kv_bytes = 2.0 * rows_n * ctx * nkv * hd * 2;
-    std::printf(
-        "attention decode: %d rows x ctx %d, %d/%d heads, hd %d, F16: %.1f us, %.2f GB/s KV\n",
-        rows_n, ctx, nh, nkv, hd, sec * 1e6, kv_bytes / sec * 1e-9);
-  }
+  run_attention(pool, budget);
   return 0;
 }
