@@ -235,9 +235,8 @@ void SliceExecutor::run_layer(const Layer& L, const ForwardBatch& b,
 
   // Attention block: x += Wo · attn(rope(Wq·n(x)), rope(Wk·n(x)), Wv·n(x))
   cpu::rmsnorm(x, L.attn_norm, c.rms_eps, T, H, s.xn.data());
-  cpu::matmul(*L.wq, s.xn.data(), T, s.q.data(), pool);
-  cpu::matmul(*L.wk, s.xn.data(), T, s.k.data(), pool);
-  cpu::matmul(*L.wv, s.xn.data(), T, s.v.data(), pool);
+  const cpu::MatmulOut qkv[] = {{L.wq, s.q.data()}, {L.wk, s.k.data()}, {L.wv, s.v.data()}};
+  cpu::matmul_group(qkv, 3, s.xn.data(), T, pool);  // one join for the three
   add_bias(s.q.data(), L.bq, T, QD);
   add_bias(s.k.data(), L.bk, T, KD);
   add_bias(s.v.data(), L.bv, T, KD);
@@ -259,8 +258,8 @@ void SliceExecutor::run_layer(const Layer& L, const ForwardBatch& b,
   if (c.moe()) {
     run_moe(L.moe, T, s.tmp.data());
   } else {
-    cpu::matmul(*L.w_gate, s.xn.data(), T, s.gate.data(), pool);
-    cpu::matmul(*L.w_up, s.xn.data(), T, s.up.data(), pool);
+    const cpu::MatmulOut gate_up[] = {{L.w_gate, s.gate.data()}, {L.w_up, s.up.data()}};
+    cpu::matmul_group(gate_up, 2, s.xn.data(), T, pool);
     cpu::swiglu(s.gate.data(), s.up.data(), T * c.ffn, s.gate.data());
     cpu::matmul(*L.w_down, s.gate.data(), T, s.tmp.data(), pool);
   }

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The prefix caching figures of docs/benchmarks.md: workloads that share
 prefixes, each run against a kvasird with `kv.prefix_caching` on and one
-with it off (the default model, 2 CPU stages x 1 thread), on and off
+with it off (the default model, 2 CPU stages sharing the cores: threads = 0,
+the default; --threads N for N per stage), on and off
 alternating so drift in a shared machine's load hits both alike:
 
   shared   64 requests, one 1,024-token system prompt + 32 own tokens each,
@@ -274,7 +275,7 @@ def main():
     p.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
     p.add_argument("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     p.add_argument("--out", default="/tmp/kvasir-prefix")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=int, default=0, help="threads per stage (0: the cores, shared)")
     p.add_argument("--kv", default="256MiB")
     p.add_argument("--repeat", type=int, default=1, help="runs per workload and setting")
     p.add_argument("--only", type=lambda s: s.split(","), default=None)

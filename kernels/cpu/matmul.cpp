@@ -119,74 +119,152 @@ void decode_rows(detail::DotFn dot, const uint8_t* w, uint64_t row_bytes, const 
     dot(w + uint64_t(r) * row_bytes, int64_t(row_bytes), 1, x, x_stride, nx, cols, y + r, rows);
 }
 
+// The activations in a kernel's input form: x itself, or [n, nb] Q8 blocks
+// quantised at `level` into the calling thread's grow-only buffer (valid
+// until that thread's next call).
+struct Activations {
+  const void* data = nullptr;
+  int64_t stride = 0;     // in elements of the kernel's input
+  int64_t row_bytes = 0;  // one row of them
+  size_t elem = 0;        // bytes of one element
+};
+
+Activations prepare_activations(const float* x, int64_t n, int64_t cols, bool quant,
+                                SimdLevel level, ThreadPool* pool) {
+  if (!quant) return {x, cols, cols * 4, sizeof(float)};
+  thread_local std::vector<BlockQ8x> xq;  // grow-only
+  const int64_t nb = cols / kQK;
+  if (xq.size() < size_t(n * nb)) xq.resize(size_t(n * nb));
+  BlockQ8x* xqp = xq.data();
+  auto quantize = [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i)
+      detail::quantize_row_q8x(x + i * cols, cols, xqp + i * nb, level);
+  };
+  if (pool && n * cols >= (int64_t(1) << 16))
+    pool->parallel_for(n, quantize);
+  else
+    quantize(0, n, 0);
+  return {xqp, nb, nb * int64_t(sizeof(BlockQ8x)), sizeof(BlockQ8x)};
+}
+
+// One weight's product, ready to run on any range of its output rows.
+struct RowJob {
+  detail::DotFn dot = nullptr;
+  const uint8_t* w = nullptr;
+  uint64_t row_bytes = 0;
+  int64_t rows = 0, cols = 0, n = 0;
+  float* y = nullptr;  // [n, rows]
+};
+
+// Output rows [r0, r1) of one product. Batch: two adjacent weight rows per
+// register tile with full 4-row activation tiles (an activation block
+// loaded once for both; bench_kernels_matmul ... tiles, docs/kernels.md).
+// Decode pairs rows far apart instead (decode_rows: for the memory
+// streams, not for sharing). A row's arithmetic does not depend on the
+// range or the tile it falls in.
+void run_rows(const RowJob& j, const Activations& a, int64_t r0, int64_t r1) {
+  if (j.n < detail::kMaxNX)
+    return decode_rows(j.dot, j.w, j.row_bytes, a.data, a.stride, j.n, j.cols, j.y, j.rows, r0, r1);
+  const int64_t tile = act_tile(a.row_bytes);
+  const int max_nw = g_max_nw.load(std::memory_order_relaxed);
+  for (int64_t rb = r0; rb < r1; rb += kRowTile) {
+    const int64_t re = std::min(rb + kRowTile, r1);
+    for (int64_t jb = 0; jb < j.n; jb += tile) {
+      const int64_t je = std::min(jb + tile, j.n);
+      for (int64_t r = rb; r < re; r += max_nw) {
+        const int nw = int(std::min<int64_t>(max_nw, re - r));
+        const uint8_t* wr = j.w + uint64_t(r) * j.row_bytes;
+        for (int64_t k = jb; k < je; k += detail::kMaxNX) {
+          const int nx = int(std::min<int64_t>(detail::kMaxNX, je - k));
+          const void* xk = static_cast<const uint8_t*>(a.data) + size_t(k * a.stride) * a.elem;
+          j.dot(wr, int64_t(j.row_bytes), nw, xk, a.stride, nx, j.cols, j.y + k * j.rows + r,
+                j.rows);
+        }
+      }
+    }
+  }
+}
+
+RowJob row_job(const TensorView& w, uint64_t row_bytes, int64_t n, float* y, SimdLevel level) {
+  KV_CHECK(y != nullptr, "matmul: null output");
+  RowJob j{detail::dot_kernel(w.type, level),
+           static_cast<const uint8_t*>(w.data),
+           row_bytes,
+           w.rows(),
+           w.cols(),
+           n,
+           y};
+  KV_CHECK(j.dot != nullptr, "matmul: no kernel for {}", dtype_name(w.type));
+  return j;
+}
+
+// Tiny products are not worth waking the pool.
+bool worth_the_pool(const ThreadPool* pool, int64_t rows, int64_t n, int64_t cols) {
+  return pool && pool->size() > 1 && rows >= 2 * kRowTile &&
+         double(rows) * double(n) * double(cols) >= 1e5;
+}
+
 void matmul_checked(const TensorView& w, uint64_t row_bytes, const float* x, int64_t n, float* y,
                     ThreadPool* pool, SimdLevel level) {
   const int64_t rows = w.rows(), cols = w.cols();
   if (n == 0 || rows == 0) return;
-  KV_CHECK(x != nullptr && y != nullptr, "matmul: null activation or output");
-
-  const bool quant = is_quant(w.type);
-  const detail::DotFn dot = detail::dot_kernel(w.type, level);
-  KV_CHECK(dot != nullptr, "matmul: no kernel for {}", dtype_name(w.type));
-
-  // Activations in the kernel's input form: [n, nb] Q8 blocks or x itself.
-  const void* xk = x;
-  int64_t x_stride = cols;  // in elements of the kernel's input
-  int64_t x_row_bytes = cols * 4;
-  if (quant) {
-    thread_local std::vector<BlockQ8x> xq;  // grow-only
-    const int64_t nb = cols / kQK;
-    if (xq.size() < size_t(n * nb)) xq.resize(size_t(n * nb));
-    BlockQ8x* xqp = xq.data();
-    auto quantize = [&](int64_t b, int64_t e, int) {
-      for (int64_t i = b; i < e; ++i)
-        detail::quantize_row_q8x(x + i * cols, cols, xqp + i * nb, level);
-    };
-    if (pool && n * cols >= (int64_t(1) << 16))
-      pool->parallel_for(n, quantize);
-    else
-      quantize(0, n, 0);
-    xk = xqp;
-    x_stride = nb;
-    x_row_bytes = nb * int64_t(sizeof(BlockQ8x));
-  }
-  const int64_t tile = act_tile(x_row_bytes);
-  const auto* wdata = static_cast<const uint8_t*>(w.data);
-  const size_t x_elem = quant ? sizeof(BlockQ8x) : sizeof(float);
-  // Batch: two adjacent weight rows per register tile with full 4-row
-  // activation tiles (an activation block loaded once for both; bench_kernels_matmul
-  // ... tiles, docs/kernels.md). Decode pairs rows far apart instead
-  // (decode_rows: for the memory streams, not for sharing).
-  const int max_nw = g_max_nw.load(std::memory_order_relaxed);
-
-  auto body = [&](int64_t r0, int64_t r1, int) {
-    if (n < detail::kMaxNX)
-      return decode_rows(dot, wdata, row_bytes, xk, x_stride, n, cols, y, rows, r0, r1);
-    for (int64_t rb = r0; rb < r1; rb += kRowTile) {
-      const int64_t re = std::min(rb + kRowTile, r1);
-      for (int64_t jb = 0; jb < n; jb += tile) {
-        const int64_t je = std::min(jb + tile, n);
-        for (int64_t r = rb; r < re; r += max_nw) {
-          const int nw = int(std::min<int64_t>(max_nw, re - r));
-          const uint8_t* wr = wdata + uint64_t(r) * row_bytes;
-          for (int64_t j = jb; j < je; j += detail::kMaxNX) {
-            const int nx = int(std::min<int64_t>(detail::kMaxNX, je - j));
-            const void* xj = static_cast<const uint8_t*>(xk) + size_t(j * x_stride) * x_elem;
-            dot(wr, int64_t(row_bytes), nw, xj, x_stride, nx, cols, y + j * rows + r, rows);
-          }
-        }
-      }
-    }
-  };
-  // Tiny products are not worth waking the pool.
-  if (pool && pool->size() > 1 && rows >= 2 * kRowTile &&
-      double(rows) * double(n) * double(cols) >= 1e5)
+  KV_CHECK(x != nullptr, "matmul: null activation");
+  const RowJob job = row_job(w, row_bytes, n, y, level);
+  const Activations a = prepare_activations(x, n, cols, is_quant(w.type), level, pool);
+  auto body = [&](int64_t r0, int64_t r1, int) { run_rows(job, a, r0, r1); };
+  if (worth_the_pool(pool, rows, n, cols))
     pool->parallel_for(rows, body);
   else
     body(0, rows, 0);
 }
 
 }  // namespace
+
+void matmul_group(const MatmulOut* outs, int count, const float* x, int64_t n, ThreadPool* pool) {
+  KV_CHECK(count >= 0 && (count == 0 || outs != nullptr), "matmul_group: null products");
+  KV_CHECK(n >= 0, "matmul: negative row count {}", n);
+  if (n == 0 || count == 0) return;
+  constexpr int kMax = 8;
+  const RowsClass rc = rows_class(n);
+  uint64_t row_bytes[kMax];
+  SimdLevel level = SimdLevel::kScalar;
+  bool quant = false, fuse = count <= kMax;
+  for (int i = 0; i < count && fuse; ++i) {
+    KV_CHECK(outs[i].w != nullptr, "matmul_group: product {} has no weight", i);
+    const TensorView& w = *outs[i].w;
+    row_bytes[i] = checked_row_bytes(w);
+    KV_CHECK(w.cols() == outs[0].w->cols(), "matmul_group: product {} has {} columns, product 0 {}",
+             i, w.cols(), outs[0].w->cols());
+    const SimdLevel l = detail::kernel_level(w.type, rc, w.cols());
+    const bool amx = rc == RowsClass::kBatch && n >= detail::kAmxRows && detail::kernel_amx(w.type);
+    if (i == 0) level = l, quant = is_quant(w.type);
+    fuse = !amx && l == level && is_quant(w.type) == quant;
+  }
+  if (!fuse) {
+    for (int i = 0; i < count; ++i) matmul(*outs[i].w, x, n, outs[i].y, pool);
+    return;
+  }
+  KV_CHECK(x != nullptr, "matmul: null activation");
+  RowJob jobs[kMax];
+  int64_t start[kMax + 1] = {0};  // product i's rows are [start[i], start[i + 1]) of all
+  for (int i = 0; i < count; ++i) {
+    jobs[i] = row_job(*outs[i].w, row_bytes[i], n, outs[i].y, level);
+    start[i + 1] = start[i] + jobs[i].rows;
+  }
+  const int64_t total = start[count], cols = outs[0].w->cols();
+  if (total == 0) return;
+  const Activations a = prepare_activations(x, n, cols, quant, level, pool);
+  auto body = [&](int64_t r0, int64_t r1, int) {
+    for (int i = 0; i < count; ++i) {
+      const int64_t b = std::max(r0, start[i]), e = std::min(r1, start[i + 1]);
+      if (b < e) run_rows(jobs[i], a, b - start[i], e - start[i]);
+    }
+  };
+  if (worth_the_pool(pool, total, n, cols))
+    pool->parallel_for(total, body);
+  else
+    body(0, total, 0);
+}
 
 void dequantize_row(const TensorView& w, int64_t r, float* out) {
   const uint64_t row_bytes = checked_row_bytes(w);

@@ -25,6 +25,22 @@ namespace kvasir::cpu {
 // cols not a multiple of the block size, or a tensor smaller than its shape.
 void matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool* pool);
 
+// One product of a group (matmul_group): a weight and where its output goes.
+struct MatmulOut {
+  const TensorView* w = nullptr;
+  float* y = nullptr;  // [n, w->rows()] f32
+};
+
+// y_i = x · W_iᵀ for the `count` products of one input (q, k and v; gate and
+// up) as one parallel call: one activation quantisation and one join instead
+// of one each (at two threads a decode step spent 15% of its CPU time
+// waiting at joins; docs/kernels.md, "What bounds decode"). Outputs are
+// bit-identical to `count` matmul calls, which it makes instead when the
+// products would not take the same kernel input (different SIMD levels,
+// quantised beside float weights, the AMX path, more than 8 products).
+// Throws as matmul does, and when the weights' columns differ.
+void matmul_group(const MatmulOut* outs, int count, const float* x, int64_t n, ThreadPool* pool);
+
 // Dequantise row r of w into out[w.cols()] (f32). Used for embeddings.
 // Throws kvasir::Error if r is out of range or the type is unsupported.
 void dequantize_row(const TensorView& w, int64_t r, float* out);

@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 
 #include "base/check.h"
@@ -198,6 +199,56 @@ TEST(Matmul, RejectsBadInput) {
   EXPECT_THROW(matmul(bad, x.data(), 1, y.data(), nullptr), kvasir::Error);
   EXPECT_THROW(matmul(w.view, x.data(), -1, y.data(), nullptr), kvasir::Error);
   EXPECT_NO_THROW(matmul(w.view, x.data(), 0, y.data(), nullptr));
+}
+
+// matmul_group: the products of one input in one parallel call give exactly
+// what separate matmul calls give, whatever the thread count splits.
+TEST(MatmulGroup, EqualsSeparateCallsBitForBit) {
+  std::mt19937 rng(11);
+  std::unique_ptr<ThreadPool> pools[] = {nullptr, std::make_unique<ThreadPool>(2),
+                                         std::make_unique<ThreadPool>(3)};
+  std::vector<std::vector<DType>> groups;
+  for (DType t : kTypes) groups.push_back({t, t, t});
+  for (DType t : kKTypes) groups.push_back({t, t});
+  groups.push_back({DType::Q4_1, DType::Q8_0, DType::F32});  // no common kernel input: separate
+  for (const auto& types : groups) {
+    const int64_t cols = is_kquant(types[0]) ? 256 : 96;
+    const int64_t rows[] = {64, 5, 193};
+    std::vector<ref::OwnedWeight> ws;
+    for (size_t i = 0; i < types.size(); ++i)
+      ws.push_back(ref::random_weight(types[i], rows[i], cols, rng));
+    for (int64_t n : {1, 2, 5, 16, 33}) {
+      const auto x = random_x(n, cols, rng);
+      for (auto& pool : pools) {
+        std::vector<std::vector<float>> want, got;
+        std::vector<MatmulOut> outs;
+        for (size_t i = 0; i < ws.size(); ++i) {
+          want.emplace_back(size_t(n * rows[i]), NAN);
+          got.emplace_back(size_t(n * rows[i]), NAN);
+          matmul(ws[i].view, x.data(), n, want.back().data(), pool.get());
+        }
+        for (size_t i = 0; i < ws.size(); ++i) outs.push_back({&ws[i].view, got[i].data()});
+        matmul_group(outs.data(), int(outs.size()), x.data(), n, pool.get());
+        for (size_t i = 0; i < ws.size(); ++i)
+          ASSERT_EQ(0, std::memcmp(want[i].data(), got[i].data(), want[i].size() * sizeof(float)))
+              << dtype_name(types[i]) << " product " << i << " n=" << n
+              << " threads=" << (pool ? pool->size() : 0);
+      }
+    }
+  }
+}
+
+TEST(MatmulGroup, RejectsProductsOfOtherWidths) {
+  std::mt19937 rng(12);
+  auto a = ref::random_weight(DType::Q4_1, 8, 64, rng),
+       b = ref::random_weight(DType::Q4_1, 8, 96, rng);
+  std::vector<float> x(96), ya(8), yb(8);
+  const MatmulOut outs[] = {{&a.view, ya.data()}, {&b.view, yb.data()}};
+  EXPECT_THROW(matmul_group(outs, 2, x.data(), 1, nullptr), kvasir::Error);
+  const MatmulOut none[] = {{nullptr, ya.data()}};
+  EXPECT_THROW(matmul_group(none, 1, x.data(), 1, nullptr), kvasir::Error);
+  EXPECT_THROW(matmul_group(outs, -1, x.data(), 1, nullptr), kvasir::Error);
+  EXPECT_NO_THROW(matmul_group(outs, 0, x.data(), 1, nullptr));
 }
 
 TEST(DequantizeRow, MatchesReferenceForEveryType) {
