@@ -311,6 +311,90 @@ double GgufArray::float_at(uint64_t i, const std::string& key) const {
 
 GgufFile::~GgufFile() = default;
 
+namespace {
+
+// The header's magic and version (2 or 3, little-endian).
+uint32_t read_version(Reader& r, const std::string& path) {
+  const uint8_t* magic = r.take(4, "magic", "header");
+  KV_CHECK(std::memcmp(magic, "GGUF", 4) == 0,
+           "{}: not a GGUF file (magic bytes {:02x} {:02x} {:02x} {:02x}, expected 'GGUF')", path,
+           magic[0], magic[1], magic[2], magic[3]);
+  const uint32_t version = r.read<uint32_t>("version", "header");
+  KV_CHECK(version != 1,
+           "{}: GGUF version 1 is not supported (it used 32-bit counts); Kvasir reads versions 2 "
+           "and 3 — re-convert the model with a current llama.cpp",
+           path);
+  KV_CHECK((version & 0xffff) != 0,
+           "{}: GGUF version field is {:#x}: this looks like a big-endian file, which Kvasir does "
+           "not read",
+           path, version);
+  KV_CHECK(version == 2 || version == 3,
+           "{}: unsupported GGUF version {} (Kvasir reads versions 2 and 3)", path, version);
+  return version;
+}
+
+// metadata 'general.alignment': a non-zero power of two up to 1 GiB.
+uint64_t read_alignment(const GgufValue& a, const std::string& path) {
+  uint64_t align = 0;
+  try {
+    align = a.as_uint("general.alignment");
+  } catch (const Error& e) {
+    KV_FAIL("{}: {}", path, e.message());
+  }
+  KV_CHECK(align != 0 && (align & (align - 1)) == 0,
+           "{}: metadata 'general.alignment' is {}: must be a non-zero power of two", path, align);
+  KV_CHECK(align <= (uint64_t(1) << 30), "{}: metadata 'general.alignment' is {}: too large", path,
+           align);
+  return align;
+}
+
+// One tensor info: name, dimensions (each and their products within int64),
+// type (a GGML type whose block divides the row), byte size and offset.
+GgufTensor read_tensor_info(Reader& r, const std::string& path, const std::string& slot) {
+  GgufTensor t;
+  t.name = std::string(r.read_string("name", slot));
+  KV_CHECK(!t.name.empty(), "{}: {} has an empty name", path, slot);
+  const std::string& name = t.name;
+  const uint32_t n_dims = r.read<uint32_t>("n_dims", name);
+  KV_CHECK(n_dims >= 1 && n_dims <= kMaxDims,
+           "{}: tensor '{}': n_dims is {}, Kvasir reads tensors of 1 to {} dimensions", path, name,
+           n_dims, kMaxDims);
+  t.view.n_dims = int(n_dims);
+  for (uint32_t d = 0; d < n_dims; ++d) {
+    const uint64_t ne = r.read<uint64_t>("dimension", name);
+    KV_CHECK(ne <= uint64_t(std::numeric_limits<int64_t>::max()),
+             "{}: tensor '{}': dimension {} is {}, beyond int64", path, name, d, ne);
+    t.view.ne[d] = int64_t(ne);
+  }
+  // The row count (ne[1] x ne[2] x ne[3], TensorView::rows()) and the
+  // element count must fit int64 too: with a zero-length row the byte size
+  // below is 0 whatever the other dimensions are (found by fuzz_gguf:
+  // rows() multiplied 5539037184 by 1.08e18).
+  int64_t n_rows = 1, elems = 0;
+  for (uint32_t d = 1; d < n_dims; ++d)
+    KV_CHECK(!__builtin_mul_overflow(n_rows, t.view.ne[d], &n_rows),
+             "{}: tensor '{}': its row count overflows int64", path, name);
+  KV_CHECK(!__builtin_mul_overflow(n_rows, t.view.ne[0], &elems),
+           "{}: tensor '{}': its element count overflows int64", path, name);
+  const uint32_t raw = r.read<uint32_t>("type", name);
+  const DTypeInfo* info = dtype_info(raw);
+  // F8_E4M3 is Kvasir's own number for safetensors' FP8, not a GGML type.
+  KV_CHECK(info && info->type != DType::F8_E4M3, "{}: tensor '{}': unknown tensor type {}", path,
+           name, raw);
+  t.view.type = info->type;
+  KV_CHECK(t.view.ne[0] % info->block == 0,
+           "{}: tensor '{}': row length {} is not a multiple of the {} block size {}", path, name,
+           t.view.ne[0], info->name, info->block);
+  const auto bytes = dtype_tensor_bytes(info->type, t.view.ne, t.view.n_dims);
+  KV_CHECK(bytes, "{}: tensor '{}': byte size of [{}, {}, {}, {}] {} overflows 64 bits", path, name,
+           t.view.ne[0], t.view.ne[1], t.view.ne[2], t.view.ne[3], info->name);
+  t.view.nbytes = *bytes;
+  t.offset = r.read<uint64_t>("offset", name);
+  return t;
+}
+
+}  // namespace
+
 std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->path_ = path;
@@ -319,21 +403,7 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   f->size_ = f->file_->size();
   Reader r(f->map_, f->size_, path);
 
-  const uint8_t* magic = r.take(4, "magic", "header");
-  KV_CHECK(std::memcmp(magic, "GGUF", 4) == 0,
-           "{}: not a GGUF file (magic bytes {:02x} {:02x} {:02x} {:02x}, expected 'GGUF')", path,
-           magic[0], magic[1], magic[2], magic[3]);
-  f->version_ = r.read<uint32_t>("version", "header");
-  KV_CHECK(f->version_ != 1,
-           "{}: GGUF version 1 is not supported (it used 32-bit counts); Kvasir reads versions 2 "
-           "and 3 — re-convert the model with a current llama.cpp",
-           path);
-  KV_CHECK((f->version_ & 0xffff) != 0,
-           "{}: GGUF version field is {:#x}: this looks like a big-endian file, which Kvasir does "
-           "not read",
-           path, f->version_);
-  KV_CHECK(f->version_ == 2 || f->version_ == 3,
-           "{}: unsupported GGUF version {} (Kvasir reads versions 2 and 3)", path, f->version_);
+  f->version_ = read_version(r, path);
   const uint64_t n_tensors = r.read<uint64_t>("count", "n_tensors");
   const uint64_t n_kv = r.read<uint64_t>("count", "n_kv");
   r.check_count(n_tensors, kMinTensorBytes, "tensor count", "n_tensors");
@@ -349,63 +419,13 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
              key);
   }
 
-  if (const GgufValue* a = f->find("general.alignment")) {
-    uint64_t align = 0;
-    try {
-      align = a->as_uint("general.alignment");
-    } catch (const Error& e) {
-      KV_FAIL("{}: {}", path, e.message());
-    }
-    KV_CHECK(align != 0 && (align & (align - 1)) == 0,
-             "{}: metadata 'general.alignment' is {}: must be a non-zero power of two", path,
-             align);
-    KV_CHECK(align <= (uint64_t(1) << 30), "{}: metadata 'general.alignment' is {}: too large",
-             path, align);
-    f->alignment_ = align;
-  }
+  if (const GgufValue* a = f->find("general.alignment")) f->alignment_ = read_alignment(*a, path);
 
   f->tensors_.reserve(n_tensors);
   for (uint64_t i = 0; i < n_tensors; ++i) {
     const std::string slot = fmt::format("tensor info #{}", i);
-    GgufTensor t;
-    t.name = std::string(r.read_string("name", slot));
-    KV_CHECK(!t.name.empty(), "{}: {} has an empty name", path, slot);
+    GgufTensor t = read_tensor_info(r, path, slot);
     const std::string& name = t.name;
-    const uint32_t n_dims = r.read<uint32_t>("n_dims", name);
-    KV_CHECK(n_dims >= 1 && n_dims <= kMaxDims,
-             "{}: tensor '{}': n_dims is {}, Kvasir reads tensors of 1 to {} dimensions", path,
-             name, n_dims, kMaxDims);
-    t.view.n_dims = int(n_dims);
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      const uint64_t ne = r.read<uint64_t>("dimension", name);
-      KV_CHECK(ne <= uint64_t(std::numeric_limits<int64_t>::max()),
-               "{}: tensor '{}': dimension {} is {}, beyond int64", path, name, d, ne);
-      t.view.ne[d] = int64_t(ne);
-    }
-    // The row count (ne[1] x ne[2] x ne[3], TensorView::rows()) and the
-    // element count must fit int64 too: with a zero-length row the byte size
-    // below is 0 whatever the other dimensions are (found by fuzz_gguf:
-    // rows() multiplied 5539037184 by 1.08e18).
-    int64_t n_rows = 1, elems = 0;
-    for (uint32_t d = 1; d < n_dims; ++d)
-      KV_CHECK(!__builtin_mul_overflow(n_rows, t.view.ne[d], &n_rows),
-               "{}: tensor '{}': its row count overflows int64", path, name);
-    KV_CHECK(!__builtin_mul_overflow(n_rows, t.view.ne[0], &elems),
-             "{}: tensor '{}': its element count overflows int64", path, name);
-    const uint32_t raw = r.read<uint32_t>("type", name);
-    const DTypeInfo* info = dtype_info(raw);
-    // F8_E4M3 is Kvasir's own number for safetensors' FP8, not a GGML type.
-    KV_CHECK(info && info->type != DType::F8_E4M3, "{}: tensor '{}': unknown tensor type {}", path,
-             name, raw);
-    t.view.type = info->type;
-    KV_CHECK(t.view.ne[0] % info->block == 0,
-             "{}: tensor '{}': row length {} is not a multiple of the {} block size {}", path, name,
-             t.view.ne[0], info->name, info->block);
-    const auto bytes = dtype_tensor_bytes(info->type, t.view.ne, t.view.n_dims);
-    KV_CHECK(bytes, "{}: tensor '{}': byte size of [{}, {}, {}, {}] {} overflows 64 bits", path,
-             name, t.view.ne[0], t.view.ne[1], t.view.ne[2], t.view.ne[3], info->name);
-    t.view.nbytes = *bytes;
-    t.offset = r.read<uint64_t>("offset", name);
     KV_CHECK(f->tensor_index_.emplace(name, f->tensors_.size()).second,
              "{}: duplicate tensor name '{}'", path, name);
     f->tensors_.push_back(std::move(t));

@@ -45,21 +45,10 @@ uint64_t json_u64(const std::string& path, const std::string& name, const char* 
 
 }  // namespace
 
-std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
-  f->path_ = path;
-  f->file_ = MappedFile::open(path);
-  const uint8_t* base = f->file_->data();
-  const uint64_t size = f->file_->size();
-  KV_CHECK(size >= 8, "{}: truncated file: {} bytes, the header length alone needs 8", path, size);
-  uint64_t n;
-  std::memcpy(&n, base, 8);
-  KV_CHECK(n <= kMaxHeaderBytes, "{}: header length is {} bytes, more than the {} allowed", path, n,
-           kMaxHeaderBytes);
-  KV_CHECK(n <= size - 8, "{}: header length {} runs past the end of the {}-byte file", path, n,
-           size);
-  const char* hdr = reinterpret_cast<const char*>(base + 8);
+namespace {
 
+// The JSON header (n bytes at hdr): an object naming each tensor once.
+nlohmann::json parse_header(const std::string& path, const char* hdr, uint64_t n) {
   // Counts the top-level keys as they are parsed: nlohmann keeps only the last
   // of duplicate keys, so a count larger than the object's size means a duplicate.
   size_t n_keys = 0;
@@ -77,63 +66,90 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   }
   KV_CHECK(j.is_object(), "{}: header must be a JSON object, found {}", path, j.type_name());
   KV_CHECK(n_keys == j.size(), "{}: header names a tensor twice", path);
+  return j;
+}
+
+// One tensor's entry: dtype, shape (its byte size within 64 bits) and
+// data_offsets inside the data_size-byte data area that starts at `data`.
+SafeTensor read_entry(const std::string& path, const std::string& name, const nlohmann::json& t,
+                      const uint8_t* data, uint64_t data_size) {
+  KV_CHECK(t.is_object(), "{}: tensor '{}': entry must be an object", path, name);
+  auto field = [&](const char* key) -> const nlohmann::json& {
+    auto it = t.find(key);
+    KV_CHECK(it != t.end(), "{}: tensor '{}': '{}' is missing", path, name, key);
+    return *it;
+  };
+  SafeTensor st;
+  st.name = name;
+  const StDType& dt = parse_dtype(path, name, field("dtype"));
+  const nlohmann::json& shape = field("shape");
+  KV_CHECK(shape.is_array(), "{}: tensor '{}': 'shape' must be an array", path, name);
+  KV_CHECK(shape.size() <= 4, "{}: tensor '{}': {} dimensions, Kvasir reads at most 4", path, name,
+           shape.size());
+  uint64_t elems = 1;
+  for (const auto& d : shape) {
+    const uint64_t v = json_u64(path, name, "shape", d);
+    KV_CHECK(v <= uint64_t(std::numeric_limits<int64_t>::max()) &&
+                 !__builtin_mul_overflow(elems, v, &elems),
+             "{}: tensor '{}': element count of shape {} overflows 64 bits", path, name,
+             shape.dump());
+    st.shape.push_back(int64_t(v));
+  }
+  uint64_t bytes;
+  KV_CHECK(!__builtin_mul_overflow(elems, dt.bytes, &bytes),
+           "{}: tensor '{}': byte size of shape {} overflows 64 bits", path, name, shape.dump());
+  const nlohmann::json& offs = field("data_offsets");
+  KV_CHECK(offs.is_array() && offs.size() == 2,
+           "{}: tensor '{}': 'data_offsets' must be [begin, end]", path, name);
+  const uint64_t begin = json_u64(path, name, "data_offsets", offs[0]);
+  const uint64_t end = json_u64(path, name, "data_offsets", offs[1]);
+  KV_CHECK(begin <= end, "{}: tensor '{}': data_offsets [{}, {}] are reversed", path, name, begin,
+           end);
+  KV_CHECK(end <= data_size,
+           "{}: tensor '{}': data_offsets [{}, {}] run past the {}-byte data area", path, name,
+           begin, end, data_size);
+  KV_CHECK(end - begin == bytes,
+           "{}: tensor '{}': data_offsets span {} bytes but shape {} of {} needs {}", path, name,
+           end - begin, shape.dump(), dt.name, bytes);
+
+  st.view.type = dt.type;
+  st.view.n_dims = st.shape.empty() ? 1 : int(st.shape.size());
+  for (size_t i = 0; i < st.shape.size(); ++i) st.view.ne[i] = st.shape[st.shape.size() - 1 - i];
+  st.view.data = data + begin;
+  st.view.nbytes = bytes;
+  return st;
+}
+
+}  // namespace
+
+std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->path_ = path;
+  f->file_ = MappedFile::open(path);
+  const uint8_t* base = f->file_->data();
+  const uint64_t size = f->file_->size();
+  KV_CHECK(size >= 8, "{}: truncated file: {} bytes, the header length alone needs 8", path, size);
+  uint64_t n;
+  std::memcpy(&n, base, 8);
+  KV_CHECK(n <= kMaxHeaderBytes, "{}: header length is {} bytes, more than the {} allowed", path, n,
+           kMaxHeaderBytes);
+  KV_CHECK(n <= size - 8, "{}: header length {} runs past the end of the {}-byte file", path, n,
+           size);
+  const char* hdr = reinterpret_cast<const char*>(base + 8);
+
+  const nlohmann::json j = parse_header(path, hdr, n);
 
   const uint8_t* data = base + 8 + n;
   const uint64_t data_size = size - 8 - n;
   f->tensors_.reserve(j.size());
   for (const auto& item : j.items()) {
-    // Plain references, not a structured binding: the lambda below captures
-    // them, which clang < 16 refuses for bindings.
     const std::string& name = item.key();
     const nlohmann::json& t = item.value();
     if (name == "__metadata__") {
       KV_CHECK(t.is_object(), "{}: '__metadata__' must be an object", path);
       continue;
     }
-    KV_CHECK(t.is_object(), "{}: tensor '{}': entry must be an object", path, name);
-    auto field = [&](const char* key) -> const nlohmann::json& {
-      auto it = t.find(key);
-      KV_CHECK(it != t.end(), "{}: tensor '{}': '{}' is missing", path, name, key);
-      return *it;
-    };
-    SafeTensor st;
-    st.name = name;
-    const StDType& dt = parse_dtype(path, name, field("dtype"));
-    const nlohmann::json& shape = field("shape");
-    KV_CHECK(shape.is_array(), "{}: tensor '{}': 'shape' must be an array", path, name);
-    KV_CHECK(shape.size() <= 4, "{}: tensor '{}': {} dimensions, Kvasir reads at most 4", path,
-             name, shape.size());
-    uint64_t elems = 1;
-    for (const auto& d : shape) {
-      const uint64_t v = json_u64(path, name, "shape", d);
-      KV_CHECK(v <= uint64_t(std::numeric_limits<int64_t>::max()) &&
-                   !__builtin_mul_overflow(elems, v, &elems),
-               "{}: tensor '{}': element count of shape {} overflows 64 bits", path, name,
-               shape.dump());
-      st.shape.push_back(int64_t(v));
-    }
-    uint64_t bytes;
-    KV_CHECK(!__builtin_mul_overflow(elems, dt.bytes, &bytes),
-             "{}: tensor '{}': byte size of shape {} overflows 64 bits", path, name, shape.dump());
-    const nlohmann::json& offs = field("data_offsets");
-    KV_CHECK(offs.is_array() && offs.size() == 2,
-             "{}: tensor '{}': 'data_offsets' must be [begin, end]", path, name);
-    const uint64_t begin = json_u64(path, name, "data_offsets", offs[0]);
-    const uint64_t end = json_u64(path, name, "data_offsets", offs[1]);
-    KV_CHECK(begin <= end, "{}: tensor '{}': data_offsets [{}, {}] are reversed", path, name, begin,
-             end);
-    KV_CHECK(end <= data_size,
-             "{}: tensor '{}': data_offsets [{}, {}] run past the {}-byte data area", path, name,
-             begin, end, data_size);
-    KV_CHECK(end - begin == bytes,
-             "{}: tensor '{}': data_offsets span {} bytes but shape {} of {} needs {}", path, name,
-             end - begin, shape.dump(), dt.name, bytes);
-
-    st.view.type = dt.type;
-    st.view.n_dims = st.shape.empty() ? 1 : int(st.shape.size());
-    for (size_t i = 0; i < st.shape.size(); ++i) st.view.ne[i] = st.shape[st.shape.size() - 1 - i];
-    st.view.data = data + begin;
-    st.view.nbytes = bytes;
+    SafeTensor st = read_entry(path, name, t, data, data_size);
     f->index_.emplace(name, f->tensors_.size());
     f->tensors_.push_back(std::move(st));
   }

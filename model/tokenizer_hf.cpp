@@ -55,6 +55,143 @@ bool is_spm_normalizer(const json& n) {
   return prepend && replace;
 }
 
+// The family, from the pre-tokenizer (byte-level) or the normalizer (SPM).
+void read_family(const json& j, const json& model, const std::string& path, TokenizerData& d) {
+  const json pre = j.value("pre_tokenizer", json());
+  bool byte_level = false, digits = false;
+  std::string regex;
+  for (const auto& p : parts(pre, "pretokenizers")) {
+    const std::string t = type_of(p);
+    if (t == "ByteLevel") {
+      byte_level = true;
+      KV_CHECK(!p.value("add_prefix_space", false),
+               "{}: ByteLevel add_prefix_space is not supported", path);
+      if (p.value("use_regex", true)) regex = kGpt2Re;
+    } else if (t == "Digits") {
+      KV_CHECK(p.value("individual_digits", false),
+               "{}: Digits without individual_digits is not supported", path);
+      digits = true;
+    } else if (t == "Split") {
+      regex = p.at("pattern").value("Regex", "");
+    } else {
+      KV_FAIL("{}: pre-tokenizer '{}' is not supported", path, t);
+    }
+  }
+  if (byte_level) {
+    d.model = TokenizerData::Model::kBpe;
+    if (regex == kGpt2Re)
+      d.pre = digits ? PreTokenizer::kSmolLm : PreTokenizer::kGpt2;
+    else if (regex == kLlama3Re && !digits)
+      d.pre = PreTokenizer::kLlama3;
+    else if (regex == kQwen2Re && !digits)
+      d.pre = PreTokenizer::kQwen2;
+    else
+      KV_FAIL("{}: split pattern '{}' is not one of the supported families", path, regex);
+  } else {
+    KV_CHECK(pre.is_null() || type_of(pre) == "Metaspace" ||
+                 is_spm_normalizer(j.value("normalizer", json())),
+             "{}: pre-tokenizer '{}' is not supported", path, type_of(pre));
+    KV_CHECK(is_spm_normalizer(j.value("normalizer", json())) || type_of(pre) == "Metaspace",
+             "{}: neither byte-level nor SentencePiece-style; not supported", path);
+    d.model = TokenizerData::Model::kSpm;
+    d.add_space_prefix = true;
+    d.byte_fallback = model.value("byte_fallback", false);
+  }
+}
+
+// The vocabulary (ids must be dense), then the added tokens. Returns its size.
+size_t read_vocab(const json& j, const json& model, const std::string& path, TokenizerData& d) {
+  const json& vocab = model.at("vocab");
+  size_t n = vocab.size();
+  // An added token's id, range-checked before any use (a negative id read
+  // as size_t would wrap and index far outside the vocabulary).
+  auto added_id = [&](const json& a) -> size_t {
+    const json& id = a.at("id");
+    KV_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (1 << 24),
+             "{}: added token id {} is invalid", path, id.dump());
+    return size_t(id.get<int64_t>());
+  };
+  for (const auto& a : j.value("added_tokens", json::array()))
+    n = std::max<size_t>(n, added_id(a) + 1);
+  KV_CHECK(n > 0 && n < (1u << 24), "{}: vocabulary size {} is not usable", path, n);
+  d.tokens.assign(n, "");
+  d.attrs.assign(n, kAttrNormal);
+  std::vector<bool> seen(n, false);
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    const int64_t id = it.value().get<int64_t>();
+    KV_CHECK(id >= 0 && size_t(id) < n && !seen[id],
+             "{}: vocabulary id {} of '{}' is invalid or repeated", path, id, it.key());
+    d.tokens[id] = it.key();
+    seen[id] = true;
+  }
+  for (const auto& a : j.value("added_tokens", json::array())) {
+    const size_t id = added_id(a);
+    d.tokens[id] = a.at("content").get<std::string>();
+    seen[id] = true;
+    uint16_t attr = a.value("special", false) ? kAttrControl : kAttrUserDefined;
+    if (a.value("lstrip", false)) attr |= kAttrLStrip;
+    if (a.value("rstrip", false)) attr |= kAttrRStrip;
+    d.attrs[id] = attr;
+  }
+  for (size_t i = 0; i < n; ++i) KV_CHECK(seen[i], "{}: no token has id {}", path, i);
+
+  return n;
+}
+
+// The merges; for SentencePiece BPE, scores by merge rank instead, byte
+// tokens and the unknown token.
+void read_merges(const json& model, size_t n, TokenizerData& d) {
+  for (const auto& m : model.at("merges")) {
+    if (m.is_string())
+      d.merges.push_back(m.get<std::string>());
+    else
+      d.merges.push_back(m.at(0).get<std::string>() + " " + m.at(1).get<std::string>());
+  }
+  if (d.model == TokenizerData::Model::kSpm) {
+    // SentencePiece BPE merges by score; a merge list gives the order, so
+    // the token a merge produces scores by its rank.
+    d.scores.assign(n, -1e9f);
+    std::unordered_map<std::string, int32_t> ids;
+    for (size_t i = 0; i < n; ++i) ids.emplace(d.tokens[i], int32_t(i));
+    for (size_t r = 0; r < d.merges.size(); ++r) {
+      const std::string& mg = d.merges[r];
+      const size_t sp = mg.find(' ', 1);
+      if (sp == std::string::npos) continue;
+      auto it = ids.find(mg.substr(0, sp) + mg.substr(sp + 1));
+      if (it != ids.end() && d.scores[it->second] == -1e9f) d.scores[it->second] = -float(r);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const std::string& t = d.tokens[i];
+      if (t.size() == 6 && t.rfind("<0x", 0) == 0 && t[5] == '>') d.attrs[i] = kAttrByte;
+    }
+    d.merges.clear();
+    if (model.contains("unk_token") && model["unk_token"].is_string()) {
+      auto it = ids.find(model["unk_token"].get<std::string>());
+      if (it != ids.end()) d.unk = it->second, d.attrs[it->second] = kAttrUnknown;
+    }
+  }
+}
+
+// BOS/EOS: the post-processor's template, else well-known texts.
+void read_bos_eos(const json& j, size_t n, TokenizerData& d) {
+  const json post = j.value("post_processor", json());
+  for (const auto& p : parts(post, "processors")) {
+    if (type_of(p) != "TemplateProcessing") continue;
+    const auto& single = p.at("single");
+    if (!single.empty() && single.front().contains("SpecialToken")) {
+      const std::string bos = single.front()["SpecialToken"].at("id").get<std::string>();
+      for (size_t i = 0; i < n; ++i)
+        if (d.tokens[i] == bos) d.bos = int32_t(i), d.add_bos = true;
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const std::string& t = d.tokens[i];
+    if (d.bos < 0 && (t == "<s>" || t == "<|begin_of_text|>")) d.bos = int32_t(i);
+    if (d.eos < 0 && (t == "</s>" || t == "<|endoftext|>" || t == "<|end_of_text|>"))
+      d.eos = int32_t(i);
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const std::string& path) {
@@ -73,131 +210,12 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_json(const std::string& path) {
     KV_CHECK(type_of(model) == "BPE", "{}: model type '{}' is not supported (only BPE)", path,
              type_of(model));
 
-    // Family, from the pre-tokenizer (byte-level) or the normalizer (SPM).
-    const json pre = j.value("pre_tokenizer", json());
-    bool byte_level = false, digits = false;
-    std::string regex;
-    for (const auto& p : parts(pre, "pretokenizers")) {
-      const std::string t = type_of(p);
-      if (t == "ByteLevel") {
-        byte_level = true;
-        KV_CHECK(!p.value("add_prefix_space", false),
-                 "{}: ByteLevel add_prefix_space is not supported", path);
-        if (p.value("use_regex", true)) regex = kGpt2Re;
-      } else if (t == "Digits") {
-        KV_CHECK(p.value("individual_digits", false),
-                 "{}: Digits without individual_digits is not supported", path);
-        digits = true;
-      } else if (t == "Split") {
-        regex = p.at("pattern").value("Regex", "");
-      } else {
-        KV_FAIL("{}: pre-tokenizer '{}' is not supported", path, t);
-      }
-    }
-    if (byte_level) {
-      d.model = TokenizerData::Model::kBpe;
-      if (regex == kGpt2Re)
-        d.pre = digits ? PreTokenizer::kSmolLm : PreTokenizer::kGpt2;
-      else if (regex == kLlama3Re && !digits)
-        d.pre = PreTokenizer::kLlama3;
-      else if (regex == kQwen2Re && !digits)
-        d.pre = PreTokenizer::kQwen2;
-      else
-        KV_FAIL("{}: split pattern '{}' is not one of the supported families", path, regex);
-    } else {
-      KV_CHECK(pre.is_null() || type_of(pre) == "Metaspace" ||
-                   is_spm_normalizer(j.value("normalizer", json())),
-               "{}: pre-tokenizer '{}' is not supported", path, type_of(pre));
-      KV_CHECK(is_spm_normalizer(j.value("normalizer", json())) || type_of(pre) == "Metaspace",
-               "{}: neither byte-level nor SentencePiece-style; not supported", path);
-      d.model = TokenizerData::Model::kSpm;
-      d.add_space_prefix = true;
-      d.byte_fallback = model.value("byte_fallback", false);
-    }
+    read_family(j, model, path, d);
     d.ignore_merges = model.value("ignore_merges", false);
 
-    // Vocabulary (ids must be dense), then added tokens.
-    const json& vocab = model.at("vocab");
-    size_t n = vocab.size();
-    // An added token's id, range-checked before any use (a negative id read
-    // as size_t would wrap and index far outside the vocabulary).
-    auto added_id = [&](const json& a) -> size_t {
-      const json& id = a.at("id");
-      KV_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (1 << 24),
-               "{}: added token id {} is invalid", path, id.dump());
-      return size_t(id.get<int64_t>());
-    };
-    for (const auto& a : j.value("added_tokens", json::array()))
-      n = std::max<size_t>(n, added_id(a) + 1);
-    KV_CHECK(n > 0 && n < (1u << 24), "{}: vocabulary size {} is not usable", path, n);
-    d.tokens.assign(n, "");
-    d.attrs.assign(n, kAttrNormal);
-    std::vector<bool> seen(n, false);
-    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-      const int64_t id = it.value().get<int64_t>();
-      KV_CHECK(id >= 0 && size_t(id) < n && !seen[id],
-               "{}: vocabulary id {} of '{}' is invalid or repeated", path, id, it.key());
-      d.tokens[id] = it.key();
-      seen[id] = true;
-    }
-    for (const auto& a : j.value("added_tokens", json::array())) {
-      const size_t id = added_id(a);
-      d.tokens[id] = a.at("content").get<std::string>();
-      seen[id] = true;
-      uint16_t attr = a.value("special", false) ? kAttrControl : kAttrUserDefined;
-      if (a.value("lstrip", false)) attr |= kAttrLStrip;
-      if (a.value("rstrip", false)) attr |= kAttrRStrip;
-      d.attrs[id] = attr;
-    }
-    for (size_t i = 0; i < n; ++i) KV_CHECK(seen[i], "{}: no token has id {}", path, i);
-
-    for (const auto& m : model.at("merges")) {
-      if (m.is_string())
-        d.merges.push_back(m.get<std::string>());
-      else
-        d.merges.push_back(m.at(0).get<std::string>() + " " + m.at(1).get<std::string>());
-    }
-    if (d.model == TokenizerData::Model::kSpm) {
-      // SentencePiece BPE merges by score; a merge list gives the order, so
-      // the token a merge produces scores by its rank.
-      d.scores.assign(n, -1e9f);
-      std::unordered_map<std::string, int32_t> ids;
-      for (size_t i = 0; i < n; ++i) ids.emplace(d.tokens[i], int32_t(i));
-      for (size_t r = 0; r < d.merges.size(); ++r) {
-        const std::string& mg = d.merges[r];
-        const size_t sp = mg.find(' ', 1);
-        if (sp == std::string::npos) continue;
-        auto it = ids.find(mg.substr(0, sp) + mg.substr(sp + 1));
-        if (it != ids.end() && d.scores[it->second] == -1e9f) d.scores[it->second] = -float(r);
-      }
-      for (size_t i = 0; i < n; ++i) {
-        const std::string& t = d.tokens[i];
-        if (t.size() == 6 && t.rfind("<0x", 0) == 0 && t[5] == '>') d.attrs[i] = kAttrByte;
-      }
-      d.merges.clear();
-      if (model.contains("unk_token") && model["unk_token"].is_string()) {
-        auto it = ids.find(model["unk_token"].get<std::string>());
-        if (it != ids.end()) d.unk = it->second, d.attrs[it->second] = kAttrUnknown;
-      }
-    }
-
-    // BOS/EOS: the post-processor's template, else well-known texts.
-    const json post = j.value("post_processor", json());
-    for (const auto& p : parts(post, "processors")) {
-      if (type_of(p) != "TemplateProcessing") continue;
-      const auto& single = p.at("single");
-      if (!single.empty() && single.front().contains("SpecialToken")) {
-        const std::string bos = single.front()["SpecialToken"].at("id").get<std::string>();
-        for (size_t i = 0; i < n; ++i)
-          if (d.tokens[i] == bos) d.bos = int32_t(i), d.add_bos = true;
-      }
-    }
-    for (size_t i = 0; i < n; ++i) {
-      const std::string& t = d.tokens[i];
-      if (d.bos < 0 && (t == "<s>" || t == "<|begin_of_text|>")) d.bos = int32_t(i);
-      if (d.eos < 0 && (t == "</s>" || t == "<|endoftext|>" || t == "<|end_of_text|>"))
-        d.eos = int32_t(i);
-    }
+    const size_t n = read_vocab(j, model, path, d);
+    read_merges(model, n, d);
+    read_bos_eos(j, n, d);
     return from_data(std::move(d));
   } catch (const json::exception& e) {
     KV_FAIL("{}: malformed tokenizer.json ({})", path, e.what());

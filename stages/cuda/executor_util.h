@@ -1,5 +1,6 @@
 // stages/cuda/executor_util.h — small helpers of the CUDA executor's source
-// files (executor.cpp, executor_weights.cpp); not part of any interface.
+// files (executor.cpp, executor_tail.cpp, executor_weights.cpp); not part of
+// any interface.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -20,6 +21,11 @@ inline Status cuda_status(cudaError_t e, const char* what) {
 
 inline Status model_error(std::string text) {
   return Status(ErrorCode::kModelFormat, std::move(text));
+}
+
+// A batch the executor refuses: that batch fails, the stage goes on.
+inline Status batch_error(std::string text) {
+  return Status(ErrorCode::kInvalidArgument, std::move(text));
 }
 
 }  // namespace kvasir::cuda::detail
