@@ -224,17 +224,20 @@ void matmul_group(const MatmulOut* outs, int count, const float* x, int64_t n, T
   KV_CHECK(count >= 0 && (count == 0 || outs != nullptr), "matmul_group: null products");
   KV_CHECK(n >= 0, "matmul: negative row count {}", n);
   if (n == 0 || count == 0) return;
+  for (int i = 0; i < count; ++i) {  // every product checked before any runs
+    KV_CHECK(outs[i].w != nullptr, "matmul_group: product {} has no weight", i);
+    KV_CHECK(outs[i].w->cols() == outs[0].w->cols(),
+             "matmul_group: product {} has {} columns, product 0 {}", i, outs[i].w->cols(),
+             outs[0].w->cols());
+  }
   constexpr int kMax = 8;
   const RowsClass rc = rows_class(n);
   uint64_t row_bytes[kMax];
   SimdLevel level = SimdLevel::kScalar;
   bool quant = false, fuse = count <= kMax;
   for (int i = 0; i < count && fuse; ++i) {
-    KV_CHECK(outs[i].w != nullptr, "matmul_group: product {} has no weight", i);
     const TensorView& w = *outs[i].w;
     row_bytes[i] = checked_row_bytes(w);
-    KV_CHECK(w.cols() == outs[0].w->cols(), "matmul_group: product {} has {} columns, product 0 {}",
-             i, w.cols(), outs[0].w->cols());
     const SimdLevel l = detail::kernel_level(w.type, rc, w.cols());
     const bool amx = rc == RowsClass::kBatch && n >= detail::kAmxRows && detail::kernel_amx(w.type);
     if (i == 0) level = l, quant = is_quant(w.type);

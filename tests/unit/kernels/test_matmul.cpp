@@ -247,6 +247,14 @@ TEST(MatmulGroup, RejectsProductsOfOtherWidths) {
   EXPECT_THROW(matmul_group(outs, 2, x.data(), 1, nullptr), kvasir::Error);
   const MatmulOut none[] = {{nullptr, ya.data()}};
   EXPECT_THROW(matmul_group(none, 1, x.data(), 1, nullptr), kvasir::Error);
+  // Checked whether or not the group runs as one call: a float weight first
+  // (no common kernel input with Q4_1), then a missing one.
+  auto f = ref::random_weight(DType::F32, 8, 64, rng);
+  const MatmulOut mixed[] = {{&f.view, ya.data()}, {&a.view, yb.data()}, {nullptr, yb.data()}};
+  EXPECT_THROW(matmul_group(mixed, 3, x.data(), 1, nullptr), kvasir::Error);
+  std::vector<MatmulOut> many(9, MatmulOut{&a.view, ya.data()});  // past the 8 fused at once
+  many.back().w = nullptr;
+  EXPECT_THROW(matmul_group(many.data(), 9, x.data(), 1, nullptr), kvasir::Error);
   EXPECT_THROW(matmul_group(outs, -1, x.data(), 1, nullptr), kvasir::Error);
   EXPECT_NO_THROW(matmul_group(outs, 0, x.data(), 1, nullptr));
 }
