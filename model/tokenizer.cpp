@@ -99,33 +99,7 @@ Tokenizer::Tokenizer(TokenizerData data) : d_(std::move(data)), impl_(std::make_
   std::stable_sort(m.specials.begin(), m.specials.end(),
                    [&](int32_t a, int32_t b) { return d_.tokens[a].size() > d_.tokens[b].size(); });
 
-  // Merges (BPE): intern every string they mention.
-  if (d_.model == TokenizerData::Model::kBpe) {
-    m.sym_text.reserve(n + d_.merges.size());
-    for (size_t i = 0; i < n; ++i) m.sym_text.emplace_back(d_.tokens[i]);
-    m.sym_id = m.token_to_id;
-    auto intern = [&](std::string s) -> int32_t {
-      auto it = m.sym_id.find(s);
-      if (it != m.sym_id.end()) return it->second;
-      m.extra_syms.push_back(std::move(s));
-      const int32_t id = int32_t(m.sym_text.size());
-      m.sym_text.emplace_back(m.extra_syms.back());
-      m.sym_id.emplace(m.extra_syms.back(), id);
-      return id;
-    };
-    m.merges.reserve(d_.merges.size() * 2);
-    for (size_t r = 0; r < d_.merges.size(); ++r) {
-      const std::string& mg = d_.merges[r];
-      // Split at the first space after the first character (the reference's
-      // rule, so a merge of " " with "x" can be written "  x").
-      const size_t sp = mg.size() > 1 ? mg.find(' ', 1) : std::string::npos;
-      KV_CHECK(sp != std::string::npos && sp + 1 < mg.size(),
-               "{}: merge {} ('{}') is not 'left right'", who, r, mg);
-      std::string left = mg.substr(0, sp), right = mg.substr(sp + 1);
-      const int32_t l = intern(left), rr = intern(right), res = intern(left + right);
-      m.merges.emplace(Impl::key(l, rr), Impl::Merge{int32_t(r), res});  // first rank wins
-    }
-  }
+  if (d_.model == TokenizerData::Model::kBpe) m.index_merges(d_, who);
 
   std::fill(std::begin(m.byte_token), std::end(m.byte_token), -1);
   for (int b = 0; b < 256; ++b) {
@@ -133,27 +107,63 @@ Tokenizer::Tokenizer(TokenizerData data) : d_(std::move(data)), impl_(std::make_
     if (it != m.token_to_id.end()) m.byte_token[b] = it->second;
   }
 
-  // Pieces for decode, specials rendered (skip_special is applied on top).
-  m.pieces.resize(n);
+  m.render_pieces(d_, who);
+}
+
+// BPE: every string the merges mention interned as a symbol, and each merge
+// of two symbols (the first rank wins).
+void Tokenizer::Impl::index_merges(const TokenizerData& d, const std::string& who) {
+  const size_t n = d.tokens.size();
+  sym_text.reserve(n + d.merges.size());
+  for (size_t i = 0; i < n; ++i) sym_text.emplace_back(d.tokens[i]);
+  sym_id = token_to_id;
+  auto intern = [&](std::string s) -> int32_t {
+    auto it = sym_id.find(s);
+    if (it != sym_id.end()) return it->second;
+    extra_syms.push_back(std::move(s));
+    const int32_t id = int32_t(sym_text.size());
+    sym_text.emplace_back(extra_syms.back());
+    sym_id.emplace(extra_syms.back(), id);
+    return id;
+  };
+  merges.reserve(d.merges.size() * 2);
+  for (size_t r = 0; r < d.merges.size(); ++r) {
+    const std::string& mg = d.merges[r];
+    // Split at the first space after the first character (the reference's
+    // rule, so a merge of " " with "x" can be written "  x").
+    const size_t sp = mg.size() > 1 ? mg.find(' ', 1) : std::string::npos;
+    KV_CHECK(sp != std::string::npos && sp + 1 < mg.size(),
+             "{}: merge {} ('{}') is not 'left right'", who, r, mg);
+    std::string left = mg.substr(0, sp), right = mg.substr(sp + 1);
+    const int32_t l = intern(left), rr = intern(right), res = intern(left + right);
+    merges.emplace(key(l, rr), Merge{int32_t(r), res});  // first rank wins
+  }
+}
+
+// The piece decode() gives each id, specials rendered (skip_special is
+// applied on top).
+void Tokenizer::Impl::render_pieces(const TokenizerData& d, const std::string& who) {
+  const size_t n = d.tokens.size();
+  pieces.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    const uint16_t a = d_.attrs[i];
-    const std::string& t = d_.tokens[i];
-    if (d_.model == TokenizerData::Model::kBpe) {
+    const uint16_t a = d.attrs[i];
+    const std::string& t = d.tokens[i];
+    if (d.model == TokenizerData::Model::kBpe) {
       if (a & (kAttrControl | kAttrUnknown | kAttrUserDefined))
-        m.pieces[i] = t;
+        pieces[i] = t;
       else if (a & kAttrNormal)
-        m.pieces[i] = decode_byte_alphabet(t);
+        pieces[i] = decode_byte_alphabet(t);
       // byte/unused/undefined types render as nothing, like the reference
     } else {
       if (a & kAttrNormal)
-        m.pieces[i] = spm_piece(t);
+        pieces[i] = spm_piece(t);
       else if (a & (kAttrControl | kAttrUnknown | kAttrUserDefined))
-        m.pieces[i] = t;
+        pieces[i] = t;
       else if (a & kAttrByte) {
         unsigned v = 0;
         KV_CHECK(t.size() == 6 && std::sscanf(t.c_str(), "<0x%02X>", &v) == 1,
                  "{}: byte token {} is '{}'", who, i, t);
-        m.pieces[i] = std::string(1, char(v));
+        pieces[i] = std::string(1, char(v));
       }
     }
   }

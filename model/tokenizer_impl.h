@@ -39,6 +39,10 @@ struct Tokenizer::Impl {
   std::vector<std::string> pieces;  // decode() piece per id, specials rendered
   std::vector<uint8_t> eog;         // 1 if the id ends generation
 
+  // Built once by the Tokenizer's constructor (tokenizer.cpp) from its data.
+  void index_merges(const TokenizerData& d, const std::string& who);   // sym_*, merges
+  void render_pieces(const TokenizerData& d, const std::string& who);  // pieces
+
   // Per-word cache of BPE results: real text repeats its words constantly.
   mutable std::mutex cache_mu;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
