@@ -29,6 +29,37 @@ struct Pair {
   bool operator>(const Pair& o) const { return rank > o.rank || (rank == o.rank && left > o.left); }
 };
 
+// Merges a word's symbols, the lowest-ranked pair first, again and again
+// (the reference's order). merge_of(left id, right id) gives the merge's
+// {rank, resulting id}, rank < 0 when the pair does not merge.
+template <class MergeOf>
+void merge_symbols(std::vector<Sym>& syms, const MergeOf& merge_of) {
+  std::priority_queue<Pair, std::vector<Pair>, std::greater<Pair>> queue;
+  auto try_pair = [&](int32_t l, int32_t r) {
+    if (l < 0 || r < 0) return;
+    const int32_t lid = syms[l].id, rid = syms[r].id;
+    if (lid < 0 || rid < 0) return;
+    const auto [rank, result] = merge_of(lid, rid);
+    if (rank < 0) return;
+    queue.push({rank, l, r, lid, rid, result});
+  };
+  for (int32_t i = 1; i < int32_t(syms.size()); ++i) try_pair(i - 1, i);
+  while (!queue.empty()) {
+    const Pair p = queue.top();
+    queue.pop();
+    Sym& L = syms[p.left];
+    Sym& R = syms[p.right];
+    if (L.len == 0 || R.len == 0 || L.id != p.lid || R.id != p.rid || L.next != p.right) continue;
+    L.len += R.len;
+    L.id = p.result;
+    R.len = 0;
+    L.next = R.next;
+    if (R.next >= 0) syms[R.next].prev = p.left;
+    try_pair(L.prev, p.left);
+    try_pair(p.left, L.next);
+  }
+}
+
 }  // namespace
 
 void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out) const {
@@ -74,30 +105,11 @@ void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out) con
                       off + len == word.size() ? -1 : idx + 1});
       off += len;
     }
-    std::priority_queue<Pair, std::vector<Pair>, std::greater<Pair>> queue;
-    auto try_pair = [&](int32_t l, int32_t r) {
-      if (l < 0 || r < 0) return;
-      const int32_t lid = syms[l].id, rid = syms[r].id;
-      if (lid < 0 || rid < 0) return;
-      auto it = m.merges.find(Impl::key(lid, rid));
-      if (it == m.merges.end()) return;
-      queue.push({it->second.rank, l, r, lid, rid, it->second.result});
-    };
-    for (int32_t i = 1; i < int32_t(syms.size()); ++i) try_pair(i - 1, i);
-    while (!queue.empty()) {
-      const Pair p = queue.top();
-      queue.pop();
-      Sym& L = syms[p.left];
-      Sym& R = syms[p.right];
-      if (L.len == 0 || R.len == 0 || L.id != p.lid || R.id != p.rid || L.next != p.right) continue;
-      L.len += R.len;
-      L.id = p.result;
-      R.len = 0;
-      L.next = R.next;
-      if (R.next >= 0) syms[R.next].prev = p.left;
-      try_pair(L.prev, p.left);
-      try_pair(p.left, L.next);
-    }
+    merge_symbols(syms, [&](int32_t l, int32_t r) {
+      auto it = m.merges.find(Impl::key(l, r));
+      return it == m.merges.end() ? std::pair<int32_t, int32_t>{-1, -1}
+                                  : std::pair<int32_t, int32_t>{it->second.rank, it->second.result};
+    });
 
     std::vector<int32_t> ids;
     for (int32_t i = 0; i != -1 && !syms.empty(); i = syms[i].next) {
