@@ -1,10 +1,12 @@
 // paged_attention: causal attention over the paged KV cache with a streaming
 // (online) softmax.
 //
-// Work item = (row, kv head, chunk of up to kTokChunk new tokens). An item
-// walks the row's blocks once; each block's keys and values for that kv head
-// are converted to f32 once and serve every query of the item: all the query
-// heads of the group (GQA) times all its tokens. Items are taken dynamically
+// Work item = (row, kv head, chunk of up to kTokChunk new tokens). With
+// AVX2 or AVX-512 and a head dim they divide, every item takes the tiled path
+// (attention_tiled.cpp); otherwise an item walks the row's blocks once here:
+// each block's keys and values for that kv head are converted to f32 once
+// and serve every query of the item: all the query heads of the group (GQA)
+// times all its tokens. Items are taken dynamically
 // from an atomic counter, so a long prefill chunk and many decodes balance.
 #include <algorithm>
 #include <atomic>
@@ -14,6 +16,7 @@
 
 #include "base/check.h"
 #include "base/half.h"
+#include "kernels/cpu/attention_internal.h"
 #include "kernels/cpu/paged_kv.h"
 #include "kernels/cpu/paged_kv_internal.h"
 #include "kernels/cpu/simd.h"
@@ -30,22 +33,8 @@ namespace {
 
 constexpr int kTokChunk = 16;
 
-struct Item {
-  int32_t row;
-  int32_t head;    // kv head
-  int32_t t0, t1;  // new tokens [t0, t1) of the row
-};
-
-struct Job {
-  const KvLayerView* kv;
-  const AttnRow* rows;
-  const int64_t* tok_off;  // [n_rows] first global token of each row
-  const float* q;          // [T, n_heads, hd]
-  float* out;              // [T, n_heads, hd]
-  int n_heads;
-  int group;  // query heads per kv head
-  float scale;
-};
+using Item = detail::AttnItem;
+using Job = detail::AttnJob;
 
 // Per-thread scratch, grow-only.
 struct Scratch {
@@ -300,17 +289,32 @@ void paged_attention(const KvLayerView& kv, const AttnRow* rows, int n_rows, con
   });
 
   const Job job{&kv, rows, tok_off.data(), q, out, n_heads, n_heads / kv.n_kv_heads, scale};
+  // Every item of a call takes the same path: a query's result must not
+  // depend on which other queries share its item (a prefill split into other
+  // chunks, a prefix-cache hit, another stage count all give the same bits).
   auto fn = run_item_scalar;
+  void (*tiled)(const Job&, const Item&) = nullptr;
 #ifdef KV_HAVE_X86
   if (simd_level() >= SimdLevel::kAvx2) fn = run_item_avx2;
+  if (simd_level() >= SimdLevel::kAvx512 &&
+      kv.head_dim % detail::tiled_head_dim_multiple(true) == 0)
+    tiled = detail::attend_item_tiled_avx512;
+  else if (simd_level() >= SimdLevel::kAvx2 &&
+           kv.head_dim % detail::tiled_head_dim_multiple(false) == 0)
+    tiled = detail::attend_item_tiled_avx2;
 #endif
   const int64_t n_items = int64_t(items.size());
   const Item* item_data = items.data();
   std::atomic<int64_t> next{0};
   auto body = [&](int64_t, int64_t, int) {
     thread_local Scratch sc;
-    for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n_items;)
-      fn(job, item_data[i], sc);
+    for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n_items;) {
+      const Item& it = item_data[i];
+      if (tiled)
+        tiled(job, it);
+      else
+        fn(job, it, sc);
+    }
   };
   if (pool && pool->size() > 1 && n_items > 1)
     pool->parallel_for(std::min<int64_t>(pool->size(), n_items), body);

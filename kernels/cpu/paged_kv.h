@@ -48,7 +48,10 @@ void kv_append(const KvLayerView& kv, const AttnRow* rows, int n_rows, const flo
 
 // Causal attention of each new token over its sequence's positions 0..pos.
 // q, out: [T, n_heads, head_dim] f32. n_heads % n_kv_heads == 0.
-// Call after kv_append for the same rows.
+// Call after kv_append for the same rows. A token's output depends only on
+// its query, its row's cache up to its position and the SIMD level, bit for
+// bit: not on the other rows of the call nor on how a sequence's tokens are
+// split into calls (prefill chunks, a prefix-cache hit, decode steps).
 void paged_attention(const KvLayerView& kv, const AttnRow* rows, int n_rows, const float* q,
                      int n_heads, float scale, float* out, ThreadPool* pool);
 

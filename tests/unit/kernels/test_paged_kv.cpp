@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <numeric>
 
@@ -128,11 +129,19 @@ double run_case(const Case& c, ThreadPool* pool, std::mt19937& rng) {
   return max_err;
 }
 
+// Scalar, and each vector level the CPU has that takes its own attention
+// path (AVX2: per-block and tiled; AVX-512: the 16-lane tiled path).
+std::vector<SimdLevel> supported_levels() {
+  std::vector<SimdLevel> levels{SimdLevel::kScalar};
+  if (simd_level_supported() >= SimdLevel::kAvx2) levels.push_back(SimdLevel::kAvx2);
+  if (simd_level_supported() >= SimdLevel::kAvx512) levels.push_back(SimdLevel::kAvx512);
+  return levels;
+}
+
 TEST(PagedAttention, SweepAgainstNaive) {
   SimdGuard guard;
   std::mt19937 rng(42);
-  std::vector<SimdLevel> levels{SimdLevel::kScalar};
-  if (simd_level_supported() >= SimdLevel::kAvx2) levels.push_back(SimdLevel::kAvx2);
+  const std::vector<SimdLevel> levels = supported_levels();
   std::unique_ptr<ThreadPool> pools[] = {nullptr, std::make_unique<ThreadPool>(3)};
   // Mixed batches: decodes (1 token) at odd contexts, a first prefill, a
   // later prefill chunk (pos0 > 0, several tokens, crossing blocks).
@@ -156,6 +165,78 @@ TEST(PagedAttention, SweepAgainstNaive) {
                     << dtype_name(type) << " hd=" << hd << " group=" << group << " bs=" << bs
                     << " rows=" << rows.size() << " " << simd_level_name(level);
               }
+}
+
+TEST(PagedAttention, TiledPathAtTileEdgesAndOddHeadDims) {
+  // Items of many queries take the tiled path (64-key tiles): contexts that
+  // end just before, on and just after a tile edge, chunks that start inside
+  // a tile, head dims that leave a remainder of output vectors (72: AVX-512
+  // falls back to 8 lanes; 80, 96: 16-lane slices of 4 and 1) and blocks
+  // that do not divide the tile (5).
+  SimdGuard guard;
+  std::mt19937 rng(11);
+  ThreadPool pool(2);
+  const std::vector<std::vector<RowSpec>> batches = {
+      {{0, 63}, {1, 64}, {0, 65}},
+      {{60, 16}, {127, 3}, {128, 1}, {200, 40}},
+      {{0, 12}},
+  };
+  for (SimdLevel level : supported_levels())
+    for (int hd : {64, 72, 80, 96})
+      for (int group : {1, 3})
+        for (int bs : {5, 16})
+          for (const auto& rows : batches) {
+            set_simd_level_for_testing(level);
+            const Case c{hd, 3, group, bs, DType::F16, rows};
+            const double err = run_case(c, &pool, rng);
+            ASSERT_LT(err, 2e-5) << "hd=" << hd << " group=" << group << " bs=" << bs << " "
+                                 << simd_level_name(level);
+          }
+}
+
+TEST(PagedAttention, SameBitsHoweverTheTokensAreSplit) {
+  // 40 tokens at positions 60..99 of one sequence, attended (a) as one row,
+  // (b) as 40 one-token rows in one call, (c) in pieces of 3, 16 and 21 beside
+  // an unrelated decode: every output equal bit for bit. Greedy outputs with
+  // and without a prefix-cache hit, chunked or not, rely on it.
+  SimdGuard guard;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int hd = 64, nkv = 3, nh = 9, bs = 16, P = 100, p0 = 60, T = P - p0;
+  std::vector<int32_t> table(8);
+  std::iota(table.begin(), table.end(), 0);
+  std::vector<int32_t> other_table = {7};  // the unrelated row: block 7, unused by the sequence
+  std::vector<uint16_t> kmem(size_t(8) * nkv * bs * hd), vmem(kmem.size());
+  const KvLayerView kv{kmem.data(), vmem.data(), DType::F16, 8, bs, nkv, hd};
+  std::vector<float> k(size_t(P) * nkv * hd), v(k.size()), q(size_t(T) * nh * hd);
+  for (auto* buf : {&k, &v, &q})
+    for (float& x : *buf) x = nd(rng);
+  const AttnRow all{0, P, table.data(), 7};
+  kv_append(kv, &all, 1, k.data(), v.data());
+  const float kOtherQ[nh * hd] = {};
+  ThreadPool pool(2);
+  for (SimdLevel level : supported_levels()) {
+    set_simd_level_for_testing(level);
+    std::vector<float> whole(q.size()), single(q.size()), pieces(q.size());
+    const AttnRow one{p0, T, table.data(), 7};
+    paged_attention(kv, &one, 1, q.data(), nh, 0.125f, whole.data(), &pool);
+    std::vector<AttnRow> rows;
+    for (int t = 0; t < T; ++t) rows.push_back({p0 + t, 1, table.data(), 7});
+    paged_attention(kv, rows.data(), T, q.data(), nh, 0.125f, single.data(), &pool);
+    int t0 = 0;
+    for (int n : {3, 16, 21}) {
+      const AttnRow both[2] = {{3, 1, other_table.data(), 1}, {p0 + t0, n, table.data(), 7}};
+      std::vector<float> qq(kOtherQ, kOtherQ + nh * hd), out(size_t(1 + n) * nh * hd);
+      qq.insert(qq.end(), q.begin() + long(t0) * nh * hd, q.begin() + long(t0 + n) * nh * hd);
+      paged_attention(kv, both, 2, qq.data(), nh, 0.125f, out.data(), nullptr);
+      std::copy(out.begin() + nh * hd, out.end(), pieces.begin() + long(t0) * nh * hd);
+      t0 += n;
+    }
+    EXPECT_EQ(0, std::memcmp(whole.data(), single.data(), whole.size() * sizeof(float)))
+        << simd_level_name(level);
+    EXPECT_EQ(0, std::memcmp(whole.data(), pieces.data(), whole.size() * sizeof(float)))
+        << simd_level_name(level);
+  }
 }
 
 TEST(PagedAttention, LongPrefillChunkedAcrossThreads) {

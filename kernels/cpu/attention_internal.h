@@ -1,0 +1,40 @@
+// kernels/cpu/attention_internal.h — what attention.cpp shares with the tiled
+// path (attention_tiled.cpp). Not part of the kernels' face.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/paged_kv.h"
+
+namespace kvasir::cpu::detail {
+
+// One work item: new tokens [t0, t1) of one row, for one kv head (all the
+// query heads of its group).
+struct AttnItem {
+  int32_t row;
+  int32_t head;  // kv head
+  int32_t t0, t1;
+};
+
+// What every item of one paged_attention call reads.
+struct AttnJob {
+  const KvLayerView* kv;
+  const AttnRow* rows;
+  const int64_t* tok_off;  // [n_rows] first global token of each row
+  const float* q;          // [T, n_heads, hd]
+  float* out;              // [T, n_heads, hd]
+  int n_heads;
+  int group;  // query heads per kv head
+  float scale;
+};
+
+// The tiled path: keys in tiles of 64, transposed once per tile and shared by
+// every query of the item. Pays off when an item has many queries (prefill
+// chunks); a decode item (one token) keeps the per-block path. Each call
+// handles one item and writes its outputs; kv.head_dim must be a multiple of
+// tiled_head_dim_multiple(level). Defined for x86 only.
+int tiled_head_dim_multiple(bool avx512);
+void attend_item_tiled_avx2(const AttnJob& job, const AttnItem& it);
+void attend_item_tiled_avx512(const AttnJob& job, const AttnItem& it);
+
+}  // namespace kvasir::cpu::detail
