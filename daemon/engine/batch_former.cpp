@@ -84,14 +84,17 @@ int32_t BatchFormer::within_time(const Sequence& s, int32_t n) const {
   return std::max(lo, std::min(n, aging_floor(s)));
 }
 
-// floor_tokens, doubled for every aging_steps micro-batches in which the
-// budget starved the sequence's prefill (the decodes left it under a quarter
-// of the step). Only starvation ages it: a prompt that gets its share of
-// the step is moving at the budget's pace, however few tokens that is at
-// a long prompt's late positions.
+// floor_tokens until the budget has starved the sequence's prefill (the
+// decodes left it under a quarter of the step) for aging_steps micro-batches,
+// then kAgedFloor, doubled for every aging_steps more. Only starvation ages
+// it: a prompt that gets its share of the step is moving at the budget's
+// pace, however few tokens that is at a long prompt's late positions.
 int32_t BatchFormer::aging_floor(const Sequence& s) const {
+  const int64_t periods = s.starved / std::max(time_.aging_steps, 1);
   int64_t floor = std::max(time_.floor_tokens, 1);
-  floor <<= std::min(s.starved / std::max(time_.aging_steps, 1), 20);
+  if (periods > 0)
+    floor = std::max<int64_t>(floor, int64_t(StepBudget::kAgedFloor)
+                                         << std::min<int64_t>(periods - 1, 20));
   return int32_t(std::min<int64_t>(floor, lim_.max_tokens));
 }
 

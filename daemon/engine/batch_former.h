@@ -21,12 +21,18 @@ namespace kvasir {
 // slowest stage's busy time, CostModel::step) stays within `step_s`, the
 // decodes first and prefill in what is left. The first prefill piece of
 // the batch (the oldest admission's) always gets its aging floor, even past
-// the budget: floor_tokens, doubled for every `aging_steps` micro-batches
-// in which the decodes left prefill under a quarter of the step budget, so
-// a long prompt under steady decode load still gets through.
+// the budget: floor_tokens until it has been starved for `aging_steps`
+// micro-batches (the decodes left prefill under a quarter of the step
+// budget), then kAgedFloor doubled for every `aging_steps` more, so a long
+// prompt under steady decode load still gets through.
 struct StepBudget {
-  double step_s = 0;          // 0: no time budget (tokens only, as without a target)
-  int32_t floor_tokens = 16;  // the floor of a prefill the budget has not starved yet
+  static constexpr int32_t kAgedFloor = 16;
+  double step_s = 0;  // 0: no time budget (tokens only, as without a target)
+  // The floor of a prefill the budget has not starved: one position once
+  // the cost model can size pieces (the aim, not the floor, then decides
+  // how much goes: a 16-token floor cost ~40 ms a stage on a CPU and alone
+  // broke a 72 ms target); 16 while it cannot (a cold start).
+  int32_t floor_tokens = 16;
   int32_t aging_steps = 8;    // starved micro-batches per doubling of the floor
   // The step the target itself allows (target / depth), before the aim
   // lowers it (docs/scheduler.md, "Aiming below the target"): starvation is

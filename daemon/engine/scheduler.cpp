@@ -207,7 +207,7 @@ StepBudget Scheduler::step_budget() {
       positions += int64_t(s->tokens.size());
     }
   if (decoding == 0) return b;  // nothing to protect: the token budget alone
-  b.floor_tokens = std::min(16, lim_.chunk_size);
+  b.floor_tokens = std::min(StepBudget::kAgedFloor, lim_.chunk_size);
   // The gap is `depth` steps: max(stages, max_inflight) when each stage
   // runs on its own core, more when they share cores (a loaded machine:
   // measured, two micro-batches on two stages took ~3-4 steps a cycle).
@@ -221,6 +221,7 @@ StepBudget Scheduler::step_budget() {
     b.step_s = 1e-9;
     return b;
   }
+  b.floor_tokens = 1;  // the model sizes pieces: the aim decides (StepBudget)
   if (lim_.itl_target_ms > 0) {
     b.target_step_s = lim_.itl_target_ms / 1e3 / depth;
   } else {
