@@ -216,7 +216,7 @@ void report_split(const kvasir::Config& cfg) {
 
 // The command line.
 struct Args {
-  std::string config_path, segment, log_level;
+  std::string config_path, segment, log_level, simd_inherit;
   bool check = false;
   int stage = -1;
 };
@@ -234,6 +234,9 @@ std::optional<int> parse_args(int argc, char** argv, Args& a) {
       });
   app.add_option("--stage", a.stage, "(internal) run stage N")->group("");
   app.add_option("--segment", a.segment, "(internal) the instance's shared segment")->group("");
+  app.add_option("--simd-inherit", a.simd_inherit,
+                 "(internal) a restarted stage's predecessor's kernel choices")
+      ->group("");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -466,7 +469,7 @@ int main(int argc, char** argv) {
   const std::optional<log::Level> level = log::parse_level(a.log_level);
   if (a.stage >= 0) {
     log::init({fmt::format("kvasird stage {}", a.stage), level.value_or(log::Level::kInfo)});
-    return stage_main(a.stage, a.segment);
+    return stage_main(a.stage, a.segment, a.simd_inherit);
   }
   log::init({"kvasird", level.value_or(log::Level::kInfo)});
   if (a.config_path.empty()) {

@@ -15,7 +15,11 @@ namespace kvasir {
 // reports ready and runs the agent until shutdown (the handshake is written
 // out in stage_main.cpp). Any failure before serving is written to the
 // stage's error field with status failed. Returns the process exit code.
-int stage_main(int stage, const std::string& segment_name);
+// `inherit`: a restarted stage's predecessor's kernels text (the
+// supervisor's `--simd-inherit`): its CPU kernel choices are adopted
+// before anything runs (kernels/cpu/simd.h simd_adopt_choices), so the
+// restarted stage computes the same bits; "" for a first start.
+int stage_main(int stage, const std::string& segment_name, const std::string& inherit = "");
 
 // What each layer of the model costs on this machine's CPU with `threads`
 // threads, for a decode micro-batch of `rows` rows at `context` positions

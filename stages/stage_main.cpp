@@ -181,8 +181,12 @@ int run_stage(ipc::Segment& seg, int stage) {
 
 }  // namespace
 
-int stage_main(int stage, const std::string& segment_name) {
+int stage_main(int stage, const std::string& segment_name, const std::string& inherit) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);  // again, in case we were not started by the supervisor
+  if (!inherit.empty()) {
+    const int n = cpu::simd_adopt_choices(inherit);
+    KV_LOG_INFO("stage", "adopted {} kernel choices of the stage it replaces", n);
+  }
   std::unique_ptr<ipc::Segment> seg = open_segment(stage, segment_name);
   if (!seg) return 2;
   ipc::StageShared& me = seg->stage(stage);

@@ -92,7 +92,7 @@ void Supervisor::wake_bridge() {
   if (seg_) seg_->ring(seg_->n_stages()).not_empty.ring();
 }
 
-pid_t Supervisor::spawn(int s) {
+pid_t Supervisor::spawn(int s, const std::string& inherit) {
   std::string stage_arg = std::to_string(s);
   std::string level_arg = log::level_name(log::level());  // the stage logs at the daemon's level
   const pid_t parent = getpid();
@@ -103,7 +103,12 @@ pid_t Supervisor::spawn(int s) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(120);
     const char* argv[] = {"kvasird",     "--stage",     stage_arg.c_str(), "--segment",
-                          name_.c_str(), "--log-level", level_arg.c_str(), nullptr};
+                          name_.c_str(), "--log-level", level_arg.c_str(), nullptr,
+                          nullptr,       nullptr};
+    if (!inherit.empty()) {
+      argv[7] = "--simd-inherit";
+      argv[8] = inherit.c_str();
+    }
     execv(opt_.exe.c_str(), const_cast<char* const*>(argv));
     _exit(127);
   }
@@ -361,8 +366,12 @@ void Supervisor::monitor() {
       st.pid.store(0);
       st.capacity_blocks.store(0);
       std::memset(st.error, 0, sizeof st.error);
-      ipc::write_stage_simd(st, "");  // the new process publishes its own
-      pid_t pid = spawn(s);
+      // The new process adopts the dead one's kernel choices (a measured
+      // choice may cross SIMD families from one process to the next, and
+      // the restarted ring would then give other tokens), then publishes its own.
+      const std::string inherit = ipc::read_stage_simd(st);
+      ipc::write_stage_simd(st, "");
+      pid_t pid = spawn(s, inherit);
       if (pid < 0) {
         on_death(s, fmt::format("stage {}: fork: {}", s, std::strerror(errno)), now);
         continue;

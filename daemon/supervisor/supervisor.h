@@ -106,7 +106,10 @@ class Supervisor {
   };
 
   std::string describe_exit(int stage, int status);
-  pid_t spawn(int stage);  // fork + exec; no allocation in the child
+  // fork + exec; no allocation in the child. inherit: the kernels text of
+  // the process it replaces ("" for a first start), passed as
+  // --simd-inherit so the new one adopts its CPU kernel choices.
+  pid_t spawn(int stage, const std::string& inherit = "");
   std::optional<StageExit> reap_starting();
   void monitor();
   void on_death(int stage, const std::string& why, int64_t now);  // under mu_

@@ -279,6 +279,65 @@ std::vector<KernelChoice> simd_kernel_choices() {
   return out;
 }
 
+namespace {
+
+// One summary entry, "q4_1/batch:avx512_vnni[+amx]", as a choice; false if
+// it names no kernel this build has.
+bool parse_entry(std::string_view e, KernelChoice& c) {
+  const size_t slash = e.find('/'), colon = e.find(':');
+  if (slash == std::string_view::npos || colon == std::string_view::npos || colon < slash)
+    return false;
+  const std::string_view type = e.substr(0, slash), rows = e.substr(slash + 1, colon - slash - 1);
+  std::string_view level = e.substr(colon + 1);
+  c.amx = level.size() > 4 && level.substr(level.size() - 4) == "+amx";
+  if (c.amx) level.remove_suffix(4);
+  bool found = false;
+  for (DType t : kComputable)
+    if (simd_type_name(t) == type) c.type = t, found = true;
+  if (!found) return false;
+  if (rows == rows_class_name(RowsClass::kDecode))
+    c.rows = RowsClass::kDecode;
+  else if (rows == rows_class_name(RowsClass::kBatch))
+    c.rows = RowsClass::kBatch;
+  else
+    return false;
+  for (int l = 0; l < kSimdLevels; ++l)
+    if (level == simd_level_name(SimdLevel(l))) {
+      c.level = SimdLevel(l);
+      return true;
+    }
+  return false;
+}
+
+}  // namespace
+
+int simd_adopt_choices(std::string_view summary) {
+  if (simd_level_forced()) return 0;
+  int adopted = 0;
+  while (!summary.empty()) {
+    const size_t sp = summary.find(' ');
+    const std::string_view e = summary.substr(0, sp);
+    summary = sp == std::string_view::npos ? std::string_view() : summary.substr(sp + 1);
+    KernelChoice c;
+    if (!parse_entry(e, c) || int(c.level) > int(simd_level()) || !simd_level_available(c.level) ||
+        path_of(c.type, c.level) != c.level)
+      continue;
+    if (c.amx &&
+        !(c.rows == RowsClass::kBatch && detail::amx_usable() && detail::amx_supports(c.type)))
+      continue;
+    Slot& slot = g_slots[unsigned(c.type)][int(c.rows)];
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (slot.level.load(std::memory_order_relaxed) >= 0) continue;
+    c.reason = ChoiceReason::kInherited;
+    slot.choice = c;
+    slot.amx.store(c.amx, std::memory_order_release);
+    slot.level.store(int(c.level), std::memory_order_release);
+    g_generation.fetch_add(1, std::memory_order_release);
+    adopted++;
+  }
+  return adopted;
+}
+
 uint64_t simd_choices_generation() { return g_generation.load(std::memory_order_acquire); }
 
 const char* rows_class_name(RowsClass rows) {
@@ -295,6 +354,8 @@ const char* choice_reason_name(ChoiceReason reason) {
       return "measured";
     case ChoiceReason::kPending:
       return "not chosen yet";
+    case ChoiceReason::kInherited:
+      return "inherited";
   }
   return "?";
 }

@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/dtype.h"
@@ -82,10 +83,11 @@ inline RowsClass rows_class(int64_t n) {
 const char* rows_class_name(RowsClass rows);  // "decode" / "batch"
 
 enum class ChoiceReason {
-  kForced,    // KVASIR_SIMD or a test forced the level
-  kOnlyPath,  // one distinct kernel among the levels the CPU has
-  kMeasured,  // the fastest of the candidates, timed
-  kPending,   // auto, not chosen yet (no matmul of this kernel so far)
+  kForced,     // KVASIR_SIMD or a test forced the level
+  kOnlyPath,   // one distinct kernel among the levels the CPU has
+  kMeasured,   // the fastest of the candidates, timed
+  kPending,    // auto, not chosen yet (no matmul of this kernel so far)
+  kInherited,  // adopted from a predecessor's summary (simd_adopt_choices)
 };
 const char* choice_reason_name(ChoiceReason reason);
 
@@ -140,6 +142,17 @@ KernelChoice simd_kernel_choice(DType type, RowsClass rows, int64_t cols = 0);
 // and rows-class order.
 std::vector<KernelChoice> simd_kernel_choices();
 
+// Adopts the kernel choices a summary lists (format_simd_summary's entries,
+// "q4_1/batch:avx512_vnni" or "...+amx"), so a restarted stage computes the
+// same bits as the process it replaces: a measured choice can cross
+// families between processes on a loaded machine, and a ring that changed
+// family mid-stream gave other greedy tokens after a stage restart than
+// before it (docs/recovery.md). Skipped: entries it cannot parse, kernels
+// already chosen, a level above simd_level() or one the CPU lacks, AMX
+// where it is not usable; a forced level adopts nothing. Returns how many
+// it adopted.
+int simd_adopt_choices(std::string_view summary);
+
 // How many times the set of choices changed in this process (a kernel
 // chosen, the choices forgotten): a caller that keeps a summary of them
 // redoes it only when this moved.
@@ -160,6 +173,8 @@ std::string format_simd_summary(SimdLevel widest, bool amx_usable, bool forced,
                                 size_t max_len);
 // This process's summary now (cached until simd_choices_generation() moves).
 std::string simd_summary(size_t max_len);
+// A weight type as the summary writes it: dtype_name in lower case ("q4_1").
+std::string simd_type_name(DType type);
 
 // Several lines for logs and `--simd-info`: the CPU model, the levels it has
 // and lacks, the mode, and simd_kernel_choices().

@@ -11,16 +11,16 @@
 #include "kernels/cpu/simd.h"
 
 namespace kvasir::cpu {
-namespace {
-
-std::string lower(const char* s) {
-  std::string out(s);
+std::string simd_type_name(DType type) {
+  std::string out(dtype_name(type));
   for (char& c : out) c = char(std::tolower(static_cast<unsigned char>(c)));
   return out;
 }
 
+namespace {
+
 std::string entry(const KernelChoice& c) {
-  return fmt::format(" {}/{}:{}{}", lower(dtype_name(c.type)), rows_class_name(c.rows),
+  return fmt::format(" {}/{}:{}{}", simd_type_name(c.type), rows_class_name(c.rows),
                      simd_level_name(c.level), c.amx ? "+amx" : "");
 }
 

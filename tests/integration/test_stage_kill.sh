@@ -155,6 +155,11 @@ for i in $(seq 1 "$N"); do
 done
 ok "fault-free reference: $N streams of $TOKENS tokens (client 1: '${REF[1]:0:40}...')"
 expect "no restart before any fault" "$(restarts)" "0"
+stage1_simd() {
+  kv_curl "$SOCK" http://x/kvasir/v1/stats |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["stages"][1].get("simd", ""))'
+}
+SIMD1=$(stage1_simd)  # the middle stage's kernel choices, which its successors adopt
 
 run_fault() {  # run_fault TAG SIGNAL WANT_RESTARTS
   local tag=$1 sig=$2 victim t0 t1 states i same=0
@@ -185,12 +190,14 @@ run_fault() {  # run_fault TAG SIGNAL WANT_RESTARTS
   now=$(stage_pid 1)
   [ -n "$now" ] && [ "$now" != "$victim" ] && ok "$tag: middle stage restarted (pid $victim → $now)" ||
     bad "$tag: middle stage not restarted (was $victim, now '$now')"
-  # The new process published its own kernels text (the supervisor cleared the old one).
+  # The new process published its own kernels text (the supervisor cleared
+  # the old one): the first stage's choices, adopted (--simd-inherit), so
+  # it computes the same bits.
   local simd
-  simd=$(kv_curl "$SOCK" http://x/kvasir/v1/stats |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["stages"][1].get("simd", ""))')
+  simd=$(stage1_simd)
   [[ "$simd" == cpu:* ]] && ok "$tag: the restarted stage says what runs its kernels: '$simd'" ||
     bad "$tag: the restarted stage's simd is '$simd'"
+  expect "$tag: the restarted stage runs the first one's kernel choices" "$simd" "$SIMD1"
   kill -CONT "$victim" 2> /dev/null  # in case SIGSTOP was never answered by a kill
   expect "$tag: /health ok afterwards" "$(health)" "ok"
 }

@@ -139,6 +139,45 @@ TEST(Dispatch, AutoMeasuresOnceAndKeepsTheFastest) {
   EXPECT_TRUE(simd_kernel_choices().empty());
 }
 
+// A restarted stage adopts its predecessor's choices from the kernels text
+// it published: the same levels (so the same bits), reported "inherited",
+// and never measured again; a kernel chosen already, garbage, and levels
+// the CPU lacks are skipped.
+TEST(Dispatch, AdoptsThePredecessorsChoices) {
+  SimdGuard guard;
+  simd_reset_for_testing();
+  if (env_forces()) GTEST_SKIP() << "KVASIR_SIMD forces " << simd_level_name(simd_level());
+  if (!simd_level_available(SimdLevel::kAvx2)) GTEST_SKIP() << "no AVX2: one path only";
+  // The narrowest vector level, which auto would not pick on a wider CPU
+  // unless it won by the family margin: adopting it is visible.
+  const std::string text = "cpu:" + std::string(simd_level_name(simd_level_supported())) +
+                           " amx:no q4_1/decode:avx2 q8_0/batch:avx2 q4_0/decode:bogus "
+                           "zz/decode:avx2 q4_k/sideways:avx2 ? q6_k/decode:avx2 ...";
+  // q6_k decode chosen before: kept.
+  const KernelChoice q6 = simd_kernel_choice(DType::Q6_K, RowsClass::kDecode, 768);
+  EXPECT_EQ(simd_adopt_choices(text), 2);
+  const KernelChoice q41 = simd_kernel_choice(DType::Q4_1, RowsClass::kDecode, 576);
+  EXPECT_EQ(q41.level, SimdLevel::kAvx2);
+  EXPECT_EQ(q41.reason, ChoiceReason::kInherited);
+  EXPECT_EQ(detail::kernel_level(DType::Q8_0, RowsClass::kBatch, 576), SimdLevel::kAvx2);
+  EXPECT_EQ(simd_kernel_choice(DType::Q6_K, RowsClass::kDecode, 768).level, q6.level);
+  EXPECT_EQ(simd_kernel_choice(DType::Q6_K, RowsClass::kDecode, 768).reason, q6.reason);
+  EXPECT_EQ(simd_kernel_choice(DType::Q4_0, RowsClass::kDecode).reason, ChoiceReason::kPending);
+  EXPECT_NE(simd_summary(511).find("q4_1/decode:avx2"), std::string::npos) << simd_summary(511);
+  // The summary a stage publishes round-trips: a fresh process adopting it
+  // ends with the same choices.
+  const std::string published = simd_summary(511);
+  const std::vector<KernelChoice> before = simd_kernel_choices();
+  simd_reset_for_testing();
+  EXPECT_EQ(simd_adopt_choices(published), int(before.size()));
+  const std::vector<KernelChoice> after = simd_kernel_choices();
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_EQ(after[i].type, before[i].type);
+    EXPECT_EQ(after[i].level, before[i].level);
+  }
+}
+
 TEST(Dispatch, EnvironmentForcesALevel) {
   SimdGuard guard;
   const char* old = std::getenv("KVASIR_SIMD");
