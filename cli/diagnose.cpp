@@ -210,6 +210,30 @@ std::optional<Diagnosis> unbalanced_split(const TopView& v) {
   return d;
 }
 
+// A stage busy through the whole interval that finished no micro-batch in
+// it: one step outlasts the interval (a long prefill piece, or the first
+// batches of a cold start). Its ms per batch is unknown and the others
+// starve behind it, so the split and batching rules would misread the frame
+// (a CI screen called such a frame "saturated and balanced"): no verdict
+// until the step ends.
+std::optional<Diagnosis> long_step(const TopView& v) {
+  for (size_t i = 0; i < v.stages.size(); ++i) {
+    const StageView& s = v.stages[i];
+    if (s.busy < 0.9 || s.batches_per_s > 0 || v.interval_s <= 0) continue;
+    Diagnosis d = make("none", "");
+    for (size_t k = 0; k < v.stages.size(); ++k) d.figures.push_back(stage_line(v, k));
+    d.change =
+        "nothing yet: the next intervals, once the step has ended, show its length; a long step "
+        "that recurs while requests decode is prefill interference (scheduler.itl_target_ms)";
+    d.summary = fmt::format(
+        "one long step: stage {} has computed one micro-batch for the whole {:.1f} s; no verdict "
+        "until it ends",
+        i, v.interval_s);
+    return d;
+  }
+  return std::nullopt;
+}
+
 // The stages idle: too little work reaches the ring.
 std::optional<Diagnosis> starved_ring(const TopView& v) {
   double top = 0;
@@ -254,7 +278,8 @@ Diagnosis diagnose_view(const TopView& v) {
     d.summary = "idle: no requests running";
     return d;
   }
-  for (auto rule : {too_few_in_flight, prefill_interference, unbalanced_split, starved_ring})
+  for (auto rule :
+       {too_few_in_flight, prefill_interference, long_step, unbalanced_split, starved_ring})
     if (auto d = rule(v)) return *d;
   Diagnosis d = make("none", "");
   for (size_t i = 0; i < v.stages.size(); ++i) d.figures.push_back(stage_line(v, i));

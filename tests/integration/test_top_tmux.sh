@@ -77,7 +77,9 @@ grep -q "0-14" <<<"$screen" && grep -q "15-29" <<<"$screen" && ok "top shows bot
 awk '$2 ~ /^(0-14|15-29)$/ && $5 + 0 > 0 {found=1} END {exit !found}' <<<"$screen" &&
   ok "top shows a busy share above 0 under load" || bad "no stage shows busy time under load"
 grep -qiE "kv|block" <<<"$screen" && ok "top shows the KV cache" || bad "no KV line"
-grep -qE "^(kv_capacity|batching|prefill_interference|none|idle|loading):" <<<"$screen" && ok "top names a bottleneck" ||
+# The diagnosis line is Diagnosis::summary (cli/diagnose.cpp): each verdict
+# opens with its own words, not its cause code.
+grep -qE "^(KV capacity|batching|prefill interference|saturated and balanced|one long step|idle|loading):|^no stage statistics" <<<"$screen" && ok "top names a bottleneck" ||
   bad "no diagnosis line"
 
 tmux send-keys -t "$SESSION" q

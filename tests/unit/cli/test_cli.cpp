@@ -207,6 +207,24 @@ TEST(Diagnose, NamesTheCauseAndTheKnob) {
   EXPECT_NE(diagnose(make_view(loading, nullptr, 1)).find("loading"), std::string::npos);
 }
 
+// Stage 1 busy through the interval with no batch back (one step longer
+// than the interval), stage 0 starved behind it: no split or saturation
+// verdict from a frame that cannot show the step (a CI screen of a cold
+// start read "saturated and balanced").
+TEST(Diagnose, ALongStepGetsNoVerdictUntilItEnds) {
+  json a = snapshot(10, {0.2, 0.5}), b = snapshot(11, {0.2, 0.5});
+  b["stages"][1]["busy_s"] = 5.0 + 0.999;
+  b["stages"][1]["starved_s"] = 5.0 + 0.001;
+  b["stages"][1]["batches"] = a["stages"][1]["batches"];
+  b["stages"][1]["tokens"] = a["stages"][1]["tokens"];
+  const Diagnosis d = diagnose_view(make_view(b, &a, 1.0));
+  EXPECT_EQ(d.cause, "none") << d.summary;
+  EXPECT_EQ(d.summary.rfind("one long step: stage 1", 0), 0u) << d.summary;
+  // Once it has ended (a batch back), the frame gets a verdict again.
+  b["stages"][1]["batches"] = a["stages"][1]["batches"].get<double>() + 1;
+  EXPECT_EQ(diagnose_view(make_view(b, &a, 1.0)).summary.find("one long step"), std::string::npos);
+}
+
 TEST(Diagnose, OneMicroBatchForTwoStages) {
   json a = snapshot(10, {0.45, 0.5}), b = snapshot(11, {0.45, 0.5});
   a["inflight"] = b["inflight"] = 1;
