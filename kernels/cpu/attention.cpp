@@ -6,8 +6,8 @@
 // (attention_tiled.cpp); otherwise an item walks the row's blocks once here:
 // each block's keys and values for that kv head are converted to f32 once
 // and serve every query of the item: all the query heads of the group (GQA)
-// times all its tokens. Items are taken dynamically
-// from an atomic counter, so a long prefill chunk and many decodes balance.
+// times all its tokens. Items are taken dynamically from an atomic counter,
+// so a long prefill chunk and many decodes balance.
 #include <algorithm>
 #include <atomic>
 #include <cmath>

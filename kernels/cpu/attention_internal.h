@@ -29,10 +29,12 @@ struct AttnJob {
 };
 
 // The tiled path: keys in tiles of 64, transposed once per tile and shared by
-// every query of the item. Pays off when an item has many queries (prefill
-// chunks); a decode item (one token) keeps the per-block path. Each call
+// every query of the item. Every item of a call takes it when the CPU and
+// the head dim allow, decodes included: one path for all, so a sequence's
+// bits do not depend on how its tokens were split (paged_kv.h). Each call
 // handles one item and writes its outputs; kv.head_dim must be a multiple of
-// tiled_head_dim_multiple(level). Defined for x86 only.
+// tiled_head_dim_multiple(avx512) for the variant used (8 for AVX2, 16 for
+// AVX-512). Defined for x86 only.
 int tiled_head_dim_multiple(bool avx512);
 void attend_item_tiled_avx2(const AttnJob& job, const AttnItem& it);
 void attend_item_tiled_avx512(const AttnJob& job, const AttnItem& it);
