@@ -26,11 +26,13 @@
 #include <thread>
 
 #include "base/check.h"
+#include "base/cores.h"
 #include "base/layer_split.h"
 #include "base/log.h"
 #include "daemon/api/api.h"
 #include "daemon/config/config.h"
 #include "daemon/engine/bridge.h"
+#include "daemon/engine/warmup.h"
 #include "daemon/supervisor/loading.h"
 #include "daemon/supervisor/supervisor.h"
 #include "model/chat_template.h"
@@ -411,6 +413,7 @@ class Daemon {
                                   ? kItlTargetAuto
                                   : cfg_.scheduler.itl_target_ms;
     bc.limits.prefix_caching = cfg_.kv.prefix_caching;  // off under static (the config's rule)
+    bc.limits.parallel_stages = kvasir::parallel_stages(cfg_.plan, kvasir::available_cores());
     bc.max_queue = cfg_.scheduler.max_queue;
     bc.n_blocks = sup_.kv_blocks();
     bc.block_size = cfg_.kv.block_size;
@@ -432,6 +435,15 @@ class Daemon {
     // (docs/recovery.md); past the restart limit the engine fails for good:
     // /health says unhealthy and new work is refused, the daemon stays up.
     kvasir::Bridge engine(sup_.segment(), bc, [&] { return sup_.health(); });
+    if (cfg_.scheduler.warmup) {
+      // The API answers 503 "loading" meanwhile (the engine is not attached).
+      const kvasir::WarmupResult w =
+          kvasir::warm_up(engine, mc_.vocab, 300, [] { return g_stop.load(); });
+      if (w.failed > 0)
+        KV_LOG_WARN("main", "warm-up: {} of its requests did not finish; serving cold", w.failed);
+      else
+        KV_LOG_INFO("main", "warm-up: {} requests in {:.2f} s", w.requests, w.seconds);
+    }
     deferred_.attach(&engine);
     api_.join();  // returns after the graceful stop (or a lost stage)
     deferred_.attach(nullptr);

@@ -283,6 +283,24 @@ StageCfg parse_stage(const toml::node& n, const std::string& f) {
   return st;
 }
 
+}  // namespace
+
+int32_t parallel_stages(const PlanCfg& plan, int cores) {
+  int32_t gpu = 0, cpu = 0;
+  int64_t threads = 0;
+  for (const StageCfg& s : plan.stages) {
+    if (s.is_gpu()) {
+      gpu++;
+    } else {
+      cpu++;
+      threads += s.threads;
+    }
+  }
+  return gpu + (threads <= cores ? cpu : std::min<int32_t>(cpu, 1));
+}
+
+namespace {
+
 void parse_stages(const toml::node& n, PlanCfg& plan) {
   auto* arr = n.as_array();
   KV_CHECK(arr, "stages: must be an array of tables ([[stages]])");
@@ -367,7 +385,7 @@ void check_cuda(const Config& c) {
 
 void parse_scheduler(const toml::table& s, SchedulerCfg& sc) {
   check_keys(s, "scheduler",
-             {"policy", "chunk_size", "max_num_seqs", "max_queue", "itl_target_ms"});
+             {"policy", "chunk_size", "max_num_seqs", "max_queue", "itl_target_ms", "warmup"});
   sc.policy = get_str(s, "policy", "scheduler.policy", "continuous+chunked");
   // The names daemon/engine/scheduler.h parses (kept literal here: config
   // has no dependency on the engine).
@@ -382,6 +400,10 @@ void parse_scheduler(const toml::table& s, SchedulerCfg& sc) {
   // would refuse every request (a daemon that serves nobody).
   sc.max_queue = get_int(s, "max_queue", "scheduler.max_queue", 1024, 1, 1 << 24);
   sc.itl_target_ms = parse_itl_target(s, sc.itl_target_ms);
+  if (auto* n = s.get("warmup")) {
+    KV_CHECK(n->is_boolean(), "scheduler.warmup: must be true or false");
+    sc.warmup = *n->value<bool>();
+  }
 }
 
 double get_seconds(const toml::table& t, const char* key, const char* field, double def, double lo,

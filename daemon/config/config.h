@@ -50,6 +50,13 @@ struct PlanCfg {
   int32_t inflight() const { return max_inflight > 0 ? max_inflight : int32_t(stages.size()); }
 };
 
+// Stages of the plan that compute at the same time (the scheduler's
+// pipeline fill, daemon/engine/policy.h SchedLimits::parallel_stages):
+// each GPU stage; the CPU stages each when their threads fit the `cores`
+// together, else all of them as one (they share the cores by need,
+// stages/core_share.h: threads = 0, the default, gives each every core).
+int32_t parallel_stages(const PlanCfg& plan, int cores);
+
 struct KvCfg {
   int32_t block_size = 16;         // tokens per block
   uint64_t memory = 512ull << 20;  // bytes per CPU stage
@@ -83,13 +90,19 @@ struct SchedulerCfg {
   int32_t max_num_seqs = 256;  // sequences running at once
   int32_t max_queue = 1024;    // waiting requests before new ones are refused
   // The target gap between a running request's tokens (ms), under
-  // continuous+chunked: > 0 a fixed target, 0 none (token budget only: the
-  // default), kItlAuto ("auto") from the stages' measured costs. Not on by
-  // default: measured, "auto" cost 0.6x the throughput of a decode-heavy
-  // load and the in-flight gain (docs/scheduler.md, "Figures: scheduling
-  // by time").
-  double itl_target_ms = 0;
+  // continuous+chunked: > 0 a fixed target, 0 none (token budget only),
+  // kItlAuto ("auto", the default) from the stages' measured costs: without
+  // a target a 512-token chunk gave decodes gaps of seconds on a CPU (p99
+  // 0.87-1.04x continuous's); auto held them to 0.09-0.37x (docs/
+  // scheduler.md, "Figures: auto by default").
   static constexpr double kItlAuto = -1;
+  double itl_target_ms = kItlAuto;
+  // Before the API serves, a few small requests of the daemon's own go
+  // through the ring (daemon/main.cpp, warm_up): every weight page is
+  // touched, and the cost model has seen prefill and decode steps, so the
+  // first real requests are budgeted and pipelined (docs/scheduler.md,
+  // "Filling the pipeline"). false: serve at once, cold.
+  bool warmup = true;
 };
 
 struct ServerCfg {

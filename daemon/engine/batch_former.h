@@ -61,6 +61,10 @@ class BatchFormer {
   // sequences that want the ring. `time`: the step budget, if any.
   void begin(int64_t active, int64_t work = 0, RingLoad load = {}, int64_t floor = 0,
              StepBudget time = {});
+  // Caps this batch's token budget at `tokens` (<= 0: no cap); after begin().
+  void cap_tokens(int64_t tokens) {
+    if (tokens > 0 && tokens < budget_) budget_ = int32_t(tokens);
+  }
   // Tokens s would put in this batch now (0: not now).
   int32_t want(const Sequence& s) const;
   // Appends s's next n positions (its padding first, if any) to `rows` and

@@ -36,6 +36,13 @@ struct SchedLimits {
   // none (the token budget alone, as before time budgets existed).
   double itl_target_ms = 0;
   int32_t n_stages = 1;  // stages a token crosses (the bridge sets it)
+  // Stages that can compute at the same time: each GPU stage, and the CPU
+  // stages as one unless each has cores of its own (threads > 0 each, their
+  // sum within the cores): CPU stages sharing the cores by need (threads =
+  // 0, the default) take turns on the same cores, so overlapping them gains
+  // nothing. 0: every stage (n_stages). The pipeline fill reads it
+  // (Scheduler::pipeline_piece).
+  int32_t parallel_stages = 0;
   // Automatic prefix caching ([kv] prefix_caching; docs/scheduler.md). Not
   // under `static`, which models a padded batcher (the config refuses it).
   bool prefix_caching = false;

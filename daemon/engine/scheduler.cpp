@@ -1,6 +1,7 @@
 #include "daemon/engine/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "base/check.h"
 #include "base/log.h"
@@ -174,24 +175,32 @@ SchedulerOutput Scheduler::schedule(RingLoad load) {
 // holds it.
 void Scheduler::begin_batch(RingLoad load) {
   int64_t active = 0, work = 0, floor = 0;
+  bool decoding = false;
   for (Sequence* s : q_.running) {
     if (s->done) continue;
     active++;
+    decoding = decoding || s->decoding();
     if (!s->schedulable()) continue;
     const int64_t rem = s->remaining() - cap_.reusable(s);
     work += rem + s->padding();
     if (lim_.policy != Policy::kChunked && rem <= lim_.max_tokens) floor = std::max(floor, rem);
   }
   form_.begin(active, work, load, floor, step_budget());
+  if (!decoding) form_.cap_tokens(pipeline_piece(work));
 }
 
 // The time budget of the next micro-batch (docs/scheduler.md, "Scheduling
 // by time"). A token of a running request crosses every stage, and the
 // ring's max_inflight micro-batches take turns on each stage, so the gap
 // between its tokens is about max(stages, max_inflight) steps: each
-// micro-batch's step gets target / that depth. Auto: 3 x the step the
-// running requests' decodes alone would take (their share of a micro-batch
-// at their mean context): the gap they would see with no prefill, tripled.
+// micro-batch's step gets target / that depth. Auto: 3 x the step every
+// running request's decode would take with no prefill (a micro-batch's
+// share of them, at their mean context): the gap they will see once the
+// prompts now in the ring have joined them, tripled. Those still in
+// prefill count: anchored on the requests decoding *now*, one or two
+// decodes made the target so tight that waiting prompts crawled (0.79x the
+// throughput on long-heavy); on a full micro-batch of plan.max_rows, so
+// loose that it protected nothing (docs/scheduler.md).
 // None when there is no target or no running request whose tokens it would
 // protect (prefill then runs at the token budget). While the cost model
 // cannot tell yet, only the aging floor.
@@ -200,12 +209,13 @@ StepBudget Scheduler::step_budget() {
   timing_.step_budget_ms = 0;
   timing_.cost_ready = cost_.ready();
   if (lim_.policy != Policy::kChunked || lim_.itl_target_ms == 0) return b;
-  int64_t decoding = 0, positions = 0;
-  for (const Sequence* s : q_.running)
-    if (!s->done && (s->n_generated > 0 || s->awaiting)) {
-      decoding++;
-      positions += int64_t(s->tokens.size());
-    }
+  int64_t decoding = 0, running = 0, positions = 0;
+  for (const Sequence* s : q_.running) {
+    if (s->done) continue;
+    running++;
+    positions += int64_t(s->tokens.size());
+    if (s->decoding()) decoding++;
+  }
   if (decoding == 0) return b;  // nothing to protect: the token budget alone
   b.floor_tokens = std::min(StepBudget::kAgedFloor, lim_.chunk_size);
   // The gap is `depth` steps: max(stages, max_inflight) when each stage
@@ -225,17 +235,67 @@ StepBudget Scheduler::step_budget() {
   if (lim_.itl_target_ms > 0) {
     b.target_step_s = lim_.itl_target_ms / 1e3 / depth;
   } else {
-    BatchShape alone;  // a micro-batch's share of the decodes, no prefill
-    const int64_t pos = positions / decoding;
-    const int64_t rows =
-        std::min<int64_t>((decoding + lim_.inflight - 1) / lim_.inflight, lim_.max_rows);
-    for (int64_t r = 0; r < rows; ++r) alone.add_row(pos, 1, true, true);
-    b.target_step_s = 3 * cost_.step(alone);
+    b.target_step_s = auto_step(running, positions);
   }
   b.step_s = b.target_step_s * aim_;
   timing_.itl_target_ms = b.target_step_s * depth * 1e3;
   timing_.step_budget_ms = b.step_s * 1e3;
   return b;
+}
+
+// The auto target's step: 3 x a micro-batch's share of the running
+// requests' decodes with no prefill, but never less than that share plus
+// an efficient prefill piece — one whose tokens cost at least 9x the
+// step's fixed part (weights read once a step), so prefill runs at >= 90%
+// of its speed in big chunks. On a CPU stage that piece is ~100 tokens
+// (fixed ~20 ms, ~2 ms a token); on a GPU it is past chunk_size, and auto
+// is the token budget. Without the floor, a running set of one or two
+// short decodes (the end of a trace) cut the last long prompts into
+// pieces of 10-30 tokens that cost 2-3x a token (docs/scheduler.md).
+double Scheduler::auto_step(int64_t running, int64_t positions) const {
+  BatchShape alone;  // [rows decodes at the mean context]
+  const int64_t pos = positions / std::max<int64_t>(running, 1);
+  const int64_t rows =
+      std::clamp<int64_t>((running + lim_.inflight - 1) / lim_.inflight, 1, lim_.max_rows);
+  for (int64_t r = 0; r < rows; ++r) alone.add_row(pos, 1, true, true);
+  double piece = 1;
+  for (int st = 0; st < cost_.n_stages(); ++st) {
+    const StageCostFit f = cost_.fit(st);
+    if (f.per_token_s > 0) piece = std::max(piece, 9 * f.fixed_s / f.per_token_s);
+  }
+  BatchShape eff = alone;
+  eff.add_row(pos, int64_t(std::min<double>(piece, lim_.chunk_size)), false, false);
+  return std::max(3 * cost_.step(alone), cost_.step(eff));
+}
+
+// Nothing decodes: the ring carries prompts only, and what counts is when
+// they are done. W tokens cut into pieces of c pass D stages in W/c + D - 1
+// steps of f + c·p each (f: a step's fixed cost, p: a token's; the slowest
+// stage's fit), least at c = sqrt(W·f / ((D - 1)·p)). Pieces of the token
+// budget leave the later stages idle while the first works through them:
+// a lone 1,056-token prompt on two CPU stages of one thread each (f ~20-30
+// ms, p ~2.1 ms) went as 512 + 512 + 32 and took 3.8-4.6 s; in pieces of
+// ~100 the second stage starts after one: 2.7-3.6 s (docs/scheduler.md). On a GPU
+// stage f/p is hundreds of tokens and c is past chunk_size: nothing
+// changes. D counts only stages that compute at the same time
+// (SchedLimits::parallel_stages): CPU stages sharing the cores by need
+// take turns on them, and a lone stage already uses them all (measured:
+// no gain there). 0 (no cap) under whole-prefill policies, with D < 2
+// (nothing to overlap), or while the cost model cannot tell f from p
+// (docs/scheduler.md, "Filling the pipeline, and the warm-up").
+int64_t Scheduler::pipeline_piece(int64_t work) const {
+  const int32_t parallel = lim_.parallel_stages > 0 ? lim_.parallel_stages : lim_.n_stages;
+  const int32_t depth = std::min({lim_.n_stages, parallel, lim_.inflight});
+  if (lim_.policy != Policy::kChunked || depth < 2 || work <= 0 || !cost_.ready()) return 0;
+  double fixed = 0, per_token = 0;
+  for (int st = 0; st < cost_.n_stages(); ++st) {
+    const StageCostFit f = cost_.fit(st);
+    fixed = std::max(fixed, f.fixed_s);
+    per_token = std::max(per_token, f.per_token_s);
+  }
+  if (per_token <= 0) return 0;
+  const double c = std::sqrt(double(work) * fixed / (double(depth - 1) * per_token));
+  return std::max<int64_t>(int64_t(std::ceil(c)), StepBudget::kAgedFloor);
 }
 
 // One row for s, if the batch and the pool have room. A sequence about to
@@ -496,7 +556,15 @@ void Scheduler::learn_aim(const InFlight& batch, const BatchResult& result) {
     }
     s->last_token_s = result.done_s;
   }
-  if (samples == 0) return;
+  // Auto aims at its target itself: it is a guard against gaps of
+  // seconds behind a chunk, not a bound to hold 97% of gaps under, and
+  // aiming below a target that tracks the running set starved prefill
+  // (long-heavy, measured: aim 0.25-0.5, 8-30 tokens a micro-batch, 0.87x
+  // the throughput of no target). A number is a bound: the aim holds it.
+  if (samples == 0 || timing_.itl_target_auto) {
+    timing_.over_target = over_share_;
+    return;
+  }
   // Down by 3% a batch, up by 0.5%: a gap over the target is what the
   // budget exists to prevent, a step under it costs some prefill speed.
   // Up only in a batch that carried prefill: between bursts the decodes'

@@ -190,6 +190,8 @@ class Scheduler {
 
   void begin_batch(RingLoad load);
   StepBudget step_budget();
+  double auto_step(int64_t running, int64_t positions) const;
+  int64_t pipeline_piece(int64_t work) const;
   bool take(std::vector<SchedRow>& rows, Sequence* s);
   bool waits_for_leader(const Sequence* s) const;
   // Where a starting choice > 0 copies choice 0's last prompt block from.

@@ -73,6 +73,10 @@ struct Sequence {
   bool schedulable() const {
     return (remaining() > 0 || padding() > 0) && !awaiting && !done && !tainted;
   }
+  // Whether it is past its prompt: a token generated, or its first being
+  // sampled. The time budget protects these rows' gaps; while none is, the
+  // ring carries prompts only (Scheduler::pipeline_piece).
+  bool decoding() const { return n_generated > 0 || awaiting; }
   uint64_t key() const { return sequence_key(id, index); }
 };
 

@@ -513,7 +513,8 @@ TEST(Config, ItlTargetIsAutoMillisecondsOrNone) {
   const std::string base =
       "[model]\npath = \"/m.gguf\"\n[[stages]]\nlayers = \"0-14\"\n"
       "[[stages]]\nlayers = \"15-29\"\n";
-  EXPECT_EQ(parse_config(base, "/b").scheduler.itl_target_ms, 0);  // none unless asked
+  EXPECT_EQ(parse_config(base, "/b").scheduler.itl_target_ms,
+            SchedulerCfg::kItlAuto);  // the default
   EXPECT_EQ(parse_config(base + "[scheduler]\nitl_target_ms = 250\n", "/b").scheduler.itl_target_ms,
             250);
   EXPECT_EQ(parse_config(base + "[scheduler]\nitl_target_ms = 0\n", "/b").scheduler.itl_target_ms,
@@ -528,6 +529,35 @@ TEST(Config, ItlTargetIsAutoMillisecondsOrNone) {
     } catch (const Error& e) {
       EXPECT_NE(e.message().find("scheduler.itl_target_ms"), std::string::npos) << e.message();
     }
+  }
+}
+
+TEST(Config, ParallelStagesCountCoresOfTheirOwn) {
+  auto plan = [](std::vector<std::pair<std::string, int>> st) {
+    PlanCfg p;
+    for (auto& [dev, threads] : st) p.stages.push_back(StageCfg{0, 0, dev, threads});
+    return p;
+  };
+  // threads = 0 resolves to every core: two CPU stages share them.
+  EXPECT_EQ(parallel_stages(plan({{"cpu", 2}, {"cpu", 2}}), 2), 1);
+  EXPECT_EQ(parallel_stages(plan({{"cpu", 1}, {"cpu", 1}}), 2), 2);
+  EXPECT_EQ(parallel_stages(plan({{"cpu", 1}, {"cpu", 1}, {"cpu", 1}}), 2), 1);
+  EXPECT_EQ(parallel_stages(plan({{"cuda:0", 1}, {"cuda:1", 1}, {"cpu", 16}}), 16), 3);
+  EXPECT_EQ(parallel_stages(plan({{"cuda:0", 1}, {"cpu", 8}, {"cpu", 8}}), 8), 2);
+}
+
+TEST(Config, WarmupIsOnUnlessTurnedOff) {
+  const std::string base =
+      "[model]\npath = \"/m.gguf\"\n[[stages]]\nlayers = \"0-14\"\n"
+      "[[stages]]\nlayers = \"15-29\"\n";
+  EXPECT_TRUE(parse_config(base, "/b").scheduler.warmup);
+  EXPECT_FALSE(parse_config(base + "[scheduler]\nwarmup = false\n", "/b").scheduler.warmup);
+  try {
+    parse_config(base + "[scheduler]\nwarmup = 1\n", "/b");
+    ADD_FAILURE() << "warmup = 1 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("scheduler.warmup: must be true or false"), std::string::npos)
+        << e.message();
   }
 }
 

@@ -84,10 +84,12 @@ struct Refusals {
 };
 
 // Polls the engine's stats until `pred` holds (the engine thread updates
-// them at least every 100 ms).
+// them at least every 100 ms). Up to 30 s: a loaded machine (ctest -j2
+// beside integration tests) took over 3 s to publish a state the engine
+// reaches in milliseconds.
 template <class Pred>
 bool settle(Bridge& e, Pred pred) {
-  for (int i = 0; i < 300; ++i) {
+  for (int i = 0; i < 3000; ++i) {
     if (pred(e.stats())) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

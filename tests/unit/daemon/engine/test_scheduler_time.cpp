@@ -7,6 +7,7 @@
 // of the batch, which the scheduler's cost model learns from the results.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "tests/unit/daemon/engine/scheduler_sim.h"
@@ -179,21 +180,127 @@ TEST(SchedulerTime, AutoTargetIsThreeDecodeOnlySteps) {
   sim.stage_time = [](int s, const BatchShape& b) { return stage_ms(s, b) / 1e3; };
   for (int i = 1; i <= 8; ++i) sim.add(RequestId(i), 8, 300);
   for (int i = 0; i < 30; ++i) sim.step();
-  sim.add(100, 1500, 2);
+  sim.add(100, 6000, 2);
   for (int i = 0; i < 40; ++i) sim.step();
-  const SchedTiming t = sim.sch.stats().timing;
+  ASSERT_TRUE(sim.out[100].empty()) << "the prompt is still in prefill";
+  const SchedulerStats st = sim.sch.stats();
+  const SchedTiming& t = st.timing;
   EXPECT_TRUE(t.itl_target_auto);
-  // The eight decodes, four per micro-batch, would take ~2 + 4 + 8 = 14 ms
-  // a step on the tail alone: the target is 3 x that per step, 2 steps per
-  // gap; the 28 ms left a step go to prefill (above the aging floor).
-  EXPECT_NEAR(t.itl_target_ms, 2 * 3 * 14.0, 2 * 3 * 14.0 * 0.1);
+  // Nine requests run (the prompt counts: it decodes next), five a
+  // micro-batch at their mean context (~700): their decodes alone would
+  // take ~2 + 5 + 10 = 17 ms a step on the tail. The target is 3 x that
+  // per step, or that share plus an efficient piece (9 x the fixed cost's
+  // worth of tokens) if more; 2 steps per gap. As the model predicts it:
+  // the tail's fixed cost absorbs its per-row cost here (every step samples
+  // ~4-5 rows: the fit cannot tell them apart), so the piece is ~85 tokens.
+  auto predict = [&](const BatchShape& b) {
+    double worst = 0;
+    for (const StageCost& c : st.cost)
+      worst = std::max(worst, c.fixed_ms + c.per_token_ms * double(b.tokens) +
+                                  c.per_kctx_ms * double(b.context) / 1024 +
+                                  c.per_sample_ms * double(b.sampled));
+    return worst;
+  };
+  BatchShape alone;
+  for (int r = 0; r < 5; ++r) alone.add_row(700, 1, true, true);
+  double piece = 1;
+  for (const StageCost& c : st.cost) piece = std::max(piece, 9 * c.fixed_ms / c.per_token_ms);
+  BatchShape eff = alone;
+  eff.add_row(700, int64_t(piece), false, false);
+  const double step_ms = std::max(3 * predict(alone), predict(eff));
+  EXPECT_NEAR(3 * predict(alone), 3 * 17.0, 3 * 17.0 * 0.1) << "the decodes' share, tripled";
+  EXPECT_NEAR(t.itl_target_ms, 2 * step_ms, 2 * step_ms * 0.05);
   EXPECT_EQ(t.prefill_aged, 0);
   EXPECT_NEAR(t.step_budget_ms, t.itl_target_ms / 2, 1e-6);
   double worst = 0;
-  for (size_t i = 30; i < sim.steps.size(); ++i)
+  for (size_t i = 35; i < sim.steps.size(); ++i)
     if (sim.steps[i].shape.decode_rows > 0) worst = std::max(worst, sim.steps[i].step_s);
   EXPECT_LE(worst * 1e3, t.step_budget_ms * 1.05);
   EXPECT_GT(t.prefill_cut, 0);
+}
+
+TEST(SchedulerTime, AutoTargetLeavesPrefillAnEfficientPiece) {
+  // A CPU-like stage: 20 ms a step whatever it carries (the weights), 2 ms
+  // a token. One short request decodes while a long prompt waits: three
+  // decode-only steps (3 x ~24 ms) would leave prefill ~24 tokens a step,
+  // at ~3 ms a token. The auto target keeps a piece of at least 9 x 20 / 2
+  // = 90 tokens (fixed cost <= 10% of the piece), and the piece ends where
+  // the aging floor is not needed.
+  auto cpu_ms = [](int s, const BatchShape& b) {
+    return 20.0 + 2.0 * double(b.tokens) + 0.05 * double(b.context) / 1024 +
+           (s == 1 ? 2.0 * double(b.sampled) : 0.0);
+  };
+  Sim sim(timed(kItlTargetAuto), 100000);
+  sim.stage_time = [&](int s, const BatchShape& b) { return cpu_ms(s, b) / 1e3; };
+  sim.add(1, 8, 400);
+  for (int i = 0; i < 30; ++i) sim.step();
+  sim.add(100, 3000, 2);
+  for (int i = 0; i < 60 && sim.out[100].empty(); ++i) sim.step();
+  std::vector<int64_t> pieces;
+  for (size_t i = 30; i < sim.steps.size(); ++i)
+    if (sim.steps[i].shape.prefill_tokens() > 0 && sim.steps[i].shape.decode_rows > 0)
+      pieces.push_back(sim.steps[i].shape.prefill_tokens());
+  ASSERT_GE(pieces.size(), 10u);
+  std::sort(pieces.begin(), pieces.end());
+  EXPECT_GE(pieces[pieces.size() / 2], 80) << "median prefill piece beside the decode";
+  EXPECT_EQ(sim.sch.stats().timing.prefill_aged, 0);
+}
+
+// Filling the pipeline: with nothing decoding, a lone prompt goes in pieces
+// of about sqrt(W·f / ((D - 1)·p)) tokens (W its tokens, f a step's fixed
+// cost, p a token's, D = 2 stages), so the second stage starts after one
+// small piece instead of a 512-token chunk; where the fixed cost is large
+// against a token's (a GPU-like stage) the pieces stay the token budget's.
+// Without a target, so the time budget does not cut anything.
+std::vector<int64_t> lone_prompt_pieces(double fixed_ms, double token_ms, bool decoding,
+                                        int32_t parallel = 0) {
+  SchedLimits lim = timed(0);
+  lim.parallel_stages = parallel;
+  Sim sim(lim, 100000);
+  sim.stage_time = [=](int s, const BatchShape& b) {
+    return (fixed_ms + token_ms * double(b.tokens) + (s == 1 ? 2.0 * double(b.sampled) : 0.0)) /
+           1e3;
+  };
+  // The cost model learns from a few prompts and decodes first.
+  sim.add(1, 8, 6);
+  sim.add(2, 64, 3);
+  sim.run();
+  EXPECT_TRUE(sim.sch.stats().timing.cost_ready);
+  if (decoding) sim.add(3, 8, 400);
+  for (int i = 0; i < 10 && decoding; ++i) sim.step();
+  sim.add(100, 1000, 1);
+  std::vector<int64_t> pieces;
+  const size_t from = sim.steps.size();
+  for (int i = 0; i < 100 && sim.out[100].empty(); ++i) sim.step();
+  for (size_t i = from; i < sim.steps.size(); ++i)
+    if (sim.steps[i].shape.prefill_tokens() > 0)
+      pieces.push_back(sim.steps[i].shape.prefill_tokens());
+  return pieces;
+}
+
+TEST(SchedulerTime, ALonePromptIsCutToFillThePipeline) {
+  // CPU-like: 20 ms + 2 ms a token; sqrt(1000 x 20 / 2) = 100.
+  std::vector<int64_t> cpu = lone_prompt_pieces(20, 2, false);
+  ASSERT_FALSE(cpu.empty());
+  EXPECT_GE(cpu.size(), 7u);
+  EXPECT_GE(cpu.front(), 70);
+  EXPECT_LE(cpu.front(), 140);
+  EXPECT_LE(*std::max_element(cpu.begin(), cpu.end()), 140);
+  // GPU-like: 10 ms + 0.01 ms a token: the pieces would be ~1,000 tokens;
+  // the token budget (1,000 over the ring's two slots) decides, as before.
+  std::vector<int64_t> gpu = lone_prompt_pieces(10, 0.01, false);
+  ASSERT_FALSE(gpu.empty());
+  EXPECT_EQ(gpu.front(), 500);
+  // A request decoding: the prompt's pieces are the token budget's again
+  // (no target here; under one the time budget sizes them).
+  std::vector<int64_t> busy = lone_prompt_pieces(20, 2, true);
+  ASSERT_FALSE(busy.empty());
+  EXPECT_GE(*std::max_element(busy.begin(), busy.end()), 400);
+  // CPU stages sharing the cores by need compute one at a time: nothing to
+  // overlap, the token budget's pieces.
+  std::vector<int64_t> shared = lone_prompt_pieces(20, 2, false, 1);
+  ASSERT_FALSE(shared.empty());
+  EXPECT_EQ(shared.front(), 500);
 }
 
 // Aiming below the target: stages whose real time scatters ±60% around
