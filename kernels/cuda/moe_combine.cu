@@ -12,8 +12,8 @@ constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads)
     moe_combine_kernel(const float* y, int64_t rows, const int32_t* ids, const int32_t* pos,
-                       const float* weights, int32_t top_k, int64_t hidden, float* out,
-                       int32_t* error) {
+                       const float* weights, int32_t top_k, int64_t hidden, bool accumulate,
+                       float* out, int32_t* error) {
   __shared__ int32_t order_pos[kMoeMaxTopK];
   __shared__ float order_w[kMoeMaxTopK];
   __shared__ int n_terms;
@@ -51,7 +51,8 @@ __global__ void __launch_bounds__(kThreads)
     float acc = 0.f;
     for (int q = 0; q < m; ++q)
       acc = __fadd_rn(acc, __fmul_rn(order_w[q], y[int64_t(order_pos[q]) * hidden + c]));
-    out[t * hidden + c] = acc;
+    float* o = out + t * hidden + c;
+    *o = accumulate ? __fadd_rn(*o, acc) : acc;
   }
 }
 
@@ -67,8 +68,8 @@ cudaError_t launch_moe_combine(const MoeCombineArgs& a, cudaStream_t stream) {
   if (a.ids == nullptr || a.pos == nullptr || a.weights == nullptr || a.out == nullptr ||
       (a.y == nullptr && a.rows > 0))
     return cudaErrorInvalidValue;
-  moe_combine_kernel<<<unsigned(a.n), kThreads, 0, stream>>>(a.y, a.rows, a.ids, a.pos, a.weights,
-                                                             a.top_k, a.hidden, a.out, a.error);
+  moe_combine_kernel<<<unsigned(a.n), kThreads, 0, stream>>>(
+      a.y, a.rows, a.ids, a.pos, a.weights, a.top_k, a.hidden, a.accumulate, a.out, a.error);
   return detail::launch_result();
 }
 

@@ -5,7 +5,8 @@
 // in the CPU's order (kernels/cpu/moe.cpp: per token in ascending expert id,
 // pairs of the same expert in j order), starting from 0, each product and
 // sum rounded separately (no FMA contraction) — so on the same y the result
-// equals the CPU's bit for bit. A token with no pair left gets zeros.
+// should equal the CPU's bit for bit. A token with no pair left gets zeros
+// (out + 0 with accumulate).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -25,7 +26,11 @@ struct MoeCombineArgs {
   int64_t n = 0;
   int32_t top_k = 0;  // 1..kMoeMaxTopK
   int64_t hidden = 0;
-  float* out = nullptr;      // [n, hidden] f32, overwritten; must not alias y
+  float* out = nullptr;  // [n, hidden] f32; must not alias y
+  // false: out = the sum. true: out += the sum, added once after the sum is
+  // formed — the CPU's residual add (stages/forward.cpp: tmp = moe, then
+  // x += tmp), so the GPU's residual stream can take it directly.
+  bool accumulate = false;
   int32_t* error = nullptr;  // optional flag: kErrorBatch for pos outside [-1, rows)
                              // (that term is skipped)
 };

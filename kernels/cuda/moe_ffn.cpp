@@ -138,6 +138,7 @@ cudaError_t launch_moe_ffn(const MoeFfnArgs& a, cudaStream_t stream) {
   c.top_k = a.top_k;
   c.hidden = a.hidden;
   c.out = a.out;
+  c.accumulate = a.accumulate;
   c.error = a.error;
   return launch_moe_combine(c, stream);
 }

@@ -32,7 +32,8 @@ struct MoeFfnArgs {
   const __nv_bfloat16* gate = nullptr;  // [n_experts][ffn][hidden] bf16
   const __nv_bfloat16* up = nullptr;    // [n_experts][ffn][hidden]
   const __nv_bfloat16* down = nullptr;  // [n_experts][hidden][ffn]
-  float* out = nullptr;                 // [n, hidden] f32, overwritten
+  float* out = nullptr;                 // [n, hidden] f32
+  bool accumulate = false;              // out += the layer's output (moe_combine.h)
   void* workspace = nullptr;            // device, >= moe_ffn_workspace_bytes(...)
   size_t workspace_bytes = 0;
   int32_t* error = nullptr;  // optional flag (kErrorExpertId, kErrorBatch)

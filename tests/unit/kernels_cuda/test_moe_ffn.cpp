@@ -134,16 +134,28 @@ TEST(CudaMoeCombine, AddsInTheCpuOrder) {
   const int64_t hidden = 200;
   for (const Shape& s : shapes()) {
     for (bool skewed : {false, true}) {  // skewed: repeated experts in a token
+      // accumulate: out += the sum (the residual add); else out is
+      // overwritten (it starts as NaN to show that).
+      const bool accumulate = skewed == (s.n % 2 == 1);
       std::vector<int32_t> ids = random_ids(s, skewed, rng);
       if (s.n == 17) ids[4] = -1;  // a dropped pair
       const HostGroup hg = host_group(ids, s, std::vector<uint16_t>(size_t(s.n)), 1);
       const int64_t rows = s.n * s.top_k;
       const std::vector<float> y = test::random_floats(size_t(rows * hidden), rng, -4.f, 4.f);
       const std::vector<float> w = test::random_floats(size_t(rows), rng, 0.f, 1.f);
+      const std::vector<float> init =
+          accumulate ? test::random_floats(size_t(s.n * hidden), rng, -8.f, 8.f)
+                     : std::vector<float>(size_t(s.n * hidden), std::nanf(""));
       std::vector<float> want;
       std::vector<double> mag;
       host_combine(y, ids, hg.pos, w, s, hidden, want, mag);
-      DeviceBuffer<float> dy(y), dw(w), dout(size_t(s.n * hidden));
+      if (accumulate) {
+        for (size_t q = 0; q < want.size(); ++q) {
+          want[q] = init[q] + want[q];
+          mag[q] += std::fabs(double(init[q]));
+        }
+      }
+      DeviceBuffer<float> dy(y), dw(w), dout(init);
       DeviceBuffer<int32_t> di(ids), dpos(hg.pos), err(std::vector<int32_t>{0});
       MoeCombineArgs c;
       c.y = dy.get();
@@ -155,12 +167,15 @@ TEST(CudaMoeCombine, AddsInTheCpuOrder) {
       c.top_k = s.top_k;
       c.hidden = hidden;
       c.out = dout.get();
+      c.accumulate = accumulate;
       c.error = err.get();
       KV_CUDA_OK(launch_moe_combine(c, nullptr));
       KV_CUDA_OK(cudaDeviceSynchronize());
       const std::vector<float> got = dout.read();
-      SCOPED_TRACE(testing::Message() << "n " << s.n << " experts " << s.n_experts << " k "
-                                      << s.top_k << " skewed " << skewed);
+      SCOPED_TRACE(testing::Message()
+                   << "n " << s.n << " experts " << s.n_experts << " k " << s.top_k << " skewed "
+                   << skewed << " accumulate " << accumulate);
+      EXPECT_EQ(0u, test::count_nan(got));
       double worst = 0;
       for (size_t q = 0; q < got.size(); ++q)
         worst = std::max(worst, std::fabs(double(got[q]) - want[q]) / (1e-30 + 1e-6 * mag[q]));
