@@ -7,10 +7,11 @@
 // workspace of moe_ffn_workspace_bytes(). The router (its GEMM and
 // launch_moe_route) is the caller's, so ids/weights may come from elsewhere.
 //
-// Numerics against cpu::moe_ffn on the same bf16-exact x and weights: x is
-// bf16 on both sides; the GPU rounds the SwiGLU output to bf16 before the
-// down GEMM (the CPU keeps f32), hence a relative error of about 2^-9 of
-// Σ_j w_j Σ_f |down_e[c, f] · act_e[f]| per output (tests: 4e-3 of it).
+// Numerics against cpu::moe_ffn given the same values (x bf16 here, the same
+// numbers in f32 there; the same bf16 weights): the GPU rounds the SwiGLU
+// output to bf16 before the down GEMM (the CPU keeps f32), hence an error of
+// about 2^-9 of Σ_j |w_j| Σ_f |down_e[c, f] · act_e[f]| per output (the
+// test allows 4e-3 of it).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -10,6 +10,8 @@
 // underflow to 0 in double and the CPU ties them by id) — then the weights
 // are 0 either way. A row with a non-finite logit gets ids 0..k-1 and
 // weights 0 and sets the flag (kErrorRouterLogit); the CPU throws instead.
+// Its FFN output is then 0 · FFN(x), NaN where x itself is not finite: the
+// bad row is flagged, not hidden.
 #pragma once
 
 #include <cuda_runtime_api.h>
