@@ -34,6 +34,8 @@ constexpr int32_t kErrorBlockId = 1;   // a block table entry outside [0, n_bloc
 constexpr int32_t kErrorPosition = 2;  // a position past the sequence's table
 constexpr int32_t kErrorTokenId = 3;   // a token id outside [0, vocab)
 constexpr int32_t kErrorBatch = 4;     // q_start not increasing / a token in no sequence
+constexpr int32_t kErrorRouterLogit = 5;  // a non-finite MoE router logit (moe_route.h)
+constexpr int32_t kErrorExpertId = 6;     // an expert id outside [0, n_experts) (moe_group.h)
 
 struct GpuKvLayer {
   __nv_bfloat16* k = nullptr;  // [n_blocks][n_kv_heads][block_size][head_dim]
