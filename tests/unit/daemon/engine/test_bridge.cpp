@@ -36,8 +36,10 @@ void fake_forward(int stage, int S, const ForwardBatch& b, const float* in, floa
 }
 
 // A stage that takes `g_slow_ms` on every batch carrying prefill (a row of
-// more than one token): set before the Ring forks its stages.
-int g_slow_stage = -1, g_slow_ms = 0;
+// more than one token): set before the Ring forks its stages. And one that
+// takes `g_step_us` on every batch (0: none), so a test can act between two
+// tokens of a request however loaded the machine is.
+int g_slow_stage = -1, g_slow_ms = 0, g_step_us = 0;
 
 struct Ring {
   std::string name;
@@ -75,6 +77,7 @@ struct Ring {
             for (int32_t r = 0; r < b.n_rows; ++r) prefill |= b.rows[r].n_tokens > 1;
             if (s == g_slow_stage && prefill)
               std::this_thread::sleep_for(std::chrono::milliseconds(g_slow_ms));
+            if (g_step_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(g_step_us));
           });
       _exit(rc);
     }
@@ -178,7 +181,12 @@ TEST(Bridge, RefusesBadRequestsAtOnce) {
 }
 
 TEST(Bridge, StopIdsAndCancel) {
+  // 2 ms a step: the 200 tokens below take >= 0.4 s. Without it the fake
+  // ring produced all of them before a descheduled test thread could
+  // cancel (a CI run on a loaded machine ended it with kLength).
+  g_step_us = 2000;
   Ring ring(2, 2, 4, 32, 100);
+  g_step_us = 0;
   Bridge engine(*ring.seg, bridge_cfg(4, 32, 100));
   Collector col;
   GenRequest r;
