@@ -65,6 +65,8 @@ StageView stage_view(const json& s, const json* p) {
   st.cost_per_token_ms = num(cost, "per_token_ms");
   st.cost_per_sample_ms = num(cost, "per_sample_ms");
   st.experts = expert_view(s, p);
+  st.position = int(num(s, "position"));
+  st.member = int(num(s, "member"));
   return st;
 }
 
@@ -204,8 +206,10 @@ TopView make_view(const json& now, const json* prev, double dt) {
   auto stages = now.find("stages");
   if (stages != now.end() && stages->is_array())
     for (size_t i = 0; i < stages->size(); ++i)
-      if ((*stages)[i].is_object())
-        v.stages.push_back(stage_view((*stages)[i], prev_stage(prev, i)));
+      if ((*stages)[i].is_object()) {
+        StageView one = stage_view((*stages)[i], prev_stage(prev, i));
+        (one.member > 0 ? v.members : v.stages).push_back(std::move(one));
+      }
   double slowest = 0;
   for (const StageView& s : v.stages) slowest = std::max(slowest, s.ms_per_batch);
   for (StageView& s : v.stages) s.step_share = slowest > 0 ? s.ms_per_batch / slowest : 0;
@@ -238,19 +242,29 @@ std::string experts_lines(const TopView& v) {
 }
 }  // namespace
 
+namespace {
+std::string stage_row(const std::string& label, const StageView& s) {
+  return fmt::format(
+      "{:<6} {:<10} {:<8} {:<8} {:>7.1f} {:>8.1f} {:>8.1f} {:>10.1f} {:>10.1f} {:>9.1f} "
+      "{:>6.0f} {:>10}\n",
+      label, s.layers, s.device, s.state, s.busy * 100, s.starved * 100, s.blocked * 100,
+      s.batches_per_s, s.tokens_per_s, s.ms_per_batch, s.member > 0 ? 0.0 : s.step_share * 100,
+      s.handoff_us >= 0 ? fmt::format("{:.0f}", s.handoff_us) : std::string("-"));
+}
+}  // namespace
+
 std::string render(const TopView& v) {
   std::string o = fmt::format("kvasir top — {}  [{}]\n\n", v.model, v.ready ? "ready" : "loading");
   o += fmt::format("{:<6} {:<10} {:<8} {:<8} {:>7} {:>8} {:>8} {:>10} {:>10} {:>9} {:>6} {:>10}\n",
                    "stage", "layers", "device", "now", "busy%", "starved%", "blocked%", "batches/s",
                    "tokens/s", "ms/batch", "step%", "handoff_us");
   for (size_t i = 0; i < v.stages.size(); ++i) {
-    const auto& s = v.stages[i];
-    o += fmt::format(
-        "{:<6} {:<10} {:<8} {:<8} {:>7.1f} {:>8.1f} {:>8.1f} {:>10.1f} {:>10.1f} {:>9.1f} "
-        "{:>6.0f} {:>10}\n",
-        i, s.layers, s.device, s.state, s.busy * 100, s.starved * 100, s.blocked * 100,
-        s.batches_per_s, s.tokens_per_s, s.ms_per_batch, s.step_share * 100,
-        s.handoff_us >= 0 ? fmt::format("{:.0f}", s.handoff_us) : std::string("-"));
+    // An expert group: its leader as "i.0", then each member as "i.k".
+    bool group = false;
+    for (const StageView& m : v.members) group = group || m.position == int(i);
+    o += stage_row(group ? fmt::format("{}.0", i) : fmt::format("{}", i), v.stages[i]);
+    for (const StageView& m : v.members)
+      if (m.position == int(i)) o += stage_row(fmt::format("{}.{}", i, m.member), m);
   }
   o += experts_lines(v);
   int64_t used = v.blocks_total - v.blocks_free;

@@ -42,6 +42,9 @@ struct StageView {
   double cost_fixed_ms = 0, cost_per_token_ms = 0, cost_per_sample_ms = 0;
   int first_layer = 0, last_layer = 0;
   ExpertView experts;
+  // Its place (the stats' position and member): member k >= 1 of the expert
+  // group at `position` (docs/expert-groups.md), 0 for a stage.
+  int position = 0, member = 0;
 };
 
 // The plan and scheduler settings the daemon reports ("plan" in the stats).
@@ -67,7 +70,8 @@ struct TimingView {
 struct TopView {
   std::string model;
   bool ready = false;
-  std::vector<StageView> stages;
+  std::vector<StageView> stages;   // the ring's positions (diagnose reasons over these)
+  std::vector<StageView> members;  // expert groups' members, shown under their leader
   int inflight = 0;
   int waiting = 0, running = 0;
   int64_t blocks_total = 0, blocks_free = 0, preemptions = 0, preemptions_delta = 0;

@@ -130,11 +130,12 @@ json experts_json(const StageReport& s) {
 }
 
 json stage_json(const StageReport& s) {
-  json j = {{"index", s.index},         {"layers", layers_text(s)}, {"device", s.device},
-            {"simd", s.simd},           {"busy_s", s.busy_s},       {"starved_s", s.starved_s},
-            {"blocked_s", s.blocked_s}, {"state", s.state},         {"state_s", s.state_s},
-            {"batches", s.batches},     {"tokens", s.tokens},       {"cost", cost_json(s.cost)},
-            {"handoff_s", s.handoff_s}, {"handoffs", s.handoffs}};
+  json j = {{"index", s.index},         {"position", s.position},    {"member", s.member},
+            {"layers", layers_text(s)}, {"device", s.device},        {"simd", s.simd},
+            {"busy_s", s.busy_s},       {"starved_s", s.starved_s},  {"blocked_s", s.blocked_s},
+            {"state", s.state},         {"state_s", s.state_s},      {"batches", s.batches},
+            {"tokens", s.tokens},       {"cost", cost_json(s.cost)}, {"handoff_s", s.handoff_s},
+            {"handoffs", s.handoffs}};
   if (s.n_experts > 0) j["experts"] = experts_json(s);
   return j;
 }
@@ -181,8 +182,12 @@ void stage_series(std::string& out, const RingReport& ring) {
     out += fmt::format("# HELP {} {}\n# TYPE {} counter\n", name, help, name);
     for (size_t i = 0; i < ring.stages.size(); ++i) {
       const StageReport& s = ring.stages[i];
-      out += fmt::format("{}{{stage=\"{}\",layers=\"{}\",device=\"{}\"}} {}\n", name, i,
-                         layers_text(s), s.device, double(value(s)));
+      // An expert group's member: its position's stage label and its index.
+      const std::string who = s.member > 0
+                                  ? fmt::format("stage=\"{}\",member=\"{}\"", s.position, s.member)
+                                  : fmt::format("stage=\"{}\"", i);
+      out += fmt::format("{}{{{},layers=\"{}\",device=\"{}\"}} {}\n", name, who, layers_text(s),
+                         s.device, double(value(s)));
     }
   };
   series("kvasir_stage_busy_seconds_total", "Time a stage held a batch",

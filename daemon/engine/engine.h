@@ -176,6 +176,10 @@ struct StageReport {
   // batch. handoff_s over handoffs is the ring's own latency per hop.
   double handoff_s = 0;
   uint64_t handoffs = 0;
+  // Its place: the ring position, and 0 for a stage (an expert group's
+  // leader included) or k >= 1 for member k of that position's group
+  // (docs/expert-groups.md). index counts every process, members last.
+  int32_t position = 0, member = 0;
 };
 
 struct RingReport {

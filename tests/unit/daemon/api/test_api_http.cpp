@@ -47,6 +47,7 @@ class ApiHttpTest : public ::testing::Test {
     engine_.ring.stages = {{0, 0, 14, "cpu", 1.5, 0.25, 0.125, 10, 80, 0, "busy", 0.125, {}},
                            {1, 15, 29, "cpu", 2.5, 0.5, 0.75, 11, 88, 1, "starved", 0.5, {}}};
     engine_.ring.stages[1].simd = "cpu:avx2 amx:no q4_1/decode:avx2";
+    engine_.ring.stages[1].position = 1;
     engine_.ring.stages[1].handoff_s = 0.25;
     engine_.ring.stages[1].handoffs = 11;
     engine_.ring.return_s = 0.5;
@@ -493,9 +494,21 @@ TEST_F(ApiHttpTest, TokenizeDetokenizeStatsMetrics) {
 // The shape `kvasir top`, `kvasir status` and `kvasir bench` read, from the
 // engine's typed ring report: exactly these keys per stage.
 TEST_F(ApiHttpTest, StatsAndMetricsFromTheRingReport) {
+  // An expert group's member of position 1 (docs/expert-groups.md): after
+  // the stages, with its position and index.
+  StageReport member = engine_.ring.stages[1];
+  member.index = 2;
+  member.member = 1;
+  member.busy_s = 0.5;
+  engine_.ring.stages.push_back(member);
   json st = get("/kvasir/v1/stats").j();
   EXPECT_EQ(st["inflight"], 2);
+  EXPECT_EQ(st["stages"][2]["position"], 1);
+  EXPECT_EQ(st["stages"][2]["member"], 1);
+  EXPECT_EQ(st["stages"][2]["busy_s"], 0.5);
   EXPECT_EQ(st["stages"][1], (json{{"index", 1},
+                                   {"position", 1},
+                                   {"member", 0},
                                    {"layers", "15-29"},
                                    {"device", "cpu"},
                                    {"simd", "cpu:avx2 amx:no q4_1/decode:avx2"},
@@ -535,6 +548,8 @@ TEST_F(ApiHttpTest, StatsAndMetricsFromTheRingReport) {
            "kvasir_stage_tokens_total{stage=\"1\",layers=\"15-29\",device=\"cpu\"} 88\n",
            "kvasir_stage_handoff_seconds_total{stage=\"1\",layers=\"15-29\",device=\"cpu\"} 0.25\n",
            "kvasir_stage_handoffs_total{stage=\"1\",layers=\"15-29\",device=\"cpu\"} 11\n",
+           "kvasir_stage_busy_seconds_total{stage=\"1\",member=\"1\",layers=\"15-29\","
+           "device=\"cpu\"} 0.5\n",
            "# TYPE kvasir_stage_tokens_total counter\n",
            "kvasir_prefix_cache_queries_total 200\n",
            "kvasir_prefix_cache_hits_total 150\n",
