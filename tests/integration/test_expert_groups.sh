@@ -2,7 +2,8 @@
 # Expert groups (docs/expert-groups.md) through the real kvasird, real
 # processes: tiny MoE models (tests/support/write_tiny_model) on two CPU
 # positions, layer 0 a plain stage and layer 1 either a plain stage (the
-# reference) or an expert group of 2 or 4 processes.
+# reference) or an expert group of 2 or 4 processes (and, for qwen3moe, a
+# group of 2 at the head over layer 0, layer 1 plain).
 #
 #  1. Per family (qwen3moe: 7 experts, top 3; qwen2moe: 5 experts, top 2 and
 #     a shared expert): N concurrent greedy streams, prompts longer than
@@ -31,8 +32,18 @@ N=${KV_GROUPS_CLIENTS:-16}
 TOKENS=${KV_GROUPS_TOKENS:-128}
 FLOOR=1.5
 
-# config MODEL GROUP: GROUP is "" (layer 1 a plain stage) or the experts
-# ranges of layer 1's group, e.g. "0-3 4-6".
+# position LAYER GROUP: a [[stages]] entry of LAYER, or (GROUP the experts
+# ranges, e.g. "0-3 4-6") one entry per process of a group over it.
+position() {
+  if [ -z "$2" ]; then
+    printf '[[stages]]\nlayers = "%s"\nthreads = 1\n' "$1"
+  else
+    local r
+    for r in $2; do printf '[[stages]]\nlayers = "%s"\nexperts = "%s"\nthreads = 1\n' "$1" "$r"; done
+  fi
+}
+# config MODEL GROUP [HEAD_GROUP]: layer 1 a plain stage (GROUP "") or a
+# group; layer 0 a plain stage, or with HEAD_GROUP a group at the head.
 config() {
   cat <<CFG
 [model]
@@ -40,16 +51,9 @@ path = "$1"
 [plan]
 max_rows = 8
 max_tokens = 64
-[[stages]]
-layers = "0-0"
-threads = 1
 CFG
-  if [ -z "$2" ]; then
-    printf '[[stages]]\nlayers = "1-1"\nthreads = 1\n'
-  else
-    local r
-    for r in $2; do printf '[[stages]]\nlayers = "1-1"\nexperts = "%s"\nthreads = 1\n' "$r"; done
-  fi
+  position 0-0 "${3:-}"
+  position 1-1 "$2"
   cat <<CFG
 [kv]
 memory = "80KiB"
@@ -168,8 +172,8 @@ PY
   [ $? -eq 0 ] || fails=$((fails + 1))
 }
 
-run_plan() {  # run_plan MODEL TAG GROUP: start, N streams, stop
-  config "$1" "$3" > "$WORK/$2.toml"
+run_plan() {  # run_plan MODEL TAG GROUP [HEAD_GROUP]: start, N streams
+  config "$1" "$3" "${4:-}" > "$WORK/$2.toml"
   kv_start "$KVASIRD" "$KVASIR" "$WORK/$2.toml"
   start_clients "$2"
   wait_clients "$2"
@@ -210,5 +214,13 @@ for family in ${KV_GROUPS_FAMILIES:-qwen3moe qwen2moe}; do
     fi
     kv_stop || bad "$family.g$g: kvasird stopped with an error"
   done
+  if [ "$family" == qwen3moe ]; then
+    # A group at the head (it embeds the tokens too), a plain tail.
+    run_plan "$MODEL" "$family.head" "" "$G2"
+    compare "$family.head" "$family.ref"
+    stats | python3 -c 'import json,sys; s=json.load(sys.stdin)["stages"]; print([(x["position"], x["member"]) for x in s], s[2]["batches"] > 0)' > "$WORK/head.txt"
+    expect "$family.head: a member of position 0 answered" "$(cat "$WORK/head.txt")" "[(0, 0), (1, 0), (0, 1)] True"
+    kv_stop || bad "$family.head: kvasird stopped with an error"
+  fi
 done
 kv_finish "$WORK/kvasird.log"
