@@ -15,7 +15,8 @@
 #     another (the watchdog's floor is small here): every stream completes
 #     with the reference text, each member restarted once, and no new epoch
 #     (a member holds no batch: the stats' `faults`, the bridge's epochs,
-#     stays 0).
+#     stays 0). Then SIGKILL the group's leader: a stage loss (one epoch),
+#     the same text again.
 #
 # Usage: test_expert_groups.sh KVASIRD KVASIR SOURCE_DIR WRITE_TINY_MODEL
 # Exit 0 = passed, anything else = failed.
@@ -71,7 +72,9 @@ start_clients() {  # start_clients TAG: N streams into $WORK/TAG.i
   CLIENTS=()
   local i
   for i in $(seq 1 "$N"); do
-    python3 -c 'import json,sys; print(json.dumps({"prompt": "Story %s: once upon a time, in a land of many experts and few tokens, there lived" % sys.argv[1], "max_tokens": int(sys.argv[2]), "temperature": 0, "ignore_eos": True, "stream": True}))' "$i" "$TOKENS" |
+    # printf, not a python per client: the streams start together (the
+    # tiny model finishes a stream in well under a second)
+    printf '{"prompt": "Story %s: once upon a time, in a land of many experts and few tokens, there lived", "max_tokens": %s, "temperature": 0, "ignore_eos": true, "stream": true}' "$i" "$TOKENS" |
       kv_curl "$SOCK" -N -H 'Content-Type: application/json' -d @- http://x/v1/completions \
         > "$WORK/$1.$i" 2>&1 &
     CLIENTS+=($!)
@@ -211,6 +214,20 @@ for family in ${KV_GROUPS_FAMILIES:-qwen3moe qwen2moe}; do
       done
       grep -q "held a batch for .* hung, killed" "$WORK/kvasird.log" &&
         ok "STOP: the watchdog found the stopped member" || bad "STOP: no watchdog kill in the log"
+      # The leader (stage 1) killed: a stage loss as without a group (a new
+      # epoch, every running sequence recomputed); its members, idle or
+      # answering a request of the dead leader, serve its successor.
+      victim=$(member_pid 1)
+      start_clients "$family.LEADER"
+      wait_mid_stream "$family.LEADER"
+      kill -KILL "$victim"
+      wait_clients "$family.LEADER"
+      compare "$family.LEADER" "$family.ref"
+      now=$(member_pid 1)
+      [ -n "$now" ] && [ "$now" != "$victim" ] && ok "LEADER: restarted ($victim → $now)" ||
+        bad "LEADER: not restarted (was $victim, now '$now')"
+      expect "LEADER: one new epoch: faults" \
+        "$(stats | python3 -c 'import json,sys; print(json.load(sys.stdin)["engine"]["faults"])')" "1"
     fi
     kv_stop || bad "$family.g$g: kvasird stopped with an error"
   done
