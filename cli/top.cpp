@@ -87,6 +87,21 @@ std::vector<uint64_t> routed_of(const json& experts, size_t n) {
   return out;
 }
 
+// An expert group's per-process routed counts over the interval (the
+// stats' experts.group): each process's share and their max / mean.
+void group_view(ExpertView& v, const json& g, const json* prev) {
+  const json& r = g.contains("routed") ? g["routed"] : json();
+  if (!r.is_array() || r.empty()) return;
+  std::vector<uint64_t> d = routed_of(g, r.size());
+  const std::vector<uint64_t> p = prev ? routed_of(*prev, d.size()) : std::vector<uint64_t>{};
+  if (p.size() == d.size())
+    for (size_t i = 0; i < d.size(); ++i) d[i] = d[i] >= p[i] ? d[i] - p[i] : 0;
+  uint64_t total = 0;
+  for (uint64_t c : d) total += c;
+  for (uint64_t c : d) v.group_shares.push_back(total ? double(c) / double(total) : 0.0);
+  v.group_imbalance = expert_imbalance(d);
+}
+
 }  // namespace
 
 ExpertView expert_view(const json& now, const json* prev) {
@@ -108,6 +123,7 @@ ExpertView expert_view(const json& now, const json* prev) {
                     [&](size_t a, size_t b) { return d[a] > d[b] || (d[a] == d[b] && a < b); });
   for (size_t j = 0; j < k && v.routed > 0 && d[order[j]] > 0; ++j)
     v.hottest.emplace_back(expert_label(v, order[j]), double(d[order[j]]) / double(v.routed));
+  group_view(v, sub(e, "group"), prev ? &sub(sub(*prev, "experts"), "group") : nullptr);
   return v;
 }
 
@@ -236,6 +252,11 @@ std::string experts_lines(const TopView& v) {
     o += fmt::format("imbalance {:.2f} (max/mean), hottest", e.imbalance);
     for (const auto& [label, share] : e.hottest)
       o += fmt::format(" {}:{:.0f}%", label, share * 100);
+    if (!e.group_shares.empty()) {  // an expert group: the processes' shares
+      o += fmt::format("; group imbalance {:.2f} (max/mean),", e.group_imbalance);
+      for (size_t k = 0; k < e.group_shares.size(); ++k)
+        o += fmt::format(" {}.{}:{:.0f}%", i, k, e.group_shares[k] * 100);
+    }
     o += "\n";
   }
   return o;

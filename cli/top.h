@@ -24,6 +24,10 @@ struct ExpertView {
   double imbalance = 0;  // max / mean over every expert (zeros included); 0: nothing routed
   // The three hottest experts (or folded ranges, "34-35"), share of `routed`.
   std::vector<std::pair<std::string, double>> hottest;
+  // An expert group's leader: each process's share of `routed` (leader
+  // first, then its members) and their max / mean; empty otherwise.
+  std::vector<double> group_shares;
+  double group_imbalance = 0;
 };
 
 struct StageView {

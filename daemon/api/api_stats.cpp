@@ -122,11 +122,24 @@ json cost_json(const StageCost& c) {
 json experts_json(const StageReport& s) {
   uint64_t total = 0;
   for (uint64_t c : s.routed) total += c;
-  return {{"n_experts", s.n_experts},
-          {"experts_per_slot", s.experts_per_slot},
-          {"routed", s.routed},
-          {"routed_total", total},
-          {"imbalance", expert_imbalance(s.routed)}};
+  json j = {{"n_experts", s.n_experts},
+            {"experts_per_slot", s.experts_per_slot},
+            {"routed", s.routed},
+            {"routed_total", total},
+            {"imbalance", expert_imbalance(s.routed)}};
+  if (s.group_firsts.empty()) return j;
+  // An expert group's leader: the tokens routed to each process's range
+  // (a folded counter goes to the process holding its first expert) and
+  // their max / mean, the group's imbalance across its processes.
+  std::vector<uint64_t> per(s.group_firsts.size(), 0);
+  for (size_t i = 0; i < s.routed.size(); ++i) {
+    const int64_t e = int64_t(i) * s.experts_per_slot;
+    size_t k = 0;
+    while (k + 1 < s.group_firsts.size() && s.group_firsts[k + 1] <= e) ++k;
+    per[k] += s.routed[i];
+  }
+  j["group"] = {{"firsts", s.group_firsts}, {"routed", per}, {"imbalance", expert_imbalance(per)}};
+  return j;
 }
 
 json stage_json(const StageReport& s) {

@@ -271,6 +271,11 @@ RingReport Bridge::ring_report() const {
     one.position = member ? p.members[s - seg_.n_stages()].position : s;
     one.member = member ? p.members[s - seg_.n_stages()].index : 0;
     if (!member && size_t(s) < cost.size()) one.cost = cost[size_t(s)];
+    if (!member && plan.experts_first >= 0) {
+      one.group_firsts.push_back(plan.experts_first);
+      for (int m = 0; m < seg_.n_members(); ++m)
+        if (p.members[m].position == s) one.group_firsts.push_back(p.members[m].plan.experts_first);
+    }
     r.stages.push_back(std::move(one));
   }
   return r;

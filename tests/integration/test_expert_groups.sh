@@ -170,6 +170,10 @@ for x in st[2:]:
     check(f"member 1.{x.get('member')}: its kernels text is the leader's choices",
           x.get("simd", "").startswith("cpu:"), x.get("simd"))
 check("the leader was blocked on its members", st[1]["blocked_s"] > 0, json.dumps(st[1]))
+g = st[1].get("experts", {}).get("group", {})
+check("the leader's experts.group: one count per process, summing to routed_total",
+      len(g.get("routed", [])) == members + 1 and
+      sum(g["routed"]) == st[1]["experts"]["routed_total"] > 0, json.dumps(st[1].get("experts")))
 sys.exit(1 if fails else 0)
 PY
   [ $? -eq 0 ] || fails=$((fails + 1))

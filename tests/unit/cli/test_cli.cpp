@@ -91,6 +91,29 @@ TEST(Top, SharesFromTwoSnapshots) {
 // stages with their position and index; the view keeps the positions in
 // `stages` (what the diagnosis counts) and shows each member under its
 // leader, "1.0" then "1.1", with its own busy / starved / blocked.
+// An expert group's leader reports its processes' routed counts
+// (experts.group): their shares over the interval and max / mean go on its
+// experts line.
+TEST(Top, GroupImbalanceOnTheExpertsLine) {
+  json a = snapshot(10, {0.5, 0.5}), b = snapshot(11, {0.5, 0.5});
+  auto experts = [](std::vector<uint64_t> routed, std::vector<uint64_t> group) {
+    return json{{"n_experts", routed.size()},
+                {"experts_per_slot", 1},
+                {"routed", routed},
+                {"group", {{"firsts", {0, 2}}, {"routed", group}}}};
+  };
+  a["stages"][1]["experts"] = experts({10, 10, 10, 10}, {20, 20});
+  b["stages"][1]["experts"] = experts({16, 13, 11, 10}, {29, 21});  // interval: 9 | 1
+  TopView v = make_view(b, &a, 1.0);
+  const ExpertView& e = v.stages[1].experts;
+  ASSERT_EQ(e.group_shares.size(), 2u);
+  EXPECT_NEAR(e.group_shares[0], 0.9, 1e-12);
+  EXPECT_NEAR(e.group_imbalance, 9.0 / 5.0, 1e-12);
+  const std::string screen = render(v);
+  EXPECT_NE(screen.find("; group imbalance 1.80 (max/mean), 1.0:90% 1.1:10%\n"), std::string::npos)
+      << screen;
+}
+
 TEST(Top, GroupMembersUnderTheirLeader) {
   json a = snapshot(10, {0.5, 0.5}), b = snapshot(11, {0.5, 0.5});
   for (json* j : {&a, &b}) {

@@ -587,6 +587,18 @@ TEST_F(ApiHttpTest, ExpertLoadInStatsAndMetrics) {
   EXPECT_EQ(series, 4u);
 }
 
+// An expert group's leader (docs/expert-groups.md): its experts object
+// also splits the routed tokens by process — experts 0-1 (the leader) and
+// 2-3 (its member) — with their max / mean.
+TEST_F(ApiHttpTest, ExpertLoadPerGroupMember) {
+  engine_.ring.stages[0].group_firsts = {0, 2};
+  json e = get("/kvasir/v1/stats").j()["stages"][0]["experts"];
+  EXPECT_EQ(e["group"], (json{{"firsts", {0, 2}}, {"routed", {5, 3}}, {"imbalance", 1.25}}));
+  engine_.ring.stages[0].group_firsts = {0, 1, 3};  // three processes: 5 | 0 + 3 | 0
+  e = get("/kvasir/v1/stats").j()["stages"][0]["experts"];
+  EXPECT_EQ(e["group"]["routed"], (json{5, 3, 0}));
+}
+
 TEST_F(ApiHttpTest, BodyOverLimitIs413) {
   std::string body(10u << 20, 'x');
   Resp r = parse_resp(raw(req("POST", "/v1/completions", body)));
