@@ -10,6 +10,7 @@
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/model_file.h"
+#include "stages/preload.h"
 #include "stages/slice.h"
 
 namespace kvasir {
@@ -153,6 +154,17 @@ void Member::load() {
     layers_.push_back(e);
   }
   pool_ = std::make_unique<cpu::ThreadPool>(sp.threads);
+  // Page its experts in now, with progress for the daemon's log and
+  // `kvasir status`, as a stage does.
+  PreloadConfig pc;
+  pc.progress = [this](const PreloadProgress& pr) {
+    me_.load_bytes_total.store(pr.bytes_total);
+    me_.load_bytes_done.store(pr.bytes_done);
+    me_.load_layers_done.store(pr.layers_done);
+    return !seg_.stopping();
+  };
+  const SliceSpec experts{sp.first, sp.last, false, false, sp.experts_first, sp.experts_last, true};
+  preload_slice(*model_, experts, pc);
 }
 
 // The leader's CPU kernel choices, whenever its kernels text changed: the

@@ -27,6 +27,9 @@ struct SliceSpec {
   // layers it holds, inclusive (the group's lowest range, from 0); the rest
   // are its members' (SliceExecutor::set_peers). -1: every expert.
   int experts_first = -1, experts_last = -1;
+  // An expert group's member: the slice is only the experts above (no
+  // attention, norms, router or shared expert; preload_slice).
+  bool experts_only = false;
 };
 
 struct KvSpec {
