@@ -147,7 +147,8 @@ ipc::StageShared& Supervisor::slot(int p) {
 }
 
 std::string Supervisor::proc_name(int p) const {
-  const int S = seg_ ? seg_->n_stages() : int(cfg_.plan.stages.size());
+  if (!seg_) return fmt::format("process {}", p);
+  const int S = seg_->n_stages();
   if (p < S) return fmt::format("stage {}", p);
   const ipc::MemberPlan& mp = seg_->params().members[p - S];
   return fmt::format("stage {} member {}", mp.position, mp.index);
