@@ -142,7 +142,14 @@ int cmd_status(const Endpoint& ep, double wait_s, bool as_json) {
     size_t i = 0;
     for (const auto& s : stats["stages"]) {
       if (!s.is_object()) continue;
-      std::cout << "  stage " << i++ << ": layers " << s.value("layers", std::string("?")) << " on "
+      // An expert group's member (docs/expert-groups.md): "stage P.K".
+      const int member = s.value("member", 0);
+      const std::string name =
+          member > 0 ? std::to_string(s.value("position", 0)) + "." + std::to_string(member)
+                     : std::to_string(i);
+      ++i;
+      std::cout << "  stage " << name << (member > 0 ? " (group member)" : "") << ": layers "
+                << s.value("layers", std::string("?")) << " on "
                 << s.value("device", std::string("?")) << "; simd: " << simd_text(s) << "\n";
     }
   }
