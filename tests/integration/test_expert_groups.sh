@@ -198,6 +198,9 @@ for family in ${KV_GROUPS_FAMILIES:-qwen3moe qwen2moe mixtral}; do
     run_plan "$MODEL" "$family.g$g" "$ranges"
     compare "$family.g$g" "$family.ref"
     check_group_stats "$family.g$g" $((g - 1))
+    expect "$family.g$g: kvasir status lists each member as 'stage 1.K (group member)'" \
+      "$("$KVASIR" status --socket "$SOCK" | grep -c '^  stage 1\.[1-9] (group member): layers 1-1 ')" \
+      "$((g - 1))"
     if [ "$family" == qwen3moe ] && [ $g == 4 ]; then
       # 2. Faults: the member of process index 2 (1.1) killed, then 4 (1.3) stopped.
       for fault in KILL:2:1 STOP:4:2; do
