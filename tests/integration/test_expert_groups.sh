@@ -201,6 +201,9 @@ for family in ${KV_GROUPS_FAMILIES:-qwen3moe qwen2moe mixtral}; do
     expect "$family.g$g: kvasir status lists each member as 'stage 1.K (group member)'" \
       "$("$KVASIR" status --socket "$SOCK" | grep -c '^  stage 1\.[1-9] (group member): layers 1-1 ')" \
       "$((g - 1))"
+    grep -q "loaded: ready.*; stage 1.1 (1-1): ready, " "$WORK/kvasird.log" &&
+      ok "$family.g$g: the start-up progress names member 1.1" ||
+      bad "$family.g$g: no member in the start-up progress line"
     if [ "$family" == qwen3moe ] && [ $g == 4 ]; then
       # 2. Faults: the member of process index 2 (1.1) killed, then 4 (1.3) stopped.
       for fault in KILL:2:1 STOP:4:2; do
