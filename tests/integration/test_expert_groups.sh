@@ -2,8 +2,9 @@
 # Expert groups (docs/expert-groups.md) through the real kvasird, real
 # processes: tiny MoE models (tests/support/write_tiny_model) on two CPU
 # positions, layer 0 a plain stage and layer 1 either a plain stage (the
-# reference) or an expert group of 2 or 4 processes (and, for qwen3moe, a
-# group of 2 at the head over layer 0, layer 1 plain).
+# reference) or an expert group of 2 to 5 processes (1 to 4 members; Mixtral's
+# 4 experts stop at 4) — and, for qwen3moe, a group of 2 at the head over
+# layer 0, layer 1 plain.
 #
 #  1. Per family (qwen3moe: 7 experts, top 3; qwen2moe: 5 experts, top 2 and
 #     a shared expert; mixtral: 4 experts, top 2): N concurrent greedy streams, prompts longer than
@@ -186,15 +187,18 @@ run_plan() {  # run_plan MODEL TAG GROUP [HEAD_GROUP]: start, N streams
 for family in ${KV_GROUPS_FAMILIES:-qwen3moe qwen2moe mixtral}; do
   MODEL="$WORK/$family.gguf"
   "$WRITER" "$family" "$MODEL" || { bad "write_tiny_model $family"; continue; }
+  # A group of g processes: the leader and g - 1 members (1 to 4 members).
   case $family in
-    qwen3moe) G2="0-3 4-6" G4="0-1 2-3 4-5 6" ;;
-    qwen2moe) G2="0-1 2-4" G4="0 1 2 3-4" ;;
-    mixtral) G2="0-1 2-3" G4="0 1 2 3" ;;
+    qwen3moe) G2="0-3 4-6" G3="0-2 3-4 5-6" G4="0-1 2-3 4-5 6" G5="0-1 2-3 4 5 6" ;;
+    qwen2moe) G2="0-1 2-4" G3="0 1-2 3-4" G4="0 1 2 3-4" G5="0 1 2 3 4" ;;
+    mixtral) G2="0-1 2-3" G3="0 1 2-3" G4="0 1 2 3" G5="" ;;
   esac
   run_plan "$MODEL" "$family.ref" ""
   kv_stop || bad "$family.ref: kvasird stopped with an error"
-  for g in 2 4; do
-    [ $g == 2 ] && ranges=$G2 || ranges=$G4
+  for g in 2 3 4 5; do
+    ranges=G$g
+    ranges=${!ranges}
+    [ -n "$ranges" ] || continue
     run_plan "$MODEL" "$family.g$g" "$ranges"
     compare "$family.g$g" "$family.ref"
     check_group_stats "$family.g$g" $((g - 1))
