@@ -73,8 +73,13 @@ std::string loading_text(const json& health) {
     for (const auto& s : *st) {
       if (!s.is_object()) continue;
       char buf[160];
+      // An expert group's member: "stage P.K".
+      const int member = s.value("member", 0);
+      const std::string name =
+          member > 0 ? std::to_string(s.value("position", 0)) + "." + std::to_string(member)
+                     : std::to_string(s.value("index", 0));
       std::snprintf(
-          buf, sizeof buf, "; stage %d (%s): %s %.1f/%.1f MiB, %d/%d layers", s.value("index", 0),
+          buf, sizeof buf, "; stage %s (%s): %s %.1f/%.1f MiB, %d/%d layers", name.c_str(),
           s.value("layers", std::string("?")).c_str(), s.value("status", std::string("?")).c_str(),
           s.value("bytes_loaded", 0.0) / 1048576.0, s.value("bytes_total", 0.0) / 1048576.0,
           s.value("layers_loaded", 0), s.value("layers_total", 0));
@@ -142,7 +147,14 @@ int cmd_status(const Endpoint& ep, double wait_s, bool as_json) {
     size_t i = 0;
     for (const auto& s : stats["stages"]) {
       if (!s.is_object()) continue;
-      std::cout << "  stage " << i++ << ": layers " << s.value("layers", std::string("?")) << " on "
+      // An expert group's member (docs/expert-groups.md): "stage P.K".
+      const int member = s.value("member", 0);
+      const std::string name =
+          member > 0 ? std::to_string(s.value("position", 0)) + "." + std::to_string(member)
+                     : std::to_string(i);
+      ++i;
+      std::cout << "  stage " << name << (member > 0 ? " (group member)" : "") << ": layers "
+                << s.value("layers", std::string("?")) << " on "
                 << s.value("device", std::string("?")) << "; simd: " << simd_text(s) << "\n";
     }
   }

@@ -65,6 +65,8 @@ StageView stage_view(const json& s, const json* p) {
   st.cost_per_token_ms = num(cost, "per_token_ms");
   st.cost_per_sample_ms = num(cost, "per_sample_ms");
   st.experts = expert_view(s, p);
+  st.position = int(num(s, "position"));
+  st.member = int(num(s, "member"));
   return st;
 }
 
@@ -83,6 +85,21 @@ std::vector<uint64_t> routed_of(const json& experts, size_t n) {
   std::vector<uint64_t> out;
   for (const json& c : *it) out.push_back(c.is_number() ? c.get<uint64_t>() : 0);
   return out;
+}
+
+// An expert group's per-process routed counts over the interval (the
+// stats' experts.group): each process's share and their max / mean.
+void group_view(ExpertView& v, const json& g, const json* prev) {
+  const json& r = g.contains("routed") ? g["routed"] : json();
+  if (!r.is_array() || r.empty()) return;
+  std::vector<uint64_t> d = routed_of(g, r.size());
+  const std::vector<uint64_t> p = prev ? routed_of(*prev, d.size()) : std::vector<uint64_t>{};
+  if (p.size() == d.size())
+    for (size_t i = 0; i < d.size(); ++i) d[i] = d[i] >= p[i] ? d[i] - p[i] : 0;
+  uint64_t total = 0;
+  for (uint64_t c : d) total += c;
+  for (uint64_t c : d) v.group_shares.push_back(total ? double(c) / double(total) : 0.0);
+  v.group_imbalance = expert_imbalance(d);
 }
 
 }  // namespace
@@ -106,6 +123,7 @@ ExpertView expert_view(const json& now, const json* prev) {
                     [&](size_t a, size_t b) { return d[a] > d[b] || (d[a] == d[b] && a < b); });
   for (size_t j = 0; j < k && v.routed > 0 && d[order[j]] > 0; ++j)
     v.hottest.emplace_back(expert_label(v, order[j]), double(d[order[j]]) / double(v.routed));
+  group_view(v, sub(e, "group"), prev ? &sub(sub(*prev, "experts"), "group") : nullptr);
   return v;
 }
 
@@ -204,8 +222,10 @@ TopView make_view(const json& now, const json* prev, double dt) {
   auto stages = now.find("stages");
   if (stages != now.end() && stages->is_array())
     for (size_t i = 0; i < stages->size(); ++i)
-      if ((*stages)[i].is_object())
-        v.stages.push_back(stage_view((*stages)[i], prev_stage(prev, i)));
+      if ((*stages)[i].is_object()) {
+        StageView one = stage_view((*stages)[i], prev_stage(prev, i));
+        (one.member > 0 ? v.members : v.stages).push_back(std::move(one));
+      }
   double slowest = 0;
   for (const StageView& s : v.stages) slowest = std::max(slowest, s.ms_per_batch);
   for (StageView& s : v.stages) s.step_share = slowest > 0 ? s.ms_per_batch / slowest : 0;
@@ -232,9 +252,25 @@ std::string experts_lines(const TopView& v) {
     o += fmt::format("imbalance {:.2f} (max/mean), hottest", e.imbalance);
     for (const auto& [label, share] : e.hottest)
       o += fmt::format(" {}:{:.0f}%", label, share * 100);
+    if (!e.group_shares.empty()) {  // an expert group: the processes' shares
+      o += fmt::format("; group imbalance {:.2f} (max/mean),", e.group_imbalance);
+      for (size_t k = 0; k < e.group_shares.size(); ++k)
+        o += fmt::format(" {}.{}:{:.0f}%", i, k, e.group_shares[k] * 100);
+    }
     o += "\n";
   }
   return o;
+}
+}  // namespace
+
+namespace {
+std::string stage_row(const std::string& label, const StageView& s) {
+  return fmt::format(
+      "{:<6} {:<10} {:<8} {:<8} {:>7.1f} {:>8.1f} {:>8.1f} {:>10.1f} {:>10.1f} {:>9.1f} "
+      "{:>6.0f} {:>10}\n",
+      label, s.layers, s.device, s.state, s.busy * 100, s.starved * 100, s.blocked * 100,
+      s.batches_per_s, s.tokens_per_s, s.ms_per_batch, s.member > 0 ? 0.0 : s.step_share * 100,
+      s.handoff_us >= 0 ? fmt::format("{:.0f}", s.handoff_us) : std::string("-"));
 }
 }  // namespace
 
@@ -244,13 +280,12 @@ std::string render(const TopView& v) {
                    "stage", "layers", "device", "now", "busy%", "starved%", "blocked%", "batches/s",
                    "tokens/s", "ms/batch", "step%", "handoff_us");
   for (size_t i = 0; i < v.stages.size(); ++i) {
-    const auto& s = v.stages[i];
-    o += fmt::format(
-        "{:<6} {:<10} {:<8} {:<8} {:>7.1f} {:>8.1f} {:>8.1f} {:>10.1f} {:>10.1f} {:>9.1f} "
-        "{:>6.0f} {:>10}\n",
-        i, s.layers, s.device, s.state, s.busy * 100, s.starved * 100, s.blocked * 100,
-        s.batches_per_s, s.tokens_per_s, s.ms_per_batch, s.step_share * 100,
-        s.handoff_us >= 0 ? fmt::format("{:.0f}", s.handoff_us) : std::string("-"));
+    // An expert group: its leader as "i.0", then each member as "i.k".
+    bool group = false;
+    for (const StageView& m : v.members) group = group || m.position == int(i);
+    o += stage_row(group ? fmt::format("{}.0", i) : fmt::format("{}", i), v.stages[i]);
+    for (const StageView& m : v.members)
+      if (m.position == int(i)) o += stage_row(fmt::format("{}.{}", i, m.member), m);
   }
   o += experts_lines(v);
   int64_t used = v.blocks_total - v.blocks_free;

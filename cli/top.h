@@ -24,6 +24,10 @@ struct ExpertView {
   double imbalance = 0;  // max / mean over every expert (zeros included); 0: nothing routed
   // The three hottest experts (or folded ranges, "34-35"), share of `routed`.
   std::vector<std::pair<std::string, double>> hottest;
+  // An expert group's leader: each process's share of `routed` (leader
+  // first, then its members) and their max / mean; empty otherwise.
+  std::vector<double> group_shares;
+  double group_imbalance = 0;
 };
 
 struct StageView {
@@ -42,6 +46,9 @@ struct StageView {
   double cost_fixed_ms = 0, cost_per_token_ms = 0, cost_per_sample_ms = 0;
   int first_layer = 0, last_layer = 0;
   ExpertView experts;
+  // Its place (the stats' position and member): member k >= 1 of the expert
+  // group at `position` (docs/expert-groups.md), 0 for a stage.
+  int position = 0, member = 0;
 };
 
 // The plan and scheduler settings the daemon reports ("plan" in the stats).
@@ -67,7 +74,8 @@ struct TimingView {
 struct TopView {
   std::string model;
   bool ready = false;
-  std::vector<StageView> stages;
+  std::vector<StageView> stages;   // the ring's positions (diagnose reasons over these)
+  std::vector<StageView> members;  // expert groups' members, shown under their leader
   int inflight = 0;
   int waiting = 0, running = 0;
   int64_t blocks_total = 0, blocks_free = 0, preemptions = 0, preemptions_delta = 0;

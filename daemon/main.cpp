@@ -105,19 +105,47 @@ kvasir::RingReport planned_ring(const kvasir::Config& cfg) {
     one.first_layer = s.first;
     one.last_layer = s.last;
     one.device = s.device;
+    one.position = int32_t(i);
     r.stages.push_back(std::move(one));
   }
+  // The expert groups' members, after the stages (as the live report has them).
+  for (size_t i = 0; i < cfg.plan.stages.size(); ++i)
+    for (size_t k = 0; k < cfg.plan.stages[i].members.size(); ++k) {
+      const kvasir::StageCfg& m = cfg.plan.stages[i].members[k];
+      kvasir::StageReport one;
+      one.index = int32_t(r.stages.size());
+      one.first_layer = m.first;
+      one.last_layer = m.last;
+      one.device = m.device;
+      one.position = int32_t(i);
+      one.member = int32_t(k + 1);
+      r.stages.push_back(std::move(one));
+    }
   return r;
+}
+
+// "a-b" of an expert group's process, null for a stage outside a group.
+nlohmann::json experts_text(const kvasir::StageCfg& s) {
+  if (!s.is_group()) return nullptr;
+  return fmt::format("{}-{}", s.experts_first, s.experts_last);
 }
 
 // The plan and scheduler settings as /kvasir/v1/stats reports them (what
 // `kvasir diagnose` reasons from).
 nlohmann::json plan_json(const kvasir::Config& cfg) {
   nlohmann::json stages = nlohmann::json::array();
-  for (const kvasir::StageCfg& s : cfg.plan.stages)
+  for (const kvasir::StageCfg& s : cfg.plan.stages) {
+    nlohmann::json members = nlohmann::json::array();
+    for (const kvasir::StageCfg& m : s.members)
+      members.push_back({{"experts", experts_text(m)}, {"threads", m.threads}});
     stages.push_back({{"layers", fmt::format("{}-{}", s.first, s.last)},
                       {"device", s.device},
                       {"threads", s.threads}});
+    if (s.is_group()) {
+      stages.back()["experts"] = experts_text(s);
+      stages.back()["members"] = std::move(members);
+    }
+  }
   const double itl = cfg.scheduler.itl_target_ms;
   return {{"max_rows", cfg.plan.max_rows},
           {"max_tokens", cfg.plan.max_tokens},

@@ -280,11 +280,31 @@ std::string Segment::check_params(const SegmentParams& p) {
   if (p.grammar_entries < 0 || p.grammar_entries > (1 << 16) || p.grammar_capacity > (64u << 20) ||
       (p.grammar_entries > 0 && p.grammar_capacity == 0))
     return fmt::format("grammar table {} x {} bytes", p.grammar_entries, p.grammar_capacity);
-  for (int i = 0; i < p.n_stages; ++i) {
-    const StagePlan& s = p.stages[i];
-    if (s.first < 0 || s.first > s.last || s.threads < 1 || s.threads > 1024 ||
-        std::memchr(s.device, 0, sizeof s.device) == nullptr)
-      return fmt::format("stage {} plan", i);
+  auto bad_plan = [](const StagePlan& s) {
+    return s.first < 0 || s.first > s.last || s.threads < 1 || s.threads > 1024 ||
+           std::memchr(s.device, 0, sizeof s.device) == nullptr || s.experts_first < -1 ||
+           s.experts_first > s.experts_last || (s.experts_first < 0 && s.experts_last != -1) ||
+           s.experts_last >= (1 << 10);
+  };
+  for (int i = 0; i < p.n_stages; ++i)
+    if (bad_plan(p.stages[i])) return fmt::format("stage {} plan", i);
+  return check_members(p, bad_plan);
+}
+
+std::string Segment::check_members(const SegmentParams& p, bool (*bad_plan)(const StagePlan&)) {
+  if (p.n_members < 0 || p.n_members > kMaxStages - p.n_stages)
+    return fmt::format("{} members for {} stages (at most {} processes)", p.n_members, p.n_stages,
+                       kMaxStages);
+  if (p.n_members > 0 && (p.moe_top_k < 1 || p.moe_top_k > 256))
+    return fmt::format("experts per token {}", p.moe_top_k);
+  for (int m = 0; m < p.n_members; ++m) {
+    const MemberPlan& mp = p.members[m];
+    if (mp.position < 0 || mp.position >= p.n_stages || mp.index < 1 || bad_plan(mp.plan) ||
+        mp.plan.experts_first < 0)
+      return fmt::format("member {} plan", m);
+    const StagePlan& lead = p.stages[mp.position];
+    if (lead.experts_first != 0 || lead.first != mp.plan.first || lead.last != mp.plan.last)
+      return fmt::format("member {}: not of its leader's group (stage {})", m, mp.position);
   }
   return {};
 }
@@ -293,7 +313,7 @@ Segment::Layout Segment::layout(const SegmentParams& p) {
   Layout l{};
   const SlotDims& d = p.dims;
   l.stages = align_to(sizeof(SegmentHeader), 4096);
-  l.rings = align_to(l.stages + sizeof(StageShared) * uint64_t(p.n_stages), 4096);
+  l.rings = align_to(l.stages + sizeof(StageShared) * uint64_t(p.n_stages + p.n_members), 4096);
   l.desc = align_to(l.rings + sizeof(Ring) * uint64_t(p.n_stages + 1), 4096);
   l.desc_stride = align_to(desc_bytes(d), 4096);
   l.result = l.desc + l.desc_stride * uint64_t(d.inflight);
@@ -302,8 +322,15 @@ Segment::Layout Segment::layout(const SegmentParams& p) {
   l.bound_stride = align_to(4ull * uint64_t(d.max_tokens) * uint64_t(d.hidden), 4096);
   l.cuda = l.bound + l.bound_stride * uint64_t(d.inflight) * uint64_t(p.n_stages - 1);
   l.grammar = align_to(l.cuda + cuda_table_bytes(p.n_stages - 1, d.inflight), 4096);
-  l.total =
+  // The members' areas: the control block, x, ids, y (each 64-aligned).
+  l.members =
       align_to(l.grammar + GrammarTable::bytes_for(p.grammar_entries, p.grammar_capacity), 4096);
+  const uint64_t rows = uint64_t(d.max_tokens), k = uint64_t(std::max(p.moe_top_k, 0));
+  l.member_x = align_to(sizeof(MemberCall), 64);
+  l.member_ids = align_to(l.member_x + 4 * rows * uint64_t(d.hidden), 64);
+  l.member_y = align_to(l.member_ids + 4 * rows * k, 64);
+  l.member_stride = align_to(l.member_y + 4 * rows * k * uint64_t(d.hidden), 4096);
+  l.total = l.members + l.member_stride * uint64_t(p.n_members);
   return l;
 }
 
@@ -365,7 +392,10 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, const SegmentP
   s->hdr_->version = kSegVersion;
   s->hdr_->total_size = lay.total;
   s->hdr_->params = params;
-  for (int i = 0; i < params.n_stages; ++i) new (base + lay.stages + i * sizeof(StageShared)) StageShared();
+  for (int i = 0; i < params.n_stages + params.n_members; ++i)
+    new (base + lay.stages + i * sizeof(StageShared)) StageShared();
+  for (int m = 0; m < params.n_members; ++m)
+    new (base + lay.members + uint64_t(m) * lay.member_stride) MemberCall();
   for (int i = 0; i <= params.n_stages; ++i) {
     auto* r = new (base + lay.rings + i * sizeof(Ring)) Ring();
     r->init(uint32_t(params.dims.inflight));
@@ -434,6 +464,10 @@ void Segment::request_shutdown() {
     ring(i).not_empty.ring();
     ring(i).not_full.ring();
   }
+  for (int m = 0; m < n_members(); ++m) {
+    member_area(m).call->request.ring();
+    member_area(m).call->answer.ring();
+  }
 }
 
 bool Segment::drained() {
@@ -452,6 +486,20 @@ StageShared& Segment::stage(int i) {
   KV_CHECK(i >= 0 && i < n_stages(), "stage {} out of range", i);
   return *reinterpret_cast<StageShared*>(static_cast<char*>(base_) + lay_.stages +
                                          uint64_t(i) * sizeof(StageShared));
+}
+
+StageShared& Segment::member(int m) {
+  KV_CHECK(m >= 0 && m < n_members(), "member {} out of range", m);
+  return *reinterpret_cast<StageShared*>(static_cast<char*>(base_) + lay_.stages +
+                                         uint64_t(n_stages() + m) * sizeof(StageShared));
+}
+
+MemberArea Segment::member_area(int m) {
+  KV_CHECK(m >= 0 && m < n_members(), "member {} out of range", m);
+  char* a = static_cast<char*>(base_) + lay_.members + uint64_t(m) * lay_.member_stride;
+  return MemberArea{reinterpret_cast<MemberCall*>(a), reinterpret_cast<float*>(a + lay_.member_x),
+                    reinterpret_cast<int32_t*>(a + lay_.member_ids),
+                    reinterpret_cast<float*>(a + lay_.member_y)};
 }
 
 Ring& Segment::ring(int i) {

@@ -40,8 +40,11 @@ constexpr uint32_t kSegMagic = 0x5253564B;  // "KVSR" little-endian
 // 5: the grammar table (ipc/grammar_table.h); 6: the GPU stages' [cuda]
 // settings in the plan; 7: each stage's kernels text (StageShared::simd_text);
 // 8: each stage's handoff time (StageStats::handoff_ns); 9: each MoE stage's
-// tokens routed per expert (StageShared::routed).
-constexpr uint32_t kSegVersion = 9;
+// tokens routed per expert (StageShared::routed); 10: expert groups
+// (docs/expert-groups.md): each stage's expert range, the members' plans
+// and StageShared slots (after the stages'), and one MemberCall area per
+// member (request, answer) after the grammar table.
+constexpr uint32_t kSegVersion = 10;
 constexpr int kMaxStages = 16;
 static_assert(kMaxStageTimes == kMaxStages, "a result slot times every stage");
 
@@ -49,6 +52,18 @@ struct StagePlan {
   int32_t first = 0, last = 0;  // inclusive layer range
   int32_t threads = 1;
   char device[16] = "cpu";
+  // An expert group (docs/expert-groups.md): the experts of its layers this
+  // process holds, inclusive; -1 = every expert (not in a group).
+  int32_t experts_first = -1, experts_last = -1;
+};
+
+// A member of an expert group: the process that holds `plan.experts_*` of
+// the layers of ring position `position` (its leader) and answers the
+// leader's per-layer requests in its MemberCall area.
+struct MemberPlan {
+  int32_t position = 0;  // the leader's stage index
+  int32_t index = 1;     // 1.. within its group (0 is the leader), for display
+  StagePlan plan;        // the leader's layers, its own experts and threads
 };
 
 // The plan, as every process reads it. Fixed at creation.
@@ -62,6 +77,12 @@ struct SegmentParams {
   int32_t cuda_graphs = 1;    // GPU stages: decode steps as CUDA graphs ([cuda] graphs)
   int32_t cuda_quantize = 0;  // GPU stages: 0 weights as stored, 1 FP8 at load ([cuda] quantize)
   StagePlan stages[kMaxStages];
+  // Expert groups: the members of every group, in position then range
+  // order (n_stages + n_members <= kMaxStages: each has a StageShared
+  // slot), and the model's experts per token, which sizes their areas.
+  int32_t n_members = 0;
+  int32_t moe_top_k = 0;
+  MemberPlan members[kMaxStages];
   char model_path[4096] = {};
   // The grammar table (ipc/grammar_table.h): entries of grammar_capacity
   // bytes each; 0 entries = no structured outputs on this instance.
@@ -205,6 +226,35 @@ struct ExpertLoad {
 };
 ExpertLoad read_stage_experts(const StageShared& st);
 
+// One member's exchange with its leader (docs/expert-groups.md, "Message
+// flow"): one request outstanding at a time. The leader writes x [n,
+// hidden] f32 and ids [n, top_k] into the area, then layer, n and
+// req_seq + 1 (release), rings `request`; the member computes its experts'
+// rows into y [n * top_k, hidden] (row t * top_k + j), stores ans_seq =
+// req_seq (release) and rings `answer`. A member that starts (or restarts)
+// with ans_seq != req_seq answers that request: a member lost mid-request
+// costs its leader a wait, never a re-send. Every field is written by one
+// side and checked by the other (n against max_tokens, layer against the
+// member's layers).
+struct alignas(64) MemberCall {
+  std::atomic<uint32_t> req_seq{0};
+  std::atomic<int32_t> layer{0};
+  std::atomic<int32_t> n{0};
+  std::atomic<int64_t> posted_ns{0};  // when the open request was posted (0: none) — the watchdog
+  Bell request;
+  std::atomic<uint32_t> ans_seq{0};
+  std::atomic<uint32_t> ans_failed{0};  // 1: the member could not compute it (its error[] says)
+  Bell answer;
+};
+
+// A member's area, mapped: the control block and its three arrays.
+struct MemberArea {
+  MemberCall* call = nullptr;
+  float* x = nullptr;      // [max_tokens, hidden]
+  int32_t* ids = nullptr;  // [max_tokens, top_k]
+  float* y = nullptr;      // [max_tokens * top_k, hidden]
+};
+
 struct SegmentHeader {
   uint32_t magic = 0;  // written last by the creator
   uint32_t version = 0;
@@ -269,6 +319,11 @@ class Segment {
   bool drained();
 
   StageShared& stage(int i);
+  // Expert groups: member m's slot (after the stages') and its area, m in
+  // [0, n_members).
+  int n_members() const { return params_.n_members; }
+  StageShared& member(int m);
+  MemberArea member_area(int m);
   Ring& ring(int i);  // i in [0, n_stages]: ring i feeds stage i, ring n_stages the bridge
   DescView desc(uint32_t slot);
   float* boundary(uint32_t slot, int link);  // link s: stage s → s+1
@@ -280,13 +335,14 @@ class Segment {
 
   struct Layout {
     uint64_t stages, rings, desc, desc_stride, bound, bound_stride, result, result_stride, cuda,
-        grammar, total;
+        grammar, members, member_stride, member_x, member_ids, member_y, total;
   };
   static Layout layout(const SegmentParams& p);
   // Empty if the plan's widths are sane, else why.
   static std::string check_params(const SegmentParams& p);
 
  private:
+  static std::string check_members(const SegmentParams& p, bool (*bad_plan)(const StagePlan&));
   Segment() = default;
   std::string name_;
   std::unique_ptr<boost::interprocess::mapped_region> region_;

@@ -29,6 +29,7 @@ class CpuBackend final : public StageBackend {
              capacity_);
     const KvSpec kv{n_blocks, cfg_.block_size, cfg_.kv_type};
     exec_ = std::make_unique<SliceExecutor>(*model_, cfg_.slice, kv, cfg_.threads, cfg_.max_tokens);
+    exec_->set_peers(cfg_.peers.get());
     if (cfg_.width)
       exec_->set_pool_width(
           {[](const void* f) { return (*static_cast<const std::function<int()>*>(f))(); },

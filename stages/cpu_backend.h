@@ -8,6 +8,7 @@
 
 #include "model/model_file.h"
 #include "stages/backend.h"
+#include "stages/forward.h"
 
 namespace kvasir {
 
@@ -21,6 +22,8 @@ struct CpuStageConfig {
   // Threads for each kernel call, asked at the call (stages/core_share.h);
   // empty: always `threads`. Called from the stage's thread only.
   std::function<int()> width;
+  // An expert group's leader: its members (slice.experts_* its own range).
+  std::shared_ptr<ExpertPeers> peers;
 };
 
 // The slice's capacity is kv_memory / KV bytes per block of its layers;

@@ -44,6 +44,7 @@ void add_bias(float* y, const float* bias, int64_t n_tokens, int64_t width) {
 // A mixture-of-experts FFN (ModelConfig::moe()): the router, the experts
 // this executor holds (all of the layer's), Qwen2-MoE's shared expert.
 struct SliceExecutor::Moe {
+  int layer = 0;                       // the model's layer index (an expert group's request)
   const TensorView* router = nullptr;  // [hidden] -> [n_experts]
   cpu::MoeExperts experts;             // views of the model's stacks
   const TensorView* sh_gate_inp = nullptr;  // [hidden] -> [1], null without a shared expert
@@ -123,6 +124,26 @@ void SliceExecutor::check_args(int threads) const {
            kv_.block_size, kv_.n_blocks);
   KV_CHECK(threads >= 1 && threads <= 1024, "threads must be in 1..1024 (got {})", threads);
   kv_elem_bytes(kv_.type);  // F16 or F32
+  KV_CHECK(
+      slice_.experts_first < 0 || (c.moe() && slice_.experts_first == 0 &&
+                                   slice_.experts_last >= 0 && slice_.experts_last < c.n_experts),
+      "slice experts {}-{}: a group's leader holds experts from 0, of the model's {}",
+      slice_.experts_first, slice_.experts_last, c.n_experts);
+}
+
+void SliceExecutor::set_peers(ExpertPeers* peers) {
+  const int32_t own = slice_.experts_first < 0 ? cfg_.n_experts : slice_.experts_last + 1;
+  int32_t next = own;
+  for (int m = 0; peers && m < peers->count(); ++m) {
+    KV_CHECK(peers->first(m) == next && peers->held(m) >= 1,
+             "expert group: member {} holds {}+{}, expected to start at expert {}", m,
+             peers->first(m), peers->held(m), next);
+    next += peers->held(m);
+  }
+  KV_CHECK(next == cfg_.n_experts || (!peers && own == cfg_.n_experts),
+           "expert group: the leader and its members hold experts 0-{} of {}", next - 1,
+           cfg_.n_experts);
+  peers_ = peers;
 }
 
 // The head's embeddings; the tail's final norm and output head.
@@ -147,7 +168,7 @@ void SliceExecutor::map_layer(const ModelFile& model, int il, Layer& L) {
   L.wk = &model.get(n.attn_k);
   L.wv = &model.get(n.attn_v);
   L.wo = &model.get(n.attn_output);
-  map_ffn(model, n, L);
+  map_ffn(model, n, il, L);
   if (c.qk_norm) {
     L.q_norm = f32_data(&model.get(n.attn_q_norm), "attn_q_norm.weight", c.head_dim);
     L.k_norm = f32_data(&model.get(n.attn_k_norm), "attn_k_norm.weight", c.head_dim);
@@ -168,7 +189,8 @@ void SliceExecutor::map_layer(const ModelFile& model, int il, Layer& L) {
 
 // A layer's FFN: dense (ffn_gate/up/down) or a mixture of experts (the
 // router, every expert of the three stacks, the shared expert if any).
-void SliceExecutor::map_ffn(const ModelFile& model, const LayerTensorNames& n, Layer& L) {
+void SliceExecutor::map_ffn(const ModelFile& model, const LayerTensorNames& n, int layer,
+                            Layer& L) {
   const ModelConfig& c = cfg_;
   if (!c.moe()) {
     L.w_gate = &model.get(n.ffn_gate);
@@ -177,12 +199,15 @@ void SliceExecutor::map_ffn(const ModelFile& model, const LayerTensorNames& n, L
     return;
   }
   Moe& m = L.moe;
+  m.layer = layer;
   m.router = &model.get(n.ffn_gate_inp);
   m.experts.n_total = c.n_experts;
+  // An expert group's leader holds [0, experts_last] (checked in check_args).
+  const size_t held = size_t(slice_.experts_first < 0 ? c.n_experts : slice_.experts_last + 1);
   m.experts.first = 0;
-  m.experts.gate = model.get_experts(n.ffn_gate_exps);
-  m.experts.up = model.get_experts(n.ffn_up_exps);
-  m.experts.down = model.get_experts(n.ffn_down_exps);
+  m.experts.gate = std::span(model.get_experts(n.ffn_gate_exps)).subspan(0, held);
+  m.experts.up = std::span(model.get_experts(n.ffn_up_exps)).subspan(0, held);
+  m.experts.down = std::span(model.get_experts(n.ffn_down_exps)).subspan(0, held);
   if (c.shared_expert_ffn > 0) {
     m.sh_gate_inp = &model.get(n.ffn_gate_inp_shexp);
     m.sh_gate = &model.get(n.ffn_gate_shexp);
@@ -292,12 +317,22 @@ void SliceExecutor::run_moe(const Moe& m, int64_t T, float* out) {
   const ModelConfig& c = cfg_;
   Scratch& s = *s_;
   cpu::ThreadPool* pool = pool_.get();
+  KV_CHECK(slice_.experts_first < 0 || peers_, "expert group: the leader has no members set");
   cpu::matmul(*m.router, s.xn.data(), T, s.router.data(), pool);  // [T, n_experts]
   cpu::moe_route(cpu::MoeRouteConfig{c.n_experts, c.n_experts_used, c.expert_norm_topk},
                  s.router.data(), T, s.expert_ids.data(), s.expert_weights.data());
   cpu::moe_count_routed(s.expert_ids.data(), T, c.n_experts_used, c.n_experts, s.routed.data());
+  // An expert group: the members compute their experts' rows while the
+  // leader computes its own; their terms then follow the leader's in expert
+  // order (moe_combine), the unsharded moe_ffn's sequence of additions.
+  const int members = peers_ ? peers_->count() : 0;
+  for (int i = 0; i < members; ++i) peers_->post(i, m.layer, s.xn.data(), T, s.expert_ids.data());
   cpu::moe_ffn(m.experts, s.xn.data(), T, c.n_experts_used, s.expert_ids.data(),
                s.expert_weights.data(), out, s.moe, pool);
+  for (int i = 0; i < members; ++i)
+    cpu::moe_combine(c.n_experts, peers_->first(i), peers_->held(i), T, c.n_experts_used,
+                     s.expert_ids.data(), s.expert_weights.data(), peers_->wait(i), c.hidden, out,
+                     s.moe);
   if (!m.sh_gate_inp) return;
   cpu::matmul(*m.sh_gate, s.xn.data(), T, s.gate.data(), pool);
   cpu::matmul(*m.sh_up, s.xn.data(), T, s.up.data(), pool);

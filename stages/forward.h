@@ -66,6 +66,24 @@ struct ForwardBatch {
   int32_t mask_words = 0;
 };
 
+// The members of an expert group as its leader's executor sees them
+// (docs/expert-groups.md): each holds a consecutive range of every MoE
+// layer's experts above the leader's, in ascending order. post() hands
+// member m one layer's normalised rows and router choices; wait() returns
+// its rows of that request, y [n * top_k, hidden] at token * top_k + j
+// (kernels/cpu/moe.h moe_expert_rows), or throws kvasir::Error if it cannot
+// be had (the member failed on it, shutdown). stages/expert_group.h
+// implements it over the segment.
+class ExpertPeers {
+ public:
+  virtual ~ExpertPeers() = default;
+  virtual int count() const = 0;
+  virtual int32_t first(int m) const = 0;  // member m's experts [first, first + held)
+  virtual int32_t held(int m) const = 0;
+  virtual void post(int m, int layer, const float* x, int64_t n, const int32_t* ids) = 0;
+  virtual const float* wait(int m) = 0;
+};
+
 class SliceExecutor {
  public:
   // Maps (looks up) only the tensors of its slice. max_tokens bounds a
@@ -78,6 +96,11 @@ class SliceExecutor {
   // The per-call width rule of the executor's thread pool
   // (kernels/cpu/thread_pool.h); w.ctx must outlive the executor.
   void set_pool_width(cpu::PoolWidth w) { pool_->set_width(w); }
+
+  // An expert group's leader: its members, whose ranges must follow the
+  // slice's own experts up to the model's last (checked here). Not owned;
+  // must outlive the executor's forwards.
+  void set_peers(ExpertPeers* peers);
 
   // hidden_in:  [n_tokens, hidden] f32 — ignored by the head (it embeds tokens).
   // hidden_out: [n_tokens, hidden] f32 — written by every stage but the tail.
@@ -103,7 +126,7 @@ class SliceExecutor {
   void check_args(int threads) const;
   void map_ends(const ModelFile& model);
   void map_layer(const ModelFile& model, int layer, Layer& L);
-  void map_ffn(const ModelFile& model, const LayerTensorNames& names, Layer& L);
+  void map_ffn(const ModelFile& model, const LayerTensorNames& names, int layer, Layer& L);
   void alloc_scratch();
   void run_layer(const Layer& L, const ForwardBatch& b, const std::vector<cpu::AttnRow>& rows,
                  const int32_t* pos, float* x);
@@ -121,6 +144,7 @@ class SliceExecutor {
   std::vector<Layer> layers_;
   std::unique_ptr<Scratch> s_;
   RopeTable rope_;  // stages/slice.h
+  ExpertPeers* peers_ = nullptr;
 };
 
 }  // namespace kvasir

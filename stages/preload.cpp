@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,17 +42,21 @@ bool preload_slice(const ModelFile& model, const SliceSpec& slice, const Preload
     if (!out) out = &model.get(kTokenEmbdTensor);  // tied embeddings
     if (std::find(extra.begin(), extra.end(), out) == extra.end()) extra.push_back(out);
   }
+  // An expert group's process pages in only the experts it holds.
+  const size_t efirst = slice.experts_first < 0 ? 0 : size_t(slice.experts_first);
+  const size_t elast = slice.experts_first < 0 ? SIZE_MAX : size_t(slice.experts_last);
   std::vector<std::vector<const TensorView*>> layers;
   for (int il = slice.first_layer; il <= slice.last_layer; ++il) {
     std::vector<const TensorView*> ts;
     const LayerTensorNames names = layer_tensor_names(il);
     for (const std::string& n : names.all()) {
-      const TensorView* t = model.find(n);
+      const TensorView* t = slice.experts_only ? nullptr : model.find(n);
       if (t) ts.push_back(t);
     }
     for (const std::string& n : names.expert_stacks())
       if (const std::vector<TensorView>* experts = model.find_experts(n))
-        for (const TensorView& t : *experts) ts.push_back(&t);
+        for (size_t e = efirst; e < experts->size() && e <= elast; ++e)
+          ts.push_back(&(*experts)[e]);
     layers.push_back(std::move(ts));
   }
   PreloadProgress pr;

@@ -23,6 +23,13 @@ struct SliceSpec {
   int last_layer = 0;  // inclusive
   bool head = false;   // embeds token ids
   bool tail = false;   // final norm + output head
+  // An expert group's leader (docs/expert-groups.md): the experts of its MoE
+  // layers it holds, inclusive (the group's lowest range, from 0); the rest
+  // are its members' (SliceExecutor::set_peers). -1: every expert.
+  int experts_first = -1, experts_last = -1;
+  // An expert group's member: the slice is only the experts above (no
+  // attention, norms, router or shared expert; preload_slice).
+  bool experts_only = false;
 };
 
 struct KvSpec {

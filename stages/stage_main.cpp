@@ -30,6 +30,7 @@
 #include "stages/core_share.h"
 #include "stages/cpu_backend.h"
 #include "stages/cuda_plugin.h"
+#include "stages/expert_group.h"
 #include "stages/stage.h"
 
 namespace kvasir {
@@ -48,8 +49,9 @@ std::unique_ptr<ipc::Segment> open_segment(int stage, const std::string& segment
     KV_LOG_ERROR("stage", "the daemon is gone");
     return nullptr;
   }
-  if (stage < 0 || stage >= seg->n_stages()) {
-    KV_LOG_ERROR("stage", "no such stage (plan has {})", seg->n_stages());
+  if (stage < 0 || stage >= seg->n_stages() + seg->n_members()) {
+    KV_LOG_ERROR("stage", "no such stage (plan has {} and {} group members)", seg->n_stages(),
+                 seg->n_members());
     return nullptr;
   }
   return seg;
@@ -82,7 +84,15 @@ std::unique_ptr<StageBackend> build_backend(ipc::Segment& seg, int stage) {
            plan.device, mc.hidden, p.dims.hidden);
   if (ordinal >= 0) return make_cuda_backend(seg, stage, mc.vocab);  // the plugin maps its own
   CpuStageConfig cfg;
-  cfg.slice = SliceSpec{plan.first, plan.last, stage == 0, stage == p.n_stages - 1};
+  cfg.slice = SliceSpec{plan.first,         plan.last,        stage == 0, stage == p.n_stages - 1,
+                        plan.experts_first, plan.experts_last};
+  if (plan.experts_first >= 0) {
+    // An expert group's leader: its members through the segment, and the
+    // kernel choices of the experts' matmuls made before it serves, for the
+    // members to adopt (stages/expert_group.h).
+    cfg.peers = std::make_shared<SegmentPeers>(seg, stage, mc.n_experts_used);
+    choose_expert_kernels(p.model_path, plan.first, plan.last);
+  }
   cfg.block_size = p.block_size;
   cfg.kv_type = p.kv_f32 ? DType::F32 : DType::F16;
   cfg.kv_memory = p.kv_memory;
@@ -189,10 +199,13 @@ int stage_main(int stage, const std::string& segment_name, const std::string& in
   }
   std::unique_ptr<ipc::Segment> seg = open_segment(stage, segment_name);
   if (!seg) return 2;
-  ipc::StageShared& me = seg->stage(stage);
+  // Process indices past the ring's stages are expert group members
+  // (docs/expert-groups.md): the supervisor numbers every process so.
+  const int member = stage - seg->n_stages();
+  ipc::StageShared& me = member >= 0 ? seg->member(member) : seg->stage(stage);
   me.pid.store(getpid());
   try {
-    return run_stage(*seg, stage);
+    return member >= 0 ? run_member(*seg, member) : run_stage(*seg, stage);
   } catch (const Error& e) {
     return fail(*seg, me, e.message());
   } catch (const std::exception& e) {

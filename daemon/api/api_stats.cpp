@@ -122,19 +122,33 @@ json cost_json(const StageCost& c) {
 json experts_json(const StageReport& s) {
   uint64_t total = 0;
   for (uint64_t c : s.routed) total += c;
-  return {{"n_experts", s.n_experts},
-          {"experts_per_slot", s.experts_per_slot},
-          {"routed", s.routed},
-          {"routed_total", total},
-          {"imbalance", expert_imbalance(s.routed)}};
+  json j = {{"n_experts", s.n_experts},
+            {"experts_per_slot", s.experts_per_slot},
+            {"routed", s.routed},
+            {"routed_total", total},
+            {"imbalance", expert_imbalance(s.routed)}};
+  if (s.group_firsts.empty()) return j;
+  // An expert group's leader: the tokens routed to each process's range
+  // (a folded counter goes to the process holding its first expert) and
+  // their max / mean, the group's imbalance across its processes.
+  std::vector<uint64_t> per(s.group_firsts.size(), 0);
+  for (size_t i = 0; i < s.routed.size(); ++i) {
+    const int64_t e = int64_t(i) * s.experts_per_slot;
+    size_t k = 0;
+    while (k + 1 < s.group_firsts.size() && s.group_firsts[k + 1] <= e) ++k;
+    per[k] += s.routed[i];
+  }
+  j["group"] = {{"firsts", s.group_firsts}, {"routed", per}, {"imbalance", expert_imbalance(per)}};
+  return j;
 }
 
 json stage_json(const StageReport& s) {
-  json j = {{"index", s.index},         {"layers", layers_text(s)}, {"device", s.device},
-            {"simd", s.simd},           {"busy_s", s.busy_s},       {"starved_s", s.starved_s},
-            {"blocked_s", s.blocked_s}, {"state", s.state},         {"state_s", s.state_s},
-            {"batches", s.batches},     {"tokens", s.tokens},       {"cost", cost_json(s.cost)},
-            {"handoff_s", s.handoff_s}, {"handoffs", s.handoffs}};
+  json j = {{"index", s.index},         {"position", s.position},    {"member", s.member},
+            {"layers", layers_text(s)}, {"device", s.device},        {"simd", s.simd},
+            {"busy_s", s.busy_s},       {"starved_s", s.starved_s},  {"blocked_s", s.blocked_s},
+            {"state", s.state},         {"state_s", s.state_s},      {"batches", s.batches},
+            {"tokens", s.tokens},       {"cost", cost_json(s.cost)}, {"handoff_s", s.handoff_s},
+            {"handoffs", s.handoffs}};
   if (s.n_experts > 0) j["experts"] = experts_json(s);
   return j;
 }
@@ -181,8 +195,12 @@ void stage_series(std::string& out, const RingReport& ring) {
     out += fmt::format("# HELP {} {}\n# TYPE {} counter\n", name, help, name);
     for (size_t i = 0; i < ring.stages.size(); ++i) {
       const StageReport& s = ring.stages[i];
-      out += fmt::format("{}{{stage=\"{}\",layers=\"{}\",device=\"{}\"}} {}\n", name, i,
-                         layers_text(s), s.device, double(value(s)));
+      // An expert group's member: its position's stage label and its index.
+      const std::string who = s.member > 0
+                                  ? fmt::format("stage=\"{}\",member=\"{}\"", s.position, s.member)
+                                  : fmt::format("stage=\"{}\"", i);
+      out += fmt::format("{}{{{},layers=\"{}\",device=\"{}\"}} {}\n", name, who, layers_text(s),
+                         s.device, double(value(s)));
     }
   };
   series("kvasir_stage_busy_seconds_total", "Time a stage held a batch",

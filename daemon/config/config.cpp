@@ -213,7 +213,7 @@ void validate_plan(const PlanCfg& plan) {
   std::set<std::string> gpus;
   for (size_t i = 0; i < n; ++i) {
     const auto& s = plan.stages[i];
-    const std::string f = fmt::format("stages[{}]", i);
+    const std::string f = fmt::format("stages[{}]", s.entry >= 0 ? size_t(s.entry) : i);
     KV_CHECK(s.threads > 0, "{}.threads: must be > 0", f);
     if (s.device != "cpu") {
       bool ok = s.is_gpu() && s.device.size() > 5 && s.device.size() <= 8;
@@ -231,12 +231,13 @@ void validate_plan(const PlanCfg& plan) {
                s.first, s.first - 1);
     } else {
       const auto& p = plan.stages[i - 1];
+      const size_t pe = p.entry >= 0 ? size_t(p.entry) : i - 1;
       KV_CHECK(s.first > p.last, "{}.layers: {}-{} overlaps stages[{}] ({}-{})", f, s.first, s.last,
-               i - 1, p.first, p.last);
+               pe, p.first, p.last);
       KV_CHECK(s.first == p.last + 1,
                "{}.layers: starts at {} but stages[{}] ends at {}; layers {}-{} are assigned to "
                "no stage",
-               f, s.first, i - 1, p.last, p.last + 1, s.first - 1);
+               f, s.first, pe, p.last, p.last + 1, s.first - 1);
     }
   }
 }
@@ -263,7 +264,7 @@ void parse_plan(const toml::table& p, PlanCfg& plan) {
 StageCfg parse_stage(const toml::node& n, const std::string& f) {
   auto* t = n.as_table();
   KV_CHECK(t, "{}: must be a table", f);
-  check_keys(*t, f, {"layers", "device", "threads"});
+  check_keys(*t, f, {"layers", "device", "threads", "experts"});
   StageCfg st;
   auto* layers = t->get("layers");
   KV_CHECK(layers, "{}.layers: required (e.g. \"0-14\", or \"auto\")", f);
@@ -274,6 +275,15 @@ StageCfg parse_stage(const toml::node& n, const std::string& f) {
   } else {
     KV_CHECK(layers->is_string(), "{}.layers: must be a string like \"0-14\"", f);
     parse_layers(*layers->value<std::string_view>(), f + ".layers", st);
+  }
+  if (auto* ex = t->get("experts")) {
+    // An expert group's range (docs/expert-groups.md): parsed as a layer
+    // range is, into a scratch StageCfg.
+    KV_CHECK(ex->is_string(), "{}.experts: must be a string like \"0-63\" (inclusive)", f);
+    StageCfg r;
+    parse_layers(*ex->value<std::string_view>(), f + ".experts", r);
+    st.experts_first = r.first;
+    st.experts_last = r.last;
   }
   st.device = get_str(*t, "device", f + ".device", "cpu");
   // 0: every core this process may run on; the CPU stages share them by
@@ -315,6 +325,7 @@ void parse_stages(const toml::node& n, PlanCfg& plan) {
              "is chosen for the whole ring)",
              i);
   plan.auto_layers = autos > 0;
+  plan.stages = form_groups(std::move(plan.stages));
 }
 
 // `static` models a padded batcher: every member of a batch computes its
@@ -555,6 +566,25 @@ void check_gpu_model(size_t i, const ModelConfig& m) {
                 i, m.arch);
 }
 
+// An expert group's ranges end at the model's last expert (form_groups has
+// checked they ascend from 0 without gap or overlap), so they partition its
+// experts exactly.
+void check_group_model(const StageCfg& s, const ModelConfig& m) {
+  if (!s.is_group()) return;
+  KV_CHECK(m.moe(),
+           "stages[{}].experts: the model ({}) has no experts; an expert group needs a mixture "
+           "of experts",
+           s.entry, m.arch);
+  const StageCfg& last = s.members.empty() ? s : s.members.back();
+  KV_CHECK(last.experts_last < m.n_experts,
+           "stages[{}].experts: {}-{} goes past the model's last expert {} ({} experts)",
+           last.entry, last.experts_first, last.experts_last, m.n_experts - 1, m.n_experts);
+  KV_CHECK(last.experts_last == m.n_experts - 1,
+           "stages[{}].experts: ends at {}; experts {}-{} of the model are held by no member "
+           "of the group",
+           last.entry, last.experts_last, last.experts_last + 1, m.n_experts - 1);
+}
+
 }  // namespace
 
 void check_against_model(const Config& cfg, const ModelConfig& m) {
@@ -569,6 +599,7 @@ void check_against_model(const Config& cfg, const ModelConfig& m) {
     // are on the device; whether this build has the CUDA plugin and the
     // machine a driver and that device is checked by the stage itself after
     // exec (stages/cuda_plugin.h): the daemon never loads CUDA.
+    check_group_model(st[i], m);
     if (st[i].is_gpu()) {
       check_gpu_model(i, m);
       continue;

@@ -33,9 +33,24 @@ struct StageCfg {
   int32_t last = 0;            // inclusive
   std::string device = "cpu";  // "cpu" or "cuda:N"
   int32_t threads = 1;
+  int32_t entry = -1;  // its [[stages]] entry, for messages (-1: built in code: the position)
+  // An expert group (docs/expert-groups.md): the experts this process holds
+  // of its layers, inclusive; -1 = all of them (not in a group). On a ring
+  // position, `members` are the other processes of its group (its leader
+  // holds the lowest range), each a StageCfg of the same layers with its
+  // own range and no members.
+  int32_t experts_first = -1, experts_last = -1;
+  std::vector<StageCfg> members;
 
   bool is_gpu() const { return device.rfind("cuda:", 0) == 0; }
+  bool is_group() const { return experts_first >= 0; }
 };
+
+// The most processes of a group (leader + members), and of a plan (every
+// position and every member: each has a slot in the segment, ipc's
+// kMaxStages — daemon/supervisor checks the two agree).
+constexpr int32_t kMaxGroupProcesses = 8;
+constexpr int32_t kMaxPlanProcesses = 16;
 
 struct PlanCfg {
   int32_t max_rows = 32;     // sequences per micro-batch
@@ -48,7 +63,24 @@ struct PlanCfg {
 
   // The effective number of micro-batches in the ring.
   int32_t inflight() const { return max_inflight > 0 ? max_inflight : int32_t(stages.size()); }
+  // Every process of the plan: the positions and their groups' members.
+  int32_t processes() const {
+    size_t n = stages.size();
+    for (const StageCfg& s : stages) n += s.members.size();
+    return int32_t(n);
+  }
 };
+
+// The ring positions of a plan from its [[stages]] entries, as written:
+// consecutive entries with the same layers and an `experts` range form one
+// position (the first, its leader, holds the others as members); every
+// other entry is a position of its own. Refuses (a config error naming the
+// entry) a lone `experts` entry, `experts` with layers = "auto", ranges that
+// are not ascending from 0 without gap or overlap, a group of more than
+// kMaxGroupProcesses, a GPU in a group, a plan of more than
+// kMaxPlanProcesses processes. That the ranges end at the model's last
+// expert is check_against_model's.
+std::vector<StageCfg> form_groups(std::vector<StageCfg> entries);
 
 // Stages of the plan that compute at the same time (the scheduler's
 // pipeline fill, daemon/engine/policy.h SchedLimits::parallel_stages):
@@ -187,7 +219,8 @@ void validate_plan(const PlanCfg& plan);
 // range per stage, in order; then the plan rules apply as to written ones.
 void apply_split(PlanCfg& plan, const std::vector<std::pair<int, int>>& ranges);
 
-// Rules that need the model: ranges cover exactly 0..n_layers-1; kv.memory
+// Rules that need the model: ranges cover exactly 0..n_layers-1; a group's
+// model has experts and its ranges end at the last one; kv.memory
 // holds at least one block on every stage; devices this build can run; no
 // CPU stage for a model with FP8 weights (the CPU backend does not read them).
 void check_against_model(const Config& cfg, const ModelConfig& model);

@@ -219,6 +219,36 @@ void Bridge::publish_stats() {
   stats_.prefix_resets = s.prefix_resets;
 }
 
+namespace {
+
+// One process's counters as of now (ipc::read_stage_time: the running part
+// of its phase included).
+StageReport stage_report(const ipc::StageShared& sh, const ipc::StagePlan& plan) {
+  const ipc::StageTime t = ipc::read_stage_time(sh);
+  StageReport one;
+  one.first_layer = plan.first;
+  one.last_layer = plan.last;
+  one.device = std::string(plan.device, strnlen(plan.device, sizeof plan.device));
+  one.simd = ipc::read_stage_simd(sh);
+  one.busy_s = double(t.busy_ns) / 1e9;
+  one.starved_s = double(t.starved_ns) / 1e9;
+  one.blocked_s = double(t.blocked_ns) / 1e9;
+  one.state = phase_name(t);
+  one.state_s = double(t.in_phase_ns) / 1e9;
+  one.batches = sh.stats.batches.load();
+  one.tokens = sh.stats.tokens.load();
+  one.refused = sh.stats.refused.load();
+  one.handoff_s = double(sh.stats.handoff_ns.load()) / 1e9;
+  one.handoffs = sh.stats.handoffs.load();
+  ipc::ExpertLoad load = ipc::read_stage_experts(sh);
+  one.n_experts = load.n_experts;
+  one.experts_per_slot = load.per_slot;
+  one.routed = std::move(load.routed);
+  return one;
+}
+
+}  // namespace
+
 RingReport Bridge::ring_report() const {
   RingReport r;
   r.inflight = int32_t(seg_.dims().inflight);
@@ -232,31 +262,20 @@ RingReport Bridge::ring_report() const {
   }
   // Each stage as of the instant it is read, the running part of its phase
   // included: its shares partition the time whatever a batch's length.
-  for (int s = 0; s < seg_.n_stages(); ++s) {
-    const ipc::StageShared& sh = seg_.stage(s);
-    const ipc::StageTime t = ipc::read_stage_time(sh);
-    StageReport one;
+  // Then the expert groups' members, each with its position and index.
+  for (int s = 0; s < seg_.n_stages() + seg_.n_members(); ++s) {
+    const bool member = s >= seg_.n_stages();
+    const ipc::StagePlan& plan = member ? p.members[s - seg_.n_stages()].plan : p.stages[s];
+    StageReport one = stage_report(member ? seg_.member(s - seg_.n_stages()) : seg_.stage(s), plan);
     one.index = s;
-    one.first_layer = p.stages[s].first;
-    one.last_layer = p.stages[s].last;
-    one.device =
-        std::string(p.stages[s].device, strnlen(p.stages[s].device, sizeof p.stages[s].device));
-    one.simd = ipc::read_stage_simd(sh);
-    one.busy_s = double(t.busy_ns) / 1e9;
-    one.starved_s = double(t.starved_ns) / 1e9;
-    one.blocked_s = double(t.blocked_ns) / 1e9;
-    one.state = phase_name(t);
-    one.state_s = double(t.in_phase_ns) / 1e9;
-    one.batches = sh.stats.batches.load();
-    one.tokens = sh.stats.tokens.load();
-    one.refused = sh.stats.refused.load();
-    one.handoff_s = double(sh.stats.handoff_ns.load()) / 1e9;
-    one.handoffs = sh.stats.handoffs.load();
-    ipc::ExpertLoad load = ipc::read_stage_experts(sh);
-    one.n_experts = load.n_experts;
-    one.experts_per_slot = load.per_slot;
-    one.routed = std::move(load.routed);
-    if (size_t(s) < cost.size()) one.cost = cost[size_t(s)];
+    one.position = member ? p.members[s - seg_.n_stages()].position : s;
+    one.member = member ? p.members[s - seg_.n_stages()].index : 0;
+    if (!member && size_t(s) < cost.size()) one.cost = cost[size_t(s)];
+    if (!member && plan.experts_first >= 0) {
+      one.group_firsts.push_back(plan.experts_first);
+      for (int m = 0; m < seg_.n_members(); ++m)
+        if (p.members[m].position == s) one.group_firsts.push_back(p.members[m].plan.experts_first);
+    }
     r.stages.push_back(std::move(one));
   }
   return r;

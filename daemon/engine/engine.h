@@ -171,11 +171,19 @@ struct StageReport {
   // experts per entry (base/expert_load.h: 1 up to 256 experts).
   int32_t n_experts = 0, experts_per_slot = 1;
   std::vector<uint64_t> routed;
+  // An expert group's leader (docs/expert-groups.md): the first expert of
+  // each of its processes, itself (0) then its members in order; empty
+  // for a stage outside a group. Splits `routed` into the members' shares.
+  std::vector<int32_t> group_firsts;
   // Handoffs into the stage (ipc StageStats::handoff_ns): from the later of
   // the upstream push and the stage being free, to the stage holding the
   // batch. handoff_s over handoffs is the ring's own latency per hop.
   double handoff_s = 0;
   uint64_t handoffs = 0;
+  // Its place: the ring position, and 0 for a stage (an expert group's
+  // leader included) or k >= 1 for member k of that position's group
+  // (docs/expert-groups.md). index counts every process, members last.
+  int32_t position = 0, member = 0;
 };
 
 struct RingReport {

@@ -12,6 +12,9 @@ struct RingHealth {
   // every batch in the ring and every KV cache entry: when it changes, the
   // bridge starts a new epoch and requeues every running sequence.
   uint64_t faults = 0;
+  // Expert group members lost (docs/expert-groups.md): no epoch — a member
+  // holds no batch and no KV; its leader waits for its successor.
+  uint64_t member_losses = 0;
   int64_t restarts = 0;    // stage processes started again
   bool serving = true;     // every stage is up and ready
   std::string last_fault;  // what the last loss was

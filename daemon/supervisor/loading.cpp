@@ -41,6 +41,59 @@ json LoadingMonitor::snapshot() {
   return snapshot_locked();
 }
 
+namespace {
+
+// What the phases of start-up add up to over every process.
+struct LoadFlags {
+  bool any_loading = false, all_paged = true, all_starting = true, all_ready = true;
+};
+
+const char* status_name(uint32_t status, uint64_t done, uint64_t total) {
+  switch (status) {
+    case ipc::kStageStarting:
+      return "starting";
+    case ipc::kStageSized:
+      return total > 0 && done >= total ? "allocating" : "loading";
+    case ipc::kStageReady:
+      return "ready";
+    case ipc::kStageFailed:
+      return "failed";
+    case ipc::kStageStopped:
+      return "stopped";
+    default:
+      return "dead";
+  }
+}
+
+// One process (a stage, or an expert group's member: `member` > 0 of
+// `position`) from the plan and, once the segment is there, its slot.
+json process_json(size_t index, int position, int member, const StageCfg& p,
+                  const ipc::StageShared* s, LoadFlags& f) {
+  json st = {{"index", index},       {"position", position},
+             {"member", member},     {"layers", fmt::format("{}-{}", p.first, p.last)},
+             {"device", p.device},   {"layers_total", p.last - p.first + 1},
+             {"status", "starting"}, {"bytes_loaded", 0},
+             {"bytes_total", 0},     {"layers_loaded", 0}};
+  if (!s) {
+    f.all_paged = f.all_ready = false;
+    return st;
+  }
+  uint64_t done = s->load_bytes_done.load(), total = s->load_bytes_total.load();
+  int32_t layers = s->load_layers_done.load();
+  const std::string status = status_name(s->status.load(), done, total);
+  f.any_loading = f.any_loading || status == "loading";
+  f.all_starting = f.all_starting && status == "starting";
+  f.all_ready = f.all_ready && status == "ready";
+  f.all_paged = f.all_paged && total > 0 && done >= total;
+  st["status"] = status;
+  st["bytes_loaded"] = std::min(done, total);
+  st["bytes_total"] = total;
+  st["layers_loaded"] = std::clamp(layers, 0, p.last - p.first + 1);
+  return st;
+}
+
+}  // namespace
+
 json LoadingMonitor::snapshot_locked() {
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
@@ -54,54 +107,25 @@ json LoadingMonitor::snapshot_locked() {
     }
   }
   json stages = json::array();
-  bool any_loading = false, all_paged = true, all_starting = true, all_ready = true;
+  LoadFlags f;
   const auto& plan = cfg_.plan.stages;
   for (size_t i = 0; i < plan.size(); ++i) {
-    const auto& p = plan[i];
-    json st = {{"index", i},           {"layers", fmt::format("{}-{}", p.first, p.last)},
-               {"device", p.device},   {"layers_total", p.last - p.first + 1},
-               {"status", "starting"}, {"bytes_loaded", 0},
-               {"bytes_total", 0},     {"layers_loaded", 0}};
-    if (seg_ && int(i) < seg_->n_stages()) {
-      const ipc::StageShared& s = seg_->stage(int(i));
-      uint64_t done = s.load_bytes_done.load(), total = s.load_bytes_total.load();
-      int32_t layers = s.load_layers_done.load();
-      const char* status = "starting";
-      switch (s.status.load()) {
-        case ipc::kStageStarting:
-          break;
-        case ipc::kStageSized:
-          status = total > 0 && done >= total ? "allocating" : "loading";
-          break;
-        case ipc::kStageReady:
-          status = "ready";
-          break;
-        case ipc::kStageFailed:
-          status = "failed";
-          break;
-        case ipc::kStageStopped:
-          status = "stopped";
-          break;
-        default:
-          status = "dead";
-      }
-      any_loading = any_loading || std::string(status) == "loading";
-      all_starting = all_starting && std::string(status) == "starting";
-      all_ready = all_ready && std::string(status) == "ready";
-      all_paged = all_paged && total > 0 && done >= total;
-      st["status"] = status;
-      st["bytes_loaded"] = std::min(done, total);
-      st["bytes_total"] = total;
-      st["layers_loaded"] = std::clamp(layers, 0, p.last - p.first + 1);
-    } else {
-      all_paged = all_ready = false;
-    }
-    stages.push_back(std::move(st));
+    const bool there = seg_ && int(i) < seg_->n_stages();
+    stages.push_back(
+        process_json(i, int(i), 0, plan[i], there ? &seg_->stage(int(i)) : nullptr, f));
   }
-  const char* phase = !seg_ || all_starting       ? "starting stages"
-                      : all_ready                 ? "ready"
-                      : any_loading || !all_paged ? "loading weights"
-                                                  : "allocating KV cache";
+  // The expert groups' members, after the stages (the segment's order).
+  int m = 0;
+  for (size_t i = 0; i < plan.size(); ++i)
+    for (size_t k = 0; k < plan[i].members.size(); ++k, ++m) {
+      const bool there = seg_ && m < seg_->n_members();
+      stages.push_back(process_json(plan.size() + size_t(m), int(i), int(k + 1), plan[i].members[k],
+                                    there ? &seg_->member(m) : nullptr, f));
+    }
+  const char* phase = !seg_ || f.all_starting         ? "starting stages"
+                      : f.all_ready                   ? "ready"
+                      : f.any_loading || !f.all_paged ? "loading weights"
+                                                      : "allocating KV cache";
   return {{"phase", phase}, {"elapsed_s", elapsed}, {"stages", stages}};
 }
 
@@ -110,9 +134,11 @@ std::string LoadingMonitor::log_line() {
   std::string out =
       fmt::format("{} ({:.1f} s)", j["phase"].get<std::string>(), j["elapsed_s"].get<double>());
   for (const auto& st : j["stages"]) {
+    const int member = st["member"].get<int>();
     out += fmt::format("; stage {} ({}): {}, {:.1f}/{:.1f} MiB, {}/{} layers",
-                       st["index"].get<size_t>(), st["layers"].get<std::string>(),
-                       st["status"].get<std::string>(),
+                       member > 0 ? fmt::format("{}.{}", st["position"].get<int>(), member)
+                                  : fmt::format("{}", st["index"].get<size_t>()),
+                       st["layers"].get<std::string>(), st["status"].get<std::string>(),
                        double(st["bytes_loaded"].get<uint64_t>()) / 1048576.0,
                        double(st["bytes_total"].get<uint64_t>()) / 1048576.0,
                        st["layers_loaded"].get<int>(), st["layers_total"].get<int>());

@@ -17,10 +17,40 @@
 
 namespace kvasir {
 
+static_assert(kMaxPlanProcesses == ipc::kMaxStages,
+              "every process of a plan has a StageShared slot in the segment");
+
+namespace {
+
+void fill_stage_plan(const StageCfg& s, ipc::StagePlan& out) {
+  out.first = s.first;
+  out.last = s.last;
+  out.threads = s.threads;
+  out.experts_first = s.experts_first;
+  out.experts_last = s.experts_last;
+  std::snprintf(out.device, sizeof out.device, "%s", s.device.c_str());
+}
+
+// Expert groups (docs/expert-groups.md): every group's members, after the
+// stages, in position then range order; the model's top-k sizes their areas.
+void fill_members(const std::vector<StageCfg>& st, const ModelConfig& m, ipc::SegmentParams& p) {
+  for (size_t i = 0; i < st.size(); ++i)
+    for (size_t k = 0; k < st[i].members.size(); ++k) {
+      ipc::MemberPlan& mp = p.members[p.n_members++];
+      mp.position = int32_t(i);
+      mp.index = int32_t(k + 1);
+      fill_stage_plan(st[i].members[k], mp.plan);
+    }
+  if (p.n_members > 0) p.moe_top_k = m.n_experts_used;
+}
+
+}  // namespace
+
 ipc::SegmentParams Supervisor::params_for(const Config& cfg, const ModelConfig& m) {
   ipc::SegmentParams p;
   const auto& st = cfg.plan.stages;
-  KV_CHECK(int(st.size()) <= ipc::kMaxStages, "stages: {} stages, at most {}", st.size(),
+  KV_CHECK(cfg.plan.processes() <= ipc::kMaxStages,
+           "stages: {} processes (stages and group members), at most {}", cfg.plan.processes(),
            ipc::kMaxStages);
   p.n_stages = int32_t(st.size());
   const int64_t ctx = m.context_length > 0 ? m.context_length : 4096;
@@ -36,12 +66,8 @@ ipc::SegmentParams Supervisor::params_for(const Config& cfg, const ModelConfig& 
   p.kv_gpu_util = cfg.kv.gpu_memory_utilization;
   p.cuda_graphs = cfg.cuda.graphs ? 1 : 0;
   p.cuda_quantize = cfg.cuda.quantize == "fp8" ? 1 : 0;
-  for (size_t i = 0; i < st.size(); ++i) {
-    p.stages[i].first = st[i].first;
-    p.stages[i].last = st[i].last;
-    p.stages[i].threads = st[i].threads;
-    std::snprintf(p.stages[i].device, sizeof p.stages[i].device, "%s", st[i].device.c_str());
-  }
+  for (size_t i = 0; i < st.size(); ++i) fill_stage_plan(st[i], p.stages[i]);
+  fill_members(st, m, p);
   // The grammar table (ipc/grammar_table.h): an entry for every row the ring
   // can hold at once, each large enough for the biggest spec the API takes
   // in its wire form (grammar::encode_spec: a few bytes per choice more).
@@ -115,26 +141,40 @@ pid_t Supervisor::spawn(int s, const std::string& inherit) {
   return pid;
 }
 
+ipc::StageShared& Supervisor::slot(int p) {
+  const int S = seg_->n_stages();
+  return p < S ? seg_->stage(p) : seg_->member(p - S);
+}
+
+std::string Supervisor::proc_name(int p) const {
+  if (!seg_) return fmt::format("process {}", p);
+  const int S = seg_->n_stages();
+  if (p < S) return fmt::format("stage {}", p);
+  const ipc::MemberPlan& mp = seg_->params().members[p - S];
+  return fmt::format("stage {} member {}", mp.position, mp.index);
+}
+
 std::string Supervisor::describe_exit(int stage, int status) {
-  std::string err =
-      seg_ ? std::string(seg_->stage(stage).error,
-                         strnlen(seg_->stage(stage).error, sizeof ipc::StageShared::error))
-           : std::string();
+  std::string err = seg_ ? std::string(slot(stage).error,
+                                       strnlen(slot(stage).error, sizeof ipc::StageShared::error))
+                         : std::string();
   std::string how = WIFEXITED(status) ? fmt::format("exited with status {}", WEXITSTATUS(status))
                     : WIFSIGNALED(status) ? fmt::format("killed by signal {}", WTERMSIG(status))
                                           : "ended";
-  return err.empty() ? fmt::format("stage {} {}", stage, how)
-                     : fmt::format("stage {}: {} ({})", stage, err, how);
+  return err.empty() ? fmt::format("{} {}", proc_name(stage), how)
+                     : fmt::format("{}: {} ({})", proc_name(stage), err, how);
 }
 
 void Supervisor::start() {
   KV_CHECK(!seg_, "supervisor already started");
   seg_ = ipc::Segment::create(name_, params_for(cfg_, model_));
-  const int S = seg_->n_stages();
+  // Every process: the ring's stages, then the expert groups' members
+  // (process index n_stages + m, which `--stage` takes as member m).
+  const int S = seg_->n_stages() + seg_->n_members();
   watch_.resize(size_t(S));
   for (int s = 0; s < S; ++s) {
     pid_t pid = spawn(s);
-    KV_CHECK(pid >= 0, "fork for stage {}: {}", s, std::strerror(errno));
+    KV_CHECK(pid >= 0, "fork for {}: {}", proc_name(s), std::strerror(errno));
     pids_.push_back(pid);
   }
 
@@ -145,7 +185,7 @@ void Supervisor::start() {
       uint32_t seen = seg_->header().state.seen();
       int done = 0;
       for (int s = 0; s < S; ++s) {
-        uint32_t st = seg_->stage(s).status.load();
+        uint32_t st = slot(s).status.load();
         if (st == ipc::kStageFailed) {
           int status = 0;
           waitpid(pids_[s], &status, 0);
@@ -163,16 +203,19 @@ void Supervisor::start() {
       }
       if (ipc::now_ns() > deadline) {
         int slow = 0;
-        while (slow < S && seg_->stage(slow).status.load() >= want) ++slow;
+        while (slow < S && slot(slow).status.load() >= want) ++slow;
+        const std::string who = proc_name(slow);
         stop();
-        KV_FAIL("stage {} did not report {} within {} s", slow, what, opt_.start_timeout_s);
+        KV_FAIL("{} did not report {} within {} s", who, what, opt_.start_timeout_s);
       }
       seg_->header().state.wait(seen, 50'000'000);
     }
   };
   wait_all(ipc::kStageSized, "its KV capacity");
   int64_t blocks = INT32_MAX;
-  for (int s = 0; s < S; ++s) blocks = std::min(blocks, seg_->stage(s).capacity_blocks.load());
+  // The stages' KV only: members hold none.
+  for (int s = 0; s < seg_->n_stages(); ++s)
+    blocks = std::min(blocks, seg_->stage(s).capacity_blocks.load());
   kv_blocks_ = int32_t(blocks);
   seg_->header().kv_blocks.store(kv_blocks_);
   seg_->header().state.ring();
@@ -194,7 +237,7 @@ std::optional<StageExit> Supervisor::reap_starting() {
     int status = 0;
     if (waitpid(pids_[s], &status, WNOHANG) == pids_[s]) {
       pids_[s] = -1;
-      seg_->stage(int(s)).status.store(ipc::kStageDead);
+      slot(int(s)).status.store(ipc::kStageDead);
       return StageExit{int(s), describe_exit(int(s), status)};
     }
   }
@@ -206,13 +249,17 @@ void Supervisor::on_death(int s, const std::string& why, int64_t now) {
   pids_[s] = -1;
   if (w.pidfd >= 0) close(w.pidfd);
   w.pidfd = -1;
-  auto& st = seg_->stage(s);
+  auto& st = slot(s);
+  const bool member = s >= seg_->n_stages();
   if (st.status.load() != ipc::kStageStopped) st.status.store(ipc::kStageDead);
   // What it held is gone with it: the drain check must not wait for it.
-  st.passed.store(seg_->ring(s).tail.load(std::memory_order_acquire), std::memory_order_release);
+  if (!member)
+    st.passed.store(seg_->ring(s).tail.load(std::memory_order_acquire), std::memory_order_release);
   ipc::end_accounting(st);  // not serving: no running part in its shares
   seg_->header().state.ring();
-  health_.faults++;
+  // A member holds no batch and no KV: its loss is no new epoch (its leader
+  // waits and its successor answers the open request, docs/expert-groups.md).
+  (member ? health_.member_losses : health_.faults)++;
   health_.serving = false;
   health_.last_fault = w.hang.empty() ? why : w.hang + " (" + why + ")";
   w.hang.clear();
@@ -235,7 +282,7 @@ void Supervisor::on_death(int s, const std::string& why, int64_t now) {
   double delay = r.backoff_s;
   for (size_t i = 1; i < losses_.size() && delay < r.backoff_max_s; ++i) delay *= 2;
   w.restart_at = now + int64_t(std::min(delay, r.backoff_max_s) * 1e9);
-  w.fault_no = health_.faults;
+  w.fault_no = member ? 0 : health_.faults;
 }
 
 // utime + stime of a whole process (all its threads), in clock ticks; -1 if
@@ -263,30 +310,50 @@ int64_t Supervisor::process_cpu_ticks(pid_t pid) {
   return int64_t(v[10] + v[11]);
 }
 
+Supervisor::Pending Supervisor::pending(int p) {
+  Pending pd;
+  const int S = seg_->n_stages();
+  if (p >= S) {  // a member: its open request (posted, not answered)
+    const ipc::MemberCall& call = *seg_->member_area(p - S).call;
+    pd.passed = call.ans_seq.load(std::memory_order_acquire);
+    pd.pending = call.req_seq.load(std::memory_order_acquire) != pd.passed;
+    return pd;
+  }
+  auto& st = seg_->stage(p);
+  ipc::Ring& in = seg_->ring(p);
+  pd.passed = st.passed.load(std::memory_order_acquire);
+  const uint32_t tail = in.tail.load(std::memory_order_acquire);
+  pd.pending = in.head.load(std::memory_order_acquire) != tail || tail != pd.passed;
+  // Waiting for room downstream is the downstream's fault, not this
+  // stage's — if the ring downstream really is full (a stage stopped just
+  // after it set "blocked" is still this stage's hang). A group's leader
+  // waiting for a member's answer is the member's (the member is watched).
+  if (st.phase.load() != ipc::kPhaseBlocked) return pd;
+  pd.waiting = seg_->ring(p + 1).size() >= uint32_t(seg_->dims().inflight);
+  for (int m = 0; m < seg_->n_members() && !pd.waiting; ++m) {
+    const ipc::MemberCall& call = *seg_->member_area(m).call;
+    pd.waiting =
+        seg_->params().members[m].position == p && call.req_seq.load(std::memory_order_acquire) !=
+                                                       call.ans_seq.load(std::memory_order_acquire);
+  }
+  return pd;
+}
+
 void Supervisor::watchdog(int64_t now) {
   const RecoveryOptions& r = opt_.recovery;
   for (size_t s = 0; s < pids_.size(); ++s) {
     Watch& w = watch_[s];
     if (pids_[s] <= 0) continue;
-    auto& st = seg_->stage(int(s));
+    auto& st = slot(int(s));
     const uint64_t batches = st.stats.batches.load(std::memory_order_relaxed);
     if (batches != w.last_batches) {  // sampled: a tick may see only the last of several
       w.last_batches = batches;
       w.history[w.next++ % w.history.size()] = st.last_busy_ns.load(std::memory_order_relaxed);
     }
-    ipc::Ring& in = seg_->ring(int(s));
-    const uint32_t passed = st.passed.load(std::memory_order_acquire);
-    const uint32_t tail = in.tail.load(std::memory_order_acquire);
-    const bool pending = in.head.load(std::memory_order_acquire) != tail || tail != passed;
-    // Waiting for room downstream is the downstream's fault, not this
-    // stage's — if the ring downstream really is full (a stage stopped just
-    // after it set "blocked" is still this stage's hang).
-    ipc::Ring& out = seg_->ring(int(s) + 1);
-    const bool blocked =
-        st.phase.load() == ipc::kPhaseBlocked && out.size() >= uint32_t(seg_->dims().inflight);
-    if (!pending || blocked || passed != w.last_passed || st.status.load() != ipc::kStageReady ||
-        w.restart_at > 0) {
-      w.last_passed = passed;
+    const Pending pd = pending(int(s));
+    if (!pd.pending || pd.waiting || pd.passed != w.last_passed ||
+        st.status.load() != ipc::kStageReady || w.restart_at > 0) {
+      w.last_passed = pd.passed;
       w.since_ns = now;
       w.cpu_ticks = -1;
       continue;
@@ -318,9 +385,10 @@ void Supervisor::watchdog(int64_t now) {
     const double limit = std::max(r.watchdog_k * p99, r.watchdog_floor_s);
     if ((idle <= limit && !busy_too_long) || !w.hang.empty()) continue;
     w.hang = fmt::format(
-        "stage {} held a batch for {:.2f} s, {:.2f} s without CPU progress (limit {:.2f} s = "
+        "{} held a batch for {:.2f} s, {:.2f} s without CPU progress (limit {:.2f} s = "
         "max({} x p99 {:.3f} s, floor {} s); busy cap {} s): hung, killed",
-        s, held, idle, limit, r.watchdog_k, p99, r.watchdog_floor_s, r.watchdog_busy_cap_s);
+        proc_name(int(s)), held, idle, limit, r.watchdog_k, p99, r.watchdog_floor_s,
+        r.watchdog_busy_cap_s);
     kill(pids_[s], SIGKILL);  // SIGKILL ends a SIGSTOPped process too
   }
 }
@@ -360,7 +428,7 @@ void Supervisor::monitor() {
       // would otherwise take a batch of the dead one for live work.
       if (seg_->header().epoch.load(std::memory_order_acquire) < w.fault_no) continue;
       w.restart_at = 0;
-      auto& st = seg_->stage(s);
+      auto& st = slot(s);
       // A fresh StageShared for the new process; the stats go on counting.
       st.status.store(ipc::kStageStarting);
       st.pid.store(0);
@@ -373,18 +441,18 @@ void Supervisor::monitor() {
       ipc::write_stage_simd(st, "");
       pid_t pid = spawn(s, inherit);
       if (pid < 0) {
-        on_death(s, fmt::format("stage {}: fork: {}", s, std::strerror(errno)), now);
+        on_death(s, fmt::format("{}: fork: {}", proc_name(s), std::strerror(errno)), now);
         continue;
       }
       pids_[s] = pid;
       w.pidfd = pidfd_open(pid);
       w.since_ns = now;
       health_.restarts++;
-      KV_LOG_INFO("supervisor", "restarted stage {} (pid {})", s, int(pid));
+      KV_LOG_INFO("supervisor", "restarted {} (pid {})", proc_name(s), int(pid));
     }
     bool serving = true;
     for (int s = 0; s < S; ++s)
-      serving = serving && pids_[s] > 0 && seg_->stage(s).status.load() == ipc::kStageReady;
+      serving = serving && pids_[s] > 0 && slot(s).status.load() == ipc::kStageReady;
     if (serving != health_.serving || changed) {
       health_.serving = serving;
       wake_bridge();

@@ -105,6 +105,17 @@ class Supervisor {
     int pidfd = -1;
   };
 
+  // Process p: stage p of the ring, or (p >= n_stages) member p - n_stages
+  // of an expert group; its slot and its name in messages.
+  ipc::StageShared& slot(int p);
+  std::string proc_name(int p) const;
+  // The watchdog's view of process p: whether it holds work, whether it
+  // moved it on since the last look (`passed`), whether it waits on others.
+  struct Pending {
+    bool pending = false, waiting = false;
+    uint32_t passed = 0;
+  };
+  Pending pending(int p);
   std::string describe_exit(int stage, int status);
   // fork + exec; no allocation in the child. inherit: the kernels text of
   // the process it replaces ("" for a first start), passed as

@@ -78,27 +78,64 @@ void check_experts(const MoeExperts& e) {
   }
 }
 
-// Counting sort of the (token, j) pairs whose expert is held: s.slots holds
-// token * top_k + j grouped by expert (tokens ascending within an expert),
-// s.offsets[i] .. s.offsets[i + 1] the range of held expert i.
-void group_by_expert(const MoeExperts& e, int64_t n, int32_t top_k, const int32_t* ids,
-                     MoeScratch& s) {
-  const int32_t held = int32_t(e.gate.size());
+// Counting sort of the (token, j) pairs whose expert is in [first, first +
+// held): s.slots holds token * top_k + j grouped by expert (tokens ascending
+// within an expert), s.offsets[i] .. s.offsets[i + 1] the range of expert
+// first + i.
+void group_by_expert(int32_t n_total, int32_t first, int32_t held, int64_t n, int32_t top_k,
+                     const int32_t* ids, MoeScratch& s) {
   s.offsets.assign(size_t(held) + 1, 0);
   for (int64_t i = 0; i < n * top_k; ++i) {
     const int32_t id = ids[i];
-    KV_CHECK(id >= 0 && id < e.n_total, "moe_ffn: token {}: expert id {} outside 0..{}",
-             i / top_k, id, e.n_total - 1);
-    if (id >= e.first && id < e.first + held) ++s.offsets[size_t(id - e.first) + 1];
+    KV_CHECK(id >= 0 && id < n_total, "moe_ffn: token {}: expert id {} outside 0..{}", i / top_k,
+             id, n_total - 1);
+    if (id >= first && id < first + held) ++s.offsets[size_t(id - first) + 1];
   }
   for (int32_t i = 0; i < held; ++i) s.offsets[size_t(i) + 1] += s.offsets[size_t(i)];
   s.slots.resize(size_t(s.offsets[size_t(held)]));
   std::vector<int32_t> fill(s.offsets.begin(), s.offsets.end() - 1);
   for (int64_t i = 0; i < n * top_k; ++i) {
     const int32_t id = ids[i];
-    if (id >= e.first && id < e.first + held)
-      s.slots[size_t(fill[size_t(id - e.first)]++)] = int32_t(i);
+    if (id >= first && id < first + held) s.slots[size_t(fill[size_t(id - first)]++)] = int32_t(i);
   }
+}
+
+// The one copy of the combine's arithmetic: out[slot / top_k] += w[slot] *
+// row r of ys, for the count slots given (one expert's). moe_ffn and
+// moe_combine both add through it, so a term added by the leader of an
+// expert group is the same float operation as in the unsharded moe_ffn.
+void add_terms(const int32_t* slots, int32_t count, const float* weights, int32_t top_k,
+               const float* ys, int64_t ys_row_of_slot, int64_t hidden, float* out) {
+  for (int32_t r = 0; r < count; ++r) {
+    const int32_t slot = slots[r];
+    const float w = weights[slot];
+    float* o = out + int64_t(slot / top_k) * hidden;
+    const float* y = ys + (ys_row_of_slot ? int64_t(slot) : int64_t(r)) * hidden;
+    for (int64_t c = 0; c < hidden; ++c) o[c] += w * y[c];
+  }
+}
+
+// Expert i's FFN over its grouped tokens: s.ys [count, hidden].
+void expert_rows(const MoeExperts& e, size_t i, const float* x, int32_t top_k, MoeScratch& s,
+                 ThreadPool* pool) {
+  const int64_t hidden = e.gate[0].cols(), ffn = e.gate[0].rows();
+  const int32_t begin = s.offsets[i], count = s.offsets[i + 1] - begin;
+  for (int32_t r = 0; r < count; ++r) {
+    const int64_t t = s.slots[size_t(begin + r)] / top_k;
+    std::memcpy(s.xs.data() + r * hidden, x + t * hidden, size_t(hidden) * sizeof(float));
+  }
+  matmul(e.gate[i], s.xs.data(), count, s.gate.data(), pool);  // [count, ffn]
+  matmul(e.up[i], s.xs.data(), count, s.up.data(), pool);
+  swiglu(s.gate.data(), s.up.data(), int64_t(count) * ffn, s.gate.data());
+  matmul(e.down[i], s.gate.data(), count, s.ys.data(), pool);  // [count, hidden]
+}
+
+void size_scratch(const MoeExperts& e, int64_t n, MoeScratch& s) {
+  const int64_t hidden = e.gate[0].cols(), ffn = e.gate[0].rows();
+  s.xs.resize(size_t(n * hidden));
+  s.ys.resize(size_t(n * hidden));
+  s.gate.resize(size_t(n * ffn));
+  s.up.resize(size_t(n * ffn));
 }
 
 }  // namespace
@@ -108,31 +145,49 @@ void moe_ffn(const MoeExperts& e, const float* x, int64_t n, int32_t top_k, cons
   KV_CHECK(n >= 0 && top_k >= 1, "moe_ffn: n {} / top_k {}", n, top_k);
   check_experts(e);
   if (n == 0 || e.gate.empty()) return;
-  const int64_t hidden = e.gate[0].cols(), ffn = e.gate[0].rows();
+  const int64_t hidden = e.gate[0].cols();
   std::memset(out, 0, size_t(n * hidden) * sizeof(float));
-  group_by_expert(e, n, top_k, ids, s);
-  s.xs.resize(size_t(n * hidden));
-  s.ys.resize(size_t(n * hidden));
-  s.gate.resize(size_t(n * ffn));
-  s.up.resize(size_t(n * ffn));
+  group_by_expert(e.n_total, e.first, int32_t(e.gate.size()), n, top_k, ids, s);
+  size_scratch(e, n, s);
   for (size_t i = 0; i + 1 < s.offsets.size(); ++i) {
     const int32_t begin = s.offsets[i], count = s.offsets[i + 1] - begin;
     if (count == 0) continue;  // not chosen: its weights are not read
-    for (int32_t r = 0; r < count; ++r) {
-      const int64_t t = s.slots[size_t(begin + r)] / top_k;
-      std::memcpy(s.xs.data() + r * hidden, x + t * hidden, size_t(hidden) * sizeof(float));
-    }
-    matmul(e.gate[i], s.xs.data(), count, s.gate.data(), pool);  // [count, ffn]
-    matmul(e.up[i], s.xs.data(), count, s.up.data(), pool);
-    swiglu(s.gate.data(), s.up.data(), int64_t(count) * ffn, s.gate.data());
-    matmul(e.down[i], s.gate.data(), count, s.ys.data(), pool);  // [count, hidden]
-    for (int32_t r = 0; r < count; ++r) {
-      const int32_t slot = s.slots[size_t(begin + r)];
-      const float w = weights[slot];
-      float* o = out + int64_t(slot / top_k) * hidden;
-      const float* y = s.ys.data() + r * hidden;
-      for (int64_t c = 0; c < hidden; ++c) o[c] += w * y[c];
-    }
+    expert_rows(e, i, x, top_k, s, pool);
+    add_terms(s.slots.data() + begin, count, weights, top_k, s.ys.data(), 0, hidden, out);
+  }
+}
+
+void moe_expert_rows(const MoeExperts& e, const float* x, int64_t n, int32_t top_k,
+                     const int32_t* ids, float* y, MoeScratch& s, ThreadPool* pool) {
+  KV_CHECK(n >= 0 && top_k >= 1, "moe_expert_rows: n {} / top_k {}", n, top_k);
+  check_experts(e);
+  if (n == 0 || e.gate.empty()) return;
+  const int64_t hidden = e.gate[0].cols();
+  group_by_expert(e.n_total, e.first, int32_t(e.gate.size()), n, top_k, ids, s);
+  size_scratch(e, n, s);
+  for (size_t i = 0; i + 1 < s.offsets.size(); ++i) {
+    const int32_t begin = s.offsets[i], count = s.offsets[i + 1] - begin;
+    if (count == 0) continue;
+    expert_rows(e, i, x, top_k, s, pool);
+    for (int32_t r = 0; r < count; ++r)
+      std::memcpy(y + int64_t(s.slots[size_t(begin + r)]) * hidden, s.ys.data() + r * hidden,
+                  size_t(hidden) * sizeof(float));
+  }
+}
+
+void moe_combine(int32_t n_total, int32_t first, int32_t held, int64_t n, int32_t top_k,
+                 const int32_t* ids, const float* weights, const float* y, int64_t hidden,
+                 float* out, MoeScratch& s) {
+  KV_CHECK(n >= 0 && top_k >= 1 && hidden >= 1, "moe_combine: n {} / top_k {} / hidden {}", n,
+           top_k, hidden);
+  KV_CHECK(first >= 0 && held >= 0 && int64_t(first) + held <= n_total,
+           "moe_combine: experts [{}, {}) outside the layer's {}", first, int64_t(first) + held,
+           n_total);
+  if (n == 0 || held == 0) return;
+  group_by_expert(n_total, first, held, n, top_k, ids, s);
+  for (size_t i = 0; i + 1 < s.offsets.size(); ++i) {
+    const int32_t begin = s.offsets[i], count = s.offsets[i + 1] - begin;
+    add_terms(s.slots.data() + begin, count, weights, top_k, y, 1, hidden, out);
   }
 }
 

@@ -73,6 +73,25 @@ struct MoeScratch {
 void moe_ffn(const MoeExperts& e, const float* x, int64_t n, int32_t top_k, const int32_t* ids,
              const float* weights, float* out, MoeScratch& s, ThreadPool* pool);
 
+// An expert group's member (docs/expert-groups.md): the FFN rows of the
+// (token, j) pairs routed to the experts held, unweighted, at row
+// token * top_k + j of y [n * top_k, hidden] (rows of pairs routed elsewhere
+// are left as they are). Each expert sees the same tokens, in the same
+// order, as in moe_ffn, so its rows are the same bits. Throws as moe_ffn.
+void moe_expert_rows(const MoeExperts& e, const float* x, int64_t n, int32_t top_k,
+                     const int32_t* ids, float* y, MoeScratch& s, ThreadPool* pool);
+
+// An expert group's leader: adds to out [n, hidden] the terms of experts
+// [first, first + held) of n_total, w[t, j] · y[t * top_k + j] (y: a
+// member's moe_expert_rows), expert by expert ascending and tokens ascending
+// within an expert — the order and the very loop moe_ffn adds with, so
+// moe_ffn over [0, a) then moe_combine over [a, b), [b, n_total) … gives the
+// bits of moe_ffn over all the experts. Throws kvasir::Error on an id outside
+// [0, n_total) or a range outside it.
+void moe_combine(int32_t n_total, int32_t first, int32_t held, int64_t n, int32_t top_k,
+                 const int32_t* ids, const float* weights, const float* y, int64_t hidden,
+                 float* out, MoeScratch& s);
+
 // out[t, :] += sigmoid(gate[t]) · y[t, :] for t < n (y, out: [n, dim]; gate:
 // [n]) — Qwen2-MoE's gated shared expert.
 void add_sigmoid_gated(const float* y, const float* gate, int64_t n, int64_t dim, float* out);

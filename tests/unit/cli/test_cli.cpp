@@ -87,6 +87,58 @@ TEST(Top, SharesFromTwoSnapshots) {
   EXPECT_NE(render(v).find("15-29"), std::string::npos);
 }
 
+// An expert group (docs/expert-groups.md): its members come after the
+// stages with their position and index; the view keeps the positions in
+// `stages` (what the diagnosis counts) and shows each member under its
+// leader, "1.0" then "1.1", with its own busy / starved / blocked.
+// An expert group's leader reports its processes' routed counts
+// (experts.group): their shares over the interval and max / mean go on its
+// experts line.
+TEST(Top, GroupImbalanceOnTheExpertsLine) {
+  json a = snapshot(10, {0.5, 0.5}), b = snapshot(11, {0.5, 0.5});
+  auto experts = [](std::vector<uint64_t> routed, std::vector<uint64_t> group) {
+    return json{{"n_experts", routed.size()},
+                {"experts_per_slot", 1},
+                {"routed", routed},
+                {"group", {{"firsts", {0, 2}}, {"routed", group}}}};
+  };
+  a["stages"][1]["experts"] = experts({10, 10, 10, 10}, {20, 20});
+  b["stages"][1]["experts"] = experts({16, 13, 11, 10}, {29, 21});  // interval: 9 | 1
+  TopView v = make_view(b, &a, 1.0);
+  const ExpertView& e = v.stages[1].experts;
+  ASSERT_EQ(e.group_shares.size(), 2u);
+  EXPECT_NEAR(e.group_shares[0], 0.9, 1e-12);
+  EXPECT_NEAR(e.group_imbalance, 9.0 / 5.0, 1e-12);
+  const std::string screen = render(v);
+  EXPECT_NE(screen.find("; group imbalance 1.80 (max/mean), 1.0:90% 1.1:10%\n"), std::string::npos)
+      << screen;
+}
+
+TEST(Top, GroupMembersUnderTheirLeader) {
+  json a = snapshot(10, {0.5, 0.5}), b = snapshot(11, {0.5, 0.5});
+  for (json* j : {&a, &b}) {
+    json m = (*j)["stages"][1];
+    m["position"] = 1;
+    m["member"] = 1;
+    (*j)["stages"].push_back(m);
+  }
+  b["stages"][2]["busy_s"] = 5.0 + 0.25;  // the member: 25% busy, 25% blocked
+  b["stages"][2]["starved_s"] = 5.0 + 0.5;
+  b["stages"][2]["blocked_s"] = 0.25;
+  TopView v = make_view(b, &a, 1.0);
+  ASSERT_EQ(v.stages.size(), 2u);
+  ASSERT_EQ(v.members.size(), 1u);
+  EXPECT_EQ(v.members[0].position, 1);
+  EXPECT_NEAR(v.members[0].busy, 0.25, 1e-9);
+  EXPECT_NEAR(v.members[0].blocked, 0.25, 1e-9);
+  const std::string screen = render(v);
+  const size_t leader = screen.find("\n1.0 "), member = screen.find("\n1.1 ");
+  EXPECT_NE(leader, std::string::npos) << screen;
+  EXPECT_NE(member, std::string::npos) << screen;
+  EXPECT_LT(leader, member) << screen;
+  EXPECT_NE(screen.find("\n0 "), std::string::npos) << screen;  // a plain stage: its index
+}
+
 // Each stage's ms per micro-batch over the interval and its share of the
 // step (the slowest sets it), and the phase it is in now.
 TEST(Top, StepSharesAndPhase) {

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -308,6 +309,60 @@ TEST(MoeFfn, RefusesBadIdsAndStacks) {
   MoeExperts mixed = W.held(0, 2);
   mixed.up = mixed.down;  // up [32 x 64] where [64 x 32] is needed
   EXPECT_THROW(moe_ffn(mixed, x.data(), 1, 2, ok.data(), w.data(), out.data(), s, nullptr), Error);
+}
+
+// An expert group (docs/expert-groups.md): the leader's moe_ffn over the
+// lowest range, then each member's moe_expert_rows added by moe_combine in
+// range order, gives the bits of moe_ffn over every expert (memcmp, not a
+// tolerance). With a pool and without, quantised and plain weights, 2 and
+// 4 parts, and a batch where some tokens choose nothing in the leader's range.
+TEST(MoeCombine, SplitRangesGiveTheUnshardedBits) {
+  std::mt19937 rng(23);
+  const int E = 8, k = 3, hidden = 64, ffn = 32;
+  for (DType t : {DType::F32, DType::BF16, DType::Q8_0}) {
+    const Layer L(t, E, hidden, ffn, rng);
+    for (int64_t n : {int64_t(1), int64_t(5), int64_t(33)}) {
+      const auto x = random_x(n, hidden, rng);
+      const auto logits = random_x(n, E, rng);
+      std::vector<int32_t> ids(size_t(n * k));
+      std::vector<float> w(size_t(n * k));
+      moe_route(MoeRouteConfig{E, k, true}, logits.data(), n, ids.data(), w.data());
+      std::unique_ptr<ThreadPool> pools[] = {nullptr, std::make_unique<ThreadPool>(3)};
+      for (auto& pool : pools) {
+        MoeScratch s;
+        std::vector<float> whole(size_t(n * hidden));
+        moe_ffn(L.held(0, E), x.data(), n, k, ids.data(), w.data(), whole.data(), s, pool.get());
+        for (const std::vector<int>& cuts :
+             {std::vector<int>{0, 3, E}, std::vector<int>{0, 1, 2, 6, E}}) {
+          std::vector<float> out(size_t(n * hidden), NAN);
+          moe_ffn(L.held(0, cuts[1]), x.data(), n, k, ids.data(), w.data(), out.data(), s,
+                  pool.get());
+          for (size_t m = 1; m + 1 < cuts.size(); ++m) {
+            const int first = cuts[m], count = cuts[m + 1] - cuts[m];
+            std::vector<float> y(size_t(n * k * hidden), NAN);
+            MoeScratch ms;
+            moe_expert_rows(L.held(first, count), x.data(), n, k, ids.data(), y.data(), ms,
+                            pool.get());
+            moe_combine(E, first, count, n, k, ids.data(), w.data(), y.data(), hidden, out.data(),
+                        s);
+          }
+          EXPECT_EQ(0, std::memcmp(out.data(), whole.data(), out.size() * sizeof(float)))
+              << dtype_name(t) << ", " << n << " tokens, " << cuts.size() - 1 << " parts";
+        }
+      }
+    }
+  }
+}
+
+TEST(MoeCombine, RefusesBadIdsAndRanges) {
+  std::vector<float> y(64, 1.f), out(32, 0.f), w = {0.5f, 0.5f};
+  MoeScratch s;
+  const std::vector<int32_t> bad = {1, 4}, ok = {0, 1};
+  EXPECT_THROW(moe_combine(4, 2, 2, 1, 2, bad.data(), w.data(), y.data(), 32, out.data(), s),
+               Error);
+  EXPECT_THROW(moe_combine(4, 3, 2, 1, 2, ok.data(), w.data(), y.data(), 32, out.data(), s), Error);
+  moe_combine(4, 1, 3, 1, 2, ok.data(), w.data(), y.data(), 32, out.data(), s);
+  EXPECT_EQ(out[0], 0.5f);  // only expert 1's term: slot 1, weight 0.5
 }
 
 TEST(MoeFfn, SigmoidGatedAdd) {

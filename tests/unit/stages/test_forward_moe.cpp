@@ -388,6 +388,19 @@ TEST(ForwardMoe, AStageTouchesOnlyItsLayersExperts) {
   ASSERT_TRUE(preload_slice(*m, SliceSpec{1, 1, false, false}, pc));
   EXPECT_EQ(total, want);
   EXPECT_EQ(done, want);
+  // An expert group (docs/expert-groups.md): a leader holding experts 0-1
+  // pages in all but experts 2-4; a member holding 2-4 pages in those only.
+  uint64_t rest = 0;
+  for (const char* stack : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}) {
+    const auto& ex = m->get_experts(std::string("blk.1.") + stack + ".weight");
+    for (size_t e = 2; e < ex.size(); ++e) rest += ex[e].nbytes;
+  }
+  ASSERT_GT(rest, 0u);
+  ASSERT_TRUE(preload_slice(*m, SliceSpec{1, 1, false, false, 0, 1}, pc));
+  EXPECT_EQ(total, want - rest);
+  ASSERT_TRUE(preload_slice(*m, SliceSpec{1, 1, false, false, 2, 4, true}, pc));
+  EXPECT_EQ(total, rest);
+  EXPECT_EQ(done, rest);
   fs::remove_all(d);
 }
 

@@ -47,6 +47,7 @@ class ApiHttpTest : public ::testing::Test {
     engine_.ring.stages = {{0, 0, 14, "cpu", 1.5, 0.25, 0.125, 10, 80, 0, "busy", 0.125, {}},
                            {1, 15, 29, "cpu", 2.5, 0.5, 0.75, 11, 88, 1, "starved", 0.5, {}}};
     engine_.ring.stages[1].simd = "cpu:avx2 amx:no q4_1/decode:avx2";
+    engine_.ring.stages[1].position = 1;
     engine_.ring.stages[1].handoff_s = 0.25;
     engine_.ring.stages[1].handoffs = 11;
     engine_.ring.return_s = 0.5;
@@ -493,9 +494,21 @@ TEST_F(ApiHttpTest, TokenizeDetokenizeStatsMetrics) {
 // The shape `kvasir top`, `kvasir status` and `kvasir bench` read, from the
 // engine's typed ring report: exactly these keys per stage.
 TEST_F(ApiHttpTest, StatsAndMetricsFromTheRingReport) {
+  // An expert group's member of position 1 (docs/expert-groups.md): after
+  // the stages, with its position and index.
+  StageReport member = engine_.ring.stages[1];
+  member.index = 2;
+  member.member = 1;
+  member.busy_s = 0.5;
+  engine_.ring.stages.push_back(member);
   json st = get("/kvasir/v1/stats").j();
   EXPECT_EQ(st["inflight"], 2);
+  EXPECT_EQ(st["stages"][2]["position"], 1);
+  EXPECT_EQ(st["stages"][2]["member"], 1);
+  EXPECT_EQ(st["stages"][2]["busy_s"], 0.5);
   EXPECT_EQ(st["stages"][1], (json{{"index", 1},
+                                   {"position", 1},
+                                   {"member", 0},
                                    {"layers", "15-29"},
                                    {"device", "cpu"},
                                    {"simd", "cpu:avx2 amx:no q4_1/decode:avx2"},
@@ -535,6 +548,8 @@ TEST_F(ApiHttpTest, StatsAndMetricsFromTheRingReport) {
            "kvasir_stage_tokens_total{stage=\"1\",layers=\"15-29\",device=\"cpu\"} 88\n",
            "kvasir_stage_handoff_seconds_total{stage=\"1\",layers=\"15-29\",device=\"cpu\"} 0.25\n",
            "kvasir_stage_handoffs_total{stage=\"1\",layers=\"15-29\",device=\"cpu\"} 11\n",
+           "kvasir_stage_busy_seconds_total{stage=\"1\",member=\"1\",layers=\"15-29\","
+           "device=\"cpu\"} 0.5\n",
            "# TYPE kvasir_stage_tokens_total counter\n",
            "kvasir_prefix_cache_queries_total 200\n",
            "kvasir_prefix_cache_hits_total 150\n",
@@ -570,6 +585,18 @@ TEST_F(ApiHttpTest, ExpertLoadInStatsAndMetrics) {
        at = m.find("kvasir_expert_routed_tokens_total{", at + 1))
     ++series;
   EXPECT_EQ(series, 4u);
+}
+
+// An expert group's leader (docs/expert-groups.md): its experts object
+// also splits the routed tokens by process — experts 0-1 (the leader) and
+// 2-3 (its member) — with their max / mean.
+TEST_F(ApiHttpTest, ExpertLoadPerGroupMember) {
+  engine_.ring.stages[0].group_firsts = {0, 2};
+  json e = get("/kvasir/v1/stats").j()["stages"][0]["experts"];
+  EXPECT_EQ(e["group"], (json{{"firsts", {0, 2}}, {"routed", {5, 3}}, {"imbalance", 1.25}}));
+  engine_.ring.stages[0].group_firsts = {0, 1, 3};  // three processes: 5 | 0 + 3 | 0
+  e = get("/kvasir/v1/stats").j()["stages"][0]["experts"];
+  EXPECT_EQ(e["group"]["routed"], (json{5, 3, 0}));
 }
 
 TEST_F(ApiHttpTest, BodyOverLimitIs413) {
