@@ -9,8 +9,11 @@
 #   split: layers 0-3 | 4-7, one thread each (2 processes);
 #   group: a group of 2 over layers 0-6 (experts 0-31 | 32-63) | layer 7,
 #          one thread each (3 processes, at most 2 computing at once for
-#          one request: the group's two, or the tail).
-# Usage: bench/moe/run.sh BUILD_DIR [CORES] [ROUNDS] [LAYERS EXPERTS TOP_K HIDDEN EXPERT_FFN]
+#          one request: the group's two, or the tail);
+#   groups2: two groups of 2, layers 0-3 and 4-7 (experts halved in each),
+#          one thread each (4 processes, 2 computing at once).
+# Usage: [PLANS="split group groups2"] bench/moe/run.sh BUILD_DIR [CORES] [ROUNDS]
+#        [LAYERS EXPERTS TOP_K HIDDEN EXPERT_FFN]
 # (the model's shape: make_moe_model's defaults 8 64 8 512 384 when absent;
 # the group plan's ranges split the experts in halves, its group holds
 # layers 0..LAYERS-2)
@@ -30,6 +33,13 @@ config() {  # config PLAN
   if [ "$1" == split ]; then
     printf '[[stages]]\nlayers = "0-%d"\nthreads = 1\n' $((LAYERS / 2 - 1))
     printf '[[stages]]\nlayers = "%d-%d"\nthreads = 1\n' $((LAYERS / 2)) $((LAYERS - 1))
+  elif [ "$1" == groups2 ]; then
+    local half=$((EXPERTS / 2)) mid=$((LAYERS / 2))
+    for range in "0-$((mid - 1))" "$mid-$((LAYERS - 1))"; do
+      printf '[[stages]]\nlayers = "%s"\nexperts = "0-%d"\nthreads = 1\n' "$range" $((half - 1))
+      printf '[[stages]]\nlayers = "%s"\nexperts = "%d-%d"\nthreads = 1\n' "$range" $half \
+        $((EXPERTS - 1))
+    done
   else
     local half=$((EXPERTS / 2))
     printf '[[stages]]\nlayers = "0-%d"\nexperts = "0-%d"\nthreads = 1\n' $((LAYERS - 2)) $((half - 1))
@@ -63,5 +73,5 @@ PY
 
 grep -m1 "model name" /proc/cpuinfo
 for r in $(seq 1 "$ROUNDS"); do
-  for plan in split group; do run "$plan" "$r"; done
+  for plan in ${PLANS:-split group groups2}; do run "$plan" "$r"; done
 done
