@@ -68,7 +68,8 @@ class StageBackend {
   // dense model, or a backend that does not count), and the last
   // successful forward's (token, choice) pairs per expert over the slice's
   // layers ([n_experts], empty when it does not count). The stage publishes
-  // them (ipc::add_stage_routed); the CUDA backend refuses MoE models.
+  // them (ipc::add_stage_routed); the CUDA backend does not count (0, its
+  // Mixtral-style MoE included).
   virtual int32_t n_experts() const { return 0; }
   virtual std::span<const uint64_t> routed() const { return {}; }
 };

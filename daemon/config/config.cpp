@@ -555,11 +555,28 @@ namespace {
 
 // What the CUDA backend does not run (the stage refuses it at load too,
 // stages/cuda/executor.cpp): refused before any process starts.
+// The MoE kernels' limits (kernels/cuda/moe_route.h kMoeMaxExperts,
+// kMoeMaxTopK; the daemon does not include kernels/cuda).
+constexpr int32_t kGpuMoeMaxExperts = 1024;
+constexpr int32_t kGpuMoeMaxTopK = 64;
+
 void check_gpu_model(size_t i, const ModelConfig& m) {
-  KV_CHECK_CODE(!m.moe(), ErrorCode::kModelFormat,
-                "stages[{}].device: a GPU stage cannot run this model: it is a mixture of "
-                "experts ({} experts, top {}), which only cpu stages run",
-                i, m.n_experts, m.n_experts_used);
+  // GPU stages run Mixtral-style experts only (llama with experts: no shared
+  // expert, no q/k norm, bf16 experts), within the kernels' limits.
+  if (m.moe()) {
+    const bool mixtral = m.arch == "llama" && m.shared_expert_ffn == 0 && !m.qk_norm &&
+                         !m.fp8_weights && m.n_experts <= kGpuMoeMaxExperts &&
+                         m.n_experts_used <= kGpuMoeMaxTopK;
+    KV_CHECK_CODE(
+        mixtral, ErrorCode::kModelFormat,
+        "stages[{}].device: a GPU stage cannot run this model: it is a {} mixture "
+        "of experts ({} experts, top {}{}{}{}) and GPU stages run only Mixtral-style ones "
+        "(llama, at most {} experts, top {}); cpu stages run it",
+        i, m.arch, m.n_experts, m.n_experts_used,
+        m.shared_expert_ffn > 0 ? ", a shared expert" : "",
+        m.qk_norm ? ", per-head q/k RMSNorm" : "", m.fp8_weights ? ", FP8 experts" : "",
+        kGpuMoeMaxExperts, kGpuMoeMaxTopK);
+  }
   KV_CHECK_CODE(!m.qk_norm, ErrorCode::kModelFormat,
                 "stages[{}].device: a GPU stage cannot run this model: its per-head q/k RMSNorm "
                 "({}) is implemented on cpu stages only",

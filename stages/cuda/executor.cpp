@@ -11,6 +11,8 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/moe_ffn.h"
+#include "kernels/cuda/moe_route.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/rope_kv_append.h"
 #include "kernels/cuda/swiglu.h"
@@ -121,11 +123,17 @@ Status CudaSliceExecutor::open_model() {
   if (cfg_.first_layer < 0 || cfg_.first_layer > cfg_.last_layer || cfg_.last_layer >= c.n_layers)
     return error_status(ErrorCode::kInvalidArgument, "layers {}-{} outside the model's 0-{}",
                         cfg_.first_layer, cfg_.last_layer, c.n_layers - 1);
-  if (c.moe())
+  // Mixture of experts: Mixtral-style only (llama with experts: no shared
+  // expert, no q/k norm, bf16 experts), within the MoE kernels' limits.
+  if (c.moe() && (c.arch != "llama" || c.shared_expert_ffn > 0 || c.qk_norm || c.fp8_weights ||
+                  c.n_experts > kMoeMaxExperts || c.n_experts_used < 1 ||
+                  c.n_experts_used > std::min(c.n_experts, kMoeMaxTopK) || c.expert_ffn < 1))
     return model_error(fmt::format(
-        "{} is a mixture-of-experts model ({} experts, top {}): MoE layers are not implemented "
-        "on the CUDA backend yet (run its stages on cpu)",
-        c.arch == "llama" ? "this Mixtral-style llama" : c.arch, c.n_experts, c.n_experts_used));
+        "{} is a mixture-of-experts model ({} experts, top {}{}{}{}): the CUDA backend runs "
+        "Mixtral-style ones only (llama, at most {} experts, top {}; run its stages on cpu)",
+        c.arch, c.n_experts, c.n_experts_used, c.shared_expert_ffn > 0 ? ", a shared expert" : "",
+        c.qk_norm ? ", per-head q/k RMSNorm" : "", c.fp8_weights ? ", FP8 experts" : "",
+        kMoeMaxExperts, kMoeMaxTopK));
   if (c.qk_norm)
     return model_error(fmt::format(
         "{}: per-head q/k RMSNorm (Qwen3) is not implemented on the CUDA backend yet (run its "
@@ -165,8 +173,23 @@ Status CudaSliceExecutor::alloc_scratch() {
   KV_RETURN_IF_ERROR(dev_alloc(T * (QD + 2 * KD) * 4, "qkv", &qkv_));
   KV_RETURN_IF_ERROR(dev_alloc(T * QD * 4, "q", &q_));
   KV_RETURN_IF_ERROR(dev_alloc(T * QD * 2, "att", &att_));
-  KV_RETURN_IF_ERROR(dev_alloc(T * 2 * FF * 4, "gate/up out", &gu_));
-  KV_RETURN_IF_ERROR(dev_alloc(uint64_t(kGemvMaxRows) * FF * 2, "swiglu out", &swi_));
+  if (!c.moe()) {  // the dense FFN's; a MoE model's `ffn` is unused
+    KV_RETURN_IF_ERROR(dev_alloc(T * 2 * FF * 4, "gate/up out", &gu_));
+    KV_RETURN_IF_ERROR(dev_alloc(uint64_t(kGemvMaxRows) * FF * 2, "swiglu out", &swi_));
+  } else {
+    const uint64_t E = uint64_t(c.n_experts), K = uint64_t(c.n_experts_used);
+    KV_RETURN_IF_ERROR(dev_alloc(T * E * 4, "router logits", &router_logits_));
+    KV_RETURN_IF_ERROR(dev_alloc(T * K * 4, "expert ids", &moe_ids_));
+    KV_RETURN_IF_ERROR(dev_alloc(T * K * 4, "expert weights", &moe_weights_));
+    moe_ws_bytes_ =
+        moe_ffn_workspace_bytes(int64_t(T), c.n_experts_used, c.n_experts, c.hidden, c.expert_ffn);
+    if (moe_ws_bytes_ == 0)
+      return error_status(ErrorCode::kInvalidArgument,
+                          "MoE: max_tokens {} x top {} of {} experts (hidden {}, width {}) is "
+                          "beyond the MoE kernels' limits",
+                          T, c.n_experts_used, c.n_experts, c.hidden, c.expert_ffn);
+    KV_RETURN_IF_ERROR(dev_alloc(moe_ws_bytes_, "MoE workspace", &moe_ws_));
+  }
   if (n_fp8_ > 0) {
     // Activations quantised per row for the E4M3 GEMMs, and the product of
     // those that accumulate into the residual (o, down: n = hidden); the
@@ -360,6 +383,7 @@ Status CudaSliceExecutor::run_layer(const Layer& L, const GpuAttnBatch& ab, int6
 // rows the gate/up kernel applies SwiGLU itself (no f32 [T, 2·ffn] round
 // trip, one launch less).
 Status CudaSliceExecutor::ffn(const Layer& L, int64_t T) {
+  if (mc_.moe()) return moe_ffn(L, T);
   const int64_t H = mc_.hidden, FF = mc_.ffn;
   GemmArgs g;
   g.a = xn_;
@@ -386,6 +410,48 @@ Status CudaSliceExecutor::ffn(const Layer& L, int64_t T) {
   sw.out = xn_;
   KV_RETURN_IF_ERROR(cuda_status(launch_swiglu(sw, stream_), "swiglu"));
   return gemm(xn_, L.down, x_, false, T, H, FF, 1.f, "down (+residual)");
+}
+
+// Mixture of experts (Mixtral-style), on xn_ (the FFN norm's output):
+// router logits (f32) → top-k (moe_route) → the experts' SwiGLU FFNs,
+// their weighted sum added into the residual (moe_ffn, accumulate) in the
+// CPU's order. The router gets no error flag: a decode graph's padding
+// rows are routed too, and whatever they flag must not fail the batch (a
+// non-finite row gets ids 0..k-1, weights 0). moe_ffn gets it: its flags
+// (an expert id out of range, a bad row position) can only mean a bug, as
+// its ids come from moe_route. All on the stream, no host sync: decode
+// graphs capture it as they capture the dense path.
+Status CudaSliceExecutor::moe_ffn(const Layer& L, int64_t T) {
+  const ModelConfig& c = mc_;
+  KV_RETURN_IF_ERROR(
+      gemm(xn_, L.router, router_logits_, false, T, c.n_experts, c.hidden, 0.f, "router"));
+  MoeRouteArgs r;
+  r.logits = router_logits_;
+  r.n = T;
+  r.n_experts = c.n_experts;
+  r.top_k = c.n_experts_used;
+  r.norm_topk = c.expert_norm_topk;
+  r.ids = moe_ids_;
+  r.weights = moe_weights_;
+  KV_RETURN_IF_ERROR(cuda_status(launch_moe_route(r, stream_), "moe_route"));
+  MoeFfnArgs m;
+  m.x = xn_;
+  m.ids = moe_ids_;
+  m.weights = moe_weights_;
+  m.n = T;
+  m.top_k = c.n_experts_used;
+  m.n_experts = c.n_experts;
+  m.hidden = c.hidden;
+  m.ffn = c.expert_ffn;
+  m.gate = L.gate_exps;
+  m.up = L.up_exps;
+  m.down = L.down_exps;
+  m.out = x_;
+  m.accumulate = true;
+  m.workspace = moe_ws_;
+  m.workspace_bytes = moe_ws_bytes_;
+  m.error = d_err_;
+  return cuda_status(launch_moe_ffn(m, stream_), "moe_ffn");
 }
 
 // Every layer, eagerly or as the decode graph of the step's shape.

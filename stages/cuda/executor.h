@@ -14,6 +14,8 @@
 //            attention → O GEMM accumulating into the residual (beta = 1) →
 //            RMSNorm → gate/up GEMM → SwiGLU (for 1..4 rows in the gate/up
 //            kernel itself) → down GEMM accumulating into the residual;
+//            Mixtral-style MoE: RMSNorm → router GEMM (f32) → moe_route →
+//            moe_ffn (kernels/cuda/moe_ffn.h) accumulating into the residual;
 //   residual stream: f32 [max_tokens, hidden];
 //   KV:      bf16 paged blocks, kernels/cuda/paged_kv_layout.h;
 //   decode:  with cuda_graphs, decode-only batches run the layers as a CUDA
@@ -93,6 +95,12 @@ class CudaSliceExecutor {
     Weight gu;                   // [2*ffn, hidden]: gate rows, then up rows
     Weight down;                 // [hidden, ffn]
     GpuKvLayer kv;               // K, V [n_blocks][n_kv_heads][block_size][head_dim] bf16
+    // Mixture of experts (Mixtral-style; gu and down unused): the router and
+    // the expert stacks, bf16.
+    Weight router;                       // [n_experts, hidden]
+    __nv_bfloat16* gate_exps = nullptr;  // [n_experts][expert_ffn][hidden]
+    __nv_bfloat16* up_exps = nullptr;    // [n_experts][expert_ffn][hidden]
+    __nv_bfloat16* down_exps = nullptr;  // [n_experts][hidden][expert_ffn]
   };
   // One tensor of a stacked matrix: its name and rows.
   struct Part {
@@ -132,6 +140,8 @@ class CudaSliceExecutor {
   Status open_model();
   Status upload_weights();
   Status upload_layer(Staging& st, int layer, Layer& L);
+  Status upload_experts(Staging& st, const std::string& name, int64_t rows, int64_t cols,
+                        __nv_bfloat16** out);
   Status upload_matrix(Staging& st, const std::vector<Part>& parts, int64_t cols, bool quantizable,
                        Weight* out);
   bool matrix_fp8(const std::vector<Part>& parts, int64_t cols, bool quantizable) const;
@@ -174,6 +184,7 @@ class CudaSliceExecutor {
   Status run_layers(const GpuAttnBatch& ab, const StepShape& s);
   Status run_layer(const Layer& L, const GpuAttnBatch& ab, int64_t T);
   Status ffn(const Layer& L, int64_t T);
+  Status moe_ffn(const Layer& L, int64_t T);
   Status gemm(const __nv_bfloat16* a, const Weight& w, void* d, bool out_bf16, int64_t m, int64_t n,
               int64_t k, float beta, const char* what);
   Status hand_on(const KvasirCudaBatch& b, const BatchArrays& h, const BatchArrays& d);
@@ -222,6 +233,13 @@ class CudaSliceExecutor {
   // matrix is FP8): activations quantised per row, their scales, and the
   // product of the GEMMs accumulating into the residual.
   GemmFp8Scratch fp8_;
+  // MoE models only: the router's logits, its choices, and the expert FFN's
+  // workspace (kernels/cuda/moe_ffn.h), for max_tokens rows.
+  float* router_logits_ = nullptr;  // [T, n_experts]
+  int32_t* moe_ids_ = nullptr;      // [T, top_k]
+  float* moe_weights_ = nullptr;    // [T, top_k]
+  void* moe_ws_ = nullptr;
+  size_t moe_ws_bytes_ = 0;
   float* last_ = nullptr;    // [max_rows, hidden] tail
   float* logits_ = nullptr;  // [max_rows, vocab] tail
   void* gemm_ws_ = nullptr;  // cuBLASLt workspace

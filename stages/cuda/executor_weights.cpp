@@ -9,6 +9,9 @@
 // an FP8 matrix is uploaded as bf16 and quantised on the device, row by row
 // (kernels/cuda/fp8_quant.h). FP8 tensors of a bf16 matrix are widened on
 // the host (base/fp8.h decode times the row's scale, rounded to bf16).
+// A Mixtral-style MoE layer: its router as a bf16 matrix and each expert
+// stack (gate, up, down) as one contiguous bf16 [n_experts][rows][cols]
+// buffer, never FP8.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -85,12 +88,51 @@ Status CudaSliceExecutor::upload_layer(Staging& st, int il, Layer& L) {
   KV_RETURN_IF_ERROR(
       upload_matrix(st, {{n.attn_q, QD}, {n.attn_k, KD}, {n.attn_v, KD}}, H, true, &L.qkv));
   KV_RETURN_IF_ERROR(upload_matrix(st, {{n.attn_output, H}}, QD, true, &L.o));
-  // Gate and up rows in one matrix: one GEMM, SwiGLU reads both halves.
-  KV_RETURN_IF_ERROR(upload_matrix(st, {{n.ffn_gate, FF}, {n.ffn_up, FF}}, H, true, &L.gu));
-  KV_RETURN_IF_ERROR(upload_matrix(st, {{n.ffn_down, H}}, FF, true, &L.down));
+  if (c.moe()) {
+    // The router (bf16, f32 out) and each expert stack contiguous, bf16
+    // [n_experts][rows][cols], as kernels/cuda/moe_ffn.h reads them.
+    const int64_t EF = c.expert_ffn;
+    KV_RETURN_IF_ERROR(upload_matrix(st, {{n.ffn_gate_inp, c.n_experts}}, H, false, &L.router));
+    KV_RETURN_IF_ERROR(upload_experts(st, n.ffn_gate_exps, EF, H, &L.gate_exps));
+    KV_RETURN_IF_ERROR(upload_experts(st, n.ffn_up_exps, EF, H, &L.up_exps));
+    KV_RETURN_IF_ERROR(upload_experts(st, n.ffn_down_exps, H, EF, &L.down_exps));
+  } else {
+    // Gate and up rows in one matrix: one GEMM, SwiGLU reads both halves.
+    KV_RETURN_IF_ERROR(upload_matrix(st, {{n.ffn_gate, FF}, {n.ffn_up, FF}}, H, true, &L.gu));
+    KV_RETURN_IF_ERROR(upload_matrix(st, {{n.ffn_down, H}}, FF, true, &L.down));
+  }
   L.kv.block_size = cfg_.block_size;
   L.kv.n_kv_heads = c.n_kv_heads;
   L.kv.head_dim = c.head_dim;
+  return Status();
+}
+
+// An expert stack (ModelFile::find_experts: one view per expert) → one
+// contiguous bf16 [n_experts][rows][cols] device buffer. FP8 experts are
+// refused (open_model refuses FP8 MoE checkpoints already).
+Status CudaSliceExecutor::upload_experts(Staging& st, const std::string& name, int64_t rows,
+                                         int64_t cols, __nv_bfloat16** out) {
+  const std::vector<TensorView>* views = model_->find_experts(name);
+  if (!views) return model_error(fmt::format("expert tensor {} missing", name));
+  const int64_t E = mc_.n_experts;
+  if (int64_t(views->size()) != E)
+    return error_status(ErrorCode::kModelFormat, "{}: {} experts, expected {}", name, views->size(),
+                        E);
+  __nv_bfloat16* dst = nullptr;
+  KV_RETURN_IF_ERROR(dev_alloc(uint64_t(E) * uint64_t(rows) * uint64_t(cols) * 2, "experts", &dst));
+  for (int64_t e = 0; e < E; ++e) {
+    const TensorView& t = (*views)[size_t(e)];
+    if (t.rows() != rows || t.cols() != cols)
+      return error_status(ErrorCode::kModelFormat,
+                          "{} expert {}: shape [{}, {}], expected [{}, {}]", name, e, t.rows(),
+                          t.cols(), rows, cols);
+    if (t.type == DType::F8_E4M3)
+      return model_error(fmt::format(
+          "{} expert {}: FP8 experts are not supported on the CUDA backend (run on cpu)", name, e));
+    const std::string what = fmt::format("{} expert {}", name, e);
+    KV_RETURN_IF_ERROR(upload_bf16(st, t, dst + e * rows * cols, what.c_str()));
+  }
+  *out = dst;
   return Status();
 }
 

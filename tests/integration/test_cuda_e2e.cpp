@@ -637,5 +637,24 @@ TEST(CudaE2E, ManyRowBatchesMatchCpuExecutor) {
   std::filesystem::remove_all(dir);
 }
 
+// A Mixtral-style MoE (llama with 4 experts, top 2: tiny_family("mixtral"))
+// through the CUDA executor's MoE FFN (router GEMM, moe_route, moe_ffn),
+// head, tail and whole, against the CPU executor: compare_multi_row's bars,
+// rel rms < 0.05 and top-1 agreement on all rows but one per batch. Those
+// bars are a first guess for MoE, never run on a GPU (written 2026-12-02 on
+// a machine without one): the router's bf16 weights and input may flip a
+// near-tie routing, which moves a row by more than bf16 rounding.
+TEST(CudaE2E, MixtralMoeMatchesCpuExecutor) {
+  std::string why;
+  if (!gpu_usable(&why)) GTEST_SKIP() << "SKIPPED: no CUDA device (" << why << ")";
+  std::string dir = temp_dir("cudas-mixtral");
+  std::string tiny = dir + "/mixtral.gguf";
+  TinySpec spec = tiny_family("mixtral");
+  spec.layers = 4;
+  write_tiny_gguf(tiny, spec);
+  compare_multi_row(tiny, "mixtral");
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace kvasir::test

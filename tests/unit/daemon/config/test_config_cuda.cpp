@@ -162,18 +162,40 @@ TEST(ConfigCuda, CpuStagesRefuseFp8Models) {
 // GPU stage is refused for such a model (kModelFormat), naming the stage
 // and the feature; the same plan on cpu stages is fine.
 TEST(ConfigCuda, GpuStagesRefuseMoeAndQkNormModels) {
-  ModelConfig moe = model30();
-  moe.arch = "qwen3moe";
-  moe.n_experts = 8;
-  moe.n_experts_used = 2;
+  // Mixtral-style (llama with experts) runs on GPU stages; other MoE
+  // families and the kernels' limits are refused with their reason.
+  ModelConfig mixtral = model30();
+  mixtral.arch = "llama";
+  mixtral.n_experts = 8;
+  mixtral.n_experts_used = 2;
+  Config gpu = parse_config(plan("cuda:0", "cpu"), "/base");
+  gpu.kv.memory = uint64_t(64) << 20;  // for the cpu stage after it
+  EXPECT_NO_THROW(check_against_model(gpu, mixtral));
+  ModelConfig q3moe = mixtral;
+  q3moe.arch = "qwen3moe";
+  q3moe.qk_norm = true;
+  ModelConfig q2moe = mixtral;
+  q2moe.arch = "qwen2moe";
+  q2moe.n_experts = 5;
+  q2moe.shared_expert_ffn = 64;
+  ModelConfig fp8 = mixtral;
+  fp8.fp8_weights = true;
+  ModelConfig wide = mixtral;
+  wide.n_experts = 2048;
   ModelConfig qk = model30();
   qk.arch = "qwen3";
   qk.qk_norm = true;
-  for (const auto& [m, feature] : {std::pair{moe, "mixture of experts (8 experts, top 2)"},
-                                   std::pair{qk, "per-head q/k RMSNorm (qwen3)"}}) {
-    Config cpu = parse_config(plan("cpu", "cpu"), "/base");
-    cpu.kv.memory = uint64_t(64) << 20;  // 100 KiB holds no block on a cpu stage
-    EXPECT_NO_THROW(check_against_model(cpu, m));
+  for (const auto& [m, feature] :
+       {std::pair{q3moe, "qwen3moe mixture of experts (8 experts, top 2, per-head q/k RMSNorm)"},
+        std::pair{q2moe, "qwen2moe mixture of experts (5 experts, top 2, a shared expert)"},
+        std::pair{fp8, "llama mixture of experts (8 experts, top 2, FP8 experts)"},
+        std::pair{wide, "at most 1024 experts, top 64"},
+        std::pair{qk, "per-head q/k RMSNorm (qwen3)"}}) {
+    if (!m.fp8_weights) {
+      Config cpu = parse_config(plan("cpu", "cpu"), "/base");
+      cpu.kv.memory = uint64_t(64) << 20;  // 100 KiB holds no block on a cpu stage
+      EXPECT_NO_THROW(check_against_model(cpu, m));
+    }
     try {
       check_against_model(parse_config(plan("cuda:0", "cpu"), "/base"), m);
       ADD_FAILURE() << "a GPU stage was accepted for " << feature;
