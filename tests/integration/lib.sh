@@ -18,6 +18,11 @@
 #   kv_segment LOG                    the segment name kvasird printed at start
 #   kv_curl SOCK ARGS…                curl over the Unix socket with a deadline
 #   kv_finish [LOG]                   prints the tally (and LOG's tail on failure), exits
+#   kv_wait_clients TAG [SECONDS]     waits for the pids in the caller's CLIENTS array; one
+#                                     still running after SECONDS (120) counts as hung
+#   kv_stream_text FILE               a saved completions stream's text deltas joined, as a
+#                                     Python repr ('' when empty); "ERROR …" for an error
+#                                     event or a stream without [DONE]
 #   kv_venv                           the venv of the openai client tests ($KVASIR_E2E_VENV,
 #                                     else one in $WORK) with openai and jsonschema installed
 #                                     if missing (under a lock: tests run in parallel); its
@@ -155,4 +160,33 @@ kv_finish() {  # kv_finish [LOG]
     tail -40 "$1"
   fi
   exit 1
+}
+
+kv_wait_clients() {  # kv_wait_clients TAG [SECONDS]
+  local c hung=0
+  for c in "${CLIENTS[@]}"; do
+    timeout "${2:-120}" tail --pid="$c" -f /dev/null || hung=$((hung + 1))
+    wait "$c" 2> /dev/null
+  done
+  expect "$1: every client finished" "$hung" "0"
+}
+
+kv_stream_text() {  # kv_stream_text FILE
+  python3 - "$1" << 'PY'
+import json, sys
+out, done = [], False
+for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
+    line = line.strip()
+    if not line.startswith("data: "):
+        continue
+    if line[6:] == "[DONE]":
+        done = True
+        continue
+    ev = json.loads(line[6:])
+    if "error" in ev:
+        print("ERROR " + json.dumps(ev["error"]))
+        sys.exit(0)
+    out.append(ev["choices"][0].get("text", ""))
+print(repr("".join(out)) if done else "ERROR no [DONE]", end="")
+PY
 }

@@ -81,38 +81,11 @@ start_clients() {  # start_clients TAG: N streams into $WORK/TAG.i
     CLIENTS+=($!)
   done
 }
-wait_clients() {
-  local c hung=0
-  for c in "${CLIENTS[@]}"; do
-    timeout 180 tail --pid="$c" -f /dev/null || hung=$((hung + 1))
-    wait "$c" 2> /dev/null
-  done
-  expect "$1: every client finished" "$hung" "0"
-}
-text_of() {  # the text deltas of a stream joined; ERROR … for an error or no [DONE]
-  python3 - "$1" << 'PY'
-import json, sys
-out, done = [], False
-for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
-    line = line.strip()
-    if not line.startswith("data: "):
-        continue
-    if line[6:] == "[DONE]":
-        done = True
-        continue
-    ev = json.loads(line[6:])
-    if "error" in ev:
-        print("ERROR " + json.dumps(ev["error"]))
-        sys.exit(0)
-    out.append(ev["choices"][0].get("text", ""))
-print(repr("".join(out)) if done else "ERROR no [DONE]", end="")
-PY
-}
 compare() {  # compare TAG REFTAG: every stream of TAG equals REFTAG's
   local i same=0 got want
   for i in $(seq 1 "$N"); do
-    got=$(text_of "$WORK/$1.$i")
-    want=$(text_of "$WORK/$2.$i")
+    got=$(kv_stream_text "$WORK/$1.$i")
+    want=$(kv_stream_text "$WORK/$2.$i")
     case "$want" in ERROR* | "''") bad "$2: client $i: $want" ;; esac
     if [ "$got" == "$want" ]; then same=$((same + 1)); else bad "$1: client $i: got $got, want $want"; fi
   done
@@ -181,7 +154,7 @@ run_plan() {  # run_plan MODEL TAG GROUP [HEAD_GROUP]: start, N streams
   config "$1" "$3" "${4:-}" > "$WORK/$2.toml"
   kv_start "$KVASIRD" "$KVASIR" "$WORK/$2.toml"
   start_clients "$2"
-  wait_clients "$2"
+  kv_wait_clients "$2" 180
 }
 
 for family in ${KV_GROUPS_FAMILIES:-qwen3moe qwen2moe mixtral}; do
@@ -217,7 +190,7 @@ for family in ${KV_GROUPS_FAMILIES:-qwen3moe qwen2moe mixtral}; do
         start_clients "$family.$sig"
         wait_mid_stream "$family.$sig"
         kill "-$sig" "$victim"
-        wait_clients "$family.$sig"
+        kv_wait_clients "$family.$sig" 180
         compare "$family.$sig" "$family.ref"
         expect "$sig: kvasir_stage_restarts_total" "$(metric kvasir_stage_restarts_total)" "$want"
         now=$(member_pid "$idx")
@@ -235,7 +208,7 @@ for family in ${KV_GROUPS_FAMILIES:-qwen3moe qwen2moe mixtral}; do
       start_clients "$family.LEADER"
       wait_mid_stream "$family.LEADER"
       kill -KILL "$victim"
-      wait_clients "$family.LEADER"
+      kv_wait_clients "$family.LEADER" 180
       compare "$family.LEADER" "$family.ref"
       now=$(member_pid 1)
       [ -n "$now" ] && [ "$now" != "$victim" ] && ok "LEADER: restarted ($victim → $now)" ||

@@ -84,36 +84,6 @@ start_clients() {
     CLIENTS+=($!)
   done
 }
-wait_clients() {
-  local c hung=0
-  for c in "${CLIENTS[@]}"; do
-    timeout 120 tail --pid="$c" -f /dev/null || hung=$((hung + 1))
-    wait "$c" 2> /dev/null
-  done
-  expect "$1: every client finished" "$hung" "0"
-}
-# The text a client received: its "text" deltas joined; "ERROR ..." for an
-# error event or a stream without [DONE].
-text_of() {
-  python3 - "$1" << 'PY'
-import json, sys
-out, done = [], False
-for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
-    line = line.strip()
-    if not line.startswith("data: "):
-        continue
-    data = line[6:]
-    if data == "[DONE]":
-        done = True
-        continue
-    ev = json.loads(data)
-    if "error" in ev:
-        print("ERROR " + json.dumps(ev["error"]))
-        sys.exit(0)
-    out.append(ev["choices"][0].get("text", ""))
-print("".join(out) if done else "ERROR no [DONE]", end="")
-PY
-}
 # Every stream has a token and none has finished yet: a fault now is mid-stream.
 wait_mid_stream() {
   local i n=0 finished=0
@@ -145,12 +115,12 @@ watch_health() {
 
 # 0. Fault-free reference.
 start_clients ref
-wait_clients "fault-free run"
+kv_wait_clients "fault-free run"
 declare -a REF
 for i in $(seq 1 "$N"); do
-  REF[$i]=$(text_of "$WORK/ref.$i")
+  REF[$i]=$(kv_stream_text "$WORK/ref.$i")
   case "${REF[$i]}" in
-    ERROR* | "") bad "fault-free client $i: '${REF[$i]}'" ;;
+    ERROR* | "''") bad "fault-free client $i: '${REF[$i]}'" ;;
   esac
 done
 ok "fault-free reference: $N streams of $TOKENS tokens (client 1: '${REF[1]:0:40}...')"
@@ -175,9 +145,9 @@ run_fault() {  # run_fault TAG SIGNAL WANT_RESTARTS
     *degraded*" ok") ok "$tag: /health went '$states' ($(awk "BEGIN{printf \"%.2f\", $t1 - $t0}") s after the signal)" ;;
     *) bad "$tag: /health went '$states', want degraded then ok" ;;
   esac
-  wait_clients "$tag"
+  kv_wait_clients "$tag"
   for i in $(seq 1 "$N"); do
-    got=$(text_of "$WORK/$tag.$i")
+    got=$(kv_stream_text "$WORK/$tag.$i")
     if [ "$got" == "${REF[$i]}" ]; then
       same=$((same + 1))
     else
