@@ -147,23 +147,24 @@ std::optional<Diagnosis> prefill_interference(const TopView& v) {
 
 // The layers' costs for the mean micro-batch now: from the stages' cost
 // models when they have seen enough (per token over each stage's layers,
-// the tail's per sampled row as its extra; a fixed cost every stage pays
-// moves with no layer), else from their measured ms per batch alone
-// (base/layer_split.h, costs_from_stages).
+// the tail's per sampled row as its extra), else from their measured ms per
+// batch alone (base/layer_split.h, costs_from_stages). A stage's fixed cost
+// per micro-batch is mostly reading its layers' weights (on the AMX VM the
+// fit's fixed terms, 6.7 and 9.1 ms, matched the stages' packed weights over
+// the read rate: docs/scheduler.md), so it goes with the layers too.
 SplitCosts live_costs(const TopView& v, const std::vector<std::pair<int, int>>& layers,
-                      const std::vector<double>& ms, double* fixed) {
-  *fixed = 0;
-  double per_token = 0;
+                      const std::vector<double>& ms) {
+  double per_token = 0, fixed = 0;
   int n = 0;
   for (size_t i = 0; i < v.stages.size(); ++i) {
     per_token += v.stages[i].cost_per_token_ms;
+    fixed += std::max(0.0, v.stages[i].cost_fixed_ms);
     n += layers[i].second - layers[i].first + 1;
-    *fixed = std::max(*fixed, v.stages[i].cost_fixed_ms);
   }
   const StageView& tail = v.stages.back();
   if (per_token <= 0 || n <= 0 || v.timing.mean_tokens <= 0) return costs_from_stages(layers, ms);
   SplitCosts c;
-  c.layer.assign(size_t(n), per_token / n * v.timing.mean_tokens);
+  c.layer.assign(size_t(n), (per_token * v.timing.mean_tokens + fixed) / n);
   c.head = v.stages.front().cost_per_sample_ms * v.timing.mean_rows;
   c.tail = tail.cost_per_sample_ms * v.timing.mean_rows;
   return c;
@@ -183,14 +184,13 @@ std::optional<Diagnosis> unbalanced_split(const TopView& v) {
     ms.push_back(v.stages[i].ms_per_batch);
   }
   if (v.stages[fast].step_share >= 0.75 || v.stages[slow].busy < 0.5) return std::nullopt;
-  double fixed = 0;
-  const SplitCosts costs = live_costs(v, layers, ms, &fixed);
+  const SplitCosts costs = live_costs(v, layers, ms);
   const auto split = balanced_split(costs, int(S));
   if (split.empty()) return std::nullopt;
   // The step now as the model has it, and with the balanced split.
-  const double model_now = split_step(costs, layers) + fixed;
+  const double model_now = split_step(costs, layers);
   const double now = v.stages[slow].ms_per_batch,
-               then = now * (split_step(costs, split) + fixed) / std::max(model_now, 1e-9);
+               then = now * split_step(costs, split) / std::max(model_now, 1e-9);
   if (!(then > 0) || now / then < 1.1) return std::nullopt;
   Diagnosis d = make("batching", "stages.layers");
   d.figures.push_back(fmt::format(

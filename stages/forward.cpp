@@ -106,6 +106,21 @@ SliceExecutor::SliceExecutor(const ModelFile& model, const SliceSpec& slice, con
     map_layer(model, il, layers_[size_t(il - slice.first_layer)]);
   rope_ = rope_table(model);
   alloc_scratch();
+  keep_packed();
+}
+
+// Where the AMX tiles run (kernels/cpu/matmul.h keep_packed), the output
+// head is packed once: without it the head's per-call packing took as long
+// as its products (perf, 2-core Xeon with AMX), and below 16 rows it would
+// not use the tiles at all — so two micro-batches of 12 rows cost more than
+// one of 24 (docs/scheduler.md, in-flight gain). Only the head: kept packed,
+// the layers' matrices would run on the tiles from ~7 rows, and a layer's
+// f32 order then depends on its batch's row count, which the slice-parity,
+// prefix-cache and stage-restart tests require it not to (docs/kernels.md,
+// "Weights kept packed"); the head's rounding reaches the logits alone.
+void SliceExecutor::keep_packed() {
+  constexpr uint64_t kPackBudget = uint64_t(512) << 20;
+  if (output_ && cpu::keep_packed(*output_, kPackBudget)) packed_.push_back(output_);
 }
 
 void SliceExecutor::check_args(int threads) const {
@@ -244,7 +259,9 @@ void SliceExecutor::alloc_scratch() {
   }
 }
 
-SliceExecutor::~SliceExecutor() = default;
+SliceExecutor::~SliceExecutor() {
+  for (const TensorView* w : packed_) cpu::drop_packed(*w);
+}
 
 std::span<const uint64_t> SliceExecutor::routed() const {
   return s_->routed;

@@ -128,6 +128,7 @@ class SliceExecutor {
   void map_layer(const ModelFile& model, int layer, Layer& L);
   void map_ffn(const ModelFile& model, const LayerTensorNames& names, int layer, Layer& L);
   void alloc_scratch();
+  void keep_packed();
   void run_layer(const Layer& L, const ForwardBatch& b, const std::vector<cpu::AttnRow>& rows,
                  const int32_t* pos, float* x);
   void copy_blocks(const ForwardBatch& b);
@@ -145,6 +146,7 @@ class SliceExecutor {
   std::unique_ptr<Scratch> s_;
   RopeTable rope_;  // stages/slice.h
   ExpertPeers* peers_ = nullptr;
+  std::vector<const TensorView*> packed_;  // kept in the AMX layout until the destructor
 };
 
 }  // namespace kvasir

@@ -250,7 +250,8 @@ int main(int argc, char** argv) {
         for (int64_t n : {1, 16, 64}) run_levels(w, n, budget);
         continue;
       }
-      for (int64_t n : tiles ? std::vector<int64_t>{1, 4, 16, 64} : std::vector<int64_t>{1, 16}) {
+      for (int64_t n : tiles ? std::vector<int64_t>{1, 4, 6, 8, 12, 16, 24, 32, 64}
+                             : std::vector<int64_t>{1, 16}) {
         std::vector<float> x(size_t(n * s.cols), 0.5f), y(size_t(n * s.rows));
         auto run = [&] { matmul(w.view, x.data(), n, y.data(), &pool); };
         if (tiles) {

@@ -20,7 +20,9 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "base/check.h"
@@ -237,11 +239,13 @@ __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl"))) void scale_ad
 
 // ---- the driver -------------------------------------------------------------
 
+// Strips [s0, s1) of y. packed: every strip's WBlocks (nb per strip, from
+// keep_packed), or null to pack each strip here.
 template <bool Emulate>
-void strip_range(const TensorView& w, uint64_t row_bytes, const ABlock* act, int64_t n, int64_t nb,
-                 float* y, int64_t s0, int64_t s1) {
+void strip_range(const TensorView& w, uint64_t row_bytes, const WBlock* packed, const ABlock* act,
+                 int64_t n, int64_t nb, float* y, int64_t s0, int64_t s1) {
   thread_local std::vector<WBlock> wbuf;  // grow-only
-  if (wbuf.size() < size_t(nb)) wbuf.resize(size_t(nb));
+  if (!packed && wbuf.size() < size_t(nb)) wbuf.resize(size_t(nb));
   const int64_t rows = w.rows(), nt = (n + kTile - 1) / kTile;
   const bool a_signed = a_is_signed(w.type);
   alignas(64) int32_t c[kTile][kTile];
@@ -251,18 +255,19 @@ void strip_range(const TensorView& w, uint64_t row_bytes, const ABlock* act, int
 #endif
   for (int64_t s = s0; s < s1; ++s) {
     const int64_t r0 = s * kTile;
-    pack_weights(w, row_bytes, r0, wbuf.data());
+    const WBlock* wb = packed ? packed + s * nb : wbuf.data();
+    if (!packed) pack_weights(w, row_bytes, r0, wbuf.data());
     for (int64_t t = 0; t < nt; ++t) {
       std::memset(acc, 0, sizeof(acc));
       const ABlock* ab = act + t * nb;
       for (int64_t b = 0; b < nb; ++b) {
         if constexpr (Emulate) {
-          tile_product_emulated(wbuf[size_t(b)], ab[b], a_signed, c);
-          scale_add_scalar(c, wbuf[size_t(b)], ab[b], acc);
+          tile_product_emulated(wb[b], ab[b], a_signed, c);
+          scale_add_scalar(c, wb[b], ab[b], acc);
         } else {
 #ifdef KV_AMX_X86
-          tile_product_amx(wbuf[size_t(b)], ab[b], a_signed, c);
-          scale_add_avx512(c, wbuf[size_t(b)], ab[b], acc);
+          tile_product_amx(wb[b], ab[b], a_signed, c);
+          scale_add_avx512(c, wb[b], ab[b], acc);
 #endif
         }
       }
@@ -274,6 +279,35 @@ void strip_range(const TensorView& w, uint64_t row_bytes, const ABlock* act, int
 #ifdef KV_AMX_X86
   if constexpr (!Emulate) tiles_release();
 #endif
+}
+
+// ---- weights kept packed ----------------------------------------------------
+
+// Packing a strip costs about what its tile products do (perf on a 2-core
+// Xeon with AMX: the output head's pack_weights took as long as its
+// strip_range and scaling together), and a weight is the same on every
+// call: a tensor its owner promises to keep (keep_packed) is packed once.
+struct Packed {
+  DType type;
+  int64_t rows, cols;
+  std::vector<WBlock> blocks;  // [strips][nb]
+};
+
+struct Kept {
+  std::shared_ptr<const Packed> packed;
+  int refs = 0;  // amx_keep_packed calls not yet dropped
+};
+std::mutex g_pack_mu;
+std::unordered_map<const void*, Kept> g_packed;  // by w.data
+uint64_t g_packed_bytes = 0;
+
+std::shared_ptr<const Packed> find_packed(const TensorView& w) {
+  std::lock_guard<std::mutex> lock(g_pack_mu);
+  auto it = g_packed.find(w.data);
+  if (it == g_packed.end()) return nullptr;
+  const Packed& p = *it->second.packed;
+  if (p.type != w.type || p.rows != w.rows() || p.cols != w.cols()) return nullptr;
+  return it->second.packed;
 }
 
 // ---- availability -----------------------------------------------------------
@@ -399,16 +433,60 @@ void amx_matmul(const TensorView& w, const float* x, int64_t n, float* y, Thread
 
   const int64_t strips = (rows + kTile - 1) / kTile;
   const ABlock* ap = act.data();
+  const std::shared_ptr<const Packed> packed = find_packed(w);
+  const WBlock* pw = packed ? packed->blocks.data() : nullptr;
   auto body = [&](int64_t s0, int64_t s1, int) {
     if (emulate)
-      strip_range<true>(w, row_bytes, ap, n, nb, y, s0, s1);
+      strip_range<true>(w, row_bytes, pw, ap, n, nb, y, s0, s1);
     else
-      strip_range<false>(w, row_bytes, ap, n, nb, y, s0, s1);
+      strip_range<false>(w, row_bytes, pw, ap, n, nb, y, s0, s1);
   };
   if (pool && pool->size() > 1 && strips > 1)
     pool->parallel_for(strips, body);
   else
     body(0, strips, 0);
+}
+
+bool amx_keep_packed(const TensorView& w, uint64_t budget_bytes) {
+  if (!amx_supports(w.type) || w.data == nullptr || w.rows() <= 0) return false;
+  if (w.cols() % kK != 0) return false;
+  const auto rb = dtype_row_bytes(w.type, w.cols());
+  KV_CHECK(rb.has_value() && w.cols() > 0 && w.nbytes >= *rb * uint64_t(w.rows()),
+           "amx: bad weight [{} x {}] {}", w.rows(), w.cols(), dtype_name(w.type));
+  const int64_t nb = w.cols() / kK, strips = (w.rows() + kTile - 1) / kTile;
+  const uint64_t bytes = uint64_t(strips) * uint64_t(nb) * sizeof(WBlock);
+  {
+    std::lock_guard<std::mutex> lock(g_pack_mu);
+    if (auto it = g_packed.find(w.data); it != g_packed.end()) {
+      const Packed& p = *it->second.packed;
+      if (p.type != w.type || p.rows != w.rows() || p.cols != w.cols()) return false;
+      it->second.refs++;
+      return true;
+    }
+    if (g_packed_bytes + bytes > budget_bytes) return false;
+    g_packed_bytes += bytes;  // reserved while packing, outside the lock
+  }
+  auto p = std::make_shared<Packed>();
+  p->type = w.type, p->rows = w.rows(), p->cols = w.cols();
+  p->blocks.resize(size_t(strips * nb));
+  for (int64_t s = 0; s < strips; ++s) pack_weights(w, *rb, s * kTile, p->blocks.data() + s * nb);
+  std::lock_guard<std::mutex> lock(g_pack_mu);
+  auto [it, added] = g_packed.emplace(w.data, Kept{std::move(p), 0});
+  if (!added) g_packed_bytes -= bytes;  // another thread packed it meanwhile
+  it->second.refs++;
+  return true;
+}
+
+void amx_drop_packed(const TensorView& w) {
+  std::lock_guard<std::mutex> lock(g_pack_mu);
+  auto it = g_packed.find(w.data);
+  if (it == g_packed.end() || --it->second.refs > 0) return;
+  g_packed_bytes -= uint64_t(it->second.packed->blocks.size()) * sizeof(WBlock);
+  g_packed.erase(it);  // a matmul still running holds its own reference
+}
+
+bool amx_has_packed(const TensorView& w) {
+  return find_packed(w) != nullptr;
 }
 
 }  // namespace detail

@@ -50,6 +50,17 @@ bool amx_supports(DType type);
 
 // Activation rows per AMX tile; the dispatch uses AMX only from this many.
 constexpr int64_t kAmxRows = 16;
+// (A weight kept packed runs on them from kernel_amx_packed_rows, measured.)
+
+// Packs w's weights for the tiles once and uses that copy in every later
+// amx_matmul of w (found by w.data; type and shape must match) until
+// amx_drop_packed(w) (counted: each keep needs its drop). The caller promises w's bytes neither
+// change nor are unmapped before then. False (nothing kept) where w's type has no AMX path or the
+// copies kept would exceed budget_bytes in all (a 16-row strip of 32-column blocks takes 640 bytes
+// a block: 1.18x a Q8_0 weight, 2.2x a Q4_1 one). Thread-safe.
+bool amx_keep_packed(const TensorView& w, uint64_t budget_bytes);
+void amx_drop_packed(const TensorView& w);
+bool amx_has_packed(const TensorView& w);
 
 // y[n, w.rows()] = x[n, w.cols()] · Wᵀ through the tiles (x quantised to the
 // 8-bit blocks as matmul does). emulate: the tile instructions run as C++ and

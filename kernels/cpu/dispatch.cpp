@@ -38,6 +38,7 @@ constexpr unsigned kTypeSlots = 32;
 struct Slot {
   std::atomic<int> level{-1};  // -1: not chosen
   std::atomic<bool> amx{false};
+  std::atomic<int> amx_packed_rows{0};
   KernelChoice choice;
 };
 
@@ -147,6 +148,21 @@ void try_amx(KernelChoice& c, const TensorView& w, const std::vector<float>& x,
   }
   c.amx_us = best_amx * 1e6;
   c.amx = best_amx < best_level * (1.0 - kFamilyMargin);  // another f32 order: as a family
+  // Packed once (a weight its owner keeps): the probe's 16 rows are one
+  // tile, which costs the same for fewer rows while `level` costs in
+  // proportion, so the tiles win from 16 x packed / level rows.
+  if (!detail::amx_keep_packed(w, uint64_t(1) << 30)) return;
+  double best_packed = 1e30;
+  for (int r = 0; r < c.rounds; ++r) {
+    const double t0 = thread_seconds();
+    detail::amx_matmul(w, x.data(), c.probe_n, ya.data(), nullptr, false);
+    best_packed = std::min(best_packed, thread_seconds() - t0);
+  }
+  detail::amx_drop_packed(w);
+  c.amx_packed_us = best_packed * 1e6;
+  const double from = double(c.probe_n) * best_packed / (best_level * (1.0 - kFamilyMargin));
+  if (from <= double(c.probe_n))
+    c.amx_packed_rows = int(std::max<double>(std::ceil(from), double(detail::kMaxNX)));
 }
 
 KernelChoice measure(DType t, RowsClass rc, int64_t cols, const std::vector<SimdLevel>& cands) {
@@ -223,6 +239,7 @@ void detail::forget_kernel_choices() {
     for (auto& slot : per_type) {
       slot.level.store(-1, std::memory_order_release);
       slot.amx.store(false, std::memory_order_release);
+      slot.amx_packed_rows.store(0, std::memory_order_release);
     }
   g_generation.fetch_add(1, std::memory_order_release);
 }
@@ -253,6 +270,7 @@ KernelChoice simd_kernel_choice(DType type, RowsClass rows, int64_t cols) {
     return pending;
   }
   slot.amx.store(slot.choice.amx, std::memory_order_release);
+  slot.amx_packed_rows.store(slot.choice.amx_packed_rows, std::memory_order_release);
   slot.level.store(int(slot.choice.level), std::memory_order_release);
   g_generation.fetch_add(1, std::memory_order_release);
   return slot.choice;
@@ -261,6 +279,12 @@ KernelChoice simd_kernel_choice(DType type, RowsClass rows, int64_t cols) {
 bool detail::kernel_amx(DType type) {
   if (simd_level_forced() || unsigned(type) >= kTypeSlots) return false;
   return g_slots[unsigned(type)][int(RowsClass::kBatch)].amx.load(std::memory_order_acquire);
+}
+
+int detail::kernel_amx_packed_rows(DType type) {
+  if (simd_level_forced() || unsigned(type) >= kTypeSlots) return 0;
+  return g_slots[unsigned(type)][int(RowsClass::kBatch)].amx_packed_rows.load(
+      std::memory_order_acquire);
 }
 
 std::vector<KernelChoice> simd_kernel_choices() {
@@ -281,14 +305,24 @@ std::vector<KernelChoice> simd_kernel_choices() {
 
 namespace {
 
-// One summary entry, "q4_1/batch:avx512_vnni[+amx]", as a choice; false if
-// it names no kernel this build has.
+// One summary entry, "q4_1/batch:avx512_vnni[+amx][+pN]", as a choice;
+// false if it names no kernel this build has.
 bool parse_entry(std::string_view e, KernelChoice& c) {
   const size_t slash = e.find('/'), colon = e.find(':');
   if (slash == std::string_view::npos || colon == std::string_view::npos || colon < slash)
     return false;
   const std::string_view type = e.substr(0, slash), rows = e.substr(slash + 1, colon - slash - 1);
   std::string_view level = e.substr(colon + 1);
+  if (const size_t p = level.rfind("+p"); p != std::string_view::npos) {
+    int rows = 0;
+    for (char ch : level.substr(p + 2)) {
+      if (ch < '0' || ch > '9' || rows > 64) return false;
+      rows = rows * 10 + (ch - '0');
+    }
+    if (rows < detail::kMaxNX || rows > 16) return false;
+    c.amx_packed_rows = rows;
+    level = level.substr(0, p);
+  }
   c.amx = level.size() > 4 && level.substr(level.size() - 4) == "+amx";
   if (c.amx) level.remove_suffix(4);
   bool found = false;
@@ -322,7 +356,7 @@ int simd_adopt_choices(std::string_view summary) {
     if (!parse_entry(e, c) || int(c.level) > int(simd_level()) || !simd_level_available(c.level) ||
         path_of(c.type, c.level) != c.level)
       continue;
-    if (c.amx &&
+    if ((c.amx || c.amx_packed_rows > 0) &&
         !(c.rows == RowsClass::kBatch && detail::amx_usable() && detail::amx_supports(c.type)))
       continue;
     Slot& slot = g_slots[unsigned(c.type)][int(c.rows)];
@@ -331,6 +365,7 @@ int simd_adopt_choices(std::string_view summary) {
     c.reason = ChoiceReason::kInherited;
     slot.choice = c;
     slot.amx.store(c.amx, std::memory_order_release);
+    slot.amx_packed_rows.store(c.amx_packed_rows, std::memory_order_release);
     slot.level.store(int(c.level), std::memory_order_release);
     g_generation.fetch_add(1, std::memory_order_release);
     adopted++;
@@ -371,9 +406,12 @@ std::string KernelChoice::describe() const {
     for (int l = 0; l < kSimdLevels; ++l)
       if (us[l] >= 0) s += fmt::format(" {} {:.1f} us", simd_level_name(SimdLevel(l)), us[l]);
     if (amx_us >= 0) s += fmt::format(" amx-int8 {:.1f} us", amx_us);
+    if (amx_packed_us >= 0) s += fmt::format(" amx-int8 packed {:.1f} us", amx_packed_us);
   }
   s += "]";
   if (amx) s += fmt::format(" + amx-int8 tiles from {} rows", detail::kAmxRows);
+  if (amx_packed_rows > 0)
+    s += fmt::format(" + amx-int8 tiles from {} rows for weights kept packed", amx_packed_rows);
   return s;
 }
 

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "base/check.h"
@@ -70,6 +72,14 @@ detail::DotFn detail::dot_kernel(DType type, SimdLevel level) {
 }
 
 namespace {
+// Whether a batch of n rows of w runs on the AMX tiles.
+bool use_amx(const TensorView& w, RowsClass rc, int64_t n) {
+  if (rc != RowsClass::kBatch) return false;
+  if (n >= detail::kAmxRows && detail::kernel_amx(w.type)) return true;
+  const int from = detail::kernel_amx_packed_rows(w.type);
+  return from > 0 && n >= from && detail::amx_has_packed(w);
+}
+
 void matmul_checked(const TensorView& w, uint64_t row_bytes, const float* x, int64_t n, float* y,
                     ThreadPool* pool, SimdLevel level);
 }  // namespace
@@ -80,8 +90,7 @@ void matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool
   if (n == 0 || w.rows() == 0) return;
   const RowsClass rc = rows_class(n);
   const SimdLevel level = detail::kernel_level(w.type, rc, w.cols());
-  if (rc == RowsClass::kBatch && n >= detail::kAmxRows && detail::kernel_amx(w.type))
-    return detail::amx_matmul(w, x, n, y, pool, /*emulate=*/false);
+  if (use_amx(w, rc, n)) return detail::amx_matmul(w, x, n, y, pool, /*emulate=*/false);
   matmul_checked(w, row_bytes, x, n, y, pool, level);
 }
 
@@ -239,7 +248,7 @@ void matmul_group(const MatmulOut* outs, int count, const float* x, int64_t n, T
     const TensorView& w = *outs[i].w;
     row_bytes[i] = checked_row_bytes(w);
     const SimdLevel l = detail::kernel_level(w.type, rc, w.cols());
-    const bool amx = rc == RowsClass::kBatch && n >= detail::kAmxRows && detail::kernel_amx(w.type);
+    const bool amx = use_amx(w, rc, n);
     if (i == 0) level = l, quant = is_quant(w.type);
     fuse = !amx && l == level && is_quant(w.type) == quant;
   }
@@ -267,6 +276,23 @@ void matmul_group(const MatmulOut* outs, int count, const float* x, int64_t n, T
     pool->parallel_for(total, body);
   else
     body(0, total, 0);
+}
+
+bool keep_packed(const TensorView& w, uint64_t budget_bytes) {
+  static const bool off = [] {
+    const char* e = std::getenv("KVASIR_AMX_PACK");
+    return e && std::strcmp(e, "0") == 0;
+  }();
+  if (off || simd_level_forced() || !detail::amx_supports(w.type) || !detail::amx_usable())
+    return false;
+  if (simd_kernel_choice(w.type, RowsClass::kBatch, w.cols()).reason == ChoiceReason::kPending)
+    return false;
+  if (!detail::kernel_amx(w.type) && detail::kernel_amx_packed_rows(w.type) == 0) return false;
+  return detail::amx_keep_packed(w, budget_bytes);
+}
+
+void drop_packed(const TensorView& w) {
+  detail::amx_drop_packed(w);
 }
 
 void dequantize_row(const TensorView& w, int64_t r, float* out) {

@@ -41,6 +41,19 @@ struct MatmulOut {
 // Throws as matmul does, and when the weights' columns differ.
 void matmul_group(const MatmulOut* outs, int count, const float* x, int64_t n, ThreadPool* pool);
 
+// Keeps w in the AMX tiles' layout for later matmuls of it (kernels/cpu/
+// amx.h): the tiles then skip packing the weight on every call and run from
+// fewer rows (measured per type: simd.h KernelChoice::amx_packed_rows).
+// The caller promises w's bytes neither change nor go away before
+// drop_packed(w). Packed copies take 1.2x (Q8_0) to 2.2x (4-bit types) the
+// weight's bytes; all kept in the process stay within budget_bytes. False
+// (nothing kept, matmul unchanged) where the tiles would not run w: no
+// usable AMX, no tile path for the type, the dispatch picked the AVX-512
+// kernels for it, a forced level, KVASIR_AMX_PACK=0 (for comparisons), or
+// over budget.
+bool keep_packed(const TensorView& w, uint64_t budget_bytes);
+void drop_packed(const TensorView& w);
+
 // Dequantise row r of w into out[w.cols()] (f32). Used for embeddings.
 // Throws kvasir::Error if r is out of range or the type is unsupported.
 void dequantize_row(const TensorView& w, int64_t r, float* out);

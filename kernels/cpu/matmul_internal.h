@@ -91,6 +91,9 @@ SimdLevel kernel_level(DType type, RowsClass rows, int64_t cols);
 // Whether the batch kernel of the type runs on AMX tiles (after
 // kernel_level chose it; false when forced, or without AMX).
 bool kernel_amx(DType type);
+// From how many rows a weight kept packed (amx.h) runs on the tiles; 0: as
+// kernel_amx says.
+int kernel_amx_packed_rows(DType type);
 void forget_kernel_choices();
 
 // The 256-bit vpdpbusd the kAvxVnni level uses: VEX (avxvnni) when the CPU

@@ -112,6 +112,13 @@ struct KernelChoice {
   // the tiles failed their self-check against `level`).
   bool amx = false;
   double amx_us = -1;
+  // ... and for weights kept packed (amx.h amx_keep_packed: no packing per
+  // call), the tiles from amx_packed_rows activation rows (0: never below
+  // 16 — then `amx` decides), from the same probe timed packed
+  // (amx_packed_us): a tile costs the same for any row count up to 16, the
+  // AVX-512 kernels in proportion to it.
+  int amx_packed_rows = 0;
+  double amx_packed_us = -1;
   // One line: "Q4_1 decode: avx2 (measured: avx2 10.1 us, avx_vnni 8.9 us, ...)".
   std::string describe() const;
 };
@@ -143,7 +150,7 @@ KernelChoice simd_kernel_choice(DType type, RowsClass rows, int64_t cols = 0);
 std::vector<KernelChoice> simd_kernel_choices();
 
 // Adopts the kernel choices a summary lists (format_simd_summary's entries,
-// "q4_1/batch:avx512_vnni" or "...+amx"), so a restarted stage computes the
+// "q4_1/batch:avx512_vnni", "...+amx", "...+amx+p8"), so a restarted stage computes the
 // same bits as the process it replaces: a measured choice can cross
 // families between processes on a loaded machine, and a ring that changed
 // family mid-stream gave other greedy tokens after a stage restart than
@@ -164,7 +171,8 @@ uint64_t simd_choices_generation();
 // the AMX-INT8 tiles are usable — then, forced, "forced:<level>" (every
 // kernel runs at it), else each kernel chosen so far as
 // "<type>/<rows>:<level>", with "+amx" where the batch kernel runs the tiles
-// from their row count: "cpu:avx512_vnni amx:no q4_1/decode:avx2
+// from their row count and "+pN" where it runs them from N rows for weights
+// kept packed: "cpu:avx512_vnni amx:no q4_1/decode:avx2
 // q4_1/batch:avx512_vnni q8_0/decode:avx2". Types in lower case, in
 // simd_kernel_choices() order. Never longer than max_len: whole entries
 // are dropped from the end and " ..." says so.

@@ -20,8 +20,10 @@ std::string simd_type_name(DType type) {
 namespace {
 
 std::string entry(const KernelChoice& c) {
-  return fmt::format(" {}/{}:{}{}", simd_type_name(c.type), rows_class_name(c.rows),
-                     simd_level_name(c.level), c.amx ? "+amx" : "");
+  std::string e = fmt::format(" {}/{}:{}{}", simd_type_name(c.type), rows_class_name(c.rows),
+                              simd_level_name(c.level), c.amx ? "+amx" : "");
+  if (c.amx_packed_rows > 0) e += fmt::format("+p{}", c.amx_packed_rows);
+  return e;
 }
 
 }  // namespace

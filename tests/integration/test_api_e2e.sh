@@ -93,6 +93,7 @@ for s in json.load(sys.stdin)["stages"]:
         if w == "...":
             continue
         lv = w.rsplit(":", 1)[-1]
+        lv = lv.split("+p")[0]
         lv = lv[:-4] if lv.endswith("+amx") else lv
         if lv not in levels:
             bad.append("stage %d: %r names no level" % (s["index"], w))

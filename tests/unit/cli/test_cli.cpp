@@ -259,6 +259,32 @@ TEST(Diagnose, NamesTheCauseAndTheKnob) {
   EXPECT_NE(diagnose(make_view(loading, nullptr, 1)).find("loading"), std::string::npos);
 }
 
+// A lopsided split (4 | 26 layers) whose stages' cost models put most of a
+// micro-batch's cost in the fixed term (weights read per step: the AMX VM,
+// docs/scheduler.md): still "batching", the layers to move named. With the
+// fixed term kept out of the layers, the model predicted under 1.1x.
+TEST(Diagnose, LopsidedSplitWhenTheFixedCostDominates) {
+  auto lopsided = [](double t) {
+    json j = snapshot(t, {0.10, 0.99});
+    j["stages"][0]["layers"] = "0-3";
+    j["stages"][1]["layers"] = "4-29";
+    for (int i : {0, 1}) {
+      const double ms = i == 0 ? 4.0 : 41.2;  // per micro-batch, 24 a second
+      j["stages"][i]["batches"] = 24 * t;
+      j["stages"][i]["busy_s"] = ms * 1e-3 * 24 * t;
+      j["stages"][i]["starved_s"] = t - ms * 1e-3 * 24 * t;
+    }
+    j["stages"][0]["cost"] = {{"fixed_ms", 1.0}, {"per_token_ms", 0.02}, {"per_sample_ms", 0}};
+    j["stages"][1]["cost"] = {{"fixed_ms", 35.0}, {"per_token_ms", 0.2}, {"per_sample_ms", 0.3}};
+    j["engine"]["timing"] = {{"mean_tokens", 24.0}, {"mean_rows", 12.0}, {"cost_ready", true}};
+    return j;
+  };
+  const json before = lopsided(10);
+  const Diagnosis d = diagnose_view(make_view(lopsided(11), &before, 1.0));
+  EXPECT_EQ(d.cause, "batching") << d.summary;
+  EXPECT_EQ(d.knob, "stages.layers") << d.summary;
+}
+
 // Stage 1 busy through the interval with no batch back (one step longer
 // than the interval), stage 0 starved behind it: no split or saturation
 // verdict from a frame that cannot show the step (a CI screen of a cold

@@ -11,6 +11,7 @@
 
 #include "base/check.h"
 #include "kernels/cpu/amx.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/simd.h"
 #include "reference.h"
@@ -74,6 +75,86 @@ TEST(AmxHardware, TilesAgreeWithTheScalarMatmul) {
   detail::amx_matmul(w.view, x.data(), 33, ye.data(), nullptr, true);
   detail::amx_matmul(w.view, x.data(), 33, yr.data(), nullptr, false);
   for (size_t i = 0; i < ye.size(); ++i) ASSERT_EQ(yr[i], ye[i]) << i;
+}
+
+// A weight kept packed (amx_keep_packed) gives the bits of one packed on
+// every call: the same WBlocks, the same tile products in the same order.
+// Emulated on every machine; on the real tiles where the CPU has them.
+TEST(AmxPacked, KeptWeightGivesTheSameBitsAsPackingPerCall) {
+  std::mt19937 rng(7);
+  ThreadPool pool(2);
+  const bool real = detail::amx_cpu_has() && detail::amx_usable();
+  for (DType t : kTypes) {
+    const int64_t cols = dtype_info(t).block == 256 ? 512 : 96;
+    for (int64_t rows : {1, 16, 37}) {
+      const auto w = ref::random_weight(t, rows, cols, rng);
+      for (int64_t n : {4, 12, 33}) {
+        const auto x = random_x(n, cols, rng);
+        for (bool emulate : {true, false}) {
+          if (!emulate && !real) continue;
+          std::vector<float> per_call(size_t(n * rows)), kept(per_call.size(), NAN);
+          detail::amx_matmul(w.view, x.data(), n, per_call.data(), &pool, emulate);
+          ASSERT_TRUE(detail::amx_keep_packed(w.view, uint64_t(1) << 30));
+          ASSERT_TRUE(detail::amx_has_packed(w.view));
+          detail::amx_matmul(w.view, x.data(), n, kept.data(), &pool, emulate);
+          detail::amx_drop_packed(w.view);
+          EXPECT_FALSE(detail::amx_has_packed(w.view));
+          for (size_t i = 0; i < kept.size(); ++i)
+            ASSERT_EQ(kept[i], per_call[i]) << dtype_name(t) << " rows=" << rows << " n=" << n
+                                            << " i=" << i << (emulate ? " emulated" : " real");
+        }
+      }
+    }
+  }
+}
+
+// The budget holds over every weight kept; a weight of another shape at a
+// kept address is not taken for it; dropping frees the budget.
+TEST(AmxPacked, BudgetAndIdentity) {
+  std::mt19937 rng(8);
+  const auto a = ref::random_weight(DType::Q8_0, 32, 64, rng);  // 2 strips x 2 blocks x 640 B
+  const auto b = ref::random_weight(DType::Q8_0, 16, 64, rng);  // 1 strip x 2 blocks
+  EXPECT_FALSE(detail::amx_keep_packed(a.view, 2559));
+  EXPECT_TRUE(detail::amx_keep_packed(a.view, 2560));
+  EXPECT_TRUE(detail::amx_keep_packed(a.view, 2560));  // already kept: counted, no more bytes
+  EXPECT_FALSE(detail::amx_keep_packed(b.view, 2560 + 1279));
+  TensorView other = a.view;  // same bytes, read as fewer rows: not the kept weight
+  other.ne[1] = 16;
+  EXPECT_FALSE(detail::amx_has_packed(other));
+  EXPECT_FALSE(detail::amx_keep_packed(other, uint64_t(1) << 30));
+  detail::amx_drop_packed(a.view);
+  EXPECT_TRUE(detail::amx_has_packed(a.view));  // kept twice, dropped once
+  detail::amx_drop_packed(a.view);
+  EXPECT_FALSE(detail::amx_has_packed(a.view));
+  EXPECT_TRUE(detail::amx_keep_packed(b.view, 1280));
+  detail::amx_drop_packed(b.view);
+  const auto q6 = ref::random_weight(DType::Q6_K, 16, 256, rng);
+  EXPECT_FALSE(detail::amx_keep_packed(q6.view, uint64_t(1) << 30));
+}
+
+// kernels/cpu/matmul.h's keep_packed only where the tiles run the type.
+TEST(AmxPacked, KeepPackedOnlyWhereTheTilesRun) {
+  std::mt19937 rng(9);
+  const auto w = ref::random_weight(DType::Q8_0, 32, 576, rng);
+  const bool kept = keep_packed(w.view, uint64_t(1) << 30);
+  if (!detail::amx_usable() || simd_level_forced()) {
+    EXPECT_FALSE(kept);
+  }
+  EXPECT_EQ(kept, detail::amx_has_packed(w.view));
+  if (kept) {
+    EXPECT_TRUE(detail::kernel_amx(DType::Q8_0) || detail::kernel_amx_packed_rows(DType::Q8_0) > 0);
+    // Through matmul at a row count the tiles take only for a kept weight.
+    const int64_t n = std::max(detail::kernel_amx_packed_rows(DType::Q8_0), 4);
+    const auto x = random_x(n, 576, rng);
+    const auto want = ref::matmul(w.view, x.data(), n);
+    std::vector<float> y(size_t(n * 32)), ys(y.size());
+    matmul(w.view, x.data(), n, y.data(), nullptr);
+    detail::matmul_at(w.view, x.data(), n, ys.data(), nullptr, SimdLevel::kScalar);
+    for (size_t i = 0; i < y.size(); ++i)
+      ASSERT_NEAR(y[i], ys[i], 1e-5 * want.abs_sum[i] + 1e-6) << i;
+  }
+  drop_packed(w.view);
+  EXPECT_FALSE(detail::amx_has_packed(w.view));
 }
 
 TEST(Amx, StatusSaysWhatTheCpuHas) {

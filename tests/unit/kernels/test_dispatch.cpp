@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <random>
 
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/simd.h"
@@ -175,7 +176,20 @@ TEST(Dispatch, AdoptsThePredecessorsChoices) {
   for (size_t i = 0; i < after.size(); ++i) {
     EXPECT_EQ(after[i].type, before[i].type);
     EXPECT_EQ(after[i].level, before[i].level);
+    EXPECT_EQ(after[i].amx, before[i].amx);
+    EXPECT_EQ(after[i].amx_packed_rows, before[i].amx_packed_rows);
   }
+  // The tiles for weights kept packed: adopted where AMX is usable, else the
+  // entry is skipped; a row count outside 4..16 is not an entry.
+  simd_reset_for_testing();
+  const int n = simd_adopt_choices("q8_0/batch:avx2+p8 q4_1/batch:avx2+p3 q4_0/batch:avx2+p");
+  if (detail::amx_usable()) {
+    EXPECT_EQ(n, 1);
+    EXPECT_EQ(detail::kernel_amx_packed_rows(DType::Q8_0), 8);
+  } else {
+    EXPECT_EQ(n, 0);
+  }
+  EXPECT_EQ(detail::kernel_amx_packed_rows(DType::Q4_1), 0);
 }
 
 TEST(Dispatch, EnvironmentForcesALevel) {

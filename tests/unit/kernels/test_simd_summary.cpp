@@ -34,6 +34,17 @@ TEST(SimdSummary, CapabilityThenEachKernel) {
             "q8_0/decode:avx_vnni");
 }
 
+// A batch kernel whose tiles run from N rows for weights kept packed.
+TEST(SimdSummary, PackedRowsAfterTheLevel) {
+  KernelChoice q8 = chosen(DType::Q8_0, RowsClass::kBatch, SimdLevel::kAvx512Vnni, true);
+  q8.amx_packed_rows = 8;
+  KernelChoice q4 = chosen(DType::Q4_1, RowsClass::kBatch, SimdLevel::kAvx512Vnni);
+  q4.amx_packed_rows = 7;
+  EXPECT_EQ(
+      format_simd_summary(SimdLevel::kAvx512Vnni, true, false, SimdLevel::kScalar, {q8, q4}, 512),
+      "cpu:avx512_vnni amx:yes q8_0/batch:avx512_vnni+amx+p8 q4_1/batch:avx512_vnni+p7");
+}
+
 TEST(SimdSummary, NothingChosenYet) {
   KernelChoice pending;
   pending.type = DType::Q4_0;
@@ -96,6 +107,7 @@ TEST(SimdSummary, ThisProcess) {
     ASSERT_NE(colon, std::string::npos) << word;
     std::string level = word.substr(colon + 1);
     if (word.rfind("amx:", 0) == 0) continue;
+    if (const size_t p = level.find("+p"); p != std::string::npos) level.resize(p);
     if (level.size() > 4 && level.substr(level.size() - 4) == "+amx")
       level.resize(level.size() - 4);
     EXPECT_TRUE(levels.count(level)) << word << " in " << after;
