@@ -1,10 +1,12 @@
 // kernels/cpu/amx.h — AMX-INT8 (Sapphire Rapids and later) for the batch
 // (prefill) matmuls of quantised weights. Internal to kernels/cpu.
 //
-// NEVER RUN ON AMX HARDWARE: written and tested here on a CPU without AMX.
-// Its tile arithmetic is checked through an emulation of the tile
-// instructions in C++ (the same driver, the same data layouts; test_amx,
-// every machine); the real-tile test skips where the CPU lacks amx-int8. Where
+// Written on a CPU without AMX; since run on one with it (a 2-core VM,
+// family 6 model 167: the real tiles bit-exact against their emulation,
+// docs/kernels.md). Its tile arithmetic is checked through an emulation of
+// the tile instructions in C++ (the same driver, the same data layouts;
+// test_amx, every machine); the real-tile test skips where the CPU lacks
+// amx-int8. Where
 // AMX is present the dispatch (dispatch.cpp) first compares the tiles'
 // result with the AVX-512 kernels' on its probe and uses AMX only if they
 // agree and AMX is faster; KVASIR_AMX=0 turns it off.
