@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstddef>
@@ -241,6 +242,17 @@ __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl"))) void scale_ad
 
 // Strips [s0, s1) of y. packed: every strip's WBlocks (nb per strip, from
 // keep_packed), or null to pack each strip here.
+}  // namespace
+
+// One weight in the tiles' layout (amx_keep_packed).
+struct AmxPacked {
+  DType type;
+  int64_t rows, cols;
+  std::vector<WBlock> blocks;  // [strips][nb]
+};
+
+namespace {
+
 template <bool Emulate>
 void strip_range(const TensorView& w, uint64_t row_bytes, const WBlock* packed, const ABlock* act,
                  int64_t n, int64_t nb, float* y, int64_t s0, int64_t s1) {
@@ -287,27 +299,17 @@ void strip_range(const TensorView& w, uint64_t row_bytes, const WBlock* packed, 
 // Xeon with AMX: the output head's pack_weights took as long as its
 // strip_range and scaling together), and a weight is the same on every
 // call: a tensor its owner promises to keep (keep_packed) is packed once.
-struct Packed {
-  DType type;
-  int64_t rows, cols;
-  std::vector<WBlock> blocks;  // [strips][nb]
-};
-
 struct Kept {
-  std::shared_ptr<const Packed> packed;
+  std::shared_ptr<const AmxPacked> packed;
   int refs = 0;  // amx_keep_packed calls not yet dropped
 };
 std::mutex g_pack_mu;
 std::unordered_map<const void*, Kept> g_packed;  // by w.data
 uint64_t g_packed_bytes = 0;
+std::atomic<int> g_kept{0};  // g_packed.size(): a lookup with nothing kept takes no lock
 
-std::shared_ptr<const Packed> find_packed(const TensorView& w) {
-  std::lock_guard<std::mutex> lock(g_pack_mu);
-  auto it = g_packed.find(w.data);
-  if (it == g_packed.end()) return nullptr;
-  const Packed& p = *it->second.packed;
-  if (p.type != w.type || p.rows != w.rows() || p.cols != w.cols()) return nullptr;
-  return it->second.packed;
+bool same_weight(const AmxPacked& p, const TensorView& w) {
+  return p.type == w.type && p.rows == w.rows() && p.cols == w.cols();
 }
 
 // ---- availability -----------------------------------------------------------
@@ -407,7 +409,7 @@ bool amx_supports(DType type) {
 }
 
 void amx_matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool* pool,
-                bool emulate) {
+                bool emulate, const AmxPacked* packed) {
   KV_CHECK(amx_supports(w.type), "amx: no path for {}", dtype_name(w.type));
   KV_CHECK(emulate || amx_usable(), "amx: not usable here: {}", amx_status());
   const auto rb = dtype_row_bytes(w.type, w.cols());
@@ -431,7 +433,7 @@ void amx_matmul(const TensorView& w, const float* x, int64_t n, float* y, Thread
 
   const int64_t strips = (rows + kTile - 1) / kTile;
   const ABlock* ap = act.data();
-  const std::shared_ptr<const Packed> packed = find_packed(w);
+  KV_CHECK(!packed || same_weight(*packed, w), "amx: packed copy of another weight");
   const WBlock* pw = packed ? packed->blocks.data() : nullptr;
   auto body = [&](int64_t s0, int64_t s1, int) {
     if (emulate)
@@ -456,21 +458,23 @@ bool amx_keep_packed(const TensorView& w, uint64_t budget_bytes) {
   {
     std::lock_guard<std::mutex> lock(g_pack_mu);
     if (auto it = g_packed.find(w.data); it != g_packed.end()) {
-      const Packed& p = *it->second.packed;
-      if (p.type != w.type || p.rows != w.rows() || p.cols != w.cols()) return false;
+      if (!same_weight(*it->second.packed, w)) return false;
       it->second.refs++;
       return true;
     }
     if (g_packed_bytes + bytes > budget_bytes) return false;
     g_packed_bytes += bytes;  // reserved while packing, outside the lock
   }
-  auto p = std::make_shared<Packed>();
+  auto p = std::make_shared<AmxPacked>();
   p->type = w.type, p->rows = w.rows(), p->cols = w.cols();
   p->blocks.resize(size_t(strips * nb));
   for (int64_t s = 0; s < strips; ++s) pack_weights(w, *rb, s * kTile, p->blocks.data() + s * nb);
   std::lock_guard<std::mutex> lock(g_pack_mu);
   auto [it, added] = g_packed.emplace(w.data, Kept{std::move(p), 0});
-  if (!added) g_packed_bytes -= bytes;  // another thread packed it meanwhile
+  if (added)
+    g_kept.fetch_add(1, std::memory_order_relaxed);
+  else
+    g_packed_bytes -= bytes;  // another thread packed it meanwhile
   it->second.refs++;
   return true;
 }
@@ -481,10 +485,19 @@ void amx_drop_packed(const TensorView& w) {
   if (it == g_packed.end() || --it->second.refs > 0) return;
   g_packed_bytes -= uint64_t(it->second.packed->blocks.size()) * sizeof(WBlock);
   g_packed.erase(it);  // a matmul still running holds its own reference
+  g_kept.fetch_sub(1, std::memory_order_relaxed);
+}
+
+std::shared_ptr<const AmxPacked> amx_find_packed(const TensorView& w) {
+  if (g_kept.load(std::memory_order_relaxed) == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(g_pack_mu);
+  auto it = g_packed.find(w.data);
+  if (it == g_packed.end() || !same_weight(*it->second.packed, w)) return nullptr;
+  return it->second.packed;
 }
 
 bool amx_has_packed(const TensorView& w) {
-  return find_packed(w) != nullptr;
+  return amx_find_packed(w) != nullptr;
 }
 
 }  // namespace detail

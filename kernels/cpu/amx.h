@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "base/tensor.h"
@@ -62,14 +63,19 @@ constexpr int64_t kAmxRows = 16;
 // a block: 1.18x a Q8_0 weight, 2.2x a Q4_1 one). Thread-safe.
 bool amx_keep_packed(const TensorView& w, uint64_t budget_bytes);
 void amx_drop_packed(const TensorView& w);
+// w's kept copy, or null; it stays valid while held, even past a drop. One
+// atomic load and no lock while nothing is kept.
+struct AmxPacked;
+std::shared_ptr<const AmxPacked> amx_find_packed(const TensorView& w);
 bool amx_has_packed(const TensorView& w);
 
 // y[n, w.rows()] = x[n, w.cols()] · Wᵀ through the tiles (x quantised to the
 // 8-bit blocks as matmul does). emulate: the tile instructions run as C++ and
 // the scaling as scalar code — any CPU; otherwise real AMX (requires
-// amx_usable()). Checks as matmul does.
+// amx_usable()). packed: w's kept copy (amx_find_packed), or null to pack
+// each strip on the way. Checks as matmul does.
 void amx_matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool* pool,
-                bool emulate);
+                bool emulate, const AmxPacked* packed = nullptr);
 
 }  // namespace detail
 }  // namespace kvasir::cpu

@@ -151,11 +151,12 @@ void try_amx(KernelChoice& c, const TensorView& w, const std::vector<float>& x,
   // Packed once (a weight its owner keeps): the probe's 16 rows are one
   // tile, which costs the same for fewer rows while `level` costs in
   // proportion, so the tiles win from 16 x packed / level rows.
-  if (!detail::amx_keep_packed(w, uint64_t(1) << 30)) return;
+  if (!detail::amx_keep_packed(w, uint64_t(1) << 30)) return;  // 8 strips of the probe
+  const auto kept = detail::amx_find_packed(w);
   double best_packed = 1e30;
   for (int r = 0; r < c.rounds; ++r) {
     const double t0 = thread_seconds();
-    detail::amx_matmul(w, x.data(), c.probe_n, ya.data(), nullptr, false);
+    detail::amx_matmul(w, x.data(), c.probe_n, ya.data(), nullptr, false, kept.get());
     best_packed = std::min(best_packed, thread_seconds() - t0);
   }
   detail::amx_drop_packed(w);
@@ -314,13 +315,13 @@ bool parse_entry(std::string_view e, KernelChoice& c) {
   const std::string_view type = e.substr(0, slash), rows = e.substr(slash + 1, colon - slash - 1);
   std::string_view level = e.substr(colon + 1);
   if (const size_t p = level.rfind("+p"); p != std::string_view::npos) {
-    int rows = 0;
+    int from = 0;
     for (char ch : level.substr(p + 2)) {
-      if (ch < '0' || ch > '9' || rows > 64) return false;
-      rows = rows * 10 + (ch - '0');
+      if (ch < '0' || ch > '9' || from > 64) return false;
+      from = from * 10 + (ch - '0');
     }
-    if (rows < detail::kMaxNX || rows > 16) return false;
-    c.amx_packed_rows = rows;
+    if (from < detail::kMaxNX || from > detail::kAmxRows) return false;
+    c.amx_packed_rows = from;
     level = level.substr(0, p);
   }
   c.amx = level.size() > 4 && level.substr(level.size() - 4) == "+amx";

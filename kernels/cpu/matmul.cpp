@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "base/check.h"
@@ -72,12 +73,17 @@ detail::DotFn detail::dot_kernel(DType type, SimdLevel level) {
 }
 
 namespace {
-// Whether a batch of n rows of w runs on the AMX tiles.
-bool use_amx(const TensorView& w, RowsClass rc, int64_t n) {
+// Whether a batch of n rows of w runs on the AMX tiles, and with which kept
+// copy (null: packed per call). One lookup of the copy, none where the
+// tiles are out of the question.
+bool use_amx(const TensorView& w, RowsClass rc, int64_t n,
+             std::shared_ptr<const detail::AmxPacked>* kept) {
   if (rc != RowsClass::kBatch) return false;
-  if (n >= detail::kAmxRows && detail::kernel_amx(w.type)) return true;
   const int from = detail::kernel_amx_packed_rows(w.type);
-  return from > 0 && n >= from && detail::amx_has_packed(w);
+  const bool unpacked = n >= detail::kAmxRows && detail::kernel_amx(w.type);
+  if (!unpacked && !(from > 0 && n >= from)) return false;
+  *kept = detail::amx_find_packed(w);
+  return unpacked || *kept;
 }
 
 void matmul_checked(const TensorView& w, uint64_t row_bytes, const float* x, int64_t n, float* y,
@@ -90,7 +96,9 @@ void matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool
   if (n == 0 || w.rows() == 0) return;
   const RowsClass rc = rows_class(n);
   const SimdLevel level = detail::kernel_level(w.type, rc, w.cols());
-  if (use_amx(w, rc, n)) return detail::amx_matmul(w, x, n, y, pool, /*emulate=*/false);
+  std::shared_ptr<const detail::AmxPacked> kept;
+  if (use_amx(w, rc, n, &kept))
+    return detail::amx_matmul(w, x, n, y, pool, /*emulate=*/false, kept.get());
   matmul_checked(w, row_bytes, x, n, y, pool, level);
 }
 
@@ -248,7 +256,8 @@ void matmul_group(const MatmulOut* outs, int count, const float* x, int64_t n, T
     const TensorView& w = *outs[i].w;
     row_bytes[i] = checked_row_bytes(w);
     const SimdLevel l = detail::kernel_level(w.type, rc, w.cols());
-    const bool amx = use_amx(w, rc, n);
+    std::shared_ptr<const detail::AmxPacked> kept;
+    const bool amx = use_amx(w, rc, n, &kept);
     if (i == 0) level = l, quant = is_quant(w.type);
     fuse = !amx && l == level && is_quant(w.type) == quant;
   }

@@ -96,7 +96,8 @@ TEST(AmxPacked, KeptWeightGivesTheSameBitsAsPackingPerCall) {
           detail::amx_matmul(w.view, x.data(), n, per_call.data(), &pool, emulate);
           ASSERT_TRUE(detail::amx_keep_packed(w.view, uint64_t(1) << 30));
           ASSERT_TRUE(detail::amx_has_packed(w.view));
-          detail::amx_matmul(w.view, x.data(), n, kept.data(), &pool, emulate);
+          detail::amx_matmul(w.view, x.data(), n, kept.data(), &pool, emulate,
+                             detail::amx_find_packed(w.view).get());
           detail::amx_drop_packed(w.view);
           EXPECT_FALSE(detail::amx_has_packed(w.view));
           for (size_t i = 0; i < kept.size(); ++i)
