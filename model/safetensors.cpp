@@ -86,15 +86,20 @@ SafeTensor read_entry(const std::string& path, const std::string& name, const nl
   KV_CHECK(shape.is_array(), "{}: tensor '{}': 'shape' must be an array", path, name);
   KV_CHECK(shape.size() <= 4, "{}: tensor '{}': {} dimensions, Kvasir reads at most 4", path, name,
            shape.size());
-  uint64_t elems = 1;
+  // Every product of dimensions must fit int64 (TensorView::rows() multiplies
+  // some of them): the product of the non-zero ones bounds them all. A zero
+  // dimension makes the element count 0 but not [2^32, 2^32, 0]'s rows.
+  int64_t nonzero = 1;
   for (const auto& d : shape) {
     const uint64_t v = json_u64(path, name, "shape", d);
     KV_CHECK(v <= uint64_t(std::numeric_limits<int64_t>::max()) &&
-                 !__builtin_mul_overflow(elems, v, &elems),
-             "{}: tensor '{}': element count of shape {} overflows 64 bits", path, name,
+                 (v == 0 || !__builtin_mul_overflow(nonzero, int64_t(v), &nonzero)),
+             "{}: tensor '{}': element count of shape {} overflows int64", path, name,
              shape.dump());
     st.shape.push_back(int64_t(v));
   }
+  uint64_t elems = 1;
+  for (int64_t v : st.shape) elems *= uint64_t(v);  // at most `nonzero`: no overflow
   uint64_t bytes;
   KV_CHECK(!__builtin_mul_overflow(elems, dt.bytes, &bytes),
            "{}: tensor '{}': byte size of shape {} overflows 64 bits", path, name, shape.dump());

@@ -144,6 +144,12 @@ TEST_F(Safetensors, SizeMismatch) {
              std::vector<uint8_t>(8), {"'t'", "overflows"});
   expect_bad({{"t", {{"dtype", "F32"}, {"shape", {big}}, {"data_offsets", {0, 8}}}}},
              std::vector<uint8_t>(8), {"'t'", "byte size", "overflows"});
+  // A zero dimension empties the tensor but not its row count: the fuzzer's
+  // [2^32, 4292699467, 0] passed the element count and overflowed rows().
+  for (const auto& shape : {std::vector<uint64_t>{uint64_t(1) << 32, 4292699467u, 0},
+                            std::vector<uint64_t>{0, uint64_t(1) << 40, uint64_t(1) << 40, 5}})
+    expect_bad({{"t", {{"dtype", "F16"}, {"shape", shape}, {"data_offsets", {0, 0}}}}},
+               std::vector<uint8_t>(8), {"'t'", "element count", "overflows int64"});
 }
 
 TEST_F(Safetensors, UnknownDtype) {
