@@ -168,12 +168,19 @@ bool all_cpu(const kvasir::Config& cfg) {
   return true;
 }
 
-// Each layer's cost on this CPU for a decode micro-batch of the plan's (a
-// ring slot's share of max_rows, at 256 positions), as the ends add theirs.
+// Each layer's cost on this CPU for a micro-batch of the plan's under load:
+// a ring slot's share of max_rows as decode rows at 256 positions, and a
+// prompt piece as many tokens long (as the ends add theirs). Why the piece:
+// the output head is paid per sampled row, the layers per token, so the
+// split that balances decode-only steps (the head weighing ~7 layers at 16
+// rows on the AVX2 VM) overloads the first stage once prompts are computed
+// too; a piece as long as the decode rows is a load whose prompts are as
+// long as its answers (each stage computes two tokens per sampled one),
+// between decode-only and prompt-heavy (docs/scheduler.md).
 kvasir::SplitCosts measured_costs(const kvasir::Config& cfg, int* rows) {
   *rows = std::max(1, cfg.plan.max_rows / std::max(1, cfg.plan.inflight()));
   const kvasir::LayerCosts c =
-      kvasir::measure_layer_costs(cfg.model.path, cfg.plan.stages[0].threads, *rows, 256);
+      kvasir::measure_layer_costs(cfg.model.path, cfg.plan.stages[0].threads, *rows, *rows, 256);
   return kvasir::SplitCosts{c.layer_ms, c.head_ms, c.tail_ms};
 }
 
@@ -203,8 +210,9 @@ void resolve_auto_layers(kvasir::Config& cfg) {
   KV_CHECK(!split.empty(), "stages: {} stages for {} layers", cfg.plan.stages.size(),
            c.layer.size());
   kvasir::apply_split(cfg.plan, split);
-  KV_LOG_INFO("main", "layers = \"auto\": {}, measured with {} decode rows", split_text(c, split),
-              rows);
+  KV_LOG_INFO("main",
+              "layers = \"auto\": {}, measured with {} decode rows and a {}-token prompt piece",
+              split_text(c, split), rows, rows);
 }
 
 // kvasird --check: how unbalanced the configured split is, and the
@@ -234,9 +242,9 @@ void report_split(const kvasir::Config& cfg) {
     lo = std::min(lo, t), hi = std::max(hi, t);
   }
   std::printf(
-      "layer costs (decode micro-batch of %d rows): %.2f ms per layer (mean), head +%.2f "
-      "ms, tail +%.2f ms\n",
-      rows, kvasir::stage_cost(c, 0, int(c.layer.size()) - 1, 1, 3) / c.layer.size(), c.head,
+      "layer costs (micro-batch of %d decode rows and a %d-token prompt piece): %.2f ms per "
+      "layer (mean), head +%.2f ms, tail +%.2f ms\n",
+      rows, rows, kvasir::stage_cost(c, 0, int(c.layer.size()) - 1, 1, 3) / c.layer.size(), c.head,
       c.tail);
   std::printf("configured split: %s: the slowest stage is %.2fx the fastest\n",
               split_text(c, now).c_str(), lo > 0 ? hi / lo : 0.0);

@@ -14,21 +14,28 @@
 namespace kvasir {
 namespace {
 
-// One decode micro-batch: `rows` sequences of one token each at position
-// `context`, every row sampled, the KV of each in its own blocks.
-struct DecodeBatch {
-  DecodeBatch(int rows, int context, int block_size) {
+// One micro-batch as continuous batching with chunked prefill forms it
+// under load: `rows` decode sequences of one token each at position
+// `context`, every one sampled, and (when `prefill` > 0) a prompt piece of
+// `prefill` tokens from the same position, not sampled — a sequence whose
+// prompt is still being computed. Each row's KV in its own blocks.
+struct ProfileBatch {
+  ProfileBatch(int rows, int prefill, int context, int block_size) {
     const int per_row = (context + block_size) / block_size;
-    tables.resize(size_t(rows) * size_t(per_row));
+    const int per_piece = (context + prefill + block_size - 1) / block_size;
+    tables.resize(size_t(rows) * size_t(per_row) + size_t(prefill > 0 ? per_piece : 0));
     for (size_t i = 0; i < tables.size(); ++i) tables[i] = int32_t(i);
-    tokens.assign(size_t(rows), 1);
+    tokens.assign(size_t(rows) + size_t(prefill), 1);
     for (int r = 0; r < rows; ++r)
       frows.push_back(
           ForwardRow{context, 1, tables.data() + size_t(r) * size_t(per_row), per_row, true});
+    if (prefill > 0)
+      frows.push_back(ForwardRow{context, prefill, tables.data() + size_t(rows) * size_t(per_row),
+                                 per_piece, false});
     batch.rows = frows.data();
-    batch.n_rows = rows;
+    batch.n_rows = int32_t(frows.size());
     batch.tokens = tokens.data();
-    batch.n_tokens = rows;
+    batch.n_tokens = int64_t(tokens.size());
     n_blocks = int32_t(tables.size());
   }
   std::vector<int32_t> tables, tokens;
@@ -39,12 +46,12 @@ struct DecodeBatch {
 
 // The median time (ms) of `repeats` forwards of the slice, after a warm-up
 // (the first pages the slice's weights in).
-double time_slice(const ModelFile& model, const SliceSpec& slice, const DecodeBatch& d, int threads,
-                  int repeats) {
+double time_slice(const ModelFile& model, const SliceSpec& slice, const ProfileBatch& d,
+                  int threads, int repeats) {
   const ModelConfig& mc = model.config();
   SliceExecutor ex(model, slice, KvSpec{d.n_blocks, 16, DType::F16}, threads, d.batch.n_tokens);
   std::vector<float> in(size_t(d.batch.n_tokens) * size_t(mc.hidden), 0.01f), out(in.size()),
-      logits(slice.tail ? size_t(d.batch.n_rows) * size_t(mc.vocab) : 0);
+      logits(slice.tail ? size_t(d.batch.n_rows) * size_t(mc.vocab) : 0);  // [rows, vocab]
   std::vector<double> ms;
   for (int i = 0; i <= repeats; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -60,14 +67,22 @@ double time_slice(const ModelFile& model, const SliceSpec& slice, const DecodeBa
 
 }  // namespace
 
-LayerCosts measure_layer_costs(const std::string& model_path, int threads, int rows, int context,
-                               int repeats) {
-  KV_CHECK(rows >= 1 && context >= 0 && repeats >= 1, "measure_layer_costs: bad shape");
+LayerCosts measure_layer_costs(const std::string& model_path, int threads, int rows, int prefill,
+                               int context, int repeats) {
+  KV_CHECK(rows >= 1 && prefill >= 0 && prefill <= (1 << 16) && context >= 0 &&
+               context <= (1 << 20) && repeats >= 1,
+           "measure_layer_costs: bad shape (rows {}, prefill {}, context {}, repeats {})", rows,
+           prefill, context, repeats);
   auto model = ModelFile::open(model_path);
   const int L = model->config().n_layers;
-  const DecodeBatch d(rows, context, 16);
+  const int64_t span = int64_t(context) + std::max(prefill, 1);
+  KV_CHECK(model->config().context_length <= 0 || span <= model->config().context_length,
+           "measure_layer_costs: positions up to {} exceed the model's context of {}", span,
+           model->config().context_length);
+  const ProfileBatch d(rows, prefill, context, 16);
   LayerCosts c;
   c.rows = rows;
+  c.prefill = prefill;
   c.context = context;
   for (int l = 0; l < L; ++l)
     c.layer_ms.push_back(time_slice(*model, SliceSpec{l, l, false, false}, d, threads, repeats));

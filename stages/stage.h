@@ -22,18 +22,20 @@ namespace kvasir {
 int stage_main(int stage, const std::string& segment_name, const std::string& inherit = "");
 
 // What each layer of the model costs on this machine's CPU with `threads`
-// threads, for a decode micro-batch of `rows` rows at `context` positions
-// (every row sampled): each layer's median over `repeats` forwards, and
-// what the ends add to their layers — the embedding on the first stage,
-// the final norm and output head on the last (the tail's sampler is not
-// included). What `kvasird --check` and layers = "auto" split the layers by
-// (base/layer_split.h). Maps the model; throws kvasir::Error if it cannot.
+// threads, for a micro-batch of `rows` decode rows at `context` positions
+// (every one sampled) plus, when `prefill` > 0, an unsampled prompt piece of
+// `prefill` tokens at the same position: each layer's median over `repeats`
+// forwards, and what the ends add to their layers — the embedding on the
+// first stage, the final norm and output head on the last (the tail's
+// sampler is not included). What `kvasird --check` and layers = "auto"
+// split the layers by (base/layer_split.h). Maps the model; throws
+// kvasir::Error if it cannot or the shape is out of range.
 struct LayerCosts {
   std::vector<double> layer_ms;
   double head_ms = 0, tail_ms = 0;
-  int rows = 0, context = 0;
+  int rows = 0, prefill = 0, context = 0;
 };
-LayerCosts measure_layer_costs(const std::string& model_path, int threads, int rows, int context,
-                               int repeats = 5);
+LayerCosts measure_layer_costs(const std::string& model_path, int threads, int rows, int prefill,
+                               int context, int repeats = 5);
 
 }  // namespace kvasir
