@@ -12,6 +12,11 @@ back, `--repeat` times in alternating order, and prints the gains
 (same-run ratios: the machine is shared).
 
   python3 bench/policies/inflight.py --bin build/bin [--repeat 2] [--out DIR] [--set section.key=value]
+      [--splits even=0-14/15-29,auto=auto/auto,balanced=0-15/16-29]
+
+`--splits` names the splits to measure (NAME=FIRST/SECOND, comma-separated);
+the balanced split of a load is the one `kvasir diagnose` proposes while it
+runs on the even split (docs/scheduler.md).
 """
 import argparse
 import json
@@ -76,10 +81,18 @@ def main():
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--set", default="", help="more settings for both runs, as section.key=value[:...]")
+    p.add_argument("--splits", default="even=0-14/15-29,auto=auto/auto",
+                   help="NAME=FIRST/SECOND[,...]: the layer splits to measure")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     print(f"CPU: {cpu_model()}; {os.cpu_count()} cores")
-    splits = {"even": ("0-14", "15-29"), "auto": ("auto", "auto")}
+    splits = {}
+    for item in a.splits.split(","):
+        name, _, ranges = item.partition("=")
+        first, _, second = ranges.partition("/")
+        if not name or not first or not second:
+            p.error(f"--splits: '{item}' is not NAME=FIRST/SECOND")
+        splits[name] = (first, second)
     one, two = "continuous+chunked:plan.max_inflight=1", "continuous+chunked:plan.max_inflight=2"
     if a.set:
         one, two = one + ":" + a.set, two + ":" + a.set
@@ -100,6 +113,8 @@ def main():
     for name, g in gains.items():
         print(f"- {name} split: in-flight gain {', '.join(f'{x:.2f}x' for x in g)} "
               f"(mean {sum(g) / len(g):.2f}x; goal >= 1.85x with the balanced split)")
+    for name, (f, s) in splits.items():
+        print(f"  {name}: layers {f} | {s}")
 
 
 if __name__ == "__main__":
