@@ -44,25 +44,27 @@ struct ProfileBatch {
   int32_t n_blocks = 0;
 };
 
-// The median time (ms) of `repeats` forwards of the slice, after a warm-up
-// (the first pages the slice's weights in).
+// The time (ms) of one forward of the slice, after a warm-up forward (the
+// first pages the slice's weights in and warms the caches).
 double time_slice(const ModelFile& model, const SliceSpec& slice, const ProfileBatch& d,
-                  int threads, int repeats) {
+                  int threads) {
   const ModelConfig& mc = model.config();
   SliceExecutor ex(model, slice, KvSpec{d.n_blocks, 16, DType::F16}, threads, d.batch.n_tokens);
   std::vector<float> in(size_t(d.batch.n_tokens) * size_t(mc.hidden), 0.01f), out(in.size()),
       logits(slice.tail ? size_t(d.batch.n_rows) * size_t(mc.vocab) : 0);  // [rows, vocab]
-  std::vector<double> ms;
-  for (int i = 0; i <= repeats; ++i) {
+  double t = 0;
+  for (int i = 0; i < 2; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     ex.forward(d.batch, slice.head ? nullptr : in.data(), slice.tail ? nullptr : out.data(),
                slice.tail ? logits.data() : nullptr);
-    const double t =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (i > 0) ms.push_back(t);
+    t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
-  std::nth_element(ms.begin(), ms.begin() + int64_t(ms.size() / 2), ms.end());
-  return ms[ms.size() / 2];
+  return t;
+}
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + int64_t(v.size() / 2), v.end());
+  return v[v.size() / 2];
 }
 
 }  // namespace
@@ -84,14 +86,29 @@ LayerCosts measure_layer_costs(const std::string& model_path, int threads, int r
   c.rows = rows;
   c.prefill = prefill;
   c.context = context;
-  for (int l = 0; l < L; ++l)
-    c.layer_ms.push_back(time_slice(*model, SliceSpec{l, l, false, false}, d, threads, repeats));
-  // The ends' extras: what the head's embedding and the tail's final norm,
-  // output head and logits add to their layer.
-  const double first = time_slice(*model, SliceSpec{0, 0, true, false}, d, threads, repeats);
-  const double last = time_slice(*model, SliceSpec{L - 1, L - 1, false, true}, d, threads, repeats);
-  c.head_ms = std::max(0.0, first - c.layer_ms.front());
-  c.tail_ms = std::max(0.0, last - c.layer_ms.back());
+  // In rounds, every slice once per round, each figure the median over the
+  // rounds: a burst of other work on the machine then slows one round of
+  // every layer alike, not all the runs of a few (five runs of each layer
+  // back to back moved the proposed split of the default model between
+  // 0-13 and 0-17 from one measurement to the next on a shared VM). The
+  // ends' extras — what the head's embedding and the tail's final norm,
+  // output head and logits add to their layer — are the medians of the
+  // differences within a round.
+  std::vector<std::vector<double>> layer(static_cast<size_t>(L));
+  std::vector<double> head, tail;
+  for (int r = 0; r < repeats; ++r) {
+    std::vector<double> now(static_cast<size_t>(L));
+    for (int l = 0; l < L; ++l) {
+      now[size_t(l)] = time_slice(*model, SliceSpec{l, l, false, false}, d, threads);
+      layer[size_t(l)].push_back(now[size_t(l)]);
+    }
+    head.push_back(time_slice(*model, SliceSpec{0, 0, true, false}, d, threads) - now.front());
+    tail.push_back(time_slice(*model, SliceSpec{L - 1, L - 1, false, true}, d, threads) -
+                   now.back());
+  }
+  for (int l = 0; l < L; ++l) c.layer_ms.push_back(median(layer[size_t(l)]));
+  c.head_ms = std::max(0.0, median(head));
+  c.tail_ms = std::max(0.0, median(tail));
   return c;
 }
 

@@ -25,7 +25,8 @@ int stage_main(int stage, const std::string& segment_name, const std::string& in
 // threads, for a micro-batch of `rows` decode rows at `context` positions
 // (every one sampled) plus, when `prefill` > 0, an unsampled prompt piece of
 // `prefill` tokens at the same position: each layer's median over `repeats`
-// forwards, and what the ends add to their layers — the embedding on the
+// rounds (every slice timed once a round, after a warm-up forward), and
+// what the ends add to their layers — the embedding on the
 // first stage, the final norm and output head on the last (the tail's
 // sampler is not included). What `kvasird --check` and layers = "auto"
 // split the layers by (base/layer_split.h). Maps the model; throws
@@ -36,6 +37,6 @@ struct LayerCosts {
   int rows = 0, prefill = 0, context = 0;
 };
 LayerCosts measure_layer_costs(const std::string& model_path, int threads, int rows, int prefill,
-                               int context, int repeats = 5);
+                               int context, int repeats = 7);
 
 }  // namespace kvasir
