@@ -196,8 +196,8 @@ std::optional<Diagnosis> unbalanced_split(const TopView& v) {
   // 5% is worth a restart with other layers: the even split of the default
   // model under bench/policies/inflight.py's load on the AVX2 VM (tail 1.12x
   // the first stage, 0-15 | 16-29 predicted 1.05x) was called balanced at
-  // 10%, and that split measured a mean in-flight gain of 1.96x against
-  // 1.55x (docs/scheduler.md).
+  // 10%, and that split measured a mean in-flight gain of 1.85x (11 pairs)
+  // against the even split's 1.71x (13 pairs; docs/scheduler.md).
   if (!(then > 0) || now / then < 1.05) return std::nullopt;
   Diagnosis d = make("batching", "stages.layers");
   d.figures.push_back(fmt::format(
