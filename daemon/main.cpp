@@ -342,6 +342,16 @@ class Daemon {
 
   // Opens the API, loads the stages, serves until a stop; the exit status.
   int run() {
+    // Before anything starts: a log that cannot be written is a config error.
+    if (!cfg_.log.batches.empty()) {
+      std::unique_ptr<kvasir::BatchLog> log;
+      if (kvasir::Status st = kvasir::BatchLog::open(cfg_.log.batches, &log); !st.ok()) {
+        KV_LOG_ERROR("main", "{}", st.message());
+        return 1;
+      }
+      batch_log_ = std::move(log);
+      KV_LOG_INFO("main", "a line per micro-batch to {}", cfg_.log.batches);
+    }
     if (!start_api()) return 1;
     Loaded l = load_stages();
     if (!l.error.empty()) return stopped_while_loading(l.error);
@@ -455,6 +465,7 @@ class Daemon {
     bc.block_size = cfg_.kv.block_size;
     bc.vocab = mc_.vocab;
     bc.context_length = mc_.context_length;
+    bc.batch_log = batch_log_;
     if (tok_)
       for (int32_t id = 0; id < tok_->vocab_size(); ++id)
         if (tok_->is_eog(id)) bc.eos_ids.push_back(id);
@@ -505,6 +516,7 @@ class Daemon {
   kvasir::Supervisor sup_;
   kvasir::LoadingMonitor loading_;
   kvasir::DeferredEngine deferred_;  // 503 "loading" until the bridge is attached
+  std::shared_ptr<kvasir::BatchLog> batch_log_;  // [log] batches, or null
   ApiThread api_;
 };
 }  // namespace

@@ -486,11 +486,12 @@ void parse_grammar(const toml::table& t, GrammarCfg& g) {
            "grammar.max_spec_bytes: {} is out of range [1KiB, 16MiB]", g.max_spec_bytes);
 }
 
-void parse_log(const toml::table& l, LogCfg& lc) {
-  check_keys(l, "log", {"level"});
+void parse_log(const toml::table& l, const std::string& base_dir, LogCfg& lc) {
+  check_keys(l, "log", {"level", "batches"});
   lc.level = get_str(l, "level", "log.level", lc.level);
   KV_CHECK(log::parse_level(lc.level).has_value(),
            "log.level: \"{}\" is not one of trace, debug, info, warn, error, off", lc.level);
+  lc.batches = resolve(base_dir, get_str(l, "batches", "log.batches", lc.batches));
 }
 
 }  // namespace
@@ -517,7 +518,7 @@ Config parse_config(std::string_view text, const std::string& base_dir, const st
   if (auto* s = sub_table(root, "server")) parse_server(*s, c.server);
   if (auto* r = sub_table(root, "recovery")) parse_recovery(*r, c.recovery);
   if (auto* g = sub_table(root, "grammar")) parse_grammar(*g, c.grammar);
-  if (auto* l = sub_table(root, "log")) parse_log(*l, c.log);
+  if (auto* l = sub_table(root, "log")) parse_log(*l, base_dir, c.log);
   resolve_server(base_dir, c.server);
   validate_plan(c.plan);
   settle_prefix_caching(c);

@@ -179,10 +179,13 @@ inline uint64_t grammar_entry_capacity(const GrammarCfg& g) {
   return g.max_spec_bytes + 8192;
 }
 
-// [log]: the level of the daemon's and its stages' log (base/log.h);
-// `kvasird --log-level` overrides it.
+// [log]: the level of the daemon's and its stages' log (base/log.h;
+// `kvasird --log-level` overrides it), and the per-batch log.
 struct LogCfg {
   std::string level = "info";  // trace | debug | info | warn | error | off
+  // A JSON line per micro-batch result (daemon/engine/batch_log.h); ""
+  // = none. Absolute after loading.
+  std::string batches;
 };
 
 struct Config {

@@ -363,6 +363,18 @@ bool Bridge::read_results() {
     const int64_t done = ipc::now_ns();
     result.cycle_s = double(done - slot.submit_ns) / 1e9;
     result.done_s = double(done) / 1e9;
+    if (cfg_.batch_log) {
+      BatchRecord rec;
+      rec.batch = m.batch_id;
+      rec.slot = m.slot;
+      rec.submit_s = double(slot.submit_ns) / 1e9;
+      rec.done_s = result.done_s;
+      rec.counts = count_batch(slot.out);
+      rec.stage_busy_s = result.stage_busy_s;
+      rec.ok = result.status.ok();
+      rec.error = result.status.code();
+      cfg_.batch_log->write(rec);
+    }
     slot.busy = false;
     slot.out = {};
     sched_.update(result);

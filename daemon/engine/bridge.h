@@ -29,11 +29,13 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "daemon/engine/batch_log.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/ring_health.h"
 #include "daemon/engine/scheduler.h"
@@ -50,6 +52,8 @@ struct BridgeConfig {
   int32_t vocab = 0;
   int32_t context_length = 0;    // 0 = unknown (no limit but the blocks)
   std::vector<int32_t> eos_ids;  // the model's end-of-generation ids
+  // `[log] batches`: a line per result read (batch_log.h); null: none.
+  std::shared_ptr<BatchLog> batch_log;
 };
 
 class Bridge : public Engine {

@@ -14,8 +14,11 @@ SRC=${3:-$(cd "$(dirname "$0")/../.." && pwd)}
 . "$SRC/tests/integration/lib.sh"
 kv_setup bench-cli
 
+# [log] batches: a line per micro-batch, relative to the config's folder.
 kv_config '[kv]
-memory = "64MiB"' > "$WORK/kvasir.toml"
+memory = "64MiB"
+[log]
+batches = "batches.jsonl"' > "$WORK/kvasir.toml"
 kv_start "$KVASIRD" "$KVASIR" "$WORK/kvasir.toml"
 ok "kvasird ready"
 
@@ -62,6 +65,36 @@ PY
 expect "bench figures consistent" "$check" "consistent"
 expect "daemon generated exactly 64 tokens" "$(( $(engine tokens_generated) - gen0 ))" "64"
 expect "daemon prefilled exactly 224 prompt tokens" "$(( $(engine tokens_prompt) - prompt0 ))" "224"
+
+# The batch log holds every micro-batch the scheduler saw (the warm-up's
+# too) and every sampled row is a generated token; batchlog.py reads it.
+curl -s --unix-socket "$SOCK" http://x/kvasir/v1/stats > "$WORK/stats.json"
+check=$(python3 - "$WORK/batches.jsonl" "$WORK/stats.json" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+e = json.load(open(sys.argv[2]))["engine"]
+bad = []
+if len(lines) != e["timing"]["batches"]: bad.append(f"{len(lines)} lines, {e['timing']['batches']} batches")
+if sum(b["sampled"] for b in lines) != e["tokens_generated"]:
+    bad.append(f"sampled {sum(b['sampled'] for b in lines)} != generated {e['tokens_generated']}")
+for b in lines:
+    if not (b["ok"] and b["submit_s"] <= b["done_s"] and len(b["stage_busy_s"]) == 2
+            and all(x > 0 for x in b["stage_busy_s"]) and b["rows"] >= b["sampled"] >= b["decode_rows"]
+            and b["tokens"] >= b["prompt_tokens"] + b["decode_rows"] and b["rows"] > 0):
+        bad.append(f"line {b}"); break
+if sum(b["prompt_tokens"] for b in lines) < 224: bad.append("fewer prompt tokens than the bench sent")
+print("; ".join(bad) if bad else "consistent")
+PY
+)
+expect "batch log: a line per batch, its sampled rows the tokens generated" "$check" "consistent"
+out=$(python3 "$SRC/bench/policies/batchlog.py" "$WORK/batches.jsonl" 2>&1)
+[[ "$out" == *"bound on the ring's gain"* ]] && ok "batchlog.py reads it" || bad "batchlog.py: $out"
+# A log that cannot be written stops a second daemon before it starts anything.
+kv_config '[log]
+batches = "/nonexistent-kvasir-dir/b.jsonl"' | sed "s#$SOCK#$WORK/unused.sock#" > "$WORK/badlog.toml"
+timeout 60 "$KVASIRD" --config "$WORK/badlog.toml" > "$WORK/badlog.log" 2>&1; rc=$?
+[ $rc -eq 1 ] && grep -q "log.batches: cannot write '/nonexistent-kvasir-dir/b.jsonl'" "$WORK/badlog.log" &&
+  ok "unwritable batch log refused at start" || bad "unwritable batch log: rc=$rc $(cat "$WORK/badlog.log")"
 
 # A trace: timed arrivals, a text prompt, per-request max_tokens; goodput.
 cat > "$WORK/trace.jsonl" <<'T'

@@ -458,6 +458,21 @@ TEST(Config, LoadFileResolvesAgainstItsFolderAndMissingFileNamed) {
   }
 }
 
+TEST(Config, LogLevelAndBatchLog) {
+  const Config c = parse_config(kGood, "/base");
+  EXPECT_EQ(c.log.level, "info");
+  EXPECT_EQ(c.log.batches, "");  // none unless asked
+  const Config rel =
+      parse_config(std::string(kGood) + "[log]\nbatches = \"run/b.jsonl\"\n", "/base");
+  EXPECT_EQ(rel.log.batches, "/base/run/b.jsonl");  // the config's folder, as every path
+  const Config abs =
+      parse_config(std::string(kGood) + "[log]\nbatches = \"/tmp/b.jsonl\"\n", "/base");
+  EXPECT_EQ(abs.log.batches, "/tmp/b.jsonl");
+  EXPECT_EQ(refusal(std::string(kGood) + "[log]\nbatches = 3\n"), "log.batches: must be a string");
+  EXPECT_NE(refusal(std::string(kGood) + "[log]\nlevel = \"loud\"\n").find("log.level"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvasir
 
