@@ -167,6 +167,25 @@ void wait_ready(Daemon& d, const Endpoint& ep, double timeout_s, const std::stri
   }
 }
 
+// The daemon's stages as it ran them (`layers = "auto"` is resolved at load)
+// and each one's busy seconds since it started: one fresh daemon per run, so
+// the run's own work plus the warm-up. Empty when the daemon does not say.
+json daemon_stages(const Endpoint& ep) {
+  json out = json::array();
+  try {
+    HttpResult r = http_call(ep, "GET", "/kvasir/v1/stats");
+    json j = json::parse(r.body, nullptr, false);
+    if (r.status != 200 || !j.is_object() || !j.contains("stages") || !j["stages"].is_array())
+      return out;
+    for (const auto& st : j["stages"])
+      out.push_back(
+          {{"layers", st.value("layers", std::string())}, {"busy_s", st.value("busy_s", 0.0)}});
+  } catch (const std::exception&) {
+    return json::array();  // a daemon that went away, or a field of another type
+  }
+  return out;
+}
+
 }  // namespace
 
 int compare_policies(const CompareOptions& c, const BenchOptions& o,
@@ -200,6 +219,7 @@ int compare_policies(const CompareOptions& c, const BenchOptions& o,
       wait_ready(d, ep, c.ready_timeout_s, log.string());
       json s = run_bench(ep, o, workload);
       s["policy"] = policy;
+      s["stages"] = daemon_stages(ep);
       runs.emplace_back(policy, std::move(s));
     } catch (const std::exception& e) {
       std::cerr << "kvasir bench: policy " << policy << ": " << e.what() << "\n";

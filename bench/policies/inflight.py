@@ -109,6 +109,11 @@ def main():
             print(f"  max_inflight 1: {r1:.2f} tok/s, 2: {r2:.2f} tok/s -> gain {r2 / r1:.2f}x "
                   f"({got[one]['completed']}+{got[two]['completed']} of {2 * a.requests} completed)",
                   flush=True)
+            for k, label in ((one, "1"), (two, "2")):
+                st = got[k].get("stages", [])
+                print(f"    max_inflight {label}: layers "
+                      + " | ".join(x["layers"] for x in st) + ", busy s "
+                      + " | ".join(f"{x['busy_s']:.1f}" for x in st), flush=True)
     print(f"after: {uptime()}")
     for name, g in gains.items():
         print(f"- {name} split: in-flight gain {', '.join(f'{x:.2f}x' for x in g)} "

@@ -150,11 +150,15 @@ for name, s in p.items():
     if s.get("completed") != 8 or s.get("output_tokens") != 8 * 56:
         bad.append(f"{name}: {s}")
 if n.get("preemptions") != 0: bad.append(f"naive preempted {n.get('preemptions')}")
+for name, s in p.items():  # the split each daemon ran, and that both stages worked
+    st = s.get("stages", [])
+    if [x.get("layers") for x in st] != ["0-14", "15-29"] or not all(x.get("busy_s", 0) > 0 for x in st):
+        bad.append(f"{name}: stages {st}")
 if not c.get("preemptions", 0) > 0: bad.append(f"continuous+chunked did not preempt: {c.get('preemptions')}")
 print("; ".join(bad) if bad else "consistent")
 PY
 )
-expect "compare-policies: both complete all 8 on a small pool, chunked preempts" "$check" "consistent"
+expect "compare-policies: both complete all 8 on a small pool, chunked preempts, stages recorded" "$check" "consistent"
 TMPDIR="$WORK" "$KVASIR" bench --compare-policies --config "$WORK/small.toml" --kvasird "$KVASIRD" \
   --policies naive --requests 1 --max-tokens 2 --prompt-len 8 > "$WORK/cmp.txt" 2>&1
 grep -q 'naive' "$WORK/cmp.txt" && ok "compare table" || bad "compare table: $(cat "$WORK/cmp.txt")"
