@@ -230,11 +230,14 @@ nothing_left "after drain_timeout"
 # ---- 5. a stop while the stages are still loading ----
 config 30
 start run4 KVASIR_TEST_PRELOAD_DELAY_MS=300
+# Loading, with both stage processes forked: the API answers "loading"
+# before the supervisor forks them (under ASan the fork came after it).
 for _ in $(seq 1 400); do
-  "${C[@]}" http://x/health 2>/dev/null | grep -q '"status":"loading"' && break
+  STAGES=$(ps -o pid= --ppid "$PID" | tr -d ' ' | tr '\n' ' ')
+  [ "$(echo $STAGES | wc -w)" -ge 2 ] &&
+    "${C[@]}" http://x/health 2>/dev/null | grep -q '"status":"loading"' && break
   sleep 0.05
 done
-STAGES=$(ps -o pid= --ppid "$PID" | tr -d ' ' | tr '\n' ' ')
 SEG=$(ps -o args= --ppid "$PID" | sed -n 's/.*--segment \(kvasir-[0-9a-f]*\).*/\1/p' | head -1)
 kill -TERM "$PID"
 wait_exit 30
