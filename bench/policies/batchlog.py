@@ -18,6 +18,22 @@ Reads the JSON lines (one per micro-batch result, docs/config.md) and prints:
   total work / the sum over phases of the slowest stage's work.
 
 --skip drops the first N lines (kvasird's warm-up requests, say).
+
+--what-if FIRST_LAYERS adds estimates, from the same busy times, of what
+the ring could gain with every slot always refilled at once (a saturated
+replay: micro-batch i enters when micro-batch i - depth has left the
+tail), as run and with one change each:
+- one more slot in the ring (depth + 1);
+- a boundary of up to k layers that each micro-batch may move from one
+  stage to the next (k = 1, 2), chosen per micro-batch to leave the tail
+  soonest, then to free the first stage soonest (greedy, not optimal);
+  a layer is taken to cost the first stage's busy time / FIRST_LAYERS (the
+  layers the first stage holds). Two stages only;
+- every micro-batch's busy times replaced by the mean of its group of 2
+  or 8 consecutive ones (micro-batches of equal cost).
+Each is total work / replayed time, the work not changed by the move. They
+are models, not measurements: the replay as run is checked against the
+log's own wall time, which it should match within the bridge's turnaround.
 """
 import argparse
 import json
@@ -71,6 +87,57 @@ def replay(batches, n_stages):
     return idle
 
 
+def saturated(costs, depth, movable=0, layer_share=0.0):
+    """Replayed seconds with micro-batch i entering when i - depth leaves the tail.
+
+    costs: per micro-batch, each stage's busy seconds. movable > 0 (two
+    stages): each micro-batch moves k in [-movable, movable] layers of
+    layer_share x its first-stage time from the first stage to the second
+    (k > 0) or back, k chosen to finish it soonest, then to free the
+    stages before the tail soonest, then to move least.
+    """
+    n = len(costs[0])
+    end, done = [0.0] * n, []
+    for i, c in enumerate(costs):
+        enter = done[i - depth] if i >= depth else 0.0
+        best = None
+        for k in range(-movable, movable + 1):
+            shift = k * layer_share * c[0]
+            if c[0] - shift < 0 or c[1] + shift < 0:
+                continue
+            cc = [c[0] - shift, c[1] + shift] + list(c[2:]) if movable else c
+            t, ends = enter, []
+            for s in range(n):
+                t = max(t, end[s]) + cc[s]
+                ends.append(t)
+            key = (ends[-1], sum(ends), abs(k))
+            if best is None or key < best[0]:
+                best = (key, ends)
+        end = best[1]
+        done.append(end[-1])
+    return max(done)
+
+
+def what_if(batches, first_layers):
+    costs = [[max(x, 0.0) for x in b["stage_busy_s"]] for b in batches]
+    work = sum(sum(c) for c in costs)
+    depth = max(occupancy(batches))
+    out = {"depth": depth, "wall_s": max(b["done_s"] for b in batches) - batches[0]["submit_s"]}
+    rows = [("as run", saturated(costs, depth)), ("one more slot", saturated(costs, depth + 1))]
+    if len(costs[0]) == 2 and first_layers > 0:
+        for k in (1, 2):
+            rows.append((f"{k} movable layer(s)", saturated(costs, depth, k, 1.0 / first_layers)))
+    for g in (2, 8):
+        eq = []
+        for i in range(0, len(costs), g):
+            grp = costs[i:i + g]
+            mean = [sum(c[s] for c in grp) / len(grp) for s in range(len(costs[0]))]
+            eq += [mean] * len(grp)
+        rows.append((f"equal cost in groups of {g}", saturated(eq, depth)))
+    out["replays"] = [{"case": name, "replay_s": t, "gain": work / t} for name, t in rows]
+    return out
+
+
 def summarize(batches):
     n_stages = len(batches[0]["stage_busy_s"])
     wall = max(b["done_s"] for b in batches) - batches[0]["submit_s"]
@@ -118,8 +185,13 @@ def main():
     p.add_argument("file")
     p.add_argument("--skip", type=int, default=0, help="drop the first N lines")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--what-if", type=int, default=0, metavar="FIRST_LAYERS",
+                   help="add the saturated replays; FIRST_LAYERS = layers on the first stage")
     a = p.parse_args()
-    s = summarize(load(a.file, a.skip))
+    batches = load(a.file, a.skip)
+    s = summarize(batches)
+    if a.what_if:
+        s["what_if"] = what_if(batches, a.what_if)
     if a.json:
         print(json.dumps(s, indent=2))
         return
@@ -134,6 +206,11 @@ def main():
     print(f"tokens: {s['prompt_tokens']} prompt, {s['decode_rows']} decode rows, {s['sampled']} sampled")
     print(f"bound on the ring's gain: {s['bound_split']:.2f}x from the split, "
           f"{s['bound_phases']:.2f}x with the phases")
+    if a.what_if:
+        w = s["what_if"]
+        print(f"saturated replay, depth {w['depth']} (the log's wall: {w['wall_s']:.2f} s; estimates):")
+        for r in w["replays"]:
+            print(f"  {r['case']}: {r['replay_s']:.2f} s, gain {r['gain']:.2f}x")
 
 
 if __name__ == "__main__":

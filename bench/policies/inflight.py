@@ -9,7 +9,11 @@ caps the gain because the tail also computes the output head
 them at load) this runs the same closed-loop load with `plan.max_inflight`
 1 and 2 through `kvasir bench --compare-policies`, the two runs back to
 back, `--repeat` times in alternating order, and prints the gains
-(same-run ratios: the machine is shared).
+(same-run ratios: the machine is shared). Each gain is also split in two:
+the stages' busy seconds at 2 over those at 1 (what the same requests cost
+more in smaller micro-batches run side by side), and the gain times that
+ratio (work / time at 2 in flight: how busy the ring kept its stages; its
+ceiling on a load is what `batchlog.py --what-if` replays).
 
   python3 bench/policies/inflight.py --bin build/bin [--repeat 2] [--out DIR] [--set section.key=value]
       [--splits even=0-14/15-29,auto=auto/auto,balanced=0-15/16-29]
@@ -97,6 +101,7 @@ def main():
     if a.set:
         one, two = one + ":" + a.set, two + ":" + a.set
     gains = {k: [] for k in splits}
+    work = {k: [] for k in splits}
     for rep in range(a.repeat):
         for name, (f, s) in splits.items():
             cfg = os.path.join(a.out, f"{name}.toml")
@@ -114,10 +119,22 @@ def main():
                 print(f"    max_inflight {label}: layers "
                       + " | ".join(x["layers"] for x in st) + ", busy s "
                       + " | ".join(f"{x['busy_s']:.1f}" for x in st), flush=True)
+            w1, w2 = (sum(x["busy_s"] for x in got[k].get("stages", [])) for k in (one, two))
+            if w1 > 0 and w2 > 0:
+                # gain = (work / time at 2) / (work at 2 / work at 1): how well the
+                # ring keeps its stages busy, over what the same requests cost more
+                # with two micro-batches (smaller ones, and both stages at once).
+                work[name].append(w2 / w1)
+                print(f"    work at 2 / at 1: {w2 / w1:.3f}; ring's use of the stages: "
+                      f"{r2 / r1 * w2 / w1:.2f}x", flush=True)
     print(f"after: {uptime()}")
     for name, g in gains.items():
         print(f"- {name} split: in-flight gain {', '.join(f'{x:.2f}x' for x in g)} "
               f"(mean {sum(g) / len(g):.2f}x; goal >= 1.85x with the balanced split)")
+        if work[name]:
+            w = work[name]
+            print(f"  work at 2 / at 1: {', '.join(f'{x:.3f}' for x in w)} (mean {sum(w) / len(w):.3f}); "
+                  f"ring's use of the stages: mean {sum(a * b for a, b in zip(g, w)) / len(w):.2f}x")
     for name, (f, s) in splits.items():
         print(f"  {name}: layers {f} | {s}")
 

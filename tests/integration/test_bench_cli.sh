@@ -89,6 +89,35 @@ PY
 expect "batch log: a line per batch, its sampled rows the tokens generated" "$check" "consistent"
 out=$(python3 "$SRC/bench/policies/batchlog.py" "$WORK/batches.jsonl" 2>&1)
 [[ "$out" == *"bound on the ring's gain"* ]] && ok "batchlog.py reads it" || bad "batchlog.py: $out"
+# The saturated replay: a hand-worked timeline, then the daemon's log. No
+# micro-batch can enter before the one `depth` ahead of it has left, so the
+# replay as run never ends after the log's wall, and a deeper ring never later.
+check=$(python3 - "$SRC/bench/policies" "$WORK/batches.jsonl" <<'PY'
+import json, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+import batchlog
+bad = []
+# Stage times 1 | 2 s, two slots: the tail sets the pace, 4 x 2 + 1 = 9 s.
+if abs(batchlog.saturated([[1.0, 2.0]] * 4, 2) - 9.0) > 1e-9: bad.append("hand timeline")
+# 2 | 1 s each: the first stage sets the pace (8 x 2 + 1 = 17 s); a movable
+# quarter of it evens them at 1.5 | 1.5 (8 x 1.5 + 1.5 = 13.5 s).
+heavy = [[2.0, 1.0]] * 8
+if abs(batchlog.saturated(heavy, 2) - 17.0) > 1e-9: bad.append("first stage's pace")
+if abs(batchlog.saturated(heavy, 2, 1, 0.25) - 13.5) > 1e-9: bad.append("movable")
+out = subprocess.run([sys.executable, sys.argv[1] + "/batchlog.py", sys.argv[2], "--what-if", "15",
+                      "--json"], capture_output=True, text=True)
+w = json.loads(out.stdout)["what_if"] if out.returncode == 0 else None
+if w is None:
+    bad.append("--what-if: " + out.stderr)
+else:
+    r = {x["case"]: x["replay_s"] for x in w["replays"]}
+    if not 0 < r["as run"] <= w["wall_s"] + 0.01: bad.append(f"as run {r['as run']} vs wall {w['wall_s']}")
+    if r["one more slot"] > r["as run"] + 1e-9: bad.append("a deeper ring replayed later")
+    if len(r) != 6: bad.append(f"cases {sorted(r)}")
+print("; ".join(bad) if bad else "consistent")
+PY
+)
+expect "batchlog.py --what-if: the replay within the log's wall" "$check" "consistent"
 # A log that cannot be written stops a second daemon before it starts anything.
 kv_config '[log]
 batches = "/nonexistent-kvasir-dir/b.jsonl"' | sed "s#$SOCK#$WORK/unused.sock#" > "$WORK/badlog.toml"
