@@ -101,7 +101,7 @@ def main():
     if a.set:
         one, two = one + ":" + a.set, two + ":" + a.set
     gains = {k: [] for k in splits}
-    work = {k: [] for k in splits}
+    work = {k: [] for k in splits}  # (gain, work ratio) per pair with stage figures
     for rep in range(a.repeat):
         for name, (f, s) in splits.items():
             cfg = os.path.join(a.out, f"{name}.toml")
@@ -124,17 +124,18 @@ def main():
                 # gain = (work / time at 2) / (work at 2 / work at 1): how well the
                 # ring keeps its stages busy, over what the same requests cost more
                 # with two micro-batches (smaller ones, and both stages at once).
-                work[name].append(w2 / w1)
+                work[name].append((r2 / r1, w2 / w1))
                 print(f"    work at 2 / at 1: {w2 / w1:.3f}; ring's use of the stages: "
                       f"{r2 / r1 * w2 / w1:.2f}x", flush=True)
     print(f"after: {uptime()}")
     for name, g in gains.items():
         print(f"- {name} split: in-flight gain {', '.join(f'{x:.2f}x' for x in g)} "
               f"(mean {sum(g) / len(g):.2f}x; goal >= 1.85x with the balanced split)")
-        if work[name]:
-            w = work[name]
+        if work[name]:  # the pairs whose daemons both reported their stages
+            w = [x for _, x in work[name]]
+            use = [gain * x for gain, x in work[name]]
             print(f"  work at 2 / at 1: {', '.join(f'{x:.3f}' for x in w)} (mean {sum(w) / len(w):.3f}); "
-                  f"ring's use of the stages: mean {sum(a * b for a, b in zip(g, w)) / len(w):.2f}x")
+                  f"ring's use of the stages: mean {sum(use) / len(use):.2f}x")
     for name, (f, s) in splits.items():
         print(f"  {name}: layers {f} | {s}")
 
