@@ -4,8 +4,10 @@
 // reference: one SliceExecutor over the whole model, one request at a time.
 #pragma once
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -27,6 +29,19 @@ inline std::string temp_dir(const std::string& tag) {
            ("kvasir-" + tag + "-" + std::to_string(getpid()));
   std::filesystem::create_directories(d);
   return d.string();
+}
+
+// Sends `sig` to one stage process; returns kill()'s result. A stage's pid
+// reads -1 while the supervisor restarts it (Supervisor::pids), and
+// kill(-1, sig) signals every process this user may signal (the test
+// runner with them), kill(0, sig) this whole process group: a pid that is
+// not a real one is refused with ESRCH instead.
+inline int signal_stage(pid_t pid, int sig) {
+  if (pid <= 0) {
+    errno = ESRCH;
+    return -1;
+  }
+  return kill(pid, sig);
 }
 
 // Splits n_layers into `stages` contiguous ranges as evenly as possible.

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <cstdlib>
 #include <random>
 #include <thread>
 
@@ -331,7 +332,7 @@ TEST(RingE2E, StageDeathFailsRequestsInFailStopMode) {
   bc.n_blocks = sup.kv_blocks();
   bc.vocab = mc.vocab;
   Bridge engine(sup.segment(), bc, [&] { return sup.health(); });
-  kill(sup.pids()[1], SIGKILL);
+  ASSERT_EQ(signal_stage(sup.pids()[1], SIGKILL), 0);
   for (int i = 0; i < 200 && engine.ready(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_FALSE(engine.ready());
@@ -360,6 +361,7 @@ bool gone(pid_t pid) {
 
 pid_t start_daemon(const std::string& cfg, const std::string& log) {
   pid_t pid = fork();
+  if (pid < 0) std::abort();  // the callers signal it: never kill(-1, ...)
   if (pid == 0) {
     freopen(log.c_str(), "w", stderr);
     execl(kvasird_path().c_str(), "kvasird", "--config", cfg.c_str(), nullptr);

@@ -121,7 +121,7 @@ Outputs run(const std::string& model, int n_layers, const std::vector<Req>& reqs
     if (kill_tail) {
       for (int i = 0; i < 60000 && engine.stats().tokens_generated < 300; ++i)
         std::this_thread::sleep_for(std::chrono::microseconds(500));
-      EXPECT_EQ(kill(sup.pids()[2], SIGKILL), 0);
+      EXPECT_EQ(signal_stage(sup.pids()[2], SIGKILL), 0);
       EXPECT_TRUE(wait_recovered(engine, 1)) << engine.stats().failure;
     }
     EXPECT_TRUE(col.wait_all(reqs.size(), 300)) << "requests hang";
