@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include "daemon/engine/bridge.h"
 #include "stages/agent.h"
 #include "tests/integration/ring_fixture.h"
@@ -61,6 +63,7 @@ struct Ring {
     const int S = seg->n_stages();
     const int32_t blocks = seg->header().kv_blocks.load();
     pid_t pid = fork();
+    if (pid < 0) std::abort();  // a -1 in kids would make kill(victim) kill(-1, ...)
     if (pid == 0) {
       auto mine = ipc::Segment::open(name);
       // What runs the kernels: before the first batch the capability only,
@@ -259,6 +262,7 @@ TEST(Bridge, LostStageIsReplacedAndNoTokenIsLostOrRepeated) {
   for (int i = 0; i < 20000 && engine.stats().tokens_generated < 600; ++i)
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   const pid_t victim = ring.kids[1];
+  ASSERT_GT(victim, 0);
   ASSERT_EQ(kill(victim, SIGKILL), 0);
   ASSERT_TRUE(col.wait_all(N));
   for (int i = 0; i < N; ++i) {
