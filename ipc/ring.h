@@ -1,15 +1,18 @@
 // ipc/ring.h — the in-flight ring: SPSC queues of fixed-size messages in one
 // shared segment, and the slots those messages point at.
 //
-// The segment of one instance (ipc/segment.h), S stages, I = max_inflight:
+// The segment of one instance (ipc/segment.h, Segment::layout), S stages,
+// M expert-group members, I = max_inflight, in address order:
 //
 //   +--------------------------------------------------------------------+
 //   | SegmentHeader  magic "KVSR", version, size, owner pid, shutdown,   |
-//   |                the plan (widths, stages, model path, kv)           |
+//   |                the plan (widths, stages, members, model path, kv, |
+//   |                grammar table size)                                 |
 //   +--------------------------------------------------------------------+
-//   | StageShared[S] status, pid, KV capacity, error text, stats:        |
+//   | StageShared[S+M] status, pid, KV capacity, error text, stats:      |
 //   |                busy/starved/blocked ns, batches, tokens (atomics), |
-//   |                kernels text (SIMD levels / device, own seqlock)    |
+//   |                kernels text (SIMD levels / device, own seqlock);   |
+//   |                the members' slots follow the stages'               |
 //   +--------------------------------------------------------------------+
 //   | Ring[S+1]      ring s feeds stage s; ring S feeds the bridge       |
 //   |                                                                    |
@@ -22,10 +25,25 @@
 //   |                batch id, rows {seq, pos0, n, sample, n_table},     |
 //   |                token ids [max_tokens], block tables, sampling      |
 //   +--------------------------------------------------------------------+
+//   | Result[I]      token id + logprob (+ top-N) per row, status, error |
+//   +--------------------------------------------------------------------+
 //   | Boundary[I][S-1]  hidden states [max_tokens, hidden] f32 from      |
 //   |                   stage s to s+1 for the batch in slot k           |
 //   +--------------------------------------------------------------------+
-//   | Result[I]      token id + logprob (+ top-N) per row, status, error |
+//   | CUDA IPC table [S-1][I]  GPU stages' boundary buffer handles       |
+//   |                (ipc/cuda_boundary.h)                               |
+//   +--------------------------------------------------------------------+
+//   | Grammar table  entries x capacity bytes: structured-output specs   |
+//   |                in grammar/'s wire form, each with header {id,      |
+//   |                version, bytes, checksum}; written by the bridge,   |
+//   |                read by the tail (ipc/grammar_table.h); 0 entries   |
+//   |                when structured outputs are off                     |
+//   +--------------------------------------------------------------------+
+//   | Member area[M] one per expert-group member: MemberCall {req_seq,   |
+//   |                layer, n, posted_ns, request bell, ans_seq,         |
+//   |                ans_failed, answer bell}, then x [max_tokens,       |
+//   |                hidden] f32, ids [max_tokens, top_k] i32,           |
+//   |                y [max_tokens * top_k, hidden] f32 (MemberArea)     |
 //   +--------------------------------------------------------------------+
 //
 // A slot k (descriptor k, boundaries [k][*], result k) is a credit the bridge
