@@ -42,8 +42,8 @@ def make_trace(a):
     on two CPU stages, longer under the whole-prefill policies), so
     whole-prompt prefills land in the middle of decodes, which is what
     chunked prefill exists to smooth out. Shorts are 128-144 prompt and
-    128 output tokens (a chat turn); sessions 1-2 used 48-64 / 96 and longs
-    at 1, 3, 5 s (--short-len 48 --short-max 96 --long-start 1 --long-gap 2).
+    128 output tokens (a chat turn); the earlier trace used 48-64 / 96 and
+    longs at 1, 3, 5 s (--short-len 48 --short-max 96 --long-start 1 --long-gap 2).
     """
     rng = random.Random(a.seed)
     reqs = []

@@ -2,7 +2,7 @@
 """bench/serve: aggregate output tokens/s of C concurrent requests through
 kvasird (a 2-stage CPU ring), next to llama.cpp's single-stream decode rate
 (llama-cpp-python, same model file, same total thread count) measured in the
-same run. The CPU-kernels issue asks for >= 2x: batching must pay off.
+same run. The goal is >= 2x: batching must pay off.
 
   scripts/build && python3 bench/serve/run.py [--concurrency 16] [--max-tokens 128]
 

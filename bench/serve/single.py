@@ -4,7 +4,7 @@
 A single stream through kvasird (2 CPU stages) against the same model in one
 process (kvasir-local) and llama.cpp (llama-cpp-python), all on the same
 cores, in the same run, interleaved round by round (this machine is shared
-and noisy: rates drift, ratios within a round hold). The CPU issue asks:
+and noisy: rates drift, ratios within a round hold). The goals it checks:
 ring >= 0.9x kvasir-local with the same threads, and >= 1.0x llama.cpp.
 
   scripts/build && python3 bench/serve/single.py [--threads 2] [--rounds 3] [--max-tokens 128]

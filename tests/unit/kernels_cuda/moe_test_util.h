@@ -25,7 +25,8 @@ struct Shape {
   int32_t n_experts, top_k;
 };
 
-// Token counts 1, 3, 17, 130 over the (n_experts, top_k) pairs of the issue.
+// Token counts 1, 3, 17, 130 over (n_experts, top_k) pairs that span the MoE
+// models served: 8 experts (Mixtral) to 128 (Qwen3-MoE), top 1 to 8.
 inline std::vector<Shape> shapes() {
   std::vector<Shape> r;
   for (int64_t n : {1, 3, 17, 130})
