@@ -149,9 +149,9 @@ std::optional<Diagnosis> prefill_interference(const TopView& v) {
 // models when they have seen enough (per token over each stage's layers,
 // the tail's per sampled row as its extra), else from their measured ms per
 // batch alone (base/layer_split.h, costs_from_stages). A stage's fixed cost
-// per micro-batch is mostly reading its layers' weights (on the AMX VM the
-// fit's fixed terms, 6.7 and 9.1 ms, matched the stages' packed weights over
-// the read rate: docs/scheduler.md), so it goes with the layers too.
+// per micro-batch is mostly reading its layers' weights (the fit's fixed
+// terms match the stages' packed weights over the read rate:
+// docs/scheduler.md), so it goes with the layers too.
 SplitCosts live_costs(const TopView& v, const std::vector<std::pair<int, int>>& layers,
                       const std::vector<double>& ms) {
   double per_token = 0, fixed = 0;
@@ -193,11 +193,10 @@ std::optional<Diagnosis> unbalanced_split(const TopView& v) {
   const double model_now = split_step(costs, layers);
   const double now = v.stages[slow].ms_per_batch,
                then = now * split_step(costs, split) / std::max(model_now, 1e-9);
-  // 5% is worth a restart with other layers: the even split of the default
-  // model under bench/policies/inflight.py's load on the AVX2 VM (tail 1.12x
-  // the first stage, 0-15 | 16-29 predicted 1.05x) was called balanced at
-  // 10%, and that split measured a mean in-flight gain of 1.85x (11 pairs)
-  // against the even split's 1.71x (13 pairs; docs/scheduler.md).
+  // 5% is worth a restart with other layers: a split whose slowest stage
+  // is 5-10% over the balanced one's still costs a clear share of the
+  // in-flight gain, so a 10% threshold would call such a split balanced
+  // (docs/scheduler.md, "Layer split by measured time").
   if (!(then > 0) || now / then < 1.05) return std::nullopt;
   Diagnosis d = make("batching", "stages.layers");
   d.figures.push_back(fmt::format(

@@ -172,8 +172,8 @@ bool all_cpu(const kvasir::Config& cfg) {
 // a ring slot's share of max_rows as decode rows at 256 positions, and a
 // prompt piece as many tokens long (as the ends add theirs). Why the piece:
 // the output head is paid per sampled row, the layers per token, so the
-// split that balances decode-only steps (the head weighing ~7 layers at 16
-// rows on the AVX2 VM) overloads the first stage once prompts are computed
+// split that balances decode-only steps (where the head weighs several
+// layers) overloads the first stage once prompts are computed
 // too; a piece as long as the decode rows is a load whose prompts are as
 // long as its answers (each stage computes two tokens per sampled one),
 // between decode-only and prompt-heavy (docs/scheduler.md).

@@ -28,11 +28,11 @@ constexpr int32_t kSpinRows = 4;
 // request at hand has at most kSpinRows rows. For one or a few decodes the
 // leader's next request comes, and a member's answer, a fraction of a
 // millisecond apart (a layer's attention, its experts): a futex sleep and
-// wake-up per layer on each side cost a quarter of the group's per-token
-// time (bench/moe, quiet: 2.7-2.9 ms without the spin, 2.1-2.3 with it).
-// Bigger batches are longer per layer and come when the ring is busy,
-// where a spinning process takes a core another needs (16 streams: 0.87x
-// the tokens/s with the spin, 1.0x without). Env KVASIR_GROUP_SPIN_US
+// wake-up per layer on each side cost about a quarter of the group's
+// per-token time. Bigger batches are longer per layer and come when the
+// ring is busy, where a spinning process takes a core another needs and
+// costs throughput (bench/moe; docs/measurements/2026-12-02.md has the
+// figures). Env KVASIR_GROUP_SPIN_US
 // overrides the 300 (0: never spin).
 template <class Done>
 bool spin_until(int32_t rows, Done done) {

@@ -110,8 +110,8 @@ SliceExecutor::SliceExecutor(const ModelFile& model, const SliceSpec& slice, con
 }
 
 // Where the AMX tiles run (kernels/cpu/matmul.h keep_packed), the output
-// head is packed once: without it the head's per-call packing took as long
-// as its products (perf, 2-core Xeon with AMX), and below 16 rows it would
+// head is packed once: without it the head's per-call packing costs about
+// as much as its products (kernels/cpu/amx.cpp), and below 16 rows it would
 // not use the tiles at all — so two micro-batches of 12 rows cost more than
 // one of 24 (docs/scheduler.md, in-flight gain). Only the head: kept packed,
 // the layers' matrices would run on the tiles from ~7 rows, and a layer's

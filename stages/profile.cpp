@@ -88,9 +88,9 @@ LayerCosts measure_layer_costs(const std::string& model_path, int threads, int r
   c.context = context;
   // In rounds, every slice once per round, each figure the median over the
   // rounds: a burst of other work on the machine then slows one round of
-  // every layer alike, not all the runs of a few (five runs of each layer
-  // back to back moved the proposed split of the default model between
-  // 0-13 and 0-17 from one measurement to the next on a shared VM). The
+  // every layer alike, not all the runs of a few (runs of each layer back
+  // to back let one burst land on a few layers and move the proposed split
+  // by several layers from one measurement to the next). The
   // ends' extras — what the head's embedding and the tail's final norm,
   // output head and logits add to their layer — are the medians of the
   // differences within a round.

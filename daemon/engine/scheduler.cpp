@@ -219,8 +219,8 @@ StepBudget Scheduler::step_budget() {
   if (decoding == 0) return b;  // nothing to protect: the token budget alone
   b.floor_tokens = std::min(StepBudget::kAgedFloor, lim_.chunk_size);
   // The gap is `depth` steps: max(stages, max_inflight) when each stage
-  // runs on its own core, more when they share cores (a loaded machine:
-  // measured, two micro-batches on two stages took ~3-4 steps a cycle).
+  // runs on its own core, more when they share cores and take turns on
+  // them, which is why the measured depth replaces it once known.
   const int32_t nominal = std::max({lim_.n_stages, lim_.inflight, 1});
   const double depth = depth_samples_ >= 8 ? std::max(timing_.ring_depth, 1.0) : double(nominal);
   b.aging_steps = 4 * nominal;  // the floor doubles every four starved token gaps
@@ -273,14 +273,14 @@ double Scheduler::auto_step(int64_t running, int64_t positions) const {
 // steps of f + c·p each (f: a step's fixed cost, p: a token's; the slowest
 // stage's fit), least at c = sqrt(W·f / ((D - 1)·p)). Pieces of the token
 // budget leave the later stages idle while the first works through them:
-// a lone 1,056-token prompt on two CPU stages of one thread each (f ~20-30
-// ms, p ~2.1 ms) went as 512 + 512 + 32 and took 3.8-4.6 s; in pieces of
-// ~100 the second stage starts after one: 2.7-3.6 s (docs/scheduler.md). On a GPU
+// a lone long prompt on two CPU stages goes as 512 + 512 + ... and the
+// second stage idles through the first piece; in pieces of ~100 it starts
+// after one (docs/scheduler.md, "Filling the pipeline"). On a GPU
 // stage f/p is hundreds of tokens and c is past chunk_size: nothing
 // changes. D counts only stages that compute at the same time
 // (SchedLimits::parallel_stages): CPU stages sharing the cores by need
-// take turns on them, and a lone stage already uses them all (measured:
-// no gain there). 0 (no cap) under whole-prefill policies, with D < 2
+// take turns on them, and a lone stage already uses them all, so smaller
+// pieces would only add per-batch cost. 0 (no cap) under whole-prefill policies, with D < 2
 // (nothing to overlap), or while the cost model cannot tell f from p
 // (docs/scheduler.md, "Filling the pipeline, and the warm-up").
 int64_t Scheduler::pipeline_piece(int64_t work) const {
@@ -558,9 +558,9 @@ void Scheduler::learn_aim(const InFlight& batch, const BatchResult& result) {
   }
   // Auto aims at its target itself: it is a guard against gaps of
   // seconds behind a chunk, not a bound to hold 97% of gaps under, and
-  // aiming below a target that tracks the running set starved prefill
-  // (long-heavy, measured: aim 0.25-0.5, 8-30 tokens a micro-batch, 0.87x
-  // the throughput of no target). A number is a bound: the aim holds it.
+  // aiming below a target that tracks the running set starves prefill
+  // (the aim falls, pieces shrink to a few tokens, throughput drops:
+  // docs/measurements/2026-12-01.md). A number is a bound: the aim holds it.
   if (samples == 0 || timing_.itl_target_auto) {
     timing_.over_target = over_share_;
     return;

@@ -295,9 +295,9 @@ void strip_range(const TensorView& w, uint64_t row_bytes, const WBlock* packed, 
 
 // ---- weights kept packed ----------------------------------------------------
 
-// Packing a strip costs about what its tile products do (perf on a 2-core
-// Xeon with AMX: the output head's pack_weights took as long as its
-// strip_range and scaling together), and a weight is the same on every
+// Packing a strip costs about what its tile products do (the output head's
+// pack_weights takes as long as its strip_range and scaling together:
+// docs/kernels.md, "Weights kept packed"), and a weight is the same on every
 // call: a tensor its owner promises to keep (keep_packed) is packed once.
 struct Kept {
   std::shared_ptr<const AmxPacked> packed;

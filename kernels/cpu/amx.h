@@ -1,9 +1,8 @@
 // kernels/cpu/amx.h — AMX-INT8 (Sapphire Rapids and later) for the batch
 // (prefill) matmuls of quantised weights. Internal to kernels/cpu.
 //
-// Written on a CPU without AMX; since run on one with it (a 2-core VM,
-// family 6 model 167: the real tiles bit-exact against their emulation,
-// docs/kernels.md). Its tile arithmetic is checked through an emulation of
+// The real tiles are bit-exact against their emulation (docs/kernels.md),
+// so its tile arithmetic is checked through an emulation of
 // the tile instructions in C++ (the same driver, the same data layouts;
 // test_amx, every machine); the real-tile test skips where the CPU lacks
 // amx-int8. Where

@@ -32,8 +32,8 @@ namespace kvasir::cpu::detail {
 namespace {
 
 // Keys per tile, the same for both widths: a tile's transposed keys and its
-// values (2 × 64 × hd floats, 32 KB at hd 64) stay within L1. (128 keys for
-// AVX-512 measured 1.45× slower: the tile no longer fits.)
+// values (2 × 64 × hd floats, 32 KB at hd 64) stay within L1. (128 keys
+// for AVX-512 would double that past L1: the tile no longer fits.)
 constexpr int kTile = 64;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 

@@ -114,10 +114,9 @@ namespace {
 // Decode (fewer than 4 activation rows): the rows r0..r1 of a thread as
 // pairs (r, r + half) in 2-row tiles, so that two weight streams far apart
 // are read side by side. One core's sequential read of one stream is capped
-// by how far its prefetchers run ahead — a read pass over memory gave 5.7
-// GB/s with one stream, 9.1 with two interleaved, 11.1 with four on this
-// machine — and single-stream decode reads every weight once: 1.38x decode
-// tok/s at one thread (docs/kernels.md, "Two weight streams in decode").
+// by how far its prefetchers run ahead — two streams read interleaved
+// go faster than one — and single-stream decode reads every weight once
+// (docs/kernels.md, "Two weight streams in decode", has the figures).
 // Kernels with 1-row tiles run the two rows one after the other.
 void decode_rows(detail::DotFn dot, const uint8_t* w, uint64_t row_bytes, const void* x,
                  int64_t x_stride, int64_t n, int64_t cols, float* y, int64_t rows, int64_t r0,

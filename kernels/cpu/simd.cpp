@@ -17,8 +17,8 @@ namespace {
 constexpr const char* kNames[kSimdLevels] = {"scalar", "avx2", "avx_vnni", "avx512", "avx512_vnni"};
 
 // What the CPU has, read once: in a virtual machine every CPUID instruction
-// exits to the hypervisor (measured here: ~25 µs a matmul call when the
-// kAvxVnni kernel choice read it on every call).
+// exits to the hypervisor: read on every matmul call, it added tens of
+// microseconds to each (docs/measurements/2026-12-01.md).
 struct CpuFlags {
   bool level[kSimdLevels] = {};
   bool vex_vnni = false, evex_vnni256 = false;

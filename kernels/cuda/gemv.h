@@ -1,8 +1,10 @@
 // kernels/cuda/gemv.h — the skinny case of kernels/cuda/gemm.h: a linear
 // layer for 1..4 activation rows (batch-1..4 decode), where the weights are
 // read once and the time is memory bandwidth. cuBLASLt's kernels for m = 1
-// reach ~55% of the H200's copy bandwidth on Llama-3-8B shapes; one warp per
-// output feature with 16-byte loads streams the weights at close to it.
+// leave much of the copy bandwidth unused on 8B-class decode shapes
+// (docs/measurements/2026-11-29.md);
+// one warp per output feature with 16-byte loads streams the weights at
+// close to it.
 //   D[m, n] = alpha · A[m, k] · B[n, k]ᵀ + beta · D   all row-major
 // A bf16 (activations), B bf16 or FP8 E4M3 with a scale per row (weights,
 // one output feature per row), D f32 or bf16; f32 accumulation. For E4M3

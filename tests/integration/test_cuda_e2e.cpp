@@ -238,9 +238,9 @@ TEST(CudaE2E, DefaultModelDeviceAndHostSampledRowsMatchCpu) {
   ASSERT_EQ(want.error, "");
   // Rows 2, 3, 6, 7 (host-sampled: penalties, logprobs) are held to the
   // greedy bar; the seeded rows 0, 1, 4, 5 are reported only: bf16 moves the
-  // CDF by ~1% and a draw near a boundary then picks the neighbour (the
-  // GPU run of 2026-11-29: all four diverged, at tokens 5, 4, 0 and 12, while
-  // the host rows matched the greedy runs). The plumbing of device sampling
+  // CDF by ~1% and a draw near a boundary then picks the neighbour (on a GPU
+  // the seeded rows have diverged within a few tokens while the host rows
+  // matched the greedy runs: docs/cuda.md). The plumbing of device sampling
   // is checked exactly by ManyRowBatchesMatchCpuExecutor.
   auto host_rows = [](const PlanRun& r) {
     PlanRun h;
@@ -467,8 +467,8 @@ double rel_rms(const std::vector<float>& got, const std::vector<float>& want, lo
 // top-p, seeded top-k + min-p): the tokens and raw logprobs must be what the
 // host sampler picks from the logits the first pass copied out (the same
 // logits: the second pass rewrites the same KV values). This checks the
-// device-sampling plumbing exactly, free of bf16-vs-CPU noise. Added after
-// the last GPU run of 2026-11-29: not yet run on a GPU (docs/cuda.md).
+// device-sampling plumbing exactly, free of bf16-vs-CPU noise (docs/cuda.md
+// lists which GPU tests have run on a GPU).
 void expect_device_sampling_matches_host(const KvasirCudaPluginV1& api, KvasirCudaStage* st,
                                          KvasirCudaBatch b, const std::vector<float>& logits,
                                          int64_t V, const char* what, const char* slice,
@@ -641,8 +641,8 @@ TEST(CudaE2E, ManyRowBatchesMatchCpuExecutor) {
 // through the CUDA executor's MoE FFN (router GEMM, moe_route, moe_ffn),
 // head, tail and whole, against the CPU executor: compare_multi_row's bars,
 // rel rms < 0.05 and top-1 agreement on all rows but one per batch. Those
-// bars are a first guess for MoE, never run on a GPU (written 2026-12-02 on
-// a machine without one): the router's bf16 weights and input may flip a
+// bars are a first guess for MoE, to be confirmed on a GPU (docs/cuda.md):
+// the router's bf16 weights and input may flip a
 // near-tie routing, which moves a row by more than bf16 rounding.
 TEST(CudaE2E, MixtralMoeMatchesCpuExecutor) {
   std::string why;

@@ -260,8 +260,9 @@ TEST(Diagnose, NamesTheCauseAndTheKnob) {
 }
 
 // A lopsided split (4 | 26 layers) whose stages' cost models put most of a
-// micro-batch's cost in the fixed term (weights read per step: the AMX VM,
-// docs/scheduler.md): still "batching", the layers to move named. With the
+// micro-batch's cost in the fixed term (weights read per step, as a CPU
+// with fast matmuls shows: docs/scheduler.md): still "batching", the layers
+// to move named. With the
 // fixed term kept out of the layers, the model predicted under 1.1x.
 TEST(Diagnose, LopsidedSplitWhenTheFixedCostDominates) {
   auto lopsided = [](double t) {
@@ -286,7 +287,8 @@ TEST(Diagnose, LopsidedSplitWhenTheFixedCostDominates) {
 }
 
 // The even split of the default model under bench/policies/inflight.py's
-// load, as the stages' cost models had it on the AVX2 VM (2026-12-02): the
+// load, as the stages' cost models had it on an AVX2-only CPU
+// (docs/measurements/2026-12-02.md): the
 // tail 1.12x the first stage per micro-batch of 40 tokens and 12 sampled
 // rows. Not balanced: moving one layer to the first stage makes the step
 // ~1.05x faster, and the diagnosis names that split.

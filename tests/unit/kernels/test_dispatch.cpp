@@ -81,8 +81,8 @@ bool env_forces() {
 
 // What a kernel not measured yet reports when asked without columns:
 // pending, except on a CPU whose widest level is AVX2, where every kernel
-// has one vector path and is chosen on the spot (an AVX2-only AMD EPYC VM
-// failed both tests below when they expected pending everywhere).
+// has one vector path and is chosen on the spot, so the tests below cannot
+// expect pending everywhere.
 ChoiceReason unmeasured() {
   return simd_level_supported() == SimdLevel::kAvx2 ? ChoiceReason::kOnlyPath
                                                     : ChoiceReason::kPending;
