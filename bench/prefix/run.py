@@ -145,7 +145,7 @@ def partial_block(a):
     extra prompt tokens of choice 0). Each prompt is fresh (its own prefix
     group). What the block costs the choices is (n4 at 512 - n4 at 497) -
     (n1 at 512 - n1 at 497): about 0 with the copy (before it, 0.55 s of
-    4.97 s, docs/benchmarks.md), in the stage processes' CPU seconds (utime
+    4.97 s, docs/measurements/2026-12-01.md), in the stage processes' CPU seconds (utime
     + stime: on a shared machine wall time mostly measures the other jobs)
     and in wall seconds."""
     d = Daemon(a, True, "partial")
