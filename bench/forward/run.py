@@ -14,8 +14,8 @@ Bandwidth share = bytes of weights read per decode step × decode tok/s ÷ the
 triad GB/s of bench/membw on the same number of threads (measured before each
 repetition, wall clock like the tok/s), each at its best of the repetitions:
 what the engine reaches against what the machine gives, both on their best
-run of this loaded machine. (The default model, ~97 MB, fits a large L3 —
-260 MB on the VM these figures come from — so a decode step need not go to
+run on a machine that may be loaded. (The default model, ~97 MB, fits a
+large L3 (many server CPUs have more than 100 MB), so a decode step need not go to
 DRAM, and a share above 1 is possible.)
 Printed first: the CPU model, the load, the SIMD level of each of Kvasir's
 kernels (kvasir-local --simd-info) and what llama.cpp says it used (its
