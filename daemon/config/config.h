@@ -125,8 +125,8 @@ struct SchedulerCfg {
   // continuous+chunked: > 0 a fixed target, 0 none (token budget only),
   // kItlAuto ("auto", the default) from the stages' measured costs: without
   // a target a 512-token chunk gave decodes gaps of seconds on a CPU (p99
-  // 0.87-1.04x continuous's); auto held them to 0.09-0.37x (docs/
-  // scheduler.md, "Figures: auto by default").
+  // 0.87-1.04x continuous's); auto held them to 0.09-0.37x
+  // (docs/measurements/2026-12-01.md, "auto by default").
   static constexpr double kItlAuto = -1;
   double itl_target_ms = kItlAuto;
   // Before the API serves, a few small requests of the daemon's own go
