@@ -113,7 +113,7 @@ SliceExecutor::SliceExecutor(const ModelFile& model, const SliceSpec& slice, con
 // head is packed once: without it the head's per-call packing costs about
 // as much as its products (kernels/cpu/amx.cpp), and below 16 rows it would
 // not use the tiles at all — so two micro-batches of 12 rows cost more than
-// one of 24 (docs/scheduler.md, in-flight gain). Only the head: kept packed,
+// one of 24 (docs/kernels.md, "Weights kept packed"). Only the head: kept packed,
 // the layers' matrices would run on the tiles from ~7 rows, and a layer's
 // f32 order then depends on its batch's row count, which the slice-parity,
 // prefix-cache and stage-restart tests require it not to (docs/kernels.md,
