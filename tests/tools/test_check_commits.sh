@@ -28,6 +28,8 @@ expect 1 "Compile grammars once, off the first token's path, in one place, and n
 expect 1 "compile grammars once" "Why."
 expect 1 "Compile grammars once." "Why."
 expect 1 "Added a cache" "Why."
+expect 0 "forward.cpp: point the head comment at its section" "Why."
+expect 1 "forward.cpp: pointed the head comment at its section" "Why."
 expect 1 "Compile grammars once"
 expect 1 "Compile grammars once" "$(printf 'x %.0s' {1..40})"
 expect 0 "Compile grammars once" "Why, and a table:" "    $(printf 'x %.0s' {1..40})"
