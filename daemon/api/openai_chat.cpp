@@ -137,8 +137,12 @@ void parse_tool_choice(const ordered_json& j, CompletionRequest& r) {
     r.tool_choice = v == "auto" ? ToolChoice::kAuto : ToolChoice::kRequired;
     return;
   }
+  // Every member is checked for its type before it is read: nlohmann's
+  // value("type", "") throws on a null or a number, which became a 500.
   const auto f = it->is_object() ? it->find("function") : it->end();
-  if (!it->is_object() || it->value("type", "") != "function" || f == it->end() ||
+  const auto type = it->is_object() ? it->find("type") : it->end();
+  if (!it->is_object() || type == it->end() || !type->is_string() || *type != "function" ||
+      f == it->end() ||
       !f->is_object() || !f->contains("name") || !(*f)["name"].is_string())
     bad_param("tool_choice",
               "tool_choice must be none, auto, required or {\"type\": \"function\", "

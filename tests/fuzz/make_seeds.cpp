@@ -412,6 +412,27 @@ void api_seeds() {
   P("chat_empty.json", 1, R"({"messages":[]})");
   P("chat_max_completion_tokens.json", 1,
     R"({"messages":[{"role":"user","content":"x"}],"max_completion_tokens":0,"max_tokens":5})");
+  // Structured outputs and tools: every spec field and the shapes that
+  // once reached a 500 (a tool_choice whose type is not a string).
+  P("chat_structured_outputs.json", 1,
+    R"({"messages":[{"role":"user","content":"x"}],"structured_outputs":{"grammar":"root ::= root"},"n":3})");
+  P("chat_structured_regex.json", 1,
+    R"({"messages":[{"role":"user","content":"x"}],"structured_outputs":{"regex":"[^\s\S]"}})");
+  P("completion_response_format.json", 0,
+    R"({"prompt":"x","response_format":{"type":"json_schema","json_schema":{"name":"a","strict":true,)"
+    R"("schema":{"type":"object","properties":{"a":{"type":"string","pattern":"[^\s\S]"}},"required":["a"]}}}})");
+  P("completion_guided.json", 0,
+    R"({"prompt":"x","guided_choice":["a","b"],"guided_json":{"type":"object"},"guided_regex":"a+"})");
+  P("chat_tools.json", 1,
+    R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"get_weather",)"
+    R"("description":"d","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}],)"
+    R"("tool_choice":{"type":"function","function":{"name":"get_weather"}},"parallel_tool_calls":false})");
+  P("chat_tool_choice_type_null.json", 1,
+    R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],)"
+    R"("tool_choice":{"type":null}})");
+  P("chat_tool_choice_wrong.json", 1,
+    R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],)"
+    R"("tool_choice":[5,true,{}]})");
   P("tokenize_prompt.json", 2, R"({"prompt":"hello","add_special_tokens":false})");
   P("tokenize_messages.json", 2, R"({"messages":[{"role":"user","content":"x"}]})");
   P("detokenize.json", 3, R"({"tokens":[1,2,3,-7,4294967296]})");
