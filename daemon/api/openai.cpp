@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "daemon/api/openai_fields.h"
 
@@ -16,37 +17,49 @@ using nlohmann::ordered_json;
 
 namespace {
 // Deepest [ / { nesting outside strings: refused before parsing, so a body of
-// a million '[' costs a scan, not a million allocations.
-size_t nesting_depth(std::string_view s) {
-  size_t depth = 0, max_depth = 0;
+// a million '[' costs a scan, not a million allocations. Deep enough for
+// any schema the grammar engine takes (GrammarLimits::max_nesting_depth,
+// 64, names its field): a schema 13 objects deep is about 40 levels.
+constexpr size_t kMaxJsonDepth = 128;
+
+// The top-level key under which the body first nests deeper than `limit`
+// ("" when it does not, or the body is not an object): the last string
+// seen at depth 1 before the deep nesting is the key whose value it is.
+std::optional<std::string> too_deep(std::string_view s, size_t limit) {
+  size_t depth = 0, str_at = 0, key_at = 0, key_len = 0;
   bool in_str = false, esc = false;
-  for (char c : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
     if (in_str) {
       if (esc)
         esc = false;
       else if (c == '\\')
         esc = true;
-      else if (c == '"')
+      else if (c == '"') {
         in_str = false;
+        if (depth == 1) key_at = str_at, key_len = i - str_at;
+      }
     } else if (c == '"') {
       in_str = true;
+      str_at = i + 1;
     } else if (c == '[' || c == '{') {
-      max_depth = std::max(max_depth, ++depth);
+      if (++depth > limit) return std::string(s.substr(key_at, key_len));
     } else if ((c == ']' || c == '}') && depth > 0) {
       --depth;
     }
   }
-  return max_depth;
+  return std::nullopt;
 }
-constexpr size_t kMaxJsonDepth = 32;
 }  // namespace
 
 namespace {
 template <class J>
 J parse_object(std::string_view body) {
-  if (nesting_depth(body) > kMaxJsonDepth)
+  if (auto key = too_deep(body, kMaxJsonDepth))
     throw ApiError(ErrorCode::kInvalidArgument,
-                   fmt::format("the JSON body is nested deeper than {} levels", kMaxJsonDepth));
+                   fmt::format("the JSON body is nested deeper than {} levels{}", kMaxJsonDepth,
+                               key->empty() ? "" : " (in " + *key + ")"),
+                   *key);
   J j;
   try {
     j = J::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/true,
@@ -174,6 +187,18 @@ void refuse_unsupported(const ordered_json& j, bool chat) {
       it != j.end() && !it->is_null() && *it != ordered_json::array({"text"}))
     refuse("modalities", " (text only)");
   if (!chat && fields::has(j, "tools")) refuse("tools", " on /v1/completions (use chat)");
+  // vLLM extensions a client may send expecting them honoured; their
+  // neutral values (absent, null, false) pass.
+  if (fields::has(j, "prompt_logprobs")) refuse("prompt_logprobs", "");
+  if (chat && fields::get_bool(j, "continue_final_message").value_or(false))
+    refuse("continue_final_message", "");
+  if (chat && fields::get_bool(j, "echo").value_or(false))
+    refuse("echo", " on chat completions (use /v1/completions)");
+  if (auto it = j.find("stream_options"); it != j.end() && it->is_object())
+    if (fields::get_bool(*it, "continuous_usage_stats", "stream_options.continuous_usage_stats")
+            .value_or(false))
+      bad_param("stream_options.continuous_usage_stats",
+                "stream_options.continuous_usage_stats is not supported by this server");
 }
 
 }  // namespace
@@ -198,9 +223,11 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat,
 
   parse_choices(j, r);
 
-  // max_completion_tokens is the newer chat name; max_tokens wins if both.
-  std::optional<int64_t> mt = get_int(j, "max_tokens", 1, lim.max_tokens_cap);
-  if (!mt && chat) mt = get_int(j, "max_completion_tokens", 1, lim.max_tokens_cap);
+  // max_completion_tokens is the newer chat name; it wins if both are
+  // given, as in vLLM (max_tokens is deprecated for chat by OpenAI).
+  std::optional<int64_t> mt;
+  if (chat) mt = get_int(j, "max_completion_tokens", 1, lim.max_tokens_cap);
+  if (!mt) mt = get_int(j, "max_tokens", 1, lim.max_tokens_cap);
   r.max_tokens_given = mt.has_value();
   r.max_tokens = int32_t(mt.value_or(chat ? lim.default_chat_max_tokens : lim.default_max_tokens));
 
@@ -306,6 +333,12 @@ json bytes_of(const std::string& s) {
 }
 }  // namespace
 
+size_t utf8_chars(std::string_view text) {
+  size_t n = 0;
+  for (unsigned char c : text) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
 json completion_logprobs_json(const std::vector<TokenLogprob>& lp, size_t off) {
   json tokens = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
   for (const auto& t : lp) {
@@ -315,7 +348,7 @@ json completion_logprobs_json(const std::vector<TokenLogprob>& lp, size_t off) {
     for (const auto& [s, v] : t.top) top[s] = safe_lp(v);
     tops.push_back(std::move(top));
     offs.push_back(off);
-    off += t.text.size();
+    off += utf8_chars(t.text);
   }
   return {
       {"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};

@@ -149,6 +149,10 @@ struct TokenLogprob {
 };
 // Completions logprobs object: tokens, token_logprobs, top_logprobs, text_offset.
 nlohmann::json completion_logprobs_json(const std::vector<TokenLogprob>& lp, size_t text_offset0);
+// Characters (Unicode code points) in UTF-8 text, the unit of text_offset
+// (as OpenAI and vLLM count it): every byte but a continuation byte counts,
+// so a token holding part of a character counts what it starts.
+size_t utf8_chars(std::string_view text);
 // Chat logprobs object: {"content":[{"token","logprob","bytes","top_logprobs"}]}.
 nlohmann::json chat_logprobs_json(const std::vector<TokenLogprob>& lp);
 

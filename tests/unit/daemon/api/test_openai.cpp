@@ -23,6 +23,30 @@ ApiError parse_error(const std::string& body, bool chat = false) {
 
 }  // namespace
 
+// A body nested too deep is refused before parsing, naming the top-level
+// field it is in; a schema 13 objects deep (about 40 levels) is not.
+TEST(OpenAiParse, NestingLimitNamesTheField) {
+  std::string deep = R"({"prompt":"x","stop":["{"],"response_format":)";
+  for (int i = 0; i < 130; ++i) deep += "[";
+  for (int i = 0; i < 130; ++i) deep += "]";
+  deep += "}";
+  const ApiError e = parse_error(deep);
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "response_format") << e.what();
+  std::string schema = R"({"type":"object","properties":{"a":)";
+  std::string tail = "}}";
+  for (int i = 0; i < 12; ++i) {
+    schema += R"({"type":"object","properties":{"a":)";
+    tail += "}}";
+  }
+  schema += R"({"type":"string"})" + tail;
+  auto r = parse_completion_request(
+      R"({"prompt":"x","response_format":{"type":"json_schema","json_schema":{"name":"d","schema":)" +
+          schema + "}}}",
+      false);
+  ASSERT_TRUE(r.constraint.has_value());
+}
+
 TEST(OpenAiParse, MinimalCompletion) {
   auto r = parse_completion_request(R"({"prompt":"Hello","max_tokens":5})", false);
   ASSERT_TRUE(r.prompt_text);
@@ -151,6 +175,12 @@ TEST(OpenAiParse, Chat) {
             "there");  // parts kept for the template
   EXPECT_EQ(r.logprobs, 3);
   EXPECT_EQ(r.max_tokens, 9);
+  // Both given: max_completion_tokens wins (vLLM's precedence).
+  EXPECT_EQ(parse_completion_request(
+                R"({"messages":[{"role":"user","content":"x"}],"max_tokens":5,"max_completion_tokens":7})",
+                true)
+                .max_tokens,
+            7);
   EXPECT_EQ(parse_error(R"({"messages":[]})", true).param, "messages");
   EXPECT_EQ(parse_error(R"({"messages":[{"role":"wizard","content":"x"}]})", true).param,
             "messages[0].role");
@@ -193,6 +223,13 @@ TEST(OpenAiShape, Responses) {
   EXPECT_TRUE(u["choices"].empty());
   json lp = completion_logprobs_json({{"a", -0.5f, {{"a", -0.5f}}}, {"bc", -1.f, {}}}, 10);
   EXPECT_EQ(lp["text_offset"], json::array({10, 11}));
+  // Offsets count characters, not UTF-8 bytes (as OpenAI and vLLM): "é" is
+  // two bytes and one character; a token holding half a character counts
+  // the character it starts.
+  lp = completion_logprobs_json(
+      {{"\xc3\xa9", -0.1f, {}}, {"\xe2\x82", -0.1f, {}}, {"\xac!", -0.1f, {}}, {"x", -0.1f, {}}}, 0);
+  EXPECT_EQ(lp["text_offset"], json::array({0, 1, 2, 3}));
+  EXPECT_EQ(utf8_chars("na\xc3\xafve \xe2\x82\xac"), 7u);
   // The OpenAI field for prefix caching, always present.
   EXPECT_EQ(r["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
   json cached = usage_json(Usage{40, 2, 32});
@@ -375,6 +412,12 @@ TEST(OpenAiStructured, RefusalsNameTheField) {
           {R"(,"logit_bias":{"5":1})", "logit_bias"},
           {R"(,"functions":[])", "functions"},
           {R"(,"modalities":["text","audio"])", "modalities"},
+          // vLLM extensions Kvasir does not implement: never silently ignored.
+          {R"(,"prompt_logprobs":1)", "prompt_logprobs"},
+          {R"(,"continue_final_message":true)", "continue_final_message"},
+          {R"(,"echo":true)", "echo"},
+          {R"(,"stream":true,"stream_options":{"continuous_usage_stats":true})",
+           "stream_options.continuous_usage_stats"},
       }) {
     const ApiError e = parse_error(chat_body(c.extra), true);
     EXPECT_EQ(e.status, 400) << c.extra;
@@ -383,6 +426,10 @@ TEST(OpenAiStructured, RefusalsNameTheField) {
   EXPECT_EQ(parse_error(R"({"prompt":"x","tools":[]})").param, "tools");
   EXPECT_EQ(parse_error(R"({"prompt":"x","suffix":"y"})").param, "suffix");
   EXPECT_EQ(parse_error(chat_body(R"(,"logit_bias":{})"), true).code(), ErrorCode::kOk);  // neutral
+  EXPECT_EQ(parse_error(chat_body(R"(,"continue_final_message":false,"echo":false,"prompt_logprobs":null)"), true)
+                .code(),
+            ErrorCode::kOk);
+  EXPECT_EQ(parse_error(R"({"prompt":"x","prompt_logprobs":0})").param, "prompt_logprobs");
 }
 
 TEST(OpenAiChat, ToolsAndToolChoice) {
@@ -434,6 +481,16 @@ TEST(OpenAiChat, Refusals) {
           {chat_body(t + R"(,"tool_choice":{"type":"function","function":{"name":"nope"}})"),
            "tool_choice"},
           {chat_body(t + R"(,"tool_choice":{"type":"function"})"), "tool_choice"},
+          // A type of the wrong JSON type, or a tool_choice of one, is the
+          // client's mistake (it was a 500 "type must be string").
+          {chat_body(t + R"(,"tool_choice":{"type":null})"), "tool_choice"},
+          {chat_body(t + R"(,"tool_choice":{"type":5,"function":{"name":"now"}})"), "tool_choice"},
+          {chat_body(t + R"(,"tool_choice":{"type":true})"), "tool_choice"},
+          {chat_body(t + R"(,"tool_choice":{"type":[]})"), "tool_choice"},
+          {chat_body(t + R"(,"tool_choice":{})"), "tool_choice"},
+          {chat_body(t + R"(,"tool_choice":5)"), "tool_choice"},
+          {chat_body(t + R"(,"tool_choice":true)"), "tool_choice"},
+          {chat_body(t + R"(,"tool_choice":[])"), "tool_choice"},
           {chat_body(t + R"(,"tool_choice":"required","response_format":{"type":"json_object"})"),
            "tool_choice"},
           {chat_body(t + R"(,"parallel_tool_calls":"yes")"), "parallel_tool_calls"},
