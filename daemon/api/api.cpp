@@ -75,6 +75,8 @@ void ApiService::Impl::check_model(const std::string& model) const {
   if (model.empty() || model == ctx.model_name) return;
   for (const auto& a : ctx.model_aliases)
     if (model == a) return;
+  for (const auto& a : ctx.listed_aliases)
+    if (model == a) return;
   throw ApiError(
       ErrorCode::kModelNotFound,
       fmt::format("the model '{}' does not exist; this server serves '{}'", model, ctx.model_name),
@@ -178,8 +180,8 @@ void ApiService::Impl::serve_health(const HttpRequest&, const Res& res, const st
   send_json(res, route, 503, body);
 }
 
-json ApiService::Impl::model_json() const {
-  json m = {{"id", ctx.model_name},
+json ApiService::Impl::model_json(const std::string& id) const {
+  json m = {{"id", id},
             {"object", "model"},
             {"created", created_unix},
             {"owned_by", "kvasir"},
@@ -189,13 +191,49 @@ json ApiService::Impl::model_json() const {
 }
 
 void ApiService::Impl::serve_models(const HttpRequest&, const Res& res, const std::string& route) {
-  send_json(res, route, 200, {{"object", "list"}, {"data", {model_json()}}});
+  json data = json::array({model_json(ctx.model_name)});
+  for (const auto& a : ctx.listed_aliases) data.push_back(model_json(a));
+  send_json(res, route, 200, {{"object", "list"}, {"data", std::move(data)}});
 }
+
+namespace {
+
+// RFC 3986 percent-decoding of one path segment: the id /v1/models lists may
+// hold spaces or slashes, which a client sends as %20 and %2F. A '%' not
+// followed by two hex digits is refused, not passed through.
+std::string percent_decode(std::string_view s) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    const int h = i + 2 < s.size() ? hex(s[i + 1]) : -1;
+    const int l = i + 2 < s.size() ? hex(s[i + 2]) : -1;
+    if (h < 0 || l < 0)
+      throw ApiError(ErrorCode::kInvalidArgument, "the model id in the path has a bad %-escape",
+                     "model");
+    out += char(h * 16 + l);
+    i += 2;
+  }
+  return out;
+}
+
+}  // namespace
 
 void ApiService::Impl::serve_model(const HttpRequest& req, const Res& res,
                                    const std::string& route) {
-  check_model(req.path.substr(std::string_view("/v1/models/").size()));
-  send_json(res, route, 200, model_json());
+  const std::string_view id = std::string_view(req.path).substr(std::string_view("/v1/models/").size());
+  const std::string name = percent_decode(id);
+  check_model(name);
+  send_json(res, route, 200, model_json(name));
 }
 
 void ApiService::Impl::serve_tokenize(const HttpRequest& req, const Res& res,

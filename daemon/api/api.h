@@ -99,6 +99,9 @@ struct ApiContext {
   std::shared_ptr<GrammarService> grammar;  // null: structured outputs refused (400)
   std::string model_name;                  // the id in /v1/models and responses
   std::vector<std::string> model_aliases;  // also accepted as "model" (e.g. the file name)
+  // Also listed by /v1/models after model_name (server.served_model_name's
+  // other names); each is accepted as "model" too.
+  std::vector<std::string> listed_aliases;
   int32_t max_model_len = 0;               // context length (0 = unknown)
   // The plan and scheduler settings as /kvasir/v1/stats reports them
   // ("plan": what kvasir diagnose reasons from); null: not reported.

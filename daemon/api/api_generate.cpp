@@ -9,6 +9,7 @@
 #include "base/check.h"
 #include "daemon/api/api_internal.h"
 #include "daemon/api/chat_turns.h"
+#include "daemon/api/ids.h"
 #include "daemon/api/openai_stop.h"
 #include "daemon/api/tool_calls.h"
 
@@ -46,9 +47,11 @@ class Generation : public std::enable_shared_from_this<Generation> {
   // Registers the request (shutdown and disconnects reach it from now on)
   // and fills in the response's id, model, time and choices.
   void begin(size_t prompt_tokens, std::string echo_text) {
-    meta_.id = fmt::format("{}-{:016x}", req_.chat ? "chatcmpl" : "cmpl",
-                           api_->next_serial.fetch_add(1) * 0x9E3779B97F4A7C15ull);
-    meta_.model = api_->ctx.model_name;
+    // Unique across restarts and replicas and not guessable from another
+    // response (a serial times a constant was both): 128 random bits.
+    meta_.id = fmt::format("{}-{}", req_.chat ? "chatcmpl" : "cmpl", random_hex(16));
+    // The name the client used (check_model accepted it), as vLLM answers.
+    meta_.model = req_.model.empty() ? api_->ctx.model_name : req_.model;
     meta_.created = std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch())
                         .count();
@@ -61,8 +64,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
       c->dec = api_->ctx.codec->stream(req_.skip_special_tokens);
       if (req_.echo) c->pending_text = echo_text;
       if (tool_format_)
-        c->tools.emplace(*tool_format_, forced,
-                         (api_->next_serial.load() + uint64_t(i)) * 0x9E3779B97F4A7C15ull);
+        c->tools.emplace(*tool_format_, forced, random_u64());
       choices_.push_back(std::move(c));
     }
     res_->on_close([w = weak_from_this()] {
@@ -248,7 +250,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
     if (req_.logprobs < 0) return nullptr;
     json j = req_.chat ? chat_logprobs_json(c.pending_lp)
                        : completion_logprobs_json(c.pending_lp, c.text_offset);
-    for (const auto& t : c.pending_lp) c.text_offset += t.text.size();
+    for (const auto& t : c.pending_lp) c.text_offset += utf8_chars(t.text);
     c.pending_lp.clear();
     return j;
   }
@@ -295,9 +297,11 @@ class Generation : public std::enable_shared_from_this<Generation> {
   }
 
   // Tool calls end a choice with finish_reason "tool_calls", except a call
-  // forced by name ("stop", as OpenAI and vLLM answer it).
+  // forced by name ("stop", as OpenAI and vLLM answer it) and calls the end
+  // cut short (the reason the output ended: "length" or "stop").
   bool tool_finish(const Choice& c) const {
-    return c.tools && !c.tools->calls().empty() && req_.tool_choice != ToolChoice::kNamed;
+    return c.tools && !c.tools->calls().empty() && !c.tools->cut() &&
+           req_.tool_choice != ToolChoice::kNamed;
   }
 
   // Choice c is over: a stream sends its last chunk; the request completes

@@ -86,7 +86,7 @@ struct ApiService::Impl : std::enable_shared_from_this<ApiService::Impl> {
   std::vector<int32_t> completion_prompt(const CompletionRequest& req, std::string& echo) const;
   void check_context(CompletionRequest& req, size_t prompt_tokens) const;
   // The bodies of /v1/models entries, /kvasir/v1/stats and /metrics.
-  nlohmann::json model_json() const;
+  nlohmann::json model_json(const std::string& id) const;  // one /v1/models entry
   nlohmann::json stats_json();
   std::string metrics_text();
 

@@ -138,7 +138,14 @@ int run_api(const Config& cfg, Engine& engine, const ApiContext& ctx) {
   ApiOptions aopts;
   aopts.api_key = cfg.server.api_key;
   ApiContext actx = ctx;
-  for (auto& alias : file_aliases(cfg.model.path)) actx.model_aliases.push_back(std::move(alias));
+  const auto& served = cfg.server.served_model_name;
+  if (served.empty()) {
+    for (auto& alias : file_aliases(cfg.model.path)) actx.model_aliases.push_back(std::move(alias));
+  } else {  // the operator's names replace the file's (vLLM's --served-model-name)
+    actx.model_name = served[0];
+    actx.model_aliases.clear();
+    actx.listed_aliases.assign(served.begin() + 1, served.end());
+  }
 
   std::shared_ptr<ApiService> api;
   HttpServer server(io, hopts, [&api](HttpRequest req, std::shared_ptr<Responder> res) {

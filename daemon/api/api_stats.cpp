@@ -291,7 +291,9 @@ std::string ApiService::Impl::metrics_text() {
                          k.second, v);
   }
   const RingReport ring = engine.ring_report();
-  gauge(out, "kvasir_ring_inflight", "Micro-batches in the ring", ring.inflight);
+  gauge(out, "kvasir_ring_inflight", "Micro-batches in the ring now", ring.in_ring);
+  gauge(out, "kvasir_ring_inflight_capacity", "Micro-batches the ring may hold at once",
+        ring.inflight);
   stage_series(out, ring);
   expert_series(out, ring);
   return out;

@@ -221,7 +221,8 @@ ToolCallStream::Out ToolCallStream::push(std::string_view text) {
 ToolCallStream::Out ToolCallStream::finish() {
   Out out;
   step(out, true);
-  if (call_open_) {  // cut short (max_tokens): ended as it stands
+  if (call_open_) {  // cut short (max_tokens, a stop string): ended as it stands
+    cut_ = true;
     if (calls_.back().arguments.empty()) {
       calls_.back().arguments = "{}";
       out.deltas.push_back({calls_.size() - 1, false, "", "", "{}"});
@@ -348,8 +349,9 @@ bool ToolCallStream::close_step(bool end) {
   const std::string_view tail = rest.substr(j);
   if (tail.substr(0, kHermesClose.size()) == kHermesClose) {
     pos_ += j + kHermesClose.size();
-  } else if (!end && kHermesClose.substr(0, tail.size()) == tail) {
-    return false;  // the tag may be on its way
+  } else if (kHermesClose.substr(0, tail.size()) == tail) {
+    if (!end) return false;  // the tag may be on its way
+    pos_ = text_.size();     // the tag cut by the end: call syntax, never content
   }
   expect_close_ = in_calls_ = false;
   return true;

@@ -70,6 +70,10 @@ class ToolCallStream {
   Out finish();
 
   const std::vector<ToolCall>& calls() const { return calls_; }
+  // finish() found the last call still open (cut by max_tokens or a stop
+  // string): its arguments are not a whole JSON object, so the calls are
+  // not reported as complete (finish_reason is not "tool_calls").
+  bool cut() const { return cut_; }
   // Everything sent as content, finish() included.
   const std::string& content() const { return content_; }
 
@@ -95,6 +99,7 @@ class ToolCallStream {
   std::string content_;
   std::vector<ToolCall> calls_;
   bool call_open_ = false;     // calls_.back() is still being written
+  bool cut_ = false;           // finish() ended an open call
   bool expect_close_ = false;  // hermes: a call's object ended; its closing tag next
   bool began_ = false;         // any content or call seen (llama3: calls come first)
 };

@@ -439,10 +439,42 @@ void check_host_port(const std::string& http) {
   KV_CHECK(ok, "server.http: \"{}\" is not \"host:port\"", http);
 }
 
+// server.served_model_name: a string or a list of 1 to 16 distinct
+// strings, each 1 to 256 bytes of printable ASCII (a name travels in URLs,
+// JSON and logs).
+std::vector<std::string> parse_served_names(const toml::table& s) {
+  const char* f = "server.served_model_name";
+  const toml::node* n = s.get("served_model_name");
+  if (!n) return {};
+  std::vector<std::string> names;
+  if (auto v = n->value<std::string>()) {
+    names.push_back(*v);
+  } else if (const toml::array* a = n->as_array()) {
+    for (const toml::node& e : *a) {
+      auto v = e.value<std::string>();
+      KV_CHECK(v.has_value(), "{}: must be a string or a list of strings", f);
+      names.push_back(*v);
+    }
+  } else {
+    KV_FAIL("{}: must be a string or a list of strings", f);
+  }
+  KV_CHECK(!names.empty() && names.size() <= 16, "{}: 1 to 16 names (got {})", f, names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    KV_CHECK(!name.empty() && name.size() <= 256, "{}: a name of 1 to 256 bytes (got {})", f,
+             name.size());
+    for (char c : name)
+      KV_CHECK(c >= 0x20 && c < 0x7f, "{}: '{}' holds a control or non-ASCII byte", f, name);
+    for (size_t j = 0; j < i; ++j)
+      KV_CHECK(names[j] != name, "{}: '{}' is listed twice", f, name);
+  }
+  return names;
+}
+
 void parse_server(const toml::table& s, ServerCfg& sv) {
   check_keys(s, "server",
              {"socket", "http", "api_key", "api_key_file", "max_body", "drain_timeout",
-              "read_timeout", "max_connections"});
+              "read_timeout", "max_connections", "served_model_name"});
   sv.socket = get_str(s, "socket", "server.socket", sv.socket);
   sv.http = get_str(s, "http", "server.http", "");
   sv.api_key = get_str(s, "api_key", "server.api_key", "");
@@ -456,6 +488,7 @@ void parse_server(const toml::table& s, ServerCfg& sv) {
   sv.max_connections = get_int(s, "max_connections", "server.max_connections", 256, 1, 65536);
   KV_CHECK(sv.max_body > 0, "server.max_body: must be > 0");
   if (!sv.http.empty()) check_host_port(sv.http);
+  sv.served_model_name = parse_served_names(s);
 }
 
 // After every table: paths against the config's folder, the key file read.

@@ -148,6 +148,11 @@ struct ServerCfg {
   // Open connections at once; beyond, new ones get 503. Bounds request
   // memory: max_connections × (max_body + 64 KiB of header).
   int32_t max_connections = 256;
+  // The names clients use for the model (vLLM's --served-model-name): the
+  // first is the id /v1/models lists first and the default "model" of a
+  // response; a request may name any of them. Empty: the model file's own
+  // name (general.name), with its file name accepted too.
+  std::vector<std::string> served_model_name;
 };
 
 // Stage crash recovery (docs/recovery.md): the watchdog, the restart

@@ -252,6 +252,7 @@ StageReport stage_report(const ipc::StageShared& sh, const ipc::StagePlan& plan)
 RingReport Bridge::ring_report() const {
   RingReport r;
   r.inflight = int32_t(seg_.dims().inflight);
+  r.in_ring = in_ring_.load(std::memory_order_relaxed);
   r.return_s = double(return_ns_.load()) / 1e9;
   r.returns = returns_.load();
   const ipc::SegmentParams& p = seg_.params();
@@ -304,6 +305,7 @@ bool Bridge::submit_batch() {
   m.n_rows = int32_t(out.rows.size());
   m.n_tokens = int32_t(out.n_tokens());
   slot_it->busy = true;
+  in_ring_.fetch_add(1, std::memory_order_relaxed);
   slot_it->batch_id = batch_id;
   slot_it->out = std::move(out);
   slot_it->submit_ns = ipc::now_ns();
@@ -376,6 +378,7 @@ bool Bridge::read_results() {
       cfg_.batch_log->write(rec);
     }
     slot.busy = false;
+    in_ring_.fetch_sub(1, std::memory_order_relaxed);
     slot.out = {};
     sched_.update(result);
   }
@@ -474,6 +477,7 @@ void Bridge::invalidate(uint64_t faults) {
     slot.busy = false;
     slot.out = {};
   }
+  in_ring_.store(0, std::memory_order_relaxed);
   sched_.requeue_all();
   publish_stats();
 }

@@ -139,6 +139,9 @@ class Bridge : public Engine {
   std::atomic<uint64_t> refused_results_{0}, stale_results_{0};
   // The tail-to-bridge hop (RingReport::return_s): ns summed, results timed.
   std::atomic<uint64_t> return_ns_{0}, returns_{0};
+  // Slots busy now (RingReport::in_ring): written by the engine thread,
+  // read by the API's.
+  std::atomic<int32_t> in_ring_{0};
   std::thread thread_;
 };
 

@@ -187,7 +187,8 @@ struct StageReport {
 };
 
 struct RingReport {
-  int32_t inflight = 0;  // micro-batches the ring holds at once
+  int32_t inflight = 0;  // micro-batches the ring may hold at once (its capacity)
+  int32_t in_ring = 0;   // micro-batches in the ring now
   // The last hop, tail to bridge: from the tail's push to the bridge's read
   // of each result (including any time the bridge spent on other work).
   double return_s = 0;

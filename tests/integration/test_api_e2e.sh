@@ -127,6 +127,14 @@ head -c $((2 * 1024 * 1024)) /dev/zero | tr '\0' 'a' > "$WORK/big"
 expect "2 MB body over 1 MiB max_body → 413" "$(code --data-binary @"$WORK/big" http://x/v1/completions)" "413"
 expect "model file name accepted as model" "$(code -d '{"model":"SmolLM2-135M-Instruct.Q4_1","prompt":"x","max_tokens":1}' http://x/v1/completions)" "200"
 expect "unknown route → 404" "$(code http://x/nope)" "404"
+# The id /v1/models lists (the model's general.name holds spaces) can be
+# retrieved, percent-encoded as any client sends it.
+mid=$("${C[@]}" http://x/v1/models | python3 -c 'import json,sys,urllib.parse; print(urllib.parse.quote(json.load(sys.stdin)["data"][0]["id"], safe=""))')
+expect "GET /v1/models/<listed id, encoded> → 200" "$(code "http://x/v1/models/$mid")" "200"
+# Response ids: random, never a serial (two requests, two unrelated ids).
+ids=$(for i in 1 2; do "${C[@]}" -H 'Content-Type: application/json' -d '{"prompt":"x","max_tokens":1}' http://x/v1/completions; echo; done |
+  python3 -c 'import json,sys,re; i=[json.loads(l)["id"] for l in sys.stdin if l.strip()]; print("ok" if len(set(i))==2 and all(re.fullmatch("cmpl-[0-9a-f]{32}", x) for x in i) else i)')
+expect "response ids: 128 random bits each" "$ids" "ok"
 expect "still serving" "$(code http://x/health)" "200"
 
 # A 1 MB request head: 431, and the daemon keeps serving.

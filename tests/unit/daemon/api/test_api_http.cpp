@@ -11,6 +11,7 @@
 #include <boost/asio.hpp>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "base/check.h"
@@ -42,8 +43,10 @@ class ApiHttpTest : public ::testing::Test {
     ctx.codec = codec_;
     ctx.grammar = grammar_;
     ctx.model_name = "fake-model";
+    ctx.listed_aliases = {"fake model two"};  // as server.served_model_name's second name
     ctx.max_model_len = 4096;
     engine_.ring.inflight = 2;
+    engine_.ring.in_ring = 1;
     engine_.ring.stages = {{0, 0, 14, "cpu", 1.5, 0.25, 0.125, 10, 80, 0, "busy", 0.125, {}},
                            {1, 15, 29, "cpu", 2.5, 0.5, 0.75, 11, 88, 1, "starved", 0.5, {}}};
     engine_.ring.stages[1].simd = "cpu:avx2 amx:no q4_1/decode:avx2";
@@ -144,6 +147,43 @@ TEST_F(ApiHttpTest, HealthAndModels) {
   EXPECT_EQ(m.j()["data"][0]["id"], "fake-model");
   EXPECT_EQ(get("/v1/models/fake-model").status, 200);
   EXPECT_EQ(get("/v1/models/other").status, 404);
+  // The id as a client sends it: percent-encoded (a listed id may hold spaces).
+  EXPECT_EQ(get("/v1/models/fake%2Dmodel").status, 200);
+  EXPECT_EQ(get("/v1/models/fake%2dmodel").status, 200);
+  EXPECT_EQ(get("/v1/models/fake%2").status, 400);
+  EXPECT_EQ(get("/v1/models/fake%zzmodel").status, 400);
+  // Every served name is listed, retrievable and accepted; a response
+  // answers with the name the request used.
+  ASSERT_EQ(m.j()["data"].size(), 2u);
+  EXPECT_EQ(m.j()["data"][1]["id"], "fake model two");
+  Resp two = get("/v1/models/fake%20model%20two");
+  EXPECT_EQ(two.status, 200);
+  EXPECT_EQ(two.j()["id"], "fake model two");
+  Resp r = post("/v1/completions", R"({"model":"fake model two","prompt":"Hi","max_tokens":1})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["model"], "fake model two");
+  r = post("/v1/completions", R"({"prompt":"Hi","max_tokens":1})");
+  EXPECT_EQ(r.j()["model"], "fake-model");
+}
+
+// Response ids are 128 random bits: distinct for every response, and not a
+// serial a client could predict (they were serial × constant, the same
+// after every restart).
+TEST_F(ApiHttpTest, ResponseIdsAreRandom) {
+  std::set<std::string> ids;
+  for (int i = 0; i < 8; ++i) {
+    Resp r = post(i % 2 ? "/v1/chat/completions" : "/v1/completions",
+                  i % 2 ? R"({"messages":[{"role":"user","content":"yo"}],"max_tokens":1})"
+                        : R"({"prompt":"Hi","max_tokens":1})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    const std::string id = r.j()["id"];
+    const std::string prefix = i % 2 ? "chatcmpl-" : "cmpl-";
+    ASSERT_EQ(id.rfind(prefix, 0), 0u) << id;
+    EXPECT_EQ(id.size(), prefix.size() + 32) << id;
+    EXPECT_EQ(id.find_first_not_of("0123456789abcdef", prefix.size()), std::string::npos) << id;
+    ids.insert(id.substr(prefix.size()));
+  }
+  EXPECT_EQ(ids.size(), 8u);
 }
 
 TEST_F(ApiHttpTest, CompletionWhole) {
@@ -438,6 +478,26 @@ TEST_F(ApiHttpTest, ToolCallsWholeAndStreamed) {
   EXPECT_EQ(name, "get_weather");
   EXPECT_EQ(args, R"({"city": "Oslo"})");
   EXPECT_EQ(sse_events(s.body).back()["choices"][0]["finish_reason"], "tool_calls");
+  // A call cut by a stop string or max_tokens is not reported complete.
+  r = post("/v1/chat/completions", body + R"(,"stop":["Oslo"]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["choices"][0]["finish_reason"], "stop") << r.body;
+  s = post("/v1/chat/completions", body + R"(,"stop":["Oslo"],"stream":true})");
+  EXPECT_EQ(sse_events(s.body).back()["choices"][0]["finish_reason"], "stop") << s.body;
+  const std::string cut = R"({"messages":[{"role":"user","content":"x"}],"max_tokens":50,
+          "tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]})";
+  r = post("/v1/chat/completions", cut);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["choices"][0]["finish_reason"], "length") << r.body;
+  // max_tokens cuts the closing tag: no call syntax leaks into content.
+  const size_t no_gt = engine_.reply.size() - 1;
+  r = post("/v1/chat/completions",
+           R"({"messages":[{"role":"user","content":"x"}],"max_tokens":)" + std::to_string(no_gt) +
+               R"(,"tool_choice":"required",
+          "tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(r.j()["choices"][0]["message"]["content"].is_null()) << r.body;
+  EXPECT_EQ(r.j()["choices"][0]["message"]["tool_calls"].size(), 1u) << r.body;
   // Forced: the family's syntax around the parameters, as a structural tag.
   r = post("/v1/chat/completions", body + R"(,"tool_choice":"required"})");
   ASSERT_EQ(r.status, 200) << r.body;
@@ -541,7 +601,8 @@ TEST_F(ApiHttpTest, StatsAndMetricsFromTheRingReport) {
                                                 {"resets", 0}}));
   std::string m = get("/metrics").body;
   for (const char* line : {
-           "kvasir_ring_inflight 2\n",
+           "kvasir_ring_inflight 1\n",  // live: not the capacity (it was always 2)
+           "kvasir_ring_inflight_capacity 2\n",
            "kvasir_stage_starved_seconds_total{stage=\"0\",layers=\"0-14\",device=\"cpu\"} 0.25\n",
            "kvasir_stage_blocked_seconds_total{stage=\"1\",layers=\"15-29\",device=\"cpu\"} 0.75\n",
            "kvasir_stage_batches_total{stage=\"0\",layers=\"0-14\",device=\"cpu\"} 10\n",

@@ -115,6 +115,30 @@ TEST(ToolCalls, HermesEdges) {
   EXPECT_EQ(p.content, "\n Done.");
   p = parse_all_ways(ToolFormat::kHermes, "  \n");
   EXPECT_EQ(p.content, "  \n");
+  // The closing tag cut by the end (max_tokens): call syntax, not content
+  // (it leaked as "\n</tool_call").
+  for (const char* cut : {"\n</tool_call", "\n</", "\n<", "\n"}) {
+    p = parse_all_ways(ToolFormat::kHermes,
+                       std::string("<tool_call>\n{\"name\": \"f\", \"arguments\": {}}") + cut);
+    EXPECT_EQ(p.content, "") << cut;
+    ASSERT_EQ(p.calls.size(), 1u);
+  }
+}
+
+// A call the end cuts short is marked so (finish_reason is then not
+// "tool_calls"); a whole call, or one whose closing tag was cut, is not.
+TEST(ToolCalls, CutCallsAreMarked) {
+  auto cut = [](ToolFormat f, const std::string& text) {
+    ToolCallStream s(f, false, 1);
+    s.push(text);
+    s.finish();
+    return s.cut();
+  };
+  EXPECT_TRUE(cut(ToolFormat::kHermes, "<tool_call>{\"name\": \"f\", \"arguments\": {\"city\": \"Paris\""));
+  EXPECT_FALSE(cut(ToolFormat::kHermes, "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>"));
+  EXPECT_FALSE(cut(ToolFormat::kHermes, "<tool_call>{\"name\": \"f\", \"arguments\": {}}\n</tool"));
+  EXPECT_TRUE(cut(ToolFormat::kLlama3Json, "{\"name\": \"f\", \"parameters\": {\"a\": 1"));
+  EXPECT_FALSE(cut(ToolFormat::kHermes, "no call at all"));
 }
 
 TEST(ToolCalls, Llama3Json) {

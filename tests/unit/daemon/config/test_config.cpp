@@ -287,6 +287,23 @@ TEST(Config, ServerKeys) {
   EXPECT_NE(m.find("server.http"), std::string::npos) << m;
 }
 
+// server.served_model_name: one name or a list; refused when empty, too
+// many, duplicated, or holding a control byte.
+TEST(Config, ServedModelName) {
+  EXPECT_TRUE(parse_config(kGood, "/b").server.served_model_name.empty());
+  auto c = parse_config(replace(kGood, "[server]", "[server]\nserved_model_name = \"smol\""), "/b");
+  EXPECT_EQ(c.server.served_model_name, std::vector<std::string>{"smol"});
+  c = parse_config(
+      replace(kGood, "[server]", "[server]\nserved_model_name = [\"smol\", \"gpt-4o mini\"]"), "/b");
+  EXPECT_EQ(c.server.served_model_name, (std::vector<std::string>{"smol", "gpt-4o mini"}));
+  for (const char* bad : {"served_model_name = []", "served_model_name = \"\"",
+                          "served_model_name = 5", "served_model_name = [\"a\", 1]",
+                          "served_model_name = [\"a\", \"a\"]", "served_model_name = \"a\\tb\""}) {
+    auto m = refusal(replace(kGood, "[server]", std::string("[server]\n") + bad));
+    EXPECT_NE(m.find("server.served_model_name"), std::string::npos) << bad << ": " << m;
+  }
+}
+
 TEST(Config, ReadTimeoutAndMaxConnections) {
   auto c = parse_config(kGood, "/b");
   EXPECT_EQ(c.server.read_timeout, 30);

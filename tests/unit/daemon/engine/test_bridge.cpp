@@ -150,6 +150,9 @@ void run_many(int S, int inflight) {
   }
   const RingReport ring_now = engine.ring_report();
   EXPECT_EQ(ring_now.returns, ring_now.stages.back().batches);
+  // Idle: nothing in the ring, whatever it may hold.
+  EXPECT_EQ(ring_now.in_ring, 0);
+  EXPECT_EQ(ring_now.inflight, inflight);
   EXPECT_GT(ring_now.return_s, 0.0);
   EXPECT_EQ(engine.refused_results(), 0u);
 }
