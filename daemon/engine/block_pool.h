@@ -63,7 +63,6 @@ class BlockPool {
   int32_t block_size() const { return block_size_; }
   // Blocks a new allocation can take: free plus evictable.
   int32_t available() const { return int32_t(free_.size()) + n_evictable_; }
-  int32_t free_uncached() const { return int32_t(free_.size()); }
   int32_t evictable() const { return n_evictable_; }
   int32_t cached() const { return int32_t(index_.size()); }
   int32_t refs(int32_t b) const { return meta_[size_t(b)].ref; }

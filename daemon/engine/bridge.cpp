@@ -389,10 +389,7 @@ bool Bridge::read_results() {
 // is dropped: a result of a dead epoch (its slot was freed at the loss), or
 // one that names a slot, batch or row count the bridge did not submit.
 bool Bridge::accept(const ipc::BatchMsg& m) {
-  if (seg_.stale(m.batch_id)) {
-    stale_results_++;
-    return false;
-  }
+  if (seg_.stale(m.batch_id)) return false;
   if (m.kind != ipc::kMsgBatch || m.version != ipc::kMsgVersion ||
       m.slot >= uint32_t(slots_.size()) || !slots_[m.slot].busy ||
       slots_[m.slot].batch_id != m.batch_id ||

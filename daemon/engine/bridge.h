@@ -77,7 +77,6 @@ class Bridge : public Engine {
   // Why the engine failed (the supervisor gave up), or empty.
   std::string failure() const;
   uint64_t refused_results() const { return refused_results_.load(); }
-  uint64_t stale_results() const { return stale_results_.load(); }
 
  private:
   struct Pending {  // a validated request on its way to the scheduler
@@ -136,7 +135,7 @@ class Bridge : public Engine {
   std::vector<StageCost> cost_;  // the scheduler's cost model, per stage
   std::string failure_;
   std::atomic<bool> failed_{false}, stopping_{false};
-  std::atomic<uint64_t> refused_results_{0}, stale_results_{0};
+  std::atomic<uint64_t> refused_results_{0};
   // The tail-to-bridge hop (RingReport::return_s): ns summed, results timed.
   std::atomic<uint64_t> return_ns_{0}, returns_{0};
   // Slots busy now (RingReport::in_ring): written by the engine thread,

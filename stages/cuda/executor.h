@@ -76,7 +76,6 @@ class CudaSliceExecutor {
   // What load decided (the benchmark and the tests report it): layer
   // matrices kept or quantised to FP8, and the decode graphs made so far.
   int32_t fp8_matrices() const { return n_fp8_; }
-  int32_t bf16_matrices() const { return n_bf16_; }
   size_t decode_graphs() const { return graphs_.graphs(); }
   uint64_t graph_replays() const { return graphs_.replays(); }
 
