@@ -114,7 +114,7 @@ void BatchFormer::add(std::vector<SchedRow>& rows, Sequence* s, int32_t n) {
   if (!decode && rem > 1 && time_.step_s > 0) count_piece(*s, n);
   shape_.add_row(s->n_scheduled, n, r.sample, decode);
   s->n_scheduled += n;
-  s->awaiting = r.sample;
+  if (r.sample) s->state = SeqState::kDecoding;  // its next token is being sampled
   rows.push_back(r);
 }
 

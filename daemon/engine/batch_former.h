@@ -13,33 +13,9 @@
 #include "daemon/engine/cost_model.h"
 #include "daemon/engine/policy.h"
 #include "daemon/engine/sequence.h"
+#include "daemon/engine/time_budget.h"  // StepBudget
 
 namespace kvasir {
-
-// The time budget of one micro-batch under `continuous+chunked` with an ITL
-// target (docs/scheduler.md, "Scheduling by time"): its predicted step (the
-// slowest stage's busy time, CostModel::step) stays within `step_s`, the
-// decodes first and prefill in what is left. The first prefill piece of
-// the batch (the oldest admission's) always gets its aging floor, even past
-// the budget: floor_tokens until it has been starved for `aging_steps`
-// micro-batches (the decodes left prefill under a quarter of the step
-// budget), then kAgedFloor doubled for every `aging_steps` more, so a long
-// prompt under steady decode load still gets through.
-struct StepBudget {
-  static constexpr int32_t kAgedFloor = 16;
-  double step_s = 0;  // 0: no time budget (tokens only, as without a target)
-  // The floor of a prefill the budget has not starved: one position once
-  // the cost model can size pieces (the aim, not the floor, then decides
-  // how much goes: a 16-token floor cost ~40 ms a stage on a CPU and alone
-  // broke a 72 ms target); 16 while it cannot (a cold start).
-  int32_t floor_tokens = 16;
-  int32_t aging_steps = 8;    // starved micro-batches per doubling of the floor
-  // The step the target itself allows (target / depth), before the aim
-  // lowers it (docs/scheduler.md, "Aiming below the target"): starvation is
-  // judged against it, so aiming lower does not by itself age the floor.
-  // 0: step_s.
-  double target_step_s = 0;
-};
 
 // What the time budget did, counted over the scheduler's life.
 struct BudgetCounts {

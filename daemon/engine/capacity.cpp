@@ -7,7 +7,7 @@
 namespace kvasir {
 
 bool CapacityScheduler::may_admit(int32_t admitted_this_batch) const {
-  if (q_.waiting.empty() || q_.waiting.front()->done) return false;
+  if (q_.waiting.empty() || q_.waiting.front()->finished()) return false;
   const int32_t running = int32_t(q_.running.size());
   if (running >= lim_.max_num_seqs) return false;
   switch (lim_.policy) {
@@ -26,7 +26,7 @@ bool CapacityScheduler::may_admit(int32_t admitted_this_batch) const {
 
 void CapacityScheduler::admit(Sequence* s) {
   q_.waiting.pop_front();
-  s->running = true;
+  s->start_running();
   s->admitted = next_admit_++;
   q_.running.push_back(s);
 }
@@ -95,7 +95,7 @@ Sequence* CapacityScheduler::victim(const std::vector<SchedRow>& taken) const {
   Sequence* victim = nullptr;
   for (Sequence* v : q_.running) {
     // (A table of reused blocks only is no one's yet: take() gives it back.)
-    if (v->batches_in_flight > 0 || v->awaiting || v->done ||
+    if (v->batches_in_flight > 0 || v->awaiting() || v->finished() ||
         int32_t(v->table.size()) <= v->n_shared)
       continue;
     if (std::any_of(taken.begin(), taken.end(), [&](const SchedRow& r) { return r.seq == v; }))
@@ -122,18 +122,10 @@ bool CapacityScheduler::grow(Sequence* s, int64_t tokens, const std::vector<Sche
 }
 
 void CapacityScheduler::preempt(Sequence* s, PreemptCause why) {
-  KV_CHECK(s->running && s->batches_in_flight == 0,
+  KV_CHECK(s->running() && s->batches_in_flight == 0,
            "scheduler: preempting request {} while it has a batch in flight", s->id);
-  blocks_.release(s->table);     // its full blocks stay cached: its recompute may reuse them
-  s->n_scheduled = 0;            // recompute prompt + generated tokens; nothing is re-sent
-  s->pad_next = s->pad_end = 0;  // its next (static) batch pads it afresh
-  s->n_shared = 0;
-  s->cache = {};
-  s->tainted = false;
-  s->prompt_batch = s->copy_writer = 0;  // its prompt is to be sent again
-  s->awaiting = false;
-  s->running = false;
-  s->preempted++;
+  blocks_.release(s->table);  // its full blocks stay cached: its recompute may reuse them
+  s->reset_for_recompute();
   q_.running.erase(std::find(q_.running.begin(), q_.running.end(), s));
   q_.waiting.push_front(s);
   (why == PreemptCause::kKvPressure ? preemptions_ : requeued_)++;

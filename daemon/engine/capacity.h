@@ -41,11 +41,12 @@ class CapacityScheduler {
   // preempts the newest running sequence with nothing in flight and not in
   // `taken` (the rows of the batch being formed) until it fits. A sequence
   // holding no blocks yet never preempts. Returns false when s cannot grow
-  // now; s itself may have been preempted then (check s->running).
+  // now; s itself may have been preempted then (check s->running()).
   bool grow(Sequence* s, int64_t tokens, const std::vector<SchedRow>& taken);
 
   // THE requeue rule, for KV pressure and for a lost stage alike: s's
-  // blocks go back, it is to be recomputed from its prompt plus the tokens
+  // blocks go back (Sequence::reset_for_recompute does the rest), it is to
+  // be recomputed from its prompt plus the tokens
   // generated so far (n_scheduled = 0; nothing is re-sent to the client,
   // and the sampler's draw depends on (seed, position) only, so the text
   // continues exactly), its `static` padding is dropped (its next batch

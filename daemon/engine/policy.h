@@ -41,7 +41,7 @@ struct SchedLimits {
   // sum within the cores): CPU stages sharing the cores by need (threads =
   // 0, the default) take turns on the same cores, so overlapping them gains
   // nothing. 0: every stage (n_stages). The pipeline fill reads it
-  // (Scheduler::pipeline_piece).
+  // (TimeBudget::pipeline_piece).
   int32_t parallel_stages = 0;
   // Automatic prefix caching ([kv] prefix_caching; docs/scheduler.md). Not
   // under `static`, which models a padded batcher (the config refuses it).

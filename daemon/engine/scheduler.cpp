@@ -1,7 +1,6 @@
 #include "daemon/engine/scheduler.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "base/check.h"
 #include "base/log.h"
@@ -47,10 +46,8 @@ Scheduler::Scheduler(SchedLimits lim, int32_t n_blocks, int32_t block_size,
       blocks_(n_blocks, block_size, lim_.prefix_caching),
       eos_(eos_ids.begin(), eos_ids.end()),
       cap_(lim_, q_, blocks_),
-      cost_(lim_.n_stages),
-      form_(lim_, cost_) {
-  timing_.itl_target_auto = lim_.itl_target_ms < 0;
-}
+      time_(lim_),
+      form_(lim_, time_.cost()) {}
 
 // ---- requests in and out ------------------------------------------------------
 
@@ -99,8 +96,8 @@ void Scheduler::send(Sequence* s, TokenEvent ev) {
 // The sequence's blocks go back once no batch in flight still names them
 // (reap): a stage may still be writing them.
 void Scheduler::finish(Sequence* s, FinishReason why, Status error) {
-  if (s->done) return;
-  s->done = true;
+  if (s->finished()) return;
+  s->end(why);
   if (why != FinishReason::kNone) {
     TokenEvent ev;
     ev.finish = why;
@@ -113,12 +110,11 @@ void Scheduler::finish(Sequence* s, FinishReason why, Status error) {
 // finished waiters leave the queue, finished running sequences give their
 // blocks back (in admission order), and both are forgotten.
 void Scheduler::reap() {
-  std::erase_if(q_.waiting, [](const Sequence* s) { return s->done; });
+  std::erase_if(q_.waiting, [](const Sequence* s) { return s->finished(); });
   for (auto it = q_.running.begin(); it != q_.running.end();) {
     Sequence* s = *it;
-    if (s->done && s->batches_in_flight == 0) {
+    if (s->finished() && s->batches_in_flight == 0) {
       blocks_.release(s->table);
-      s->running = false;
       it = q_.running.erase(it);
     } else {
       ++it;
@@ -126,7 +122,8 @@ void Scheduler::reap() {
   }
   std::erase_if(seqs_, [&](const auto& kv) {
     const Sequence& s = *kv.second;
-    if (!s.done || s.running || s.batches_in_flight > 0) return false;
+    // (A finished sequence still in the running set has a batch in flight.)
+    if (!s.finished() || s.batches_in_flight > 0) return false;
     if (!s.table.empty()) blocks_.release(kv.second->table);  // never: a waiter holds none
     return true;
   });
@@ -152,17 +149,17 @@ SchedulerOutput Scheduler::schedule(RingLoad load) {
   // KV room. What kvasir diagnose reads as admission waits.
   if ((lim_.policy == Policy::kContinuous || lim_.policy == Policy::kChunked) &&
       !q_.waiting.empty() && q_.running.size() < size_t(lim_.max_num_seqs))
-    timing_.admission_waits++;
+    admission_waits_++;
   begin_batch(load);
   std::vector<SchedRow> rows;
   // Decodes first: their latency is what users feel, and chunked prefill
   // fills the rest of the budget. A copy: preemption edits the running set.
   const std::vector<Sequence*> order = q_.running;
   for (Sequence* s : order)
-    if (s->running && s->remaining() == 1 && s->padding() == 0) take(rows, s);
+    if (s->running() && s->remaining() == 1 && s->padding() == 0) take(rows, s);
   // Then prefill (whole or chunks), oldest admission first.
   for (Sequence* s : order)
-    if (s->running && (s->remaining() > 1 || s->padding() > 0)) take(rows, s);
+    if (s->running() && (s->remaining() > 1 || s->padding() > 0)) take(rows, s);
   return emit(std::move(rows));
 }
 
@@ -174,128 +171,20 @@ SchedulerOutput Scheduler::schedule(RingLoad load) {
 // whole prefill that fits once the hit is taken must find a budget that
 // holds it.
 void Scheduler::begin_batch(RingLoad load) {
-  int64_t active = 0, work = 0, floor = 0;
-  bool decoding = false;
+  int64_t work = 0, floor = 0;
+  RunningSet set;
   for (Sequence* s : q_.running) {
-    if (s->done) continue;
-    active++;
-    decoding = decoding || s->decoding();
+    if (s->finished()) continue;
+    set.running++;
+    set.positions += int64_t(s->tokens.size());
+    if (s->decoding()) set.decoding++;
     if (!s->schedulable()) continue;
     const int64_t rem = s->remaining() - cap_.reusable(s);
     work += rem + s->padding();
     if (lim_.policy != Policy::kChunked && rem <= lim_.max_tokens) floor = std::max(floor, rem);
   }
-  form_.begin(active, work, load, floor, step_budget());
-  if (!decoding) form_.cap_tokens(pipeline_piece(work));
-}
-
-// The time budget of the next micro-batch (docs/scheduler.md, "Scheduling
-// by time"). A token of a running request crosses every stage, and the
-// ring's max_inflight micro-batches take turns on each stage, so the gap
-// between its tokens is about max(stages, max_inflight) steps: each
-// micro-batch's step gets target / that depth. Auto: 3 x the step every
-// running request's decode would take with no prefill (a micro-batch's
-// share of them, at their mean context): the gap they will see once the
-// prompts now in the ring have joined them, tripled. Those still in
-// prefill count: anchored on the requests decoding *now*, one or two
-// decodes made the target so tight that waiting prompts crawled (0.79x the
-// throughput on long-heavy); on a full micro-batch of plan.max_rows, so
-// loose that it protected nothing (docs/scheduler.md).
-// None when there is no target or no running request whose tokens it would
-// protect (prefill then runs at the token budget). While the cost model
-// cannot tell yet, only the aging floor.
-StepBudget Scheduler::step_budget() {
-  StepBudget b;
-  timing_.step_budget_ms = 0;
-  timing_.cost_ready = cost_.ready();
-  if (lim_.policy != Policy::kChunked || lim_.itl_target_ms == 0) return b;
-  int64_t decoding = 0, running = 0, positions = 0;
-  for (const Sequence* s : q_.running) {
-    if (s->done) continue;
-    running++;
-    positions += int64_t(s->tokens.size());
-    if (s->decoding()) decoding++;
-  }
-  if (decoding == 0) return b;  // nothing to protect: the token budget alone
-  b.floor_tokens = std::min(StepBudget::kAgedFloor, lim_.chunk_size);
-  // The gap is `depth` steps: max(stages, max_inflight) when each stage
-  // runs on its own core, more when they share cores and take turns on
-  // them, which is why the measured depth replaces it once known.
-  const int32_t nominal = std::max({lim_.n_stages, lim_.inflight, 1});
-  const double depth = depth_samples_ >= 8 ? std::max(timing_.ring_depth, 1.0) : double(nominal);
-  b.aging_steps = 4 * nominal;  // the floor doubles every four starved token gaps
-  if (!timing_.cost_ready) {
-    // Requests decode but the model cannot yet say what a step costs (a
-    // cold start: it has seen only prefill chunks, or nothing): the batch
-    // is of decodes and the aging floor, which also teaches it their cost.
-    b.step_s = 1e-9;
-    return b;
-  }
-  b.floor_tokens = 1;  // the model sizes pieces: the aim decides (StepBudget)
-  if (lim_.itl_target_ms > 0) {
-    b.target_step_s = lim_.itl_target_ms / 1e3 / depth;
-  } else {
-    b.target_step_s = auto_step(running, positions);
-  }
-  b.step_s = b.target_step_s * aim_;
-  timing_.itl_target_ms = b.target_step_s * depth * 1e3;
-  timing_.step_budget_ms = b.step_s * 1e3;
-  return b;
-}
-
-// The auto target's step: 3 x a micro-batch's share of the running
-// requests' decodes with no prefill, but never less than that share plus
-// an efficient prefill piece — one whose tokens cost at least 9x the
-// step's fixed part (weights read once a step), so prefill runs at >= 90%
-// of its speed in big chunks. On a CPU stage that piece is ~100 tokens
-// (fixed ~20 ms, ~2 ms a token); on a GPU it is past chunk_size, and auto
-// is the token budget. Without the floor, a running set of one or two
-// short decodes (the end of a trace) cut the last long prompts into
-// pieces of 10-30 tokens that cost 2-3x a token (docs/scheduler.md).
-double Scheduler::auto_step(int64_t running, int64_t positions) const {
-  BatchShape alone;  // [rows decodes at the mean context]
-  const int64_t pos = positions / std::max<int64_t>(running, 1);
-  const int64_t rows =
-      std::clamp<int64_t>((running + lim_.inflight - 1) / lim_.inflight, 1, lim_.max_rows);
-  for (int64_t r = 0; r < rows; ++r) alone.add_row(pos, 1, true, true);
-  double piece = 1;
-  for (int st = 0; st < cost_.n_stages(); ++st) {
-    const StageCostFit f = cost_.fit(st);
-    if (f.per_token_s > 0) piece = std::max(piece, 9 * f.fixed_s / f.per_token_s);
-  }
-  BatchShape eff = alone;
-  eff.add_row(pos, int64_t(std::min<double>(piece, lim_.chunk_size)), false, false);
-  return std::max(3 * cost_.step(alone), cost_.step(eff));
-}
-
-// Nothing decodes: the ring carries prompts only, and what counts is when
-// they are done. W tokens cut into pieces of c pass D stages in W/c + D - 1
-// steps of f + c·p each (f: a step's fixed cost, p: a token's; the slowest
-// stage's fit), least at c = sqrt(W·f / ((D - 1)·p)). Pieces of the token
-// budget leave the later stages idle while the first works through them:
-// a lone long prompt on two CPU stages goes as 512 + 512 + ... and the
-// second stage idles through the first piece; in pieces of ~100 it starts
-// after one (docs/scheduler.md, "Filling the pipeline"). On a GPU
-// stage f/p is hundreds of tokens and c is past chunk_size: nothing
-// changes. D counts only stages that compute at the same time
-// (SchedLimits::parallel_stages): CPU stages sharing the cores by need
-// take turns on them, and a lone stage already uses them all, so smaller
-// pieces would only add per-batch cost. 0 (no cap) under whole-prefill policies, with D < 2
-// (nothing to overlap), or while the cost model cannot tell f from p
-// (docs/scheduler.md, "Filling the pipeline, and the warm-up").
-int64_t Scheduler::pipeline_piece(int64_t work) const {
-  const int32_t parallel = lim_.parallel_stages > 0 ? lim_.parallel_stages : lim_.n_stages;
-  const int32_t depth = std::min({lim_.n_stages, parallel, lim_.inflight});
-  if (lim_.policy != Policy::kChunked || depth < 2 || work <= 0 || !cost_.ready()) return 0;
-  double fixed = 0, per_token = 0;
-  for (int st = 0; st < cost_.n_stages(); ++st) {
-    const StageCostFit f = cost_.fit(st);
-    fixed = std::max(fixed, f.fixed_s);
-    per_token = std::max(per_token, f.per_token_s);
-  }
-  if (per_token <= 0) return 0;
-  const double c = std::sqrt(double(work) * fixed / (double(depth - 1) * per_token));
-  return std::max<int64_t>(int64_t(std::ceil(c)), StepBudget::kAgedFloor);
+  form_.begin(set.running, work, load, floor, time_.step_budget(set));
+  if (set.decoding == 0) form_.cap_tokens(time_.pipeline_piece(work));
 }
 
 // One row for s, if the batch and the pool have room. A sequence about to
@@ -312,7 +201,7 @@ bool Scheduler::take(std::vector<SchedRow>& rows, Sequence* s) {
   const int32_t n = form_.want(*s);
   const int64_t end = s->padding() > 0 ? s->pad_next + n : s->n_scheduled + n;
   if (n <= 0 || !cap_.grow(s, end, rows)) {
-    if (starting && s->running) cap_.undo_reuse(s);
+    if (starting && s->running()) cap_.undo_reuse(s);
     return false;
   }
   if (starting) cap_.count_lookup(s, hit);
@@ -344,7 +233,7 @@ Scheduler::Fork Scheduler::fork_from_leader(Sequence* s) const {
   auto it = seqs_.find(sequence_key(s->id, 0));
   if (it == seqs_.end()) return {};
   const Sequence& lead = *it->second;
-  if (!lead.running || lead.done || lead.tainted || lead.prompt_batch == 0 ||
+  if (!lead.running() || lead.tainted || lead.prompt_batch == 0 ||
       lead.prompt_batch >= next_batch_ || int32_t(lead.table.size()) <= q)
     return {};
   return Fork{lead.table[size_t(q)], q, lead.prompt_batch};
@@ -362,7 +251,7 @@ bool Scheduler::waits_for_leader(const Sequence* s) const {
   auto it = seqs_.find(sequence_key(s->id, 0));
   if (it == seqs_.end()) return false;
   const Sequence& lead = *it->second;
-  if (!lead.running || lead.done || lead.tainted) return false;
+  if (!lead.running() || lead.tainted) return false;
   if (lead.n_scheduled < lead.n_prompt) return true;
   const bool copyable = s->preempted == 0 && (s->n_prompt - 1) % blocks_.block_size() != 0;
   return copyable && (lead.prompt_batch == 0 || lead.prompt_batch >= next_batch_);
@@ -418,10 +307,7 @@ void Scheduler::update(const BatchResult& result) {
   const InFlight batch = std::move(it->second);
   const std::vector<SchedRow>& rows = batch.rows;
   inflight_.erase(it);
-  if (result.status.ok()) {
-    observe(batch, result);
-    learn_aim(batch, result);
-  }
+  if (result.status.ok()) learn_from(batch, result);
   KV_CHECK(!result.status.ok() || result.rows.size() == rows.size(),
            "scheduler: batch {} has {} rows, its result {}", result.batch, rows.size(),
            result.rows.size());
@@ -445,8 +331,7 @@ void Scheduler::apply_row(const SchedRow& row, const RowResult& res) {
   Sequence* s = row.seq;
   s->batches_in_flight--;
   if (!row.sample) return;
-  s->awaiting = false;
-  if (s->done || s->tainted) return;  // aborted while in flight; or read lost KV
+  if (s->finished() || s->tainted) return;  // aborted while in flight; or read lost KV
   if (!res.error.ok()) {
     finish(s, FinishReason::kError, res.error);
     return;
@@ -466,7 +351,7 @@ void Scheduler::apply_row(const SchedRow& row, const RowResult& res) {
     ev.finish = FinishReason::kLength;
   const FinishReason f = ev.finish;
   send(s, std::move(ev));
-  if (f != FinishReason::kNone) finish(s, FinishReason::kNone);  // the event said it
+  if (f != FinishReason::kNone) s->end(f);  // the event said it
 }
 
 // A failed batch may have left unwritten (in some stages) every block it
@@ -480,7 +365,7 @@ void Scheduler::apply_row(const SchedRow& row, const RowResult& res) {
 void Scheduler::lose_pending_blocks(uint64_t failed_batch) {
   if (!blocks_.caching()) return;
   for (Sequence* s : q_.running)
-    if (!s->done && (blocks_.reads_pending(s->table, s->n_shared, failed_batch) ||
+    if (!s->finished() && (blocks_.reads_pending(s->table, s->n_shared, failed_batch) ||
                      (s->copy_writer != 0 && failed_batch <= s->copy_writer)))
       s->tainted = true;
   const int32_t n = blocks_.drop_pending(failed_batch);
@@ -491,92 +376,26 @@ void Scheduler::requeue_tainted() {
   // Newest first to the head of the queue, as requeue_all does.
   std::vector<Sequence*> ready;
   for (Sequence* s : q_.running)
-    if (s->tainted && !s->done && s->batches_in_flight == 0) ready.push_back(s);
+    if (s->tainted && !s->finished() && s->batches_in_flight == 0) ready.push_back(s);
   std::sort(ready.begin(), ready.end(),
             [](const Sequence* a, const Sequence* b) { return a->admitted > b->admitted; });
   for (Sequence* s : ready) cap_.preempt(s, PreemptCause::kBlockLost);
 }
 
-// A batch is back: the cost model learns its stages' times, and the
-// timing figures (EngineStats::timing) follow the measured step.
-void Scheduler::observe(const InFlight& batch, const BatchResult& result) {
-  const BatchShape& sh = batch.shape;
-  SchedTiming& t = timing_;
-  t.batches++;
-  t.decode_rows += sh.decode_rows;
-  const bool prefill = sh.prefill_tokens() > 0;
-  if (prefill) {
-    t.prefill_batches++;
-    t.decode_rows_with_prefill += sh.decode_rows;
-  }
-  constexpr double kMean = 0.05;  // recent means: the last ~20 batches
-  t.mean_rows += kMean * (double(sh.rows) - t.mean_rows);
-  t.mean_tokens += kMean * (double(sh.tokens) - t.mean_tokens);
-  if (result.stage_busy_s.empty()) return;
-  cost_.observe(sh, result.stage_busy_s);
-  double step = 0;
-  for (double v : result.stage_busy_s) step = std::max(step, v);
-  if (!(step > 0)) return;
-  double& mean = prefill ? t.step_ms_prefill : t.step_ms_decode;
-  // Decode-only figures are for batches of decodes; a prefill-only batch
-  // says nothing about what decodes suffer.
-  if (!prefill || sh.decode_rows > 0) mean += (mean == 0 ? 1.0 : 0.1) * (step * 1e3 - mean);
-  // The ring's real depth: a batch's time in it over a step, in recent
-  // means (means, not a mean of ratios: a decode-only batch waiting behind
-  // a chunk has a long cycle for its short step, the chunk the reverse).
-  if (result.cycle_s > 0) {
-    const double a = depth_samples_++ == 0 ? 1.0 : 0.05;
-    cycle_mean_ += a * (result.cycle_s - cycle_mean_);
-    step_mean_ += a * (step - step_mean_);
-    t.ring_depth = std::clamp(cycle_mean_ / step_mean_, 1.0, 64.0);
-  }
-}
-
-// Aiming below the target (docs/scheduler.md). The budget keeps each
-// micro-batch's *predicted* step at target / depth, so the gaps scatter
-// around the target itself: the cost model's error, the measured depth's
-// and the machine's noise all land on both sides. So the scheduler
-// watches the gaps it produces — each sampled row's time since its
-// previous token, at the instant the bridge read the batch — and aims
-// lower while more than kOverGoal of the recent ones exceed the target,
-// back up slowly while they do not. Only while a time budget is in force.
-void Scheduler::learn_aim(const InFlight& batch, const BatchResult& result) {
-  constexpr double kOverGoal = 0.03, kAimMin = 0.25, kRate = 0.02;  // rate: per gap
-  const bool budget = lim_.policy == Policy::kChunked && lim_.itl_target_ms != 0;
-  const double target_s = timing_.itl_target_ms / 1e3;
-  int samples = 0;
+// A batch is back whole: the time budget learns its stages' times and the
+// gaps its sampled tokens closed (each row's time since its previous
+// token; a row's first token closes none).
+void Scheduler::learn_from(const InFlight& batch, const BatchResult& result) {
+  time_.observe(batch.shape, result.stage_busy_s, result.cycle_s);
+  std::vector<double> gaps;
   for (const SchedRow& r : batch.rows) {
     if (!r.sample || result.done_s <= 0) continue;
     Sequence* s = r.seq;
-    if (s->done) continue;
-    if (budget && target_s > 0 && s->last_token_s > 0) {
-      const double gap = result.done_s - s->last_token_s;
-      over_share_ += kRate * ((gap > target_s ? 1.0 : 0.0) - over_share_);
-      samples++;
-    }
+    if (s->finished()) continue;
+    if (s->last_token_s > 0) gaps.push_back(result.done_s - s->last_token_s);
     s->last_token_s = result.done_s;
   }
-  // Auto aims at its target itself: it is a guard against gaps of
-  // seconds behind a chunk, not a bound to hold 97% of gaps under, and
-  // aiming below a target that tracks the running set starves prefill
-  // (the aim falls, pieces shrink to a few tokens, throughput drops:
-  // docs/measurements/2026-12-01.md). A number is a bound: the aim holds it.
-  if (samples == 0 || timing_.itl_target_auto) {
-    timing_.over_target = over_share_;
-    return;
-  }
-  // Down by 3% a batch, up by 0.5%: a gap over the target is what the
-  // budget exists to prevent, a step under it costs some prefill speed.
-  // Up only in a batch that carried prefill: between bursts the decodes'
-  // gaps say nothing about what the next prompt's pieces will do to them,
-  // and an aim that drifted back to 1 meanwhile would meet every burst
-  // at the target itself.
-  if (over_share_ > kOverGoal)
-    aim_ = std::max(kAimMin, aim_ * 0.97);
-  else if (batch.shape.prefill_tokens() > 0)
-    aim_ = std::min(1.0, aim_ * 1.005);
-  timing_.aim = aim_;
-  timing_.over_target = over_share_;
+  time_.learn_gaps(gaps, batch.shape.prefill_tokens() > 0);
 }
 
 // ---- a lost stage -------------------------------------------------------------
@@ -586,14 +405,11 @@ void Scheduler::requeue_all() {
   // suspect (the restarted one starts empty): nothing in flight will come
   // back, and every running sequence is recomputed, not only those in flight.
   for (auto& [id, batch] : inflight_)
-    for (const SchedRow& r : batch.rows) {
-      r.seq->batches_in_flight--;
-      r.seq->awaiting = false;
-    }
+    for (const SchedRow& r : batch.rows) r.seq->batches_in_flight--;
   inflight_.clear();
   std::vector<Sequence*> requeue;
   for (Sequence* s : q_.running)
-    if (!s->done) requeue.push_back(s);
+    if (!s->finished()) requeue.push_back(s);
   // Newest first to the head of the queue: the oldest admission ends first
   // in line, and they keep their order ahead of the requests still waiting.
   std::sort(requeue.begin(), requeue.end(),
@@ -633,11 +449,12 @@ SchedulerStats Scheduler::stats() const {
   st.requeued = cap_.requeued();
   st.tokens_generated = tokens_generated_;
   st.tokens_prompt = tokens_prompt_;
-  st.timing = timing_;
+  st.timing = time_.timing();
+  st.timing.admission_waits = admission_waits_;
   st.timing.prefill_cut = form_.counts().cut;
   st.timing.prefill_aged = form_.counts().aged;
-  for (int s = 0; s < cost_.n_stages(); ++s) {
-    const StageCostFit f = cost_.fit(s);
+  for (int s = 0; s < time_.cost().n_stages(); ++s) {
+    const StageCostFit f = time_.cost().fit(s);
     st.cost.push_back(StageCost{f.fixed_s * 1e3, f.per_token_s * 1e3, f.per_kctx_s * 1e3,
                                 f.per_sample_s * 1e3, f.rms_s * 1e3, f.mean_busy_s * 1e3,
                                 f.samples});

@@ -49,6 +49,7 @@
 #include "daemon/engine/engine.h"
 #include "daemon/engine/policy.h"
 #include "daemon/engine/sequence.h"
+#include "daemon/engine/time_budget.h"
 #include "ipc/sampling.h"
 
 namespace kvasir {
@@ -189,9 +190,6 @@ class Scheduler {
   };
 
   void begin_batch(RingLoad load);
-  StepBudget step_budget();
-  double auto_step(int64_t running, int64_t positions) const;
-  int64_t pipeline_piece(int64_t work) const;
   bool take(std::vector<SchedRow>& rows, Sequence* s);
   bool waits_for_leader(const Sequence* s) const;
   // Where a starting choice > 0 copies choice 0's last prompt block from.
@@ -202,7 +200,7 @@ class Scheduler {
   };
   Fork fork_from_leader(Sequence* s) const;
   SchedulerOutput emit(std::vector<SchedRow> rows);
-  void observe(const InFlight& batch, const BatchResult& result);
+  void learn_from(const InFlight& batch, const BatchResult& result);
   void apply_row(const SchedRow& row, const RowResult& res);
   void lose_pending_blocks(uint64_t failed_batch);
   void requeue_tainted();
@@ -216,20 +214,12 @@ class Scheduler {
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // by sequence_key
   SeqQueues q_;
   CapacityScheduler cap_;  // refers to lim_, q_ and blocks_ above
-  CostModel cost_;
-  BatchFormer form_;  // refers to lim_ and cost_
+  TimeBudget time_;
+  BatchFormer form_;  // refers to lim_ and time_'s cost model
   std::unordered_map<uint64_t, InFlight> inflight_;
   uint64_t next_batch_ = 1;
   int64_t tokens_generated_ = 0, tokens_prompt_ = 0;
-  SchedTiming timing_;
-  int64_t depth_samples_ = 0;
-  double cycle_mean_ = 0, step_mean_ = 0;  // recent means, seconds (the ring's depth)
-  // The time budget's aim (docs/scheduler.md, "Aiming below the target"):
-  // the step budget is target / depth x aim_, aim_ in [kAimMin, 1], lowered
-  // while more than kOverGoal of the recent gaps exceed the target.
-  double aim_ = 1.0;
-  double over_share_ = 0;  // recent share of gaps over the target (EWMA)
-  void learn_aim(const InFlight& batch, const BatchResult& result);
+  int64_t admission_waits_ = 0;
   int64_t prefix_resets_ = 0;
 };
 

@@ -22,6 +22,18 @@ inline uint64_t sequence_key(RequestId id, int32_t index) {
   return uint64_t(id) | (uint64_t(index) << 48);
 }
 
+// Where a sequence stands. Waiting and preempted sequences are in the
+// waiting queue; prefilling and decoding ones in the running set; a
+// finished one stays in the running set until nothing in flight names it
+// (Scheduler::reap), then it is forgotten.
+enum class SeqState : uint8_t {
+  kWaiting,     // queued, never admitted
+  kPreempted,   // queued again after losing its blocks: to be recomputed
+  kPrefilling,  // running: its prompt going in
+  kDecoding,    // running, past its prompt: a token generated, or its first being sampled
+  kFinished,    // its final event sent (finish_reason says why)
+};
+
 struct Sequence {
   RequestId id = 0;
   int32_t index = 0;  // its choice of an n > 1 request
@@ -32,9 +44,8 @@ struct Sequence {
   int32_t n_generated = 0;
   int64_t n_scheduled = 0;  // positions sent to the ring (KV written or being written)
   int32_t batches_in_flight = 0;
-  bool awaiting = false;       // its sampling row is in flight
-  bool done = false;           // final event sent; freed when batches_in_flight == 0
-  bool running = false;        // in the running set
+  SeqState state = SeqState::kWaiting;
+  FinishReason finish_reason = FinishReason::kNone;  // once kFinished
   uint64_t admitted = 0;       // admission order: the newest is preempted first
   int32_t preempted = 0;       // times it lost its blocks (KV pressure or a lost stage)
   std::vector<int32_t> table;  // KV blocks
@@ -56,6 +67,9 @@ struct Sequence {
   // unknown): the start of the gap its next token closes.
   double last_token_s = 0;
   CacheCursor cache;
+  // Apart from the state, as it may mark a prefilling or a decoding
+  // sequence alike: its results in flight are dropped, and it is
+  // recomputed (preempted) once nothing of it is in the ring.
   bool tainted = false;
   // Parallel sampling: the batch that carried its last prompt position (0:
   // not yet, or since a preemption); and, for a choice that copied choice
@@ -68,15 +82,49 @@ struct Sequence {
   // one decode position once its last token is known).
   int64_t remaining() const { return int64_t(tokens.size()) - n_scheduled; }
   int64_t padding() const { return pad_end - pad_next; }
+  bool running() const { return state == SeqState::kPrefilling || state == SeqState::kDecoding; }
+  bool finished() const { return state == SeqState::kFinished; }
+  // Whether its sampling row is in flight: it is past its prompt and every
+  // position it knows has been sent (the row that sends the last known
+  // position always samples, BatchFormer::add), so its next token is
+  // still unknown. (A tainted one's dropped result leaves it so until it
+  // is preempted, before the next batch is formed.)
+  bool awaiting() const { return state == SeqState::kDecoding && remaining() == 0; }
   // Whether it could go into a micro-batch now. A sequence whose sampling
   // row is in flight waits for its token: a decode is never in two batches.
   bool schedulable() const {
-    return (remaining() > 0 || padding() > 0) && !awaiting && !done && !tainted;
+    return (remaining() > 0 || padding() > 0) && !awaiting() && !finished() && !tainted;
   }
   // Whether it is past its prompt: a token generated, or its first being
   // sampled. The time budget protects these rows' gaps; while none is, the
-  // ring carries prompts only (Scheduler::pipeline_piece).
-  bool decoding() const { return n_generated > 0 || awaiting; }
+  // ring carries prompts only (TimeBudget::pipeline_piece).
+  bool decoding() const { return state == SeqState::kDecoding; }
+
+  // Joins the running set: decoding at once if it has generated tokens
+  // (a recompute: its client is waiting for the next one).
+  void start_running() { state = n_generated > 0 ? SeqState::kDecoding : SeqState::kPrefilling; }
+  // Its final event has been sent (or is not to be: a lost request).
+  void end(FinishReason why) {
+    state = SeqState::kFinished;
+    finish_reason = why;
+  }
+  // THE reset of a preemption (CapacityScheduler::preempt, for KV pressure,
+  // a lost stage or a lost cached block alike), once its blocks went back
+  // and `table` is empty: it is to be recomputed from its prompt plus the
+  // tokens generated so far (nothing is re-sent to the client), its
+  // `static` padding is dropped (its next batch pads it afresh), its cache
+  // cursor and fork state are forgotten (its prompt is to be sent again),
+  // and it is counted.
+  void reset_for_recompute() {
+    n_scheduled = 0;
+    pad_next = pad_end = 0;
+    n_shared = 0;
+    cache = {};
+    tainted = false;
+    prompt_batch = copy_writer = 0;
+    state = SeqState::kPreempted;
+    preempted++;
+  }
   uint64_t key() const { return sequence_key(id, index); }
 };
 

@@ -228,8 +228,7 @@ TEST(Scheduler, OneRequeueRuleResetsEverythingForBothCauses) {
     s.n_scheduled = 6;
     s.pad_next = 9;
     s.pad_end = 12;
-    s.running = true;
-    s.awaiting = false;
+    s.state = SeqState::kDecoding;
     ASSERT_TRUE(blocks.ensure(s.table, 12));
     q.running.push_back(&s);
     q.waiting.push_back(&waiter);
@@ -240,8 +239,9 @@ TEST(Scheduler, OneRequeueRuleResetsEverythingForBothCauses) {
     EXPECT_EQ(s.remaining(), 6);  // prompt + generated tokens, recomputed
     EXPECT_EQ(s.pad_next, 0);
     EXPECT_EQ(s.pad_end, 0);
-    EXPECT_FALSE(s.awaiting);
-    EXPECT_FALSE(s.running);
+    EXPECT_FALSE(s.awaiting());
+    EXPECT_FALSE(s.running());
+    EXPECT_EQ(s.state, SeqState::kPreempted);
     EXPECT_EQ(s.preempted, 1);
     EXPECT_EQ(s.tokens.size(), 6u);  // nothing generated is lost or re-sent
     EXPECT_TRUE(q.running.empty());
