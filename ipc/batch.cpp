@@ -116,7 +116,11 @@ Status read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_
   out.n_tokens = nt;
   out.rows.assign(v.rows, v.rows + nr);
   out.tokens.assign(v.tokens, v.tokens + nt);
-  out.tables.assign(v.tables, v.tables + int64_t(nr) * d.max_table);
+  // Each row's own ids only, into buffers reused batch after batch: a
+  // 256-row batch's whole tables are 512 KiB at max_table 512, a few
+  // times the ids a row holds; what lies past a row's n_table is stale.
+  if (out.tables.size() < size_t(nr) * size_t(d.max_table))
+    out.tables.resize(size_t(nr) * size_t(d.max_table));
   out.sampling.assign(v.sampling, v.sampling + nr);
   int64_t sum = 0;
   for (int32_t r = 0; r < nr; ++r) {
@@ -130,7 +134,9 @@ Status read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_
     if (row.pos0 < 0 || int64_t(row.pos0) + row.n_tokens > int64_t(row.n_table) * block_size)
       return refused("batch {} row {}: positions {}..{} outside its {} blocks", m.batch_id, r,
                      row.pos0, int64_t(row.pos0) + row.n_tokens - 1, row.n_table);
-    const int32_t* t = out.tables.data() + int64_t(r) * d.max_table;
+    int32_t* t = out.tables.data() + int64_t(r) * d.max_table;
+    std::copy(v.tables + int64_t(r) * d.max_table, v.tables + int64_t(r) * d.max_table + row.n_table,
+              t);
     for (int32_t i = 0; i < row.n_table; ++i)
       if (t[i] < 0 || t[i] >= n_blocks)
         return refused("batch {} row {}: block id {} out of range [0, {})", m.batch_id, r, t[i],

@@ -140,7 +140,9 @@ struct Batch {
   uint64_t batch_id = 0;
   std::vector<DescRow> rows;
   std::vector<int32_t> tokens;
-  std::vector<int32_t> tables;  // rows.size() × max_table
+  // At least rows.size() × max_table: row r's n_table ids from r × max_table
+  // (read_desc leaves what lies past them stale).
+  std::vector<int32_t> tables;
   std::vector<SamplingParams> sampling;
   std::vector<BlockCopy> copies;  // applied before the forward
   int32_t n_tokens = 0;
@@ -153,8 +155,9 @@ Status check_msg(const BatchMsg& m, const SlotDims& d, uint64_t last_batch_id);
 // Copies the descriptor of m.slot and checks it against the message and the
 // widths: same batch id and counts, rows' tokens sum to n_tokens, each row
 // has >= 1 token, a table long enough for its positions, block ids in
-// [0, n_blocks), block copies as BlockCopy says. Not ok: kBatchRefused and
-// why (out is then unspecified).
+// [0, n_blocks), block copies as BlockCopy says. Only each row's n_table
+// ids are copied, into out's buffers as the previous call left them. Not
+// ok: kBatchRefused and why (out is then unspecified).
 Status read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_t n_blocks,
                  int32_t block_size, Batch& out);
 

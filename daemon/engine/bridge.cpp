@@ -314,36 +314,19 @@ bool Bridge::submit_batch() {
   return seg_.ring(0).push(m, [&] { return stopping_.load(); });
 }
 
-// Writes a batch into descriptor `slot`, row by row as the scheduler formed it.
+// Writes a batch into descriptor `slot`, row by row as the scheduler formed
+// it, through enc_ (its buffers reused batch after batch).
 void Bridge::encode(uint32_t slot, uint64_t batch_id, const SchedulerOutput& out) {
   const ipc::SlotDims& d = seg_.dims();
   uint64_t oldest = batch_id;  // the oldest batch in the ring: its grammar entries are taken
   for (const Slot& s : slots_)
     if (s.busy) oldest = std::min(oldest, s.batch_id);
-  ipc::Batch b;
-  b.batch_id = batch_id;
-  b.tables.assign(out.rows.size() * size_t(d.max_table), 0);
-  for (size_t r = 0; r < out.rows.size(); ++r) {
-    const ScheduledRow& row = out.rows[r];
-    ipc::DescRow dr;
-    dr.seq_id = sequence_key(row.id, row.index);  // each choice its own penalty history
-    dr.pos0 = row.pos0;
-    dr.n_tokens = row.n_tokens;
-    dr.n_table = int32_t(row.table.size());
-    dr.sample = row.sample;
-    dr.pad = row.pad;
-    dr.n_prompt = row.n_prompt;
-    b.rows.push_back(dr);
-    b.tokens.insert(b.tokens.end(), row.tokens.begin(), row.tokens.end());
-    std::copy(row.table.begin(), row.table.end(), b.tables.begin() + int64_t(r) * d.max_table);
-    b.sampling.push_back(row.sampling);
-    if (row.copy_src >= 0) b.copies.push_back(ipc::BlockCopy{row.copy_src, row.copy_dst});
-    if (row.grammar)
-      std::tie(b.sampling.back().grammar_entry, b.sampling.back().grammar_id) =
-          specs_.place(*row.grammar, batch_id, oldest);
-  }
-  b.n_tokens = int32_t(b.tokens.size());
-  ipc::write_desc(seg_.desc(slot), b, d);
+  encode_batch(out, batch_id, d.max_table, enc_);
+  for (size_t r = 0; r < out.rows.size(); ++r)
+    if (out.rows[r].grammar)
+      std::tie(enc_.sampling[r].grammar_entry, enc_.sampling[r].grammar_id) =
+          specs_.place(*out.rows[r].grammar, batch_id, oldest);
+  ipc::write_desc(seg_.desc(slot), enc_, d);
 }
 
 // ---- the tail: results out ------------------------------------------------------

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "daemon/engine/batch_log.h"
+#include "daemon/engine/descriptor.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/ring_health.h"
 #include "daemon/engine/scheduler.h"
@@ -124,6 +125,7 @@ class Bridge : public Engine {
   // Engine thread only.
   Scheduler sched_;
   SpecTable specs_;  // structured-output specs in the segment's grammar table
+  ipc::Batch enc_;   // the descriptor being encoded (encode), its buffers reused
   std::vector<Slot> slots_;
   uint64_t next_batch_id_ = 1;
   uint64_t faults_seen_ = 0;

@@ -1,0 +1,36 @@
+#include "daemon/engine/descriptor.h"
+
+#include <algorithm>
+
+namespace kvasir {
+
+void encode_batch(const SchedulerOutput& out, uint64_t batch_id, int32_t max_table, ipc::Batch& b) {
+  b.batch_id = batch_id;
+  b.rows.clear();
+  b.tokens.clear();
+  b.sampling.clear();
+  b.copies.clear();
+  // Grown, never shrunk nor cleared: a 256-row batch's tables are 512 KiB
+  // at max_table 512, and zero-filling them cost more than the ids' copy.
+  const size_t need = out.rows.size() * size_t(max_table);
+  if (b.tables.size() < need) b.tables.resize(need);
+  for (size_t r = 0; r < out.rows.size(); ++r) {
+    const ScheduledRow& row = out.rows[r];
+    ipc::DescRow dr;
+    dr.seq_id = sequence_key(row.id, row.index);  // each choice its own penalty history
+    dr.pos0 = row.pos0;
+    dr.n_tokens = row.n_tokens;
+    dr.n_table = int32_t(row.table.size());
+    dr.sample = row.sample;
+    dr.pad = row.pad;
+    dr.n_prompt = row.n_prompt;
+    b.rows.push_back(dr);
+    b.tokens.insert(b.tokens.end(), row.tokens.begin(), row.tokens.end());
+    std::copy(row.table.begin(), row.table.end(), b.tables.begin() + int64_t(r) * max_table);
+    b.sampling.push_back(row.sampling);
+    if (row.copy_src >= 0) b.copies.push_back(ipc::BlockCopy{row.copy_src, row.copy_dst});
+  }
+  b.n_tokens = int32_t(b.tokens.size());
+}
+
+}  // namespace kvasir
