@@ -4,7 +4,7 @@
 // The template comes with the model: GGUF `tokenizer.chat_template`, or for
 // a Hugging Face folder chat_template.jinja / tokenizer_config.json's
 // `chat_template`. It is a Jinja program, rendered by Kvasir's own
-// interpreter (model/jinja/) exactly as transformers' apply_chat_template
+// interpreter (jinja/) exactly as transformers' apply_chat_template
 // renders it with jinja2; docs/chat-templates.md has the details.
 //
 // The rendered prompt is a list of segments: markup the template wrote, and
@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "model/jinja/jinja.h"
+#include "jinja/jinja.h"
 
 namespace kvasir {
 

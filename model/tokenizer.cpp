@@ -6,6 +6,7 @@
 
 #include "base/check.h"
 #include "model/tokenizer_impl.h"
+#include "base/utf8.h"
 #include "model/unicode.h"
 
 namespace kvasir {
@@ -28,7 +29,7 @@ std::string decode_byte_alphabet(std::string_view text) {
       out.push_back(char(b));
     } else {  // not in the alphabet: the reference writes a marker
       std::string u;
-      unicode::append_utf8(u, cp);
+      append_utf8(u, cp);
       out += "[UNK_BYTE_0x";
       for (unsigned char c : u) out += fmt::format("{:02x}", c);
       out += std::string(text) + "]";

@@ -9,6 +9,7 @@
 
 #include "base/check.h"
 #include "model/tokenizer_impl.h"
+#include "base/utf8.h"
 #include "model/unicode.h"
 
 namespace kvasir {
@@ -76,7 +77,7 @@ void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out) con
     // The word's bytes (re-encoded from codepoints: bad bytes are U+FFFD
     // now), each mapped to its byte-alphabet symbol.
     utf8.clear(), word.clear();
-    for (uint32_t i = b; i < e; ++i) unicode::append_utf8(utf8, cps[i]);
+    for (uint32_t i = b; i < e; ++i) append_utf8(utf8, cps[i]);
     for (unsigned char c : utf8) word += unicode::byte_to_symbol(c);
 
     if (d_.ignore_merges) {

@@ -6,6 +6,8 @@
 #include <array>
 #include <memory>
 
+#include "base/utf8.h"
+
 namespace kvasir::unicode {
 namespace {
 
@@ -148,26 +150,6 @@ std::vector<uint32_t> decode_utf8(std::string_view s) {
   return out;
 }
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp <= 0x7F) {
-    out.push_back(char(cp));
-  } else if (cp <= 0x7FF) {
-    out.push_back(char(0xC0 | (cp >> 6)));
-    out.push_back(char(0x80 | (cp & 0x3F)));
-  } else if (cp <= 0xFFFF) {
-    out.push_back(char(0xE0 | (cp >> 12)));
-    out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(char(0x80 | (cp & 0x3F)));
-  } else if (cp <= 0x10FFFF) {
-    out.push_back(char(0xF0 | (cp >> 18)));
-    out.push_back(char(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(char(0x80 | (cp & 0x3F)));
-  } else {
-    out += "\xEF\xBF\xBD";
-  }
-}
-
 size_t utf8_complete_prefix(std::string_view bytes, size_t& invalid_at) {
   const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
   const size_t n = bytes.size();
@@ -214,14 +196,6 @@ const std::string& byte_to_symbol(uint8_t b) {
 
 int byte_from_symbol(uint32_t cp) {
   return cp < 512 ? byte_maps().from_cp[cp] : -1;
-}
-
-bool is_python_space(uint32_t cp) {
-  if (cp >= kMaxCp) return false;
-  if (cp >= 0x1C && cp <= 0x1F) return true;
-  const auto dir = u_charDirection(UChar32(cp));
-  return dir == U_WHITE_SPACE_NEUTRAL || dir == U_BLOCK_SEPARATOR || dir == U_SEGMENT_SEPARATOR ||
-         u_charType(UChar32(cp)) == U_SPACE_SEPARATOR;
 }
 
 }  // namespace kvasir::unicode

@@ -53,11 +53,6 @@ uint32_t to_lower(uint32_t cp);
 void decode_utf8(std::string_view text, std::vector<uint32_t>& out);
 std::vector<uint32_t> decode_utf8(std::string_view text);
 
-// Appends the UTF-8 form of `cp`. Codepoints beyond U+10FFFF (which lenient
-// decoding of F4 90.. / F5..F7 lead bytes can produce) are written as U+FFFD:
-// the reference aborts on them instead, see docs/tokenizer.md.
-void append_utf8(std::string& out, uint32_t cp);
-
 // Length of the sequence a lead byte announces (1 for ASCII and for stray
 // continuation bytes), as the reference's BPE symbol splitter reads it.
 inline size_t utf8_len(uint8_t lead) {
@@ -74,8 +69,5 @@ size_t utf8_complete_prefix(std::string_view bytes, size_t& invalid_at);
 // arbitrary bytes become a string of vocabulary symbols.
 const std::string& byte_to_symbol(uint8_t b);  // UTF-8 of the mapped codepoint
 int byte_from_symbol(uint32_t cp);             // inverse, -1 if not in the alphabet
-
-// Python's str.isspace(), for templates that call .strip()/|trim.
-bool is_python_space(uint32_t cp);
 
 }  // namespace kvasir::unicode

@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "base/check.h"
-#include "model/jinja/jinja.h"
+#include "jinja/jinja.h"
 #include "tests/unit/model/jinja_refs.h"
 
 using namespace kvasir;

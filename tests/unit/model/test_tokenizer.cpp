@@ -247,7 +247,6 @@ TEST(Unicode, LenientDecodeLikeReference) {
   EXPECT_TRUE(unicode::is_number(U'٣'));
   EXPECT_TRUE(unicode::is_space(0x3000));
   EXPECT_FALSE(unicode::is_space(0x1C));
-  EXPECT_TRUE(unicode::is_python_space(0x1C));
 }
 
 }  // namespace
