@@ -54,6 +54,19 @@ Layout layout(int64_t n, int32_t top_k, int32_t n_experts, int64_t hidden, int64
   return l;
 }
 
+// The workspace layout and the expert stacks' sizes (elements) do not
+// overflow. Checked before the empty-batch shortcut, as the other launchers.
+bool sizes_fit(const MoeFfnArgs& a, const Layout& l) {
+  return l.total != 0 && a.ffn <= kLimit / a.hidden && a.ffn * a.hidden <= kLimit / a.n_experts;
+}
+
+// Every buffer is there and the workspace is large enough (a non-empty batch).
+bool buffers_given(const MoeFfnArgs& a, const Layout& l) {
+  return a.x != nullptr && a.ids != nullptr && a.weights != nullptr && a.gate != nullptr &&
+         a.up != nullptr && a.down != nullptr && a.out != nullptr && a.workspace != nullptr &&
+         a.workspace_bytes >= l.total;
+}
+
 }  // namespace
 
 size_t moe_ffn_workspace_bytes(int64_t n, int32_t top_k, int32_t n_experts, int64_t hidden,
@@ -63,15 +76,9 @@ size_t moe_ffn_workspace_bytes(int64_t n, int32_t top_k, int32_t n_experts, int6
 
 cudaError_t launch_moe_ffn(const MoeFfnArgs& a, cudaStream_t stream) {
   const Layout l = layout(a.n, a.top_k, a.n_experts, a.hidden, a.ffn);
-  if (l.total == 0) return cudaErrorInvalidValue;
-  // The expert stacks' sizes (elements) must not overflow either.
-  if (a.ffn > kLimit / a.hidden || a.ffn * a.hidden > kLimit / a.n_experts)
-    return cudaErrorInvalidValue;
+  if (!sizes_fit(a, l)) return cudaErrorInvalidValue;
   if (a.n == 0) return cudaSuccess;
-  if (a.x == nullptr || a.ids == nullptr || a.weights == nullptr || a.gate == nullptr ||
-      a.up == nullptr || a.down == nullptr || a.out == nullptr || a.workspace == nullptr ||
-      a.workspace_bytes < l.total)
-    return cudaErrorInvalidValue;
+  if (!buffers_given(a, l)) return cudaErrorInvalidValue;
   char* ws = static_cast<char*>(a.workspace);
   auto i32 = [&](size_t off) { return reinterpret_cast<int32_t*>(ws + off); };
   auto f32 = [&](size_t off) { return reinterpret_cast<float*>(ws + off); };
