@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "base/sse.h"
 #include "cli/bench.h"
 
 namespace kvasir::cli {
@@ -125,11 +126,12 @@ RequestResult run_one(const Endpoint& ep, const std::string& body) {
   RequestResult r;
   StreamTimer timer(r);
   std::string error;
-  SseReader sse;
+  SseParser sse;
   try {
     HttpResult h = http_stream(ep, "POST", "/v1/completions", body, [&](std::string_view bytes) {
       auto now = Clock::now();
-      for (const auto& d : sse.feed(bytes)) {
+      for (const auto& ev : sse.feed(bytes)) {
+        const std::string& d = ev.data;
         if (d == "[DONE]") continue;
         json j = json::parse(d, nullptr, false);
         if (j.is_discarded() || !j.is_object()) continue;

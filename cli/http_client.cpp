@@ -130,29 +130,6 @@ HttpResult http_stream(const Endpoint& ep, const std::string& method, const std:
   return call(ep, method, target, body, &on_data);
 }
 
-std::vector<std::string> SseReader::feed(std::string_view bytes) {
-  buf_.append(bytes);
-  std::vector<std::string> out;
-  size_t end;
-  while ((end = buf_.find("\n\n")) != std::string::npos) {
-    std::string event = buf_.substr(0, end);
-    buf_.erase(0, end + 2);
-    std::string data;
-    size_t pos = 0;
-    while (pos < event.size()) {
-      size_t nl = event.find('\n', pos);
-      std::string line = event.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.rfind("data:", 0) == 0)
-        data += line.substr(line.size() > 5 && line[5] == ' ' ? 6 : 5);
-      if (nl == std::string::npos) break;
-      pos = nl + 1;
-    }
-    if (!data.empty()) out.push_back(std::move(data));
-  }
-  return out;
-}
-
 std::string error_message(const std::string& body) {
   try {
     auto j = nlohmann::json::parse(body);

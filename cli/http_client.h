@@ -42,15 +42,6 @@ HttpResult http_stream(const Endpoint& ep, const std::string& method, const std:
                        const std::string& body,
                        const std::function<void(std::string_view)>& on_data);
 
-// Server-sent events: feed bytes, get the data payloads of complete events.
-class SseReader {
- public:
-  std::vector<std::string> feed(std::string_view bytes);
-
- private:
-  std::string buf_;
-};
-
 // The message of an OpenAI-shaped error body, or the body itself.
 std::string error_message(const std::string& body);
 

@@ -27,6 +27,7 @@
 #include <optional>
 #include <thread>
 
+#include "base/sse.h"
 #include "cli/bench.h"
 #include "cli/diagnose.h"
 #include "cli/http_client.h"
@@ -188,10 +189,11 @@ json request_body(const GenOpts& o) {
 // Streams one request; prints text as it arrives. Returns the whole text.
 std::string stream_text(const Endpoint& ep, const std::string& path, json body, bool chat) {
   body["stream"] = true;
-  SseReader sse;
+  kvasir::SseParser sse;
   std::string text, error;
   HttpResult r = http_stream(ep, "POST", path, body.dump(), [&](std::string_view bytes) {
-    for (const auto& d : sse.feed(bytes)) {
+    for (const auto& ev : sse.feed(bytes)) {
+      const std::string& d = ev.data;
       if (d == "[DONE]") continue;
       json j = json::parse(d, nullptr, false);
       if (j.is_discarded()) continue;

@@ -491,41 +491,4 @@ std::string sse_done() {
   return "data: [DONE]\n\n";
 }
 
-std::vector<std::string> SseParser::feed(std::string_view bytes) {
-  buf_.append(bytes);
-  std::vector<std::string> out;
-  for (;;) {
-    // An event ends at a blank line (\n\n or \r\n\r\n).
-    size_t end = buf_.find("\n\n");
-    size_t end_crlf = buf_.find("\r\n\r\n");
-    size_t sep = 2;
-    if (end_crlf != std::string::npos && (end == std::string::npos || end_crlf < end)) {
-      end = end_crlf;
-      sep = 4;
-    }
-    if (end == std::string::npos) break;
-    std::string event = buf_.substr(0, end);
-    buf_.erase(0, end + sep);
-    std::string data;
-    bool any = false;
-    size_t pos = 0;
-    while (pos <= event.size()) {
-      size_t nl = event.find('\n', pos);
-      std::string line = event.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.rfind("data:", 0) == 0) {
-        std::string v = line.substr(5);
-        if (!v.empty() && v[0] == ' ') v.erase(0, 1);
-        if (any) data += '\n';
-        data += v;
-        any = true;
-      }
-      if (nl == std::string::npos) break;
-      pos = nl + 1;
-    }
-    if (any) out.push_back(std::move(data));
-  }
-  return out;
-}
-
 }  // namespace kvasir

@@ -222,15 +222,6 @@ nlohmann::json usage_chunk(const ResponseMeta& m, bool chat, const Usage& u);
 // Server-sent events framing: "data: <json>\n\n" and "data: [DONE]\n\n".
 std::string sse_event(const nlohmann::json& j);
 std::string sse_done();
-
-// Parses SSE from a byte stream (the CLI, tests): feed bytes, get the data
-// payloads of complete events ("[DONE]" included, verbatim).
-class SseParser {
- public:
-  std::vector<std::string> feed(std::string_view bytes);
-
- private:
-  std::string buf_;
-};
+// Clients read them with base/sse.h.
 
 }  // namespace kvasir

@@ -31,17 +31,6 @@ TEST(Endpoint, Url) {
   EXPECT_THROW(resolve_endpoint("", "http://h:99999"), std::runtime_error);
 }
 
-TEST(Sse, SplitAnywhere) {
-  std::string wire = "data: {\"a\":1}\n\ndata: [DONE]\n\n";
-  SseReader r;
-  std::vector<std::string> got;
-  for (char c : wire) {
-    auto ev = r.feed(std::string_view(&c, 1));
-    got.insert(got.end(), ev.begin(), ev.end());
-  }
-  EXPECT_EQ(got, (std::vector<std::string>{"{\"a\":1}", "[DONE]"}));
-}
-
 TEST(ErrorMessage, OpenAiShapeOrRaw) {
   EXPECT_EQ(error_message(R"({"error":{"message":"n must be 1","param":"n"}})"), "n must be 1");
   EXPECT_EQ(error_message("plain"), "plain");

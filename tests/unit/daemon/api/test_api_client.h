@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/sse.h"
 #include "daemon/api/openai.h"
 
 namespace kvasir::test {
@@ -51,7 +52,8 @@ inline Resp parse_resp(const std::string& raw) {
 inline std::vector<json> sse_events(const std::string& body, bool* done = nullptr) {
   SseParser p;
   std::vector<json> out;
-  for (const auto& d : p.feed(body)) {
+  for (const auto& ev : p.feed(body)) {
+    const std::string& d = ev.data;
     if (d == "[DONE]") {
       if (done) *done = true;
     } else {

@@ -3,6 +3,7 @@
 // functions: no server, no engine.
 #include <gtest/gtest.h>
 
+#include "base/sse.h"
 #include "daemon/api/openai.h"
 #include "daemon/api/openai_stop.h"
 
@@ -267,13 +268,14 @@ TEST(Sse, FramingRoundTrip) {
   SseParser p;
   std::vector<std::string> got;
   for (char c : wire) {  // byte by byte: events may split anywhere
-    auto ev = p.feed(std::string_view(&c, 1));
-    got.insert(got.end(), ev.begin(), ev.end());
+    for (auto& ev : p.feed(std::string_view(&c, 1))) got.push_back(std::move(ev.data));
   }
   ASSERT_EQ(got.size(), 3u);
   EXPECT_EQ(json::parse(got[0]), a);
   EXPECT_EQ(got[2], "[DONE]");
-  EXPECT_EQ(p.feed("data: a\r\ndata: b\r\n\r\n"), std::vector<std::string>{"a\nb"});
+  const auto crlf = p.feed("data: a\r\ndata: b\r\n\r\n");
+  ASSERT_EQ(crlf.size(), 1u);
+  EXPECT_EQ(crlf[0].data, "a\nb");
 }
 
 TEST(Stop, HoldsBackPrefixesAndTruncates) {
