@@ -370,7 +370,11 @@ class Daemon {
 
   kvasir::ApiContext api_context() {
     kvasir::ApiContext ctx;
-    if (tok_) ctx.codec = kvasir::make_text_codec(*tok_, chat_.get());
+    if (tok_) {
+      ctx.codec = kvasir::make_text_codec(*tok_, chat_.get());
+      facts_ = std::make_shared<const kvasir::ModelFacts>(kvasir::model_facts(*ctx.codec));
+      ctx.facts = facts_;
+    }
     if (tok_ && cfg_.grammar.enabled) ctx.grammar = grammar_service();
     ctx.model_name = mc_.name;
     ctx.max_model_len = mc_.context_length;
@@ -466,9 +470,7 @@ class Daemon {
     bc.vocab = mc_.vocab;
     bc.context_length = mc_.context_length;
     bc.batch_log = batch_log_;
-    if (tok_)
-      for (int32_t id = 0; id < tok_->vocab_size(); ++id)
-        if (tok_->is_eog(id)) bc.eos_ids.push_back(id);
+    if (facts_) bc.eos_ids = facts_->eog_ids;
     return bc;
   }
 
@@ -512,6 +514,9 @@ class Daemon {
   const kvasir::ModelConfig& mc_;
   std::unique_ptr<kvasir::ModelFile> model_;
   std::unique_ptr<kvasir::Tokenizer> tok_;
+  // Read off the tokenizer and template once (api_context): the routes'
+  // and the scheduler's end-of-generation ids are the same list.
+  std::shared_ptr<const kvasir::ModelFacts> facts_;
   std::unique_ptr<kvasir::ChatTemplate> chat_;
   kvasir::Supervisor sup_;
   kvasir::LoadingMonitor loading_;

@@ -32,6 +32,8 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
 ApiService::ApiService(Engine& engine, ApiContext ctx, ApiOptions opts,
                        std::function<void(std::function<void()>)> post)
     : impl_(std::make_shared<Impl>(engine, std::move(ctx), std::move(opts), std::move(post))) {
+  if (impl_->ctx.codec && !impl_->ctx.facts)
+    impl_->ctx.facts = std::make_shared<const ModelFacts>(model_facts(*impl_->ctx.codec));
   impl_->created_unix = std::chrono::duration_cast<std::chrono::seconds>(
                             std::chrono::system_clock::now().time_since_epoch())
                             .count();
@@ -251,7 +253,7 @@ void ApiService::Impl::serve_tokenize(const HttpRequest& req, const Res& res,
 void ApiService::Impl::serve_detokenize(const HttpRequest& req, const Res& res,
                                         const std::string& route) {
   auto ids = parse_detokenize_request(req.body);
-  int32_t vocab = ctx.codec->vocab_size();
+  const int32_t vocab = ctx.facts->vocab_size;
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= vocab)
       throw ApiError(

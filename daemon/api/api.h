@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "daemon/api/http_server.h"
+#include "daemon/api/model_facts.h"
 #include "daemon/api/openai.h"
 #include "daemon/engine/engine.h"
 
@@ -44,6 +45,7 @@ class TextCodec {
                                       bool parse_special) const = 0;
   virtual std::string decode(const std::vector<int32_t>& ids, bool skip_special) const = 0;
   virtual std::unique_ptr<TextStream> stream(bool skip_special) const = 0;
+  // Read once, into ModelFacts (model_facts.h); the routes ask those.
   virtual int32_t vocab_size() const = 0;
   virtual bool is_eog(int32_t id) const = 0;
   // The model's chat template applied to `chat` (ChatTurns, openai.h), and
@@ -54,7 +56,8 @@ class TextCodec {
   // raise_exception message).
   virtual std::vector<int32_t> encode_chat(const ChatTurns& chat) const = 0;
   // The template's source ("" without one): which tool-call syntax it
-  // teaches and what it can render (chat_turns.h, tool_calls.h).
+  // teaches and what it can render (chat_turns.h, tool_calls.h), read once
+  // into ModelFacts.
   virtual std::string chat_template_source() const = 0;
 };
 
@@ -96,13 +99,16 @@ std::shared_ptr<GrammarService> make_grammar_service(const Tokenizer& tok, int32
 
 struct ApiContext {
   std::shared_ptr<const TextCodec> codec;
+  // The model's facts, read off `codec` once at load (model_facts). Null
+  // with a codec: ApiService computes them when it is created.
+  std::shared_ptr<const ModelFacts> facts;
   std::shared_ptr<GrammarService> grammar;  // null: structured outputs refused (400)
-  std::string model_name;                  // the id in /v1/models and responses
-  std::vector<std::string> model_aliases;  // also accepted as "model" (e.g. the file name)
+  std::string model_name;                   // the id in /v1/models and responses
+  std::vector<std::string> model_aliases;   // also accepted as "model" (e.g. the file name)
   // Also listed by /v1/models after model_name (server.served_model_name's
   // other names); each is accepted as "model" too.
   std::vector<std::string> listed_aliases;
-  int32_t max_model_len = 0;               // context length (0 = unknown)
+  int32_t max_model_len = 0;                // context length (0 = unknown)
   // The plan and scheduler settings as /kvasir/v1/stats reports them
   // ("plan": what kvasir diagnose reasons from); null: not reported.
   nlohmann::json plan;

@@ -190,7 +190,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
     c.cum_logprob += ev.logprob;
     bool final_stop =
         ev.finish == FinishReason::kStop &&
-        (api_->ctx.codec->is_eog(ev.token) ||
+        (api_->ctx.facts->is_eog(ev.token) ||
          std::count(req_.stop_token_ids.begin(), req_.stop_token_ids.end(), ev.token));
     std::string piece;
     try {
@@ -414,9 +414,9 @@ class Generation : public std::enable_shared_from_this<Generation> {
 namespace {
 
 // The tool-call syntax of a chat request whose output is parsed for calls.
-std::optional<ToolFormat> tool_format(const CompletionRequest& req, const TextCodec& codec) {
+std::optional<ToolFormat> tool_format(const CompletionRequest& req, const ModelFacts& facts) {
   if (!req.chat || req.tool_choice == ToolChoice::kNone) return std::nullopt;
-  return detect_tool_format(codec.chat_template_source());
+  return facts.tool_format;
 }
 
 }  // namespace
@@ -425,8 +425,7 @@ std::optional<ToolFormat> tool_format(const CompletionRequest& req, const TextCo
 // template renders (chat_turns.h), rendered and tokenized without turn
 // injection (TextCodec::encode_chat).
 std::vector<int32_t> ApiService::Impl::chat_prompt(const ChatTurns& turns) const {
-  const std::string src = ctx.codec->chat_template_source();
-  ChatTurns adapted = adapt_chat_turns(turns, template_traits(src), detect_tool_format(src));
+  ChatTurns adapted = adapt_chat_turns(turns, ctx.facts->template_traits, ctx.facts->tool_format);
   try {
     return ctx.codec->encode_chat(adapted);
   } catch (const Error& e) {
@@ -443,7 +442,7 @@ std::vector<int32_t> ApiService::Impl::completion_prompt(const CompletionRequest
     echo = *req.prompt_text;
     return codec.encode(*req.prompt_text, true, true);
   }
-  const int32_t vocab = codec.vocab_size();
+  const int32_t vocab = ctx.facts->vocab_size;
   for (size_t i = 0; i < req.prompt_ids.size(); ++i)
     if (req.prompt_ids[i] < 0 || req.prompt_ids[i] >= vocab)
       throw ApiError(ErrorCode::kInvalidArgument,
@@ -461,7 +460,7 @@ void ApiService::Impl::check_context(CompletionRequest& req, size_t prompt_token
   if (prompt_tokens == 0)
     throw ApiError(ErrorCode::kInvalidArgument, "the prompt encodes to no tokens", what);
   for (int32_t id : req.stop_token_ids)
-    if (id >= ctx.codec->vocab_size())
+    if (id >= ctx.facts->vocab_size)
       throw ApiError(ErrorCode::kInvalidArgument,
                      fmt::format("stop_token_ids: {} is out of range", id), "stop_token_ids");
   if (ctx.max_model_len <= 0) return;
@@ -498,7 +497,7 @@ void ApiService::Impl::generate(const HttpRequest& http, const std::shared_ptr<R
   std::string echo;
   std::vector<int32_t> prompt = chat ? chat_prompt(req.chat_turns) : completion_prompt(req, echo);
   check_context(req, prompt.size());
-  const std::optional<ToolFormat> tools = tool_format(req, *ctx.codec);
+  const std::optional<ToolFormat> tools = tool_format(req, *ctx.facts);
   if (tools && (req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed))
     req.constraint =
         tool_call_constraint(*tools, req.chat_turns.tools, req.tool_name, req.parallel_tool_calls);

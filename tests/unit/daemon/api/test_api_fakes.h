@@ -61,8 +61,12 @@ class FakeCodec : public TextCodec {
     s += c.add_generation_prompt ? "assistant: " : "";
     return encode(s, false, false);
   }
-  std::string chat_template_source() const override { return source; }
+  std::string chat_template_source() const override {
+    ++source_reads;
+    return source;
+  }
   std::string source = "{{ messages }}";
+  mutable std::atomic<int> source_reads{0};  // the facts read it once, at setup
 };
 
 // A grammar service that answers from another thread, after `delay_ms`,

@@ -32,6 +32,17 @@ namespace asio = boost::asio;
 
 namespace {
 
+// A whole answer, for a service driven without the HTTP server.
+struct Capture : Responder {
+  int status = 0;
+  std::string body;
+  void respond(int st, std::string, std::string b) override { status = st, body = b; }
+  void start_stream(int st, std::string) override { status = st; }
+  void write(std::string) override {}
+  void finish() override {}
+  void on_close(std::function<void()>) override {}
+};
+
 class ApiHttpTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -418,15 +429,6 @@ TEST_F(ApiHttpTest, ConstraintsCompiledOnArrival) {
   EXPECT_EQ(r.j()["error"]["code"], "queue_full");
   EXPECT_EQ(engine_.submitted.size(), submitted);  // nothing refused reached the engine
   // Without a grammar service (a build without the engine): 400 naming the field.
-  struct Capture : Responder {
-    int status = 0;
-    std::string body;
-    void respond(int st, std::string, std::string b) override { status = st, body = b; }
-    void start_stream(int st, std::string) override { status = st; }
-    void write(std::string) override {}
-    void finish() override {}
-    void on_close(std::function<void()>) override {}
-  };
   ApiContext ctx;
   ctx.codec = codec_;
   auto bare = std::make_shared<ApiService>(engine_, ctx, ApiOptions{},
@@ -519,12 +521,41 @@ TEST_F(ApiHttpTest, TemplateRefusalAndTokenizeMessages) {
   r = post("/tokenize", R"({"messages":[{"role":"user","content":"x"}],
                            "chat_template_kwargs":{"refuse":true}})");
   EXPECT_EQ(r.status, 400);
-  codec_->source = "developer";  // a template that knows the developer role
-  r = post("/tokenize", R"({"messages":[{"role":"developer","content":"be"}],
-                            "add_generation_prompt":false})");
+  // The fixture's template does not know the developer role: a system turn.
+  const std::string developer = R"({"messages":[{"role":"developer","content":"be"}],
+                                    "add_generation_prompt":false})";
+  r = post("/tokenize", developer);
   ASSERT_EQ(r.status, 200) << r.body;
-  const auto ids = r.j()["tokens"].get<std::vector<int32_t>>();
+  auto ids = r.j()["tokens"].get<std::vector<int32_t>>();
+  EXPECT_EQ(std::string(ids.begin(), ids.end()), "system: be\n");
+  // A template that knows it (read when the service is set up: the facts
+  // are the model's, fixed while it is served).
+  ApiContext ctx;
+  auto codec = std::make_shared<test::FakeCodec>();
+  codec->source = "developer";
+  ctx.codec = codec;
+  auto api = std::make_shared<ApiService>(engine_, ctx, ApiOptions{},
+                                          [](std::function<void()> f) { f(); });
+  auto cap = std::make_shared<Capture>();
+  HttpRequest hr;
+  hr.method = "POST";
+  hr.path = hr.target = "/tokenize";
+  hr.body = developer;
+  api->handle(hr, cap);
+  ASSERT_EQ(cap->status, 200) << cap->body;
+  ids = json::parse(cap->body)["tokens"].get<std::vector<int32_t>>();
   EXPECT_EQ(std::string(ids.begin(), ids.end()), "developer: be\n");
+}
+
+// The template is read when the service is set up, never per request.
+TEST_F(ApiHttpTest, TemplateReadOnceNotPerRequest) {
+  EXPECT_EQ(codec_->source_reads.load(), 1);
+  const std::string chat = R"({"messages":[{"role":"user","content":"x"}],"max_tokens":1})";
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(post("/v1/chat/completions", chat).status, 200);
+    EXPECT_EQ(post("/tokenize", R"({"messages":[{"role":"user","content":"x"}]})").status, 200);
+  }
+  EXPECT_EQ(codec_->source_reads.load(), 1);
 }
 
 TEST_F(ApiHttpTest, EngineRefusals) {
