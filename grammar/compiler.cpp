@@ -1,10 +1,11 @@
 // grammar/compiler.cpp — GrammarCompiler: the compile cache, the worker
 // threads, and turning a GrammarSpec into XGrammar's compiled grammar.
 //
-// compile() checks the spec (check_spec), then looks its key up in the LRU
-// cache. A miss inserts a pending entry (a shared future) and queues a job;
-// a hit on a pending entry waits on the same future, so concurrent requests
-// for one spec compile it once. The caller waits at most compile_timeout;
+// compile_async() checks the spec (check_spec), then looks its key up in
+// the LRU cache. A miss inserts a pending entry (a shared future) and
+// queues a job; a hit on a pending entry shares the same future, so
+// concurrent requests for one spec compile it once. The handle
+// (PendingGrammar) carries the deadline, compile_timeout after the ask;
 // the job itself cannot be interrupted and finishes on its worker whatever
 // the caller did, its result (success or refusal) staying in the cache.
 #include <atomic>
@@ -99,20 +100,33 @@ xgrammar::Grammar to_xgrammar(const GrammarSpec& s, const CompilerOptions& o) {
   throw std::invalid_argument("unknown grammar kind");
 }
 
-// One compilation, on a worker thread. Every exception XGrammar throws for
-// this spec is its refusal of the spec.
+// The grammar XGrammar builds from the spec, within max_grammar_bytes: ok,
+// or the spec's refusal (kInvalidArgument naming the kind). Every exception
+// XGrammar throws for this spec is its refusal of the spec.
+Status build_grammar(const GrammarSpec& spec, const CompilerOptions& o, xgrammar::Grammar* out) {
+  const char* kind = kind_name(spec.kind);
+  try {
+    xgrammar::Grammar g = to_xgrammar(spec, o);
+    if (const size_t n = g.ToString().size(); n > o.limits.max_grammar_bytes)
+      return error_status(ErrorCode::kInvalidArgument,
+                          "{}: the grammar it makes is {} bytes, over the limit of {}", kind, n,
+                          o.limits.max_grammar_bytes);
+    *out = std::move(g);
+  } catch (const std::exception& e) {
+    return error_status(ErrorCode::kInvalidArgument, "{}: {}", kind, detail::xgrammar_message(e));
+  }
+  return Status();
+}
+
+// One compilation, on a worker thread.
 Outcome compile_now(const Job& job, const CompilerOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const char* kind = kind_name(job.spec.kind);
   detail::WarningCapture capture;
   auto impl = std::make_unique<CompiledGrammar::Impl>();
+  xgrammar::Grammar g{xgrammar::NullObj{}};
+  if (Status st = build_grammar(job.spec, o, &g); !st.ok()) return {std::move(st), nullptr};
   try {
-    xgrammar::Grammar g = to_xgrammar(job.spec, o);
-    if (const size_t n = g.ToString().size(); n > o.limits.max_grammar_bytes)
-      return {error_status(ErrorCode::kInvalidArgument,
-                           "{}: the grammar it makes is {} bytes, over the limit of {}", kind, n,
-                           o.limits.max_grammar_bytes),
-              nullptr};
     xgrammar::GrammarCompiler compiler(job.vocab->impl().info, std::max(1, o.threads_per_compile),
                                        /*cache_enabled=*/false);
     impl->compiled = compiler.CompileGrammar(g);
@@ -199,11 +213,68 @@ GrammarCompiler::~GrammarCompiler() {
   for (std::thread& t : impl_->workers) t.join();
 }
 
-Status GrammarCompiler::compile(const GrammarSpec& spec,
-                                const std::shared_ptr<const Vocabulary>& vocab,
-                                std::shared_ptr<const CompiledGrammar>* out) {
-  KV_CHECK(vocab != nullptr && out != nullptr, "grammar compile: no vocabulary or no output");
-  KV_RETURN_IF_ERROR(check_spec(spec, options_.limits));
+// What a PendingGrammar holds: the entry's outcome, its deadline, and what
+// the refusals at the deadline say.
+struct PendingGrammar::State {
+  std::shared_future<Outcome> outcome;
+  std::shared_ptr<std::atomic<bool>> started;  // null: the outcome was known at once
+  std::chrono::steady_clock::time_point deadline;
+  std::chrono::milliseconds timeout{0};
+  GrammarKind kind = GrammarKind::kJsonObject;
+};
+
+bool PendingGrammar::ready() const {
+  KV_CHECK(state_ != nullptr, "grammar: ready() on an empty PendingGrammar");
+  return state_->outcome.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+Status PendingGrammar::wait(std::shared_ptr<const CompiledGrammar>* out) const {
+  KV_CHECK(state_ != nullptr && out != nullptr, "grammar: wait() with no handle or no output");
+  const State& s = *state_;
+  if (s.outcome.wait_until(s.deadline) != std::future_status::ready) {
+    if (s.started->load())
+      return error_status(ErrorCode::kInvalidArgument,
+                          "{}: compiling it took longer than the limit of {} ms (too complex)",
+                          kind_name(s.kind), s.timeout.count());
+    return error_status(ErrorCode::kQueueFull,
+                        "{}: no grammar compiler was free within {} ms; try again later",
+                        kind_name(s.kind), s.timeout.count());
+  }
+  const Outcome& outcome = s.outcome.get();
+  if (outcome.status.ok()) *out = outcome.grammar;
+  return outcome.status;
+}
+
+namespace {
+
+PendingGrammar known(Status status) {
+  std::promise<Outcome> p;
+  p.set_value({std::move(status), nullptr});
+  auto state = std::make_shared<PendingGrammar::State>();
+  state->outcome = p.get_future().share();
+  return PendingGrammar(std::move(state));
+}
+
+}  // namespace
+
+Status check_grammar(const GrammarSpec& spec, const CompilerOptions& options,
+                     std::vector<std::string>* warnings) {
+  KV_RETURN_IF_ERROR(check_spec(spec, options.limits));
+  detail::WarningCapture capture;
+  xgrammar::Grammar g{xgrammar::NullObj{}};
+  Status st = build_grammar(spec, options, &g);
+  if (warnings) *warnings = capture.take();
+  return st;
+}
+
+PendingGrammar GrammarCompiler::compile_async(const GrammarSpec& spec,
+                                              const std::shared_ptr<const Vocabulary>& vocab) {
+  KV_CHECK(vocab != nullptr, "grammar compile: no vocabulary");
+  if (Status st = check_spec(spec, options_.limits); !st.ok()) return known(std::move(st));
+  auto state = std::make_shared<PendingGrammar::State>();
+  state->timeout = options_.limits.compile_timeout;
+  state->deadline = std::chrono::steady_clock::now() + state->timeout;
+  state->kind = spec.kind;
   Job job;
   auto [entry, hit] = impl_->cache.find_or_insert(cache_key(spec, *vocab), [&] {
     job.started = std::make_shared<std::atomic<bool>>(false);
@@ -214,24 +285,21 @@ Status GrammarCompiler::compile(const GrammarSpec& spec,
     job.vocab = vocab;
     {
       std::lock_guard lock(impl_->mu);
-      if (impl_->stopping) return Status(ErrorCode::kStopping, "the grammar compiler stopped");
+      if (impl_->stopping) return known(Status(ErrorCode::kStopping, "the grammar compiler stopped"));
       impl_->queue.push_back(std::move(job));
     }
     impl_->cv.notify_one();
   }
-  const auto timeout = options_.limits.compile_timeout;
-  if (entry.outcome.wait_for(timeout) != std::future_status::ready) {
-    if (entry.started->load())
-      return error_status(ErrorCode::kInvalidArgument,
-                          "{}: compiling it took longer than the limit of {} ms (too complex)",
-                          kind_name(spec.kind), timeout.count());
-    return error_status(ErrorCode::kQueueFull,
-                        "{}: no grammar compiler was free within {} ms; try again later",
-                        kind_name(spec.kind), timeout.count());
-  }
-  const Outcome& outcome = entry.outcome.get();
-  if (outcome.status.ok()) *out = outcome.grammar;
-  return outcome.status;
+  state->outcome = entry.outcome;
+  state->started = entry.started;
+  return PendingGrammar(std::move(state));
+}
+
+Status GrammarCompiler::compile(const GrammarSpec& spec,
+                                const std::shared_ptr<const Vocabulary>& vocab,
+                                std::shared_ptr<const CompiledGrammar>* out) {
+  KV_CHECK(vocab != nullptr && out != nullptr, "grammar compile: no vocabulary or no output");
+  return compile_async(spec, vocab).wait(out);
 }
 
 CacheStats GrammarCompiler::cache_stats() const {

@@ -4,8 +4,11 @@
 //
 //   auto vocab = grammar::Vocabulary::from_tokenizer(tokenizer);       // once per model
 //   grammar::GrammarCompiler compiler;                                 // once per process
+//   grammar::PendingGrammar p =                   // returns at once; compiles on a worker
+//       compiler.compile_async(grammar::GrammarSpec::json_schema(schema), vocab);
+//   ...                                           // other work meanwhile
 //   std::shared_ptr<const grammar::CompiledGrammar> g;
-//   Status st = compiler.compile(grammar::GrammarSpec::json_schema(schema), vocab, &g);
+//   Status st = p.wait(&g);                       // at most compile_timeout after asking
 //   if (!st.ok()) return st;                      // kInvalidArgument: the request is wrong
 //   grammar::Matcher m(g);                        // one per request (sequence)
 //   std::vector<uint32_t> mask(m.mask_words());
@@ -105,7 +108,8 @@ struct GrammarLimits {
   // The grammar XGrammar derives from the spec, printed as EBNF, in bytes:
   // bounds the automaton the compiler preprocesses against the vocabulary.
   size_t max_grammar_bytes = 1024 * 1024;
-  // How long compile() waits for a compilation (queued or running).
+  // How long a compilation may take, queued and running, counted from when
+  // it was asked (compile_async, compile).
   std::chrono::milliseconds compile_timeout{10000};
 };
 
@@ -198,15 +202,52 @@ struct CompilerOptions {
   int json_max_whitespace = 16;
 };
 
+// What GrammarCompiler::compile would refuse as the spec's own fault, short
+// of its deadline, without a vocabulary: check_spec, then XGrammar building
+// the grammar from the spec (a bad schema, regex or EBNF) and the size of
+// what it builds (max_grammar_bytes). Synchronous, and cheap next to a
+// compilation (no pass over the vocabulary): whoever accepts requests can
+// refuse a bad one at once and leave the compilation to whoever needs the
+// grammar. Ok or kInvalidArgument, worded as compile's; *warnings (if not
+// null) gets what XGrammar said it ignored.
+Status check_grammar(const GrammarSpec& spec, const CompilerOptions& options,
+                     std::vector<std::string>* warnings = nullptr);
+
 struct CacheStats {
-  uint64_t hits = 0;       // compile() found its key (done or in progress)
-  uint64_t misses = 0;     // compile() queued a compilation
+  uint64_t hits = 0;       // compile_async() found its key (done or in progress)
+  uint64_t misses = 0;     // compile_async() queued a compilation
   uint64_t evictions = 0;  // entries dropped to stay within cache_capacity
   size_t entries = 0;      // entries now
 };
 
+// A compilation asked of a GrammarCompiler: in progress on its worker, or
+// done (from the cache, or refused at once). Cheap to copy; every copy
+// shares the one compilation. The deadline (compile_timeout) counts from
+// when compile_async() was called, so the caller may do other work first
+// and wait() only when it needs the grammar. May outlive its compiler:
+// queued work dropped by the compiler's destructor answers kStopping.
+class PendingGrammar {
+ public:
+  PendingGrammar() = default;  // !valid(): nothing asked
+  bool valid() const { return state_ != nullptr; }
+  // The outcome is known: wait() returns at once.
+  bool ready() const;
+  // Sets *out to the compiled grammar, waiting until the deadline at most.
+  // Errors (*out untouched) as GrammarCompiler::compile. Throws
+  // kvasir::Error if !valid() or out is null.
+  Status wait(std::shared_ptr<const CompiledGrammar>* out) const;
+
+  struct State;  // grammar/compiler.cpp
+  explicit PendingGrammar(std::shared_ptr<const State> state) : state_(std::move(state)) {}
+
+ private:
+  std::shared_ptr<const State> state_;
+};
+
 // Compiles specs on its worker threads and keeps the results in a bounded
 // LRU cache keyed by (kind, text, choices, strict, vocabulary fingerprint).
+// The only threads that compile: callers ask with compile_async() and wait
+// on the handle when they need the grammar (or block in compile()).
 // Thread-safe. A compilation that outlives compile_timeout keeps its worker
 // until it ends (XGrammar cannot be interrupted); its result is then cached,
 // so a pathological spec costs one worker however often it is sent.
@@ -219,8 +260,15 @@ class GrammarCompiler {
   GrammarCompiler(const GrammarCompiler&) = delete;
   GrammarCompiler& operator=(const GrammarCompiler&) = delete;
 
-  // Sets *out to the compiled grammar for (spec, vocab): from the cache, or
-  // compiled on a worker while the caller waits at most compile_timeout.
+  // Starts compiling (spec, vocab) on a worker, or finds it in the cache
+  // (done or in progress: concurrent askers share one compilation), and
+  // returns at once. A spec check_spec refuses is a ready handle with that
+  // refusal. A null vocab is a bug: throws kvasir::Error.
+  PendingGrammar compile_async(const GrammarSpec& spec,
+                               const std::shared_ptr<const Vocabulary>& vocab);
+
+  // compile_async(spec, vocab).wait(out): sets *out to the compiled grammar
+  // for (spec, vocab), waiting at most compile_timeout.
   // Errors (*out untouched):
   //   kInvalidArgument — check_spec refused the spec; XGrammar refused it
   //     ("json_schema: ...", "regex: ...", "ebnf: ..." with its reason); the

@@ -1,14 +1,16 @@
 // bench_grammar_compile — how long each JSON schema of a list takes to
 // compile against a model's vocabulary (the grammar engine alone, as the
-// daemon's grammar service and the tail stage each do once per new spec),
-// and what a cache hit costs. The figures of docs/structured-outputs.md.
+// tail stage does once per new spec), what a cache hit costs, and what the
+// daemon's check on arrival costs (check_grammar: every structured request
+// pays it on the API's io thread). The figures of docs/structured-outputs.md.
 //
 //   bench_grammar_compile MODEL.gguf SCHEMAS.json [--repeat N]
 //
 // SCHEMAS.json: [{"name", "schema"}, ...] (tests/integration/structured_schemas.json).
 // Each schema is compiled N times (default 5) with the cache cleared before
-// each (cold), then once more from the cache (hit); prints the median and
-// the largest cold time, the hit's time, and XGrammar's memory estimate.
+// each (cold), then once more from the cache (hit), and checked N times;
+// prints the median and the largest cold time, the hit's time, the median
+// check, and XGrammar's memory estimate.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -34,7 +36,7 @@ double ms_since(Clock::time_point t0) {
 
 struct Row {
   std::string name;
-  double median_ms = 0, max_ms = 0, hit_ms = 0;
+  double median_ms = 0, max_ms = 0, hit_ms = 0, check_ms = 0;
   size_t bytes = 0;
 };
 
@@ -60,6 +62,14 @@ bool measure(GrammarCompiler& c, const GrammarSpec& spec,
   row.median_ms = cold[cold.size() / 2];
   row.max_ms = cold.back();
   row.bytes = g->memory_bytes();
+  std::vector<double> checks;
+  for (int r = 0; r < repeat; ++r) {
+    const auto t1 = Clock::now();
+    if (!check_grammar(spec, c.options()).ok()) return false;
+    checks.push_back(ms_since(t1));
+  }
+  std::sort(checks.begin(), checks.end());
+  row.check_ms = checks[checks.size() / 2];
   return true;
 }
 
@@ -82,7 +92,8 @@ int main(int argc, char** argv) {
   const auto schemas = nlohmann::json::parse(in);
 
   GrammarCompiler compiler;  // the daemon's defaults (2 workers, 1 thread each)
-  std::printf("%-18s %12s %10s %10s %10s\n", "schema", "median ms", "max ms", "hit ms", "KiB");
+  std::printf("%-18s %12s %10s %10s %10s %10s\n", "schema", "median ms", "max ms", "hit ms",
+              "check ms", "KiB");
   std::vector<Row> rows;
   bool ok = true;
   std::vector<std::pair<std::string, GrammarSpec>> specs{{"json_object", GrammarSpec::json_object()}};
@@ -94,8 +105,8 @@ int main(int argc, char** argv) {
       ok = false;
       continue;
     }
-    std::printf("%-18s %12.1f %10.1f %10.3f %10.0f\n", row.name.c_str(), row.median_ms, row.max_ms,
-                row.hit_ms, row.bytes / 1024.0);
+    std::printf("%-18s %12.1f %10.1f %10.3f %10.3f %10.0f\n", row.name.c_str(), row.median_ms,
+                row.max_ms, row.hit_ms, row.check_ms, row.bytes / 1024.0);
     rows.push_back(row);
   }
   std::vector<double> med;

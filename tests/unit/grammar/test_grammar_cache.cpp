@@ -62,6 +62,33 @@ TEST(GrammarCache, CompilerHitsShareOneGrammar) {
   EXPECT_NE(a, b);  // compiled again; the old one lives on with its holders
 }
 
+// compile_async returns at once; askers of one spec share one compilation;
+// a spec check_spec refuses is a handle ready with the refusal.
+TEST(GrammarCache, CompileAsyncSharesOneCompilation) {
+  GrammarCompiler compiler;
+  const auto& vocab = tiny_vocabs()[0]->vocab;
+  EXPECT_FALSE(PendingGrammar().valid());
+  const PendingGrammar a = compiler.compile_async(GrammarSpec::regex("[a-c]+x"), vocab);
+  const PendingGrammar b = compiler.compile_async(GrammarSpec::regex("[a-c]+x"), vocab);
+  ASSERT_TRUE(a.valid() && b.valid());
+  std::shared_ptr<const CompiledGrammar> ga, gb;
+  ASSERT_TRUE(a.wait(&ga).ok());
+  ASSERT_TRUE(b.wait(&gb).ok());
+  EXPECT_TRUE(a.ready());
+  EXPECT_EQ(ga, gb);
+  EXPECT_EQ(compiler.cache_stats().misses, 1u);
+  EXPECT_EQ(compiler.cache_stats().hits, 1u);
+  CompilerOptions o;
+  o.limits.max_text_bytes = 4;
+  GrammarCompiler small(o);
+  const PendingGrammar big = small.compile_async(GrammarSpec::regex("[a-z]{1,9}"), vocab);
+  EXPECT_TRUE(big.ready());
+  std::shared_ptr<const CompiledGrammar> g;
+  EXPECT_EQ(big.wait(&g).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(g, nullptr);
+  EXPECT_EQ(small.cache_stats().misses, 0u);  // refused before the cache
+}
+
 TEST(GrammarCache, CompilerCacheIsBounded) {
   CompilerOptions o;
   o.cache_capacity = 3;
@@ -134,6 +161,27 @@ TEST(GrammarCache, DeadlineAndBusyCompiler) {
   ASSERT_TRUE(again.ok()) << again.to_string();
   EXPECT_NE(g, nullptr);
   EXPECT_EQ(compiler.cache_stats().misses, 2u);  // the slow regex and "[0-9]+", once each
+}
+
+// The deadline counts from the ask, not from the wait: a caller that did
+// other work first (the tail, during the forward pass) waits only for what
+// is left of it.
+TEST(GrammarCache, DeadlineCountsFromTheAsk) {
+  const TestVocab* tv = default_vocab();
+  if (tv == nullptr) GTEST_SKIP() << "no default model at " << model_path();
+  CompilerOptions o;
+  o.workers = 1;
+  o.limits.compile_timeout = std::chrono::milliseconds(100);
+  GrammarCompiler compiler(o);
+  const PendingGrammar p = compiler.compile_async(GrammarSpec::regex(kSlowRegex), tv->vocab);
+  EXPECT_FALSE(p.ready());
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // past the deadline
+  const auto t0 = std::chrono::steady_clock::now();
+  std::shared_ptr<const CompiledGrammar> g;
+  const Status st = p.wait(&g);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(50));
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("too complex"), std::string::npos) << st.message();
 }
 
 TEST(GrammarCache, DestroyingTheCompilerDropsQueuedWork) {

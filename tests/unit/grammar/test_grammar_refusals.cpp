@@ -10,7 +10,9 @@
 namespace kvasir::grammar::testing {
 namespace {
 
-// compile() must refuse with kInvalidArgument and a message holding `what`.
+// compile() must refuse with kInvalidArgument and a message holding `what`,
+// and check_grammar (the daemon's check on arrival, without a vocabulary)
+// must refuse it with the same words.
 void expect_refused(const GrammarSpec& spec, const std::string& what,
                     CompilerOptions options = {}) {
   GrammarCompiler compiler(options);
@@ -21,6 +23,9 @@ void expect_refused(const GrammarSpec& spec, const std::string& what,
       << "message '" << st.message() << "' lacks '" << what << "'";
   EXPECT_EQ(st.message().rfind(std::string(kind_name(spec.kind)) + ": ", 0), 0u) << st.message();
   EXPECT_EQ(g, nullptr);
+  const Status checked = check_grammar(spec, options);
+  EXPECT_EQ(checked.code(), st.code()) << checked.to_string();
+  EXPECT_EQ(checked.message(), st.message());
 }
 
 std::string nested_schema(int levels) {
