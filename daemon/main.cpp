@@ -385,14 +385,11 @@ class Daemon {
     return ctx;
   }
 
-  // Structured outputs compiled on arrival ([grammar], docs/structured-outputs.md).
+  // Structured outputs checked on arrival ([grammar], docs/structured-outputs.md).
   std::shared_ptr<kvasir::GrammarService> grammar_service() const {
     kvasir::GrammarServiceOptions o;
-    o.workers = cfg_.grammar.workers;
-    o.cache_capacity = size_t(cfg_.grammar.cache_capacity);
-    o.compile_timeout_s = cfg_.grammar.compile_timeout_s;
     o.max_spec_bytes = cfg_.grammar.max_spec_bytes;
-    return kvasir::make_grammar_service(*tok_, mc_.vocab, o);
+    return kvasir::make_grammar_service(o);
   }
 
   // False (logged why) when the API cannot listen (e.g. a daemon already

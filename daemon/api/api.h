@@ -65,37 +65,30 @@ class TextCodec {
 // chat requests get 400). Both must outlive the codec.
 std::shared_ptr<TextCodec> make_text_codec(const Tokenizer& tok, const ChatTemplate* chat);
 
-// Compiles structured-output constraints on arrival, so that a bad schema,
+// Checks structured-output constraints on arrival, so that a bad schema,
 // regex or grammar is a 400 before anything is scheduled
-// (docs/structured-outputs.md). Asynchronous: a compilation may take
-// seconds, and the API's one io thread must not wait for it.
+// (docs/structured-outputs.md). The compilation against the vocabulary is
+// the tail stage's, once, overlapped with the prompt's forward pass.
 class GrammarService {
  public:
   virtual ~GrammarService() = default;
-  // Compiles `c` and calls done(status, spec) once, on another thread (or
-  // on this one when the answer is at hand): ok with the spec in the wire
-  // form the engine carries to the tail (GenRequest::grammar), or
-  // kInvalidArgument (the constraint is wrong, too large or too slow to
-  // compile: its message names the kind), kQueueFull (every compiler busy
-  // past the deadline: try again), kStopping.
+  // Checks `c` and calls done(status, spec) once, on this thread or another:
+  // ok with the spec in the wire form the engine carries to the tail
+  // (GenRequest::grammar), or kInvalidArgument (the constraint is wrong or
+  // too large: its message names the kind), kQueueFull (busy: try again),
+  // kStopping.
   using Done = std::function<void(Status, std::shared_ptr<const std::string>)>;
   virtual void compile(const OutputConstraint& c, Done done) = 0;
 };
 
 struct GrammarServiceOptions {
-  int workers = 2;  // compile threads
-  size_t cache_capacity = 128;
-  double compile_timeout_s = 10;
-  size_t max_spec_bytes = 64 << 10;
-  int waiters = 8;         // compilations waited on at once; more queue
-  size_t max_queue = 256;  // beyond: kQueueFull at once
+  size_t max_spec_bytes = 64 << 10;  // a schema, regex or grammar's text
 };
 
-// The model's grammar service over its tokenizer (logits `width` wide), or
-// null in a build without the grammar engine: structured requests then get
-// 400. The tokenizer must outlive it.
-std::shared_ptr<GrammarService> make_grammar_service(const Tokenizer& tok, int32_t width,
-                                                     const GrammarServiceOptions& options);
+// The daemon's grammar service (grammar::check_grammar on the caller's
+// thread), or null in a build without the grammar engine: structured
+// requests then get 400.
+std::shared_ptr<GrammarService> make_grammar_service(const GrammarServiceOptions& options);
 
 struct ApiContext {
   std::shared_ptr<const TextCodec> codec;

@@ -75,7 +75,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
     api_->gens[serial_] = shared_from_this();
   }
 
-  // The request goes to the engine (grammar: its constraint's compiled
+  // The request goes to the engine (grammar: its constraint's checked
   // spec, or null; every choice follows it).
   void submit(std::vector<int32_t> prompt, std::shared_ptr<const std::string> grammar) {
     if (done_) return;  // the client left while its constraint compiled
@@ -510,8 +510,8 @@ void ApiService::Impl::generate(const HttpRequest& http, const std::shared_ptr<R
   auto gen = std::make_shared<Generation>(shared_from_this(), res, std::move(req), route, tools);
   gen->begin(prompt.size(), std::move(echo));
   if (!constraint) return gen->submit(std::move(prompt), nullptr);
-  // Compiled on arrival (a bad one is a 400 before anything is scheduled),
-  // on the grammar service's threads; the answer comes back to this thread.
+  // Checked on arrival (a bad one is a 400 before anything is scheduled);
+  // the answer comes back to this thread (the tail compiles it).
   std::weak_ptr<PostGate> gate = this->gate;
   ctx.grammar->compile(*constraint,
                        [gen, gate, prompt = std::move(prompt), param = constraint->param](

@@ -5,8 +5,7 @@
 
 namespace kvasir {
 
-std::shared_ptr<GrammarService> make_grammar_service(const Tokenizer&, int32_t,
-                                                     const GrammarServiceOptions&) {
+std::shared_ptr<GrammarService> make_grammar_service(const GrammarServiceOptions&) {
   return nullptr;
 }
 
