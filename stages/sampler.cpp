@@ -254,40 +254,6 @@ int32_t SequenceHistory::output_count(int32_t token) const {
   return it == index_.end() ? 0 : entries_[it->second].output;
 }
 
-const SequenceHistory* PenaltyHistories::feed(uint64_t seq, const Row& row, uint64_t batch) {
-  H& h = map_[seq];
-  h.last_batch = batch;
-  if (row.pad) return &h.hist;
-  if (row.pos0 < 0 || row.pos0 > int64_t(h.tokens.size())) return nullptr;
-  if (row.pos0 < int64_t(h.tokens.size()) || row.n_prompt != h.n_prompt) {
-    // A rewrite (a recompute starts again at 0): recount what stays. Rare,
-    // so a rebuild rather than per-token decrements.
-    h.tokens.resize(size_t(row.pos0));
-    h.n_prompt = row.n_prompt;
-    h.hist.clear();
-    for (size_t p = 0; p < h.tokens.size(); ++p) {
-      if (int64_t(p) < h.n_prompt)
-        h.hist.add_prompt(h.tokens[p]);
-      else
-        h.hist.add_output(h.tokens[p]);
-    }
-  }
-  for (int32_t i = 0; i < row.n_tokens; ++i) {
-    const int32_t t = row.tokens[i];
-    if (row.pos0 + i < h.n_prompt)
-      h.hist.add_prompt(t);
-    else
-      h.hist.add_output(t);
-    h.tokens.push_back(t);
-  }
-  return &h.hist;
-}
-
-void PenaltyHistories::evict_older_than(uint64_t batch, uint64_t age) {
-  for (auto it = map_.begin(); it != map_.end();)
-    it = it->second.last_batch + age < batch ? map_.erase(it) : std::next(it);
-}
-
 // ---------------------------------------------------------------------------
 // RNG
 

@@ -55,7 +55,7 @@ struct SampleResult {
 // output: the repetition penalty looks at both, the presence and frequency
 // penalties only at the output (as in vLLM and the OpenAI API). Tokens that a
 // preemption makes the scheduler recompute stay counted as output: the tail
-// builds histories by position (PenaltyHistories, below).
+// keeps them in its sequences' records, by position (stages/tail_sequences.h).
 class SequenceHistory {
  public:
   struct Entry {
@@ -84,44 +84,6 @@ class SequenceHistory {
   std::vector<Entry> entries_;
   int64_t n_prompt_ = 0;
   int64_t n_output_ = 0;
-};
-
-// The tail's penalty histories, one per sequence whose parameters use a
-// penalty, kept by position: the history used to sample position q is the
-// sequence's tokens at positions < q, counted as prompt below the row's
-// n_prompt and as output from there on. A row rewrites the positions it
-// covers, so a recompute after preemption (every position resent from 0,
-// the generated tokens included, with the same n_prompt) rebuilds exactly
-// the counts the sequence had, and so does a tail that restarted; the
-// sampled token itself enters with the next row, which carries it.
-class PenaltyHistories {
- public:
-  struct Row {
-    int64_t pos0 = 0;
-    int32_t n_tokens = 0;
-    int32_t n_prompt = 0;             // positions below: the prompt
-    const int32_t* tokens = nullptr;  // [n_tokens]
-    bool pad = false;                 // filler (`static` padding): not the sequence's tokens
-  };
-  // Accounts for `row` of sequence `seq` (seen in batch `batch`) and returns
-  // its history, covering positions [0, pos0 + n_tokens); a pad row changes
-  // nothing. Null when positions before pos0 were never seen (a hole: the
-  // entry was evicted): the history is unknown, and a row sampled with it
-  // would silently differ, so the caller must fail that sequence.
-  const SequenceHistory* feed(uint64_t seq, const Row& row, uint64_t batch);
-  // Forgets sequences not seen in the last `age` batches (finished ones:
-  // the tail is never told).
-  void evict_older_than(uint64_t batch, uint64_t age = 4096);
-  size_t size() const { return map_.size(); }
-
- private:
-  struct H {
-    SequenceHistory hist;
-    std::vector<int32_t> tokens;  // [positions seen] the token at each
-    int32_t n_prompt = 0;
-    uint64_t last_batch = 0;
-  };
-  std::unordered_map<uint64_t, H> map_;
 };
 
 // The counter-based RNG: SplitMix64's output number `position` of the stream

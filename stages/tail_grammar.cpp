@@ -2,6 +2,7 @@
 #include "stages/tail_grammar.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -28,13 +29,14 @@ uint64_t ns_since(Clock::time_point t0) {
   return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
 }
 
-// A few threads running jobs in order of arrival.
-class JobPool {
+// A few threads filling masks, jobs in order of arrival. A job never waits
+// for a compilation (start_job posts one only once its grammar is compiled).
+class MaskWorkers {
  public:
-  explicit JobPool(int n) {
+  explicit MaskWorkers(int n) {
     for (int i = 0; i < std::max(n, 1); ++i) threads_.emplace_back([this] { run(); });
   }
-  ~JobPool() {
+  ~MaskWorkers() {
     {
       std::lock_guard lk(mu_);
       stop_ = true;
@@ -74,31 +76,39 @@ class JobPool {
   std::vector<std::thread> threads_;
 };
 
-using Compiled = std::pair<Status, std::shared_ptr<const grammar::CompiledGrammar>>;
-
-// A spec met in the grammar table, by entry id.
+// A spec met in the grammar table, by entry id. Tail thread only.
 struct Spec {
-  std::string bytes;  // the wire form, as read
-  std::shared_future<Compiled> compiled;
+  std::string bytes;               // the wire form, as read
+  grammar::PendingGrammar pending;  // its compilation, started when met
+  Status status;                   // once resolved: the compilation's outcome
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  bool resolved = false;
   uint64_t last_batch = 0;
 };
 
-// One constrained sequence's record (tail_grammar.h).
-struct Seq {
-  uint64_t id = 0;  // the sequence's
+// The grammar's part of a sequence's record (stages/tail_sequences.h).
+struct GrammarPart final : TailSequence::Part {
+  explicit GrammarPart(std::shared_ptr<std::atomic<size_t>> live) : live(std::move(live)) {
+    ++*this->live;
+  }
+  ~GrammarPart() override {
+    if (job.valid()) job.wait();
+    --*live;
+  }
+  std::shared_ptr<std::atomic<size_t>> live;  // the grammar's count of parts
+  uint64_t id = 0;                            // the sequence's
   std::shared_ptr<Spec> spec;
-  int32_t n_prompt = 0;
-  std::vector<int32_t> want;  // its output by position - n_prompt (tail thread)
-  uint64_t edits = 0;         // bumped when `want` changes other than by growing
-  uint64_t last_batch = 0;
-  std::string error;  // why its grammar failed ("" while fine)
+  Status error;  // why its grammar failed (ok while fine)
+  // The mask wanted: for the output of this length and the record's edits.
+  size_t mask_len = SIZE_MAX;
+  uint64_t mask_edits = 0;
+  bool deferred = false;  // wanted before its grammar compiled: mask() runs the job
   // Owned by the mask job while one runs (`job` not ready).
+  std::vector<int32_t> want;  // the output the job brings the matcher to (a copy)
   std::optional<grammar::Matcher> matcher;
   std::vector<int32_t> accepted;  // what the matcher accepted
   size_t past_end = 0;            // of which the last past_end: stop tokens after its end
   std::vector<uint32_t> mask;
-  size_t mask_len = SIZE_MAX;  // the (want.size(), edits) the mask is for
-  uint64_t mask_edits = 0;
   std::shared_future<void> job;
 };
 
@@ -112,18 +122,15 @@ class TailGrammarImpl final : public TailGrammar {
         compiler_(compiler_options(o, table)),
         pool_(o.mask_workers) {}
 
-  ~TailGrammarImpl() override {
-    for (auto& [id, s] : seqs_) wait(s);
-  }
-
   size_t mask_words() const override { return vocab_->mask_words(); }
-  void prepare(const ipc::Batch& b, int32_t n_rows, uint64_t batch_id) override;
-  const uint32_t* mask(int32_t r, std::string* error) override;
-  void accept(int32_t r, int32_t token) override;
+  void prepare(const ipc::Batch& b, int32_t n_rows, uint64_t batch_id,
+               TailSequences& seqs) override;
+  Status mask(int32_t r, const uint32_t** out) override;
+  void accept(int32_t r) override;
   TailGrammarStats stats() const override {
     std::lock_guard lk(stats_mu_);
     TailGrammarStats s = stats_;
-    s.sequences = seqs_.size();
+    s.sequences = live_->load();
     return s;
   }
 
@@ -139,158 +146,125 @@ class TailGrammarImpl final : public TailGrammar {
     return c;
   }
 
-  std::shared_ptr<Spec> spec_for(const SamplingParams& sp, uint64_t batch, std::string* error);
-  Seq* seq_for(const ipc::DescRow& row, const SamplingParams& sp, uint64_t batch);
-  void feed(Seq& s, const ipc::DescRow& row, const int32_t* tokens);
-  void start_job(Seq& s);
-  void run_job(Seq& s);
-  void sync_matcher(Seq& s, const std::shared_ptr<const grammar::CompiledGrammar>& g);
-  void fill(Seq& s);
-  void wait(Seq& s) {
-    if (s.job.valid()) s.job.wait();
+  Status spec_for(const SamplingParams& sp, uint64_t batch, std::shared_ptr<Spec>* out);
+  GrammarPart& part_for(TailSequence& rec, const SamplingParams& sp, uint64_t batch);
+  Status resolve(Spec& spec);
+  void start_job(const TailSequence& rec, GrammarPart& g);
+  void run_job(GrammarPart& g, const std::shared_ptr<const grammar::CompiledGrammar>& grammar);
+  void sync_matcher(GrammarPart& g, const std::shared_ptr<const grammar::CompiledGrammar>& grammar);
+  void fill(GrammarPart& g);
+  static void wait(GrammarPart& g) {
+    if (g.job.valid()) g.job.wait();
   }
-  void fail(Seq& s, std::string why);
-  void evict(uint64_t batch);
+  void fail(GrammarPart& g, Status why);
+  void evict_specs(uint64_t batch);
 
   std::shared_ptr<const grammar::Vocabulary> vocab_;
   ipc::GrammarTable table_;
   TailGrammarOptions opt_;
   grammar::GrammarCompiler compiler_;
   std::unordered_map<uint64_t, std::shared_ptr<Spec>> specs_;  // by entry id
-  std::unordered_map<uint64_t, Seq> seqs_;                     // by sequence id (nodes stay put)
+  std::shared_ptr<std::atomic<size_t>> live_ = std::make_shared<std::atomic<size_t>>(0);
   struct Row {
-    Seq* seq = nullptr;
-    uint64_t seq_id = 0;
+    TailSequence* rec = nullptr;
     bool sample = false;
   };
   std::vector<Row> rows_;  // the batch being prepared
   mutable std::mutex stats_mu_;
   TailGrammarStats stats_;
-  JobPool pool_;  // last: its threads stop first
+  MaskWorkers pool_;  // last: its threads finish their jobs first
 };
 
-std::shared_ptr<Spec> TailGrammarImpl::spec_for(const SamplingParams& sp, uint64_t batch,
-                                                std::string* error) {
+// The spec of the row's entry: read, decoded and its compilation started
+// the first time the entry id is met (overlapped with the forward pass).
+Status TailGrammarImpl::spec_for(const SamplingParams& sp, uint64_t batch,
+                                 std::shared_ptr<Spec>* out) {
   if (auto it = specs_.find(sp.grammar_id); it != specs_.end()) {
     it->second->last_batch = batch;
-    return it->second;
+    *out = it->second;
+    return Status();
   }
   auto spec = std::make_shared<Spec>();
   spec->last_batch = batch;
-  if (Status st = table_.read(int32_t(sp.grammar_entry) - 1, sp.grammar_id, &spec->bytes);
-      !st.ok()) {
-    *error = st.message();
-    return nullptr;
-  }
+  KV_RETURN_IF_ERROR(table_.read(int32_t(sp.grammar_entry) - 1, sp.grammar_id, &spec->bytes));
   grammar::GrammarSpec gs;
-  if (Status st = grammar::decode_spec(spec->bytes, &gs); !st.ok()) {
-    *error = st.message();
-    return nullptr;
-  }
-  // A spec seen before under another id shares its compilation.
-  for (const auto& [id, other] : specs_)
-    if (other->bytes == spec->bytes) spec->compiled = other->compiled;
-  if (!spec->compiled.valid())
-    spec->compiled = std::async(std::launch::async, [this, gs = std::move(gs)] {
-                       std::shared_ptr<const grammar::CompiledGrammar> g;
-                       Status st = compiler_.compile(gs, vocab_, &g);
-                       return Compiled{std::move(st), std::move(g)};
-                     }).share();
+  KV_RETURN_IF_ERROR(grammar::decode_spec(spec->bytes, &gs));
+  spec->pending = compiler_.compile_async(gs, vocab_);
   specs_[sp.grammar_id] = spec;
-  return spec;
+  *out = std::move(spec);
+  return Status();
 }
 
-// The record of the row's sequence; a new one for a sequence not seen, or
-// whose spec differs (the same spec under a new entry id keeps its record).
-Seq* TailGrammarImpl::seq_for(const ipc::DescRow& row, const SamplingParams& sp, uint64_t batch) {
-  std::string error;
-  std::shared_ptr<Spec> spec = spec_for(sp, batch, &error);
-  Seq& s = seqs_[row.seq_id];
-  wait(s);
-  s.id = row.seq_id;
-  s.last_batch = batch;
-  if (!spec) {
-    fail(s, error);
-    return &s;
+// The row's record's grammar part; a new one for a sequence not seen, or
+// whose spec differs (the same spec under a new entry id keeps its part).
+GrammarPart& TailGrammarImpl::part_for(TailSequence& rec, const SamplingParams& sp,
+                                       uint64_t batch) {
+  std::shared_ptr<Spec> spec;
+  const Status st = spec_for(sp, batch, &spec);
+  auto* g = static_cast<GrammarPart*>(rec.grammar.get());
+  if (g) wait(*g);
+  if (!g || (st.ok() && g->spec && g->spec->bytes != spec->bytes)) {
+    rec.grammar = std::make_unique<GrammarPart>(live_);  // the old one waits for its job
+    g = static_cast<GrammarPart*>(rec.grammar.get());
+    g->id = rec.id;
   }
-  if (s.spec && s.spec->bytes == spec->bytes && s.n_prompt == row.n_prompt) {
-    s.spec = spec;
-    return &s;
+  if (!st.ok()) {
+    fail(*g, st);
+  } else {
+    g->spec = std::move(spec);
   }
-  s = Seq{};
-  s.id = row.seq_id;
-  s.spec = std::move(spec);
-  s.n_prompt = row.n_prompt;
-  s.last_batch = batch;
-  return &s;
+  return *g;
 }
 
-// The row's generated positions into `want`; a sampled row cuts `want` to
-// the positions before the one it samples.
-void TailGrammarImpl::feed(Seq& s, const ipc::DescRow& row, const int32_t* tokens) {
-  if (!s.error.empty()) return;
-  const int64_t end = int64_t(row.pos0) + row.n_tokens;
-  const int64_t g0 = std::max<int64_t>(row.pos0, s.n_prompt) - s.n_prompt;
-  const int64_t g1 = std::max<int64_t>(end - s.n_prompt, 0);
-  if (g0 < g1 && g0 > int64_t(s.want.size())) {
-    fail(s, fmt::format("the tail has no record of output positions {}..{} (restarted or "
-                        "evicted, and the batch does not resend them)",
-                        s.want.size(), g0 - 1));
-    return;
+// The spec's compilation outcome, waiting for it (its deadline) if needed.
+Status TailGrammarImpl::resolve(Spec& spec) {
+  if (!spec.resolved) {
+    spec.status = spec.pending.wait(&spec.grammar);
+    spec.resolved = true;
+    if (!spec.status.ok())
+      spec.status = Status(spec.status.code(),
+                           "its grammar did not compile at the tail: " + spec.status.message());
   }
-  bool changed = false;
-  for (int64_t i = g0; i < g1; ++i) {
-    const int32_t t = tokens[s.n_prompt + i - row.pos0];
-    if (i < int64_t(s.want.size())) {
-      changed |= s.want[size_t(i)] != t;
-      s.want[size_t(i)] = t;
-    } else {
-      s.want.push_back(t);
-    }
-  }
-  // What follows a changed position is not this output any more; a
-  // sampled row's output ends where it samples.
-  if ((changed || row.sample) && int64_t(s.want.size()) > g1) {
-    s.want.resize(size_t(g1));
-    changed = true;
-  }
-  if (changed) ++s.edits;
+  return spec.status;
 }
 
-void TailGrammarImpl::prepare(const ipc::Batch& b, int32_t n_rows, uint64_t batch_id) {
+void TailGrammarImpl::prepare(const ipc::Batch& b, int32_t n_rows, uint64_t batch_id,
+                              TailSequences& seqs) {
   rows_.assign(size_t(n_rows), Row{});
-  int64_t off = 0;
   for (int32_t r = 0; r < n_rows; ++r) {
     const ipc::DescRow& row = b.rows[r];
     const SamplingParams& sp = b.sampling[r];
-    const int32_t* tokens = b.tokens.data() + off;
-    off += row.n_tokens;
     if (sp.grammar_entry == 0 || row.pad) continue;
-    Seq* s = seq_for(row, sp, batch_id);
-    rows_[size_t(r)] = Row{s, row.seq_id, row.sample != 0};
-    feed(*s, row, tokens);
-    if (row.sample && s->error.empty() &&
-        (s->mask_len != s->want.size() || s->mask_edits != s->edits))
-      start_job(*s);
+    TailSequence* rec = seqs.find(row.seq_id);
+    KV_CHECK(rec != nullptr, "tail grammar: sequence {} was not fed before prepare", row.seq_id);
+    rows_[size_t(r)] = Row{rec, row.sample != 0};
+    GrammarPart& g = part_for(*rec, sp, batch_id);
+    if (!row.sample || !rec->lost.ok() || !g.error.ok()) continue;
+    if (g.mask_len != rec->output().size() || g.mask_edits != rec->edits) start_job(*rec, g);
   }
-  if ((batch_id & 255) == 0) evict(batch_id);
+  if ((batch_id & 255) == 0) evict_specs(batch_id);
 }
 
-void TailGrammarImpl::start_job(Seq& s) {
-  s.mask_len = s.want.size();
-  s.mask_edits = s.edits;
-  s.job = pool_.post([this, &s] { run_job(s); });
+// The mask for the record's output as it is now: on a worker once the
+// grammar is compiled; until then deferred to mask().
+void TailGrammarImpl::start_job(const TailSequence& rec, GrammarPart& g) {
+  const std::span<const int32_t> out = rec.output();
+  g.mask_len = out.size();
+  g.mask_edits = rec.edits;
+  g.want.assign(out.begin(), out.end());
+  g.deferred = !g.spec->resolved && !g.spec->pending.ready();
+  if (g.deferred) return;
+  if (Status st = resolve(*g.spec); !st.ok()) return fail(g, st);
+  g.job = pool_.post([this, &g, grammar = g.spec->grammar] { run_job(g, grammar); });
 }
 
-void TailGrammarImpl::run_job(Seq& s) {
-  const Compiled& c = s.spec->compiled.get();  // waits for its compilation
-  if (!c.first.ok())
-    return fail(s, "its grammar did not compile at the tail: " + c.first.message());
+void TailGrammarImpl::run_job(GrammarPart& g,
+                              const std::shared_ptr<const grammar::CompiledGrammar>& grammar) {
   try {
-    sync_matcher(s, c.second);
-    if (s.error.empty()) fill(s);
+    sync_matcher(g, grammar);
+    if (g.error.ok()) fill(g);
   } catch (const std::exception& e) {
-    fail(s, std::string("grammar matcher: ") + e.what());
+    fail(g, Status(ErrorCode::kInternal, std::string("grammar matcher: ") + e.what()));
   }
 }
 
@@ -299,33 +273,34 @@ void TailGrammarImpl::run_job(Seq& s) {
 // (a stop token accepted), the stop tokens a request that goes on draws
 // (fill() allows nothing else) are output the matcher never sees: they are
 // kept in `accepted` and counted in past_end, and roll back first.
-void TailGrammarImpl::sync_matcher(Seq& s,
-                                   const std::shared_ptr<const grammar::CompiledGrammar>& g) {
-  if (!s.matcher) {
-    s.matcher.emplace(g);
-    s.accepted.clear();
-    s.past_end = 0;
+void TailGrammarImpl::sync_matcher(GrammarPart& g,
+                                   const std::shared_ptr<const grammar::CompiledGrammar>& grammar) {
+  if (!g.matcher) {
+    g.matcher.emplace(grammar);
+    g.accepted.clear();
+    g.past_end = 0;
   }
   size_t p = 0;
-  while (p < s.accepted.size() && p < s.want.size() && s.accepted[p] == s.want[p]) ++p;
-  const size_t back = s.accepted.size() - p, ahead = s.want.size() - p;
+  while (p < g.accepted.size() && p < g.want.size() && g.accepted[p] == g.want[p]) ++p;
+  const size_t back = g.accepted.size() - p, ahead = g.want.size() - p;
   if (back > 0) {
-    const size_t extra = std::min(back, s.past_end);
-    s.past_end -= extra;
-    KV_CHECK(s.matcher->rollback(back - extra), "rollback of {} tokens refused", back - extra);
-    s.accepted.resize(p);
+    const size_t extra = std::min(back, g.past_end);
+    g.past_end -= extra;
+    KV_CHECK(g.matcher->rollback(back - extra), "rollback of {} tokens refused", back - extra);
+    g.accepted.resize(p);
   }
   const std::vector<int32_t>& stops = vocab_->stop_ids();  // sorted
-  for (size_t i = p; i < s.want.size(); ++i) {
-    if (s.matcher->is_terminated() && std::binary_search(stops.begin(), stops.end(), s.want[i])) {
-      s.accepted.push_back(s.want[i]);
-      ++s.past_end;
+  for (size_t i = p; i < g.want.size(); ++i) {
+    if (g.matcher->is_terminated() && std::binary_search(stops.begin(), stops.end(), g.want[i])) {
+      g.accepted.push_back(g.want[i]);
+      ++g.past_end;
       continue;
     }
-    if (!s.matcher->accept(s.want[i]))
-      return fail(s,
-                  fmt::format("token {} at output position {} breaks the grammar", s.want[i], i));
-    s.accepted.push_back(s.want[i]);
+    if (!g.matcher->accept(g.want[i]))
+      return fail(g, error_status(ErrorCode::kInvalidArgument,
+                                  "token {} at output position {} breaks the grammar", g.want[i],
+                                  i));
+    g.accepted.push_back(g.want[i]);
   }
   std::lock_guard lk(stats_mu_);
   stats_.rollbacks += back;
@@ -334,68 +309,73 @@ void TailGrammarImpl::sync_matcher(Seq& s,
 
 // The next token's mask; once the output has ended (a stop token accepted:
 // a request that ignores EOS goes on), only stop tokens.
-void TailGrammarImpl::fill(Seq& s) {
+void TailGrammarImpl::fill(GrammarPart& g) {
   const auto t0 = Clock::now();
-  s.mask.assign(vocab_->mask_words(), 0);
-  if (s.matcher->is_terminated()) {
-    for (int32_t id : vocab_->stop_ids()) s.mask[size_t(id) / 32] |= uint32_t(1) << (id % 32);
+  g.mask.assign(vocab_->mask_words(), 0);
+  if (g.matcher->is_terminated()) {
+    for (int32_t id : vocab_->stop_ids()) g.mask[size_t(id) / 32] |= uint32_t(1) << (id % 32);
   } else {
-    s.matcher->fill_next_token_bitmask(s.mask);
+    g.matcher->fill_next_token_bitmask(g.mask);
   }
   std::lock_guard lk(stats_mu_);
   stats_.masks++;
   stats_.mask_ns += ns_since(t0);
 }
 
-const uint32_t* TailGrammarImpl::mask(int32_t r, std::string* error) {
-  if (r < 0 || size_t(r) >= rows_.size() || !rows_[size_t(r)].seq || !rows_[size_t(r)].sample)
-    return nullptr;
-  Seq& s = *rows_[size_t(r)].seq;
-  if (s.job.valid() && s.job.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
-    const auto t0 = Clock::now();
-    s.job.wait();
+Status TailGrammarImpl::mask(int32_t r, const uint32_t** out) {
+  *out = nullptr;
+  if (r < 0 || size_t(r) >= rows_.size() || !rows_[size_t(r)].rec || !rows_[size_t(r)].sample)
+    return Status();
+  TailSequence& rec = *rows_[size_t(r)].rec;
+  if (!rec.lost.ok()) return rec.lost;
+  auto& g = static_cast<GrammarPart&>(*rec.grammar);
+  const auto t0 = Clock::now();
+  bool waited = false;
+  if (g.deferred && g.error.ok()) {  // its first mask: wait for the compilation, then fill here
+    g.deferred = false;
+    waited = true;
+    if (Status st = resolve(*g.spec); !st.ok())
+      fail(g, st);
+    else
+      run_job(g, g.spec->grammar);
+  }
+  if (g.job.valid() && g.job.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    g.job.wait();
+    waited = true;
+  }
+  if (waited) {
     std::lock_guard lk(stats_mu_);
     stats_.waits++;
     stats_.wait_ns += ns_since(t0);
   }
-  if (!s.error.empty()) {
-    *error = s.error;
-    return nullptr;
-  }
-  return s.mask.data();
+  if (!g.error.ok()) return g.error;
+  *out = g.mask.data();
+  return Status();
 }
 
-void TailGrammarImpl::accept(int32_t r, int32_t token) {
-  if (r < 0 || size_t(r) >= rows_.size() || !rows_[size_t(r)].seq) return;
-  Seq& s = *rows_[size_t(r)].seq;
-  wait(s);
-  if (!s.error.empty()) return;
-  s.want.push_back(token);
-  start_job(s);
+void TailGrammarImpl::accept(int32_t r) {
+  if (r < 0 || size_t(r) >= rows_.size() || !rows_[size_t(r)].rec) return;
+  TailSequence& rec = *rows_[size_t(r)].rec;
+  if (!rec.lost.ok() || !rec.grammar) return;
+  auto& g = static_cast<GrammarPart&>(*rec.grammar);
+  wait(g);
+  if (!g.error.ok()) return;
+  start_job(rec, g);
 }
 
 // Logged once per sequence. Runs on the tail thread or on the sequence's job.
-void TailGrammarImpl::fail(Seq& s, std::string why) {
-  if (!s.error.empty()) return;
-  KV_LOG_ERROR("agent", "sequence {}: structured output failed: {}", s.id, why);
-  s.error = std::move(why);
+void TailGrammarImpl::fail(GrammarPart& g, Status why) {
+  if (!g.error.ok()) return;
+  KV_LOG_ERROR("agent", "sequence {}: structured output failed: {}", g.id, why.message());
+  g.error = std::move(why);
   std::lock_guard lk(stats_mu_);
   stats_.failures++;
 }
 
-// Sequences (finished ones: the tail is never told) and specs not seen for
-// evict_age batches.
-void TailGrammarImpl::evict(uint64_t batch) {
+// Specs not seen for evict_age batches (their sequences' parts keep theirs).
+void TailGrammarImpl::evict_specs(uint64_t batch) {
   if (batch < opt_.evict_age) return;
   const uint64_t before = batch - opt_.evict_age;
-  for (auto it = seqs_.begin(); it != seqs_.end();) {
-    if (it->second.last_batch < before) {
-      wait(it->second);
-      it = seqs_.erase(it);
-    } else {
-      ++it;
-    }
-  }
   std::erase_if(specs_, [&](const auto& kv) { return kv.second->last_batch < before; });
 }
 

@@ -5,31 +5,31 @@
 //
 // A constrained row's SamplingParams name an entry of the segment's grammar
 // table (ipc/grammar_table.h). The tail reads the spec there the first time
-// it meets an entry id, compiles it with its own GrammarCompiler (the
-// daemon compiled it once already, on arrival, so it compiles here too; a
-// spec the tail saw before is a cache hit), and keeps per sequence:
+// it meets an entry id and starts compiling it at once
+// (GrammarCompiler::compile_async: the daemon only checked it, so this is
+// its one compilation; a spec the tail saw before, under any id, is a cache
+// hit). The compilation runs beside the prompt's forward pass; the tail
+// waits for it only when it must mask the sequence's first sampled token,
+// at most the compile deadline after the spec arrived.
 //
-//   want   the tokens the sequence generated, by output position, as the
-//          batches' rows tell them (like the penalty histories of
-//          stages/sampler.h: each row rewrites the positions it covers,
-//          and a row that samples position q says the output is exactly
-//          the q - n_prompt tokens before it);
-//   the matcher, which a mask job brings to `want`: it rolls back to the
-//          longest common prefix of what it accepted and `want`, accepts
-//          the rest, then fills the mask of the next token.
+// What the tail knows of each sequence is its record (stages/
+// tail_sequences.h: the tokens by position, rebuilt from rows through
+// preemption, recompute and restarts, lost at a hole). The grammar keeps
+// its part of the record: the matcher, which a mask job brings to the
+// record's output: it rolls back to the longest common prefix of what it
+// accepted and the output, accepts the rest, then fills the mask of the
+// next token. So a recompute after preemption finds the matcher already
+// there; a step lost with a stage (its sampled token never applied) rolls
+// back one token; a restarted tail rebuilds each matcher from the generated
+// tokens its recompute resends (a fast-forward).
 //
-// So a recompute after preemption (every position resent from 0) finds the
-// matcher already there; a step lost with a stage (its sampled token never
-// applied) rolls back one token; a restarted tail starts with no matchers
-// and rebuilds each from the generated tokens its recompute resends (a
-// fast-forward); a row for a sequence the tail has no record of, whose
-// earlier output the batch does not resend, fails that sequence.
-//
-// Mask jobs run on a few worker threads. After a row is sampled, its token
-// joins `want` and the next mask is filled at once, while the batch travels
-// the ring and the tail runs other micro-batches; by the time the sequence's
-// next decode comes back the mask is usually ready. prepare() starts the
-// jobs that are not (a new sequence, a rollback) and mask() waits for them.
+// Mask jobs run on a few worker threads, on a copy of the output, and never
+// wait for a compilation (a job starts once its grammar is compiled). After
+// a row is sampled, its token joins the record and the next mask is filled
+// at once, while the batch travels the ring and the tail runs other
+// micro-batches; by the time the sequence's next decode comes back the mask
+// is usually ready. prepare() starts the jobs that are not (a new sequence,
+// a rollback) and mask() waits for them.
 //
 // Tail thread only (prepare, mask, accept); the jobs touch a sequence's
 // matcher and mask only while the tail thread is not.
@@ -38,10 +38,10 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <string>
 
 #include "ipc/batch.h"
 #include "ipc/grammar_table.h"
+#include "stages/tail_sequences.h"
 
 namespace kvasir {
 
@@ -54,10 +54,11 @@ struct TailGrammarOptions {
   int compile_workers = 2;  // the tail's GrammarCompiler
   int mask_workers = 2;     // threads filling masks
   size_t cache_capacity = 128;
-  // The daemon enforces the compile deadline on arrival; the tail only
-  // compiles what compiled there, so its own bound is generous.
-  std::chrono::milliseconds compile_timeout{120000};
-  uint64_t evict_age = 4096;  // batches without a row before a sequence is forgotten
+  // The longest a spec may take to compile, counted from when the tail met
+  // it (the daemon's grammar.compile_timeout default): past it, the
+  // sequence fails.
+  std::chrono::milliseconds compile_timeout{10000};
+  uint64_t evict_age = 4096;  // batches without a row before a spec is forgotten
 };
 
 struct TailGrammarStats {
@@ -68,7 +69,7 @@ struct TailGrammarStats {
   uint64_t fast_forwards = 0;  // tokens accepted to catch up (recompute, restart)
   uint64_t rollbacks = 0;      // tokens rolled back (a lost step)
   uint64_t failures = 0;       // sequences failed (lost record, bad spec, refused token)
-  size_t sequences = 0;        // matchers held now
+  size_t sequences = 0;        // grammar parts of records held now
 };
 
 class TailGrammar {
@@ -89,22 +90,27 @@ class TailGrammar {
   // Mask width in 32-bit words.
   virtual size_t mask_words() const = 0;
 
-  // Before the forward pass: reads the row tokens of the first n_rows rows
-  // of b into each constrained sequence's record and starts the mask jobs
-  // of the rows that sample and have none ready.
-  virtual void prepare(const ipc::Batch& b, int32_t n_rows, uint64_t batch_id) = 0;
+  // Before the forward pass, after seqs.feed_batch(b, n_rows, batch_id):
+  // each constrained row's grammar part of its record (made anew when its
+  // spec differs), the compilation of each spec first met started, and the
+  // mask jobs of the rows that sample and have none ready (once their
+  // grammar is compiled; else mask() runs it).
+  virtual void prepare(const ipc::Batch& b, int32_t n_rows, uint64_t batch_id,
+                       TailSequences& seqs) = 0;
 
-  // After prepare: row r's mask (bit id%32 of word id/32: id may come
-  // next), waiting for its job; null where row r is unconstrained or does
-  // not sample. *error is set (and null returned) when the row's grammar
-  // failed: its spec could not be read or compiled, its sequence's record
-  // was lost, or its output broke the grammar. The pointer stays valid
-  // until the next prepare().
-  virtual const uint32_t* mask(int32_t r, std::string* error) = 0;
+  // After prepare: sets *out to row r's mask (bit id%32 of word id/32: id
+  // may come next), or to null where row r is unconstrained or does not
+  // sample; waits for the row's compilation (its deadline) and mask job.
+  // Errors (*out null): the record was lost (kNotFound); the spec could
+  // not be read (the table's code) or decoded, or did not compile
+  // (kInvalidArgument, kQueueFull, kStopping: GrammarCompiler::compile);
+  // the output broke the grammar (kInvalidArgument). Logged once per
+  // sequence. *out stays valid until the next prepare().
+  virtual Status mask(int32_t r, const uint32_t** out) = 0;
 
-  // Row r (constrained, sampled) drew `token`: it joins the sequence's
-  // output and the next mask starts filling.
-  virtual void accept(int32_t r, int32_t token) = 0;
+  // Row r (constrained, sampled) drew the token TailSequences::append just
+  // put in its record: the next mask starts filling.
+  virtual void accept(int32_t r) = 0;
 
   virtual TailGrammarStats stats() const = 0;
 };

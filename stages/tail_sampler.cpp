@@ -7,46 +7,57 @@
 namespace kvasir {
 
 void TailSampler::prepare(const ipc::Batch& b, uint64_t batch_id, int32_t n_rows) {
-  if (grammar_) grammar_->prepare(b, n_rows, batch_id);
+  seqs_.feed_batch(b, n_rows, batch_id);
+  fed_ = true;
+  fed_batch_ = batch_id;
+  if (grammar_) grammar_->prepare(b, n_rows, batch_id, seqs_);
 }
 
 const uint32_t* const* TailSampler::masks(int32_t n_rows) {
   masks_.assign(size_t(n_rows), nullptr);
   if (!grammar_) return masks_.data();
-  std::string error;
-  for (int32_t r = 0; r < n_rows; ++r) masks_[size_t(r)] = grammar_->mask(r, &error);
+  for (int32_t r = 0; r < n_rows; ++r) (void)grammar_->mask(r, &masks_[size_t(r)]);
   return masks_.data();
 }
 
 void TailSampler::sample(const ipc::Batch& b, uint64_t batch_id, int32_t n_rows,
                          const Logits& logits, const ipc::ResultView& out) {
-  int64_t k = 0, t_off = 0;
+  if (!fed_ || fed_batch_ != batch_id) seqs_.feed_batch(b, n_rows, batch_id);
+  fed_ = false;
+  int64_t k = 0;
   for (int32_t r = 0; r < n_rows; ++r) {
     const ipc::DescRow& row = b.rows[r];
     out.token[r] = -1;
     out.n_top[r] = 0;
-    bool lost = false;
-    const SequenceHistory* hist = feed_history(b, r, t_off, batch_id, lost);
-    t_off += row.n_tokens;
     if (!row.sample) continue;
     float* row_logits = logits.rows + k++ * logits.vocab;
+    TailSequence* rec = nullptr;
+    if (!record(b, r, rec)) continue;  // lost: token -1
     std::span<const uint32_t> allowed;
     if (!row_mask(b, r, allowed)) continue;  // its grammar failed: token -1
     if (logits.device_token[r] >= 0) {       // sampled on the device: only its id came back
       out.token[r] = logits.device_token[r];
       out.logprob[r] = logits.device_logprob[r];
-    } else if (lost) {
-      // Its history was evicted: penalties without it would be silently
-      // wrong. Token -1 fails this sequence alone.
-      KV_LOG_ERROR("agent", "sequence {} lost its penalty history", row.seq_id);
-      continue;
     } else {
-      sample_row(b, r, row_logits, logits.vocab, hist, allowed, out);
+      const bool pen = rec && penalties_active(b.sampling[r]);
+      sample_row(b, r, row_logits, logits.vocab, pen ? &rec->penalties : nullptr, allowed, out);
     }
-    if (b.sampling[r].grammar_entry != 0 && grammar_ && out.token[r] >= 0)
-      grammar_->accept(r, out.token[r]);
+    if (!rec || out.token[r] < 0) continue;
+    seqs_.append(*rec, out.token[r]);
+    if (b.sampling[r].grammar_entry != 0 && grammar_) grammar_->accept(r);
   }
-  if ((batch_id & 1023) == 0) histories_.evict_older_than(batch_id);
+}
+
+bool TailSampler::record(const ipc::Batch& b, int32_t r, TailSequence*& rec) {
+  rec = nullptr;
+  if (!TailSequences::needs(b.sampling[r]) || b.rows[r].pad) return true;
+  rec = seqs_.find(b.rows[r].seq_id);
+  if (rec && rec->lost.ok()) return true;
+  // Its record was evicted or never made: penalties or a grammar without
+  // it would be silently wrong. Token -1 fails this sequence alone.
+  KV_LOG_ERROR("agent", "sequence {} lost its record at the tail: {}", b.rows[r].seq_id,
+               rec ? rec->lost.message() : std::string("none"));
+  return false;
 }
 
 bool TailSampler::row_mask(const ipc::Batch& b, int32_t r, std::span<const uint32_t>& allowed) {
@@ -56,26 +67,10 @@ bool TailSampler::row_mask(const ipc::Batch& b, int32_t r, std::span<const uint3
                  b.rows[r].seq_id);
     return false;
   }
-  std::string error;
-  const uint32_t* m = grammar_->mask(r, &error);
-  if (!m) return false;  // logged by the grammar when it failed
+  const uint32_t* m = nullptr;
+  if (!grammar_->mask(r, &m).ok()) return false;  // logged by the grammar when it failed
   allowed = std::span<const uint32_t>(m, grammar_->mask_words());
   return true;
-}
-
-const SequenceHistory* TailSampler::feed_history(const ipc::Batch& b, int32_t r,
-                                                 int64_t token_offset, uint64_t batch_id,
-                                                 bool& lost) {
-  const ipc::DescRow& row = b.rows[r];
-  lost = false;
-  if (!penalties_active(b.sampling[r])) return nullptr;
-  const SequenceHistory* hist =
-      histories_.feed(row.seq_id,
-                      PenaltyHistories::Row{row.pos0, row.n_tokens, row.n_prompt,
-                                            b.tokens.data() + token_offset, row.pad != 0},
-                      batch_id);
-  lost = hist == nullptr;
-  return hist;
 }
 
 void TailSampler::sample_row(const ipc::Batch& b, int32_t r, float* row_logits, int32_t vocab,

@@ -1,9 +1,11 @@
-// stages/tail_sampler.h — the tail's share of a batch after its forward
-// pass: each row's tokens go into the penalty histories of its sequence,
-// and each sampled row's token (with its logprob and top-N alternatives)
-// into the batch's result slot. Structured outputs (stages/tail_grammar.h):
-// a constrained row samples under its grammar's token mask, and its token
-// moves the grammar on. The agent (stages/agent.h) owns one.
+// stages/tail_sampler.h — the tail's share of a batch: each row's tokens
+// go into its sequence's record (stages/tail_sequences.h: the penalty
+// counts, the grammar's matcher), and after the forward pass each sampled
+// row's token (with its logprob and top-N alternatives) into the batch's
+// result slot and into the record. Structured outputs
+// (stages/tail_grammar.h): a constrained row samples under its grammar's
+// token mask, and its token moves the grammar on. The agent
+// (stages/agent.h) owns one.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include "ipc/batch.h"
 #include "stages/sampler.h"
 #include "stages/tail_grammar.h"
+#include "stages/tail_sequences.h"
 
 namespace kvasir {
 
@@ -34,8 +37,8 @@ class TailSampler {
   void set_grammar(std::shared_ptr<TailGrammar> grammar) { grammar_ = std::move(grammar); }
   TailGrammar* grammar() const { return grammar_.get(); }
 
-  // Before the forward pass: the constrained rows' grammar records and mask
-  // jobs (TailGrammar::prepare).
+  // Before the forward pass: the rows into their sequences' records, and
+  // the constrained rows' grammar parts and mask jobs (TailGrammar::prepare).
   void prepare(const ipc::Batch& b, uint64_t batch_id, int32_t n_rows);
   // The masks of the first n_rows rows, waiting for them: [n_rows] pointers,
   // null where a row is unconstrained (or its grammar failed: sample() fails
@@ -44,18 +47,18 @@ class TailSampler {
 
   // Samples the first n_rows rows of b (batch batch_id) into `out`: every
   // row's token is -1 and n_top 0 unless it is sampled. A row whose
-  // sequence lost its penalty history, or whose grammar failed, keeps token
-  // -1 (that sequence fails alone). Throws kvasir::Error (the batch fails)
+  // sequence's record was lost, or whose grammar failed, keeps token -1
+  // (that sequence fails alone). Feeds the records first if prepare() did
+  // not (for this batch). Throws kvasir::Error (the batch fails)
   // when a row's logits are all NaN or -inf, or its sampling controls are
   // invalid.
   void sample(const ipc::Batch& b, uint64_t batch_id, int32_t n_rows, const Logits& logits,
               const ipc::ResultView& out);
 
  private:
-  // The history row r samples with (null: no penalties); lost: it had one
-  // and it was evicted.
-  const SequenceHistory* feed_history(const ipc::Batch& b, int32_t r, int64_t token_offset,
-                                      uint64_t batch_id, bool& lost);
+  // The record row r samples with (null: it keeps none); false when it was
+  // lost (logged).
+  bool record(const ipc::Batch& b, int32_t r, TailSequence*& rec);
   // Row r's mask into `allowed` (empty: unconstrained); false when its
   // grammar failed.
   bool row_mask(const ipc::Batch& b, int32_t r, std::span<const uint32_t>& allowed);
@@ -64,8 +67,12 @@ class TailSampler {
                   const ipc::ResultView& out);
 
   Sampler sampler_;
-  PenaltyHistories histories_;  // by position (stages/sampler.h)
   std::shared_ptr<TailGrammar> grammar_;
+  // After grammar_: destroyed first, so the grammar parts wait for their
+  // jobs while the grammar lives.
+  TailSequences seqs_;
+  bool fed_ = false;        // prepare() fed seqs_ the rows of batch fed_batch_
+  uint64_t fed_batch_ = 0;
   std::vector<const uint32_t*> masks_;  // [n_rows] for the device
 };
 

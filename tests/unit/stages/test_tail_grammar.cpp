@@ -67,22 +67,36 @@ std::vector<int32_t> allowed(const uint32_t* mask) {
 
 using Ids = std::vector<int32_t>;
 
-// One tail over a table holding "(ab)+c" at entry 1 (id 1).
+// One tail over a table holding "(ab)+c" at entry 1 (id 1): its records
+// (stages/tail_sequences.h) and its grammar, as TailSampler drives them.
 struct Tail {
   explicit Tail(Table& t) {
     t.view.write(0, 1, grammar::encode_spec(grammar::GrammarSpec::regex("(ab)+c")));
     g = TailGrammar::create(vocab(), t.view);
   }
   // Prepares one batch and returns the allowed ids of its row r (or the error).
-  Ids step(const std::vector<RowIn>& rows, int32_t r, std::string* error = nullptr) {
-    const ipc::Batch b = batch(rows);
-    g->prepare(b, int32_t(rows.size()), ++batch_id);
-    std::string e;
-    const uint32_t* m = g->mask(r, &e);
-    if (error) *error = e;
+  Ids step(const std::vector<RowIn>& rows, int32_t r, std::string* error = nullptr,
+           ErrorCode* code = nullptr) {
+    last = batch(rows);
+    seqs.feed_batch(last, int32_t(rows.size()), ++batch_id);
+    g->prepare(last, int32_t(rows.size()), batch_id, seqs);
+    const uint32_t* m = nullptr;
+    const Status st = g->mask(r, &m);
+    if (error) *error = st.message();
+    if (code) *code = st.code();
+    if (!st.ok()) {
+      EXPECT_EQ(m, nullptr);
+    }
     return m ? allowed(m) : Ids{-1};
   }
+  // Row r of the last step drew `token`.
+  void accept(int32_t r, int32_t token) {
+    seqs.append(*seqs.find(last.rows[r].seq_id), token);
+    g->accept(r);
+  }
   std::unique_ptr<TailGrammar> g;
+  TailSequences seqs;  // after g: its records (and their jobs) go first
+  ipc::Batch last;
   uint64_t batch_id = 0;
 };
 
@@ -91,15 +105,15 @@ TEST(TailGrammar, DecodeFollowsTheGrammar) {
   Tail tail(t);
   // Prompt of 3 tokens (7, 8, 9 are the prompt's: never read), sampled.
   EXPECT_EQ(tail.step({{1, 0, {5, 5, 5}, 3, true}}, 0), (Ids{0, 3}));
-  tail.g->accept(0, 3);  // "ab"
+  tail.accept(0, 3);  // "ab"
   EXPECT_EQ(tail.step({{1, 3, {3}, 3, true}}, 0), (Ids{0, 2, 3}));
-  tail.g->accept(0, 0);  // "a"
+  tail.accept(0, 0);  // "a"
   EXPECT_EQ(tail.step({{1, 4, {0}, 3, true}}, 0), (Ids{1, 4}));
-  tail.g->accept(0, 1);  // "b"
+  tail.accept(0, 1);  // "b"
   EXPECT_EQ(tail.step({{1, 5, {1}, 3, true}}, 0), (Ids{0, 2, 3}));
-  tail.g->accept(0, 2);  // "c": complete
+  tail.accept(0, 2);  // "c": complete
   EXPECT_EQ(tail.step({{1, 6, {2}, 3, true}}, 0), (Ids{kEos}));
-  tail.g->accept(0, kEos);
+  tail.accept(0, kEos);
   // Past the end (a request that ignores EOS): only the stop token.
   EXPECT_EQ(tail.step({{1, 7, {kEos}, 3, true}}, 0), (Ids{kEos}));
   const TailGrammarStats s = tail.g->stats();
@@ -117,16 +131,16 @@ TEST(TailGrammar, StopTokensPastTheEndKeepTheSequence) {
   Table t;
   Tail tail(t);
   tail.step({{1, 0, {5}, 1, true}}, 0);
-  tail.g->accept(0, 3);  // "ab"
+  tail.accept(0, 3);  // "ab"
   tail.step({{1, 1, {3}, 1, true}}, 0);
-  tail.g->accept(0, 2);  // "c": complete
+  tail.accept(0, 2);  // "c": complete
   EXPECT_EQ(tail.step({{1, 2, {2}, 1, true}}, 0), (Ids{kEos}));
-  tail.g->accept(0, kEos);  // the end
+  tail.accept(0, kEos);  // the end
   EXPECT_EQ(tail.step({{1, 3, {kEos}, 1, true}}, 0), (Ids{kEos}));
-  tail.g->accept(0, kEos);  // past the end
+  tail.accept(0, kEos);  // past the end
   std::string e;
   EXPECT_EQ(tail.step({{1, 4, {kEos}, 1, true}}, 0, &e), (Ids{kEos})) << e;
-  tail.g->accept(0, kEos);
+  tail.accept(0, kEos);
   EXPECT_EQ(tail.step({{1, 5, {kEos}, 1, true}}, 0, &e), (Ids{kEos})) << e;
   // A recompute resends all of it: the matcher stands there already.
   EXPECT_EQ(tail.step({{1, 0, {5, 3, 2, kEos, kEos, kEos}, 1, true}}, 0, &e), (Ids{kEos})) << e;
@@ -135,7 +149,7 @@ TEST(TailGrammar, StopTokensPastTheEndKeepTheSequence) {
   // first, then the end itself.
   EXPECT_EQ(tail.step({{1, 0, {5, 3}, 1, true}}, 0, &e), (Ids{0, 2, 3})) << e;
   EXPECT_EQ(tail.g->stats().rollbacks, 4u);
-  tail.g->accept(0, 3);  // "ab" this time
+  tail.accept(0, 3);  // "ab" this time
   EXPECT_EQ(tail.step({{1, 2, {3}, 1, true}}, 0, &e), (Ids{0, 2, 3})) << e;
   EXPECT_EQ(tail.g->stats().failures, 0u);
 }
@@ -147,15 +161,15 @@ TEST(TailGrammar, StopTokensPastTheEnd) {
   Table t;
   Tail tail(t);
   tail.step({{1, 0, {5}, 1, true}}, 0);
-  tail.g->accept(0, 3);  // "ab"
+  tail.accept(0, 3);  // "ab"
   tail.step({{1, 1, {3}, 1, true}}, 0);
-  tail.g->accept(0, 2);  // "c": complete
+  tail.accept(0, 2);  // "c": complete
   tail.step({{1, 2, {2}, 1, true}}, 0);
-  tail.g->accept(0, kEos);
+  tail.accept(0, kEos);
   for (int32_t pos = 3; pos < 6; ++pos) {
     std::string e;
     EXPECT_EQ(tail.step({{1, pos, {kEos}, 1, true}}, 0, &e), (Ids{kEos})) << pos << ": " << e;
-    tail.g->accept(0, kEos);
+    tail.accept(0, kEos);
   }
   // Recompute from position 0 sampling position 4 again: two stop tokens
   // dropped, the matcher still past the end.
@@ -165,11 +179,11 @@ TEST(TailGrammar, StopTokensPastTheEnd) {
   // matcher rolls back over the stop token it accepted, the output is
   // complete again, not ended.
   EXPECT_EQ(tail.step({{1, 0, {5, 3, 2}, 1, true}}, 0), (Ids{kEos}));
-  tail.g->accept(0, kEos);
+  tail.accept(0, kEos);
   EXPECT_EQ(tail.step({{1, 3, {kEos}, 1, true}}, 0), (Ids{kEos}));
   EXPECT_EQ(tail.g->stats().failures, 0u);
   // Anything else past the end breaks the grammar.
-  tail.g->accept(0, 0);
+  tail.accept(0, 0);
   std::string e;
   EXPECT_EQ(tail.step({{1, 4, {0}, 1, true}}, 0, &e), (Ids{-1}));
   EXPECT_NE(e.find("breaks the grammar"), std::string::npos) << e;
@@ -180,13 +194,17 @@ TEST(TailGrammar, UnconstrainedAndNonSampledRowsHaveNoMask) {
   Tail tail(t);
   const ipc::Batch b =
       batch({{1, 0, {5, 5}, 2, false}, {2, 0, {5}, 1, true, 0, 0}, {3, 0, {5}, 1, true}});
-  tail.g->prepare(b, 3, 1);
-  std::string e;
-  EXPECT_EQ(tail.g->mask(0, &e), nullptr);  // a prefill chunk: samples nothing
-  EXPECT_EQ(tail.g->mask(1, &e), nullptr);  // unconstrained
-  EXPECT_NE(tail.g->mask(2, &e), nullptr);
-  EXPECT_EQ(e, "");
-  EXPECT_EQ(tail.g->mask(7, &e), nullptr);  // no such row
+  tail.seqs.feed_batch(b, 3, 1);
+  tail.g->prepare(b, 3, 1, tail.seqs);
+  const uint32_t* m = nullptr;
+  EXPECT_TRUE(tail.g->mask(0, &m).ok());
+  EXPECT_EQ(m, nullptr);  // a prefill chunk: samples nothing
+  EXPECT_TRUE(tail.g->mask(1, &m).ok());
+  EXPECT_EQ(m, nullptr);  // unconstrained
+  EXPECT_TRUE(tail.g->mask(2, &m).ok());
+  EXPECT_NE(m, nullptr);
+  EXPECT_TRUE(tail.g->mask(7, &m).ok());
+  EXPECT_EQ(m, nullptr);  // no such row
 }
 
 // Preemption: the sequence's KV is dropped and it is recomputed from
@@ -196,9 +214,9 @@ TEST(TailGrammar, RecomputeFindsTheMatcherWhereItWas) {
   Table t;
   Tail tail(t);
   tail.step({{1, 0, {5, 5}, 2, true}}, 0);
-  tail.g->accept(0, 3);  // "ab"
+  tail.accept(0, 3);  // "ab"
   tail.step({{1, 2, {3}, 2, true}}, 0);
-  tail.g->accept(0, 0);  // "a"
+  tail.accept(0, 0);  // "a"
   // Recompute: [5 5 ab] then [a] sampled; an unconstrained row beside it.
   EXPECT_EQ(tail.step({{1, 0, {5, 5, 3}, 2, false}, {9, 0, {5}, 1, true, 0, 0}}, 0), (Ids{-1}));
   EXPECT_EQ(tail.step({{1, 3, {0}, 2, true}}, 0), (Ids{1, 4}));
@@ -214,13 +232,13 @@ TEST(TailGrammar, LostStepRollsBack) {
   Table t;
   Tail tail(t);
   tail.step({{1, 0, {5}, 1, true}}, 0);
-  tail.g->accept(0, 3);  // "ab"
+  tail.accept(0, 3);  // "ab"
   tail.step({{1, 1, {3}, 1, true}}, 0);
-  tail.g->accept(0, 2);  // "c": the step that will be lost
+  tail.accept(0, 2);  // "c": the step that will be lost
   // Recompute of [5 ab], sampling position 2 again.
   EXPECT_EQ(tail.step({{1, 0, {5, 3}, 1, true}}, 0), (Ids{0, 2, 3}));
   EXPECT_EQ(tail.g->stats().rollbacks, 1u);
-  tail.g->accept(0, 0);  // a different draw this time: "a"
+  tail.accept(0, 0);  // a different draw this time: "a"
   EXPECT_EQ(tail.step({{1, 2, {0}, 1, true}}, 0), (Ids{1, 4}));
 }
 
@@ -230,11 +248,11 @@ TEST(TailGrammar, RewrittenPositionDropsWhatFollows) {
   Table t;
   Tail tail(t);
   tail.step({{1, 0, {5}, 1, true}}, 0);
-  tail.g->accept(0, 3);  // ab
+  tail.accept(0, 3);  // ab
   tail.step({{1, 1, {3}, 1, true}}, 0);
-  tail.g->accept(0, 3);  // ab ab
+  tail.accept(0, 3);  // ab ab
   tail.step({{1, 2, {3}, 1, true}}, 0);
-  tail.g->accept(0, 0);  // ab ab a
+  tail.accept(0, 0);  // ab ab a
   // Resent with position 1 changed to "a", not sampling: then sampled.
   tail.step({{1, 0, {5, 0}, 1, false}}, 0);
   EXPECT_EQ(tail.step({{1, 2, {1}, 1, true}}, 0), (Ids{0, 2, 3}));  // "ab" again
@@ -248,9 +266,9 @@ TEST(TailGrammar, RestartedTailRebuildsFromTheResentTokens) {
   {
     Tail tail(t);
     tail.step({{1, 0, {5}, 1, true}}, 0);
-    tail.g->accept(0, 3);
+    tail.accept(0, 3);
     tail.step({{1, 1, {3}, 1, true}}, 0);
-    tail.g->accept(0, 3);
+    tail.accept(0, 3);
     before = tail.step({{1, 2, {3}, 1, true}}, 0);
   }
   Tail restarted(t);
@@ -262,9 +280,11 @@ TEST(TailGrammar, RowsThatFail) {
   Table t;
   Tail tail(t);
   std::string e;
+  ErrorCode code = ErrorCode::kOk;
   // A restarted (or evicting) tail met mid-sequence, nothing resent: lost.
-  EXPECT_EQ(tail.step({{1, 5, {3}, 2, true}}, 0, &e), (Ids{-1}));
-  EXPECT_NE(e.find("no record of output positions"), std::string::npos) << e;
+  EXPECT_EQ(tail.step({{1, 5, {3}, 2, true}}, 0, &e, &code), (Ids{-1}));
+  EXPECT_NE(e.find("no record of positions 0..4"), std::string::npos) << e;
+  EXPECT_EQ(code, ErrorCode::kNotFound);
   // An entry id the table does not hold.
   EXPECT_EQ(tail.step({{2, 0, {5}, 1, true, 1, 99}}, 0, &e), (Ids{-1}));
   EXPECT_NE(e.find("holds id 1"), std::string::npos) << e;
@@ -273,12 +293,13 @@ TEST(TailGrammar, RowsThatFail) {
   EXPECT_EQ(tail.step({{3, 0, {5}, 1, true, 2, 2}}, 0, &e), (Ids{-1}));
   EXPECT_NE(e.find("grammar spec on the wire"), std::string::npos) << e;
   t.view.write(2, 3, grammar::encode_spec(grammar::GrammarSpec::regex("(")));
-  EXPECT_EQ(tail.step({{4, 0, {5}, 1, true, 3, 3}}, 0, &e), (Ids{-1}));
+  EXPECT_EQ(tail.step({{4, 0, {5}, 1, true, 3, 3}}, 0, &e, &code), (Ids{-1}));
   EXPECT_NE(e.find("did not compile"), std::string::npos) << e;
+  EXPECT_EQ(code, ErrorCode::kInvalidArgument);
   // A token the grammar refuses (a device that ignored the mask): the next
   // step of that sequence fails.
   tail.step({{5, 0, {5}, 1, true}}, 0);
-  tail.g->accept(0, 5);  // "x"
+  tail.accept(0, 5);  // "x"
   EXPECT_EQ(tail.step({{5, 1, {5}, 1, true}}, 0, &e), (Ids{-1}));
   EXPECT_NE(e.find("breaks the grammar"), std::string::npos) << e;
   EXPECT_GE(tail.g->stats().failures, 3u);
@@ -290,7 +311,7 @@ TEST(TailGrammar, SameSpecUnderANewIdKeepsTheRecord) {
   Table t;
   Tail tail(t);
   tail.step({{1, 0, {5}, 1, true}}, 0);
-  tail.g->accept(0, 3);
+  tail.accept(0, 3);
   t.view.write(3, 77, grammar::encode_spec(grammar::GrammarSpec::regex("(ab)+c")));
   EXPECT_EQ(tail.step({{1, 1, {3}, 1, true, 4, 77}}, 0), (Ids{0, 2, 3}));
   EXPECT_EQ(tail.g->stats().fast_forwards, 0u);

@@ -32,6 +32,7 @@
 
 #include "daemon/engine/scheduler.h"
 #include "stages/sampler.h"
+#include "stages/tail_sequences.h"
 
 namespace kvasir::test {
 
@@ -267,10 +268,11 @@ struct Sim {
     // The tail's penalty history sees every row, as in stages/agent.cpp.
     const SequenceHistory* hist = nullptr;
     if (penalize && penalties_active(r.sampling)) {
-      hist = hists.feed(
-          k, PenaltyHistories::Row{r.pos0, r.n_tokens, r.n_prompt, r.tokens.data(), r.pad},
+      const TailSequence& rec = hists.feed(
+          k, TailSequences::Row{r.pos0, r.n_tokens, r.n_prompt, r.tokens.data(), r.pad},
           ++batch_no);
-      EXPECT_NE(hist, nullptr);
+      EXPECT_TRUE(rec.lost.ok()) << rec.lost.to_string();
+      hist = &rec.penalties;
     }
     if (r.pad) return rr;  // its output is thrown away: it may read anything
     uint64_t h = 1469598103934665603ull;
@@ -331,7 +333,7 @@ struct Sim {
   static constexpr int32_t kPenVocab = 8;
   bool penalize = false;
   SamplingParams params;
-  PenaltyHistories hists;
+  TailSequences hists;
   Sampler sampler;
   uint64_t batch_no = 0;
   // Timed stages (scheduling by time): each stage's busy seconds for a
