@@ -171,8 +171,10 @@ struct RecoveryCfg {
 // checked in parse_config.
 struct GrammarCfg {
   bool enabled = true;                 // false: no grammar table; structured requests get 400
-  int32_t workers = 2;                 // compile threads per process (the daemon's, the tail's)
-  int32_t cache_capacity = 128;        // compiled grammars kept per process
+  // The tail's compiler (the daemon only checks specs): not yet given to
+  // the stages, which use these defaults.
+  int32_t workers = 2;                 // compile threads
+  int32_t cache_capacity = 128;        // compiled grammars kept
   double compile_timeout_s = 10;       // the longest a spec may take to compile
   uint64_t max_spec_bytes = 64 << 10;  // a schema, regex, grammar or tool set's text
 };
