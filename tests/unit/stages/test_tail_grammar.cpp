@@ -5,10 +5,14 @@
 // row fails. On a hand-made vocabulary, so every mask is known.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <filesystem>
 #include <vector>
 
 #include "grammar/grammar.h"
 #include "ipc/grammar_table.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
 #include "stages/tail_grammar.h"
 #include "stages/tail_sampler.h"
 
@@ -315,6 +319,37 @@ TEST(TailGrammar, SameSpecUnderANewIdKeepsTheRecord) {
   t.view.write(3, 77, grammar::encode_spec(grammar::GrammarSpec::regex("(ab)+c")));
   EXPECT_EQ(tail.step({{1, 1, {3}, 1, true, 4, 77}}, 0), (Ids{0, 2, 3}));
   EXPECT_EQ(tail.g->stats().fast_forwards, 0u);
+}
+
+// The compilation starts when the spec arrives and runs beside the forward
+// pass: prepare() does not wait for it; mask() of the sequence's first
+// sampled row does, for what is left of it. On the default model's
+// vocabulary, where this regex takes about a second to compile.
+TEST(TailGrammar, CompilationStartsWhenTheSpecArrives) {
+  const std::string path =
+      std::string(KVASIR_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no default model at " << path;
+  const auto tok = Tokenizer::from_gguf(*GgufFile::open(path));
+  Table t;
+  t.view.write(0, 1, grammar::encode_spec(grammar::GrammarSpec::regex("[a-z]{1,2000}")));
+  auto g = TailGrammar::create(grammar::Vocabulary::from_tokenizer(*tok), t.view);
+  TailSequences seqs;
+  const ipc::Batch b = batch({{1, 0, {5, 5}, 2, true}});
+  seqs.feed_batch(b, 1, 1);
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  g->prepare(b, 1, 1, seqs);
+  const auto prepare_ns = std::chrono::nanoseconds(Clock::now() - t0).count();
+  EXPECT_LT(prepare_ns, 200'000'000);  // no compilation in it
+  EXPECT_EQ(g->stats().masks, 0u);     // no mask job either: its grammar is not compiled yet
+  const uint32_t* m = nullptr;
+  ASSERT_TRUE(g->mask(0, &m).ok());
+  ASSERT_NE(m, nullptr);
+  const TailGrammarStats s = g->stats();
+  EXPECT_EQ(s.masks, 1u);
+  EXPECT_EQ(s.waits, 1u);
+  EXPECT_GT(s.wait_ns, uint64_t(prepare_ns));  // the compilation was waited for here
+  g.reset();
 }
 
 // The tail's sampler: a constrained row samples under its mask (greedy
