@@ -14,9 +14,9 @@ kvasird (the default model, 2 CPU stages x --threads threads):
               printed say so).
   ttft        for each schema of tests/integration/structured_schemas.json:
               a request with that schema never seen before (a fresh
-              "description" makes it a new spec: compiled by the daemon's
-              grammar service, then by the tail stage) against the same
-              request again (both caches hit) and the same request
+              "description" makes it a new spec: checked by the daemon,
+              compiled by the tail stage) against the same request
+              again (the tail's cache hit) and the same request
               unconstrained, one at a time, max_tokens 1 (so the time is
               the time to the first token); --ttft-repeat such triples per
               schema.
