@@ -35,7 +35,7 @@ constexpr int kMaxLogprobs = 8;
 
 // Whether any of the repetition / presence / frequency penalties is on.
 // Such a row is sampled with its sequence's token history, which the tail
-// keeps by position from 0 (stages/sampler.h: PenaltyHistories); so the
+// keeps by position from 0 (stages/tail_sequences.h); so the
 // scheduler never starts such a sequence past a cached prefix, whose
 // positions the tail would never see (docs/scheduler.md).
 inline bool penalties_active(const SamplingParams& p) {
