@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "base/check.h"
-#include "model/tokenizer_impl.h"
 #include "base/utf8.h"
+#include "model/tokenizer_impl.h"
 #include "model/unicode.h"
 
 namespace kvasir {
@@ -87,6 +87,8 @@ Tokenizer::Tokenizer(TokenizerData data) : d_(std::move(data)), impl_(std::make_
   m.eog.assign(n, 0);
   for (int32_t id : {d_.eos, d_.eot, d_.eom})
     if (id >= 0) m.eog[id] = 1;
+  for (int32_t id : d_.eog_ids)
+    if (id >= 0 && size_t(id) < n) m.eog[id] = 1;
   for (const char* t : kEogTexts) {
     auto it = m.token_to_id.find(t);
     if (it == m.token_to_id.end()) continue;

@@ -55,6 +55,9 @@ struct TokenizerData {
   std::vector<float> scores;        // SPM merge priority (may be empty for BPE)
   std::vector<std::string> merges;  // BPE: "left right", rank = index
   int32_t bos = -1, eos = -1, eot = -1, eom = -1, unk = -1, pad = -1;
+  // More ids that end a generation (a Hugging Face folder's
+  // generation_config.json eos_token_id list); out-of-range ones are dropped.
+  std::vector<int32_t> eog_ids;
   bool add_bos = false, add_eos = false;
   bool ignore_merges = false;     // llama3: a word that is a token is taken whole
   bool add_space_prefix = false;  // SPM: prepend ' ' to each text fragment

@@ -73,12 +73,22 @@ void write_text(const std::filesystem::path& p, const std::string& text) {
 
 namespace {
 
-int64_t head_dim_of(const TinySpec& s) { return s.head_dim > 0 ? s.head_dim : s.hidden / s.heads; }
-bool is_qwen3(const TinySpec& s) { return s.arch == "qwen3" || s.arch == "qwen3moe"; }
-bool has_biases(const TinySpec& s) { return s.arch == "qwen2" || s.arch == "qwen2moe"; }
-bool is_mixtral(const TinySpec& s) { return s.arch == "llama" && s.experts > 0; }
+int64_t head_dim_of(const TinySpec& s) {
+  return s.head_dim > 0 ? s.head_dim : s.hidden / s.heads;
+}
+bool is_qwen3(const TinySpec& s) {
+  return s.arch == "qwen3" || s.arch == "qwen3moe";
+}
+bool has_biases(const TinySpec& s) {
+  return s.arch == "qwen2" || s.arch == "qwen2moe";
+}
+bool is_mixtral(const TinySpec& s) {
+  return s.arch == "llama" && s.experts > 0;
+}
 // Llama and Mistral (Mixtral too) store q/k permuted in GGUF; the Qwens do not.
-bool permutes(const TinySpec& s) { return s.arch == "llama" || s.arch == "mistral"; }
+bool permutes(const TinySpec& s) {
+  return s.arch == "llama" || s.arch == "mistral";
+}
 
 }  // namespace
 
@@ -118,7 +128,8 @@ std::vector<TinyTensor> make_tiny_weights(const TinySpec& s) {
         {std::move(hf), std::move(gg), std::move(shape), std::move(data), norm, expert, keep_f32});
   };
   auto fan = [](int64_t in) { return 0.5f / std::sqrt(float(in)); };
-  // A SwiGLU FFN of width f: HF names prefix + {gate,up,down}, GGUF names g + {gate,up,down} + suffix.
+  // A SwiGLU FFN of width f: HF names prefix + {gate,up,down}, GGUF names g + {gate,up,down} +
+  // suffix.
   auto ffn = [&](const std::string& h, const std::string& g, const char* const names[3],
                  const std::string& suffix, int64_t f, int expert) {
     add(h + names[0], g + "ffn_gate" + suffix, {f, s.hidden}, false, fan(s.hidden), expert);
@@ -176,6 +187,11 @@ std::vector<float> unpermute_qk(const std::vector<float>& w, int64_t n_head, int
                                 int64_t cols) {
   return reorder(w, n_head, head_dim, cols, false);
 }
+
+const char* const kTinyChatTemplate =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if "
+    "add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 std::vector<std::string> gpt2_byte_tokens() {
   // bytes_to_unicode(): printable bytes map to themselves, the rest to 256+n.
@@ -255,10 +271,7 @@ void write_tiny_gguf(const std::string& path, const TinySpec& s) {
   w.add_u32("tokenizer.ggml.eos_token_id", kTinyEos);
   w.add_u32("tokenizer.ggml.padding_token_id", kTinyEndOfText);
   w.add_bool("tokenizer.ggml.add_bos_token", false);
-  w.add_string("tokenizer.chat_template",
-               "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
-               "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if "
-               "add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}");
+  w.add_string("tokenizer.chat_template", kTinyChatTemplate);
 
   // Expert matrices are stacked per GGUF name, expert e as slice e of a 3-D
   // tensor [in, out, experts] (the converter's merge).

@@ -76,8 +76,8 @@ struct TinyTensor {
   std::string hf_name, gguf_name;
   std::vector<int64_t> shape;
   std::vector<float> data;
-  bool is_norm = false;  // 1-D (norms, biases): always F32
-  int expert = -1;       // an expert's matrix: gguf_name is its stack (3-D in GGUF)
+  bool is_norm = false;   // 1-D (norms, biases): always F32
+  int expert = -1;        // an expert's matrix: gguf_name is its stack (3-D in GGUF)
   bool keep_f32 = false;  // the router and the shared expert's gate stay F32 in GGUF
 };
 
@@ -99,8 +99,21 @@ std::vector<std::string> gpt2_byte_tokens();
 // Tiny tokenizer ids: 256 <|endoftext|>, 257 <|im_start|> (bos), 258 <|im_end|> (eos).
 constexpr int kTinyEndOfText = 256, kTinyBos = 257, kTinyEos = 258;
 
+// The tiny tokenizer's chat template (ChatML), in the GGUF file and the folder.
+extern const char* const kTinyChatTemplate;
+
 void write_tiny_gguf(const std::string& path, const TinySpec& s);
 void write_tiny_safetensors(const std::string& dir, const TinySpec& s);
+
+// The GGUF file's tokenizer as a Hugging Face folder holds it, written into
+// dir beside write_tiny_safetensors' files: tokenizer.json (byte-level BPE,
+// SmolLM2's Digits + ByteLevel pre-tokenizer, no merges, the tokens past
+// the bytes as special added tokens), tokenizer_config.json (bos
+// <|im_start|>, eos <|im_end|>, no add_bos, the chat template) and
+// generation_config.json with `generation` as its content ({} for
+// none). The folder then encodes and decodes as the GGUF file does.
+void write_tiny_hf_tokenizer(const std::string& dir, const TinySpec& s,
+                             const std::string& generation = "{}");
 
 // A safetensors file from raw parts, for bad-input tests: the u64 header
 // length as given (not necessarily header.size()), the header text, the data.
