@@ -37,6 +37,7 @@
 #include "daemon/supervisor/supervisor.h"
 #include "model/chat_template.h"
 #include "model/gguf.h"
+#include "model/hf_folder.h"
 #include "model/model_file.h"
 #include "model/tokenizer.h"
 #include "stages/stage.h"
@@ -300,18 +301,40 @@ bool model_present(const kvasir::Config& cfg, const std::string& config_path) {
   return false;
 }
 
+// The model's tokenizer: the GGUF file's, or a folder's tokenizer.json
+// (hf_folder_tokenizer). A folder without a readable one throws, naming
+// the file: the daemon refuses to start rather than answer every text
+// request 503.
 std::unique_ptr<kvasir::Tokenizer> load_tokenizer(const kvasir::ModelFile& model) {
-  return model.gguf() ? kvasir::Tokenizer::from_gguf(*model.gguf()) : nullptr;
+  if (model.gguf()) return kvasir::Tokenizer::from_gguf(*model.gguf());
+  return kvasir::hf_folder_tokenizer(model.path());
 }
 
-// The model's chat template, or none (then chat requests get 400).
+// The model's chat template, or none (then chat requests get 400): the
+// GGUF file's, or a folder's chat_template.jinja / tokenizer_config.json.
 std::unique_ptr<kvasir::ChatTemplate> load_chat_template(const kvasir::ModelFile& model) {
-  if (!model.gguf()) return nullptr;
   try {
-    return std::make_unique<kvasir::ChatTemplate>(kvasir::ChatTemplate::from_gguf(*model.gguf()));
+    return std::make_unique<kvasir::ChatTemplate>(
+        model.gguf() ? kvasir::ChatTemplate::from_gguf(*model.gguf())
+                     : kvasir::ChatTemplate::from_hf_dir(model.path()));
   } catch (const kvasir::Error&) {
     return nullptr;
   }
+}
+
+// The sampling values a request that omits them gets: the folder's
+// generation_config.json's, as vLLM's --generation-config auto applies
+// them; a GGUF file has none (SamplingParams' own defaults).
+kvasir::SamplingParams sampling_defaults(const kvasir::ModelFile& model) {
+  kvasir::SamplingParams s;
+  if (model.gguf()) return s;
+  const kvasir::GenerationDefaults g = kvasir::read_generation_config(model.path());
+  s.temperature = g.temperature.value_or(s.temperature);
+  s.top_p = g.top_p.value_or(s.top_p);
+  s.top_k = std::max(0, g.top_k.value_or(s.top_k));  // -1: off, as a request's
+  s.min_p = g.min_p.value_or(s.min_p);
+  s.repetition_penalty = g.repetition_penalty.value_or(s.repetition_penalty);
+  return s;
 }
 
 kvasir::SupervisorOptions supervisor_options(const kvasir::Config& cfg) {
@@ -331,6 +354,7 @@ class Daemon {
         model_(kvasir::ModelFile::open(cfg.model.path)),
         tok_(load_tokenizer(*model_)),
         chat_(load_chat_template(*model_)),
+        sampling_(sampling_defaults(*model_)),
         sup_(cfg, mc, supervisor_options(cfg)),
         loading_(cfg, sup_.segment_name()),
         deferred_(planned_ring(cfg)) {}
@@ -377,6 +401,7 @@ class Daemon {
     }
     if (tok_ && cfg_.grammar.enabled) ctx.grammar = grammar_service();
     ctx.model_name = mc_.name;
+    ctx.sampling_defaults = sampling_;
     ctx.max_model_len = mc_.context_length;
     ctx.plan = plan_json(cfg_);
     ctx.stop = &g_stop;
@@ -515,9 +540,10 @@ class Daemon {
   // and the scheduler's end-of-generation ids are the same list.
   std::shared_ptr<const kvasir::ModelFacts> facts_;
   std::unique_ptr<kvasir::ChatTemplate> chat_;
+  kvasir::SamplingParams sampling_;  // what a request's omitted sampling fields get
   kvasir::Supervisor sup_;
   kvasir::LoadingMonitor loading_;
-  kvasir::DeferredEngine deferred_;  // 503 "loading" until the bridge is attached
+  kvasir::DeferredEngine deferred_;              // 503 "loading" until the bridge is attached
   std::shared_ptr<kvasir::BatchLog> batch_log_;  // [log] batches, or null
   ApiThread api_;
 };

@@ -102,6 +102,10 @@ struct ApiContext {
   // other names); each is accepted as "model" too.
   std::vector<std::string> listed_aliases;
   int32_t max_model_len = 0;                // context length (0 = unknown)
+  // The model's sampling defaults (a folder's generation_config.json): what
+  // a request gets for temperature, top_p, top_k, min_p and
+  // repetition_penalty when it does not set them. Other fields unused.
+  SamplingParams sampling_defaults;
   // The plan and scheduler settings as /kvasir/v1/stats reports them
   // ("plan": what kvasir diagnose reasons from); null: not reported.
   nlohmann::json plan;

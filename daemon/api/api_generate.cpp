@@ -486,6 +486,7 @@ void ApiService::Impl::generate(const HttpRequest& http, const std::shared_ptr<R
                                 bool chat) {
   const std::string route = chat ? "/v1/chat/completions" : "/v1/completions";
   ParseLimits lim = opts.limits;
+  lim.sampling_defaults = ctx.sampling_defaults;
   if (ctx.max_model_len > 0) lim.max_tokens_cap = std::min(lim.max_tokens_cap, ctx.max_model_len);
   CompletionRequest req = parse_completion_request(http.body, chat, lim);
   check_model(req.model);

@@ -232,6 +232,12 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat,
   r.max_tokens = int32_t(mt.value_or(chat ? lim.default_chat_max_tokens : lim.default_max_tokens));
 
   SamplingParams& s = r.sampling;
+  const SamplingParams& d = lim.sampling_defaults;
+  s.temperature = d.temperature;
+  s.top_p = d.top_p;
+  s.top_k = d.top_k;
+  s.min_p = d.min_p;
+  s.repetition_penalty = d.repetition_penalty;
   if (auto v = get_number(j, "temperature")) s.temperature = float(*v);
   if (auto v = get_number(j, "top_p")) s.top_p = float(*v);
   if (auto v = get_int(j, "top_k", -1, INT32_MAX)) s.top_k = *v < 0 ? 0 : int32_t(*v);

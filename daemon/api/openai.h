@@ -57,6 +57,10 @@ struct ParseLimits {
   size_t max_prompt_ids = 1 << 20;
   size_t max_messages = 4096;
   size_t max_tools = 128;
+  // Where a request omits temperature, top_p, top_k, min_p or
+  // repetition_penalty, these values (the model's defaults); the other
+  // fields of it are not read.
+  SamplingParams sampling_defaults;
 };
 
 struct CompletionRequest {

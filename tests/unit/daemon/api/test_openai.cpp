@@ -78,6 +78,39 @@ TEST(OpenAiParse, AllFields) {
   EXPECT_EQ(r.sampling.logprobs, 2);
 }
 
+// The model's defaults (a folder's generation_config.json) fill exactly the
+// sampling fields a request omits; what it sends wins.
+TEST(OpenAiParse, ModelSamplingDefaultsFillOmittedFields) {
+  ParseLimits lim;
+  lim.sampling_defaults.temperature = 0.6f;
+  lim.sampling_defaults.top_p = 0.9f;
+  lim.sampling_defaults.top_k = 20;
+  lim.sampling_defaults.min_p = 0.05f;
+  lim.sampling_defaults.repetition_penalty = 1.1f;
+  lim.sampling_defaults.presence_penalty = 1.5f;  // not a generation_config key: unread
+  for (bool chat : {false, true}) {
+    const char* body =
+        chat ? R"({"messages":[{"role":"user","content":"x"}]})" : R"({"prompt":"x"})";
+    const SamplingParams s = parse_completion_request(body, chat, lim).sampling;
+    EXPECT_FLOAT_EQ(s.temperature, 0.6f);
+    EXPECT_FLOAT_EQ(s.top_p, 0.9f);
+    EXPECT_EQ(s.top_k, 20);
+    EXPECT_FLOAT_EQ(s.min_p, 0.05f);
+    EXPECT_FLOAT_EQ(s.repetition_penalty, 1.1f);
+    EXPECT_FLOAT_EQ(s.presence_penalty, 0.f);
+  }
+  const SamplingParams s =
+      parse_completion_request(
+          R"({"prompt":"x","temperature":0,"top_p":1,"top_k":-1,"min_p":0,"repetition_penalty":1})",
+          false, lim)
+          .sampling;
+  EXPECT_FLOAT_EQ(s.temperature, 0.f);
+  EXPECT_FLOAT_EQ(s.top_p, 1.f);
+  EXPECT_EQ(s.top_k, 0);
+  EXPECT_FLOAT_EQ(s.min_p, 0.f);
+  EXPECT_FLOAT_EQ(s.repetition_penalty, 1.f);
+}
+
 TEST(OpenAiParse, StopAsStringAndListOfOnePrompt) {
   auto r = parse_completion_request(R"({"prompt":["x"],"stop":"\n"})", false);
   EXPECT_EQ(*r.prompt_text, "x");

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# A Hugging Face folder served end to end by the REAL kvasird: the tiny
+# model written both as a GGUF file and as a folder of the same weights and
+# tokenizer (config.json, model.safetensors, tokenizer.json,
+# tokenizer_config.json with the chat template, generation_config.json).
+# Asserts: the folder's daemon gets ready; a text and a chat completion
+# answer 200 with text; the greedy text equals the GGUF file's; the folder's
+# generation_config.json temperature is the default of a request that sets
+# none; a folder with a corrupt tokenizer.json is refused at start with a
+# message naming the file.
+#
+# Usage: test_hf_folder.sh KVASIRD WRITE_TINY_MODEL [SOURCE_DIR]
+set -uo pipefail
+
+KVASIRD=${1:?kvasird path}
+WRITER=${2:?write_tiny_model path}
+SRC=${3:-$(cd "$(dirname "$0")/../.." && pwd)}
+. "$SRC/tests/integration/lib.sh"
+
+WORK=$(mktemp -d /tmp/kvasir-hf-folder.XXXXXX)
+trap kv_cleanup EXIT
+
+# temperature 0 in generation_config.json: a request without one is greedy
+# only if the folder's default is applied (the engine's own is 1).
+"$WRITER" llama "$WORK/tiny.gguf" "$WORK/hf" '{"temperature": 0.0, "eos_token_id": [258]}' ||
+  { echo "FAIL cannot write the tiny model"; exit 1; }
+
+config() {  # config MODEL SOCK
+  cat <<CFG
+[model]
+path = "$1"
+[plan]
+max_rows = 4
+max_tokens = 64
+[[stages]]
+layers = "0"
+device = "cpu"
+threads = 1
+[[stages]]
+layers = "1"
+device = "cpu"
+threads = 1
+[kv]
+memory = "8MiB"
+[server]
+socket = "$2"
+CFG
+}
+
+# post SOCK ROUTE BODY: the HTTP status, then the body, on stdout.
+post() {
+  kv_curl "$1" -w '\n%{http_code}' -H 'Content-Type: application/json' -d "$3" "http://x$2"
+}
+field() {  # field JSON_LINE PYTHON_EXPR(r)
+  python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(eval(sys.argv[2]))' "$1" "$2"
+}
+
+COMPLETION='{"prompt": "Hello world 42", "max_tokens": 12, "ignore_eos": true,
+             "skip_special_tokens": false, "temperature": 0}'
+UNSET='{"prompt": "Hello world 42", "max_tokens": 12, "ignore_eos": true,
+        "skip_special_tokens": false}'
+CHAT='{"messages": [{"role": "user", "content": "Hi there"}], "max_tokens": 8,
+       "ignore_eos": true, "skip_special_tokens": false, "temperature": 0}'
+
+wait_ready() {  # wait_ready PID SOCK: until /health is 200; false once PID exits or at 60 s
+  local until=$((SECONDS + 60))
+  while [ $SECONDS -lt $until ] && ! kv_gone "$1"; do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 --unix-socket "$2" http://x/health)" \
+      == 200 ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+declare -A TEXT
+serve() {  # serve NAME MODEL: starts kvasird on MODEL, runs the requests, stops it
+  local sock="$WORK/$1.sock" out code
+  config "$2" "$sock" > "$WORK/$1.toml"
+  kv_spawn DPID "$WORK/$1.toml" "$WORK/$1.log"
+  if ! wait_ready "$DPID" "$sock"; then
+    bad "$1: kvasird did not become ready"; tail -20 "$WORK/$1.log"; return
+  fi
+  ok "$1: ready"
+  for req in completion unset chat; do
+    case $req in
+      completion) out=$(post "$sock" /v1/completions "$COMPLETION") ;;
+      unset) out=$(post "$sock" /v1/completions "$UNSET") ;;
+      chat) out=$(post "$sock" /v1/chat/completions "$CHAT") ;;
+    esac
+    code=$(tail -1 <<< "$out")
+    expect "$1: $req answers 200" "$code" 200
+    [ "$code" == 200 ] || { echo "$out"; continue; }
+    if [ $req == chat ]; then
+      TEXT[$1.$req]=$(field "$(head -1 <<< "$out")" 'repr(r["choices"][0]["message"]["content"])')
+    else
+      TEXT[$1.$req]=$(field "$(head -1 <<< "$out")" 'repr(r["choices"][0]["text"])')
+    fi
+    [ "${TEXT[$1.$req]}" != "''" ] || bad "$1: $req gave no text"
+  done
+  kill -TERM "$DPID"
+  wait "$DPID" || bad "$1: kvasird exited $? on SIGTERM"
+}
+
+serve gguf "$WORK/tiny.gguf"
+serve folder "$WORK/hf"
+echo "     GGUF greedy text: ${TEXT[gguf.completion]-}; chat: ${TEXT[gguf.chat]-}"
+# A text missing on either side fails (the two placeholders differ).
+expect "greedy completion: folder = GGUF" "${TEXT[folder.completion]-none}" \
+  "${TEXT[gguf.completion]-no GGUF text}"
+expect "greedy chat: folder = GGUF" "${TEXT[folder.chat]-none}" "${TEXT[gguf.chat]-no GGUF text}"
+expect "generation_config.json's temperature 0 is the default" \
+  "${TEXT[folder.unset]-none}" "${TEXT[gguf.completion]-no GGUF text}"
+# And the GGUF file, without that default, samples at temperature 1.
+[ "${TEXT[gguf.unset]-}" != "${TEXT[gguf.completion]-}" ] && ok "the GGUF default is still 1" ||
+  bad "the GGUF file's unset temperature gave the greedy text"
+
+# A corrupt tokenizer.json: refused at start, naming the file.
+cp -r "$WORK/hf" "$WORK/bad"
+head -c 300 "$WORK/hf/tokenizer.json" > "$WORK/bad/tokenizer.json"
+config "$WORK/bad" "$WORK/bad.sock" > "$WORK/bad.toml"
+timeout 60 "$KVASIRD" --config "$WORK/bad.toml" > "$WORK/bad.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ]; then ok "corrupt tokenizer.json: exit $rc"; else
+  bad "corrupt tokenizer.json: kvasird exited $rc"; fi
+if grep -q "$WORK/bad/tokenizer.json" "$WORK/bad.log"; then ok "the refusal names the file"; else
+  bad "the refusal does not name $WORK/bad/tokenizer.json:"; cat "$WORK/bad.log"; fi
+
+kv_finish
