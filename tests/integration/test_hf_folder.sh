@@ -9,12 +9,18 @@
 # none; a folder with a corrupt tokenizer.json is refused at start with a
 # message naming the file.
 #
-# Usage: test_hf_folder.sh KVASIRD WRITE_TINY_MODEL [SOURCE_DIR]
+# With the default model present, the same again as a new user would meet
+# it: SmolLM2's weights dequantised to F32, written as a folder (its real
+# tokenizer.json with merges, its chat template) and as an F32 GGUF file by
+# hf_from_gguf; the two must give the same greedy text.
+#
+# Usage: test_hf_folder.sh KVASIRD WRITE_TINY_MODEL HF_FROM_GGUF [SOURCE_DIR]
 set -uo pipefail
 
 KVASIRD=${1:?kvasird path}
 WRITER=${2:?write_tiny_model path}
-SRC=${3:-$(cd "$(dirname "$0")/../.." && pwd)}
+HF_FROM_GGUF=${3:?hf_from_gguf path}
+SRC=${4:-$(cd "$(dirname "$0")/../.." && pwd)}
 . "$SRC/tests/integration/lib.sh"
 
 WORK=$(mktemp -d /tmp/kvasir-hf-folder.XXXXXX)
@@ -25,7 +31,7 @@ trap kv_cleanup EXIT
 "$WRITER" llama "$WORK/tiny.gguf" "$WORK/hf" '{"temperature": 0.0, "eos_token_id": [258]}' ||
   { echo "FAIL cannot write the tiny model"; exit 1; }
 
-config() {  # config MODEL SOCK
+config() {  # config MODEL SOCK [LAYERS_A LAYERS_B [KV_MEMORY]]
   cat <<CFG
 [model]
 path = "$1"
@@ -33,15 +39,15 @@ path = "$1"
 max_rows = 4
 max_tokens = 64
 [[stages]]
-layers = "0"
+layers = "${3:-0}"
 device = "cpu"
 threads = 1
 [[stages]]
-layers = "1"
+layers = "${4:-1}"
 device = "cpu"
 threads = 1
 [kv]
-memory = "8MiB"
+memory = "${5:-8MiB}"
 [server]
 socket = "$2"
 CFG
@@ -73,9 +79,9 @@ wait_ready() {  # wait_ready PID SOCK: until /health is 200; false once PID exit
 }
 
 declare -A TEXT
-serve() {  # serve NAME MODEL: starts kvasird on MODEL, runs the requests, stops it
+serve() {  # serve NAME MODEL [CONFIG ARGS]: starts kvasird on MODEL, runs the requests, stops it
   local sock="$WORK/$1.sock" out code
-  config "$2" "$sock" > "$WORK/$1.toml"
+  config "$2" "$sock" "${@:3}" > "$WORK/$1.toml"
   kv_spawn DPID "$WORK/$1.toml" "$WORK/$1.log"
   if ! wait_ready "$DPID" "$sock"; then
     bad "$1: kvasird did not become ready"; tail -20 "$WORK/$1.log"; return
@@ -124,5 +130,26 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ]; then ok "corrupt tokenizer.json: exit $rc";
   bad "corrupt tokenizer.json: kvasird exited $rc"; fi
 if grep -q "$WORK/bad/tokenizer.json" "$WORK/bad.log"; then ok "the refusal names the file"; else
   bad "the refusal does not name $WORK/bad/tokenizer.json:"; cat "$WORK/bad.log"; fi
+
+# SmolLM2 as a folder and as an F32 GGUF file of the same weights.
+MODEL="$SRC/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+if [ ! -f "$MODEL" ]; then
+  echo "skip SmolLM2 folder: $MODEL is missing (scripts/fetch-model)"
+elif ! "$HF_FROM_GGUF" "$MODEL" "$WORK/smol.gguf" "$WORK/smol"; then
+  bad "hf_from_gguf could not write SmolLM2"
+else
+  COMPLETION='{"prompt": "The capital of France is", "max_tokens": 16, "temperature": 0}'
+  UNSET=$COMPLETION
+  CHAT='{"messages": [{"role": "user", "content": "What is 2+2?"}], "max_tokens": 16,
+         "temperature": 0}'
+  serve smol-gguf "$WORK/smol.gguf" 0-14 15-29 32MiB
+  rm -f "$WORK/smol.gguf"
+  serve smol-folder "$WORK/smol" 0-14 15-29 32MiB
+  echo "     SmolLM2 greedy text: ${TEXT[smol-gguf.completion]-}; chat: ${TEXT[smol-gguf.chat]-}"
+  expect "SmolLM2 greedy completion: folder = F32 GGUF" "${TEXT[smol-folder.completion]-none}" \
+    "${TEXT[smol-gguf.completion]-no GGUF text}"
+  expect "SmolLM2 greedy chat: folder = F32 GGUF" "${TEXT[smol-folder.chat]-none}" \
+    "${TEXT[smol-gguf.chat]-no GGUF text}"
+fi
 
 kv_finish
