@@ -35,6 +35,7 @@
 #include "daemon/engine/warmup.h"
 #include "daemon/supervisor/loading.h"
 #include "daemon/supervisor/supervisor.h"
+#include "ipc/sampling.h"
 #include "model/chat_template.h"
 #include "model/gguf.h"
 #include "model/hf_folder.h"
@@ -324,7 +325,8 @@ std::unique_ptr<kvasir::ChatTemplate> load_chat_template(const kvasir::ModelFile
 
 // The sampling values a request that omits them gets: the folder's
 // generation_config.json's, as vLLM's --generation-config auto applies
-// them; a GGUF file has none (SamplingParams' own defaults).
+// them; a GGUF file has none (SamplingParams' own defaults). Throws
+// (kModelFormat, naming the file) for a value no request could send.
 kvasir::SamplingParams sampling_defaults(const kvasir::ModelFile& model) {
   kvasir::SamplingParams s;
   if (model.gguf()) return s;
@@ -334,6 +336,11 @@ kvasir::SamplingParams sampling_defaults(const kvasir::ModelFile& model) {
   s.top_k = std::max(0, g.top_k.value_or(s.top_k));  // -1: off, as a request's
   s.min_p = g.min_p.value_or(s.min_p);
   s.repetition_penalty = g.repetition_penalty.value_or(s.repetition_penalty);
+  // Refused at load: a bad default would otherwise fail every request that
+  // relies on it, with a 400 about a field it never sent.
+  if (kvasir::Status st = kvasir::validate_sampling(s); !st.ok())
+    KV_FAIL_CODE(kvasir::ErrorCode::kModelFormat, "{}/generation_config.json: {}", model.path(),
+                 st.message());
   return s;
 }
 

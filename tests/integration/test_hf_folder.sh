@@ -6,8 +6,9 @@
 # Asserts: the folder's daemon gets ready; a text and a chat completion
 # answer 200 with text; the greedy text equals the GGUF file's; the folder's
 # generation_config.json temperature is the default of a request that sets
-# none; a folder with a corrupt tokenizer.json is refused at start with a
-# message naming the file.
+# none; a folder with a corrupt tokenizer.json, or a generation_config.json
+# default no request could send, is refused at start with a message naming
+# the file.
 #
 # With the default model present, the same again as a new user would meet
 # it: SmolLM2's weights dequantised to F32, written as a folder (its real
@@ -130,6 +131,16 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ]; then ok "corrupt tokenizer.json: exit $rc";
   bad "corrupt tokenizer.json: kvasird exited $rc"; fi
 if grep -q "$WORK/bad/tokenizer.json" "$WORK/bad.log"; then ok "the refusal names the file"; else
   bad "the refusal does not name $WORK/bad/tokenizer.json:"; cat "$WORK/bad.log"; fi
+
+# A generation_config.json default no request could send: refused at start.
+cp -r "$WORK/hf" "$WORK/badgen"
+echo '{"top_p": 0}' > "$WORK/badgen/generation_config.json"
+config "$WORK/badgen" "$WORK/badgen.sock" > "$WORK/badgen.toml"
+timeout 60 "$KVASIRD" --config "$WORK/badgen.toml" > "$WORK/badgen.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "badgen/generation_config.json: top_p" "$WORK/badgen.log"
+then ok "bad generation_config.json: refused naming the file and key"; else
+  bad "bad generation_config.json: exit $rc"; cat "$WORK/badgen.log"; fi
 
 # SmolLM2 as a folder and as an F32 GGUF file of the same weights.
 MODEL="$SRC/models/SmolLM2-135M-Instruct.Q4_1.gguf"
