@@ -1,30 +1,45 @@
 #!/usr/bin/env python3
-"""bench/serve: aggregate output tokens/s of C concurrent requests through
-kvasird (a 2-stage CPU ring), next to llama.cpp's single-stream decode rate
-(llama-cpp-python, same model file, same total thread count) measured in the
-same run. The goal is >= 2x: batching must pay off.
+"""bench/serve: kvasird next to llama.cpp's llama-server, the same model, the
+same cores (taskset), the same thread count, and ONE light streaming client
+for both (bench/peers/client.py: OpenAI /v1/completions, token-id prompts,
+ignore_eos). Reported per run: output tok/s, TTFT and ITL p50/p99, and the
+ratio Kvasir / llama.cpp (tok/s; for TTFT and ITL the ratio of times, so
+below 1 is Kvasir faster).
 
-  scripts/build && python3 bench/serve/run.py [--concurrency 16] [--max-tokens 128]
+  scripts/build && python3 bench/serve/run.py [--shape short-heavy] [--threads 2]
+      [--cores 0,1] [--model PATH] [--quick]
 
-The peer comes from scripts/install-peer (this script re-runs itself under its
-venv). Also printed: the CPU model, the load, Kvasir's SIMD level per kernel,
-llama.cpp's system_info and weight buffer types, and the memory bandwidth
-(bench/membw, triad, 2 threads) with llama.cpp's single-stream decode as a
-share of it (weight bytes per step × tok/s ÷ GB/s) and kvasird's aggregate
-rate as a multiple of that single-stream bound (batching reads each weight
-once for every request of a step).
+Shapes (bench/peers/client.py, SHAPES):
+  long-heavy:  1,024-token prompts, 64 out, 8 concurrent (32 requests);
+  short-heavy: 128 in / 128 out at 1, 16 and 64 concurrent;
+  bursty:      4 bursts of 16 requests (256 in / 128 out), 10 s apart.
+  all:         the three in turn.
+--quick: the same shapes cut to a few short requests (a smoke test that both
+servers answer and are measured; not a figure).
+
+The servers, one at a time, each warmed by one request before it is timed:
+  llama-server -np C (C = the run's concurrency or burst size, so every
+    request has a slot) -c C x (prompt + output + 64) -t T -tb T;
+  kvasird: 2 CPU stages (the model's layers halved), T / 2 threads each,
+    max_rows >= C, 1 GiB of KV per stage, over TCP on 127.0.0.1.
+The peers come from bench/peers/build; this script re-runs itself under
+bench/peers/python. Printed first: the CPU model, the load, Kvasir's SIMD
+level per kernel, llama-server's system_info and weight buffers (from its
+log).
 """
 import argparse
+import contextlib
 import http.client
-import json
 import os
-import socket
+import subprocess
 import sys
-import threading
+import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "forward"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "forward"))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "peers"))
+import client  # noqa: E402
 import machine  # noqa: E402
 
 ROOT = machine.ROOT
@@ -35,87 +50,125 @@ CONFIG = """
 [model]
 path = "{model}"
 [plan]
-max_rows = 32
+max_rows = {rows}
 max_tokens = 512
-max_inflight = {inflight}
 [[stages]]
-layers = "0-14"
+layers = "0-{mid_1}"
 device = "cpu"
-threads = 1
+threads = {threads}
 [[stages]]
-layers = "15-29"
+layers = "{mid}-{last}"
 device = "cpu"
-threads = 1
+threads = {threads}
 [kv]
 block_size = 16
-memory = "256MiB"
+memory = "1GiB"
 [server]
 socket = "{sock}"
+http = "127.0.0.1:{port}"
 """
 
 
-class UnixHTTP(http.client.HTTPConnection):
-    def __init__(self, path):
-        super().__init__("localhost", timeout=600)
-        self.path = path
-
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(self.path)
-
-
-def complete(sock, prompt, max_tokens, out, i):
-    c = UnixHTTP(sock)
-    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-                       "ignore_eos": True})
-    c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-    r = json.loads(c.getresponse().read())
-    out[i] = r["usage"]["completion_tokens"]
+def wait_http(port, proc, limit_s=300):
+    """Until GET /health answers 200 (llama-server: the model is loaded)."""
+    t = time.time()
+    while time.time() - t < limit_s:
+        if proc.poll() is not None:
+            raise RuntimeError(f"llama-server exited with {proc.returncode}")
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            c.request("GET", "/health")
+            if c.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError("llama-server did not become healthy")
 
 
-def kvasir_rate(conc, max_tokens, inflight):
-    config = CONFIG.format(model=MODEL, sock="{sock}", inflight=inflight)
-    with machine.kvasird(BIN, config) as sock:
-        prompts = [f"Request {i}: write a short story about a robot number {i}." for i in range(conc)]
-        out = [0] * conc
-        t = time.perf_counter()
-        th = [threading.Thread(target=complete, args=(sock, prompts[i], max_tokens, out, i))
-              for i in range(conc)]
-        [x.start() for x in th]
-        [x.join() for x in th]
-        return sum(out) / (time.perf_counter() - t)
+@contextlib.contextmanager
+def llama_server(peers, a, slots, ctx):
+    log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)
+    cmd = ["taskset", "-c", a.cores, os.path.join(peers, "llama-server"), "-m", a.model,
+           "--host", "127.0.0.1", "--port", str(a.port + 1), "-np", str(slots), "-c", str(ctx),
+           "-t", str(a.threads), "-tb", str(a.threads)]
+    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        try:
+            wait_http(a.port + 1, p)
+        except RuntimeError:
+            sys.stderr.write(open(log.name, errors="replace").read()[-3000:])
+            raise
+        yield a.port + 1, log.name
+    finally:
+        p.terminate()
+        p.wait()
+        os.unlink(log.name)
 
 
-def llama_rate(max_tokens, threads):
-    import llama_cpp
-    llm, sysinfo, buffers = machine.llama_load(MODEL, n_ctx=1024, n_threads=threads)
-    print(f"llama.cpp {llama_cpp.__version__}: {sysinfo}")
-    print("llama.cpp weights: " + "; ".join(buffers), flush=True)
-    ids = llm.tokenize(b"Request 0: write a short story about a robot number 0.", add_bos=False)
-    return machine.llama_decode(llm, ids, max_tokens)
+def kvasird(a, rows):
+    n = machine.block_count(a.model)
+    cfg = CONFIG.format(model=a.model, rows=max(32, rows), mid_1=n // 2 - 1, mid=n // 2,
+                        last=n - 1, threads=max(1, a.threads // 2), sock="{sock}", port=a.port)
+    return machine.kvasird(BIN, cfg, wrap=["taskset", "-c", a.cores])
+
+
+def measure(port, run, seed):
+    p, m, c, r, b, n, g = run
+    client.run("127.0.0.1", port, min(p, 32), 4, 1, 1, 0, 0, 0.0, seed=999)  # warm-up
+    return client.summary(*client.run("127.0.0.1", port, p, m, c, r, b, n, g, seed=seed))
+
+
+def line(name, s):
+    err = f", {s['errors']} ERRORS (first: {s['first_error']})" if s["errors"] else ""
+    return (f"  {name:9s} {s['tok_s']:8.1f} tok/s  TTFT p50 {s['ttft_p50']:8.1f} p99 "
+            f"{s['ttft_p99']:8.1f} ms  ITL p50 {s['itl_p50']:7.1f} p99 {s['itl_p99']:7.1f} ms{err}")
+
+
+def one_run(a, peers, run, k):
+    p, m, c, r, b, n, g = run
+    slots = c if r else n
+    form = f"{c} concurrent, {r} requests" if r else f"{b} bursts of {n}, {g:g} s apart"
+    print(f"{p} in / {m} out, {form}:", flush=True)
+    with kvasird(a, slots):
+        ks = measure(a.port, run, k)
+    with llama_server(peers, a, slots, slots * (p + m + 64)) as (port, log):
+        ls = measure(port, run, k)
+        if k == 0:
+            info = [x.strip() for x in open(log, errors="replace")
+                    if "system_info" in x or "model buffer size" in x]
+            print("  llama-server: " + ("; ".join(info) if info else "(no system_info in its log)"))
+    print(line("kvasird", ks))
+    print(line("llama.cpp", ls))
+    ratio = lambda key: ks[key] / ls[key] if ls[key] else float("nan")
+    print(f"  Kvasir / llama.cpp: tok/s {ratio('tok_s'):.2f}, TTFT p50 {ratio('ttft_p50'):.2f}, "
+          f"ITL p50 {ratio('itl_p50'):.2f}, ITL p99 {ratio('itl_p99'):.2f}; "
+          f"load {' '.join(machine.load())}", flush=True)
+    return ks["errors"] + ls["errors"]
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--inflight", type=int, default=0)
+    ap.add_argument("--shape", default="short-heavy", choices=list(client.SHAPES) + ["all"])
+    ap.add_argument("--threads", type=int, default=2, help="threads each server computes with")
+    ap.add_argument("--cores", default="0,1", help="taskset CPU list both servers run on")
+    ap.add_argument("--model", default=MODEL)
+    ap.add_argument("--port", type=int, default=18180, help="kvasird's; llama-server's is +1")
+    ap.add_argument("--quick", action="store_true", help="smoke test: a few short requests")
     a = ap.parse_args()
-    machine.peer()
+    peers = machine.peers()
     print(machine.describe(os.path.join(BIN, "kvasir-local")), flush=True)
-    wbytes = machine.weight_bytes(MODEL)
-    bw, bw_cpu, _ = machine.membw(2, os.path.join(BIN, "bench_membw"))
-    k = kvasir_rate(a.concurrency, a.max_tokens, a.inflight)
-    l = llama_rate(a.max_tokens, 2)
-    bound = bw * 1e9 / wbytes  # tok/s of one stream that reads every weight at the triad rate
-    print(f"kvasird 2 stages x 1 thread, {a.concurrency} concurrent, {a.max_tokens} tokens each: "
-          f"{k:.1f} output tok/s")
-    print(f"llama.cpp single stream, 2 threads: {l:.1f} tok/s")
-    print(f"ratio {k / l:.2f} (target >= 2)")
-    print(f"memory bandwidth (bench/membw, 2 threads): triad {bw:.2f} GB/s wall ({bw_cpu:.2f} by CPU "
-          f"time); weights {wbytes / 1e6:.1f} MB per decode step; load {' '.join(machine.load())}")
-    print(f"llama.cpp single-stream share of it: {l / bound:.2f}; kvasird aggregate: "
-          f"{k / bound:.2f}x the single-stream bound")
+    print(f"model: {a.model}; cores {a.cores}, {a.threads} threads per server"
+          + ("; QUICK: not a figure" if a.quick else ""), flush=True)
+    shapes = list(client.SHAPES) if a.shape == "all" else [a.shape]
+    errors, k = 0, 0
+    for name in shapes:
+        runs = client.SHAPES[name]
+        print(f"\n== {name}")
+        for run in (client.quick(runs) if a.quick else runs):
+            errors += one_run(a, peers, run, k)
+            k += 1
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":
