@@ -1,18 +1,17 @@
-"""The machine and the peer, for bench/forward and bench/serve.
+"""The machine and the peers, for bench/forward and bench/serve.
 
-- peer(): re-runs the calling script under the llama.cpp peer's venv
-  (scripts/install-peer builds llama-cpp-python for this CPU with pinned
-  options and checks a multi-token prompt first; docs/kernels.md).
+- peers(): re-runs the calling script under bench/peers/python (numpy, gguf)
+  and returns the folder of llama.cpp's llama-bench and llama-server
+  (bench/peers/build: built once for this CPU with pinned ISA flags).
+- peers_python(): only the re-run under bench/peers/python (for gguf).
 - describe(): the CPU model, the load (uptime), Kvasir's SIMD level per kernel
   (kvasir-local --simd-info) — lines to print before the figures.
 - membw(threads): the machine's bandwidth (build/bin/bench_membw).
 - weight_bytes(model): bytes of weights one decode step reads.
-- llama_load(...): a Llama plus what ggml says it used (system_info, the
-  buffer types its weights were put in: CPU, CPU_REPACK, AMX).
-- next_token(llm): greedy argmax over the last evaluated token's logits.
-- llama_decode(llm, ids, n_gen): llama.cpp's greedy decode rate after `ids`.
-- kvasird(bin, config): a daemon started from a config text (its "{sock}"
-  filled in), ready; yields its socket, stopped on exit.
+- kvasird(bin, config, wrap): a daemon started from a config text (its
+  "{sock}" filled in), under `wrap` (e.g. taskset), ready; yields its
+  socket, stopped on exit.
+- block_count(model): the model's layer count (to split it into stages).
 """
 import contextlib
 import os
@@ -24,13 +23,27 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def peer():
-    """Re-exec the running script under the peer's python (once)."""
-    if os.environ.get("KVASIR_PEER"):
-        return
-    os.execv(os.path.join(ROOT, "scripts", "install-peer"),
-             [os.path.join(ROOT, "scripts", "install-peer"), "--run",
-              os.path.abspath(sys.argv[0])] + sys.argv[1:])
+def peers_python():
+    """Re-exec the running script under bench/peers/python (once): numpy
+    and gguf, no llama.cpp."""
+    if not os.environ.get("KVASIR_PEERS_PY"):
+        py = os.path.join(ROOT, "bench", "peers", "python")
+        os.execv(py, [py, "--run", os.path.abspath(sys.argv[0])] + sys.argv[1:])
+
+
+def peers():
+    """peers_python(); then build or find the llama.cpp peers (bench/peers/
+    build) and return their bin folder."""
+    peers_python()
+    return subprocess.run([os.path.join(ROOT, "bench", "peers", "build")], check=True,
+                          stdout=subprocess.PIPE, text=True).stdout.strip()
+
+
+def block_count(model):
+    import gguf
+    r = gguf.GGUFReader(model)
+    arch = r.fields["general.architecture"].contents()
+    return int(r.fields[f"{arch}.block_count"].contents())
 
 
 def cpu_model():
@@ -81,59 +94,17 @@ def weight_bytes(model):
     return total
 
 
-def llama_load(model, **kw):
-    """A Llama and ggml's own account of it: (llm, system_info, buffer lines)."""
-    import llama_cpp
-    with tempfile.TemporaryFile(mode="w+b") as cap:
-        saved = os.dup(2)
-        os.dup2(cap.fileno(), 2)
-        try:
-            llm = llama_cpp.Llama(model_path=model, verbose=True, **kw)
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        llama_cpp.llama.set_verbose(False)  # quiet from here on (its destructor logs too)
-        llm.verbose = False
-        cap.seek(0)
-        log = cap.read().decode(errors="replace")
-    buffers = sorted(set(m.group(0).strip() for m in
-                         re.finditer(r"[\w_]+ model buffer size = +[\d.]+ MiB", log)))
-    return llm, llama_cpp.llama_print_system_info().decode().strip(), buffers
-
-
-def next_token(llm):
-    """Greedy next token from the logits llama.cpp computed for the last
-    evaluated token. (llm.scores holds them only with logits_all=True; with
-    llama-cpp-python 0.3.36 its row is zeros otherwise.)"""
-    import llama_cpp
-    import numpy as np
-    row = np.ctypeslib.as_array(llama_cpp.llama_get_logits(llm.ctx), shape=(llm.n_vocab(),))
-    return int(np.argmax(row))
-
-
-def llama_decode(llm, ids, n_gen):
-    """Tokens/s of n_gen - 1 greedy decode steps after evaluating `ids`."""
-    import time
-    llm.reset()
-    llm.eval(ids)
-    tok = next_token(llm)
-    t = time.perf_counter()
-    for _ in range(n_gen - 1):
-        llm.eval([tok])
-        tok = next_token(llm)
-    return (n_gen - 1) / (time.perf_counter() - t)
-
-
 @contextlib.contextmanager
-def kvasird(bin_dir, config):
+def kvasird(bin_dir, config, wrap=()):
     """Start kvasird from `config` (its "{sock}" replaced by a fresh socket
-    path), wait until `kvasir status` says ready, yield the socket path."""
+    path) under the command prefix `wrap`, wait until `kvasir status` says
+    ready, yield the socket path."""
     d = tempfile.mkdtemp(prefix="kvasir-bench-")
     sock = os.path.join(d, "k.sock")
     cfg = os.path.join(d, "k.toml")
     with open(cfg, "w") as f:
         f.write(config.replace("{sock}", sock))
-    p = subprocess.Popen([os.path.join(bin_dir, "kvasird"), "--config", cfg],
+    p = subprocess.Popen(list(wrap) + [os.path.join(bin_dir, "kvasird"), "--config", cfg],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         subprocess.run([os.path.join(bin_dir, "kvasir"), "status", "--socket", sock, "--wait", "120"],

@@ -17,8 +17,8 @@ time). A matmul streaming far below the read rate is bound by its
 instructions, not by memory; the pool's share is time spent waiting for the
 other thread at the end of each parallel kernel.
 
-Needs perf (Debian: `apt-get install linux-perf`) and the peer venv's `gguf`
-reader (scripts/install-peer), like bench/forward/run.py.
+Needs perf (Debian: `apt-get install linux-perf`) and the `gguf` reader of
+bench/peers/python, which it re-runs itself under, like bench/forward/run.py.
 """
 import argparse
 import collections
@@ -79,7 +79,7 @@ def weights_by_type(model):
 
 
 def main():
-    machine.peer()
+    machine.peers_python()
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(machine.ROOT, "build", "bin"))
     ap.add_argument("--model", default=os.path.join(machine.ROOT, "models",

@@ -2,8 +2,8 @@
 """bench/serve/single.py: one request's decode speed through the ring.
 
 A single stream through kvasird (2 CPU stages) against the same model in one
-process (kvasir-local) and llama.cpp (llama-cpp-python), all on the same
-cores, in the same run, interleaved round by round (this machine is shared
+process (kvasir-local) and llama.cpp (llama-bench, bench/peers), all on the
+same cores, in the same run, interleaved round by round (this machine is shared
 and noisy: rates drift, ratios within a round hold). The goals it checks:
 ring >= 0.9x kvasir-local with the same threads, and >= 1.0x llama.cpp.
 
@@ -12,7 +12,8 @@ ring >= 0.9x kvasir-local with the same threads, and >= 1.0x llama.cpp.
 Rates are decode tokens/s: kvasird's is 1000 / mean ITL as the client sees
 it (`kvasir bench --concurrency 1`, streamed over the Unix socket, so the
 HTTP path is included), kvasir-local's and llama.cpp's are their own decode
-loops. Three rings are measured: each stage holding `--threads` threads that
+loops (llama-bench: tg MAX_TOKENS at depth 16, the prompt's length). Three
+rings are measured: each stage holding `--threads` threads that
 the stages share by need (`threads = 0` in the config: the default), the
 same with the cores split statically (each stage threads / 2: what a fixed
 split gives one request), and, from the stats, the ring's own cost: the mean
@@ -95,8 +96,12 @@ def local_rate(threads, max_tokens):
     return float(m[1])
 
 
-def llama_rate(llm, max_tokens):
-    return machine.llama_decode(llm, llm.tokenize(PROMPT.encode(), add_bos=False), max_tokens)
+def llama_rate(bench, threads, max_tokens):
+    """llama-bench's decode tok/s after a 16-token context (the prompt's size)."""
+    out = subprocess.run([bench, "-m", MODEL, "-t", str(threads), "-r", "1", "-o", "json", "-p", "0",
+                          "-n", str(max_tokens), "-d", "16"], capture_output=True, text=True,
+                         check=True).stdout
+    return json.loads(out)[0]["avg_ts"]
 
 
 def main():
@@ -106,22 +111,18 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--requests", type=int, default=3, help="ring requests per round")
     a = ap.parse_args()
-    machine.peer()
-    import llama_cpp
+    bench = os.path.join(machine.peers(), "llama-bench")
     print(machine.describe(os.path.join(BIN, "kvasir-local")), flush=True)
     if a.threads != os.cpu_count():
         print(f"note: threads = 0 gives each stage all {os.cpu_count()} cpus; this run compares "
               f"against {a.threads}-thread peers")
-    llm, sysinfo, buffers = machine.llama_load(MODEL, n_ctx=1024, n_threads=a.threads)
-    print(f"llama.cpp {llama_cpp.__version__}: {sysinfo}")
-    print("llama.cpp weights: " + "; ".join(buffers), flush=True)
     rows = []
     for r in range(a.rounds):
         shared, hand, ret = ring_rate(0 if a.threads == os.cpu_count() else a.threads,
                                       a.max_tokens, a.requests)
         split, _, _ = ring_rate(max(1, a.threads // 2), a.max_tokens, a.requests)
         local = local_rate(a.threads, a.max_tokens)
-        peer = llama_rate(llm, a.max_tokens)
+        peer = llama_rate(bench, a.threads, a.max_tokens)
         rows.append((shared, split, local, peer))
         print(f"round {r + 1}: ring shared cores {shared:.1f}, ring split cores {split:.1f}, "
               f"kvasir-local {local:.1f}, llama.cpp {peer:.1f} tok/s; handoff into stages "
