@@ -11,6 +11,7 @@
 - kvasird(bin, config, wrap): a daemon started from a config text (its
   "{sock}" filled in), under `wrap` (e.g. taskset), ready; yields its
   socket, stopped on exit.
+- peers_stamp(bin): what the peers were built from (version, flags, compiler).
 - block_count(model): the model's layer count (to split it into stages).
 """
 import contextlib
@@ -37,6 +38,13 @@ def peers():
     peers_python()
     return subprocess.run([os.path.join(ROOT, "bench", "peers", "build")], check=True,
                           stdout=subprocess.PIPE, text=True).stdout.strip()
+
+
+def peers_stamp(bin_dir):
+    """What the peers were built from: bench/peers/build's stamp (version,
+    CMake arguments, compiler), one line."""
+    with open(os.path.join(os.path.dirname(bin_dir), "stamp")) as f:
+        return "; ".join(line.strip() for line in f)
 
 
 def block_count(model):

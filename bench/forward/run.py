@@ -25,8 +25,9 @@ each repetition), each at its best of the repetitions. (The default model,
 ~97 MB, fits a large L3, so a share above 1 is possible;
 bench/peers/make_model.py writes a 1.1 GB model that does not.)
 Printed first: the CPU model, the load, the SIMD level of each of Kvasir's
-kernels (kvasir-local --simd-info) and what llama-bench reports (its CPU
-and backends, build commit).
+kernels (kvasir-local --simd-info), what the peers were built from (bench/
+peers/build's stamp: version, ISA flags, compiler) and what llama-bench
+reports (its CPU, backends, weight repacking).
 """
 import argparse
 import json
@@ -84,8 +85,10 @@ def main():
     a.prompt, a.gen, a.depth = (64, 8, 64) if a.quick else (512, 128, 512)
     if a.quick:
         a.repeat = 1
-    bench = os.path.join(machine.peers(), "llama-bench")
+    peers = machine.peers()
+    bench = os.path.join(peers, "llama-bench")
     print(machine.describe(LOCAL), flush=True)
+    print(f"peers: {machine.peers_stamp(peers)}")
     print(f"model: {a.model}")
     wbytes = machine.weight_bytes(a.model)
     print(f"weights read per decode step: {wbytes / 1e6:.1f} MB", flush=True)
@@ -96,8 +99,8 @@ def main():
         bw, bw_cpu, _ = machine.membw(a.threads)
         *row, info = one_round(a, bench, ids)
         if r == 0:
-            print(f"llama-bench: build {info.get('build_commit')} ({info.get('build_number')}), "
-                  f"cpu {info.get('cpu_info')}, backends {info.get('backends')}, "
+            print(f"llama-bench: cpu {info.get('cpu_info')}, backends {info.get('backends')}, "
+                  f"repack {info.get('repack')}, flash_attn {info.get('flash_attn')}, "
                   f"type_k {info.get('type_k')}, n_batch {info.get('n_batch')}/{info.get('n_ubatch')}")
         rows.append(row + [bw, bw_cpu])
         print(f"run {r}: pp{a.prompt} kvasir {row[0]:8.1f} llama.cpp {row[1]:8.1f} | tg{a.gen} kvasir "

@@ -24,8 +24,9 @@ The servers, one at a time, each warmed by one request before it is timed:
     max_rows >= C, 1 GiB of KV per stage, over TCP on 127.0.0.1.
 The peers come from bench/peers/build; this script re-runs itself under
 bench/peers/python. Printed first: the CPU model, the load, Kvasir's SIMD
-level per kernel, llama-server's system_info and weight buffers (from its
-log).
+level per kernel, what the peers were built from (bench/peers/build's
+stamp: version, ISA flags, compiler) and llama-server's slots and context
+(from its log; it logs no system_info at its default verbosity).
 """
 import argparse
 import contextlib
@@ -135,9 +136,9 @@ def one_run(a, peers, run, k):
     with llama_server(peers, a, slots, slots * (p + m + 64)) as (port, log):
         ls = measure(port, run, k)
         if k == 0:
-            info = [x.strip() for x in open(log, errors="replace")
-                    if "system_info" in x or "model buffer size" in x]
-            print("  llama-server: " + ("; ".join(info) if info else "(no system_info in its log)"))
+            info = [x.split("load_model:")[1].strip() for x in open(log, errors="replace")
+                    if "load_model:" in x and "n_slots" in x]
+            print("  llama-server: " + ("; ".join(info) if info else "(no n_slots line in its log)"))
     print(line("kvasird", ks))
     print(line("llama.cpp", ls))
     ratio = lambda key: ks[key] / ls[key] if ls[key] else float("nan")
@@ -158,6 +159,7 @@ def main():
     a = ap.parse_args()
     peers = machine.peers()
     print(machine.describe(os.path.join(BIN, "kvasir-local")), flush=True)
+    print(f"peers: {machine.peers_stamp(peers)}")
     print(f"model: {a.model}; cores {a.cores}, {a.threads} threads per server"
           + ("; QUICK: not a figure" if a.quick else ""), flush=True)
     shapes = list(client.SHAPES) if a.shape == "all" else [a.shape]

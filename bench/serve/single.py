@@ -111,8 +111,10 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--requests", type=int, default=3, help="ring requests per round")
     a = ap.parse_args()
-    bench = os.path.join(machine.peers(), "llama-bench")
+    peers = machine.peers()
+    bench = os.path.join(peers, "llama-bench")
     print(machine.describe(os.path.join(BIN, "kvasir-local")), flush=True)
+    print(f"peers: {machine.peers_stamp(peers)}")
     if a.threads != os.cpu_count():
         print(f"note: threads = 0 gives each stage all {os.cpu_count()} cpus; this run compares "
               f"against {a.threads}-thread peers")
