@@ -201,6 +201,27 @@ void refuse_unsupported(const ordered_json& j, bool chat) {
                 "stream_options.continuous_usage_stats is not supported by this server");
 }
 
+// The sampling fields: the model's defaults (generation_config.json, or
+// the built-in ones) for those the request does not send.
+void parse_sampling(const ordered_json& j, const SamplingParams& d, SamplingParams& s) {
+  s.temperature = d.temperature;
+  s.top_p = d.top_p;
+  s.top_k = d.top_k;
+  s.min_p = d.min_p;
+  s.repetition_penalty = d.repetition_penalty;
+  if (auto v = get_number(j, "temperature")) s.temperature = float(*v);
+  if (auto v = get_number(j, "top_p")) s.top_p = float(*v);
+  if (auto v = get_int(j, "top_k", -1, INT32_MAX)) s.top_k = *v < 0 ? 0 : int32_t(*v);
+  if (auto v = get_number(j, "min_p")) s.min_p = float(*v);
+  if (auto v = get_number(j, "repetition_penalty")) s.repetition_penalty = float(*v);
+  if (auto v = get_number(j, "presence_penalty")) s.presence_penalty = float(*v);
+  if (auto v = get_number(j, "frequency_penalty")) s.frequency_penalty = float(*v);
+  if (auto v = get_int(j, "seed", INT64_MIN, INT64_MAX)) {
+    s.seed = uint64_t(*v);
+    s.has_seed = 1;
+  }
+}
+
 }  // namespace
 
 CompletionRequest parse_completion_request(std::string_view body, bool chat,
@@ -232,23 +253,7 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat,
   r.max_tokens = int32_t(mt.value_or(chat ? lim.default_chat_max_tokens : lim.default_max_tokens));
 
   SamplingParams& s = r.sampling;
-  const SamplingParams& d = lim.sampling_defaults;
-  s.temperature = d.temperature;
-  s.top_p = d.top_p;
-  s.top_k = d.top_k;
-  s.min_p = d.min_p;
-  s.repetition_penalty = d.repetition_penalty;
-  if (auto v = get_number(j, "temperature")) s.temperature = float(*v);
-  if (auto v = get_number(j, "top_p")) s.top_p = float(*v);
-  if (auto v = get_int(j, "top_k", -1, INT32_MAX)) s.top_k = *v < 0 ? 0 : int32_t(*v);
-  if (auto v = get_number(j, "min_p")) s.min_p = float(*v);
-  if (auto v = get_number(j, "repetition_penalty")) s.repetition_penalty = float(*v);
-  if (auto v = get_number(j, "presence_penalty")) s.presence_penalty = float(*v);
-  if (auto v = get_number(j, "frequency_penalty")) s.frequency_penalty = float(*v);
-  if (auto v = get_int(j, "seed", INT64_MIN, INT64_MAX)) {
-    s.seed = uint64_t(*v);
-    s.has_seed = 1;
-  }
+  parse_sampling(j, lim.sampling_defaults, s);
 
   if (chat) {
     bool lp = get_bool(j, "logprobs").value_or(false);
