@@ -280,6 +280,11 @@ std::string Segment::check_params(const SegmentParams& p) {
   if (p.grammar_entries < 0 || p.grammar_entries > (1 << 16) || p.grammar_capacity > (64u << 20) ||
       (p.grammar_entries > 0 && p.grammar_capacity == 0))
     return fmt::format("grammar table {} x {} bytes", p.grammar_entries, p.grammar_capacity);
+  if (p.grammar_workers < 1 || p.grammar_workers > 64 || p.grammar_cache < 0 ||
+      p.grammar_cache > (1 << 20) || p.grammar_compile_timeout_ms < 1 ||
+      p.grammar_compile_timeout_ms > 600000)
+    return fmt::format("grammar compiler {} workers, {} kept, {} ms", p.grammar_workers,
+                       p.grammar_cache, p.grammar_compile_timeout_ms);
   auto bad_plan = [](const StagePlan& s) {
     return s.first < 0 || s.first > s.last || s.threads < 1 || s.threads > 1024 ||
            std::memchr(s.device, 0, sizeof s.device) == nullptr || s.experts_first < -1 ||

@@ -43,8 +43,9 @@ constexpr uint32_t kSegMagic = 0x5253564B;  // "KVSR" little-endian
 // tokens routed per expert (StageShared::routed); 10: expert groups
 // (docs/expert-groups.md): each stage's expert range, the members' plans
 // and StageShared slots (after the stages'), and one MemberCall area per
-// member (request, answer) after the grammar table.
-constexpr uint32_t kSegVersion = 10;
+// member (request, answer) after the grammar table; 11: the tail's grammar
+// compiler settings in the plan (SegmentParams::grammar_workers, ...).
+constexpr uint32_t kSegVersion = 11;
 constexpr int kMaxStages = 16;
 static_assert(kMaxStageTimes == kMaxStages, "a result slot times every stage");
 
@@ -88,6 +89,12 @@ struct SegmentParams {
   // bytes each; 0 entries = no structured outputs on this instance.
   int32_t grammar_entries = 0;
   uint32_t grammar_capacity = 0;
+  // The tail's compiler ([grammar] in the config): its threads, the
+  // compiled grammars it keeps, and the longest a spec may take to compile
+  // from when the tail first meets it.
+  int32_t grammar_workers = 2;
+  int32_t grammar_cache = 128;
+  uint32_t grammar_compile_timeout_ms = 10000;
 };
 
 enum StageStatus : uint32_t {

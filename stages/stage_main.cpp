@@ -115,7 +115,12 @@ std::shared_ptr<TailGrammar> tail_grammar(ipc::Segment& seg, int stage, int32_t 
   if (stage != seg.n_stages() - 1 || seg.grammar_table().entries() <= 0) return nullptr;
   try {
     auto model = ModelFile::open(seg.params().model_path);
-    return TailGrammar::create(*model, vocab, seg.grammar_table());
+    const ipc::SegmentParams& p = seg.params();
+    TailGrammarOptions o;
+    o.compile_workers = p.grammar_workers;
+    o.cache_capacity = size_t(p.grammar_cache);
+    o.compile_timeout = std::chrono::milliseconds(p.grammar_compile_timeout_ms);
+    return TailGrammar::create(*model, vocab, seg.grammar_table(), o);
   } catch (const Error& e) {
     KV_LOG_ERROR("stage", "structured outputs off: {}", e.message());
     return nullptr;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -74,6 +75,9 @@ ipc::SegmentParams Supervisor::params_for(const Config& cfg, const ModelConfig& 
   if (cfg.grammar.enabled) {
     p.grammar_entries = std::min(p.dims.inflight * p.dims.max_rows, 1 << 16);
     p.grammar_capacity = uint32_t(grammar_entry_capacity(cfg.grammar));
+    p.grammar_workers = cfg.grammar.workers;
+    p.grammar_cache = cfg.grammar.cache_capacity;
+    p.grammar_compile_timeout_ms = uint32_t(std::lround(cfg.grammar.compile_timeout_s * 1000));
   }
   KV_CHECK(cfg.model.path.size() < sizeof p.model_path, "model.path: longer than {} bytes",
            sizeof p.model_path - 1);
