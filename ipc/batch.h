@@ -119,6 +119,17 @@ struct DescView {
   BlockCopy* copies = nullptr;
 };
 
+// What a sampled row's token says when the tail could not sample it (a
+// sampled token is never negative):
+//   kTokenFailed          the tail failed the sequence (a lost record, no
+//                         grammar engine): the engine's fault, kBadResult;
+//   kTokenGrammarRefused  the request's own structured-output spec cannot
+//                         go on (it allows no token here, or it could not
+//                         be compiled within its deadline): the client's
+//                         fault, kInvalidArgument.
+constexpr int32_t kTokenFailed = -1;
+constexpr int32_t kTokenGrammarRefused = -2;
+
 // A result slot. Layout: ResultHeader | int32 token[max_rows] |
 // float logprob[max_rows] | int32 n_top[max_rows] | TopLogprob[max_rows][kMaxLogprobs]
 struct ResultView {

@@ -27,14 +27,14 @@ void TailSampler::sample(const ipc::Batch& b, uint64_t batch_id, int32_t n_rows,
   int64_t k = 0;
   for (int32_t r = 0; r < n_rows; ++r) {
     const ipc::DescRow& row = b.rows[r];
-    out.token[r] = -1;
+    out.token[r] = ipc::kTokenFailed;
     out.n_top[r] = 0;
     if (!row.sample) continue;
     float* row_logits = logits.rows + k++ * logits.vocab;
     TailSequence* rec = nullptr;
     if (!record(b, r, rec)) continue;  // lost: token -1
     std::span<const uint32_t> allowed;
-    if (!row_mask(b, r, allowed)) continue;  // its grammar failed: token -1
+    if (!row_mask(b, r, allowed, out)) continue;  // its grammar failed: the token says why
     if (logits.device_token[r] >= 0) {       // sampled on the device: only its id came back
       out.token[r] = logits.device_token[r];
       out.logprob[r] = logits.device_logprob[r];
@@ -60,7 +60,8 @@ bool TailSampler::record(const ipc::Batch& b, int32_t r, TailSequence*& rec) {
   return false;
 }
 
-bool TailSampler::row_mask(const ipc::Batch& b, int32_t r, std::span<const uint32_t>& allowed) {
+bool TailSampler::row_mask(const ipc::Batch& b, int32_t r, std::span<const uint32_t>& allowed,
+                           const ipc::ResultView& out) {
   if (b.sampling[r].grammar_entry == 0) return true;
   if (!grammar_) {
     KV_LOG_ERROR("agent", "sequence {}: structured output, but this tail has no grammar engine",
@@ -68,7 +69,12 @@ bool TailSampler::row_mask(const ipc::Batch& b, int32_t r, std::span<const uint3
     return false;
   }
   const uint32_t* m = nullptr;
-  if (!grammar_->mask(r, &m).ok()) return false;  // logged by the grammar when it failed
+  // Logged by the grammar when it failed. A spec refused (too complex to
+  // compile in time, a token it refuses) is the request's fault.
+  if (Status st = grammar_->mask(r, &m); !st.ok()) {
+    if (st.code() == ErrorCode::kInvalidArgument) out.token[r] = ipc::kTokenGrammarRefused;
+    return false;
+  }
   allowed = std::span<const uint32_t>(m, grammar_->mask_words());
   return true;
 }
@@ -79,9 +85,10 @@ void TailSampler::sample_row(const ipc::Batch& b, int32_t r, float* row_logits, 
   const ipc::DescRow& row = b.rows[r];
   const SampleResult sr = sampler_.sample(row_logits, vocab, b.sampling[r], hist,
                                           uint64_t(row.pos0 + row.n_tokens), allowed);
-  if (sr.all_masked && !allowed.empty()) {  // that sequence fails alone (token -1)
+  if (sr.all_masked && !allowed.empty()) {  // that sequence fails alone: its spec's fault
     KV_LOG_ERROR("agent", "sequence {}: its grammar allows no token with a finite logit",
                  row.seq_id);
+    out.token[r] = ipc::kTokenGrammarRefused;
     return;
   }
   KV_CHECK(!sr.all_masked, "row {} (sequence {}): every logit is NaN or -inf", r, row.seq_id);

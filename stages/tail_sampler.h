@@ -61,7 +61,8 @@ class TailSampler {
   bool record(const ipc::Batch& b, int32_t r, TailSequence*& rec);
   // Row r's mask into `allowed` (empty: unconstrained); false when its
   // grammar failed.
-  bool row_mask(const ipc::Batch& b, int32_t r, std::span<const uint32_t>& allowed);
+  bool row_mask(const ipc::Batch& b, int32_t r, std::span<const uint32_t>& allowed,
+                const ipc::ResultView& out);
   void sample_row(const ipc::Batch& b, int32_t r, float* row_logits, int32_t vocab,
                   const SequenceHistory* hist, std::span<const uint32_t> allowed,
                   const ipc::ResultView& out);

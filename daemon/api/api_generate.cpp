@@ -96,6 +96,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
   void compiled(std::vector<int32_t> prompt, const Status& st,
                 std::shared_ptr<const std::string> spec, const std::string& param) {
     if (done_) return;
+    constraint_param_ = param;
     if (st.ok()) return submit(std::move(prompt), std::move(spec));
     fail(ApiError(st.code(), st.message(),
                   st.code() == ErrorCode::kInvalidArgument ? param : std::string()));
@@ -176,9 +177,16 @@ class Generation : public std::enable_shared_from_this<Generation> {
           return fail(
               ApiError(ErrorCode::kAborted, "the request was aborted (the daemon is stopping)"));
         return finish_choice(c, FinishReason::kAbort);
-      case FinishReason::kError:
-        fail(engine_error(ev.error));
+      case FinishReason::kError: {
+        // Invalid mid-generation, under a constraint: the spec, not the
+        // prompt (the tail found it allows no continuation, or it could
+        // not be compiled in time).
+        if (ev.error.code() == ErrorCode::kInvalidArgument && !constraint_param_.empty())
+          fail(ApiError(ev.error.code(), ev.error.message(), constraint_param_));
+        else
+          fail(engine_error(ev.error));
         return cancel();
+      }
     }
   }
 
@@ -406,6 +414,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
   Usage usage_;
   std::atomic<RequestId> id_{0};  // cancel() may come from another thread (shutdown)
   uint64_t serial_ = 0;
+  std::string constraint_param_;  // the field that carried its constraint ("" without one)
   std::atomic<bool> cancel_when_submitted_{false};
   bool started_ = false, done_ = false, any_token_ = false;
   Clock::time_point t_submit_;

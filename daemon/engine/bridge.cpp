@@ -415,6 +415,12 @@ BatchResult Bridge::decode(const ipc::BatchMsg& m, const Slot& slot) const {
     if (!row.sample) continue;
     RowResult& out = res.rows[r];
     out.token = view.token[r];
+    if (out.token == ipc::kTokenGrammarRefused) {  // the request's spec: a 400, not a 500
+      out.error = error_status(ErrorCode::kInvalidArgument,
+                               "the structured-output spec allows no continuation of the output "
+                               "here (or it could not be compiled within grammar.compile_timeout)");
+      continue;
+    }
     if (out.token < 0 || out.token >= cfg_.vocab) {
       out.error = error_status(ErrorCode::kBadResult, "the tail returned token id {}", out.token);
       continue;
