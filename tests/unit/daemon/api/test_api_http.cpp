@@ -21,181 +21,18 @@
 #include "daemon/config/config.h"
 #include "test_api_client.h"
 #include "test_api_fakes.h"
+#include "test_api_http_fixture.h"
 
 using namespace kvasir;
 using test::parse_resp;
 using test::Resp;
 using test::sse_events;
+using test::ApiHttpTest;
+using test::Capture;
 using namespace std::chrono_literals;
 using nlohmann::json;
 namespace asio = boost::asio;
 
-namespace {
-
-// A whole answer, for a service driven without the HTTP server.
-struct Capture : Responder {
-  int status = 0;
-  std::string body;
-  void respond(int st, std::string, std::string b) override { status = st, body = b; }
-  void start_stream(int st, std::string) override { status = st; }
-  void write(std::string) override {}
-  void finish() override {}
-  void on_close(std::function<void()>) override {}
-};
-
-class ApiHttpTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    static int n = 0;
-    sock_path_ =
-        "/tmp/kvasir-api-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++) + ".sock";
-    ApiContext ctx;
-    codec_ = std::make_shared<test::FakeCodec>();
-    ctx.codec = codec_;
-    ctx.grammar = grammar_;
-    ctx.model_name = "fake-model";
-    ctx.listed_aliases = {"fake model two"};  // as server.served_model_name's second name
-    ctx.max_model_len = 4096;
-    engine_.ring.inflight = 2;
-    engine_.ring.in_ring = 1;
-    engine_.ring.stages = {{0, 0, 14, "cpu", 1.5, 0.25, 0.125, 10, 80, 0, "busy", 0.125, {}},
-                           {1, 15, 29, "cpu", 2.5, 0.5, 0.75, 11, 88, 1, "starved", 0.5, {}}};
-    engine_.ring.stages[1].simd = "cpu:avx2 amx:no q4_1/decode:avx2";
-    engine_.ring.stages[1].position = 1;
-    engine_.ring.stages[1].handoff_s = 0.25;
-    engine_.ring.stages[1].handoffs = 11;
-    engine_.ring.return_s = 0.5;
-    engine_.ring.returns = 11;
-    engine_.ring.stages[0].n_experts = 4;  // a MoE stage; stage 1 stays dense
-    engine_.ring.stages[0].routed = {5, 0, 3, 0};
-    ApiOptions aopts;
-    aopts.api_key = "sekrit";
-    api_ = std::make_shared<ApiService>(
-        engine_, ctx, aopts, [this](std::function<void()> f) { asio::post(io_, std::move(f)); });
-    HttpServerOptions hopts;
-    hopts.read_timeout = 700ms;
-    hopts.write_timeout = 500ms;
-    hopts.max_header = 16 * 1024;
-    server_ = std::make_unique<HttpServer>(io_, hopts,
-                                           [this](HttpRequest r, std::shared_ptr<Responder> s) {
-                                             api_->handle(std::move(r), std::move(s));
-                                           });
-    server_->listen_unix(sock_path_);
-    port_ = server_->listen_tcp("127.0.0.1:0");
-    work_.emplace(asio::make_work_guard(io_));
-    thread_ = std::thread([this] { io_.run(); });
-  }
-  void TearDown() override {
-    api_->shutdown();
-    server_->stop();
-    work_.reset();
-    thread_.join();
-    server_.reset();
-  }
-
-  // Sends raw bytes on a fresh Unix-socket connection; reads to EOF.
-  std::string raw(const std::string& bytes, bool tcp = false) {
-    asio::io_context io;
-    std::string out;
-    auto exchange = [&](auto& s) {
-      boost::system::error_code ec;
-      asio::write(s, asio::buffer(bytes), ec);  // may fail if the server answers early
-      char buf[65536];
-      for (;;) {
-        size_t n = s.read_some(asio::buffer(buf), ec);
-        out.append(buf, n);
-        if (ec) break;
-      }
-    };
-    if (tcp) {
-      asio::ip::tcp::socket s(io);
-      s.connect({asio::ip::make_address("127.0.0.1"), port_});
-      exchange(s);
-    } else {
-      asio::local::stream_protocol::socket s(io);
-      s.connect(asio::local::stream_protocol::endpoint(sock_path_));
-      exchange(s);
-    }
-    return out;
-  }
-  static std::string req(const std::string& method, const std::string& path,
-                         const std::string& body = "", const std::string& extra = "") {
-    std::string r = method + " " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + extra;
-    if (!body.empty() || method == "POST")
-      r += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-           "\r\n";
-    return r + "\r\n" + body;
-  }
-  Resp get(const std::string& path) { return parse_resp(raw(req("GET", path))); }
-  Resp post(const std::string& path, const std::string& body) {
-    return parse_resp(raw(req("POST", path, body)));
-  }
-
-  test::FakeEngine engine_;
-  std::shared_ptr<test::FakeCodec> codec_;
-  std::shared_ptr<test::FakeGrammar> grammar_ = std::make_shared<test::FakeGrammar>();
-  asio::io_context io_;
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
-  std::shared_ptr<ApiService> api_;
-  std::unique_ptr<HttpServer> server_;
-  std::thread thread_;
-  std::string sock_path_;
-  uint16_t port_ = 0;
-};
-
-}  // namespace
-
-TEST_F(ApiHttpTest, HealthAndModels) {
-  Resp h = get("/health");
-  EXPECT_EQ(h.status, 200);
-  EXPECT_EQ(h.j()["status"], "ok");
-  engine_.is_ready = false;
-  EXPECT_EQ(get("/health").status, 503);
-  EXPECT_EQ(post("/v1/completions", R"({"prompt":"x"})").status, 503);
-  engine_.is_ready = true;
-  Resp m = get("/v1/models");
-  EXPECT_EQ(m.status, 200);
-  EXPECT_EQ(m.j()["data"][0]["id"], "fake-model");
-  EXPECT_EQ(get("/v1/models/fake-model").status, 200);
-  EXPECT_EQ(get("/v1/models/other").status, 404);
-  // The id as a client sends it: percent-encoded (a listed id may hold spaces).
-  EXPECT_EQ(get("/v1/models/fake%2Dmodel").status, 200);
-  EXPECT_EQ(get("/v1/models/fake%2dmodel").status, 200);
-  EXPECT_EQ(get("/v1/models/fake%2").status, 400);
-  EXPECT_EQ(get("/v1/models/fake%zzmodel").status, 400);
-  // Every served name is listed, retrievable and accepted; a response
-  // answers with the name the request used.
-  ASSERT_EQ(m.j()["data"].size(), 2u);
-  EXPECT_EQ(m.j()["data"][1]["id"], "fake model two");
-  Resp two = get("/v1/models/fake%20model%20two");
-  EXPECT_EQ(two.status, 200);
-  EXPECT_EQ(two.j()["id"], "fake model two");
-  Resp r = post("/v1/completions", R"({"model":"fake model two","prompt":"Hi","max_tokens":1})");
-  ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(r.j()["model"], "fake model two");
-  r = post("/v1/completions", R"({"prompt":"Hi","max_tokens":1})");
-  EXPECT_EQ(r.j()["model"], "fake-model");
-}
-
-// Response ids are 128 random bits: distinct for every response, and not a
-// serial a client could predict (they were serial × constant, the same
-// after every restart).
-TEST_F(ApiHttpTest, ResponseIdsAreRandom) {
-  std::set<std::string> ids;
-  for (int i = 0; i < 8; ++i) {
-    Resp r = post(i % 2 ? "/v1/chat/completions" : "/v1/completions",
-                  i % 2 ? R"({"messages":[{"role":"user","content":"yo"}],"max_tokens":1})"
-                        : R"({"prompt":"Hi","max_tokens":1})");
-    ASSERT_EQ(r.status, 200) << r.body;
-    const std::string id = r.j()["id"];
-    const std::string prefix = i % 2 ? "chatcmpl-" : "cmpl-";
-    ASSERT_EQ(id.rfind(prefix, 0), 0u) << id;
-    EXPECT_EQ(id.size(), prefix.size() + 32) << id;
-    EXPECT_EQ(id.find_first_not_of("0123456789abcdef", prefix.size()), std::string::npos) << id;
-    ids.insert(id.substr(prefix.size()));
-  }
-  EXPECT_EQ(ids.size(), 8u);
-}
 
 TEST_F(ApiHttpTest, CompletionWhole) {
   Resp r = post("/v1/completions", R"({"prompt":"Hi","max_tokens":5,"temperature":0,"seed":7})");
