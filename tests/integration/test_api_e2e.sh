@@ -210,7 +210,11 @@ if [ -n "$VENV" ]; then
 fi
 
 # Metrics and a clean stop.
-"${C[@]}" http://x/metrics | grep -q '^kvasir_stage_busy_seconds_total{stage="1"' && ok "metrics per stage" || bad "metrics per stage"
+# Read whole first: grep -q stops at its match, and under pipefail curl's
+# broken pipe would fail the check whenever the match comes early.
+metrics=$("${C[@]}" http://x/metrics)
+grep -q '^kvasir_stage_busy_seconds_total{stage="1"' <<< "$metrics" && ok "metrics per stage" || bad "metrics per stage"
+expect "metrics: nothing in the ring when idle" "$(grep '^kvasir_ring_inflight ' <<< "$metrics")" "kvasir_ring_inflight 0"
 kill -TERM "$PID"; wait "$PID"; rc=$?; PID=
 expect "kvasird exits 0 on SIGTERM" "$rc" "0"
 [ -e "$SOCK" ] && bad "socket file left behind" || ok "socket file removed"
