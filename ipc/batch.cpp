@@ -143,9 +143,6 @@ Status read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_
                        n_blocks);
     if (row.sample > 1)
       return refused("batch {} row {}: sample flag {}", m.batch_id, r, row.sample);
-    if (row.pad > 1 || (row.pad && row.sample))
-      return refused("batch {} row {}: pad flag {} (sample {})", m.batch_id, r, row.pad,
-                     row.sample);
     if (row.n_prompt < 0)
       return refused("batch {} row {}: n_prompt {} < 0", m.batch_id, r, row.n_prompt);
   }

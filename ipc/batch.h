@@ -21,8 +21,9 @@ constexpr uint16_t kMsgBatch = 1;
 // 4: the result slot carries each stage's busy time on the batch.
 // 5: the descriptor gained block copies (parallel sampling's copy-on-write).
 // 6: SamplingParams names a grammar-table entry. 7: the message carries the
-// instant its producer pushed it (handoff accounting).
-constexpr uint16_t kMsgVersion = 7;
+// instant its producer pushed it (handoff accounting). 8: DescRow lost
+// pad (`static` padding travels as rows of filler sequences).
+constexpr uint16_t kMsgVersion = 8;
 // Stages whose time a result slot carries (the segment's kMaxStages).
 constexpr int kMaxStageTimes = 16;
 
@@ -83,10 +84,7 @@ struct DescRow {
   // output counts) what it was without the preemption.
   int32_t n_prompt = 0;
   uint8_t sample = 0;  // the tail samples this row's last token
-  // Filler (`static` policy's padding, docs/scheduler.md): computed, never
-  // sampled, not the sequence's tokens; left out of the penalties' history.
-  uint8_t pad = 0;
-  uint8_t reserved[6] = {};
+  uint8_t reserved[7] = {};
 };
 
 struct TopLogprob {

@@ -234,7 +234,7 @@ void TailGrammarImpl::prepare(const ipc::Batch& b, int32_t n_rows, uint64_t batc
   for (int32_t r = 0; r < n_rows; ++r) {
     const ipc::DescRow& row = b.rows[r];
     const SamplingParams& sp = b.sampling[r];
-    if (sp.grammar_entry == 0 || row.pad) continue;
+    if (sp.grammar_entry == 0) continue;
     TailSequence* rec = seqs.find(row.seq_id);
     KV_CHECK(rec != nullptr, "tail grammar: sequence {} was not fed before prepare", row.seq_id);
     rows_[size_t(r)] = Row{rec, row.sample != 0};

@@ -50,7 +50,7 @@ void TailSampler::sample(const ipc::Batch& b, uint64_t batch_id, int32_t n_rows,
 
 bool TailSampler::record(const ipc::Batch& b, int32_t r, TailSequence*& rec) {
   rec = nullptr;
-  if (!TailSequences::needs(b.sampling[r]) || b.rows[r].pad) return true;
+  if (!TailSequences::needs(b.sampling[r])) return true;
   rec = seqs_.find(b.rows[r].seq_id);
   if (rec && rec->lost.ok()) return true;
   // Its record was evicted or never made: penalties or a grammar without

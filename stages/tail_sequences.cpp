@@ -40,7 +40,6 @@ TailSequence& TailSequences::feed(uint64_t seq, const Row& row, uint64_t batch) 
   TailSequence& s = map_[seq];
   s.id = seq;
   s.last_batch = batch;
-  if (row.pad) return s;
   const int64_t pos0 = row.pos0, end = pos0 + row.n_tokens;
   const int64_t size = int64_t(s.tokens.size());
   const int32_t* in = row.tokens;
@@ -92,7 +91,7 @@ void TailSequences::feed_batch(const ipc::Batch& b, int32_t n_rows, uint64_t bat
     const ipc::DescRow& row = b.rows[r];
     if (needs(b.sampling[r]))
       feed(row.seq_id,
-           Row{row.pos0, row.n_tokens, row.n_prompt, b.tokens.data() + off, row.pad != 0,
+           Row{row.pos0, row.n_tokens, row.n_prompt, b.tokens.data() + off,
                penalties_active(b.sampling[r]) ? 0 : row.n_prompt},
            batch);
     off += b.rows[r].n_tokens;

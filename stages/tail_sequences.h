@@ -90,7 +90,6 @@ class TailSequences {
     int32_t n_tokens = 0;
     int32_t n_prompt = 0;             // positions below: the prompt
     const int32_t* tokens = nullptr;  // [n_tokens]
-    bool pad = false;                 // filler (`static` padding): not the sequence's tokens
     // The first position what the tail derives needs: 0 for penalties
     // (they count the prompt), n_prompt for a grammar alone (the prompt
     // prefix the scheduler found cached is never sent).
@@ -98,7 +97,7 @@ class TailSequences {
   };
   // Accounts for `row` of sequence `seq`, seen in batch `batch`, and
   // returns its record (made if new), covering positions [0, pos0 +
-  // n_tokens) unless lost. A pad row changes nothing but the record's age.
+  // n_tokens) unless lost.
   TailSequence& feed(uint64_t seq, const Row& row, uint64_t batch);
   // feed() for every row of the first n_rows of b that needs() a record,
   // then the eviction sweep when its turn has come.

@@ -17,12 +17,12 @@ void encode_batch(const SchedulerOutput& out, uint64_t batch_id, int32_t max_tab
   for (size_t r = 0; r < out.rows.size(); ++r) {
     const ScheduledRow& row = out.rows[r];
     ipc::DescRow dr;
-    dr.seq_id = sequence_key(row.id, row.index);  // each choice its own penalty history
+    // Each choice its own penalty history; padding a filler's, which keeps none.
+    dr.seq_id = row.pad ? filler_key(row.id, row.index) : sequence_key(row.id, row.index);
     dr.pos0 = row.pos0;
     dr.n_tokens = row.n_tokens;
     dr.n_table = int32_t(row.table.size());
     dr.sample = row.sample;
-    dr.pad = row.pad;
     dr.n_prompt = row.n_prompt;
     b.rows.push_back(dr);
     b.tokens.insert(b.tokens.end(), row.tokens.begin(), row.tokens.end());

@@ -284,8 +284,10 @@ SchedulerOutput Scheduler::emit(std::vector<SchedRow> rows) {
     else
       o.tokens.assign(s->tokens.begin() + r.pos0, s->tokens.begin() + r.pos0 + r.n_tokens);
     o.table = s->table;
-    o.sampling = s->req.sampling;
-    o.grammar = s->req.grammar;
+    if (!r.pad) {  // the filler samples nothing and keeps no state at the tail
+      o.sampling = s->req.sampling;
+      o.grammar = s->req.grammar;
+    }
     s->batches_in_flight++;
     if (!r.pad && r.pos0 < s->n_prompt)
       tokens_prompt_ += std::min(r.n_tokens, s->n_prompt - r.pos0);

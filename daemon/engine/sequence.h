@@ -22,6 +22,15 @@ inline uint64_t sequence_key(RequestId id, int32_t index) {
   return uint64_t(id) | (uint64_t(index) << 48);
 }
 
+// The id `static` padding's rows go by: a filler sequence of its own beside
+// the member it pads (bit 63; choices stay below it), whose rows carry no
+// sampling state. The stages see ordinary rows that are never sampled and
+// keep no record of them, so padding is decided and known in the engine
+// alone (docs/scheduler.md, "What `static` pads").
+inline uint64_t filler_key(RequestId id, int32_t index) {
+  return sequence_key(id, index) | (uint64_t(1) << 63);
+}
+
 // Where a sequence stands. Waiting and preempted sequences are in the
 // waiting queue; prefilling and decoding ones in the running set; a
 // finished one stays in the running set until nothing in flight names it

@@ -28,8 +28,8 @@ struct Histories {
   TailSequences store;
 };
 
-Row row(int64_t pos0, const std::vector<int32_t>& toks, int32_t n_prompt, bool pad = false) {
-  return Row{pos0, int32_t(toks.size()), n_prompt, toks.data(), pad};
+Row row(int64_t pos0, const std::vector<int32_t>& toks, int32_t n_prompt) {
+  return Row{pos0, int32_t(toks.size()), n_prompt, toks.data()};
 }
 
 // Every count of `a` equals that of `b`, for tokens [0, 64).
@@ -79,19 +79,33 @@ TEST(TailSequences, RecomputeAfterPreemptionRebuildsTheSameCounts) {
     ASSERT_NE(h->feed(9, row(0, first, 3), 10), nullptr);
     const SequenceHistory* s = h->feed(9, row(4, rest, 3), 11);
     ASSERT_NE(s, nullptr);
-    expect_same(*s, *a.feed(9, Row{6, 0, 3, nullptr, false}, 12));
+    expect_same(*s, *a.feed(9, Row{6, 0, 3, nullptr}, 12));
   }
 }
 
+// `static` padding reaches the tail as rows of a filler sequence (its own
+// id, no sampling state: daemon/engine/descriptor.cpp): at the member's
+// positions past its prompt, before the prompt's prefill. The member's
+// record is what it would be unpadded, and the filler gets none.
 TEST(TailSequences, PaddingIsNotPartOfTheSequence) {
-  Histories padded, plain;
-  std::vector<int32_t> prompt{1, 2}, filler(5, 2);
-  // `static` padding: filler at positions 2..6 before the prompt's prefill.
-  padded.feed(3, row(2, filler, 2, /*pad=*/true), 1);
-  const SequenceHistory* s = padded.feed(3, row(0, prompt, 2), 2);
+  TailSequences padded;
+  ipc::Batch b;
+  b.rows.resize(2);
+  b.rows[0] = ipc::DescRow{.seq_id = (uint64_t(1) << 63) | 3, .pos0 = 2, .n_tokens = 5,
+                           .n_prompt = 2};  // the filler
+  b.rows[1] = ipc::DescRow{.seq_id = 3, .pos0 = 0, .n_tokens = 2, .n_prompt = 2};
+  b.tokens = {2, 2, 2, 2, 2, 1, 2};
+  b.sampling.resize(2);
+  b.sampling[1].presence_penalty = 0.5f;  // the member needs a record
+  padded.feed_batch(b, 2, 1);
+  EXPECT_EQ(padded.find(b.rows[0].seq_id), nullptr);
+  const TailSequence* s = padded.find(3);
   ASSERT_NE(s, nullptr);
-  expect_same(*s, *plain.feed(3, row(0, prompt, 2), 1));
-  EXPECT_EQ(s->n_prompt(), 2);
+  ASSERT_TRUE(s->lost.ok());
+  Histories plain;
+  std::vector<int32_t> prompt{1, 2};
+  expect_same(s->penalties, *plain.feed(3, row(0, prompt, 2), 1));
+  EXPECT_EQ(s->tokens.size(), 2u);
 }
 
 TEST(TailSequences, AHoleIsReportedNotGuessed) {

@@ -269,7 +269,7 @@ struct Sim {
     const SequenceHistory* hist = nullptr;
     if (penalize && penalties_active(r.sampling)) {
       const TailSequence& rec = hists.feed(
-          k, TailSequences::Row{r.pos0, r.n_tokens, r.n_prompt, r.tokens.data(), r.pad},
+          k, TailSequences::Row{r.pos0, r.n_tokens, r.n_prompt, r.tokens.data()},
           ++batch_no);
       EXPECT_TRUE(rec.lost.ok()) << rec.lost.to_string();
       hist = &rec.penalties;

@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 
+#include "daemon/engine/descriptor.h"
 #include "daemon/engine/scheduler.h"
 #include "tests/unit/daemon/engine/scheduler_sim.h"
 
@@ -123,6 +124,32 @@ TEST(Scheduler, StaticPaysForItsPadding) {
   EXPECT_EQ(one.computed, 1 + 7 + 3 + 12 + 4);
   EXPECT_EQ(outputs(st), outputs(one));
   EXPECT_EQ(st.sch.stats().blocks_free, st.sch.stats().blocks_total);
+}
+
+// The stages know nothing of `static`: its filler reaches them as rows of a
+// filler sequence (its own id, no sampling state, never sampled), which the
+// tail keeps no record of (tests/unit/stages/test_tail_sequences.cpp).
+TEST(Scheduler, StaticPaddingTravelsAsAFillerSequence) {
+  SchedLimits l{8, 16, 16, 256};
+  l.policy = Policy::kStatic;
+  Sim st(l, 1000);
+  st.params.presence_penalty = 0.5f;
+  st.add(1, 2, 2);
+  st.add(2, 7, 2);
+  st.fill();
+  ASSERT_FALSE(st.ring.empty());
+  ipc::Batch b;
+  encode_batch(st.ring.front(), 1, 16, b);
+  int fillers = 0;
+  for (size_t r = 0; r < b.rows.size(); ++r) {
+    const ScheduledRow& row = st.ring.front().rows[r];
+    EXPECT_EQ(b.rows[r].seq_id, row.pad ? filler_key(row.id, row.index) : row.id);
+    EXPECT_EQ(b.sampling[r].presence_penalty, row.pad ? 0.f : 0.5f);
+    EXPECT_TRUE(!row.pad || !b.rows[r].sample);
+    fillers += row.pad;
+  }
+  EXPECT_GT(fillers, 0);
+  EXPECT_NE(filler_key(1, 0), sequence_key(1, 0));
 }
 
 TEST(Scheduler, StaticAdmitsOnlyWhatItsPaddedBatchCanHold) {
