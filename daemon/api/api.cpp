@@ -188,7 +188,7 @@ json ApiService::Impl::model_json(const std::string& id) const {
             {"created", created_unix},
             {"owned_by", "kvasir"},
             {"root", ctx.model_name}};
-  if (ctx.max_model_len > 0) m["max_model_len"] = ctx.max_model_len;
+  if (const int32_t max_len = max_model_len(); max_len > 0) m["max_model_len"] = max_len;
   return m;
 }
 
@@ -246,7 +246,7 @@ void ApiService::Impl::serve_tokenize(const HttpRequest& req, const Res& res,
   std::vector<int32_t> ids =
       t.chat ? chat_prompt(*t.chat) : ctx.codec->encode(*t.prompt, t.add_special_tokens, true);
   json body = {{"tokens", ids}, {"count", ids.size()}};
-  if (ctx.max_model_len > 0) body["max_model_len"] = ctx.max_model_len;
+  if (const int32_t max_len = max_model_len(); max_len > 0) body["max_model_len"] = max_len;
   send_json(res, route, 200, body);
 }
 
@@ -298,6 +298,10 @@ RingReport DeferredEngine::ring_report() const {
 bool DeferredEngine::ready() const {
   Engine* e = engine_.load();
   return e && e->ready();
+}
+int32_t DeferredEngine::max_sequence_tokens() const {
+  Engine* e = engine_.load();
+  return e ? e->max_sequence_tokens() : 0;
 }
 
 }  // namespace kvasir

@@ -172,6 +172,7 @@ class DeferredEngine : public Engine {
   EngineStats stats() const override;
   RingReport ring_report() const override;
   bool ready() const override;
+  int32_t max_sequence_tokens() const override;
 
  private:
   const RingReport planned_;

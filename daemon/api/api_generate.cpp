@@ -462,8 +462,13 @@ std::vector<int32_t> ApiService::Impl::completion_prompt(const CompletionRequest
   return req.prompt_ids;
 }
 
+int32_t ApiService::Impl::max_model_len() const {
+  const int32_t engine_max = engine.max_sequence_tokens();
+  return engine_max > 0 ? engine_max : ctx.max_model_len;
+}
+
 // The prompt and max_tokens against the context; max_tokens not given is
-// cut to what is left of it.
+// cut to what is left of it (chat's default is all of it, as in vLLM).
 void ApiService::Impl::check_context(CompletionRequest& req, size_t prompt_tokens) const {
   const char* what = req.chat ? "messages" : "prompt";
   if (prompt_tokens == 0)
@@ -472,21 +477,22 @@ void ApiService::Impl::check_context(CompletionRequest& req, size_t prompt_token
     if (id >= ctx.facts->vocab_size)
       throw ApiError(ErrorCode::kInvalidArgument,
                      fmt::format("stop_token_ids: {} is out of range", id), "stop_token_ids");
-  if (ctx.max_model_len <= 0) return;
+  const int32_t max_len = max_model_len();
+  if (max_len <= 0) return;
   const int64_t n = int64_t(prompt_tokens);
-  if (n >= ctx.max_model_len)
+  if (n >= max_len)
     throw ApiError(ErrorCode::kContextLength,
                    fmt::format("this model's maximum context length is {} tokens; the prompt "
                                "has {}",
-                               ctx.max_model_len, n),
+                               max_len, n),
                    what);
-  const int64_t room = ctx.max_model_len - n;
+  const int64_t room = max_len - n;
   if (req.max_tokens <= room) return;
   if (req.max_tokens_given)
     throw ApiError(ErrorCode::kContextLength,
                    fmt::format("this model's maximum context length is {} tokens; you asked "
                                "for {} ({} in the prompt, {} to generate)",
-                               ctx.max_model_len, n + req.max_tokens, n, req.max_tokens),
+                               max_len, n + req.max_tokens, n, req.max_tokens),
                    "max_tokens");
   req.max_tokens = int32_t(room);
 }
@@ -496,7 +502,8 @@ void ApiService::Impl::generate(const HttpRequest& http, const std::shared_ptr<R
   const std::string route = chat ? "/v1/chat/completions" : "/v1/completions";
   ParseLimits lim = opts.limits;
   lim.sampling_defaults = ctx.sampling_defaults;
-  if (ctx.max_model_len > 0) lim.max_tokens_cap = std::min(lim.max_tokens_cap, ctx.max_model_len);
+  if (const int32_t max_len = max_model_len(); max_len > 0)
+    lim.max_tokens_cap = std::min(lim.max_tokens_cap, max_len);
   CompletionRequest req = parse_completion_request(http.body, chat, lim);
   check_model(req.model);
   if (draining)

@@ -85,6 +85,10 @@ struct ApiService::Impl : std::enable_shared_from_this<ApiService::Impl> {
   std::vector<int32_t> chat_prompt(const ChatTurns& turns) const;
   std::vector<int32_t> completion_prompt(const CompletionRequest& req, std::string& echo) const;
   void check_context(CompletionRequest& req, size_t prompt_tokens) const;
+  // The most tokens a sequence may reach: the engine's figure once the
+  // stages are up (the context, or less where the KV pool holds less),
+  // the model's context before; 0 = unknown.
+  int32_t max_model_len() const;
   // The bodies of /v1/models entries, /kvasir/v1/stats and /metrics.
   nlohmann::json model_json(const std::string& id) const;  // one /v1/models entry
   nlohmann::json stats_json();

@@ -250,7 +250,9 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat,
   if (chat) mt = get_int(j, "max_completion_tokens", 1, lim.max_tokens_cap);
   if (!mt) mt = get_int(j, "max_tokens", 1, lim.max_tokens_cap);
   r.max_tokens_given = mt.has_value();
-  r.max_tokens = int32_t(mt.value_or(chat ? lim.default_chat_max_tokens : lim.default_max_tokens));
+  // Chat's default is the rest of the context (vLLM): the cap, which the
+  // route sets to the context and check_context cuts to what is left.
+  r.max_tokens = int32_t(mt.value_or(chat ? lim.max_tokens_cap : lim.default_max_tokens));
 
   SamplingParams& s = r.sampling;
   parse_sampling(j, lim.sampling_defaults, s);

@@ -50,8 +50,7 @@ enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
 
 struct ParseLimits {
   int32_t max_tokens_cap = 1 << 20;  // largest max_tokens accepted
-  int32_t default_max_tokens = 16;   // completions; chat uses default_chat_max_tokens
-  int32_t default_chat_max_tokens = 512;
+  int32_t default_max_tokens = 16;  // completions; chat's is max_tokens_cap (the context)
   size_t max_stop = 16;          // stop strings per request
   size_t max_stop_bytes = 1024;  // per stop string
   size_t max_prompt_ids = 1 << 20;

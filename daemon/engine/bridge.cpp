@@ -105,6 +105,13 @@ Status Bridge::check_request(const GenRequest& r) const {
   return Status();
 }
 
+int32_t Bridge::max_sequence_tokens() const {
+  const int64_t blocks = std::min<int64_t>(cfg_.n_blocks, seg_.dims().max_table);
+  int64_t n = blocks * cfg_.block_size;
+  if (cfg_.context_length > 0) n = std::min<int64_t>(n, cfg_.context_length);
+  return int32_t(std::min<int64_t>(n, INT32_MAX));
+}
+
 // A structured-output spec must fit an entry of the segment's grammar table
 // (one with no table: this instance serves no structured outputs).
 Status Bridge::check_grammar(const GenRequest& r) const {

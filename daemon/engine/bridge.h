@@ -72,6 +72,7 @@ class Bridge : public Engine {
   EngineStats stats() const override;
   RingReport ring_report() const override;
   bool ready() const override { return !failed_.load() && !stopping_.load(); }
+  int32_t max_sequence_tokens() const override;
 
   // Stops the loop; requests still running get kAbort. Idempotent.
   void shutdown();

@@ -216,6 +216,10 @@ class Engine {
   // The ring's stages and their counters (none before the ring is up).
   virtual RingReport ring_report() const { return {}; }
   virtual bool ready() const = 0;
+  // The most tokens (prompt + output) one sequence may reach: the model's
+  // context, or less where the KV pool or a row's table cannot hold that
+  // much. 0: not known yet (the stages are still loading).
+  virtual int32_t max_sequence_tokens() const { return 0; }
 };
 
 }  // namespace kvasir

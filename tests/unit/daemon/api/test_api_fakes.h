@@ -106,6 +106,7 @@ class FakeEngine : public Engine {
   std::atomic<int32_t> cached_tokens{0};  // every event's cached_tokens
   Status refuse;                          // not ok: refuse every request with this error
   RingReport ring;                        // what ring_report() says (set before serving)
+  std::atomic<int32_t> max_tokens_per_sequence{0};  // max_sequence_tokens() (0: unknown)
 
   ~FakeEngine() override {
     for (auto& t : threads_) t.join();
@@ -176,6 +177,7 @@ class FakeEngine : public Engine {
   }
   RingReport ring_report() const override { return ring; }
   bool ready() const override { return is_ready; }
+  int32_t max_sequence_tokens() const override { return max_tokens_per_sequence; }
 
   bool was_cancelled(RequestId id) {
     std::lock_guard lk(mu_);

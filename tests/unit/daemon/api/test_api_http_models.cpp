@@ -1,6 +1,7 @@
 // /v1/models and the ids of responses, over the in-process HTTP fixture
 // (test_api_http_fixture.h): every served name listed, retrievable
-// percent-encoded and echoed; ids that are random, not serials.
+// percent-encoded and echoed; max_model_len and the chat default it sets;
+// ids that are random, not serials.
 #include <set>
 #include <string>
 
@@ -40,6 +41,28 @@ TEST_F(ApiHttpTest, HealthAndModels) {
   EXPECT_EQ(r.j()["model"], "fake model two");
   r = post("/v1/completions", R"({"prompt":"Hi","max_tokens":1})");
   EXPECT_EQ(r.j()["model"], "fake-model");
+}
+
+// max_model_len is the model's context (4096 here) until the engine knows
+// better: a KV pool that holds fewer tokens for one sequence lowers it. A
+// chat request without max_tokens may generate the rest of it (vLLM's
+// default); a completion's default stays 16.
+TEST_F(ApiHttpTest, MaxModelLenAndTheChatDefault) {
+  const std::string chat = R"({"messages":[{"role":"user","content":"hello"}]})";
+  ASSERT_EQ(post("/v1/chat/completions", chat).status, 200);
+  const GenRequest first = engine_.last();
+  EXPECT_EQ(int64_t(first.prompt.size()) + first.max_tokens, 4096);
+  EXPECT_EQ(get("/v1/models").j()["data"][0]["max_model_len"], 4096);
+  engine_.max_tokens_per_sequence = 1000;  // the pool holds less than the context
+  EXPECT_EQ(get("/v1/models").j()["data"][0]["max_model_len"], 1000);
+  ASSERT_EQ(post("/v1/chat/completions", chat).status, 200);
+  const GenRequest second = engine_.last();
+  EXPECT_EQ(int64_t(second.prompt.size()) + second.max_tokens, 1000);
+  Resp over = post("/v1/completions", R"({"prompt":"Hi","max_tokens":999})");
+  EXPECT_EQ(over.status, 400);
+  EXPECT_EQ(over.j()["error"]["param"], "max_tokens");
+  ASSERT_EQ(post("/v1/completions", R"({"prompt":"Hi"})").status, 200);
+  EXPECT_EQ(engine_.last().max_tokens, 16);
 }
 
 // Response ids are 128 random bits: distinct for every response, and not a
