@@ -24,6 +24,7 @@ uint64_t desc_bytes(const SlotDims& d) {
   n += align64(4ull * uint64_t(d.max_rows) * uint64_t(d.max_table));
   n += align64(sizeof(SamplingParams) * uint64_t(d.max_rows));
   n += align64(sizeof(BlockCopy) * uint64_t(d.max_rows));
+  n += align64(sizeof(LogitBias) * kMaxLogitBias * uint64_t(d.max_rows));
   return n;
 }
 
@@ -47,6 +48,8 @@ DescView desc_view(void* base, const SlotDims& d) {
   v.sampling = reinterpret_cast<SamplingParams*>(p);
   p += align64(sizeof(SamplingParams) * uint64_t(d.max_rows));
   v.copies = reinterpret_cast<BlockCopy*>(p);
+  p += align64(sizeof(BlockCopy) * uint64_t(d.max_rows));
+  v.bias = reinterpret_cast<LogitBias*>(p);
   return v;
 }
 
@@ -122,6 +125,8 @@ Status read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_
   if (out.tables.size() < size_t(nr) * size_t(d.max_table))
     out.tables.resize(size_t(nr) * size_t(d.max_table));
   out.sampling.assign(v.sampling, v.sampling + nr);
+  if (out.bias.size() < size_t(nr) * size_t(kMaxLogitBias))
+    out.bias.resize(size_t(nr) * size_t(kMaxLogitBias));
   int64_t sum = 0;
   for (int32_t r = 0; r < nr; ++r) {
     const DescRow& row = out.rows[r];
@@ -145,6 +150,11 @@ Status read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_
       return refused("batch {} row {}: sample flag {}", m.batch_id, r, row.sample);
     if (row.n_prompt < 0)
       return refused("batch {} row {}: n_prompt {} < 0", m.batch_id, r, row.n_prompt);
+    const int32_t nb = out.sampling[r].n_logit_bias;
+    if (nb > kMaxLogitBias)
+      return refused("batch {} row {}: {} logit biases (max {})", m.batch_id, r, nb, kMaxLogitBias);
+    std::copy_n(v.bias + int64_t(r) * kMaxLogitBias, nb,
+                out.bias.data() + int64_t(r) * kMaxLogitBias);
   }
   if (sum != nt)
     return refused("batch {}: rows carry {} tokens, header says {}", m.batch_id, sum, nt);
@@ -161,6 +171,10 @@ void write_desc(const DescView& v, const Batch& b, const SlotDims& d) {
   }
   std::copy(b.sampling.begin(), b.sampling.end(), v.sampling);
   std::copy(b.copies.begin(), b.copies.end(), v.copies);
+  for (int32_t r = 0; r < nr; ++r) {
+    const std::span<const LogitBias> bias = b.row_bias(r);
+    std::copy(bias.begin(), bias.end(), v.bias + int64_t(r) * kMaxLogitBias);
+  }
   DescHeader h{b.batch_id, nr, b.n_tokens, int32_t(b.copies.size()), 0};
   std::memcpy(v.hdr, &h, sizeof h);
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,8 +23,9 @@ constexpr uint16_t kMsgBatch = 1;
 // 5: the descriptor gained block copies (parallel sampling's copy-on-write).
 // 6: SamplingParams names a grammar-table entry. 7: the message carries the
 // instant its producer pushed it (handoff accounting). 8: DescRow lost
-// pad (`static` padding travels as rows of filler sequences).
-constexpr uint16_t kMsgVersion = 8;
+// pad (`static` padding travels as rows of filler sequences). 9: top_logprobs
+// up to 20 in the result slot; the descriptor carries each row's logit biases.
+constexpr uint16_t kMsgVersion = 9;
 // Stages whose time a result slot carries (the segment's kMaxStages).
 constexpr int kMaxStageTimes = 16;
 
@@ -107,7 +109,7 @@ struct ResultHeader {
 // A descriptor slot in the segment, as typed pointers into it. Layout:
 // DescHeader | DescRow[max_rows] | int32 tokens[max_tokens] |
 // int32 tables[max_rows][max_table] | SamplingParams[max_rows] |
-// BlockCopy[max_rows]
+// BlockCopy[max_rows] | LogitBias[max_rows][kMaxLogitBias]
 struct DescView {
   DescHeader* hdr = nullptr;
   DescRow* rows = nullptr;
@@ -115,6 +117,9 @@ struct DescView {
   int32_t* tables = nullptr;  // row r's table at tables + r * max_table
   SamplingParams* sampling = nullptr;
   BlockCopy* copies = nullptr;
+  // Row r's sampling[r].n_logit_bias entries at bias + r * kMaxLogitBias
+  // (2.4 KB a row: the slot stays a fixed function of the plan).
+  LogitBias* bias = nullptr;
 };
 
 // What a sampled row's token says when the tail could not sample it (a
@@ -154,7 +159,16 @@ struct Batch {
   std::vector<int32_t> tables;
   std::vector<SamplingParams> sampling;
   std::vector<BlockCopy> copies;  // applied before the forward
+  // At least rows.size() × kMaxLogitBias: row r's sampling[r].n_logit_bias
+  // entries from r × kMaxLogitBias (the rest stale, as with tables).
+  std::vector<LogitBias> bias;
   int32_t n_tokens = 0;
+
+  std::span<const LogitBias> row_bias(int32_t r) const {
+    const size_t n = sampling[size_t(r)].n_logit_bias;
+    if (n == 0) return {};
+    return {bias.data() + int64_t(r) * kMaxLogitBias, n};
+  }
 };
 
 // Checks a message against the widths and the last batch id this receiver
@@ -163,10 +177,10 @@ Status check_msg(const BatchMsg& m, const SlotDims& d, uint64_t last_batch_id);
 
 // Copies the descriptor of m.slot and checks it against the message and the
 // widths: same batch id and counts, rows' tokens sum to n_tokens, each row
-// has >= 1 token, a table long enough for its positions, block ids in
-// [0, n_blocks), block copies as BlockCopy says. Only each row's n_table
-// ids are copied, into out's buffers as the previous call left them. Not
-// ok: kBatchRefused and why (out is then unspecified).
+// has >= 1 token and at most kMaxLogitBias logit biases, a table long enough for its positions,
+// block ids in [0, n_blocks), block copies as BlockCopy says. Only each row's n_table ids are
+// copied, into out's buffers as the previous call left them. Not ok: kBatchRefused and why (out is
+// then unspecified).
 Status read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_t n_blocks,
                  int32_t block_size, Batch& out);
 

@@ -23,7 +23,8 @@
 //   +--------------------------------------------------------------------+
 //   | Descriptor[I]  written once by the bridge, read by every stage:    |
 //   |                batch id, rows {seq, pos0, n, sample, n_table},     |
-//   |                token ids [max_tokens], block tables, sampling      |
+//   |                token ids [max_tokens], block tables, sampling,     |
+//   |                logit biases [max_rows][300]                        |
 //   +--------------------------------------------------------------------+
 //   | Result[I]      token id + logprob (+ top-N) per row, status, error |
 //   +--------------------------------------------------------------------+

@@ -38,8 +38,29 @@ Status validate_sampling(const SamplingParams& p, const char** field) {
   if (p.logprobs > kMaxLogprobs)
     return bad("logprobs",
                fmt::format("logprobs must be in [0, {}] (got {})", kMaxLogprobs, p.logprobs));
+  if (p.n_logit_bias > kMaxLogitBias)
+    return bad("logit_bias", fmt::format("logit_bias may name at most {} tokens (got {})",
+                                         kMaxLogitBias, p.n_logit_bias));
   if (p.has_seed > 1)
     return bad("has_seed", fmt::format("has_seed must be 0 or 1 (got {})", p.has_seed));
+  return Status();
+}
+
+Status validate_logit_bias(std::span<const LogitBias> bias, int32_t vocab) {
+  if (bias.size() > size_t(kMaxLogitBias))
+    return error_status(ErrorCode::kInvalidArgument,
+                        "logit_bias may name at most {} tokens (got {})", kMaxLogitBias,
+                        bias.size());
+  for (const LogitBias& b : bias) {
+    if (b.token < 0 || b.token >= vocab)
+      return error_status(ErrorCode::kInvalidArgument,
+                          "logit_bias: token id {} is out of range (vocabulary: {})", b.token,
+                          vocab);
+    if (!(b.bias >= -kMaxLogitBiasValue && b.bias <= kMaxLogitBiasValue))
+      return error_status(ErrorCode::kInvalidArgument,
+                          "logit_bias: the bias of token {} must be in [{}, {}] (got {})", b.token,
+                          -kMaxLogitBiasValue, kMaxLogitBiasValue, b.bias);
+  }
   return Status();
 }
 

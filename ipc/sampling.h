@@ -3,10 +3,13 @@
 // size, no pointers, safe to copy through shared memory.
 //
 // Names follow the OpenAI API (temperature, top_p, seed, presence_penalty,
-// frequency_penalty, logprobs) plus vLLM's top_k, min_p, repetition_penalty.
+// frequency_penalty, logprobs, logit_bias) plus vLLM's top_k, min_p,
+// repetition_penalty. A row's logit biases travel beside its parameters in
+// the descriptor (ipc/batch.h); SamplingParams only counts them.
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "base/status.h"
 
@@ -23,7 +26,9 @@ struct SamplingParams {
   uint64_t seed = 0;                // with has_seed: reproducible across runs and plans
   uint8_t has_seed = 0;
   uint8_t logprobs = 0;  // top-N alternatives to return (0..kMaxLogprobs)
-  uint8_t reserved[2] = {};
+  // logit_bias: how many LogitBias entries the row carries beside these
+  // parameters (0..kMaxLogitBias; ipc/batch.h, DescView::bias).
+  uint16_t n_logit_bias = 0;
   // Structured outputs (docs/structured-outputs.md): 1 + the index of the
   // segment's grammar-table entry that holds the request's spec, and that
   // entry's id (ipc/grammar_table.h); 0 = unconstrained. Set by the bridge.
@@ -31,7 +36,18 @@ struct SamplingParams {
   uint64_t grammar_id = 0;
 };
 
-constexpr int kMaxLogprobs = 8;
+// vLLM's default --max-logprobs: the most top alternatives a token carries.
+constexpr int kMaxLogprobs = 20;
+
+// logit_bias (OpenAI): `bias` added to token `token`'s logit before the
+// penalties and the draw. At most kMaxLogitBias per request (OpenAI's
+// documented limit), each bias in [-kMaxLogitBiasValue, kMaxLogitBiasValue].
+struct LogitBias {
+  int32_t token = 0;
+  float bias = 0;
+};
+constexpr int kMaxLogitBias = 300;
+constexpr float kMaxLogitBiasValue = 100.0f;
 
 // Whether any of the repetition / presence / frequency penalties is on.
 // Such a row is sampled with its sequence's token history, which the tail
@@ -42,9 +58,21 @@ inline bool penalties_active(const SamplingParams& p) {
   return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
 }
 
+// Whether a row must be sampled on the host, from its logits (a GPU tail
+// samples the others on the device): penalties need the sequence's
+// history; top-N logprobs and logit biases are the host sampler's.
+inline bool needs_host_sampler(const SamplingParams& p) {
+  return penalties_active(p) || p.logprobs != 0 || p.n_logit_bias != 0;
+}
+
 // Ok if valid; otherwise kInvalidArgument and a message naming the
 // parameter, e.g. "temperature must be >= 0 (got -1)"; *field (when given)
 // is then the parameter's name, e.g. "temperature". NaN is refused everywhere.
 Status validate_sampling(const SamplingParams& p, const char** field = nullptr);
+
+// Ok if every entry names a token in [0, vocab) with a bias in
+// [-kMaxLogitBiasValue, kMaxLogitBiasValue] (NaN refused) and there are at
+// most kMaxLogitBias; otherwise kInvalidArgument saying which.
+Status validate_logit_bias(std::span<const LogitBias> bias, int32_t vocab);
 
 }  // namespace kvasir

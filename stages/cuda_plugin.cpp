@@ -256,15 +256,14 @@ void CudaBackend::forward(const ForwardBatch& b, const float* in, float* out, fl
 }
 
 // Only ids leave the GPU for rows its sampler covers; penalties (which need
-// the sequence's history) and top-N logprobs are done by the agent's
-// sampler on the host, from that row's logits. A structured output's mask
-// goes with its row: applied on the device for a device row, by the host
-// sampler otherwise.
+// the sequence's history), top-N logprobs and logit biases are done by the
+// agent's sampler on the host, from that row's logits (needs_host_sampler).
+// A structured output's mask goes with its row: applied on the device for a
+// device row, by the host sampler otherwise.
 void CudaBackend::fill_sampling(const ForwardBatch& b, KvasirCudaBatch& cb) {
   for (int32_t r = 0; r < b.n_rows; ++r) {
     const SamplingParams& sp = b.sampling[r];
-    const bool dev = b.rows[r].want_logits && !penalties_active(sp) && sp.logprobs == 0 &&
-                     validate_sampling(sp).ok();
+    const bool dev = b.rows[r].want_logits && !needs_host_sampler(sp) && validate_sampling(sp).ok();
     sample_[size_t(r)] = KvasirCudaSample{dev ? 1 : 0,
                                           sp.temperature,
                                           sp.top_p,

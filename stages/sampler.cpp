@@ -298,9 +298,10 @@ float apply_token_mask(float* logits, int32_t vocab, std::span<const uint32_t> a
 
 SampleResult Sampler::sample(float* logits, int32_t vocab, const SamplingParams& p,
                              const SequenceHistory* hist, uint64_t position,
-                             std::span<const uint32_t> allowed) {
+                             std::span<const uint32_t> allowed, std::span<const LogitBias> bias) {
   KV_CHECK(logits != nullptr && vocab > 0, "sampler: no logits (vocab {})", vocab);
   KV_THROW_IF_ERROR(validate_sampling(p));
+  KV_THROW_IF_ERROR(validate_logit_bias(bias, vocab));
 
   SampleResult r;
 
@@ -321,8 +322,11 @@ SampleResult Sampler::sample(float* logits, int32_t vocab, const SamplingParams&
   top_logprobs(logits, vocab, std::min<int>(p.logprobs, std::min<int32_t>(vocab, kMaxLogprobs)),
                lse, r);
 
-  // 3. Penalties (in place; raw values saved so the chosen logprob stays raw).
-  const float max_pen = penalize_saving(logits, vocab, p, hist, raw_max);
+  // 3. Logit biases, then the penalties (in place; raw values saved so the
+  // chosen logprob stays raw).
+  saved_.clear();
+  const float max_bias = bias_saving(logits, vocab, bias, raw_max);
+  const float max_pen = penalize_saving(logits, vocab, p, hist, max_bias);
 
   // 4. Greedy: argmax of the penalised logits, ties to the lowest id.
   // 5-9. Otherwise the truncations and the seeded draw.
@@ -343,7 +347,7 @@ SampleResult Sampler::sample(float* logits, int32_t vocab, const SamplingParams&
 void Sampler::top_logprobs(const float* logits, int32_t vocab, int n_top, double lse,
                            SampleResult& r) {
   if (n_top <= 0) return;
-  // Insertion into a tiny sorted array: one pass, N <= 8.
+  // Insertion into a small sorted array: one pass, N <= kMaxLogprobs.
   struct TopItem {
     float v;
     int32_t id;
@@ -365,9 +369,22 @@ void Sampler::top_logprobs(const float* logits, int32_t vocab, int n_top, double
     r.top[j] = {top[j].id, static_cast<float>(static_cast<double>(top[j].v) - lse)};
 }
 
+// A token the mask took out stays out (-inf plus a bias is -inf); a sum
+// past the largest float is clamped to it, as the clean-up clamps +inf.
+float Sampler::bias_saving(float* logits, int32_t vocab, std::span<const LogitBias> bias,
+                           float raw_max) {
+  if (bias.empty()) return raw_max;
+  for (const LogitBias& b : bias) {
+    float& x = logits[b.token];
+    if (x == -kInf) continue;
+    saved_.emplace_back(b.token, x);
+    x = std::clamp(x + b.bias, -kMaxFinite, kMaxFinite);
+  }
+  return sanitize_max(logits, vocab);  // nothing to sanitise: just the max
+}
+
 float Sampler::penalize_saving(float* logits, int32_t vocab, const SamplingParams& p,
                                const SequenceHistory* hist, float raw_max) {
-  saved_.clear();
   if (hist == nullptr || !penalties_active(p) || hist->entries().empty()) return raw_max;
   penalize(logits, vocab, p, *hist, &saved_);
   return sanitize_max(logits, vocab);  // nothing to sanitise: just the max

@@ -7,7 +7,7 @@
 //
 // Order of operations (vLLM's, so users get the output they expect):
 //   raw logits ─┬─> logprobs (log-softmax of the raw logits, see below)
-//               └─> repetition penalty ─> frequency/presence penalties
+//               └─> logit_bias ─> repetition penalty ─> frequency/presence penalties
 //                   ─> greedy argmax            (temperature < 1e-5)
 //                   ─> temperature ─> top-k ─> top-p ─> min-p ─> draw
 //
@@ -20,8 +20,8 @@
 // without a seed get a random one from the bridge, so sample() itself never
 // reads a clock or a global RNG.
 //
-// Logprobs are "raw": log-softmax of the logits before penalties and
-// temperature (vLLM's default, and what an evaluation harness wants to read:
+// Logprobs are "raw": log-softmax of the logits before logit_bias,
+// penalties and temperature (vLLM's default, and what an evaluation harness wants to read:
 // the model's distribution, not the sampler's).
 //
 // NaN logits are treated as -inf (never sampled) and +inf as the largest
@@ -117,16 +117,20 @@ class Sampler {
   // the mask are not allowed): the other logits become -inf right after
   // the NaN clean-up, before logprobs and penalties, as vLLM applies its
   // bitmask (the logprobs are then those of the masked distribution).
-  // Throws kvasir::Error on invalid params (validate_sampling) or vocab <= 0.
+  // bias: the request's logit biases (ipc/sampling.h), added after the
+  // logprobs, before the penalties (vLLM's order): a token the mask refused
+  // stays refused. Throws kvasir::Error on invalid params
+  // (validate_sampling, validate_logit_bias) or vocab <= 0.
   SampleResult sample(float* logits, int32_t vocab, const SamplingParams& p,
                       const SequenceHistory* hist, uint64_t position,
-                      std::span<const uint32_t> allowed = {});
+                      std::span<const uint32_t> allowed = {}, std::span<const LogitBias> bias = {});
 
  private:
   static constexpr int32_t kBlock = 256;  // tokens per block sum in the dense draw
   // The steps of sample(), in order (sampler.cpp numbers them).
   static void top_logprobs(const float* logits, int32_t vocab, int n_top, double lse,
                            SampleResult& r);
+  float bias_saving(float* logits, int32_t vocab, std::span<const LogitBias> bias, float raw_max);
   float penalize_saving(float* logits, int32_t vocab, const SamplingParams& p,
                         const SequenceHistory* hist, float raw_max);
   int32_t draw(const float* logits, int32_t vocab, const SamplingParams& p, float max_pen,

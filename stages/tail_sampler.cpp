@@ -83,8 +83,9 @@ void TailSampler::sample_row(const ipc::Batch& b, int32_t r, float* row_logits, 
                              const SequenceHistory* hist, std::span<const uint32_t> allowed,
                              const ipc::ResultView& out) {
   const ipc::DescRow& row = b.rows[r];
-  const SampleResult sr = sampler_.sample(row_logits, vocab, b.sampling[r], hist,
-                                          uint64_t(row.pos0 + row.n_tokens), allowed);
+  const SampleResult sr =
+      sampler_.sample(row_logits, vocab, b.sampling[r], hist, uint64_t(row.pos0 + row.n_tokens),
+                      allowed, b.row_bias(r));
   if (sr.all_masked && !allowed.empty()) {  // that sequence fails alone: its spec's fault
     KV_LOG_ERROR("agent", "sequence {}: its grammar allows no token with a finite logit",
                  row.seq_id);

@@ -153,6 +153,8 @@ class Generation : public std::enable_shared_from_this<Generation> {
     g.ignore_eos = req_.ignore_eos;
     g.n = req_.generated();
     g.cache_salt = req_.cache_salt;
+    if (!req_.logit_bias.empty())
+      g.logit_bias = std::make_shared<const std::vector<LogitBias>>(req_.logit_bias);
     return g;
   }
 
@@ -477,6 +479,8 @@ void ApiService::Impl::check_context(CompletionRequest& req, size_t prompt_token
     if (id >= ctx.facts->vocab_size)
       throw ApiError(ErrorCode::kInvalidArgument,
                      fmt::format("stop_token_ids: {} is out of range", id), "stop_token_ids");
+  if (Status st = validate_logit_bias(req.logit_bias, ctx.facts->vocab_size); !st.ok())
+    throw ApiError(ErrorCode::kInvalidArgument, st.message(), "logit_bias");
   const int32_t max_len = max_model_len();
   if (max_len <= 0) return;
   const int64_t n = int64_t(prompt_tokens);

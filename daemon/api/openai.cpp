@@ -181,8 +181,6 @@ void refuse_unsupported(const ordered_json& j, bool chat) {
   for (const char* key : {"suffix", "functions", "function_call", "audio", "prediction",
                           "web_search_options", "guided_whitespace_pattern"})
     if (fields::has(j, key)) refuse(key, "");
-  if (auto it = j.find("logit_bias"); it != j.end() && !it->is_null() && !it->empty())
-    refuse("logit_bias", "");
   if (auto it = j.find("modalities");
       it != j.end() && !it->is_null() && *it != ordered_json::array({"text"}))
     refuse("modalities", " (text only)");
@@ -199,6 +197,40 @@ void refuse_unsupported(const ordered_json& j, bool chat) {
             .value_or(false))
       bad_param("stream_options.continuous_usage_stats",
                 "stream_options.continuous_usage_stats is not supported by this server");
+}
+
+// logit_bias: {"token id": bias, ...}, ids as decimal strings (the vocabulary
+// bound is checked where the vocabulary is known), biases numbers in
+// [-100, 100], at most kMaxLogitBias of them; sorted by id. Null or {} =
+// none.
+std::vector<LogitBias> parse_logit_bias(const ordered_json& j) {
+  std::vector<LogitBias> out;
+  auto it = j.find("logit_bias");
+  if (it == j.end() || it->is_null()) return out;
+  auto bad = [](const std::string& why) { bad_param("logit_bias", "logit_bias: " + why); };
+  if (!it->is_object()) bad("must be an object mapping token ids to biases");
+  if (it->size() > size_t(kMaxLogitBias))
+    bad(fmt::format("at most {} tokens may be biased (got {})", kMaxLogitBias, it->size()));
+  for (const auto& [key, value] : it->items()) {
+    int64_t id = -1;
+    const bool digits =
+        !key.empty() && key.size() <= 10 &&
+        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (digits) id = std::stoll(key);
+    if (!digits || id > INT32_MAX)
+      bad(fmt::format("key \"{}\" is not a token id (a non-negative integer)", key));
+    if (!value.is_number())
+      bad(fmt::format("the bias of token {} must be a number (got {})", id, value.type_name()));
+    const double v = value.get<double>();
+    if (!(v >= -kMaxLogitBiasValue && v <= kMaxLogitBiasValue))
+      bad(fmt::format("the bias of token {} must be in [-100, 100] (got {})", id, value.dump()));
+    out.push_back(LogitBias{int32_t(id), float(v)});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const LogitBias& a, const LogitBias& b) { return a.token < b.token; });
+  for (size_t i = 1; i < out.size(); ++i)
+    if (out[i].token == out[i - 1].token) bad(fmt::format("token {} is named twice", out[i].token));
+  return out;
 }
 
 // The sampling fields: the model's defaults (generation_config.json, or
@@ -259,19 +291,20 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat,
 
   if (chat) {
     bool lp = get_bool(j, "logprobs").value_or(false);
-    auto top = get_int(j, "top_logprobs", 0, 20);
+    auto top = get_int(j, "top_logprobs", 0, kMaxLogprobs);
     if (top && !lp) bad_param("top_logprobs", "top_logprobs needs logprobs: true");
-    if (lp) r.logprobs = int(std::min<int64_t>(top.value_or(0), kMaxLogprobs));
+    if (lp) r.logprobs = int(top.value_or(0));
   } else {
     auto it = j.find("logprobs");
     if (it != j.end() && it->is_boolean()) {  // some clients send a boolean
       if (it->get<bool>()) r.logprobs = 0;
-    } else if (auto v = get_int(j, "logprobs", 0, 20)) {
-      r.logprobs = int(std::min<int64_t>(*v, kMaxLogprobs));
+    } else if (auto v = get_int(j, "logprobs", 0, kMaxLogprobs)) {
+      r.logprobs = int(*v);
     }
     r.echo = get_bool(j, "echo").value_or(false);
   }
   if (r.logprobs >= 0) s.logprobs = uint8_t(r.logprobs);
+  r.logit_bias = parse_logit_bias(j);
 
   parse_stops(j, r, lim);
   r.ignore_eos = get_bool(j, "ignore_eos").value_or(false);

@@ -85,6 +85,9 @@ struct CompletionRequest {
   bool echo = false;           // completions only
   bool skip_special_tokens = true;
   int logprobs = -1;  // -1: none; otherwise number of top alternatives (0..kMaxLogprobs)
+  // logit_bias, sorted by token id, no id twice, biases in [-100, 100]
+  // (the ids' vocabulary bound is checked once the model is known).
+  std::vector<LogitBias> logit_bias;
   // Parallel sampling: n choices (1..kMaxChoices), choice i sampled with
   // seed + i. best_of (0: not given; else n..kMaxChoices, not with stream):
   // that many are generated and the n of highest cumulative logprob returned.

@@ -87,6 +87,7 @@ Status Bridge::check_request(const GenRequest& r) const {
   if (r.cache_salt.size() > kMaxCacheSalt)
     return error_status(kInvalidArgument, "cache_salt: longer than {} bytes", kMaxCacheSalt);
   KV_RETURN_IF_ERROR(validate_sampling(r.sampling));
+  if (r.logit_bias) KV_RETURN_IF_ERROR(validate_logit_bias(*r.logit_bias, cfg_.vocab));
   KV_RETURN_IF_ERROR(check_grammar(r));
   const int64_t need = int64_t(r.prompt.size()) + r.max_tokens;
   if (cfg_.context_length > 0 && need > cfg_.context_length)

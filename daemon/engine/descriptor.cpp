@@ -28,6 +28,15 @@ void encode_batch(const SchedulerOutput& out, uint64_t batch_id, int32_t max_tab
     b.tokens.insert(b.tokens.end(), row.tokens.begin(), row.tokens.end());
     std::copy(row.table.begin(), row.table.end(), b.tables.begin() + int64_t(r) * max_table);
     b.sampling.push_back(row.sampling);
+    b.sampling.back().n_logit_bias = 0;
+    if (row.logit_bias && !row.logit_bias->empty()) {
+      // Bridge::check_request bounded it; row r's entries from r × kMaxLogitBias.
+      const size_t n = std::min(row.logit_bias->size(), size_t(kMaxLogitBias));
+      if (b.bias.size() < (r + 1) * size_t(kMaxLogitBias))
+        b.bias.resize((r + 1) * size_t(kMaxLogitBias));
+      std::copy_n(row.logit_bias->begin(), n, b.bias.begin() + int64_t(r) * kMaxLogitBias);
+      b.sampling.back().n_logit_bias = uint16_t(n);
+    }
     if (row.copy_src >= 0) b.copies.push_back(ipc::BlockCopy{row.copy_src, row.copy_dst});
   }
   b.n_tokens = int32_t(b.tokens.size());

@@ -16,9 +16,10 @@ namespace kvasir {
 // they are big enough nothing is allocated, and the tables are not
 // zero-filled (row r's ids are b.tables[r·max_table, + its n_table); what
 // lies past them is stale, and neither write_desc nor read_desc reads
-// it). Grammar entries are the bridge's to place (sampling as the rows
-// carry it). Every row's table fits max_table (the bridge refused longer
-// requests).
+// it). A row's logit biases go to b.bias[r·kMaxLogitBias, + their count)
+// and the count into its sampling.n_logit_bias. Grammar entries are the
+// bridge's to place (sampling as the rows carry it). Every row's table fits max_table (the bridge
+// refused longer requests).
 void encode_batch(const SchedulerOutput& out, uint64_t batch_id, int32_t max_table, ipc::Batch& b);
 
 }  // namespace kvasir

@@ -43,6 +43,11 @@ struct GenRequest {
   // unconstrained. Opaque to the engine: the bridge puts it into the
   // segment's grammar table and the tail stage compiles and applies it.
   std::shared_ptr<const std::string> grammar;
+  // logit_bias: at most kMaxLogitBias (token, bias) pairs, each token in the
+  // vocabulary and bias in [-100, 100] (ipc/sampling.h); null or empty =
+  // none. Every row of the request carries them to the tail's sampler
+  // (encode_batch sets sampling.n_logit_bias from it).
+  std::shared_ptr<const std::vector<LogitBias>> logit_bias;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };

@@ -287,6 +287,7 @@ SchedulerOutput Scheduler::emit(std::vector<SchedRow> rows) {
     if (!r.pad) {  // the filler samples nothing and keeps no state at the tail
       o.sampling = s->req.sampling;
       o.grammar = s->req.grammar;
+      o.logit_bias = s->req.logit_bias;
     }
     s->batches_in_flight++;
     if (!r.pad && r.pos0 < s->n_prompt)

@@ -74,6 +74,8 @@ struct ScheduledRow {
   SamplingParams sampling;      // its seed always set
   // The request's structured-output spec (GenRequest::grammar), or null.
   std::shared_ptr<const std::string> grammar;
+  // Its logit biases (GenRequest::logit_bias), or null.
+  std::shared_ptr<const std::vector<LogitBias>> logit_bias;
 };
 
 struct SchedulerOutput {

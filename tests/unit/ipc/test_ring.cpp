@@ -283,6 +283,50 @@ TEST(Batch, MessageChecks) {
   EXPECT_EQ(check_msg(bad, d, 0).code(), ErrorCode::kBatchRefused);
 }
 
+// A row's logit biases travel beside its sampling parameters: the reader
+// gets exactly the row's n_logit_bias entries; a count past kMaxLogitBias
+// is refused.
+TEST(Batch, DescriptorCarriesLogitBiases) {
+  auto name = unique_name("bias");
+  auto seg = Segment::create(name, params());
+  const SlotDims& d = seg->dims();
+  Batch b;
+  b.batch_id = 3;
+  b.rows = {DescRow{1, 0, 1, 1, 1, {}}, DescRow{2, 0, 1, 1, 1, {}}};
+  b.tokens = {10, 11};
+  b.tables.assign(2 * d.max_table, 0);
+  b.sampling.resize(2);
+  b.bias.resize(2 * kMaxLogitBias);
+  b.sampling[1].n_logit_bias = kMaxLogitBias;
+  for (int i = 0; i < kMaxLogitBias; ++i)
+    b.bias[size_t(kMaxLogitBias + i)] = LogitBias{i * 7, float(i % 201) - 100.0f};
+  b.n_tokens = 2;
+  write_desc(seg->desc(0), b, d);
+  BatchMsg m;
+  m.batch_id = 3;
+  m.slot = 0;
+  m.n_rows = 2;
+  m.n_tokens = 2;
+  Batch out;
+  ASSERT_TRUE(read_desc(seg->desc(0), m, d, 8, 4, out).ok());
+  EXPECT_TRUE(out.row_bias(0).empty());
+  const auto got = out.row_bias(1);
+  ASSERT_EQ(got.size(), size_t(kMaxLogitBias));
+  for (int i = 0; i < kMaxLogitBias; ++i) {
+    EXPECT_EQ(got[size_t(i)].token, i * 7);
+    EXPECT_EQ(got[size_t(i)].bias, float(i % 201) - 100.0f);
+  }
+  seg->desc(0).sampling[0].n_logit_bias = kMaxLogitBias + 1;
+  EXPECT_NE(read_desc(seg->desc(0), m, d, 8, 4, out).message().find("logit biases"),
+            std::string::npos);
+  // The result slot holds kMaxLogprobs alternatives a row.
+  const ResultView rv = seg->result(0);
+  EXPECT_LE(
+      reinterpret_cast<char*>(rv.top + d.max_rows * kMaxLogprobs) - reinterpret_cast<char*>(rv.hdr),
+      std::ptrdiff_t(result_bytes(d)));
+  Segment::remove(name);
+}
+
 TEST(Batch, DescriptorRoundTripAndChecks) {
   auto name = unique_name("desc");
   auto seg = Segment::create(name, params());

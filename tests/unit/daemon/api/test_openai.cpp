@@ -1,6 +1,7 @@
 // Request parsing and validation (JSON → CompletionRequest or a 400 naming the
 // parameter), response shapes, SSE framing and stop-string matching. Pure
 // functions: no server, no engine.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "base/sse.h"
@@ -225,6 +226,61 @@ TEST(OpenAiParse, Chat) {
       "top_logprobs");
 }
 
+// top_logprobs / logprobs up to 20 (vLLM's default --max-logprobs); more
+// is a 400 naming the field, never a silent clamp.
+TEST(OpenAiParse, LogprobsUpToTwenty) {
+  EXPECT_EQ(
+      parse_completion_request(
+          R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":20})", true)
+          .sampling.logprobs,
+      20);
+  EXPECT_EQ(parse_completion_request(R"({"prompt":"x","logprobs":20})", false).logprobs, 20);
+  const ApiError chat = parse_error(
+      R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})", true);
+  EXPECT_EQ(chat.status, 400);
+  EXPECT_EQ(chat.param, "top_logprobs");
+  const ApiError comp = parse_error(R"({"prompt":"x","logprobs":21})");
+  EXPECT_EQ(comp.status, 400);
+  EXPECT_EQ(comp.param, "logprobs");
+}
+
+TEST(OpenAiParse, LogitBias) {
+  auto r =
+      parse_completion_request(R"({"prompt":"x","logit_bias":{"9":-100,"3":2.5,"0":100}})", false);
+  ASSERT_EQ(r.logit_bias.size(), 3u);  // sorted by id
+  EXPECT_EQ(r.logit_bias[0].token, 0);
+  EXPECT_EQ(r.logit_bias[0].bias, 100.0f);
+  EXPECT_EQ(r.logit_bias[1].token, 3);
+  EXPECT_EQ(r.logit_bias[1].bias, 2.5f);
+  EXPECT_EQ(r.logit_bias[2].token, 9);
+  EXPECT_EQ(r.logit_bias[2].bias, -100.0f);
+  EXPECT_TRUE(
+      parse_completion_request(R"({"prompt":"x","logit_bias":null})", false).logit_bias.empty());
+  EXPECT_TRUE(
+      parse_completion_request(R"({"prompt":"x","logit_bias":{}})", false).logit_bias.empty());
+  std::string many = R"({"prompt":"x","logit_bias":{)";
+  for (int i = 0; i <= kMaxLogitBias; ++i) many += (i ? "," : "") + fmt::format(R"("{}":1)", i);
+  many += "}}";
+  for (const std::string& bad :
+       {std::string(R"({"prompt":"x","logit_bias":[1,2]})"),
+        std::string(R"({"prompt":"x","logit_bias":{"abc":1}})"),
+        std::string(R"({"prompt":"x","logit_bias":{"-1":1}})"),
+        std::string(R"({"prompt":"x","logit_bias":{"1.5":1}})"),
+        std::string(R"({"prompt":"x","logit_bias":{"":1}})"),
+        std::string(R"({"prompt":"x","logit_bias":{"99999999999":1}})"),
+        std::string(R"({"prompt":"x","logit_bias":{"5":101}})"),
+        std::string(R"({"prompt":"x","logit_bias":{"5":-100.5}})"),
+        std::string(R"({"prompt":"x","logit_bias":{"5":"1"}})"),
+        std::string(R"({"prompt":"x","logit_bias":{"5":null}})"),
+        std::string(R"({"prompt":"x","logit_bias":{"5":1,"05":2}})"), many}) {
+    const ApiError e = parse_error(bad);
+    EXPECT_EQ(e.status, 400) << bad;
+    EXPECT_EQ(e.param, "logit_bias") << bad << " → " << e.what();
+  }
+  many.replace(many.find(R"("0":1,)"), 6, "");  // exactly kMaxLogitBias
+  EXPECT_EQ(parse_completion_request(many, false).logit_bias.size(), size_t(kMaxLogitBias));
+}
+
 TEST(OpenAiParse, TokenizeAndDetokenize) {
   auto t = parse_tokenize_request(R"({"prompt":"abc","add_special_tokens":false})");
   EXPECT_EQ(*t.prompt, "abc");
@@ -444,7 +500,6 @@ TEST(OpenAiStructured, RefusalsNameTheField) {
           {R"(,"response_format":{"type":"json_object"},"guided_regex":"a")", "guided_regex"},
           {R"(,"guided_regex":"a","guided_choice":["a"])", "guided_choice"},
           {R"(,"guided_whitespace_pattern":" ")", "guided_whitespace_pattern"},
-          {R"(,"logit_bias":{"5":1})", "logit_bias"},
           {R"(,"functions":[])", "functions"},
           {R"(,"modalities":["text","audio"])", "modalities"},
           // vLLM extensions Kvasir does not implement: never silently ignored.
