@@ -832,6 +832,7 @@ TEST(Sampler, TimingAtVocab49152) {
   struct Case {
     const char* name;
     SamplingParams p;
+    std::vector<LogitBias> bias = {};
   };
   std::vector<Case> cases;
   cases.push_back({"greedy", params(0)});
@@ -849,6 +850,12 @@ TEST(Sampler, TimingAtVocab49152) {
   all.frequency_penalty = 0.2f;
   all.logprobs = 5;
   cases.push_back({"everything", all});
+  // The most alternatives and the most biases a request may ask for.
+  SamplingParams most = params(0.8f);
+  most.logprobs = kMaxLogprobs;
+  std::vector<LogitBias> biases;
+  for (int i = 0; i < kMaxLogitBias; ++i) biases.push_back({i * 131, i % 2 ? 5.0f : -5.0f});
+  cases.push_back({"T=0.8 logprobs=20 logit_bias x300", most, biases});
   Sampler s;
   std::vector<float> w(vocab);
   int32_t sink = 0;
@@ -860,7 +867,7 @@ TEST(Sampler, TimingAtVocab49152) {
   for (const auto& c : cases) {
     const double us = best_us(30, [&](int i) {
       std::copy(l.begin(), l.end(), w.begin());
-      sink += s.sample(w.data(), vocab, c.p, &h, i).token;
+      sink += s.sample(w.data(), vocab, c.p, &h, i, {}, c.bias).token;
     });
     std::printf("  sample(vocab %d, %s): %.1f us (best of 30), %.2fx naive\n", vocab, c.name, us,
                 us / naive);
