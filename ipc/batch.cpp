@@ -31,7 +31,8 @@ uint64_t desc_bytes(const SlotDims& d) {
 uint64_t result_bytes(const SlotDims& d) {
   uint64_t r = uint64_t(d.max_rows);
   return align64(sizeof(ResultHeader)) + align64(4 * r) + align64(4 * r) + align64(4 * r) +
-         align64(sizeof(TopLogprob) * kMaxLogprobs * r);
+         align64(sizeof(TopLogprob) * kMaxLogprobs * r) +
+         align64(sizeof(PromptRecord) * uint64_t(d.max_tokens));
 }
 
 DescView desc_view(void* base, const SlotDims& d) {
@@ -66,6 +67,8 @@ ResultView result_view(void* base, const SlotDims& d) {
   v.n_top = reinterpret_cast<int32_t*>(p);
   p += align64(4 * r);
   v.top = reinterpret_cast<TopLogprob*>(p);
+  p += align64(sizeof(TopLogprob) * kMaxLogprobs * r);
+  v.prompt = reinterpret_cast<PromptRecord*>(p);
   return v;
 }
 
@@ -155,6 +158,8 @@ Status read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_
       return refused("batch {} row {}: {} logit biases (max {})", m.batch_id, r, nb, kMaxLogitBias);
     std::copy_n(v.bias + int64_t(r) * kMaxLogitBias, nb,
                 out.bias.data() + int64_t(r) * kMaxLogitBias);
+    if (row.prompt_logprobs > kMaxLogprobs + 1)
+      return refused("batch {} row {}: prompt_logprobs {}", m.batch_id, r, row.prompt_logprobs);
   }
   if (sum != nt)
     return refused("batch {}: rows carry {} tokens, header says {}", m.batch_id, sum, nt);

@@ -25,7 +25,9 @@ constexpr uint16_t kMsgBatch = 1;
 // instant its producer pushed it (handoff accounting). 8: DescRow lost
 // pad (`static` padding travels as rows of filler sequences). 9: top_logprobs
 // up to 20 in the result slot; the descriptor carries each row's logit biases.
-constexpr uint16_t kMsgVersion = 9;
+// 10: DescRow asks for prompt logprobs (prompt_logprobs, next_token), the
+// result slot carries them (PromptRecord).
+constexpr uint16_t kMsgVersion = 10;
 // Stages whose time a result slot carries (the segment's kMaxStages).
 constexpr int kMaxStageTimes = 16;
 
@@ -86,12 +88,34 @@ struct DescRow {
   // output counts) what it was without the preemption.
   int32_t n_prompt = 0;
   uint8_t sample = 0;  // the tail samples this row's last token
-  uint8_t reserved[7] = {};
+  // Prompt logprobs (docs/api.md): 0 = off; k + 1 = the tail scores every
+  // prompt token this row's positions predict (the token at position p + 1
+  // from the logits at p) with k top alternatives, into the result slot's
+  // PromptRecords at the row's token indices. k <= kMaxLogprobs.
+  uint8_t prompt_logprobs = 0;
+  uint8_t reserved[2] = {};
+  // With prompt_logprobs: the prompt token after the row's last position
+  // (its first in the next chunk), or -1 when the row reaches the prompt's
+  // end: the last position's logits score it.
+  int32_t next_token = -1;
 };
 
 struct TopLogprob {
   int32_t token = 0;
   float logprob = 0;
+};
+
+// One prompt position's logprob (DescRow::prompt_logprobs): the token at
+// `position` (a prompt position >= 1), its raw logprob given the positions
+// before it, its rank among the vocabulary (1 = the most likely), and the
+// n_top most likely tokens there, highest first. position -1: no record.
+struct PromptRecord {
+  int32_t position = -1;
+  int32_t token = 0;
+  float logprob = 0;
+  int32_t rank = 0;
+  int32_t n_top = 0;
+  TopLogprob top[kMaxLogprobs] = {};
 };
 
 struct ResultHeader {
@@ -134,13 +158,18 @@ constexpr int32_t kTokenFailed = -1;
 constexpr int32_t kTokenGrammarRefused = -2;
 
 // A result slot. Layout: ResultHeader | int32 token[max_rows] |
-// float logprob[max_rows] | int32 n_top[max_rows] | TopLogprob[max_rows][kMaxLogprobs]
+// float logprob[max_rows] | int32 n_top[max_rows] | TopLogprob[max_rows][kMaxLogprobs] |
+// PromptRecord[max_tokens]
 struct ResultView {
   ResultHeader* hdr = nullptr;
   int32_t* token = nullptr;
   float* logprob = nullptr;
   int32_t* n_top = nullptr;
   TopLogprob* top = nullptr;  // row r's at top + r * kMaxLogprobs
+  // Prompt logprobs, by the batch's token index: the record of token
+  // index t scores the prompt token after t's position. Written by the
+  // tail for the rows that ask (DescRow::prompt_logprobs) only.
+  PromptRecord* prompt = nullptr;
 };
 
 uint64_t desc_bytes(const SlotDims& d);

@@ -7,6 +7,7 @@
 
 #include "base/check.h"
 #include "base/log.h"
+#include "stages/tail_prompt.h"
 #include "stages/tail_sampler.h"
 
 namespace kvasir {
@@ -55,7 +56,10 @@ class Agent {
   ipc::StageShared& me_;
   ipc::Ring& in_;
   ipc::Ring& out_;
-  std::vector<float> logits_;  // tail: [max_rows, vocab]
+  // Tail: [max_rows, vocab]; grown to [max_tokens, vocab] by the first
+  // batch that asks for prompt logprobs (every token's logits).
+  std::vector<float> logits_;
+  bool all_logits_ = false;  // this batch's forward returns every token's logits
   std::vector<ForwardRow> frows_;
   // Rows a GPU tail sampled on its device (ForwardBatch::sampled_token).
   std::vector<int32_t> dev_token_;
@@ -184,6 +188,12 @@ ForwardBatch Agent::forward_batch(const ipc::BatchMsg& m) {
     fb.sampling = batch_.sampling.data();
     fb.sampled_token = dev_token_.data();
     fb.sampled_logprob = dev_logprob_.data();
+    // Prompt logprobs: every token's logits (no device sampling then: the
+    // host samples from the packed rows, pack_sampled_logits).
+    all_logits_ = wants_prompt_logprobs(batch_, m.n_rows);
+    fb.all_logits = all_logits_;
+    if (all_logits_ && logits_.size() < size_t(m.n_tokens) * size_t(cfg_.vocab))
+      logits_.resize(size_t(d_.max_tokens) * size_t(cfg_.vocab));
     // Structured outputs: the grammar's records and mask jobs now; the masks
     // themselves before the pass only where the device samples (the host
     // sampler takes them after it, while the jobs ran beside the pass).
@@ -210,6 +220,10 @@ void Agent::run_batch(ipc::BatchMsg& m, const ipc::ResultView& result) {
     const ForwardBatch fb = forward_batch(m);
     forward_(fb, head_ ? nullptr : seg_.boundary(m.slot, s_ - 1),
              tail_ ? nullptr : seg_.boundary(m.slot, s_), tail_ ? logits_.data() : nullptr);
+    if (tail_ && all_logits_) {
+      score_prompt(batch_, m.n_rows, logits_.data(), cfg_.vocab, result.prompt);
+      pack_sampled_logits(batch_, m.n_rows, logits_.data(), cfg_.vocab);
+    }
     if (tail_)
       sampler_.sample(
           batch_, m.batch_id, m.n_rows,

@@ -86,6 +86,9 @@ Status Bridge::check_request(const GenRequest& r) const {
     return error_status(kInvalidArgument, "n: must be in 1..{} (got {})", kMaxChoices, r.n);
   if (r.cache_salt.size() > kMaxCacheSalt)
     return error_status(kInvalidArgument, "cache_salt: longer than {} bytes", kMaxCacheSalt);
+  if (r.prompt_logprobs < -1 || r.prompt_logprobs > kMaxLogprobs)
+    return error_status(kInvalidArgument, "prompt_logprobs: must be in 0..{} (got {})",
+                        kMaxLogprobs, r.prompt_logprobs);
   KV_RETURN_IF_ERROR(validate_sampling(r.sampling));
   if (r.logit_bias) KV_RETURN_IF_ERROR(validate_logit_bias(*r.logit_bias, cfg_.vocab));
   KV_RETURN_IF_ERROR(check_grammar(r));
@@ -418,10 +421,13 @@ BatchResult Bridge::decode(const ipc::BatchMsg& m, const Slot& slot) const {
     if (hdr.stage_busy_ns[s] < 3'600'000'000'000ull)
       res.stage_busy_s[size_t(s)] = double(hdr.stage_busy_ns[s]) / 1e9;
   res.rows.resize(slot.out.rows.size());
+  int64_t t0 = 0;  // the row's first token index
   for (size_t r = 0; r < slot.out.rows.size(); ++r) {
     const ScheduledRow& row = slot.out.rows[r];
-    if (!row.sample) continue;
     RowResult& out = res.rows[r];
+    if (row.prompt_logprobs >= 0) out.prompt = prompt_records(view, row, t0);
+    t0 += row.n_tokens;
+    if (!row.sample) continue;
     out.token = view.token[r];
     if (out.token == ipc::kTokenGrammarRefused) {  // the request's spec: a 400, not a 500
       out.error = error_status(ErrorCode::kInvalidArgument,
@@ -440,6 +446,31 @@ BatchResult Bridge::decode(const ipc::BatchMsg& m, const Slot& slot) const {
                                     view.top[r * kMaxLogprobs + i].logprob);
   }
   return res;
+}
+
+// The prompt logprobs a row asked for, from the records at its token
+// indices (from t0). Untrusted: a record must name the position its index
+// scores, its token must be the prompt's, and its numbers in range;
+// anything else is left out (the API then reports fewer positions).
+std::vector<PromptLogprob> Bridge::prompt_records(const ipc::ResultView& view,
+                                                  const ScheduledRow& row, int64_t t0) const {
+  std::vector<PromptLogprob> out;
+  for (int32_t i = 0; i < row.n_tokens; ++i) {
+    ipc::PromptRecord rec;
+    std::memcpy(&rec, &view.prompt[t0 + i], sizeof rec);
+    const int32_t pos = row.pos0 + i + 1;
+    if (pos >= row.n_prompt) break;
+    const int32_t want = i + 1 < row.n_tokens ? row.tokens[size_t(i) + 1] : row.next_token;
+    if (rec.position != pos || rec.token != want || rec.rank < 1 || !(rec.logprob <= 0.f)) continue;
+    PromptLogprob p{pos, rec.token, rec.logprob, rec.rank, {}};
+    const int32_t n_top =
+        std::clamp(rec.n_top, 0, std::min<int32_t>(kMaxLogprobs, row.prompt_logprobs));
+    for (int32_t j = 0; j < n_top; ++j)
+      if (rec.top[j].token >= 0 && rec.top[j].token < cfg_.vocab)
+        p.top.emplace_back(rec.top[j].token, rec.top[j].logprob);
+    out.push_back(std::move(p));
+  }
+  return out;
 }
 
 // ---- health, epochs, recovery ---------------------------------------------------

@@ -136,7 +136,8 @@ void CapacityScheduler::preempt(Sequence* s, PreemptCause why) {
 bool CapacityScheduler::may_reuse(const Sequence* s) const {
   // A penalised row is sampled with the sequence's history from position
   // 0, which the tail builds from the rows it sees: it must see them all.
-  return blocks_.caching() && !penalties_active(s->req.sampling);
+  // Prompt logprobs need every prompt position's logits: no cached prefix.
+  return blocks_.caching() && !penalties_active(s->req.sampling) && s->req.prompt_logprobs < 0;
 }
 
 int64_t CapacityScheduler::reusable(const Sequence* s) const {

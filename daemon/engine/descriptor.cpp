@@ -24,6 +24,10 @@ void encode_batch(const SchedulerOutput& out, uint64_t batch_id, int32_t max_tab
     dr.n_table = int32_t(row.table.size());
     dr.sample = row.sample;
     dr.n_prompt = row.n_prompt;
+    if (row.prompt_logprobs >= 0) {
+      dr.prompt_logprobs = uint8_t(row.prompt_logprobs + 1);
+      dr.next_token = row.next_token;
+    }
     b.rows.push_back(dr);
     b.tokens.insert(b.tokens.end(), row.tokens.begin(), row.tokens.end());
     std::copy(row.table.begin(), row.table.end(), b.tables.begin() + int64_t(r) * max_table);

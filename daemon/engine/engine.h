@@ -48,6 +48,22 @@ struct GenRequest {
   // none. Every row of the request carries them to the tail's sampler
   // (encode_batch sets sampling.n_logit_bias from it).
   std::shared_ptr<const std::vector<LogitBias>> logit_bias;
+  // Prompt logprobs (docs/api.md): -1 = off; k in [0, kMaxLogprobs] = the
+  // logprob of every prompt token after the first, each with its k most
+  // likely alternatives, in each choice's events before its first
+  // generated token. Such a request never starts past a cached prefix
+  // (its choices share none): the tail needs every position's logits.
+  int32_t prompt_logprobs = -1;
+};
+
+// One prompt token's logprob (GenRequest::prompt_logprobs): the token at
+// `position` (>= 1) given those before it; rank 1 = the most likely.
+struct PromptLogprob {
+  int32_t position = 0;
+  int32_t token = 0;
+  float logprob = 0.f;
+  int32_t rank = 0;
+  std::vector<std::pair<int32_t, float>> top;  // highest first
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
@@ -62,6 +78,10 @@ struct TokenEvent {
   // Prompt tokens this choice's first admission found in the prefix cache
   // (usage.prompt_tokens_details.cached_tokens); on every event.
   int32_t cached_tokens = 0;
+  // Prompt logprobs of the positions a prefill chunk covered, in position
+  // order (with token -1: the event carries nothing else). A recompute
+  // after a preemption may send positions again.
+  std::vector<PromptLogprob> prompt_logprobs;
 };
 
 using RequestId = uint64_t;

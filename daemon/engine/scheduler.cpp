@@ -289,6 +289,7 @@ SchedulerOutput Scheduler::emit(std::vector<SchedRow> rows) {
       o.grammar = s->req.grammar;
       o.logit_bias = s->req.logit_bias;
     }
+    mark_prompt_logprobs(*s, o);
     s->batches_in_flight++;
     if (!r.pad && r.pos0 < s->n_prompt)
       tokens_prompt_ += std::min(r.n_tokens, s->n_prompt - r.pos0);
@@ -330,11 +331,27 @@ void Scheduler::update(const BatchResult& result) {
   reap();
 }
 
+// The rows that hold a prompt position followed by a prompt token ask the
+// tail for prompt logprobs (each choice its own: none shares a cached
+// prefix); the positions a row scores end with the prompt (the sampled
+// row's last logits choose a generated token).
+void Scheduler::mark_prompt_logprobs(const Sequence& s, ScheduledRow& o) {
+  if (s.req.prompt_logprobs < 0 || o.pad || o.pos0 + 1 >= s.n_prompt) return;
+  o.prompt_logprobs = s.req.prompt_logprobs;
+  const int32_t end = o.pos0 + o.n_tokens;
+  o.next_token = end < s.n_prompt ? s.tokens[size_t(end)] : -1;
+}
+
 void Scheduler::apply_row(const SchedRow& row, const RowResult& res) {
   Sequence* s = row.seq;
   s->batches_in_flight--;
-  if (!row.sample) return;
   if (s->finished() || s->tainted) return;  // aborted while in flight; or read lost KV
+  if (!res.prompt.empty()) {
+    TokenEvent ev;
+    ev.prompt_logprobs = res.prompt;
+    send(s, std::move(ev));
+  }
+  if (!row.sample) return;
   if (!res.error.ok()) {
     finish(s, FinishReason::kError, res.error);
     return;

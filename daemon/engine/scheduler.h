@@ -66,6 +66,11 @@ struct ScheduledRow {
   // (docs/scheduler.md, "What `static` pads").
   bool pad = false;
   int32_t n_prompt = 0;  // the tail's penalties tell prompt from output by it
+  // Prompt logprobs (ipc DescRow): -1 = off, else the alternatives wanted;
+  // set on the rows that hold a prompt position followed by a prompt token. next_token: the prompt
+  // token after the row's last position, or -1.
+  int32_t prompt_logprobs = -1;
+  int32_t next_token = -1;
   // Copy-on-write before the batch runs (parallel sampling): every stage
   // copies block copy_src to copy_dst, this row's own (-1: none).
   int32_t copy_src = -1, copy_dst = -1;
@@ -89,12 +94,14 @@ struct SchedulerOutput {
   }
 };
 
-// What came back for one row (read only for rows with `sample`).
+// What came back for one row (read only for rows with `sample` or prompt_logprobs).
 struct RowResult {
   int32_t token = -1;
   float logprob = 0.f;
   std::vector<std::pair<int32_t, float>> top_logprobs;
   Status error;  // not ok: the result is unusable (kBadResult): the request fails with it
+  // Rows with prompt_logprobs (sampled or not): the positions they scored.
+  std::vector<PromptLogprob> prompt;
 };
 
 struct BatchResult {
@@ -204,6 +211,7 @@ class Scheduler {
   SchedulerOutput emit(std::vector<SchedRow> rows);
   void learn_from(const InFlight& batch, const BatchResult& result);
   void apply_row(const SchedRow& row, const RowResult& res);
+  static void mark_prompt_logprobs(const Sequence& s, ScheduledRow& o);
   void lose_pending_blocks(uint64_t failed_batch);
   void requeue_tainted();
   void send(Sequence* s, TokenEvent ev);
