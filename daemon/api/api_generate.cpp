@@ -86,6 +86,10 @@ class Generation : public std::enable_shared_from_this<Generation> {
       if (auto g = gate.lock()) g->run([self, ev] { self->on_event(ev); });
     };
     t_submit_ = Clock::now();
+    if (req_.engine_prompt_logprobs() >= 0) {
+      prompt_ = prompt;
+      for (auto& c : choices_) c->prompt_lp.assign(prompt.size(), std::nullopt);
+    }
     GenRequest g = gen_request(std::move(prompt));
     g.grammar = std::move(grammar);
     id_ = api_->engine.submit(std::move(g), std::move(sink));
@@ -142,6 +146,10 @@ class Generation : public std::enable_shared_from_this<Generation> {
     bool any_token = false;
     Clock::time_point t_last;
     std::optional<ToolCallStream> tools;  // chat with tools: the output parsed for calls
+    // Prompt logprobs by position (engine_prompt_logprobs): as the engine
+    // scored them, each once (a recompute may send one again).
+    std::vector<std::optional<PromptLogprob>> prompt_lp;
+    bool prompt_listed = false;  // echo with logprobs: the prompt's went into pending_lp
   };
 
   GenRequest gen_request(std::vector<int32_t> prompt) const {
@@ -155,6 +163,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
     g.cache_salt = req_.cache_salt;
     if (!req_.logit_bias.empty())
       g.logit_bias = std::make_shared<const std::vector<LogitBias>>(req_.logit_bias);
+    g.prompt_logprobs = req_.engine_prompt_logprobs();
     return g;
   }
 
@@ -163,7 +172,23 @@ class Generation : public std::enable_shared_from_this<Generation> {
     Choice& c = *choices_[size_t(ev.index)];
     if (c.done) return;  // a choice a stop string ended: its kAbort
     if (ev.index == 0) usage_.cached_tokens = ev.cached_tokens;
+    for (const PromptLogprob& p : ev.prompt_logprobs)
+      if (p.position > 0 && size_t(p.position) < c.prompt_lp.size())
+        c.prompt_lp[size_t(p.position)] = p;
+    if (ev.token < 0 && ev.finish == FinishReason::kNone) return;
+    list_prompt(c);
+    if (req_.echo_only && ev.token >= 0) {
+      // Scoring only: the one token generated is not the answer's.
+      TokenEvent end;
+      end.finish = FinishReason::kLength;
+      return on_event_end(c, end);
+    }
     if (ev.token >= 0 && !on_token(c, ev)) return;
+    on_event_end(c, ev);
+  }
+
+  // The end an event carries, if any (its token, if any, already taken).
+  void on_event_end(Choice& c, const TokenEvent& ev) {
     switch (ev.finish) {
       case FinishReason::kNone:
         return;
@@ -242,15 +267,51 @@ class Generation : public std::enable_shared_from_this<Generation> {
     if (RequestId id = id_.load(); id != 0) api_->engine.stop_choice(id, c.index);
   }
 
+  std::string text_of(int32_t id) const {
+    try {
+      return api_->ctx.codec->decode({id}, false);
+    } catch (const std::exception&) {
+      return std::string();
+    }
+  }
+
+  // Echo with logprobs: before the choice's first output, the prompt's
+  // tokens go first into its logprobs (the first with none, as vLLM), so
+  // text_offset counts from the start of the echoed text.
+  void list_prompt(Choice& c) {
+    if (c.prompt_listed || !req_.echo || req_.logprobs < 0 || prompt_.empty()) return;
+    c.prompt_listed = true;
+    std::vector<TokenLogprob> lp;
+    for (size_t i = 0; i < prompt_.size(); ++i) {
+      TokenLogprob t{text_of(prompt_[i]), 0.f, {}};
+      const std::optional<PromptLogprob>& p = c.prompt_lp[i];
+      t.none = !p;
+      if (p) t.logprob = p->logprob;
+      for (size_t j = 0; p && j < p->top.size() && int(j) < req_.logprobs; ++j)
+        t.top.emplace_back(text_of(p->top[j].first), p->top[j].second);
+      lp.push_back(std::move(t));
+    }
+    c.pending_lp.insert(c.pending_lp.begin(), lp.begin(), lp.end());
+  }
+
+  // prompt_logprobs as vLLM answers it: null for the first position (and
+  // any the engine did not score), else the prompt's token and the top k.
+  json prompt_logprobs_of(const Choice& c) const {
+    std::vector<PromptLogprobOut> out(c.prompt_lp.size());
+    for (size_t i = 0; i < c.prompt_lp.size(); ++i) {
+      const std::optional<PromptLogprob>& p = c.prompt_lp[i];
+      if (!p) continue;
+      out[i].present = true;
+      out[i].entries.push_back({p->token, text_of(p->token), p->logprob, p->rank});
+      for (size_t j = 0; j < p->top.size() && int(j) < req_.prompt_logprobs; ++j)
+        if (p->top[j].first != p->token)
+          out[i].entries.push_back(
+              {p->top[j].first, text_of(p->top[j].first), p->top[j].second, int32_t(j) + 1});
+    }
+    return prompt_logprobs_json(out);
+  }
+
   void add_logprob(Choice& c, const TokenEvent& ev) {
-    const TextCodec& codec = *api_->ctx.codec;
-    auto text_of = [&](int32_t id) {
-      try {
-        return codec.decode({id}, false);
-      } catch (const std::exception&) {
-        return std::string();
-      }
-    };
     TokenLogprob t{text_of(ev.token), ev.logprob, {}};
     for (const auto& [id, lp] : ev.top_logprobs) t.top.emplace_back(text_of(id), lp);
     c.pending_lp.push_back(std::move(t));
@@ -351,6 +412,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
       o.text = c.full_text;
       o.finish = c.finish;
       o.logprobs = std::move(lp);
+      if (req_.prompt_logprobs >= 0) o.prompt_logprobs = prompt_logprobs_of(c);
       if (c.tools) {
         c.tools->push(c.full_text);
         c.tools->finish();
@@ -412,6 +474,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
   std::optional<ToolFormat> tool_format_;
   ResponseMeta meta_;
   std::vector<std::unique_ptr<Choice>> choices_;
+  std::vector<int32_t> prompt_;  // kept when prompt logprobs are asked for
   size_t n_done_ = 0;
   Usage usage_;
   std::atomic<RequestId> id_{0};  // cancel() may come from another thread (shutdown)

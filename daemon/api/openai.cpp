@@ -187,7 +187,6 @@ void refuse_unsupported(const ordered_json& j, bool chat) {
   if (!chat && fields::has(j, "tools")) refuse("tools", " on /v1/completions (use chat)");
   // vLLM extensions a client may send expecting them honoured; their
   // neutral values (absent, null, false) pass.
-  if (fields::has(j, "prompt_logprobs")) refuse("prompt_logprobs", "");
   if (chat && fields::get_bool(j, "continue_final_message").value_or(false))
     refuse("continue_final_message", "");
   if (chat && fields::get_bool(j, "echo").value_or(false))
@@ -280,7 +279,12 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat,
   // given, as in vLLM (max_tokens is deprecated for chat by OpenAI).
   std::optional<int64_t> mt;
   if (chat) mt = get_int(j, "max_completion_tokens", 1, lim.max_tokens_cap);
-  if (!mt) mt = get_int(j, "max_tokens", 1, lim.max_tokens_cap);
+  if (!chat) r.echo = get_bool(j, "echo").value_or(false);
+  // With echo, 0 scores the prompt (its logprobs) and generates nothing:
+  // one token is generated and left out, as vLLM does.
+  if (!mt) mt = get_int(j, "max_tokens", r.echo ? 0 : 1, lim.max_tokens_cap);
+  r.echo_only = mt == 0;
+  if (r.echo_only) mt = 1;
   r.max_tokens_given = mt.has_value();
   // Chat's default is the rest of the context (vLLM): the cap, which the
   // route sets to the context and check_context cuts to what is left.
@@ -301,10 +305,11 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat,
     } else if (auto v = get_int(j, "logprobs", 0, kMaxLogprobs)) {
       r.logprobs = int(*v);
     }
-    r.echo = get_bool(j, "echo").value_or(false);
   }
   if (r.logprobs >= 0) s.logprobs = uint8_t(r.logprobs);
   r.logit_bias = parse_logit_bias(j);
+  // vLLM's extension: each prompt token's logprob and k alternatives.
+  if (auto v = get_int(j, "prompt_logprobs", 0, kMaxLogprobs)) r.prompt_logprobs = int(*v);
 
   parse_stops(j, r, lim);
   r.ignore_eos = get_bool(j, "ignore_eos").value_or(false);
@@ -316,6 +321,8 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat,
     r.include_usage = get_bool(*it, "include_usage").value_or(false);
   }
 
+  if (r.prompt_logprobs >= 0 && r.stream)
+    bad_param("prompt_logprobs", "prompt_logprobs is not supported with stream: true");
   if (r.best_of > 0 && r.stream)
     bad_param("best_of",
               "best_of is not supported with stream: the best choices are known only "
@@ -389,15 +396,36 @@ json completion_logprobs_json(const std::vector<TokenLogprob>& lp, size_t off) {
   json tokens = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
   for (const auto& t : lp) {
     tokens.push_back(t.text);
-    lps.push_back(safe_lp(t.logprob));
-    json top = json::object();
-    for (const auto& [s, v] : t.top) top[s] = safe_lp(v);
-    tops.push_back(std::move(top));
+    if (t.none) {  // the prompt's first token: nothing before it to score it by
+      lps.push_back(nullptr);
+      tops.push_back(nullptr);
+    } else {
+      lps.push_back(safe_lp(t.logprob));
+      json top = json::object();
+      for (const auto& [s, v] : t.top) top[s] = safe_lp(v);
+      tops.push_back(std::move(top));
+    }
     offs.push_back(off);
     off += utf8_chars(t.text);
   }
   return {
       {"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+}
+
+json prompt_logprobs_json(const std::vector<PromptLogprobOut>& lp) {
+  json out = json::array();
+  for (const PromptLogprobOut& p : lp) {
+    if (!p.present) {
+      out.push_back(nullptr);
+      continue;
+    }
+    json d = json::object();
+    for (const PromptLogprobOut::Entry& e : p.entries)
+      d[std::to_string(e.token)] = {
+          {"logprob", safe_lp(e.logprob)}, {"rank", e.rank}, {"decoded_token", e.text}};
+    out.push_back(std::move(d));
+  }
+  return out;
 }
 
 json chat_logprobs_json(const std::vector<TokenLogprob>& lp) {
@@ -417,11 +445,13 @@ json chat_logprobs_json(const std::vector<TokenLogprob>& lp) {
 json completion_response(const ResponseMeta& m, const std::vector<ChoiceOut>& choices,
                          const Usage& u) {
   json out = json::array();
-  for (const ChoiceOut& c : choices)
+  for (const ChoiceOut& c : choices) {
     out.push_back({{"index", c.index},
                    {"text", c.text},
                    {"logprobs", c.logprobs},
                    {"finish_reason", finish_reason_json(c.finish)}});
+    if (!c.prompt_logprobs.is_null()) out.back()["prompt_logprobs"] = c.prompt_logprobs;
+  }
   return {{"id", m.id},       {"object", "text_completion"}, {"created", m.created},
           {"model", m.model}, {"choices", std::move(out)},   {"usage", usage_json(u)}};
 }
@@ -444,8 +474,12 @@ json chat_response(const ResponseMeta& m, const std::vector<ChoiceOut>& choices,
                    {"logprobs", c.logprobs},
                    {"finish_reason", finish_reason_json(c.finish, c.tool_finish)}});
   }
-  return {{"id", m.id},       {"object", "chat.completion"}, {"created", m.created},
-          {"model", m.model}, {"choices", std::move(out)},   {"usage", usage_json(u)}};
+  json body = {{"id", m.id},       {"object", "chat.completion"}, {"created", m.created},
+               {"model", m.model}, {"choices", std::move(out)},   {"usage", usage_json(u)}};
+  // vLLM answers a chat's prompt_logprobs beside the choices (one prompt).
+  if (!choices.empty() && !choices[0].prompt_logprobs.is_null())
+    body["prompt_logprobs"] = choices[0].prompt_logprobs;
+  return body;
 }
 
 json completion_response(const ResponseMeta& m, const std::string& text, FinishReason f,

@@ -7,6 +7,7 @@
 // transport: it is tested alone (tests/unit/daemon/api/test_openai.cpp).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -83,6 +84,13 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // completions only
+  // echo with max_tokens 0 (scoring, as lm-eval sends it): the prompt and,
+  // with logprobs, its logprobs; no new token (max_tokens is 1 then, and
+  // the one generated is left out). finish_reason "length".
+  bool echo_only = false;
+  // prompt_logprobs (vLLM): -1 none; else the alternatives per prompt
+  // position (0..kMaxLogprobs). Not with stream.
+  int prompt_logprobs = -1;
   bool skip_special_tokens = true;
   int logprobs = -1;  // -1: none; otherwise number of top alternatives (0..kMaxLogprobs)
   // logit_bias, sorted by token id, no id twice, biases in [-100, 100]
@@ -97,6 +105,11 @@ struct CompletionRequest {
   // blocks (docs/scheduler.md). Empty: the daemon's shared default pool.
   std::string cache_salt;
   int32_t generated() const { return best_of > 0 ? best_of : n; }
+  // The prompt logprobs to ask the engine for (GenRequest::prompt_logprobs):
+  // prompt_logprobs', and echo with logprobs lists the prompt's tokens too.
+  int engine_prompt_logprobs() const {
+    return std::max(prompt_logprobs, echo && logprobs >= 0 ? logprobs : -1);
+  }
 };
 
 // Parse a /v1/completions (chat=false) or /v1/chat/completions (chat=true)
@@ -152,7 +165,24 @@ struct TokenLogprob {
   std::string text;
   float logprob = 0.f;
   std::vector<std::pair<std::string, float>> top;
+  bool none = false;  // no logprob (null): the prompt's first token under echo
 };
+// One position of prompt_logprobs (vLLM): absent = null (the first
+// position, or one the engine did not score); else the prompt's token
+// then its alternatives, each by id with its logprob, vocabulary rank and
+// text.
+struct PromptLogprobOut {
+  struct Entry {
+    int32_t token = 0;
+    std::string text;
+    float logprob = 0.f;
+    int32_t rank = 0;
+  };
+  bool present = false;
+  std::vector<Entry> entries;
+};
+// [null, {"id": {"logprob", "rank", "decoded_token"}, ...}, ...]
+nlohmann::json prompt_logprobs_json(const std::vector<PromptLogprobOut>& lp);
 // Completions logprobs object: tokens, token_logprobs, top_logprobs, text_offset.
 nlohmann::json completion_logprobs_json(const std::vector<TokenLogprob>& lp, size_t text_offset0);
 // Characters (Unicode code points) in UTF-8 text, the unit of text_offset
@@ -186,7 +216,8 @@ struct ChoiceOut {
   int32_t index = 0;
   std::string text;
   FinishReason finish = FinishReason::kNone;
-  nlohmann::json logprobs;  // null when not asked
+  nlohmann::json logprobs;         // null when not asked
+  nlohmann::json prompt_logprobs;  // null when not asked (prompt_logprobs_json)
   // Chat with tools: the calls parsed from the output (text is then the
   // content around them; null in the message when empty), and whether
   // finish_reason "stop" reads "tool_calls".

@@ -327,6 +327,32 @@ TEST(OpenAiShape, Responses) {
   EXPECT_EQ(cached["total_tokens"], 42);
 }
 
+// Prompt logprobs' shapes: echo's first token null in token_logprobs and
+// top_logprobs; prompt_logprobs as vLLM's list (null, then by token id),
+// on the choice for completions and beside the choices for chat.
+TEST(OpenAiShape, PromptLogprobs) {
+  TokenLogprob first{"The", 0.f, {}};
+  first.none = true;
+  json lp = completion_logprobs_json({first, {" cat", -2.f, {{" dog", -1.f}}}}, 0);
+  EXPECT_EQ(lp["token_logprobs"], json::parse("[null, -2.0]"));
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(lp["top_logprobs"][1], json::parse(R"({" dog": -1.0})"));
+  EXPECT_EQ(lp["text_offset"], json::array({0, 3}));
+  PromptLogprobOut p;
+  p.present = true;
+  p.entries = {{7, " cat", -2.f, 3}, {9, " dog", -1.f, 1}};
+  const json pl = prompt_logprobs_json({PromptLogprobOut{}, p});
+  EXPECT_EQ(pl, json::parse(R"([null, {"7": {"logprob": -2.0, "rank": 3, "decoded_token": " cat"},
+                                        "9": {"logprob": -1.0, "rank": 1, "decoded_token": " dog"}}])"));
+  ResponseMeta m{"cmpl-1", "smol", 42};
+  ChoiceOut c{0, "a", FinishReason::kLength, nullptr};
+  EXPECT_FALSE(completion_response(m, {c}, {1, 1, 0})["choices"][0].contains("prompt_logprobs"));
+  EXPECT_FALSE(chat_response(m, {c}, {1, 1, 0}).contains("prompt_logprobs"));
+  c.prompt_logprobs = pl;
+  EXPECT_EQ(completion_response(m, {c}, {1, 1, 0})["choices"][0]["prompt_logprobs"], pl);
+  EXPECT_EQ(chat_response(m, {c}, {1, 1, 0})["prompt_logprobs"], pl);
+}
+
 TEST(OpenAiShape, SeveralChoices) {
   ResponseMeta m{"cmpl-1", "smol", 42};
   json r = completion_response(m,
@@ -503,7 +529,6 @@ TEST(OpenAiStructured, RefusalsNameTheField) {
           {R"(,"functions":[])", "functions"},
           {R"(,"modalities":["text","audio"])", "modalities"},
           // vLLM extensions Kvasir does not implement: never silently ignored.
-          {R"(,"prompt_logprobs":1)", "prompt_logprobs"},
           {R"(,"continue_final_message":true)", "continue_final_message"},
           {R"(,"echo":true)", "echo"},
           {R"(,"stream":true,"stream_options":{"continuous_usage_stats":true})",
@@ -519,7 +544,34 @@ TEST(OpenAiStructured, RefusalsNameTheField) {
   EXPECT_EQ(parse_error(chat_body(R"(,"continue_final_message":false,"echo":false,"prompt_logprobs":null)"), true)
                 .code(),
             ErrorCode::kOk);
-  EXPECT_EQ(parse_error(R"({"prompt":"x","prompt_logprobs":0})").param, "prompt_logprobs");
+}
+
+// Prompt logprobs (docs/api.md): prompt_logprobs on either route (capped
+// like logprobs, not with stream), echo with logprobs asking the engine
+// for them too, and max_tokens 0 only with echo (scoring: one token
+// generated and left out).
+TEST(OpenAiParse, PromptLogprobsAndEchoScoring) {
+  auto r = parse_completion_request(R"({"prompt":"x","prompt_logprobs":0})", false);
+  EXPECT_EQ(r.prompt_logprobs, 0);
+  EXPECT_EQ(r.engine_prompt_logprobs(), 0);
+  r = parse_completion_request(chat_body(R"(,"prompt_logprobs":20)"), true);
+  EXPECT_EQ(r.prompt_logprobs, kMaxLogprobs);
+  r = parse_completion_request(R"({"prompt":"x","prompt_logprobs":null})", false);
+  EXPECT_EQ(r.engine_prompt_logprobs(), -1);
+  r = parse_completion_request(R"({"prompt":"x","echo":true,"logprobs":3})", false);
+  EXPECT_EQ(r.prompt_logprobs, -1);
+  EXPECT_EQ(r.engine_prompt_logprobs(), 3);
+  EXPECT_FALSE(r.echo_only);
+  r = parse_completion_request(R"({"prompt":"x","echo":true,"max_tokens":0,"logprobs":1})", false);
+  EXPECT_TRUE(r.echo_only);
+  EXPECT_EQ(r.max_tokens, 1);
+  EXPECT_EQ(r.engine_prompt_logprobs(), 1);
+  EXPECT_EQ(parse_error(R"({"prompt":"x","max_tokens":0,"echo":false})").param, "max_tokens");
+  EXPECT_EQ(parse_error(chat_body(R"(,"max_tokens":0)"), true).param, "max_tokens");
+  EXPECT_EQ(parse_error(R"({"prompt":"x","prompt_logprobs":21})").param, "prompt_logprobs");
+  EXPECT_EQ(parse_error(R"({"prompt":"x","prompt_logprobs":-1})").param, "prompt_logprobs");
+  EXPECT_EQ(parse_error(R"({"prompt":"x","prompt_logprobs":1,"stream":true})").param,
+            "prompt_logprobs");
 }
 
 TEST(OpenAiChat, ToolsAndToolChoice) {
