@@ -334,9 +334,12 @@ void Scheduler::update(const BatchResult& result) {
 // The rows that hold a prompt position followed by a prompt token ask the
 // tail for prompt logprobs (each choice its own: none shares a cached
 // prefix); the positions a row scores end with the prompt (the sampled
-// row's last logits choose a generated token).
+// row's last logits choose a generated token). A recompute past the first
+// token does not ask again: that token's batch carried the last records,
+// ahead of it.
 void Scheduler::mark_prompt_logprobs(const Sequence& s, ScheduledRow& o) {
-  if (s.req.prompt_logprobs < 0 || o.pad || o.pos0 + 1 >= s.n_prompt) return;
+  if (s.req.prompt_logprobs < 0 || s.n_generated > 0 || o.pad || o.pos0 + 1 >= s.n_prompt)
+    return;
   o.prompt_logprobs = s.req.prompt_logprobs;
   const int32_t end = o.pos0 + o.n_tokens;
   o.next_token = end < s.n_prompt ? s.tokens[size_t(end)] : -1;

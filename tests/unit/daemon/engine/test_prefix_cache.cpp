@@ -113,6 +113,35 @@ TEST(PrefixCache, AHitMayEndInsideWhatWouldHaveBeenAChunk) {
   }
 }
 
+TEST(PrefixCache, PromptLogprobsTakeNoPrefixAndFlagTheirPromptRows) {
+  // A's 20-token prompt is cached; B, the same prompt asking for prompt
+  // logprobs, computes it all again (cached positions have no logits), in
+  // chunks that each name the prompt token after them, the last none; its
+  // decodes after the first token do not ask.
+  const std::vector<int32_t> a = seq(20, 100);
+  Sim sim(clim(Policy::kChunked), 1000);
+  sim.detailed = true;
+  sim.add(1, req(a, 1));
+  sim.run();
+  GenRequest b = req(a, 3);
+  b.prompt_logprobs = 2;
+  sim.add(2, std::move(b));
+  std::vector<std::string> rows;
+  while (!sim.idle()) {
+    sim.fill();
+    for (const ScheduledRow& r : sim.ring.back().rows)
+      rows.push_back("[" + std::to_string(r.pos0) + "," + std::to_string(r.pos0 + r.n_tokens) +
+                     ") lp " + std::to_string(r.prompt_logprobs) + " next " +
+                     std::to_string(r.next_token));
+    sim.complete();
+  }
+  EXPECT_EQ(rows, (std::vector<std::string>{"[0,8) lp 2 next 108", "[8,16) lp 2 next 116",
+                                            "[16,20) lp 2 next -1", "[20,21) lp -1 next -1",
+                                            "[21,22) lp -1 next -1"}));
+  EXPECT_EQ(sim.out[2].size(), 3u);
+  EXPECT_EQ(sim.cached[2], 0);
+}
+
 TEST(PrefixCache, WholePrefillAndNaivePoliciesReuseToo) {
   const std::vector<int32_t> a = seq(10, 100);
   for (Policy p : {Policy::kContinuous, Policy::kNaive}) {
