@@ -68,7 +68,8 @@ def score(prompt, **extra):
 
 
 def agree(a, b, tol=1e-3):
-    return len(a) == len(b) and all(abs(x - y) <= tol for x, y in zip(a, b))
+    return len(a) == len(b) and all(x is not None and y is not None and abs(x - y) <= tol
+                                    for x, y in zip(a, b))
 
 
 # 1. echo with logprobs and a generation: the prompt's tokens first.
