@@ -40,6 +40,34 @@ inline int64_t now_ns() {
   return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+// One step of a spin-wait: tells the core this thread is polling (on x86
+// `pause`: the sibling hyperthread gets the pipeline, and leaving the loop
+// costs no memory-order flush).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// How a blocking wait waits (SpscRing::push/pop, the bridge's loop).
+//
+// spin_ns > 0: before sleeping, poll the bell for up to spin_ns, once per
+// wait. A process that sleeps in the futex gives its core to anything
+// runnable and, on a busy host, gets it back a scheduler tick or more after
+// the wake: with several micro-batches in flight the stages hand batches to
+// each other every few milliseconds, and those late wake-ups ate the whole
+// in-flight gain beside two `nice -n 19` busy loops (docs/ring.md, "Waits").
+// A hand-off that comes within the spin is taken on a core never given up
+// (and the producer skips the wake syscall: nobody sleeps). 0 = sleep after
+// the short counted spin only, as before spin_ns existed.
+// poll_ns: the longest sleep before the caller re-checks its stop flag.
+struct WaitPolicy {
+  int64_t spin_ns = 0;
+  int64_t poll_ns = 100'000'000;
+};
+
 // A doorbell: a counter that waiters sleep on. ring() after publishing
 // state; a waiter reads seen = value() *before* checking its condition, then
 // wait(seen) — a ring in between changes the value, so no wake-up is lost.
@@ -56,6 +84,25 @@ struct Bell {
     sleepers.fetch_add(1, std::memory_order_seq_cst);
     if (value.load(std::memory_order_seq_cst) == seen) futex_wait(&value, seen, timeout_ns);
     sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  // Polls for at most spin_ns (on the monotonic clock, read every 64
+  // polls) while the bell still reads `seen`, without sleeping: true when it
+  // was rung meanwhile, false when the bound passed (or spin_ns <= 0).
+  bool spin(uint32_t seen, int64_t spin_ns) const {
+    if (spin_ns <= 0) return value.load(std::memory_order_seq_cst) != seen;
+    const int64_t until = now_ns() + spin_ns;
+    for (;;) {
+      for (int i = 0; i < 64; ++i) {
+        if (value.load(std::memory_order_acquire) != seen) return true;
+        cpu_relax();
+      }
+      if (now_ns() >= until) return value.load(std::memory_order_seq_cst) != seen;
+    }
+  }
+  // spin(seen, w.spin_ns), then wait(seen, w.poll_ns) if nothing rang.
+  void await(uint32_t seen, const WaitPolicy& w) {
+    if (w.spin_ns > 0 && spin(seen, w.spin_ns)) return;
+    wait(seen, w.poll_ns);
   }
 };
 

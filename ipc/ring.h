@@ -123,26 +123,30 @@ struct SpscRing {
     return true;
   }
 
-  // Blocking forms: a short spin, then sleep on the bell. Return false when
-  // `stop()` becomes true (checked at least every `poll_ns`).
+  // Blocking forms: a short counted spin, then wait on the bell as `w` says
+  // (a bounded timed spin when w.spin_ns > 0, then a sleep). Return false
+  // when `stop()` becomes true (checked at least every w.poll_ns, and after
+  // the timed spin).
   template <class Stop>
-  bool push(const T& m, Stop&& stop, int64_t poll_ns = 100'000'000) {
+  bool push(const T& m, Stop&& stop, const WaitPolicy& w = {}) {
     for (int spin = 0;; ++spin) {
       uint32_t seen = not_full.seen();
       if (try_push(m)) return true;
       if (stop()) return false;
       if (spin < 64) continue;
-      not_full.wait(seen, poll_ns);
+      // The timed spin once per call: a bell rung for nothing, or the poll's
+      // timeouts, must not turn a long wait into a busy one.
+      not_full.await(seen, spin == 64 ? w : WaitPolicy{0, w.poll_ns});
     }
   }
   template <class Stop>
-  bool pop(T& out, Stop&& stop, int64_t poll_ns = 100'000'000) {
+  bool pop(T& out, Stop&& stop, const WaitPolicy& w = {}) {
     for (int spin = 0;; ++spin) {
       uint32_t seen = not_empty.seen();
       if (try_pop(out)) return true;
       if (stop()) return false;
       if (spin < 64) continue;
-      not_empty.wait(seen, poll_ns);
+      not_empty.await(seen, spin == 64 ? w : WaitPolicy{0, w.poll_ns});
     }
   }
 };
