@@ -285,11 +285,12 @@ std::string Segment::check_params(const SegmentParams& p) {
       p.grammar_compile_timeout_ms > 600000)
     return fmt::format("grammar compiler {} workers, {} kept, {} ms", p.grammar_workers,
                        p.grammar_cache, p.grammar_compile_timeout_ms);
+  if (p.spin_ns < 0 || p.spin_ns > 100'000'000) return fmt::format("spin {} ns", p.spin_ns);
   auto bad_plan = [](const StagePlan& s) {
     return s.first < 0 || s.first > s.last || s.threads < 1 || s.threads > 1024 ||
            std::memchr(s.device, 0, sizeof s.device) == nullptr || s.experts_first < -1 ||
            s.experts_first > s.experts_last || (s.experts_first < 0 && s.experts_last != -1) ||
-           s.experts_last >= (1 << 10);
+           s.experts_last >= (1 << 10) || std::memchr(s.cpus, 0, sizeof s.cpus) == nullptr;
   };
   for (int i = 0; i < p.n_stages; ++i)
     if (bad_plan(p.stages[i])) return fmt::format("stage {} plan", i);

@@ -44,8 +44,10 @@ constexpr uint32_t kSegMagic = 0x5253564B;  // "KVSR" little-endian
 // (docs/expert-groups.md): each stage's expert range, the members' plans
 // and StageShared slots (after the stages'), and one MemberCall area per
 // member (request, answer) after the grammar table; 11: the tail's grammar
-// compiler settings in the plan (SegmentParams::grammar_workers, ...).
-constexpr uint32_t kSegVersion = 11;
+// compiler settings in the plan (SegmentParams::grammar_workers, ...); 12:
+// the hand-off spin (SegmentParams::spin_ns) and each stage's CPUs
+// (StagePlan::cpus).
+constexpr uint32_t kSegVersion = 12;
 constexpr int kMaxStages = 16;
 static_assert(kMaxStageTimes == kMaxStages, "a result slot times every stage");
 
@@ -56,6 +58,9 @@ struct StagePlan {
   // An expert group (docs/expert-groups.md): the experts of its layers this
   // process holds, inclusive; -1 = every expert (not in a group).
   int32_t experts_first = -1, experts_last = -1;
+  // The CPUs the process runs on ([[stages]] cpus, base/cpu_list.h), as
+  // written in the config; "" = wherever the daemon may run.
+  char cpus[128] = {};
 };
 
 // A member of an expert group: the process that holds `plan.experts_*` of
@@ -95,6 +100,9 @@ struct SegmentParams {
   int32_t grammar_workers = 2;
   int32_t grammar_cache = 128;
   uint32_t grammar_compile_timeout_ms = 10000;
+  // How the stages and the bridge wait for a hand-off ([plan] spin_us):
+  // spin this long before sleeping (ipc/futex.h, WaitPolicy).
+  int64_t spin_ns = 0;
 };
 
 enum StageStatus : uint32_t {

@@ -56,6 +56,9 @@ class Agent {
   ipc::StageShared& me_;
   ipc::Ring& in_;
   ipc::Ring& out_;
+  // How the stage waits for its next batch and for room downstream: a
+  // bounded spin before the sleep ([plan] spin_us, ipc/futex.h).
+  const ipc::WaitPolicy wait_;
   // Tail: [max_rows, vocab]; grown to [max_tokens, vocab] by the first
   // batch that asks for prompt logprobs (every token's logits).
   std::vector<float> logits_;
@@ -82,6 +85,7 @@ Agent::Agent(ipc::Segment& seg, const AgentConfig& cfg, const StageForward& forw
       me_(seg.stage(cfg.stage)),
       in_(seg.ring(cfg.stage)),
       out_(seg.ring(cfg.stage + 1)),
+      wait_{seg.params().spin_ns},
       frows_(size_t(d_.max_rows)),
       dev_token_(size_t(d_.max_rows)),
       dev_logprob_(size_t(d_.max_rows)) {
@@ -97,7 +101,7 @@ int Agent::run() {
   while (!seg_.stopping()) {
     ipc::BatchMsg m;
     const int64_t t_free = ipc::now_ns();
-    if (!in_.pop(m, stop)) break;
+    if (!in_.pop(m, stop, wait_)) break;
     const int64_t t1 = ipc::now_ns();
     ipc::enter_phase(me_, ipc::kPhaseBusy, t1);
     count_handoff(m.sent_ns, t_free, t1);
@@ -259,7 +263,7 @@ bool Agent::hand_on(const ipc::BatchMsg& m, int64_t t_busy, const ipc::ResultVie
   ipc::enter_phase(me_, ipc::kPhaseBlocked, t2);
   ipc::BatchMsg out = m;
   out.sent_ns = ipc::now_ns();
-  if (!out_.push(out, [&] { return seg_.stopping(); })) return false;
+  if (!out_.push(out, [&] { return seg_.stopping(); }, wait_)) return false;
   pass();
   ipc::enter_phase(me_, ipc::kPhaseIdle, ipc::now_ns());
   return true;

@@ -23,6 +23,7 @@
 
 #include "base/check.h"
 #include "base/cores.h"
+#include "base/cpu_list.h"
 #include "base/log.h"
 #include "kernels/cpu/simd.h"
 #include "stages/agent.h"
@@ -194,6 +195,21 @@ int run_stage(ipc::Segment& seg, int stage) {
   return rc;
 }
 
+// [[stages]] cpus: the whole process on those CPUs, pinned before it starts
+// a thread of its own (its kernel threads inherit the set). The daemon
+// checked the list against its own CPUs; the kernel may still refuse one
+// gone offline since: the stage then fails, saying so.
+void pin_cpus(const ipc::StagePlan& plan, int stage) {
+  const std::string text(plan.cpus, strnlen(plan.cpus, sizeof plan.cpus));
+  if (text.empty()) return;
+  const std::string field = fmt::format("stage {} cpus", stage);
+  std::vector<int> cpus;
+  Status st = parse_cpu_list(text, field, cpus);
+  if (st.ok()) st = pin_to_cpus(cpus, field);
+  KV_CHECK(st.ok(), "{}", st.message());
+  KV_LOG_INFO("stage", "stage {} on CPUs {}", stage, text);
+}
+
 }  // namespace
 
 int stage_main(int stage, const std::string& segment_name, const std::string& inherit) {
@@ -210,6 +226,8 @@ int stage_main(int stage, const std::string& segment_name, const std::string& in
   ipc::StageShared& me = member >= 0 ? seg->member(member) : seg->stage(stage);
   me.pid.store(getpid());
   try {
+    const ipc::SegmentParams& p = seg->params();
+    pin_cpus(member >= 0 ? p.members[member].plan : p.stages[stage], stage);
     return member >= 0 ? run_member(*seg, member) : run_stage(*seg, stage);
   } catch (const Error& e) {
     return fail(*seg, me, e.message());

@@ -16,7 +16,12 @@ ratio (work / time at 2 in flight: how busy the ring kept its stages; its
 ceiling on a load is what `batchlog.py --what-if` replays).
 
   python3 bench/policies/inflight.py --bin build/bin [--repeat 2] [--out DIR] [--set section.key=value]
-      [--splits even=0-14/15-29,auto=auto/auto,balanced=0-15/16-29]
+      [--splits even=0-14/15-29,auto=auto/auto,balanced=0-15/16-29] [--busy N]
+
+`--busy N` runs N `nice -n 19` busy loops beside each pair (started before
+the pair's daemons, ended after): a host with something always runnable,
+where a stage that sleeps between hand-offs gets its core back late
+(docs/ring.md, "Waits").
 
 `--splits` names the splits to measure (NAME=FIRST/SECOND, comma-separated);
 the balanced split of a load is the one `kvasir diagnose` proposes while it
@@ -61,6 +66,18 @@ def cpu_model():
     return "?"
 
 
+def start_busy(n):
+    """n `nice -n 19 sh -c 'while :; do :; done'` loops, each its own process."""
+    return [subprocess.Popen(["nice", "-n", "19", "sh", "-c", "while :; do :; done"])
+            for _ in range(n)]
+
+
+def stop_busy(procs):
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
 def run(a, cfg, specs, out_json):
     cmd = [os.path.join(a.bin, "kvasir"), "bench", "--compare-policies", "--config", cfg,
            "--kvasird", os.path.join(a.bin, "kvasird"), "--policies", ",".join(specs),
@@ -84,6 +101,8 @@ def main():
     p.add_argument("--concurrency", type=int, default=24)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--busy", type=int, default=0,
+                   help="nice -n 19 busy loops to run beside each pair")
     p.add_argument("--set", default="", help="more settings for both runs, as section.key=value[:...]")
     p.add_argument("--splits", default="even=0-14/15-29,auto=auto/auto",
                    help="NAME=FIRST/SECOND[,...]: the layer splits to measure")
@@ -107,8 +126,12 @@ def main():
             cfg = os.path.join(a.out, f"{name}.toml")
             open(cfg, "w").write(CONFIG.format(model=a.model, first=f, second=s))
             order = [one, two] if rep % 2 == 0 else [two, one]
-            print(f"{name} split, repeat {rep + 1}: {uptime()}", flush=True)
-            got = run(a, cfg, order, os.path.join(a.out, f"{name}-{rep}.json"))
+            busy = start_busy(a.busy)
+            try:
+                print(f"{name} split, repeat {rep + 1}, {a.busy} busy loops: {uptime()}", flush=True)
+                got = run(a, cfg, order, os.path.join(a.out, f"{name}-{rep}.json"))
+            finally:
+                stop_busy(busy)
             r1, r2 = got[one]["output_tok_s"], got[two]["output_tok_s"]
             gains[name].append(r2 / r1)
             print(f"  max_inflight 1: {r1:.2f} tok/s, 2: {r2:.2f} tok/s -> gain {r2 / r1:.2f}x "

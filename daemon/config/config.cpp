@@ -15,6 +15,7 @@
 
 #include "base/check.h"
 #include "base/cores.h"
+#include "base/cpu_list.h"
 #include "base/log.h"
 
 namespace kvasir {
@@ -255,16 +256,18 @@ void parse_model(const toml::table& root, const std::string& base_dir, ModelCfg&
 }
 
 void parse_plan(const toml::table& p, PlanCfg& plan) {
-  check_keys(p, "plan", {"max_rows", "max_tokens", "max_inflight"});
+  check_keys(p, "plan", {"max_rows", "max_tokens", "max_inflight", "spin_us"});
   plan.max_rows = get_int(p, "max_rows", "plan.max_rows", 32, 0, 1 << 16);
   plan.max_tokens = get_int(p, "max_tokens", "plan.max_tokens", 512, 0, 1 << 20);
   plan.max_inflight = get_int(p, "max_inflight", "plan.max_inflight", 0, 0, kMaxInflightLimit);
+  plan.spin_us = get_int(p, "spin_us", "plan.spin_us", PlanCfg::kDefaultSpinUs, 0,
+                         PlanCfg::kMaxSpinUs);
 }
 
 StageCfg parse_stage(const toml::node& n, const std::string& f) {
   auto* t = n.as_table();
   KV_CHECK(t, "{}: must be a table", f);
-  check_keys(*t, f, {"layers", "device", "threads", "experts"});
+  check_keys(*t, f, {"layers", "device", "threads", "experts", "cpus"});
   StageCfg st;
   auto* layers = t->get("layers");
   KV_CHECK(layers, "{}.layers: required (e.g. \"0-14\", or \"auto\")", f);
@@ -286,6 +289,13 @@ StageCfg parse_stage(const toml::node& n, const std::string& f) {
     st.experts_last = r.last;
   }
   st.device = get_str(*t, "device", f + ".device", "cpu");
+  if (auto* c = t->get("cpus")) {
+    KV_CHECK(c->is_string(), "{}.cpus: must be a string like \"0-15\" or \"0,2,4-7\"", f);
+    std::vector<int> cpus;
+    const Status ok = check_cpu_list(*c->value<std::string_view>(), f + ".cpus", allowed_cpus(), cpus);
+    KV_CHECK(ok.ok(), "{}", ok.message());
+    st.cpus = format_cpu_list(cpus);
+  }
   // 0: every core this process may run on; the CPU stages share them by
   // need (stages/core_share.h), so each may hold all of them.
   st.threads = get_int(*t, "threads", f + ".threads", 0, 0, 1024);

@@ -41,6 +41,11 @@ struct StageCfg {
   // own range and no members.
   int32_t experts_first = -1, experts_last = -1;
   std::vector<StageCfg> members;
+  // The CPUs this process runs on (`cpus`, checked against the daemon's own
+  // when the config is read; base/cpu_list.h), written as the shortest
+  // list; "" = wherever the daemon may run. Each entry its own: a group's
+  // members too.
+  std::string cpus;
 
   bool is_gpu() const { return device.rfind("cuda:", 0) == 0; }
   bool is_group() const { return experts_first >= 0; }
@@ -56,6 +61,11 @@ struct PlanCfg {
   int32_t max_rows = 32;     // sequences per micro-batch
   int32_t max_tokens = 512;  // token budget of one micro-batch
   int32_t max_inflight = 0;  // as written; 0 = number of stages
+  // How long a stage (and the bridge) spins for the next hand-off before it
+  // sleeps (ipc/futex.h, WaitPolicy), microseconds; 0 = sleep at once.
+  static constexpr int32_t kDefaultSpinUs = 0;
+  static constexpr int32_t kMaxSpinUs = 10000;
+  int32_t spin_us = kDefaultSpinUs;
   std::vector<StageCfg> stages;
   // Every stage said layers = "auto": the ranges are chosen at load from
   // the layers' measured costs (apply_split); until then they are -1.

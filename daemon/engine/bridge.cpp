@@ -566,7 +566,15 @@ void Bridge::loop() {
       while (submit_batch()) submitted = true;
     publish_stats();
     // Recovering: re-check the drain soon (stages ring no bell for it).
-    if (!progress && !submitted) bell.wait(seen, recovering_ ? 10'000'000 : 100'000'000);
+    // Serving, the wait is for the next result: spun as the stages spin for
+    // their batches ([plan] spin_us), so that the ring's last hand-off, the
+    // tail's result to the next submission, does not wait for a core either.
+    if (!progress && !submitted) {
+      if (recovering_)
+        bell.wait(seen, 10'000'000);
+      else
+        bell.await(seen, ipc::WaitPolicy{seg_.params().spin_ns, 100'000'000});
+    }
   }
   sched_.end_all(FinishReason::kAbort);
 }

@@ -30,6 +30,9 @@ void fill_stage_plan(const StageCfg& s, ipc::StagePlan& out) {
   out.experts_first = s.experts_first;
   out.experts_last = s.experts_last;
   std::snprintf(out.device, sizeof out.device, "%s", s.device.c_str());
+  KV_CHECK(s.cpus.size() < sizeof out.cpus, "stages: cpus \"{}\" is longer than {} characters",
+           s.cpus, sizeof out.cpus - 1);
+  std::snprintf(out.cpus, sizeof out.cpus, "%s", s.cpus.c_str());
 }
 
 // Expert groups (docs/expert-groups.md): every group's members, after the
@@ -67,6 +70,7 @@ ipc::SegmentParams Supervisor::params_for(const Config& cfg, const ModelConfig& 
   p.kv_gpu_util = cfg.kv.gpu_memory_utilization;
   p.cuda_graphs = cfg.cuda.graphs ? 1 : 0;
   p.cuda_quantize = cfg.cuda.quantize == "fp8" ? 1 : 0;
+  p.spin_ns = int64_t(cfg.plan.spin_us) * 1000;
   for (size_t i = 0; i < st.size(); ++i) fill_stage_plan(st[i], p.stages[i]);
   fill_members(st, m, p);
   // The grammar table (ipc/grammar_table.h): an entry for every row the ring

@@ -7,6 +7,7 @@
 
 #include "base/check.h"
 #include "base/cores.h"
+#include "base/cpu_list.h"
 #include "daemon/config/config.h"
 
 namespace kvasir {
@@ -210,6 +211,36 @@ TEST(Config, NegativeInflightRefused) {
   EXPECT_NE(m.find("plan.max_inflight"), std::string::npos) << m;
   auto c = parse_config(replace(kGood, "max_inflight = 0", "max_inflight = 1"), "/b");
   EXPECT_EQ(c.plan.inflight(), 1);
+}
+
+TEST(Config, SpinUsDefaultsAndRange) {
+  EXPECT_EQ(parse_config(kGood, "/b").plan.spin_us, PlanCfg::kDefaultSpinUs);
+  auto c = parse_config(replace(kGood, "max_inflight = 0", "max_inflight = 0\nspin_us = 0"), "/b");
+  EXPECT_EQ(c.plan.spin_us, 0);  // sleep at once, as before the spin
+  c = parse_config(replace(kGood, "max_inflight = 0", "max_inflight = 0\nspin_us = 500"), "/b");
+  EXPECT_EQ(c.plan.spin_us, 500);
+  for (const char* bad : {"spin_us = -1", "spin_us = 10001", "spin_us = \"fast\""}) {
+    auto m = refusal(replace(kGood, "max_inflight = 0", std::string("max_inflight = 0\n") + bad));
+    EXPECT_EQ(m.rfind("plan.spin_us", 0), 0u) << bad << " -> " << m;
+  }
+}
+
+TEST(Config, StageCpusCheckedAgainstTheMachine) {
+  const std::vector<int> mine = allowed_cpus();
+  ASSERT_FALSE(mine.empty());
+  const std::string first = std::to_string(mine.front());
+  auto c = parse_config(replace(kGood, "threads = 2", "threads = 2\ncpus = \"" + first + "\""), "/b");
+  EXPECT_EQ(c.plan.stages[0].cpus, "");  // unpinned unless written
+  EXPECT_EQ(c.plan.stages[1].cpus, first);
+  c = parse_config(replace(kGood, "threads = 2", "threads = 2\ncpus = \" " + first + "," + first + "\""), "/b");
+  EXPECT_EQ(c.plan.stages[1].cpus, first);  // written the shortest way
+  for (const char* bad : {"\"0-\"", "\"\"", "\"a-b\"", "\"3-1\"", "7", "\"8191\""}) {
+    auto m = refusal(replace(kGood, "threads = 2", std::string("threads = 2\ncpus = ") + bad));
+    EXPECT_EQ(m.rfind("stages[1].cpus: ", 0), 0u) << bad << " -> " << m;
+  }
+  // A CPU the machine has not (or the daemon may not use) is named.
+  auto m = refusal(replace(kGood, "threads = 2", "threads = 2\ncpus = \"8000\""));
+  EXPECT_NE(m.find("CPU 8000"), std::string::npos) << m;
 }
 
 TEST(Config, KvMemoryTooSmallForOneBlockRefused) {

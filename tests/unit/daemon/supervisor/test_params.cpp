@@ -4,6 +4,10 @@
 // model's top k, and a plan the segment accepts.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
+#include "base/cpu_list.h"
+
 #include "daemon/config/config.h"
 #include "daemon/supervisor/supervisor.h"
 #include "ipc/segment.h"
@@ -59,6 +63,40 @@ experts = "6-7"
     EXPECT_EQ(p.members[k].plan.first, p.stages[want[k][0]].first) << k;
   }
   EXPECT_EQ(ipc::Segment::check_params(p), "");
+}
+
+// The hand-off spin and each stage's CPUs travel to the stages in the plan.
+TEST(SupervisorParams, SpinAndCpusReachTheSegment) {
+  const std::string cpu = std::to_string(allowed_cpus().front());
+  const Config c = parse_config(R"(
+[model]
+path = "m.gguf"
+[plan]
+spin_us = 350
+[[stages]]
+layers = "0-1"
+cpus = ")" + cpu + R"("
+[[stages]]
+layers = "2-3"
+)",
+                                "/base");
+  ModelConfig m;
+  m.n_layers = 4;
+  m.hidden = 64;
+  m.n_heads = 4;
+  m.n_kv_heads = 2;
+  m.head_dim = 16;
+  const ipc::SegmentParams p = Supervisor::params_for(c, m);
+  EXPECT_EQ(p.spin_ns, 350'000);
+  EXPECT_EQ(std::string(p.stages[0].cpus), cpu);
+  EXPECT_EQ(std::string(p.stages[1].cpus), "");
+  EXPECT_EQ(ipc::Segment::check_params(p), "");
+  ipc::SegmentParams bad = p;
+  bad.spin_ns = -1;
+  EXPECT_NE(ipc::Segment::check_params(bad), "");
+  bad = p;
+  std::memset(bad.stages[1].cpus, 'x', sizeof bad.stages[1].cpus);  // not terminated
+  EXPECT_NE(ipc::Segment::check_params(bad), "");
 }
 
 }  // namespace
