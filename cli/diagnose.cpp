@@ -240,6 +240,40 @@ std::optional<Diagnosis> long_step(const TopView& v) {
   return std::nullopt;
 }
 
+// A stage runnable but waiting for a CPU (its run-queue wait, from the
+// kernel's schedstat) for a tenth of the interval or more: other work on
+// its cores takes them, and each hand-off it sleeps through comes back late.
+// Checked after the settings' rules, whose figures it then qualifies: no
+// setting of the ring's own cures a host that is busy elsewhere.
+std::optional<Diagnosis> descheduled(const TopView& v) {
+  constexpr double kWaitShare = 0.10;
+  size_t worst = 0;
+  for (size_t i = 0; i < v.stages.size(); ++i)
+    if (v.stages[i].cpu_wait > v.stages[worst].cpu_wait) worst = i;
+  const StageView& w = v.stages[worst];
+  if (w.cpu_wait < kWaitShare) return std::nullopt;
+  Diagnosis d = make("descheduled", "stages.cpus");
+  for (size_t i = 0; i < v.stages.size(); ++i) {
+    const StageView& s = v.stages[i];
+    if (s.cpu_wait < 0) continue;
+    d.figures.push_back(fmt::format(
+        "stage {} (layers {}): waited for a CPU {} of the interval, preempted {:.0f} times/s; "
+        "busy {}",
+        i, s.layers, pct(s.cpu_wait), s.preemptions_per_s, pct(s.busy)));
+  }
+  d.change =
+      "keep other work off the stages' CPUs: give each stage CPUs of its own ([[stages]] cpus "
+      "= \"0-7\") and the rest of the host the others (taskset, cgroup cpusets), or run "
+      "kvasird at a higher priority than that work (nice/renice, systemd Nice=; lowering it "
+      "needs CAP_SYS_NICE). [plan] spin_us keeps a stage on its core between hand-offs; "
+      "the stage figures above are inflated by the waits until then";
+  d.summary = fmt::format(
+      "descheduled: stage {} waited for a CPU {} of the interval (other work runs on its cores); "
+      "give the stages their own CPUs ([[stages]] cpus)",
+      worst, pct(w.cpu_wait));
+  return d;
+}
+
 // The stages idle: too little work reaches the ring.
 std::optional<Diagnosis> starved_ring(const TopView& v) {
   double top = 0;
@@ -284,8 +318,8 @@ Diagnosis diagnose_view(const TopView& v) {
     d.summary = "idle: no requests running";
     return d;
   }
-  for (auto rule :
-       {too_few_in_flight, prefill_interference, long_step, unbalanced_split, starved_ring})
+  for (auto rule : {too_few_in_flight, prefill_interference, long_step, unbalanced_split,
+                    descheduled, starved_ring})
     if (auto d = rule(v)) return *d;
   Diagnosis d = make("none", "");
   for (size_t i = 0; i < v.stages.size(); ++i) d.figures.push_back(stage_line(v, i));

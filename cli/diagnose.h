@@ -15,6 +15,10 @@
 //                         → scheduler.itl_target_ms (or plan.max_tokens
 //                           under the whole-prefill policies)
 //
+// and, none of those three, a host matter: stages descheduled (waiting on
+// a run queue behind other work for >= 10% of the interval) → stages.cpus
+// (their own CPUs), or the host's priorities.
+//
 // Pure: it reads a TopView (two /kvasir/v1/stats snapshots, cli/top.h).
 // Tested in tests/unit/cli/test_cli.cpp and, on real daemons misconfigured
 // each way, in tests/integration/test_diagnose.sh.
@@ -29,11 +33,11 @@
 namespace kvasir::cli {
 
 struct Diagnosis {
-  // kv_capacity, batching, prefill_interference, none (no bottleneck among
-  // the three: the ring is the limit), idle, loading.
+  // kv_capacity, batching, prefill_interference, descheduled, none (no
+  // bottleneck among them: the ring is the limit), idle, loading.
   std::string cause;
   // kv.memory, plan.max_inflight, plan.max_tokens, scheduler.itl_target_ms,
-  // stages.layers, or "" (nothing to turn).
+  // stages.layers, stages.cpus, or "" (nothing to turn).
   std::string knob;
   std::string summary;               // one line: cause, the telling figure, the knob
   std::vector<std::string> figures;  // the evidence

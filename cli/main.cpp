@@ -31,6 +31,7 @@
 #include "cli/bench.h"
 #include "cli/diagnose.h"
 #include "cli/http_client.h"
+#include "cli/stage_procs.h"
 #include "cli/top.h"
 
 using nlohmann::json;
@@ -282,9 +283,18 @@ int cmd_detokenize(const Endpoint& ep, const std::vector<int64_t>& ids) {
   return 0;
 }
 
-int cmd_top(const Endpoint& ep, bool once, bool as_json) {
-  if (!once) return run_top([&] { return get_json(ep, "/kvasir/v1/stats"); });
+// The stats, and on the daemon's host each stage's run-queue wait as the
+// kernel counts it (cli/stage_procs.h): the stages are looked up on every
+// snapshot, since a restarted stage is a new process.
+json stats_with_sched(const Endpoint& ep) {
   json s = get_json(ep, "/kvasir/v1/stats");
+  if (!ep.tcp) add_sched_figures(s, stage_pids(socket_peer_pid(ep.socket)));
+  return s;
+}
+
+int cmd_top(const Endpoint& ep, bool once, bool as_json) {
+  if (!once) return run_top([&] { return stats_with_sched(ep); });
+  json s = stats_with_sched(ep);
   if (as_json) {
     s["diagnosis"] = diagnose(make_view(s, nullptr, 1.0));
     std::cout << s.dump(2) << "\n";
@@ -297,10 +307,10 @@ int cmd_top(const Endpoint& ep, bool once, bool as_json) {
 // Two snapshots `interval_s` apart: the diagnosis of what the daemon did
 // in between (docs/cli.md). Exit 0 whatever it finds.
 int cmd_diagnose(const Endpoint& ep, double interval_s, bool as_json) {
-  json a = get_json(ep, "/kvasir/v1/stats");
+  json a = stats_with_sched(ep);
   const auto t0 = std::chrono::steady_clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
-  json b = get_json(ep, "/kvasir/v1/stats");
+  json b = stats_with_sched(ep);
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const TopView v = make_view(b, &a, std::max(dt, 1e-3));
   const Diagnosis d = diagnose_view(v);

@@ -61,6 +61,10 @@ StageView stage_view(const json& s, const json* p) {
   const json& cost = sub(s, "cost");
   st.ms_per_batch = d("batches") > 0 ? busy * 1e3 / d("batches") : num(cost, "mean_busy_ms");
   if (d("handoffs") > 0) st.handoff_us = d("handoff_s") * 1e6 / d("handoffs");
+  if (s.contains("cpu_wait_s") && total > 0) {
+    st.cpu_wait = std::max(d("cpu_wait_s"), 0.0) / total;
+    st.preemptions_per_s = std::max(d("preemptions"), 0.0) / total;
+  }
   st.cost_fixed_ms = num(cost, "fixed_ms");
   st.cost_per_token_ms = num(cost, "per_token_ms");
   st.cost_per_sample_ms = num(cost, "per_sample_ms");

@@ -42,6 +42,12 @@ struct StageView {
   // Mean handoff into the stage over the interval (µs): from a batch being
   // ready for it to the stage holding it; -1 when none was timed.
   double handoff_us = -1;
+  // Time the process was runnable but waited for a CPU (run-queue wait,
+  // summed over its threads) over the interval's wall time: 0.2 = a fifth
+  // of the interval spent behind other work; -1 when the snapshots do not
+  // carry it (cli/stage_procs.h: read on the daemon's host only). And its
+  // preemptions per second.
+  double cpu_wait = -1, preemptions_per_s = 0;
   // The cost model (docs/scheduler.md): ms per batch = fixed + per_token · tokens + ...
   double cost_fixed_ms = 0, cost_per_token_ms = 0, cost_per_sample_ms = 0;
   int first_layer = 0, last_layer = 0;

@@ -79,7 +79,7 @@ awk '$2 ~ /^(0-14|15-29)$/ && $5 + 0 > 0 {found=1} END {exit !found}' <<<"$scree
 grep -qiE "kv|block" <<<"$screen" && ok "top shows the KV cache" || bad "no KV line"
 # The diagnosis line is Diagnosis::summary (cli/diagnose.cpp): each verdict
 # opens with its own words, not its cause code.
-grep -qE "^(KV capacity|batching|prefill interference|saturated and balanced|one long step|idle|loading):|^no stage statistics" <<<"$screen" && ok "top names a bottleneck" ||
+grep -qE "^(KV capacity|batching|prefill interference|saturated and balanced|one long step|descheduled|idle|loading):|^no stage statistics" <<<"$screen" && ok "top names a bottleneck" ||
   bad "no diagnosis line"
 
 tmux send-keys -t "$SESSION" q

@@ -383,3 +383,49 @@ TEST(LayerSplit, BalancesMeasuredCosts) {
   EXPECT_DOUBLE_EQ(m.head, 0.0);
   EXPECT_EQ(balanced_split(m, 2), s);
 }
+
+namespace {
+
+// Snapshots whose stages carry their run-queue wait (cpu_wait_s) and
+// preemptions, as the CLI adds them from /proc (cli/stage_procs.h).
+json waited(double t, double wait0, double wait1, std::vector<double> busy = {0.95, 0.93}) {
+  json j = snapshot(t, std::move(busy));
+  j["stages"][0]["cpu_wait_s"] = wait0 * t;
+  j["stages"][1]["cpu_wait_s"] = wait1 * t;
+  j["stages"][0]["cpu_s"] = j["stages"][1]["cpu_s"] = 0.9 * t;
+  j["stages"][0]["preemptions"] = j["stages"][1]["preemptions"] = 50 * t;
+  return j;
+}
+
+}  // namespace
+
+TEST(Diagnose, ADescheduledStageIsNamedWithItsWait) {
+  const json before = waited(10, 0.05, 0.3);
+  const TopView v = make_view(waited(12, 0.05, 0.3), &before, 2.0);
+  ASSERT_EQ(v.stages.size(), 2u);
+  EXPECT_NEAR(v.stages[0].cpu_wait, 0.05, 1e-9);
+  EXPECT_NEAR(v.stages[1].cpu_wait, 0.3, 1e-9);
+  EXPECT_NEAR(v.stages[1].preemptions_per_s, 50, 1e-9);
+  const Diagnosis d = diagnose_view(v);
+  EXPECT_EQ(d.cause, "descheduled") << d.summary;
+  EXPECT_EQ(d.knob, "stages.cpus");
+  EXPECT_EQ(d.summary.rfind("descheduled: stage 1 waited for a CPU 30%", 0), 0u) << d.summary;
+  ASSERT_EQ(d.figures.size(), 2u);
+  EXPECT_NE(d.figures[1].find("preempted 50 times/s"), std::string::npos) << d.figures[1];
+  EXPECT_NE(d.change.find("[[stages]] cpus"), std::string::npos) << d.change;
+}
+
+TEST(Diagnose, ALittleWaitOrNoFigureIsNoFinding) {
+  // Under the threshold: the ring's own verdict stands.
+  const json little = waited(10, 0.05, 0.09), much = waited(10, 0.5, 0.5);
+  EXPECT_EQ(diagnose_view(make_view(waited(11, 0.05, 0.09), &little, 1.0)).cause, "none");
+  // Snapshots without the figures (over TCP: no cpu_wait_s): no finding.
+  const TopView v = make_view(snapshot(11, {0.95, 0.93}), &much, 1.0);
+  EXPECT_EQ(v.stages[0].cpu_wait, -1);
+  EXPECT_EQ(diagnose_view(v).cause, "none");
+  // A rule about the ring's settings comes first: its figures are qualified,
+  // not replaced (one micro-batch for two stages).
+  json a = waited(10, 0.4, 0.4, {0.45, 0.5}), b = waited(11, 0.4, 0.4, {0.45, 0.5});
+  a["inflight"] = b["inflight"] = 1;
+  EXPECT_EQ(diagnose_view(make_view(b, &a, 1.0)).knob, "plan.max_inflight");
+}
