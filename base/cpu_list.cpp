@@ -61,11 +61,14 @@ Status parse_cpu_list(std::string_view text, std::string_view field, std::vector
 
 std::vector<int> allowed_cpus() {
   std::vector<int> cpus;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  cpu_set_t* set = CPU_ALLOC(kMaxCpuIndex);
+  const size_t bytes = CPU_ALLOC_SIZE(kMaxCpuIndex);
+  if (!set) return cpus;
+  CPU_ZERO_S(bytes, set);
+  if (sched_getaffinity(0, bytes, set) == 0)
+    for (int c = 0; c < kMaxCpuIndex; ++c)
+      if (CPU_ISSET_S(size_t(c), bytes, set)) cpus.push_back(c);
+  CPU_FREE(set);
   return cpus;
 }
 
@@ -81,15 +84,19 @@ Status check_cpu_list(std::string_view text, std::string_view field, const std::
 }
 
 Status pin_to_cpus(const std::vector<int>& cpus, std::string_view field) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
+  // Sized for every CPU a list may name (the fixed cpu_set_t stops at 1024).
+  cpu_set_t* set = CPU_ALLOC(kMaxCpuIndex);
+  const size_t bytes = CPU_ALLOC_SIZE(kMaxCpuIndex);
+  if (!set) return error_status(ErrorCode::kInternal, "{}: out of memory", field);
+  CPU_ZERO_S(bytes, set);
+  bool ok = !cpus.empty();
   for (int c : cpus) {
-    if (c < 0 || c >= CPU_SETSIZE)
-      return error_status(ErrorCode::kInvalidArgument, "{}: CPU {} is beyond {}", field, c,
-                          CPU_SETSIZE - 1);
-    CPU_SET(c, &set);
+    if (c < 0 || c >= kMaxCpuIndex) ok = false;
+    if (ok) CPU_SET_S(size_t(c), bytes, set);
   }
-  if (cpus.empty() || sched_setaffinity(0, sizeof set, &set) != 0)
+  ok = ok && sched_setaffinity(0, bytes, set) == 0;
+  CPU_FREE(set);
+  if (!ok)
     return error_status(ErrorCode::kInvalidArgument, "{}: cannot run on CPUs {} (now allowed: {})",
                         field, format_cpu_list(cpus), format_cpu_list(allowed_cpus()));
   return Status();
