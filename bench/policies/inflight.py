@@ -16,12 +16,13 @@ ratio (work / time at 2 in flight: how busy the ring kept its stages; its
 ceiling on a load is what `batchlog.py --what-if` replays).
 
   python3 bench/policies/inflight.py --bin build/bin [--repeat 2] [--out DIR] [--set section.key=value]
-      [--splits even=0-14/15-29,auto=auto/auto,balanced=0-15/16-29] [--busy N]
+      [--splits even=0-14/15-29,auto=auto/auto,balanced=0-15/16-29] [--busy N] [--cpus 0/1]
 
 `--busy N` runs N `nice -n 19` busy loops beside each pair (started before
 the pair's daemons, ended after): a host with something always runnable,
 where a stage that sleeps between hand-offs gets its core back late
-(docs/ring.md, "Waits").
+(docs/ring.md, "Waits"). `--cpus A/B` pins the first stage to the CPUs A
+and the second to B (`[[stages]] cpus`).
 
 `--splits` names the splits to measure (NAME=FIRST/SECOND, comma-separated);
 the balanced split of a load is the one `kvasir diagnose` proposes while it
@@ -43,11 +44,11 @@ max_tokens = 512
 [[stages]]
 layers = "{first}"
 device = "cpu"
-threads = 1
+threads = 1{cpus0}
 [[stages]]
 layers = "{second}"
 device = "cpu"
-threads = 1
+threads = 1{cpus1}
 [kv]
 memory = "256MiB"
 [server]
@@ -103,6 +104,7 @@ def main():
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--busy", type=int, default=0,
                    help="nice -n 19 busy loops to run beside each pair")
+    p.add_argument("--cpus", default="", help="FIRST/SECOND: each stage's cpus (a CPU list)")
     p.add_argument("--set", default="", help="more settings for both runs, as section.key=value[:...]")
     p.add_argument("--splits", default="even=0-14/15-29,auto=auto/auto",
                    help="NAME=FIRST/SECOND[,...]: the layer splits to measure")
@@ -124,7 +126,10 @@ def main():
     for rep in range(a.repeat):
         for name, (f, s) in splits.items():
             cfg = os.path.join(a.out, f"{name}.toml")
-            open(cfg, "w").write(CONFIG.format(model=a.model, first=f, second=s))
+            c0, _, c1 = a.cpus.partition("/")
+            pins = [f'\ncpus = "{c}"' if c else "" for c in (c0, c1)]
+            open(cfg, "w").write(CONFIG.format(model=a.model, first=f, second=s,
+                                               cpus0=pins[0], cpus1=pins[1]))
             order = [one, two] if rep % 2 == 0 else [two, one]
             busy = start_busy(a.busy)
             try:
