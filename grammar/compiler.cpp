@@ -8,7 +8,18 @@
 // (PendingGrammar) carries the deadline, compile_timeout after the ask;
 // the job itself cannot be interrupted and finishes on its worker whatever
 // the caller did, its result (success or refusal) staying in the cache.
+//
+// The queue is cheapest first: the spec's size plus its counted
+// repetitions estimate the compilation's cost (compile_cost; the spec is
+// not built into a grammar on the asking thread: for a large counted
+// repetition that alone can take a good part of a second). A worker takes
+// the cheapest job, but a job that has
+// waited half its compile_timeout first (oldest first), so a small schema
+// never waits behind a queue of large ones and a large one is not starved
+// by a stream of small ones (docs/structured-outputs.md).
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -38,7 +49,59 @@ struct Job {
   std::shared_ptr<const Vocabulary> vocab;
   std::promise<Outcome> promise;
   std::shared_ptr<std::atomic<bool>> started;
+  size_t cost = 0;  // compile_cost(spec)
+  std::chrono::steady_clock::time_point asked;
 };
+
+// The upper bound of every counted repetition in `text` ("{m,n}", "{m}",
+// "{m,}": the largest number written), which XGrammar expands into that
+// many states: `[a-z]{1,2000}` is 13 bytes and about a second to compile.
+size_t repetition_bounds(std::string_view text) {
+  size_t sum = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '{') continue;
+    size_t j = i + 1, bound = 0, n = 0;
+    bool digits = false;
+    for (; j < text.size() && (std::isdigit(uint8_t(text[j])) || text[j] == ','); ++j) {
+      if (text[j] == ',') {
+        n = 0;
+        continue;
+      }
+      digits = true;
+      n = std::min<size_t>(n * 10 + size_t(text[j] - '0'), size_t(1) << 32);
+      bound = std::max(bound, n);
+    }
+    if (digits && j < text.size() && text[j] == '}') sum += bound;
+  }
+  return sum;
+}
+
+// The numbers a JSON schema gives its length keywords, which XGrammar
+// turns into counted repetitions (maxLength 2000 costs like {0,2000}).
+size_t schema_length_bounds(std::string_view text) {
+  size_t sum = 0;
+  for (const std::string_view key : {"\"maxLength\"", "\"minLength\"", "\"maxItems\"",
+                                     "\"minItems\""}) {
+    for (size_t at = text.find(key); at != std::string_view::npos; at = text.find(key, at + 1)) {
+      size_t j = at + key.size();
+      while (j < text.size() && (text[j] == ' ' || text[j] == ':' || text[j] == '\n')) ++j;
+      size_t n = 0;
+      for (; j < text.size() && std::isdigit(uint8_t(text[j])); ++j)
+        n = std::min<size_t>(n * 10 + size_t(text[j] - '0'), size_t(1) << 32);
+      sum += n;
+    }
+  }
+  return sum;
+}
+
+// A compilation's estimated cost, for the queue's order: what the spec
+// says (its bytes, choices included) plus its counted repetitions.
+size_t compile_cost(const GrammarSpec& s) {
+  size_t cost = s.text.size() + repetition_bounds(s.text);
+  if (s.kind == GrammarKind::kJsonSchema) cost += schema_length_bounds(s.text);
+  for (const std::string& c : s.choices) cost += c.size() + 3;
+  return cost;
+}
 
 // The cache key: what the compiled grammar depends on, each field length-
 // prefixed so that no two specs share a key.
@@ -168,17 +231,34 @@ struct GrammarCompiler::Impl {
   LruCache<Entry> cache;
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<Job> queue;  // guarded by mu
+  std::deque<Job> queue;  // guarded by mu; taken cheapest first (take())
   bool stopping = false;  // guarded by mu
   std::vector<std::thread> workers;
+
+  // The job to run next (mu held, queue not empty): the oldest of those
+  // that have waited `patience`, else the cheapest (the oldest on a tie).
+  Job take(std::chrono::steady_clock::duration patience) {
+    const auto now = std::chrono::steady_clock::now();
+    size_t best = 0;
+    for (size_t i = 1; i < queue.size(); ++i) {
+      const bool late_i = now - queue[i].asked >= patience;
+      const bool late_b = now - queue[best].asked >= patience;
+      if (late_i != late_b ? late_i
+                           : (late_i ? queue[i].asked < queue[best].asked
+                                     : queue[i].cost < queue[best].cost))
+        best = i;
+    }
+    Job job = std::move(queue[best]);
+    queue.erase(queue.begin() + std::ptrdiff_t(best));
+    return job;
+  }
 
   void work(const CompilerOptions& o) {
     while (true) {
       std::unique_lock lock(mu);
       cv.wait(lock, [&] { return stopping || !queue.empty(); });
       if (stopping) return;
-      Job job = std::move(queue.front());
-      queue.pop_front();
+      Job job = take(o.limits.compile_timeout / 2);
       lock.unlock();
       job.started->store(true);
       try {
@@ -283,6 +363,8 @@ PendingGrammar GrammarCompiler::compile_async(const GrammarSpec& spec,
   if (!hit) {
     job.spec = spec;
     job.vocab = vocab;
+    job.asked = std::chrono::steady_clock::now();
+    job.cost = compile_cost(spec);
     {
       std::lock_guard lock(impl_->mu);
       if (impl_->stopping) return known(Status(ErrorCode::kStopping, "the grammar compiler stopped"));

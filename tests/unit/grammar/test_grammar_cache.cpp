@@ -1,7 +1,7 @@
 // The compile cache: LruCache alone (hit, bound, order, capacity 0), and
 // GrammarCompiler's use of it (hits share one compiled grammar, the bound,
 // threads racing on the same and different specs, the deadline and a busy
-// compiler).
+// compiler, the queue's order: cheapest first, the long-waiting before).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -182,6 +182,47 @@ TEST(GrammarCache, DeadlineCountsFromTheAsk) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(50));
   EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.to_string();
   EXPECT_NE(st.message().find("too complex"), std::string::npos) << st.message();
+}
+
+// The queue is cheapest first: behind a running slow compilation, a small
+// spec asked after a large one still goes before it.
+TEST(GrammarCache, SmallSpecsGoBeforeLargeOnes) {
+  const TestVocab* tv = default_vocab();
+  if (tv == nullptr) GTEST_SKIP() << "no default model at " << model_path();
+  CompilerOptions o;
+  o.workers = 1;
+  o.limits.compile_timeout = std::chrono::seconds(120);
+  GrammarCompiler compiler(o);
+  const PendingGrammar running = compiler.compile_async(GrammarSpec::regex(kSlowRegex), tv->vocab);
+  const PendingGrammar large = compiler.compile_async(GrammarSpec::regex("[a-y]{1,2000}"), tv->vocab);
+  const PendingGrammar small = compiler.compile_async(GrammarSpec::regex("[0-9]+"), tv->vocab);
+  std::shared_ptr<const CompiledGrammar> g;
+  ASSERT_TRUE(small.wait(&g).ok());
+  EXPECT_FALSE(large.ready()) << "the large spec went first";
+  EXPECT_TRUE(large.wait(&g).ok());
+  EXPECT_TRUE(running.wait(&g).ok());
+}
+
+// ...but a job that has waited half its compile_timeout goes first, so a
+// stream of small specs cannot starve a large one.
+TEST(GrammarCache, AJobWaitingHalfItsTimeoutGoesFirst) {
+  const TestVocab* tv = default_vocab();
+  if (tv == nullptr) GTEST_SKIP() << "no default model at " << model_path();
+  CompilerOptions o;
+  o.workers = 1;
+  o.limits.compile_timeout = std::chrono::milliseconds(200);
+  GrammarCompiler compiler(o);
+  const PendingGrammar running = compiler.compile_async(GrammarSpec::regex(kSlowRegex), tv->vocab);
+  const PendingGrammar large = compiler.compile_async(GrammarSpec::regex("[a-y]{1,2000}"), tv->vocab);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // large has waited 100 ms
+  // Cheaper than large, yet tens of milliseconds to compile: were it taken
+  // first, the poll below would see it ready alone.
+  const PendingGrammar small = compiler.compile_async(GrammarSpec::regex("[a-x]{1,300}"), tv->vocab);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!large.ready() && !small.ready() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(large.ready()) << "the small spec went before the one that waited";
+  EXPECT_FALSE(small.ready());
 }
 
 TEST(GrammarCache, DestroyingTheCompilerDropsQueuedWork) {
