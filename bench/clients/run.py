@@ -103,9 +103,10 @@ def echo_shim(port, upstream_port):
         p.wait()
 
 
-def run_logged(cmd, log, cwd=None, tail=40):
-    """Run cmd with its output in `log`; on failure print its tail and raise."""
-    env = dict(os.environ, **OFFLINE)
+def run_logged(cmd, log, cwd=None, tail=40, offline=True):
+    """Run cmd with its output in `log`; on failure print its tail and raise.
+    offline: the Hugging Face libraries told so (no hub lookups)."""
+    env = dict(os.environ, **(OFFLINE if offline else {}))
     t = time.time()
     with open(log, "w") as f:
         rc = subprocess.run(cmd, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
@@ -137,6 +138,39 @@ def lm_eval(name, port, model_id, tok, out, limit):
     return results["results"], samples, wall
 
 
+def task_texts():
+    """The texts lm-eval tokenizes: each question with each of its choices,
+    each generation prompt (the YAMLs' templates, written out here)."""
+    shots = ("Q: What is the capital of Spain?\nA: Madrid\n\nQ: What is 2 plus 2?\nA: 4\n\n"
+             "Q: What is the opposite of up?\nA: down\n\nQ: Which animal says moo?\nA: cow\n\n")
+    texts = []
+    for d in map(json.loads, open(os.path.join(DATA, "mc.jsonl"))):
+        texts += [f"Question: {d['question']}\nAnswer: {c}" for c in d["choices"]]
+    for d in map(json.loads, open(os.path.join(DATA, "gen.jsonl"))):
+        texts.append(f"{shots}Q: {d['question']}\nA:")
+    return texts
+
+
+def tokenizer_check(tok, port, llama):
+    """How many task texts tokenizer.json encodes as the server does
+    (kvasird's /tokenize, or llama-server's)."""
+    from transformers import AutoTokenizer
+    t = AutoTokenizer.from_pretrained(tok)
+    texts, same = task_texts(), 0
+    for text in texts:
+        body = {"content": text, "add_special": False} if llama else \
+            {"prompt": text, "add_special_tokens": False}
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/tokenize",
+                                     json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            same += json.load(r)["tokens"] == t(text, add_special_tokens=False).input_ids
+    who = "llama-server" if llama else "kvasird"
+    print(f"tokenizer.json and {who}'s /tokenize agree on {same} of {len(texts)} task texts",
+          flush=True)
+    return len(texts) - same
+
+
 def score(res, task, metric):
     r = res[task]
     return r[f"{metric},none"], r.get(f"{metric}_stderr,none", float("nan"))
@@ -147,8 +181,8 @@ def compare(ks, ls):
     diffs, rank = [], 0
     mc_k, mc_l = ks["kvasir_mc"], ls["kvasir_mc"]
     for d in sorted(mc_k):
-        a = [x[0] for x in mc_k[d]["filtered_resps"]]
-        b = [x[0] for x in mc_l[d]["filtered_resps"]]
+        a = [float(x[0]) for x in mc_k[d]["filtered_resps"]]
+        b = [float(x[0]) for x in mc_l[d]["filtered_resps"]]
         diffs += [abs(x - y) for x, y in zip(a, b)]
         rank += a.index(max(a)) != b.index(max(b))
     gen_k, gen_l = ks["kvasir_gen"], ls["kvasir_gen"]
@@ -187,7 +221,10 @@ def aiperf(port, model_id, tok, out, requests):
         print(f"\n== aiperf profile, {endpoint}, {requests} requests at 2 concurrent, "
               "64 tokens in / 32 out, streamed", flush=True)
         try:
-            run_logged(cmd, dest + ".log")
+            # Not HF_HUB_OFFLINE: aiperf 0.13.0 then takes a tokenizer path for
+            # a hub cache entry and refuses it (HFValidationError); online, a
+            # local folder is loaded as it is, with no request.
+            run_logged(cmd, dest + ".log", offline=False)
         except RuntimeError as e:
             print(f"aiperf FAILED: {e}")
             errors += 1
@@ -198,10 +235,10 @@ def aiperf(port, model_id, tok, out, requests):
 
 
 def summary_of(log):
-    """aiperf's console summary: its log from the first table line on."""
+    """aiperf's main console table (LLM Metrics) and the lines after it."""
     lines = open(log, errors="replace").read().splitlines()
-    start = next((i for i, x in enumerate(lines) if "Metric" in x and "avg" in x), None)
-    return "\n".join(lines[max(0, start - 2):] if start is not None else lines[-40:])
+    start = next((i for i, x in enumerate(lines) if x.strip().endswith("| LLM Metrics")), None)
+    return "\n".join(x for x in (lines[start:] if start is not None else lines[-40:]) if x.strip())
 
 
 def request_errors(dest):
@@ -239,6 +276,7 @@ def main():
     errors, kv = 0, None
     with serve.kvasird(a, 1):
         model_id = get_json(f"http://127.0.0.1:{a.port}/v1/models")["data"][0]["id"]
+        errors += tokenizer_check(tok, a.port, False)
         if a.only != "aiperf":
             kv = guarded(lambda: lm_eval("kvasird", a.port, model_id, tok, out, limit))
         if a.only != "lm-eval":
@@ -247,6 +285,7 @@ def main():
         peers = subprocess.run([os.path.join(ROOT, "bench", "peers", "build")], check=True,
                                stdout=subprocess.PIPE, text=True).stdout.strip()
         with serve.llama_server(peers, a, 1, 2048) as (port, _), echo_shim(a.port + 2, port):
+            errors += tokenizer_check(tok, port, True)
             ll = guarded(lambda: lm_eval("llama.cpp", a.port + 2, model_id, tok, out, limit))
         if kv is None or ll is None:
             return 1
