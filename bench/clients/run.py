@@ -218,6 +218,8 @@ def aiperf(port, model_id, tok, out, requests):
                "--isl", "64", "--isl-stddev", "0", "--osl", "32",
                "--extra-inputs", "ignore_eos:true", "--random-seed", "1", "--ui-type", "none",
                "--no-gpu-telemetry", "--workers-max", "2", "--artifact-dir", dest]
+        # Chat: count the input as the server does, the template included.
+        cmd += ["--apply-chat-template"] if endpoint == "chat" else []
         print(f"\n== aiperf profile, {endpoint}, {requests} requests at 2 concurrent, "
               "64 tokens in / 32 out, streamed", flush=True)
         try:
