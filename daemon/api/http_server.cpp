@@ -208,9 +208,20 @@ class Session : public Conn, public std::enable_shared_from_this<Session<Socket>
     res->keep_alive(keep_alive_);
     res->body() = std::move(body);
     res->prepare_payload();
-    enqueue([self = this->shared_from_this(), res](auto done) {
-      http::async_write(self->sock_, *res, [res, done](error_code ec, size_t) { done(ec); });
-    });
+    if (head_) {
+      // HEAD: the header a GET would get, Content-Length included, and no
+      // body (RFC 9110 9.3.2): a body would be read as the start of the
+      // next response on a kept-alive connection.
+      auto sr = std::make_shared<http::response_serializer<http::string_body>>(*res);
+      enqueue([self = this->shared_from_this(), res, sr](auto done) {
+        http::async_write_header(self->sock_, *sr,
+                                 [res, sr, done](error_code ec, size_t) { done(ec); });
+      });
+    } else {
+      enqueue([self = this->shared_from_this(), res](auto done) {
+        http::async_write(self->sock_, *res, [res, done](error_code ec, size_t) { done(ec); });
+      });
+    }
     enqueue_end();
   }
 
@@ -340,6 +351,7 @@ class Session : public Conn, public std::enable_shared_from_this<Session<Socket>
     auto& msg = parser_->get();
     HttpRequest req;
     req.method = std::string(msg.method_string());
+    head_ = msg.method() == http::verb::head;
     req.target = std::string(msg.target());
     req.path = req.target.substr(0, req.target.find('?'));
     for (const auto& f : msg) {
@@ -414,6 +426,7 @@ class Session : public Conn, public std::enable_shared_from_this<Session<Socket>
   std::deque<Op> ops_;
   bool writing_ = false;
   bool keep_alive_ = true;
+  bool head_ = false;  // the request being answered is a HEAD: headers only
   bool closed_ = false;
   bool reading_timed_out_ = false;
   size_t drained_ = 0;

@@ -542,6 +542,29 @@ TEST_F(ApiHttpTest, HugeHeaderIs431) {
   EXPECT_EQ(get("/health").status, 200);
 }
 
+// HEAD gets the header a GET would (a 405 for a GET-only route: RFC 9110
+// allows 405 for HEAD) and no body: a body would be read as the next
+// response on the same connection (aiperf probes HEAD /metrics, then GETs).
+TEST_F(ApiHttpTest, HeadHasNoBody) {
+  asio::io_context io;
+  asio::local::stream_protocol::socket s(io);
+  s.connect(asio::local::stream_protocol::endpoint(sock_path_));
+  asio::write(s, asio::buffer(std::string("HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+                                          "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")));
+  std::string out;
+  boost::system::error_code ec;
+  char buf[4096];
+  for (;;) {
+    size_t n = s.read_some(asio::buffer(buf), ec);
+    out.append(buf, n);
+    if (ec) break;
+  }
+  const size_t end_of_head = out.find("\r\n\r\n");
+  ASSERT_NE(end_of_head, std::string::npos) << out;
+  EXPECT_EQ(out.rfind("HTTP/1.1 405", 0), 0u) << out;
+  EXPECT_EQ(out.compare(end_of_head + 4, 15, "HTTP/1.1 200 OK"), 0) << out;
+}
+
 TEST_F(ApiHttpTest, SlowlorisIsCut) {
   asio::io_context io;
   asio::local::stream_protocol::socket s(io);
