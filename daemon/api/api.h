@@ -85,8 +85,8 @@ struct GrammarServiceOptions {
   size_t max_spec_bytes = 64 << 10;  // a schema, regex or grammar's text
 };
 
-// The daemon's grammar service (grammar::check_grammar on the caller's
-// thread), or null in a build without the grammar engine: structured
+// The daemon's grammar service (grammar::check_grammar on a worker thread of
+// its own, so a slow check never holds the io thread), or null in a build without the grammar engine: structured
 // requests then get 400.
 std::shared_ptr<GrammarService> make_grammar_service(const GrammarServiceOptions& options);
 
