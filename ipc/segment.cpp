@@ -396,6 +396,7 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, const SegmentP
   auto* base = static_cast<char*>(s->base_);
   s->hdr_ = new (base) SegmentHeader();
   s->hdr_->version = kSegVersion;
+  s->hdr_->msg_version = kMsgVersion;
   s->hdr_->total_size = lay.total;
   s->hdr_->params = params;
   for (int i = 0; i < params.n_stages + params.n_members; ++i)
@@ -437,6 +438,10 @@ std::unique_ptr<Segment> Segment::open(const std::string& name) {
   KV_CHECK(s->hdr_->magic == kSegMagic && s->hdr_->version == kSegVersion,
            "segment {}: not a Kvasir segment of version {} (magic {:#x}, version {})", name,
            kSegVersion, s->hdr_->magic, s->hdr_->version);
+  KV_CHECK(s->hdr_->msg_version == kMsgVersion,
+           "segment {}: its daemon sends ring messages of version {}, this process reads version "
+           "{} (the daemon and its stages come from different builds)",
+           name, s->hdr_->msg_version, kMsgVersion);
   std::memcpy(static_cast<void*>(&s->params_), &s->hdr_->params, sizeof(SegmentParams));
   auto why = check_params(s->params_);
   KV_CHECK(why.empty(), "segment {}: bad plan in header: {}", name, why);

@@ -46,8 +46,8 @@ constexpr uint32_t kSegMagic = 0x5253564B;  // "KVSR" little-endian
 // member (request, answer) after the grammar table; 11: the tail's grammar
 // compiler settings in the plan (SegmentParams::grammar_workers, ...); 12:
 // the hand-off spin (SegmentParams::spin_ns) and each stage's CPUs
-// (StagePlan::cpus).
-constexpr uint32_t kSegVersion = 12;
+// (StagePlan::cpus); 13: the header names the ring's message version.
+constexpr uint32_t kSegVersion = 13;
 constexpr int kMaxStages = 16;
 static_assert(kMaxStageTimes == kMaxStages, "a result slot times every stage");
 
@@ -273,6 +273,11 @@ struct MemberArea {
 struct SegmentHeader {
   uint32_t magic = 0;  // written last by the creator
   uint32_t version = 0;
+  // The creator's ipc::kMsgVersion: an opener of another one refuses the
+  // segment at once. (A stage that only met the mismatch on the first
+  // batch would answer in its own version, which the bridge drops: the
+  // batch would never come back.)
+  uint32_t msg_version = 0;
   uint64_t total_size = 0;
   std::atomic<int32_t> owner_pid{0};
   std::atomic<uint32_t> shutdown{0};  // 1: every loop ends

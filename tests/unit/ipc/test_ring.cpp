@@ -179,6 +179,23 @@ TEST(Segment, CorruptHeaderRefusedByOpener) {
   Segment::remove(name);
 }
 
+// A stage of another build would answer the first batch in its own message
+// version, which the bridge drops: the batch would never come back. It is
+// refused when it opens the segment instead, naming both versions.
+TEST(Segment, OtherMessageVersionRefusedByOpener) {
+  auto name = unique_name("msgver");
+  auto seg = Segment::create(name, params());
+  EXPECT_NO_THROW(Segment::open(name));
+  seg->header().msg_version = kMsgVersion - 1;
+  try {
+    Segment::open(name);
+    ADD_FAILURE() << "a segment of another message version was opened";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("different builds"), std::string::npos) << e.what();
+  }
+  Segment::remove(name);
+}
+
 // Parent pushes N messages into ring 0; a child forwards them to ring 1
 // (incrementing n_tokens); the parent reads them back in order. Capacity 2,
 // so the producer runs into the credit limit many times.
