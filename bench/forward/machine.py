@@ -34,10 +34,19 @@ def peers_python():
 
 def peers():
     """peers_python(); then build or find the llama.cpp peers (bench/peers/
-    build) and return their bin folder."""
+    build) and return their bin folder. KVASIR_PEERS_ISA=avx2: both engines
+    at AVX2 alone, what an AVX2-only machine runs (the peers built with
+    `--isa avx2`, Kvasir pinned by KVASIR_SIMD=avx2, inherited by every
+    process the bench starts)."""
     peers_python()
-    return subprocess.run([os.path.join(ROOT, "bench", "peers", "build")], check=True,
-                          stdout=subprocess.PIPE, text=True).stdout.strip()
+    cmd = [os.path.join(ROOT, "bench", "peers", "build")]
+    isa = os.environ.get("KVASIR_PEERS_ISA", "")
+    if isa:
+        if isa != "avx2":
+            raise SystemExit(f"KVASIR_PEERS_ISA={isa}: only avx2 is known")
+        cmd += ["--isa", isa]
+        os.environ.setdefault("KVASIR_SIMD", isa)
+    return subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
 
 
 def peers_stamp(bin_dir):
