@@ -427,6 +427,24 @@ void parse_scheduler(const toml::table& s, SchedulerCfg& sc) {
   }
 }
 
+// The draft count bounds a row's verification records (ipc DescRow::n_draft
+// is a byte) and what a decode row may add to a micro-batch.
+constexpr int32_t kMaxDraft = 16;
+
+void parse_speculative(const toml::table& t, SpeculativeCfg& sc) {
+  check_keys(t, "speculative", {"method", "max_draft", "ngram_max", "ngram_min"});
+  sc.method = get_str(t, "method", "speculative.method", sc.method);
+  KV_CHECK(sc.method != "suffix",
+           "speculative.method: \"suffix\" is not implemented yet; use \"ngram\" or \"none\"");
+  KV_CHECK(sc.method == "none" || sc.method == "ngram",
+           "speculative.method: \"{}\" is not one of none, ngram", sc.method);
+  sc.max_draft = get_int(t, "max_draft", "speculative.max_draft", sc.max_draft, 1, kMaxDraft);
+  sc.ngram_max = get_int(t, "ngram_max", "speculative.ngram_max", sc.ngram_max, 1, 64);
+  sc.ngram_min = get_int(t, "ngram_min", "speculative.ngram_min", sc.ngram_min, 1, 64);
+  KV_CHECK(sc.ngram_min <= sc.ngram_max, "speculative.ngram_min ({}) exceeds ngram_max ({})",
+           sc.ngram_min, sc.ngram_max);
+}
+
 double get_seconds(const toml::table& t, const char* key, const char* field, double def, double lo,
                    double hi) {
   auto* d = t.get(key);
@@ -551,7 +569,7 @@ Config parse_config(std::string_view text, const std::string& base_dir, const st
   c.source = source;
   check_keys(root, "",
              {"model", "plan", "stages", "kv", "cuda", "scheduler", "server", "recovery", "grammar",
-              "log"});
+              "speculative", "log"});
   parse_model(root, base_dir, c.model);
   if (auto* p = sub_table(root, "plan")) parse_plan(*p, c.plan);
   if (auto* n = root.get("stages")) parse_stages(*n, c.plan);
@@ -561,6 +579,7 @@ Config parse_config(std::string_view text, const std::string& base_dir, const st
   if (auto* s = sub_table(root, "server")) parse_server(*s, c.server);
   if (auto* r = sub_table(root, "recovery")) parse_recovery(*r, c.recovery);
   if (auto* g = sub_table(root, "grammar")) parse_grammar(*g, c.grammar);
+  if (auto* t = sub_table(root, "speculative")) parse_speculative(*t, c.speculative);
   if (auto* l = sub_table(root, "log")) parse_log(*l, base_dir, c.log);
   resolve_server(base_dir, c.server);
   validate_plan(c.plan);

@@ -205,6 +205,15 @@ struct LogCfg {
   std::string batches;
 };
 
+// [speculative]: speculative decoding (docs/speculative.md). The names
+// daemon/engine/drafter.h parses; ranges checked in parse_config.
+struct SpeculativeCfg {
+  std::string method = "none";  // none | ngram ("suffix" is refused: not implemented)
+  int32_t max_draft = 4;        // draft tokens per row per step, at most
+  int32_t ngram_max = 4;        // prompt lookup's longest n-gram
+  int32_t ngram_min = 2;        // and its shortest
+};
+
 struct Config {
   std::string source;  // the file it came from ("<string>" when parsed from text)
   ModelCfg model;
@@ -215,6 +224,7 @@ struct Config {
   ServerCfg server;
   RecoveryCfg recovery;
   GrammarCfg grammar;
+  SpeculativeCfg speculative;
   LogCfg log;
 };
 

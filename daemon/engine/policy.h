@@ -9,6 +9,8 @@
 #include <optional>
 #include <string_view>
 
+#include "daemon/engine/drafter.h"  // SpecLimits
+
 namespace kvasir {
 
 enum class Policy {
@@ -46,6 +48,9 @@ struct SchedLimits {
   // Automatic prefix caching ([kv] prefix_caching; docs/scheduler.md). Not
   // under `static`, which models a padded batcher (the config refuses it).
   bool prefix_caching = false;
+  // Speculative decoding ([speculative]; docs/speculative.md): off unless
+  // a method is set.
+  SpecLimits spec = {};
 };
 
 // The ring as the bridge sees it when it asks for a batch.

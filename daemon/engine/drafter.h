@@ -1,0 +1,80 @@
+// daemon/engine/drafter.h — speculative decoding's drafters: who proposes
+// the tokens a decoding row carries after its last one (docs/speculative.md).
+//
+// A drafter sees a sequence's tokens (prompt, then output) and proposes up to
+// k tokens to follow them; the tail verifies them against the model in the
+// same row (ipc DescRow::n_draft). A drafter is deterministic: a proposal is a
+// point mass (q one-hot), so "accept iff the target's sampled token equals the
+// draft" is the exact rejection rule and the output is the one without
+// speculation. A drafter that proposes distributions (a draft model) uses
+// the general rule instead (stages/spec_accept.h).
+//
+// Engine thread only (the scheduler owns its drafter).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace kvasir {
+
+enum class DraftMethod {
+  kNone,   // no speculation
+  kNgram,  // prompt lookup (NgramDrafter)
+};
+std::optional<DraftMethod> parse_draft_method(std::string_view name);
+const char* draft_method_name(DraftMethod m);
+
+// [speculative] (docs/config.md), as the scheduler takes it.
+struct SpecLimits {
+  DraftMethod method = DraftMethod::kNone;
+  int32_t max_draft = 4;  // k: the most draft tokens per row per step
+  // Prompt lookup's n-gram sizes (vLLM's prompt_lookup_max / _min).
+  int32_t ngram_max = 4;
+  int32_t ngram_min = 2;
+  bool enabled() const { return method != DraftMethod::kNone && max_draft > 0; }
+};
+
+// What speculation did, counted over the scheduler's life (vLLM's
+// spec_decode_num_drafts / _num_draft_tokens / _num_accepted_tokens).
+struct SpecCounts {
+  int64_t drafts = 0;    // rows that carried drafts, with results applied
+  int64_t proposed = 0;  // draft tokens those rows carried
+  int64_t accepted = 0;  // of which the target agreed with (emitted as its own)
+  // The tokens a drafting row emits on average: 1 + accepted / drafts.
+  double mean_accepted_length() const {
+    return drafts > 0 ? 1.0 + double(accepted) / double(drafts) : 0.0;
+  }
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual const char* name() const = 0;
+  // Up to k tokens to follow `tokens` (may be none). Pure in its inputs
+  // for a deterministic drafter: the same tokens give the same drafts.
+  virtual std::vector<int32_t> propose(std::span<const int32_t> tokens, int32_t k) const = 0;
+};
+
+// Prompt lookup (vLLM's "ngram"): for n from ngram_max down to ngram_min,
+// the n tokens ending the sequence are looked for earlier in it; the first
+// n that matches proposes up to k tokens that followed its most recent
+// earlier occurrence (at least one always follows it). Cost: O(length x n)
+// per call, a decode's scan of its own tokens.
+class NgramDrafter final : public Drafter {
+ public:
+  NgramDrafter(int32_t ngram_min, int32_t ngram_max);
+  const char* name() const override { return "ngram"; }
+  std::vector<int32_t> propose(std::span<const int32_t> tokens, int32_t k) const override;
+
+ private:
+  int32_t min_, max_;
+};
+
+// The drafter `spec` names; null for kNone.
+std::unique_ptr<Drafter> make_drafter(const SpecLimits& spec);
+
+}  // namespace kvasir
