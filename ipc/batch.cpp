@@ -32,7 +32,8 @@ uint64_t result_bytes(const SlotDims& d) {
   uint64_t r = uint64_t(d.max_rows);
   return align64(sizeof(ResultHeader)) + align64(4 * r) + align64(4 * r) + align64(4 * r) +
          align64(sizeof(TopLogprob) * kMaxLogprobs * r) +
-         align64(sizeof(PromptRecord) * uint64_t(d.max_tokens));
+         align64(sizeof(PromptRecord) * uint64_t(d.max_tokens)) +
+         align64(sizeof(DraftRecord) * uint64_t(d.max_tokens));
 }
 
 DescView desc_view(void* base, const SlotDims& d) {
@@ -69,6 +70,8 @@ ResultView result_view(void* base, const SlotDims& d) {
   v.top = reinterpret_cast<TopLogprob*>(p);
   p += align64(sizeof(TopLogprob) * kMaxLogprobs * r);
   v.prompt = reinterpret_cast<PromptRecord*>(p);
+  p += align64(sizeof(PromptRecord) * uint64_t(d.max_tokens));
+  v.draft = reinterpret_cast<DraftRecord*>(p);
   return v;
 }
 
@@ -158,6 +161,9 @@ Status read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_
       return refused("batch {} row {}: {} logit biases (max {})", m.batch_id, r, nb, kMaxLogitBias);
     std::copy_n(v.bias + int64_t(r) * kMaxLogitBias, nb,
                 out.bias.data() + int64_t(r) * kMaxLogitBias);
+    if (row.n_draft > 0 && (!row.sample || row.n_draft >= row.n_tokens))
+      return refused("batch {} row {}: {} drafts in {} tokens{}", m.batch_id, r, row.n_draft,
+                     row.n_tokens, row.sample ? "" : " (a row not sampled)");
     if (row.prompt_logprobs > kMaxLogprobs + 1)
       return refused("batch {} row {}: prompt_logprobs {}", m.batch_id, r, row.prompt_logprobs);
   }

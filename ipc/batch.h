@@ -26,8 +26,10 @@ constexpr uint16_t kMsgBatch = 1;
 // pad (`static` padding travels as rows of filler sequences). 9: top_logprobs
 // up to 20 in the result slot; the descriptor carries each row's logit biases.
 // 10: DescRow asks for prompt logprobs (prompt_logprobs, next_token), the
-// result slot carries them (PromptRecord).
-constexpr uint16_t kMsgVersion = 10;
+// result slot carries them (PromptRecord). 11: DescRow says how many of its
+// last tokens are drafts (speculative decoding), the result slot carries the
+// tokens their verification emitted (DraftRecord).
+constexpr uint16_t kMsgVersion = 11;
 // Stages whose time a result slot carries (the segment's kMaxStages).
 constexpr int kMaxStageTimes = 16;
 
@@ -93,7 +95,13 @@ struct DescRow {
   // from the logits at p) with k top alternatives, into the result slot's
   // PromptRecords at the row's token indices. k <= kMaxLogprobs.
   uint8_t prompt_logprobs = 0;
-  uint8_t reserved[2] = {};
+  // Speculative decoding (docs/speculative.md): the row's last n_draft
+  // tokens are drafts, not yet the sequence's: the tail samples the target's
+  // token at each of the last 1 + n_draft positions, in order, and stops at
+  // the first that differs from the draft after it. Only on sampled rows;
+  // n_draft < n_tokens. 0: an ordinary row.
+  uint8_t n_draft = 0;
+  uint8_t reserved = 0;
   // With prompt_logprobs: the prompt token after the row's last position
   // (its first in the next chunk), or -1 when the row reaches the prompt's
   // end: the last position's logits score it.
@@ -114,6 +122,19 @@ struct PromptRecord {
   int32_t token = 0;
   float logprob = 0;
   int32_t rank = 0;
+  int32_t n_top = 0;
+  TopLogprob top[kMaxLogprobs] = {};
+};
+
+// One token a drafting row's verification emitted past its first
+// (DescRow::n_draft): the record at the token index of draft d_j holds the
+// target's token t_j sampled from that index's logits (at position
+// pos0 + index-in-row + 1), with its raw logprob and top alternatives as
+// the row's first token has them. token -1: not emitted (an earlier draft
+// was rejected). t_j is emitted only if t_{j-1} equals d_j.
+struct DraftRecord {
+  int32_t token = -1;
+  float logprob = 0;
   int32_t n_top = 0;
   TopLogprob top[kMaxLogprobs] = {};
 };
@@ -159,7 +180,7 @@ constexpr int32_t kTokenGrammarRefused = -2;
 
 // A result slot. Layout: ResultHeader | int32 token[max_rows] |
 // float logprob[max_rows] | int32 n_top[max_rows] | TopLogprob[max_rows][kMaxLogprobs] |
-// PromptRecord[max_tokens]
+// PromptRecord[max_tokens] | DraftRecord[max_tokens]
 struct ResultView {
   ResultHeader* hdr = nullptr;
   int32_t* token = nullptr;
@@ -170,6 +191,9 @@ struct ResultView {
   // index t scores the prompt token after t's position. Written by the
   // tail for the rows that ask (DescRow::prompt_logprobs) only.
   PromptRecord* prompt = nullptr;
+  // Speculative decoding, by the batch's token index: written by the tail
+  // at the draft tokens' indices of the rows with n_draft > 0 only.
+  DraftRecord* draft = nullptr;
 };
 
 uint64_t desc_bytes(const SlotDims& d);
@@ -207,7 +231,8 @@ Status check_msg(const BatchMsg& m, const SlotDims& d, uint64_t last_batch_id);
 // Copies the descriptor of m.slot and checks it against the message and the
 // widths: same batch id and counts, rows' tokens sum to n_tokens, each row
 // has >= 1 token and at most kMaxLogitBias logit biases, a table long enough for its positions,
-// block ids in [0, n_blocks), block copies as BlockCopy says. Only each row's n_table ids are
+// block ids in [0, n_blocks), block copies as BlockCopy says, n_draft only on sampled rows
+// and below n_tokens. Only each row's n_table ids are
 // copied, into out's buffers as the previous call left them. Not ok: kBatchRefused and why (out is
 // then unspecified).
 Status read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_t n_blocks,

@@ -178,7 +178,7 @@ ForwardBatch Agent::forward_batch(const ipc::BatchMsg& m) {
   for (int32_t r = 0; r < m.n_rows; ++r) {
     const ipc::DescRow& row = batch_.rows[r];
     frows_[r] = ForwardRow{row.pos0, row.n_tokens, batch_.tables.data() + int64_t(r) * d_.max_table,
-                           row.n_table, row.sample != 0};
+                           row.n_table, row.sample != 0, row.n_draft};
   }
   ForwardBatch fb;
   fb.rows = frows_.data();
@@ -198,6 +198,11 @@ ForwardBatch Agent::forward_batch(const ipc::BatchMsg& m) {
     fb.all_logits = all_logits_;
     if (all_logits_ && logits_.size() < size_t(m.n_tokens) * size_t(cfg_.vocab))
       logits_.resize(size_t(d_.max_tokens) * size_t(cfg_.vocab));
+    // Drafting rows (speculative decoding) take 1 + n_draft logits rows
+    // each; a backend that cannot select them (CUDA) projects every token,
+    // so room for the batch's tokens.
+    if (has_drafts(batch_, m.n_rows) && logits_.size() < size_t(m.n_tokens) * size_t(cfg_.vocab))
+      logits_.resize(size_t(m.n_tokens) * size_t(cfg_.vocab));
     // Structured outputs: the grammar's records and mask jobs now; the masks
     // themselves before the pass only where the device samples (the host
     // sampler takes them after it, while the jobs ran beside the pass).

@@ -229,6 +229,22 @@ bool CudaBackend::attach_boundaries() {
   return true;
 }
 
+// Every token's logits ([n_tokens, vocab]) to the selection a CPU tail
+// returns: each want_logits row's last 1 + n_draft, in row order. A
+// destination never lies past its source, so in order each move is safe.
+void pack_selected_logits(const ForwardBatch& b, float* logits, int32_t vocab) {
+  int64_t t = 0, k = 0;
+  for (int32_t r = 0; r < b.n_rows; ++r) {
+    t += b.rows[r].n_tokens;
+    if (!b.rows[r].want_logits) continue;
+    const int64_t n = 1 + b.rows[r].n_draft;
+    if (k != t - n)
+      std::memmove(logits + k * vocab, logits + (t - n) * vocab,
+                   size_t(n) * size_t(vocab) * sizeof(float));
+    k += n;
+  }
+}
+
 void CudaBackend::forward(const ForwardBatch& b, const float* in, float* out, float* logits) {
   KV_CHECK(b.n_rows >= 0 && b.n_rows <= int32_t(rows_.size()), "batch: {} rows", b.n_rows);
   for (int32_t r = 0; r < b.n_rows; ++r)
@@ -248,11 +264,22 @@ void CudaBackend::forward(const ForwardBatch& b, const float* in, float* out, fl
   cb.copy_src = b.copy_src;
   cb.copy_dst = b.copy_dst;
   cb.n_copies = b.n_copies;
-  if (stage_ == seg_.params().n_stages - 1 && b.sampling && b.sampled_token && b.sampled_logprob)
+  // Drafting rows (speculative decoding) need the logits of their last
+  // 1 + n_draft tokens, which the plugin's tail cannot select: the batch
+  // takes every token's (the agent's buffer holds n_tokens rows then), the
+  // host samples all its rows, and the rows the agent expects are packed
+  // to the front below.
+  const bool drafts = !b.all_logits && std::any_of(b.rows, b.rows + b.n_rows, [](const ForwardRow& r) {
+    return r.want_logits && r.n_draft > 0;
+  });
+  if (drafts) cb.all_logits = 1;
+  if (!drafts && stage_ == seg_.params().n_stages - 1 && b.sampling && b.sampled_token &&
+      b.sampled_logprob)
     fill_sampling(b, cb);
   char err[512] = {};
   const int rc = api().forward(stage_handle_.st, &cb, err, sizeof err);
   KV_CHECK_CODE(rc == KVASIR_CUDA_OK, code_of(rc), "{}", text(err, sizeof err));
+  if (drafts && logits) pack_selected_logits(b, logits, vocab_);
 }
 
 // Only ids leave the GPU for rows its sampler covers; penalties (which need

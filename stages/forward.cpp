@@ -416,21 +416,36 @@ void SliceExecutor::forward(const ForwardBatch& b, const float* hidden_in, float
     std::memcpy(hidden_out, x, size_t(b.n_tokens * H) * sizeof(float));
     return;
   }
+  project_logits(b, x, logits);
+}
+
+// The tail's final norm and output head: every token's (all_logits), or
+// the selected rows' (ForwardRow::want_logits, n_draft) into logits.
+void SliceExecutor::project_logits(const ForwardBatch& b, float* x, float* logits) {
+  const ModelConfig& c = cfg_;
+  const int64_t H = c.hidden;
   KV_CHECK(logits != nullptr || !b.all_logits, "batch: the tail needs a logits buffer");
   if (b.all_logits) {  // every token: normalise in place and project all of them
     cpu::rmsnorm(x, static_cast<const float*>(out_norm_->data), c.rms_eps, b.n_tokens, H, x);
     cpu::matmul(*output_, x, b.n_tokens, logits, pool_.get());  // [n_tokens, vocab]
     return;
   }
-  // Tail: final norm and output head on the last token of each sampled row.
+  // Tail: final norm and output head on the last token of each sampled row
+  // (a drafting row's last 1 + n_draft: only those, never the whole batch).
   int64_t n_sel = 0;
-  s_->last.resize(size_t(b.n_rows) * size_t(H));
-  t = 0;
+  int64_t t = 0;
+  for (int32_t r = 0; r < b.n_rows; ++r)
+    if (b.rows[r].want_logits) n_sel += 1 + b.rows[r].n_draft;
+  if (s_->last.size() < size_t(n_sel) * size_t(H)) s_->last.resize(size_t(n_sel) * size_t(H));
+  n_sel = 0;
   for (int32_t r = 0; r < b.n_rows; ++r) {
     t += b.rows[r].n_tokens;
     if (!b.rows[r].want_logits) continue;
-    std::memcpy(s_->last.data() + n_sel * H, x + (t - 1) * H, size_t(H) * sizeof(float));
-    ++n_sel;
+    const int64_t n = 1 + b.rows[r].n_draft;
+    KV_CHECK(b.rows[r].n_draft >= 0 && n <= b.rows[r].n_tokens, "row {}: {} drafts in {} tokens",
+             r, b.rows[r].n_draft, b.rows[r].n_tokens);
+    std::memcpy(s_->last.data() + n_sel * H, x + (t - n) * H, size_t(n * H) * sizeof(float));
+    n_sel += n;
   }
   if (n_sel == 0) return;
   KV_CHECK(logits != nullptr, "batch: the tail needs a logits buffer");

@@ -31,6 +31,9 @@ struct ForwardRow {
   const int32_t* block_table = nullptr;
   int32_t n_table = 0;
   bool want_logits = false;  // tail: return logits of this row's last token
+  // Tail, with want_logits: the logits of the row's last 1 + n_draft tokens
+  // (speculative decoding verifies a draft at each, docs/speculative.md).
+  int32_t n_draft = 0;
 };
 
 struct ForwardBatch {
@@ -104,7 +107,8 @@ class SliceExecutor {
 
   // hidden_in:  [n_tokens, hidden] f32 — ignored by the head (it embeds tokens).
   // hidden_out: [n_tokens, hidden] f32 — written by every stage but the tail.
-  // logits:     [rows with want_logits, vocab] f32 — written by the tail only, in row order;
+  // logits:     [sum over rows with want_logits of 1 + n_draft, vocab] f32 — written by the
+  //             tail only, in row order (a row's positions in order);
   //             with all_logits, [n_tokens, vocab] (teacher forcing, prompt logprobs).
   // Throws kvasir::Error on a malformed batch (token id out of range, too
   // many tokens, a position outside the row's block table, a bad block id).
@@ -132,6 +136,7 @@ class SliceExecutor {
   void run_layer(const Layer& L, const ForwardBatch& b, const std::vector<cpu::AttnRow>& rows,
                  const int32_t* pos, float* x);
   void copy_blocks(const ForwardBatch& b);
+  void project_logits(const ForwardBatch& b, float* x, float* logits);
   void run_moe(const Moe& m, int64_t T, float* out);
 
   ModelConfig cfg_;

@@ -57,6 +57,12 @@ bool wants_prompt_logprobs(const ipc::Batch& b, int32_t n_rows) {
   return false;
 }
 
+bool has_drafts(const ipc::Batch& b, int32_t n_rows) {
+  for (int32_t r = 0; r < n_rows; ++r)
+    if (b.rows[r].n_draft != 0) return true;
+  return false;
+}
+
 void score_prompt(const ipc::Batch& b, int32_t n_rows, const float* logits, int32_t vocab,
                   ipc::PromptRecord* out) {
   int64_t t0 = 0;
@@ -83,13 +89,16 @@ void score_prompt(const ipc::Batch& b, int32_t n_rows, const float* logits, int3
 void pack_sampled_logits(const ipc::Batch& b, int32_t n_rows, float* logits, int32_t vocab) {
   // Row k's destination never lies past its source (k <= its last token
   // index) nor over a later row's source: in order, each move is safe.
+  // A drafting row's last 1 + n_draft tokens move together, in order.
   int64_t t = 0, k = 0;
   for (int32_t r = 0; r < n_rows; ++r) {
     t += b.rows[r].n_tokens;
     if (!b.rows[r].sample) continue;
-    if (k != t - 1)
-      std::memmove(logits + k * vocab, logits + (t - 1) * vocab, size_t(vocab) * sizeof(float));
-    ++k;
+    const int64_t n = 1 + b.rows[r].n_draft;
+    if (k != t - n)
+      std::memmove(logits + k * vocab, logits + (t - n) * vocab,
+                   size_t(n) * size_t(vocab) * sizeof(float));
+    k += n;
   }
 }
 

@@ -15,6 +15,9 @@ namespace kvasir {
 // Whether any of b's first n_rows rows asks for prompt logprobs.
 bool wants_prompt_logprobs(const ipc::Batch& b, int32_t n_rows);
 
+// Whether any of b's first n_rows rows carries drafts (DescRow::n_draft).
+bool has_drafts(const ipc::Batch& b, int32_t n_rows);
+
 // logits: [b.n_tokens, vocab], every token's. For each asking row, token
 // index t of its positions p with p + 1 a prompt position: the record at
 // out[t] scores the token at p + 1 (the row's next token, or the row's
@@ -25,9 +28,9 @@ bool wants_prompt_logprobs(const ipc::Batch& b, int32_t n_rows);
 void score_prompt(const ipc::Batch& b, int32_t n_rows, const float* logits, int32_t vocab,
                   ipc::PromptRecord* out);
 
-// Moves the last token's logits of every sampled row, in row order, to
-// the front of logits ([n_sampled, vocab] then), where the sampler reads
-// them (TailSampler::Logits::rows).
+// Moves the last token's logits of every sampled row (a drafting row's
+// last 1 + n_draft), in row order, to the front of logits, where the
+// sampler reads them (TailSampler::Logits::rows).
 void pack_sampled_logits(const ipc::Batch& b, int32_t n_rows, float* logits, int32_t vocab);
 
 }  // namespace kvasir

@@ -24,15 +24,28 @@ void TailSampler::sample(const ipc::Batch& b, uint64_t batch_id, int32_t n_rows,
                          const Logits& logits, const ipc::ResultView& out) {
   if (!fed_ || fed_batch_ != batch_id) seqs_.feed_batch(b, n_rows, batch_id);
   fed_ = false;
-  int64_t k = 0;
+  int64_t k = 0, first = 0;
   for (int32_t r = 0; r < n_rows; ++r) {
     const ipc::DescRow& row = b.rows[r];
+    const int64_t row_first = first;
+    first += row.n_tokens;
     out.token[r] = ipc::kTokenFailed;
     out.n_top[r] = 0;
     if (!row.sample) continue;
-    float* row_logits = logits.rows + k++ * logits.vocab;
+    float* row_logits = logits.rows + k * logits.vocab;
+    k += 1 + row.n_draft;
+    for (int32_t j = 0; j < row.n_draft; ++j)
+      out.draft[row_first + row.n_tokens - row.n_draft + j] = ipc::DraftRecord{};
     TailSequence* rec = nullptr;
     if (!record(b, r, rec)) continue;  // lost: token -1
+    if (row.n_draft > 0) {
+      if (b.sampling[r].grammar_entry != 0) {
+        KV_LOG_ERROR("agent", "sequence {}: drafts under a grammar", row.seq_id);
+        continue;
+      }
+      verify_row(b, r, row_first, row_logits, logits.vocab, rec, out);
+      continue;
+    }
     std::span<const uint32_t> allowed;
     if (!row_mask(b, r, allowed, out)) continue;  // its grammar failed: the token says why
     if (logits.device_token[r] >= 0) {       // sampled on the device: only its id came back
@@ -98,6 +111,44 @@ void TailSampler::sample_row(const ipc::Batch& b, int32_t r, float* row_logits, 
   out.n_top[r] = sr.n_top;
   for (int i = 0; i < sr.n_top && i < kMaxLogprobs; ++i)
     out.top[r * kMaxLogprobs + i] = ipc::TopLogprob{sr.top[i].first, sr.top[i].second};
+}
+
+}  // namespace kvasir
+
+namespace kvasir {
+
+void TailSampler::verify_row(const ipc::Batch& b, int32_t r, int64_t first, float* row_logits,
+                             int32_t vocab, TailSequence* rec, const ipc::ResultView& out) {
+  const ipc::DescRow& row = b.rows[r];
+  const int32_t k = row.n_draft;
+  const int64_t d1 = first + row.n_tokens - k;  // the first draft's token index
+  const bool pen = rec && penalties_active(b.sampling[r]);
+  // t_0's position: the one an ordinary row would sample. The draw is keyed
+  // by (seed, position), so t_i is the token the sequence gets there
+  // without speculation once t_0..t_{i-1} are its tokens.
+  const uint64_t pos = uint64_t(row.pos0) + uint64_t(row.n_tokens - k);
+  for (int32_t i = 0; i <= k; ++i) {
+    const SampleResult sr = sampler_.sample(row_logits + int64_t(i) * vocab, vocab, b.sampling[r],
+                                            pen ? &rec->penalties : nullptr, pos + uint64_t(i),
+                                            {}, b.row_bias(r));
+    KV_CHECK(!sr.all_masked, "row {} (sequence {}): every logit is NaN or -inf", r, row.seq_id);
+    if (i == 0) {
+      out.token[r] = sr.token;
+      out.logprob[r] = sr.logprob;
+      out.n_top[r] = sr.n_top;
+      for (int j = 0; j < sr.n_top && j < kMaxLogprobs; ++j)
+        out.top[r * kMaxLogprobs + j] = ipc::TopLogprob{sr.top[j].first, sr.top[j].second};
+    } else {
+      ipc::DraftRecord& d = out.draft[d1 + i - 1];
+      d.token = sr.token;
+      d.logprob = sr.logprob;
+      d.n_top = sr.n_top;
+      for (int j = 0; j < sr.n_top && j < kMaxLogprobs; ++j)
+        d.top[j] = ipc::TopLogprob{sr.top[j].first, sr.top[j].second};
+    }
+    if (rec) seqs_.append(*rec, sr.token);  // before t_{i+1}: its penalties count it
+    if (i == k || sr.token != b.tokens[size_t(d1 + i)]) break;
+  }
 }
 
 }  // namespace kvasir

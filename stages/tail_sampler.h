@@ -23,8 +23,9 @@ class TailSampler {
  public:
   // What the forward pass left for the sampler.
   struct Logits {
-    // [rows with sample set, vocab], in row order; a row sampled on the
-    // device leaves its row unused.
+    // [rows with sample set, vocab], in row order, a drafting row's last
+    // 1 + n_draft positions each (ForwardRow::n_draft); a row sampled on
+    // the device leaves its row unused.
     float* rows = nullptr;
     int32_t vocab = 0;
     // [n_rows]: the id a device sampled for row r and its raw logprob, or
@@ -46,7 +47,14 @@ class TailSampler {
   const uint32_t* const* masks(int32_t n_rows);
 
   // Samples the first n_rows rows of b (batch batch_id) into `out`: every
-  // row's token is -1 and n_top 0 unless it is sampled. A row whose
+  // row's token is -1 and n_top 0 unless it is sampled. A drafting row
+  // (DescRow::n_draft = k, docs/speculative.md) is verified: the target's
+  // token t_i at each of its last 1 + k positions, sampled as without
+  // speculation (its record holding t_0..t_{i-1} as output), until i = k
+  // or t_i differs from the draft after it; t_0 goes where a row's token
+  // goes, t_1.. into out.draft at the drafts' indices (the rest token -1).
+  // A drafting row under a grammar fails (token -1): the scheduler drafts
+  // none there. A row whose
   // sequence's record was lost, or whose grammar failed, keeps token -1
   // (that sequence fails alone). Feeds the records first if prepare() did
   // not (for this batch). Throws kvasir::Error (the batch fails)
@@ -66,6 +74,8 @@ class TailSampler {
   void sample_row(const ipc::Batch& b, int32_t r, float* row_logits, int32_t vocab,
                   const SequenceHistory* hist, std::span<const uint32_t> allowed,
                   const ipc::ResultView& out);
+  void verify_row(const ipc::Batch& b, int32_t r, int64_t first, float* row_logits, int32_t vocab,
+                  TailSequence* rec, const ipc::ResultView& out);
 
   Sampler sampler_;
   std::shared_ptr<TailGrammar> grammar_;

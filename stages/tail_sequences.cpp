@@ -90,8 +90,10 @@ void TailSequences::feed_batch(const ipc::Batch& b, int32_t n_rows, uint64_t bat
   for (int32_t r = 0; r < n_rows; ++r) {
     const ipc::DescRow& row = b.rows[r];
     if (needs(b.sampling[r]))
+      // A row's drafts are not the sequence's (yet): verification appends
+      // the tokens it accepts (TailSampler), so they never enter the counts.
       feed(row.seq_id,
-           Row{row.pos0, row.n_tokens, row.n_prompt, b.tokens.data() + off,
+           Row{row.pos0, row.n_tokens - row.n_draft, row.n_prompt, b.tokens.data() + off,
                penalties_active(b.sampling[r]) ? 0 : row.n_prompt},
            batch);
     off += b.rows[r].n_tokens;

@@ -87,6 +87,17 @@ json prefix_cache_json(const EngineStats& s) {
           {"resets", s.prefix_resets}};
 }
 
+json speculative_json(const EngineStats& s) {
+  return {{"method", s.spec_method},
+          {"drafts", s.spec_drafts},
+          {"draft_tokens", s.spec_proposed},
+          {"accepted_tokens", s.spec_accepted},
+          {"acceptance_rate",
+           s.spec_proposed > 0 ? double(s.spec_accepted) / double(s.spec_proposed) : 0.0},
+          {"mean_accepted_length",
+           s.spec_drafts > 0 ? 1.0 + double(s.spec_accepted) / double(s.spec_drafts) : 0.0}};
+}
+
 json engine_stats_json(const EngineStats& s) {
   return {{"waiting", s.waiting},
           {"running", s.running},
@@ -103,7 +114,8 @@ json engine_stats_json(const EngineStats& s) {
           {"requeued", s.requeued},
           {"last_recovery_s", s.last_recovery_s},
           {"timing", timing_json(s.timing)},
-          {"prefix_cache", prefix_cache_json(s)}};
+          {"prefix_cache", prefix_cache_json(s)},
+          {"speculative", speculative_json(s)}};
 }
 
 std::string layers_text(const StageReport& s) {
@@ -189,6 +201,20 @@ void gauge(std::string& out, const char* name, const char* help, double v,
   out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, v);
 }
 
+// Speculative decoding's counters, labelled by drafter, named after vLLM's
+// vllm:spec_decode_num_drafts / _num_draft_tokens / _num_accepted_tokens.
+void spec_series(std::string& out, const EngineStats& s) {
+  auto series = [&](const char* name, const char* help, int64_t v) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{}{{method=\"{}\"}} {}\n", name, help,
+                       name, name, s.spec_method, v);
+  };
+  series("kvasir_spec_decode_num_drafts_total", "Decode rows that carried draft tokens",
+         s.spec_drafts);
+  series("kvasir_spec_decode_num_draft_tokens_total", "Draft tokens proposed", s.spec_proposed);
+  series("kvasir_spec_decode_num_accepted_tokens_total", "Draft tokens the model accepted",
+         s.spec_accepted);
+}
+
 // The per-stage counters, one series each, labelled by stage, layers, device.
 void stage_series(std::string& out, const RingReport& ring) {
   auto series = [&](const char* name, const char* help, auto value) {
@@ -269,6 +295,7 @@ std::string ApiService::Impl::metrics_text() {
         double(s.prefix_hits), "counter");
   gauge(out, "kvasir_prefix_cache_resets_total", "Prefix cache emptied for a new epoch",
         double(s.prefix_resets), "counter");
+  spec_series(out, s);
   gauge(out, "kvasir_preemptions_total", "Sequences preempted for lack of KV blocks",
         double(s.preemptions), "counter");
   gauge(out, "kvasir_stage_restarts_total", "Stage processes restarted after a loss",

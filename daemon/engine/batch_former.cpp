@@ -118,6 +118,12 @@ void BatchFormer::add(std::vector<SchedRow>& rows, Sequence* s, int32_t n) {
   rows.push_back(r);
 }
 
+void BatchFormer::add_drafts(SchedRow& row, int32_t n) {
+  budget_ -= n;
+  shape_.add_drafts(row.pos0 + row.n_tokens, n);
+  row.n_tokens += n;
+}
+
 // What the time budget did to a prefill piece of n positions: cut it (the
 // token budget alone would have sent more), or let the aging floor through.
 // The batch's first piece counts a starved micro-batch when the decodes

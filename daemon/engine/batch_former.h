@@ -46,6 +46,11 @@ class BatchFormer {
   // Appends s's next n positions (its padding first, if any) to `rows` and
   // marks them scheduled.
   void add(std::vector<SchedRow>& rows, Sequence* s, int32_t n);
+  // Speculative decoding: `row`, a decode row just added, carries n draft
+  // tokens after its own (rows.back().draft, set by the caller): they
+  // count against the token budget and the shape like any token.
+  void add_drafts(SchedRow& row, int32_t n);
+  int32_t budget_left() const { return budget_; }
   bool full(const std::vector<SchedRow>& rows) const {
     return int32_t(rows.size()) >= row_cap_ || budget_ <= 0;
   }

@@ -22,7 +22,7 @@ BatchCounts count_batch(const SchedulerOutput& out) {
     // (after a preemption or a lost stage) also recomputes its output, which
     // counts in `tokens` only.
     c.prompt_tokens += std::clamp<int64_t>(int64_t(r.n_prompt) - r.pos0, 0, r.n_tokens);
-    c.decode_rows += r.sample && r.n_tokens == 1 && r.pos0 >= r.n_prompt;
+    c.decode_rows += r.sample && r.n_tokens - r.n_draft == 1 && r.pos0 >= r.n_prompt;
   }
   return c;
 }

@@ -46,6 +46,15 @@ bool BlockManager::ensure(std::vector<int32_t>& table, int64_t tokens) {
   return true;
 }
 
+void BlockManager::trim(std::vector<int32_t>& table, int64_t tokens) {
+  while (int32_t(table.size()) > blocks_for(tokens)) {
+    KV_CHECK(!pool_.is_cached(table.back()), "block manager: trimming cached block {}",
+             table.back());
+    pool_.unref(table.back());
+    table.pop_back();
+  }
+}
+
 void BlockManager::release(std::vector<int32_t>& table) {
   // Last block first: the evictable list then holds a chain's leaf as
   // older than its parent, and eviction takes leaves first. (Without

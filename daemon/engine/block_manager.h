@@ -70,6 +70,11 @@ class BlockManager {
   // ones first, then evicted ones). All or nothing: false (table
   // unchanged) if the free and evictable blocks together are short.
   bool ensure(std::vector<int32_t>& table, int64_t tokens);
+  // Gives back the blocks of `table` past those covering positions
+  // [0, tokens) (speculative decoding: blocks only rejected drafts reached).
+  // They must not be cached (a block is cached only once full of accepted
+  // positions, and those lie below `tokens`).
+  void trim(std::vector<int32_t>& table, int64_t tokens);
   // Gives back every block of `table` and clears it. Cached blocks stay
   // cached (evictable when no one else holds them), the last block first,
   // so a chain's leaf is evicted before its parent.

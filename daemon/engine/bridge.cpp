@@ -228,6 +228,10 @@ void Bridge::publish_stats() {
   stats_.prefix_queries = s.prefix_queries;
   stats_.prefix_hits = s.prefix_hits;
   stats_.prefix_resets = s.prefix_resets;
+  stats_.spec_method = s.spec_method;
+  stats_.spec_drafts = s.spec.drafts;
+  stats_.spec_proposed = s.spec.proposed;
+  stats_.spec_accepted = s.spec.accepted;
 }
 
 namespace {
@@ -444,8 +448,37 @@ BatchResult Bridge::decode(const ipc::BatchMsg& m, const Slot& slot) const {
     for (int32_t i = 0; i < n_top && i < row.sampling.logprobs; ++i)
       out.top_logprobs.emplace_back(view.top[r * kMaxLogprobs + i].token,
                                     view.top[r * kMaxLogprobs + i].logprob);
+    if (row.n_draft > 0) out.error = draft_records(view, row, t0 - row.n_tokens, out);
   }
   return res;
+}
+
+// The tokens a drafting row emitted past its first, from the records at
+// its drafts' token indices (row from t0). Untrusted: a token is emitted
+// only if the one before it equals the draft it verified (the acceptance
+// rule), and must lie in the vocabulary; anything else fails the request
+// (kBadResult), as a bad first token does.
+Status Bridge::draft_records(const ipc::ResultView& view, const ScheduledRow& row, int64_t t0,
+                             RowResult& out) const {
+  const int32_t first = row.n_tokens - row.n_draft;  // d_1's index in the row
+  int32_t prev = out.token;
+  for (int32_t j = 0; j < row.n_draft; ++j) {
+    ipc::DraftRecord rec;
+    std::memcpy(&rec, &view.draft[t0 + first + j], sizeof rec);
+    if (rec.token < 0) break;
+    if (prev != row.tokens[size_t(first + j)] || rec.token >= cfg_.vocab)
+      return error_status(ErrorCode::kBadResult,
+                          "the tail emitted token {} after a rejected draft (or outside the "
+                          "vocabulary)",
+                          rec.token);
+    SampledToken t{rec.token, rec.logprob, {}};
+    const int32_t n_top = std::clamp(rec.n_top, 0, int32_t(kMaxLogprobs));
+    for (int32_t i = 0; i < n_top && i < row.sampling.logprobs; ++i)
+      t.top_logprobs.emplace_back(rec.top[i].token, rec.top[i].logprob);
+    out.more.push_back(std::move(t));
+    prev = rec.token;
+  }
+  return Status();
 }
 
 // The prompt logprobs a row asked for, from the records at its token

@@ -104,6 +104,8 @@ class Bridge : public Engine {
   BatchResult decode(const ipc::BatchMsg& m, const Slot& slot) const;
   std::vector<PromptLogprob> prompt_records(const ipc::ResultView& view, const ScheduledRow& row,
                                             int64_t t0) const;
+  Status draft_records(const ipc::ResultView& view, const ScheduledRow& row, int64_t t0,
+                       RowResult& out) const;
   void check_health();
   void invalidate(uint64_t faults);  // a stage was lost: new epoch, free slots, requeue
   void fail(const std::string& why);

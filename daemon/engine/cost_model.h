@@ -39,6 +39,7 @@ struct BatchShape {
   int64_t sampled = 0;      // rows the tail samples
   int64_t context = 0;      // attention reads: sum over tokens of (position + 1)
   int64_t decode_rows = 0;  // rows that decode (one position past the prompt)
+  int64_t drafts = 0;       // draft tokens decode rows carry (speculative decoding)
 
   // A row of n positions from pos0 added to the shape.
   void add_row(int64_t pos0, int64_t n, bool sample, bool decode) {
@@ -48,8 +49,14 @@ struct BatchShape {
     decode_rows += decode ? 1 : 0;
     context += n * pos0 + n * (n + 1) / 2;
   }
+  // A decode row's n drafts, after its own position at pos0 - 1.
+  void add_drafts(int64_t pos0, int64_t n) {
+    tokens += n;
+    drafts += n;
+    context += n * pos0 + n * (n + 1) / 2;
+  }
   // Positions that are not decodes: prompt chunks, recomputes, padding.
-  int64_t prefill_tokens() const { return tokens - decode_rows; }
+  int64_t prefill_tokens() const { return tokens - decode_rows - drafts; }
 };
 
 // One stage's fitted costs, as reported (EngineStats, /kvasir/v1/stats).

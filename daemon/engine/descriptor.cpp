@@ -24,6 +24,7 @@ void encode_batch(const SchedulerOutput& out, uint64_t batch_id, int32_t max_tab
     dr.n_table = int32_t(row.table.size());
     dr.sample = row.sample;
     dr.n_prompt = row.n_prompt;
+    dr.n_draft = uint8_t(row.n_draft);
     if (row.prompt_logprobs >= 0) {
       dr.prompt_logprobs = uint8_t(row.prompt_logprobs + 1);
       dr.next_token = row.next_token;

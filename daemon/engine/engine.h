@@ -161,6 +161,12 @@ struct EngineStats {
   // hit rate.
   int64_t prefix_queries = 0, prefix_hits = 0;
   int64_t prefix_resets = 0;  // the cache emptied for a new epoch (a lost stage)
+  // Speculative decoding (docs/speculative.md): the drafter's name ("none":
+  // off), rows that carried drafts (results applied), their draft tokens,
+  // and those the target accepted. Mean accepted length: 1 +
+  // spec_accepted / spec_drafts tokens per drafting row.
+  std::string spec_method = "none";
+  int64_t spec_drafts = 0, spec_proposed = 0, spec_accepted = 0;
   SchedTiming timing;
 };
 

@@ -47,7 +47,8 @@ Scheduler::Scheduler(SchedLimits lim, int32_t n_blocks, int32_t block_size,
       eos_(eos_ids.begin(), eos_ids.end()),
       cap_(lim_, q_, blocks_),
       time_(lim_),
-      form_(lim_, time_.cost()) {}
+      form_(lim_, time_.cost()),
+      drafter_(lim_.spec.enabled() ? make_drafter(lim_.spec) : nullptr) {}
 
 // ---- requests in and out ------------------------------------------------------
 
@@ -181,6 +182,9 @@ void Scheduler::begin_batch(RingLoad load) {
     if (!s->schedulable()) continue;
     const int64_t rem = s->remaining() - cap_.reusable(s);
     work += rem + s->padding();
+    // A decode may carry drafts: the token budget's share must leave them
+    // room (they count against it like any token, add_drafts).
+    if (drafter_ && rem == 1 && s->decoding() && !s->req.grammar) work += lim_.spec.max_draft;
     if (lim_.policy != Policy::kChunked && rem <= lim_.max_tokens) floor = std::max(floor, rem);
   }
   form_.begin(set.running, work, load, floor, time_.step_budget(set));
@@ -212,8 +216,30 @@ bool Scheduler::take(std::vector<SchedRow>& rows, Sequence* s) {
     s->copy_writer = fork.writer;
   }
   if (s->prompt_batch == 0 && s->n_scheduled >= s->n_prompt) s->prompt_batch = next_batch_;
-  cap_.cache_written(s, next_batch_);
+  cap_.cache_written(s, next_batch_);  // accepted positions only: drafts are not in n_scheduled
+  add_drafts(rows.back(), s);
   return true;
+}
+
+// Speculative decoding (docs/speculative.md): a plain decode row (the
+// sequence's last token alone, its next unknown) carries up to max_draft
+// drafts after it, within the token budget, max_tokens (no draft could be
+// emitted past it) and the blocks the pool has free now (a guess never
+// preempts anyone). A grammar's rows draft nothing yet.
+void Scheduler::add_drafts(SchedRow& row, Sequence* s) {
+  if (!drafter_ || !row.sample || row.pad || row.n_tokens != 1 || s->req.grammar ||
+      row.pos0 < s->n_prompt || int64_t(row.pos0) + 1 != int64_t(s->tokens.size()))
+    return;
+  const int64_t own_end = int64_t(row.pos0) + 1;
+  const int64_t room =
+      (int64_t(s->table.size()) + blocks_.free()) * blocks_.block_size() - own_end;
+  const int64_t k = std::min<int64_t>({lim_.spec.max_draft, form_.budget_left(),
+                                       int64_t(s->req.max_tokens) - s->n_generated - 1, room});
+  if (k <= 0) return;
+  std::vector<int32_t> d = drafter_->propose(s->tokens, int32_t(k));
+  if (d.empty() || !blocks_.ensure(s->table, own_end + int64_t(d.size()))) return;
+  form_.add_drafts(row, int32_t(d.size()));
+  row.draft = std::move(d);
 }
 
 // Copy-on-write for parallel sampling: a choice > 0 starting afresh, which
@@ -279,10 +305,14 @@ SchedulerOutput Scheduler::emit(std::vector<SchedRow> rows) {
     o.n_prompt = s->n_prompt;
     o.copy_src = r.copy_src;
     o.copy_dst = r.copy_dst;
-    if (r.pad)  // the filler: any valid id will do
+    if (r.pad) {  // the filler: any valid id will do
       o.tokens.assign(size_t(r.n_tokens), s->tokens.back());
-    else
-      o.tokens.assign(s->tokens.begin() + r.pos0, s->tokens.begin() + r.pos0 + r.n_tokens);
+    } else {
+      const int32_t own = r.n_tokens - int32_t(r.draft.size());
+      o.tokens.assign(s->tokens.begin() + r.pos0, s->tokens.begin() + r.pos0 + own);
+      o.tokens.insert(o.tokens.end(), r.draft.begin(), r.draft.end());
+      o.n_draft = int32_t(r.draft.size());
+    }
     o.table = s->table;
     if (!r.pad) {  // the filler samples nothing and keeps no state at the tail
       o.sampling = s->req.sampling;
@@ -359,22 +389,44 @@ void Scheduler::apply_row(const SchedRow& row, const RowResult& res) {
     finish(s, FinishReason::kError, res.error);
     return;
   }
+  FinishReason f = append_token(s, SampledToken{res.token, res.logprob, res.top_logprobs});
+  if (row.draft.empty()) return;
+  // A drafting row: its accepted drafts' tokens, then the target's own,
+  // each through the stop rules as if it had come alone.
+  spec_.drafts++;
+  spec_.proposed += int64_t(row.draft.size());
+  spec_.accepted += int64_t(res.more.size());
+  for (size_t j = 0; j < res.more.size() && f == FinishReason::kNone; ++j)
+    f = append_token(s, res.more[j]);
+  if (f != FinishReason::kNone) return;
+  // The KV at the accepted drafts' positions is the sequence's own now (the
+  // row computed them from the same tokens); past them it is garbage the
+  // next row overwrites, and the blocks only rejected drafts reached go
+  // back.
+  s->n_scheduled += int64_t(res.more.size());
+  blocks_.trim(s->table, int64_t(s->tokens.size()));
+}
+
+// One generated token: appended, counted, sent; the stop rules (an EOS id
+// unless ignore_eos, a stop id: kStop; max_tokens: kLength) end s.
+FinishReason Scheduler::append_token(Sequence* s, const SampledToken& t) {
   TokenEvent ev;
-  ev.token = res.token;
-  ev.logprob = res.logprob;
-  ev.top_logprobs = res.top_logprobs;
-  s->tokens.push_back(res.token);
+  ev.token = t.token;
+  ev.logprob = t.logprob;
+  ev.top_logprobs = t.top_logprobs;
+  s->tokens.push_back(t.token);
   s->n_generated++;
   tokens_generated_++;
   const std::vector<int32_t>& stop = s->req.stop_ids;
-  if ((!s->req.ignore_eos && eos_.count(res.token)) ||
-      std::find(stop.begin(), stop.end(), res.token) != stop.end())
+  if ((!s->req.ignore_eos && eos_.count(t.token)) ||
+      std::find(stop.begin(), stop.end(), t.token) != stop.end())
     ev.finish = FinishReason::kStop;
   else if (s->n_generated >= s->req.max_tokens)
     ev.finish = FinishReason::kLength;
   const FinishReason f = ev.finish;
   send(s, std::move(ev));
   if (f != FinishReason::kNone) s->end(f);  // the event said it
+  return f;
 }
 
 // A failed batch may have left unwritten (in some stages) every block it
@@ -487,6 +539,8 @@ SchedulerStats Scheduler::stats() const {
   st.prefix_queries = cap_.prefix_queries();
   st.prefix_hits = cap_.prefix_hits();
   st.prefix_resets = prefix_resets_;
+  st.spec_method = drafter_ ? drafter_->name() : "none";
+  st.spec = spec_;
   return st;
 }
 

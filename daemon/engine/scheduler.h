@@ -9,7 +9,8 @@
 //   add       a new request (the bridge has validated it) joins the queue;
 //   abort     a client cancel: a final kAbort event;
 //   schedule  the next micro-batch, as plain rows the bridge encodes as is;
-//   update    a finished batch: tokens appended, stop rules, events, frees;
+//   update    a finished batch: tokens appended, stop rules, events, frees
+//             (a drafting row's several tokens one by one, docs/speculative.md);
 //   requeue_all  a stage was lost: every batch in flight is gone and every
 //             running sequence is recomputed (the same rule as preemption).
 //
@@ -74,6 +75,10 @@ struct ScheduledRow {
   // Copy-on-write before the batch runs (parallel sampling): every stage
   // copies block copy_src to copy_dst, this row's own (-1: none).
   int32_t copy_src = -1, copy_dst = -1;
+  // Speculative decoding: the last n_draft of `tokens` are drafts (a
+  // decode row's guesses, docs/speculative.md); the result says which the
+  // target accepted (RowResult::more).
+  int32_t n_draft = 0;
   std::vector<int32_t> tokens;  // n_tokens ids (for padding, a filler id)
   std::vector<int32_t> table;   // the request's KV blocks, covering pos0 + n_tokens
   SamplingParams sampling;      // its seed always set
@@ -94,11 +99,22 @@ struct SchedulerOutput {
   }
 };
 
+// A token the tail sampled, with its raw logprob and top alternatives.
+struct SampledToken {
+  int32_t token = -1;
+  float logprob = 0.f;
+  std::vector<std::pair<int32_t, float>> top_logprobs;
+};
+
 // What came back for one row (read only for rows with `sample` or prompt_logprobs).
 struct RowResult {
   int32_t token = -1;
   float logprob = 0.f;
   std::vector<std::pair<int32_t, float>> top_logprobs;
+  // A row with drafts: the tokens emitted after `token`, in order: one per
+  // accepted draft (token equals the row's first draft, more[0] its second,
+  // ..., each checked by the bridge), the last the target's own.
+  std::vector<SampledToken> more;
   Status error;  // not ok: the result is unusable (kBadResult): the request fails with it
   // Rows with prompt_logprobs (sampled or not): the positions they scored.
   std::vector<PromptLogprob> prompt;
@@ -139,6 +155,9 @@ struct SchedulerStats {
   int64_t blocks_cached = 0, blocks_evictable = 0;
   int64_t prefix_queries = 0, prefix_hits = 0;  // tokens looked up, and found
   int64_t prefix_resets = 0;                    // the cache emptied (requeue_all)
+  // Speculative decoding: its method's name and what it did.
+  const char* spec_method = "none";
+  SpecCounts spec;
 };
 
 class Scheduler {
@@ -210,7 +229,9 @@ class Scheduler {
   Fork fork_from_leader(Sequence* s) const;
   SchedulerOutput emit(std::vector<SchedRow> rows);
   void learn_from(const InFlight& batch, const BatchResult& result);
+  void add_drafts(SchedRow& row, Sequence* s);
   void apply_row(const SchedRow& row, const RowResult& res);
+  FinishReason append_token(Sequence* s, const SampledToken& t);
   static void mark_prompt_logprobs(const Sequence& s, ScheduledRow& o);
   void lose_pending_blocks(uint64_t failed_batch);
   void requeue_tainted();
@@ -231,6 +252,8 @@ class Scheduler {
   int64_t tokens_generated_ = 0, tokens_prompt_ = 0;
   int64_t admission_waits_ = 0;
   int64_t prefix_resets_ = 0;
+  std::unique_ptr<Drafter> drafter_;  // null: no speculation
+  SpecCounts spec_;
 };
 
 }  // namespace kvasir

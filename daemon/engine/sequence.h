@@ -151,6 +151,11 @@ struct SchedRow {
   bool pad = false;
   // Copy-on-write before the batch: block copy_src into copy_dst (-1: none).
   int32_t copy_src = -1, copy_dst = -1;
+  // Speculative decoding (docs/speculative.md): a decode row's draft tokens,
+  // the last draft.size() of its n_tokens, at positions past the
+  // sequence's tokens. Not the sequence's until the result accepts them:
+  // n_scheduled counts the row's own position only.
+  std::vector<int32_t> draft = {};
 };
 
 // Where a sequence stands, both queues kept by the Scheduler: waiting in
