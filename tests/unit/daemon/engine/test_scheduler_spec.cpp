@@ -1,0 +1,224 @@
+// Speculative decoding in the scheduler (docs/speculative.md): decode rows
+// carry prompt-lookup drafts, a result's accepted tokens are appended one by
+// one, positions and blocks follow the accepted count. Against a scripted
+// model: request R's generated token g is script[R][g] whatever was drafted
+// (a deterministic target), so the output must be the script, drafts or
+// not. The fake ring keeps a paged KV cache: every row writes its tokens
+// (drafts included) at its positions through its table, and every row must
+// read the sequence's true tokens below its own: a rejected draft's KV that
+// was read before being overwritten, or a position that over-advanced,
+// fails the check.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "daemon/engine/drafter.h"
+#include "daemon/engine/scheduler.h"
+
+namespace kvasir::test {
+namespace {
+
+SchedLimits spec_limits(DraftMethod m, int32_t max_draft = 3) {
+  SchedLimits l{4, 16, 16, 256};
+  l.policy = Policy::kChunked;
+  l.inflight = 1;
+  l.spec.method = m;
+  l.spec.max_draft = max_draft;
+  l.spec.ngram_min = 2;
+  l.spec.ngram_max = 3;
+  return l;
+}
+
+struct SpecSim {
+  SpecSim(SchedLimits lim, int32_t n_blocks, int32_t block_size = 4, std::vector<int32_t> eos = {})
+      : sch(lim, n_blocks, block_size, std::move(eos)),
+        bs(block_size),
+        cache(size_t(n_blocks) * size_t(block_size), -1) {}
+
+  void add(RequestId id, std::vector<int32_t> prompt, std::vector<int32_t> out_script,
+           int32_t max_tokens) {
+    GenRequest g;
+    g.prompt = prompt;
+    g.max_tokens = max_tokens;
+    toks[id] = prompt;
+    n_prompt[id] = int32_t(prompt.size());
+    script[id] = std::move(out_script);
+    sch.add(id, std::move(g), [this, id](const TokenEvent& ev) {
+      if (ev.token >= 0) {
+        out[id].push_back(ev.token);
+        toks[id].push_back(ev.token);
+      }
+      if (ev.finish != FinishReason::kNone) finish[id] = ev.finish;
+    });
+  }
+
+  int64_t& at(const ScheduledRow& r, int64_t p) {
+    return cache[size_t(r.table[size_t(p / bs)]) * size_t(bs) + size_t(p % bs)];
+  }
+  static int64_t cell(RequestId id, int32_t token) { return int64_t(id) << 32 | uint32_t(token); }
+
+  // One batch formed and run; "" when nothing was formed. Rows as
+  // "A [11,15) 3 drafts: 2 accepted" or "A [0,11)".
+  std::string step() {
+    SchedulerOutput b = sch.schedule();
+    if (b.empty()) return "";
+    BatchResult res;
+    res.batch = b.id;
+    std::string line;
+    for (const ScheduledRow& r : b.rows) {
+      res.rows.push_back(run_row(r));
+      line += (line.empty() ? "" : " + ") + describe(r, res.rows.back());
+    }
+    sch.update(res);
+    return line;
+  }
+  std::vector<std::string> run(int max_steps = 200) {
+    std::vector<std::string> t;
+    for (int i = 0; i < max_steps; ++i) {
+      std::string s = step();
+      if (s.empty()) break;
+      t.push_back(s);
+    }
+    return t;
+  }
+
+  RowResult run_row(const ScheduledRow& r) {
+    const std::vector<int32_t>& mine = toks[r.id];
+    const int64_t end = r.pos0 + r.n_tokens, own_end = end - r.n_draft;
+    if (r.sample) EXPECT_EQ(own_end, int64_t(mine.size())) << "a sampled row ends at the last token";
+    if (r.n_draft > 0) EXPECT_TRUE(r.sample);
+    EXPECT_GE(int64_t(r.table.size()) * bs, end);
+    for (int64_t p = r.pos0; p < end; ++p) at(r, p) = cell(r.id, r.tokens[size_t(p - r.pos0)]);
+    for (int64_t p = 0; p < own_end; ++p)
+      EXPECT_EQ(at(r, p), cell(r.id, mine[size_t(p)])) << "request " << r.id << " position " << p;
+    RowResult rr;
+    if (!r.sample) return rr;
+    // t_0 is generated token g; t_i follows while t_{i-1} equals draft i.
+    const size_t g = size_t(own_end - n_prompt[r.id]);
+    const std::vector<int32_t>& sc = script[r.id];
+    rr.token = sc.at(g);
+    for (int32_t i = 1; i <= r.n_draft; ++i) {
+      const int32_t prev = i == 1 ? rr.token : rr.more.back().token;
+      if (prev != r.tokens[size_t(r.n_tokens - r.n_draft + i - 1)]) break;
+      rr.more.push_back(SampledToken{sc.at(g + size_t(i)), 0.f, {}});
+    }
+    return rr;
+  }
+
+  std::string describe(const ScheduledRow& r, const RowResult& rr) const {
+    std::string s = std::string(1, char('A' + r.id - 1)) + " [" + std::to_string(r.pos0) + "," +
+                    std::to_string(r.pos0 + r.n_tokens) + ")";
+    if (r.n_draft > 0)
+      s += " " + std::to_string(r.n_draft) + " drafts: " + std::to_string(rr.more.size()) +
+           " accepted";
+    return s;
+  }
+
+  Scheduler sch;
+  int32_t bs;
+  std::vector<int64_t> cache;
+  std::map<RequestId, std::vector<int32_t>> toks, out, script;
+  std::map<RequestId, int32_t> n_prompt;
+  std::map<RequestId, FinishReason> finish;
+};
+
+// Prompt 1..8 then 1 2 3; the model goes on 4 5 6 9 1 2 3 4 5 6 7 8.
+const std::vector<int32_t> kPrompt = {1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3};
+const std::vector<int32_t> kScript = {4, 5, 6, 9, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4};
+
+TEST(SchedulerSpec, DraftsArePartlyAcceptedAndPositionsFollowTheAcceptedCount) {
+  SpecSim sim(spec_limits(DraftMethod::kNgram), 64);
+  sim.add(1, kPrompt, kScript, 12);
+  const std::vector<std::string> want = {
+      "A [0,11)",                    // the prompt; samples 4
+      "A [11,15) 3 drafts: 2 accepted",  // 4 -> drafts 5 6 7: 5 6 accepted, 9 the model's
+      "A [14,15)",                   // ... 6 9: no earlier "6 9", no draft
+      "A [15,16)",                   // ... 9 1: none either
+      "A [16,20) 3 drafts: 3 accepted",  // ... 1 2: drafts 3 4 5, all taken, then 6
+      // ... 4 5 6: max_tokens leaves room for one draft: 9 (after the
+      // most recent "4 5 6"), rejected: the model says 7
+      "A [20,22) 1 drafts: 0 accepted",
+      "A [21,22)",  // position 21 again (its KV held the rejected 9): 8
+  };
+  EXPECT_EQ(sim.run(), want);
+  EXPECT_EQ(sim.out[1], std::vector<int32_t>(kScript.begin(), kScript.begin() + 12));
+  EXPECT_EQ(sim.finish[1], FinishReason::kLength);
+  const SchedulerStats st = sim.sch.stats();
+  EXPECT_STREQ(st.spec_method, "ngram");
+  EXPECT_EQ(st.spec.drafts, 3);
+  EXPECT_EQ(st.spec.proposed, 7);
+  EXPECT_EQ(st.spec.accepted, 5);
+  EXPECT_EQ(st.blocks_free, st.blocks_total);  // all back
+}
+
+TEST(SchedulerSpec, WithoutADrafterEveryDecodeIsOneToken) {
+  SpecSim sim(spec_limits(DraftMethod::kNone), 64);
+  sim.add(1, kPrompt, kScript, 12);
+  const std::vector<std::string> t = sim.run();
+  EXPECT_EQ(t.size(), 12u);  // the prompt, then 11 single decodes
+  EXPECT_EQ(sim.out[1], std::vector<int32_t>(kScript.begin(), kScript.begin() + 12));
+  EXPECT_EQ(sim.sch.stats().spec.drafts, 0);
+}
+
+TEST(SchedulerSpec, NoDraftPastMaxTokensAndStopsInsideAnAcceptedRun) {
+  // max_tokens 4: after 4 (g = 0), at most 2 drafts (4 - 1 - 1).
+  SpecSim a(spec_limits(DraftMethod::kNgram), 64);
+  a.add(1, kPrompt, kScript, 4);
+  EXPECT_EQ(a.run(), (std::vector<std::string>{"A [0,11)", "A [11,14) 2 drafts: 2 accepted"}));
+  EXPECT_EQ(a.out[1], (std::vector<int32_t>{4, 5, 6, 9}));
+  EXPECT_EQ(a.finish[1], FinishReason::kLength);
+  // An EOS (6) inside the accepted run ends it there: 9 is never emitted.
+  SpecSim b(spec_limits(DraftMethod::kNgram), 64, 4, {6});
+  b.add(1, kPrompt, kScript, 12);
+  b.run();
+  EXPECT_EQ(b.out[1], (std::vector<int32_t>{4, 5, 6}));
+  EXPECT_EQ(b.finish[1], FinishReason::kStop);
+  EXPECT_EQ(b.sch.stats().blocks_free, b.sch.stats().blocks_total);
+}
+
+TEST(SchedulerSpec, BlocksOnlyRejectedDraftsReachedGoBack) {
+  // Blocks of one position: the row [7,11) holds 11 blocks; the model
+  // rejects the first draft (it says 1, not 8), so the sequence's tokens
+  // end at position 8 and the blocks of positions 9 and 10 go back.
+  SpecSim sim(spec_limits(DraftMethod::kNgram), 64, 1);
+  sim.add(1, {5, 6, 7, 8, 9, 5, 6}, {7, 1, 2, 3, 4}, 5);
+  EXPECT_EQ(sim.step(), "A [0,7)");
+  EXPECT_EQ(sim.step(), "A [7,11) 3 drafts: 0 accepted");
+  const SchedulerStats st = sim.sch.stats();
+  EXPECT_EQ(st.blocks_total - st.blocks_free, 9);  // positions 0..8
+  EXPECT_EQ(sim.toks[1].size(), 9u);
+  sim.run();
+  EXPECT_EQ(sim.out[1], (std::vector<int32_t>{7, 1, 2, 3, 4}));
+}
+
+TEST(SchedulerSpec, PreemptionUnderATinyPoolKeepsTheScriptedOutput) {
+  // 10 blocks of 4 for two sequences of up to 27 positions each: someone
+  // is preempted and recomputed, drafts or not; the output is the script.
+  std::vector<int32_t> p2 = {11, 12, 13, 14, 15, 16, 17, 18, 11, 12, 13};
+  std::vector<int32_t> s2 = {14, 15, 16, 19, 11, 12, 13, 14, 15, 16, 17, 18, 11, 12, 13, 14};
+  SpecSim sim(spec_limits(DraftMethod::kNgram), 10);
+  sim.add(1, kPrompt, kScript, 16);
+  sim.add(2, p2, s2, 16);
+  sim.run();
+  EXPECT_EQ(sim.out[1], kScript);
+  EXPECT_EQ(sim.out[2], s2);
+  EXPECT_GT(sim.sch.stats().preemptions, 0);
+  EXPECT_GT(sim.sch.stats().spec.accepted, 0);
+}
+
+TEST(SchedulerSpec, RequeueAllDropsTheDraftsInFlight) {
+  SpecSim sim(spec_limits(DraftMethod::kNgram), 64);
+  sim.add(1, kPrompt, kScript, 12);
+  sim.step();  // the prompt
+  SchedulerOutput lost = sim.sch.schedule();  // the drafting row, lost with a stage
+  ASSERT_EQ(lost.rows.size(), 1u);
+  EXPECT_EQ(lost.rows[0].n_draft, 3);
+  sim.sch.requeue_all();
+  sim.run();
+  EXPECT_EQ(sim.out[1], std::vector<int32_t>(kScript.begin(), kScript.begin() + 12));
+}
+
+}  // namespace
+}  // namespace kvasir::test
