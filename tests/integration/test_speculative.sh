@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Speculative decoding through the REAL kvasird (docs/speculative.md): the
+# same requests with [speculative] method = "ngram" and "none" must give
+# byte-identical text, greedy and seeded-sampled alike, on 2- and 3-stage CPU
+# plans, with prefix caching on and off, and under a KV pool so small that
+# concurrent requests preempt each other; and the drafts must really have
+# been accepted (the stats), or the comparison would prove nothing.
+#
+# Usage: test_speculative.sh KVASIRD KVASIR [SOURCE_DIR]
+# Exit 0 = passed, 77 = skipped (no model file), anything else = failed.
+set -uo pipefail
+
+KVASIRD=${1:?kvasird path}
+KVASIR=${2:?kvasir path}
+SRC=${3:-$(cd "$(dirname "$0")/../.." && pwd)}
+. "$SRC/tests/integration/lib.sh"
+kv_setup speculative
+
+# Prompts that make the model repeat: prompt lookup's case.
+cat > "$WORK/requests.py" << 'PY'
+import json, sys
+P1 = ("Repeat the following text exactly.\nText: The quick brown fox jumps over the lazy dog. "
+      "The five boxing wizards jump quickly. Pack my box with five dozen liquor jugs.\n"
+      "Repeated text:")
+P2 = ("Repeat this code exactly:\ndef add(a, b):\n    return a + b\n\ndef sub(a, b):\n"
+      "    return a - b\n\nCode:\n")
+reqs = {
+    "g1": {"prompt": P1, "temperature": 0},
+    "g2": {"prompt": P2, "temperature": 0},
+    "s1": {"prompt": P1, "temperature": 0.8, "seed": 7},
+    "s2": {"prompt": P2, "temperature": 0.8, "seed": 3, "top_p": 0.9},
+}
+name = sys.argv[1]
+body = dict(reqs[name], max_tokens=32, logprobs=1)
+print(json.dumps(body))
+PY
+
+# ask SOCK NAME: the request's text and token logprobs, one JSON line.
+ask() {
+  kv_curl "$1" http://x/v1/completions -H 'content-type: application/json' \
+    -d "$(python3 "$WORK/requests.py" "$2")" |
+    python3 -c 'import json,sys
+d = json.load(sys.stdin)
+c = d["choices"][0]
+print(json.dumps([c["text"], c["logprobs"]["tokens"], d["usage"]["completion_tokens"]]))' \
+      2> /dev/null || echo "ERROR"
+}
+
+spec_stat() {  # spec_stat SOCK FIELD
+  kv_curl "$1" http://x/kvasir/v1/stats |
+    python3 -c "import json,sys; print(json.load(sys.stdin)['engine']['speculative']['$2'])"
+}
+
+three_stages() {
+  printf '[[stages]]\nlayers = "0-9"\ndevice = "cpu"\nthreads = 1\n[[stages]]\nlayers = "10-19"\n'
+  printf 'device = "cpu"\nthreads = 1\n[[stages]]\nlayers = "20-29"\ndevice = "cpu"\nthreads = 1\n'
+}
+
+# run TAG CONFIG_EXTRA [concurrent]: starts a daemon, asks every request,
+# writes $WORK/TAG.NAME, stops it.
+NAMES="g1 g2 s1 s2"
+run() {
+  local tag=$1 cfg="$WORK/$1.toml"
+  if [ "${4:-}" == 3 ]; then
+    kv_config "$2" | python3 -c 'import sys,re
+t = sys.stdin.read()
+i = t.index("[[stages]]"); j = t.index("[server]")
+sys.stdout.write(t[:i] + open(sys.argv[1]).read() + t[j:])' <(three_stages) > "$cfg"
+  else
+    kv_config "$2" > "$cfg"
+  fi
+  kv_start "$KVASIRD" "$KVASIR" "$cfg"
+  if [ "${3:-}" == concurrent ]; then
+    local n pids=()
+    for n in $NAMES; do ask "$SOCK" "$n" > "$WORK/$tag.$n" & pids+=($!); done
+    wait "${pids[@]}"
+  else
+    for n in $NAMES; do ask "$SOCK" "$n" > "$WORK/$tag.$n"; done
+  fi
+  ACCEPTED=$(spec_stat "$SOCK" accepted_tokens)
+  PREEMPTED=$(kv_curl "$SOCK" http://x/kvasir/v1/stats |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["engine"]["preemptions"])')
+  kv_stop
+}
+
+same_as_ref() {  # same_as_ref TAG
+  local n diff=""
+  for n in $NAMES; do
+    grep -q ERROR "$WORK/$1.$n" && diff="$diff $n(error)" && continue
+    cmp -s "$WORK/ref.$n" "$WORK/$1.$n" || diff="$diff $n"
+  done
+  expect "$1: every output identical to method none" "${diff:-none}" "none"
+}
+
+run ref '[scheduler]
+warmup = false
+[speculative]
+method = "none"'
+for n in $NAMES; do grep -q ERROR "$WORK/ref.$n" && bad "ref: $n failed"; done
+
+run ngram2 '[scheduler]
+warmup = false
+[speculative]
+method = "ngram"'
+same_as_ref ngram2
+[ "$ACCEPTED" -gt 10 ] && ok "ngram2: $ACCEPTED drafts accepted" ||
+  bad "ngram2: only $ACCEPTED drafts accepted"
+
+run ngram3 '[scheduler]
+warmup = false
+[kv]
+prefix_caching = false
+[speculative]
+method = "ngram"
+max_draft = 6' "" 3
+same_as_ref ngram3
+[ "$ACCEPTED" -gt 10 ] && ok "ngram3 (3 stages, no prefix cache): $ACCEPTED accepted" ||
+  bad "ngram3: only $ACCEPTED drafts accepted"
+
+# 4 requests of up to ~85 positions (6 blocks) at once in 11 blocks of 16,
+# none shared: preemptions.
+run tiny '[scheduler]
+warmup = false
+[kv]
+memory = "2MiB"
+prefix_caching = false
+[speculative]
+method = "ngram"' concurrent
+same_as_ref tiny
+[ "$PREEMPTED" -gt 0 ] && ok "tiny: $PREEMPTED preemptions" || bad "tiny: no preemption"
+[ "$ACCEPTED" -gt 10 ] && ok "tiny: $ACCEPTED accepted" || bad "tiny: only $ACCEPTED accepted"
+
+kv_finish "$WORK/kvasird.log"
