@@ -159,6 +159,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
     g.sampling = req_.sampling;
     g.stop_ids = req_.stop_token_ids;
     g.ignore_eos = req_.ignore_eos;
+    g.speculative = req_.speculative;
     g.n = req_.generated();
     g.cache_salt = req_.cache_salt;
     if (!req_.logit_bias.empty())

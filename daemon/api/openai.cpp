@@ -313,6 +313,7 @@ CompletionRequest parse_completion_request(std::string_view body, bool chat,
 
   parse_stops(j, r, lim);
   r.ignore_eos = get_bool(j, "ignore_eos").value_or(false);
+  r.speculative = get_bool(j, "speculative").value_or(true);
   r.skip_special_tokens = get_bool(j, "skip_special_tokens").value_or(true);
   r.stream = get_bool(j, "stream").value_or(false);
   if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {

@@ -81,6 +81,9 @@ struct CompletionRequest {
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
+  // Kvasir's extension: false keeps this request's rows free of drafts
+  // (docs/speculative.md); the output is the same either way.
+  bool speculative = true;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // completions only

@@ -30,6 +30,8 @@ struct GenRequest {
   SamplingParams sampling;
   std::vector<int32_t> stop_ids;  // besides the model's end-of-generation ids
   bool ignore_eos = false;        // benchmarks: generate exactly max_tokens
+  // false: its rows carry no drafts even where [speculative] is on.
+  bool speculative = true;
   // Parallel sampling: n continuations of the one prompt (1..kMaxChoices),
   // choice i sampled with seed + i; each event names its choice
   // (TokenEvent::index). With prefix caching the prompt is computed once

@@ -184,7 +184,8 @@ void Scheduler::begin_batch(RingLoad load) {
     work += rem + s->padding();
     // A decode may carry drafts: the token budget's share must leave them
     // room (they count against it like any token, add_drafts).
-    if (drafter_ && rem == 1 && s->decoding() && !s->req.grammar) work += lim_.spec.max_draft;
+    if (drafter_ && rem == 1 && s->decoding() && !s->req.grammar && s->req.speculative)
+      work += lim_.spec.max_draft;
     if (lim_.policy != Policy::kChunked && rem <= lim_.max_tokens) floor = std::max(floor, rem);
   }
   form_.begin(set.running, work, load, floor, time_.step_budget(set));
@@ -227,7 +228,8 @@ bool Scheduler::take(std::vector<SchedRow>& rows, Sequence* s) {
 // emitted past it) and the blocks the pool has free now (a guess never
 // preempts anyone). A grammar's rows draft nothing yet.
 void Scheduler::add_drafts(SchedRow& row, Sequence* s) {
-  if (!drafter_ || !row.sample || row.pad || row.n_tokens != 1 || s->req.grammar ||
+  if (!drafter_ || !s->req.speculative || !row.sample || row.pad || row.n_tokens != 1 ||
+      s->req.grammar ||
       row.pos0 < s->n_prompt || int64_t(row.pos0) + 1 != int64_t(s->tokens.size()))
     return;
   const int64_t own_end = int64_t(row.pos0) + 1;

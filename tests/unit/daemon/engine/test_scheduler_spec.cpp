@@ -38,8 +38,9 @@ struct SpecSim {
         cache(size_t(n_blocks) * size_t(block_size), -1) {}
 
   void add(RequestId id, std::vector<int32_t> prompt, std::vector<int32_t> out_script,
-           int32_t max_tokens) {
+           int32_t max_tokens, bool speculative = true) {
     GenRequest g;
+    g.speculative = speculative;
     g.prompt = prompt;
     g.max_tokens = max_tokens;
     toks[id] = prompt;
@@ -158,6 +159,14 @@ TEST(SchedulerSpec, WithoutADrafterEveryDecodeIsOneToken) {
   sim.add(1, kPrompt, kScript, 12);
   const std::vector<std::string> t = sim.run();
   EXPECT_EQ(t.size(), 12u);  // the prompt, then 11 single decodes
+  EXPECT_EQ(sim.out[1], std::vector<int32_t>(kScript.begin(), kScript.begin() + 12));
+  EXPECT_EQ(sim.sch.stats().spec.drafts, 0);
+}
+
+TEST(SchedulerSpec, ARequestMayTurnItOff) {
+  SpecSim sim(spec_limits(DraftMethod::kNgram), 64);
+  sim.add(1, kPrompt, kScript, 12, false);
+  EXPECT_EQ(sim.run().size(), 12u);  // the prompt, then 11 single decodes
   EXPECT_EQ(sim.out[1], std::vector<int32_t>(kScript.begin(), kScript.begin() + 12));
   EXPECT_EQ(sim.sch.stats().spec.drafts, 0);
 }
