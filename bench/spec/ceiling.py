@@ -1,0 +1,118 @@
+"""The ceiling of an ngram drafter (prompt lookup), offline.
+
+Given a request's prompt token ids and the greedy output ids the target
+model wrote without speculation, replay decoding as a verifier would see it:
+at each step the drafter looks for the longest recent n-gram (n from
+ngram_max down to ngram_min) that ends the context (prompt + output so far)
+and occurred earlier in it, and proposes up to k tokens that followed its
+latest earlier occurrence. Greedy verification accepts the proposal's
+longest prefix equal to the real output; the step then emits the accepted
+tokens plus the target's own next token. Under greedy decoding this is
+exactly what the real drafter would get, so the figures are a ceiling only
+in that they ignore the cost of verifying the rejected drafts.
+
+  simulate(prompt, output, k, ngram_max, ngram_min) -> dict
+  proposals(prompt, output, ngram_max, ngram_min, k_max) -> per-step drafts
+  self_test() -> raises AssertionError on a wrong answer
+"""
+
+
+def proposals(prompt, output, ngram_max=4, ngram_min=2, k_max=8):
+    """For each i in 0..len(output)-1, the up-to-k_max tokens the drafter
+    proposes when the context is prompt + output[:i] (an empty list: no
+    n-gram matched). The context only ever grows by output tokens whatever
+    k is, so one pass serves every k."""
+    full = list(prompt) + list(output)
+    latest = [dict() for _ in range(ngram_max + 1)]  # n -> ngram -> latest start
+    next_end = 0  # n-grams ending before this index are in `latest`
+    out = []
+    for i in range(len(output)):
+        ctx_len = len(prompt) + i
+        # Index every n-gram ending at next_end that has a follower in the context.
+        while next_end + 1 < ctx_len:
+            for n in range(ngram_min, ngram_max + 1):
+                if next_end - n + 1 >= 0:
+                    latest[n][tuple(full[next_end - n + 1:next_end + 1])] = next_end - n + 1
+            next_end += 1
+        draft = []
+        for n in range(ngram_max, ngram_min - 1, -1):
+            if ctx_len < n:
+                continue
+            s = latest[n].get(tuple(full[ctx_len - n:ctx_len]))
+            if s is not None:
+                draft = full[s + n:min(s + n + k_max, ctx_len)]
+                break
+        out.append(draft)
+    return out
+
+
+def simulate(prompt, output, k, ngram_max=4, ngram_min=2, props=None):
+    """Replay greedy decoding with drafts of at most k tokens. Returns
+    {"steps", "tokens", "proposed", "accepted", "tokens_per_step",
+    "accepted_fraction", "acceptance_rate"}: tokens_per_step is vLLM's
+    mean acceptance length (1 + accepted / steps), accepted_fraction the
+    output tokens that came from accepted drafts."""
+    props = props if props is not None else proposals(prompt, output, ngram_max, ngram_min, k)
+    i = steps = proposed = accepted = 0
+    while i < len(output):
+        draft = props[i][:k]
+        a = 0
+        while a < len(draft) and i + a < len(output) and draft[a] == output[i + a]:
+            a += 1
+        # The target's own token follows the accepted drafts (bonus token),
+        # unless the drafts already reached the end of the output.
+        i += a + 1
+        steps += 1
+        proposed += len(draft)
+        accepted += a
+    n = len(output)
+    return {"steps": steps, "tokens": n, "proposed": proposed, "accepted": accepted,
+            "tokens_per_step": n / steps if steps else 0.0,
+            "accepted_fraction": accepted / n if n else 0.0,
+            "acceptance_rate": accepted / proposed if proposed else 0.0}
+
+
+def aggregate(pairs, ks, ngram_max=4, ngram_min=2):
+    """simulate() over [(prompt, output)] for each k in ks, summed then
+    divided: [{"k", "steps", "tokens", "proposed", "accepted",
+    "tokens_per_step", "accepted_fraction", "acceptance_rate"}]."""
+    props = [proposals(p, o, ngram_max, ngram_min, max(ks)) for p, o in pairs]
+    rows = []
+    for k in ks:
+        tot = {"steps": 0, "tokens": 0, "proposed": 0, "accepted": 0}
+        for (prompt, output), pr in zip(pairs, props):
+            r = simulate(prompt, output, k, ngram_max, ngram_min, props=pr)
+            for key in tot:
+                tot[key] += r[key]
+        s, n = tot["steps"], tot["tokens"]
+        rows.append(dict(tot, k=k, tokens_per_step=n / s if s else 0.0,
+                         accepted_fraction=tot["accepted"] / n if n else 0.0,
+                         acceptance_rate=tot["accepted"] / tot["proposed"] if tot["proposed"] else 0.0))
+    return rows
+
+
+def self_test():
+    # The output copies the prompt's "3 4 5 6 7" after writing "3 4".
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8]
+    output = [3, 4, 5, 6, 7, 9]
+    p = proposals(prompt, output, 4, 2, 8)
+    assert p[0] == [], p           # context ends "7 8": no earlier "7 8"
+    assert p[1] == [], p           # "8 3": not earlier
+    # "3 4" matched at 2: its followers, on into the output written so far.
+    assert p[2] == [5, 6, 7, 8, 3, 4], p
+    r = simulate(prompt, output, 8, 4, 2)
+    # steps: 3 (plain), 4 (plain), then 5 6 7 accepted + bonus 9: 3 steps for 6 tokens.
+    assert r == {"steps": 3, "tokens": 6, "proposed": 6, "accepted": 3,
+                 "tokens_per_step": 2.0, "accepted_fraction": 0.5, "acceptance_rate": 0.5}, r
+    assert proposals(prompt, output, 4, 2, 2)[2] == [5, 6], "k_max bounds the draft"
+    r1 = simulate(prompt, output, 1, 4, 2)
+    assert r1["accepted"] == 2 and r1["steps"] == 4, r1  # 3, 4, (5)+6, (7)+9
+    # The latest occurrence wins, and the output's own tokens count as context.
+    p = proposals([5, 6, 1, 5, 6, 2], [5, 6, 2, 0], 2, 2, 3)
+    assert p[2] == [2, 5, 6], p
+    # Nothing repeats: no drafts, one token per step.
+    r = simulate([1, 2, 3], [4, 5, 6, 7], 8)
+    assert r["steps"] == 4 and r["proposed"] == 0 and r["tokens_per_step"] == 1.0, r
+    rows = aggregate([(prompt, output), ([1, 2, 3], [4, 5, 6, 7])], [1, 8])
+    assert rows[1]["steps"] == 7 and rows[1]["tokens"] == 10 and rows[1]["accepted"] == 3, rows
+    return True

@@ -1,0 +1,419 @@
+#!/usr/bin/env python3
+"""bench/spec: speculative decoding against its own baseline, one run.
+
+Starts kvasird once per configuration (`--configs none,ngram`: the
+`[speculative]` table's `method`; "none" writes no table, so it runs on a
+daemon that does not know speculation yet; `ngram:max_draft=4+ngram_max=3`
+adds keys to that one configuration; `--set section.key=value` adds keys to
+every configuration, `speculative.*` ones to every configuration but
+"none") on the default 2-stage CPU plan (the model's layers halved, cores
+shared), and streams a prompt set of bench/spec/prompts (`--set-name
+a,b,c,d`) through /v1/chat/completions at each `--concurrency`, greedy
+unless `--temperature`. Reported per configuration, set and concurrency:
+output tok/s, TTFT p50, ITL p50/p99 (between chunks that carry output), the
+ratio to "none" of the same run, and the prompts whose greedy text differs
+from "none"'s. For set c (an agent loop re-sending its conversation) the
+turns from the second on are reported again on their own. Speculative
+counters of /kvasir/v1/stats and /metrics (any name with spec, draft or
+accept) are reported as deltas over each run, with the mean accepted length
+where the names allow.
+
+The ceiling (ceiling.py): from "none"'s greedy outputs (token ids from the
+stream's logprobs, prompt ids from /tokenize), what an ngram drafter
+(ngram_max 4 down to ngram_min 2) would have had accepted at k = 1..8.
+
+  python3 bench/spec/run.py [--bin /work/main/build/bin] [--configs none,ngram]
+      [--set-name a,b,c,d] [--concurrency 1,16] [--max-tokens 128] [--json PATH]
+  python3 bench/spec/run.py --self-test     no daemon: the simulation and the sets
+  python3 bench/spec/run.py --quick         smoke: 2 prompts a set, 16 tokens; not a figure
+
+Printed first: the CPU model, the load, Kvasir's SIMD level per kernel; the
+load again after each run (the machine may be shared).
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "forward"))
+import ceiling  # noqa: E402
+import chat  # noqa: E402
+import machine  # noqa: E402
+
+ROOT = machine.ROOT
+PROMPTS = os.path.join(HERE, "prompts")
+MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+KS = list(range(1, 9))
+COUNTER = re.compile(r"spec|draft|accept", re.I)
+
+CONFIG = """[model]
+path = "{model}"
+[plan]
+max_rows = {rows}
+[[stages]]
+layers = "0-{mid_1}"
+device = "cpu"
+threads = {threads}
+[[stages]]
+layers = "{mid}-{last}"
+device = "cpu"
+threads = {threads}
+[server]
+socket = "{sock}"
+http = "127.0.0.1:{port}"
+"""
+
+
+def toml_value(v):
+    if re.fullmatch(r"-?\d+(\.\d+)?|true|false", v) or v.startswith(("\"", "[", "{")):
+        return v
+    return json.dumps(v)
+
+
+def config_text(a, name, extra):
+    """The daemon's config: the base plan, then `section.key = value` sets
+    grouped by table, the `[speculative]` one first when name != none."""
+    n = a.layers
+    text = CONFIG.format(model=a.model, rows=max(32, max(a.conc)), mid_1=n // 2 - 1, mid=n // 2,
+                         last=n - 1, threads=a.threads, sock="{sock}", port=a.port)
+    tables = {}
+    if name != "none":
+        tables["speculative"] = {"method": json.dumps(name)}
+    for item in a.sets + extra:
+        key, _, value = item.partition("=")
+        section, _, k = key.strip().rpartition(".")
+        if section == "speculative" and name == "none":
+            continue
+        tables.setdefault(section, {})[k] = toml_value(value.strip())
+    for section, kv in tables.items():
+        if f"[{section}]" in text:  # a table the base already has: add to it
+            lines = "".join(f"{k} = {v}\n" for k, v in kv.items())
+            text = text.replace(f"[{section}]\n", f"[{section}]\n{lines}", 1)
+        else:
+            text += f"[{section}]\n" + "".join(f"{k} = {v}\n" for k, v in kv.items())
+    return text
+
+
+class Daemon:
+    """kvasird from a config text; `refused` holds its log's tail when it
+    exits (or never gets ready) instead of serving."""
+
+    def __init__(self, a, text):
+        self.dir = tempfile.mkdtemp(prefix="kvasir-spec-")
+        self.sock = os.path.join(self.dir, "k.sock")
+        self.cfg = os.path.join(self.dir, "k.toml")
+        self.log_path = os.path.join(self.dir, "kvasird.log")
+        self.refused = None
+        with open(self.cfg, "w") as f:
+            f.write(text.replace("{sock}", self.sock))
+        wrap = ["taskset", "-c", a.cores] if a.cores else []
+        self.log = open(self.log_path, "w")
+        self.p = subprocess.Popen(wrap + [os.path.join(a.bin, "kvasird"), "--config", self.cfg],
+                                  stdout=self.log, stderr=subprocess.STDOUT)
+        r = subprocess.run([os.path.join(a.bin, "kvasir"), "status", "--socket", self.sock,
+                            "--wait", "180"], capture_output=True, text=True)
+        if r.returncode != 0 or self.p.poll() is not None:
+            self.stop()
+            tail = open(self.log_path, errors="replace").read()[-1500:]
+            self.refused = tail.strip() or r.stderr.strip()
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.terminate()
+            self.p.wait()
+        self.log.close()
+
+
+def load_set(name, quick):
+    with open(os.path.join(PROMPTS, f"{name}.jsonl")) as f:
+        reqs = [json.loads(x) for x in f if x.strip()]
+    return reqs[:2] if quick else reqs
+
+
+def flatten(obj, prefix=""):
+    out = {}
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out.update(flatten(v, f"{prefix}{i}."))
+    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        out[prefix[:-1]] = obj
+    return out
+
+
+def counters(port):
+    """Every numeric stat (and /metrics sample) whose name says spec, draft
+    or accept: {name: value}."""
+    out = {}
+    try:
+        stats = chat.get_text(port, "/kvasir/v1/stats")
+        out.update({k: v for k, v in flatten(json.loads(stats or "{}")).items() if COUNTER.search(k)})
+    except (OSError, ValueError):
+        pass
+    metrics = chat.get_text(port, "/metrics") or ""
+    for line in metrics.splitlines():
+        m = re.match(r"([^#\s][^\s]*)\s+([-\d.eE+]+)$", line)
+        if m and COUNTER.search(m[1]):
+            out["metrics:" + m[1]] = float(m[2])
+    return out
+
+
+def accepted_length(delta):
+    """vLLM's mean acceptance length, 1 + accepted / drafts, from counter
+    deltas whose names say so; or a counter named mean_accepted*; else None."""
+    acc = [v for k, v in delta.items() if re.search(r"accepted(_tokens)?(_total)?$", k)
+           and not k.startswith("metrics:")]
+    drafts = [v for k, v in delta.items() if re.search(r"(num_drafts|drafts|draft_steps)(_total)?$", k)
+              and not k.startswith("metrics:")]
+    if acc and drafts and drafts[0]:
+        return 1 + acc[0] / drafts[0]
+    mean = [v for k, v in delta.items() if "mean_accepted" in k]
+    return mean[0] if mean else None
+
+
+def measure(a, port, reqs, conc):
+    """One timed run of a set: a warm-up request first (its prefix differs
+    from every prompt's after the first message), then the set."""
+    opts = {"max_tokens": a.max_tokens, "temperature": a.temperature, "seed": a.seed,
+            "logprobs": a.logprobs}
+    chat.one(port, {"id": "warm", "messages": [{"role": "user", "content": "Say hi."}]},
+             dict(opts, max_tokens=4))
+    before = counters(port)
+    recs, wall = chat.run(port, reqs, conc, opts)
+    after = counters(port)
+    delta = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+    s = chat.summary(recs, wall)
+    s["spec_counters"] = delta
+    s["mean_accepted_length"] = accepted_length(delta)
+    return s, recs
+
+
+def later_turns(recs, reqs):
+    """Set c from the second turn on: per-request tok/s (tokens / request
+    time, summed over the turns), TTFT and ITL."""
+    sub = [r for r, q in zip(recs, reqs) if q.get("turn", 1) >= 2 and not r["error"]]
+    e2e = sum(r["e2e"] for r in sub)
+    s = chat.summary(sub, e2e)
+    return s
+
+
+def token_ids(port, cache, piece):
+    """The id of one generated token from its text (a single-token
+    /tokenize); a text that is not one token (a split UTF-8 character)
+    gets an id of its own that matches nothing in a prompt."""
+    if piece not in cache:
+        toks = chat.post_json(port, "/tokenize", {"prompt": piece, "add_special_tokens": False})["tokens"]
+        cache[piece] = toks[0] if len(toks) == 1 else -1 - len(cache)
+    return cache[piece]
+
+
+def ceiling_pairs(port, reqs, recs):
+    """[(prompt ids, output ids)] of the requests that answered, for the
+    simulation; output ids from the logprobs' token texts, or (without
+    logprobs) the text re-tokenized."""
+    pairs, cache = [], {}
+    for q, r in zip(reqs, recs):
+        if r["error"]:
+            continue
+        body = {"messages": q["messages"]}
+        if "tools" in q:
+            body["tools"] = q["tools"]
+        prompt = chat.post_json(port, "/tokenize", body)["tokens"]
+        if r["pieces"]:
+            out = [token_ids(port, cache, p) for p in r["pieces"]]
+        else:
+            out = chat.post_json(port, "/tokenize", {"prompt": r["text"], "add_special_tokens": False})["tokens"]
+        pairs.append((prompt, out))
+    return pairs
+
+
+def line(name, s):
+    err = f", {s['errors']} ERRORS (first: {s['first_error']})" if s["errors"] else ""
+    acc = s.get("mean_accepted_length")
+    acc = f", mean accepted length {acc:.2f}" if acc is not None else ""
+    return (f"  {name:14s} {s['tok_s']:7.1f} tok/s  TTFT p50 {s['ttft_p50']:7.1f} ms  ITL p50 "
+            f"{s['itl_p50']:6.1f} p99 {s['itl_p99']:7.1f} ms  ({s['tokens']} tokens){acc}{err}")
+
+
+def print_ceiling(name, rows):
+    print(f"  ngram ceiling (set {name}, greedy outputs of none; ngram 4..2): "
+          "k, tokens/step, drafted-correctly fraction, acceptance rate")
+    print("    " + "  ".join(f"k={r['k']}: {r['tokens_per_step']:.2f} {r['accepted_fraction']:.2f} "
+                             f"{r['acceptance_rate']:.2f}" for r in rows))
+
+
+def run_ceiling(a, set_name, reqs, recs, out):
+    """The ngram ceiling of one set from "none"'s greedy outputs (set c:
+    also from the second turn on); the token ids are kept in the JSON."""
+    pairs = ceiling_pairs(a.port, reqs, recs)
+    ids = [q["id"] for q, r in zip(reqs, recs) if not r["error"]]
+    out["token_ids"][set_name] = {i: {"prompt": p, "output": o} for i, (p, o) in zip(ids, pairs)}
+    rows = ceiling.aggregate(pairs, KS, a.ngram_max, a.ngram_min)
+    out["ceiling"][set_name] = rows
+    print_ceiling(set_name, rows)
+    if set_name == "c":
+        later = [pr for pr, q in zip(pairs, [q for q, r in zip(reqs, recs) if not r["error"]])
+                 if q.get("turn", 1) >= 2]
+        rows = ceiling.aggregate(later, KS, a.ngram_max, a.ngram_min)
+        out["ceiling"]["c turns>=2"] = rows
+        print_ceiling("c turns>=2", rows)
+
+
+def run_config(a, label, method, extra, out):
+    """Start kvasird with one configuration (`method` plus the speculative
+    keys `extra`) and run every set and concurrency on it; fills
+    out["configs"][label] (and the ceiling, from "none")."""
+    text = config_text(a, method, extra)
+    res = out["configs"].setdefault(label, {"config": text, "refused": None, "runs": {}})
+    print(f"\n== configuration {label}", flush=True)
+    d = Daemon(a, text)
+    if d.refused:
+        res["refused"] = d.refused
+        print(f"  REFUSED: kvasird did not start with this configuration (does {a.bin}/kvasird know "
+              f"the [speculative] table?). Its log ends:\n    " + d.refused.replace("\n", "\n    "))
+        return
+    try:
+        for set_name in a.set_names:
+            reqs = load_set(set_name, a.quick)
+            for conc in a.conc:
+                s, recs = measure(a, a.port, reqs, conc)
+                s["load"] = machine.load()
+                s["texts"] = {r["id"]: r["text"] for r in recs}
+                print(line(f"{set_name} @{conc}", s) + f"  load {' '.join(s['load'])}", flush=True)
+                if set_name == "c":
+                    s["later_turns"] = later_turns(recs, reqs)
+                    print(line("c turns>=2", s["later_turns"]) + " (per-request tok/s)")
+                if s["spec_counters"]:
+                    print("    counters: " + ", ".join(f"{k} +{v:g}" for k, v in s["spec_counters"].items()))
+                res["runs"][f"{set_name}@{conc}"] = s
+                if method == "none" and a.temperature == 0 and set_name not in out["ceiling"]:
+                    run_ceiling(a, set_name, reqs, recs, out)
+    finally:
+        d.stop()
+
+
+def compare(a, out):
+    """Ratios to "none" and greedy text differences, per set and concurrency."""
+    base = out["configs"].get("none")
+    if not base or base["refused"]:
+        print("\n(no \"none\" run: no ratios)")
+        return 0
+    print("\n== ratios to none (tok/s; TTFT and ITL: time ratios, below 1 is faster)")
+    differ = 0
+    for name, res in out["configs"].items():
+        if name == "none" or res["refused"]:
+            continue
+        for key, s in res["runs"].items():
+            b = base["runs"].get(key)
+            if not b:
+                continue
+            r = lambda k, x=s, y=b: x[k] / y[k] if y[k] else float("nan")
+            s["ratio"] = {k: r(k) for k in ("tok_s", "ttft_p50", "itl_p50", "itl_p99")}
+            extra = ""
+            if "later_turns" in s and "later_turns" in b:
+                lt = s["later_turns"]["tok_s"] / b["later_turns"]["tok_s"] if b["later_turns"]["tok_s"] else 0
+                s["ratio"]["later_turns_tok_s"] = lt
+                extra = f", turns>=2 {lt:.2f}"
+            diffs = [i for i, t in s["texts"].items() if b["texts"].get(i) != t]
+            s["differs"] = diffs
+            differ += len(diffs) if a.temperature == 0 else 0
+            same = ("greedy text identical" if not diffs else
+                    f"greedy text DIFFERS on {len(diffs)}: {', '.join(diffs)}") if a.temperature == 0 else ""
+            print(f"  {name:8s} {key:6s} tok/s {s['ratio']['tok_s']:.2f}{extra}, TTFT p50 "
+                  f"{s['ratio']['ttft_p50']:.2f}, ITL p50 {s['ratio']['itl_p50']:.2f} "
+                  f"p99 {s['ratio']['itl_p99']:.2f}; {same}")
+    return differ
+
+
+def parse_configs(spec):
+    """"none,ngram:max_draft=4+ngram_max=3" -> [(label, method, [sets])]."""
+    out = []
+    for item in spec.split(","):
+        method, _, keys = item.partition(":")
+        sets = [f"speculative.{kv}" for kv in keys.split("+") if kv]
+        out.append((item, method.strip(), sets))
+    return out
+
+
+def self_test():
+    """No daemon: the simulation's answers, the sets' shape, the configs."""
+    ceiling.self_test()
+    for name in "abcd":
+        reqs = load_set(name, False)
+        assert len(reqs) >= 20, (name, len(reqs))
+        assert len({r["id"] for r in reqs}) == len(reqs), name
+        for r in reqs:
+            assert r["messages"] and r["messages"][-1]["role"] in ("user", "tool"), r["id"]
+            assert name != "d" or r["response_format"]["type"] == "json_schema", r["id"]
+    assert any(r.get("turn", 0) >= 2 for r in load_set("c", False))
+    a = argparse.Namespace(layers=30, model="m.gguf", conc=[1], threads=1, port=1,
+                           sets=["speculative.max_draft=4", "kv.memory=512MiB"])
+    none = config_text(a, "none", [])
+    assert "[speculative]" not in none and 'memory = "512MiB"' in none, none
+    ngram = config_text(a, "ngram", ["speculative.ngram_max=3"])
+    assert '[speculative]\nmethod = "ngram"\nmax_draft = 4\nngram_max = 3\n' in ngram, ngram
+    assert parse_configs("none,ngram:max_draft=2") == [
+        ("none", "none", []), ("ngram:max_draft=2", "ngram", ["speculative.max_draft=2"])]
+    print("bench/spec self-test: ok")
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default=os.environ.get("KVASIR_BIN", os.path.join(ROOT, "build", "bin")),
+                    help="folder of kvasird, kvasir and kvasir-local")
+    ap.add_argument("--model", default=MODEL)
+    ap.add_argument("--layers", type=int, default=30, help="the model's layer count (halved into 2 stages)")
+    ap.add_argument("--configs", default="none,ngram")
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    ap.add_argument("--set-name", default="a,b,c,d", help="prompt sets (bench/spec/prompts)")
+    ap.add_argument("--concurrency", default="1", help="comma-separated")
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--no-logprobs", dest="logprobs", action="store_false",
+                    help="do not ask for logprobs (the ceiling then re-tokenizes the text)")
+    ap.add_argument("--ngram-max", type=int, default=4)
+    ap.add_argument("--ngram-min", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="threads per stage")
+    ap.add_argument("--cores", default="", help="taskset CPU list (default: not pinned)")
+    ap.add_argument("--port", type=int, default=18190)
+    ap.add_argument("--json", default="/tmp/kvasir-spec/spec.json")
+    ap.add_argument("--quick", action="store_true", help="smoke test: 2 prompts a set, 16 tokens")
+    ap.add_argument("--self-test", action="store_true", help="no daemon: check the simulation and sets")
+    a = ap.parse_args()
+    if a.self_test:
+        return self_test()
+    a.conc = [int(x) for x in a.concurrency.split(",")]
+    a.set_names = a.set_name.split(",")
+    if a.quick:
+        a.max_tokens = min(a.max_tokens, 16)
+    local = os.path.join(a.bin, "kvasir-local")
+    head = machine.describe(local) if os.path.exists(local) else f"cpu: {machine.cpu_model()}"
+    print(head + f"\nbin: {a.bin}; model: {a.model}; 2 CPU stages x {a.threads} thread(s), cores "
+          f"{a.cores or 'shared, not pinned'}; max_tokens {a.max_tokens}, temperature {a.temperature:g}"
+          + ("; QUICK: not a figure" if a.quick else ""), flush=True)
+    out = {"machine": head, "args": {k: v for k, v in vars(a).items()}, "configs": {}, "ceiling": {}, "token_ids": {},
+           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    for label, method, extra in parse_configs(a.configs):
+        run_config(a, label, method, extra, out)
+    differ = compare(a, out)
+    out["load_after"] = machine.load()
+    os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
+    with open(a.json, "w") as f:
+        json.dump(out, f, indent=1)
+    print(f"\nload after: {' '.join(out['load_after'])}; JSON: {a.json}")
+    refused = [n for n, r in out["configs"].items() if r["refused"]]
+    errors = sum(s["errors"] for r in out["configs"].values() for s in r["runs"].values())
+    return 1 if refused or errors or differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
