@@ -13,6 +13,7 @@ in that they ignore the cost of verifying the rejected drafts.
 
   simulate(prompt, output, k, ngram_max, ngram_min) -> dict
   proposals(prompt, output, ngram_max, ngram_min, k_max) -> per-step drafts
+  forced_proposals(pieces, keys, k_max) -> an estimate of grammar-forced drafts
   self_test() -> raises AssertionError on a wrong answer
 """
 
@@ -46,6 +47,38 @@ def proposals(prompt, output, ngram_max=4, ngram_min=2, k_max=8):
     return out
 
 
+def forced_proposals(pieces, keys, k_max=8):
+    """An estimate of grammar-forced drafts (XGrammar's jump-forward) on a
+    JSON-schema output whose properties are all required, in order: once a
+    key's opening quote is written the rest of the key and its closing
+    quote are forced (whitespace is free elsewhere, so nothing else is).
+    `pieces` are the output's token texts. At token i, if it starts inside
+    a forced span, the draft is the run of tokens lying wholly inside that
+    span (as the model tokenized them: optimistic where a jump-forward
+    would tokenize the forced string otherwise). Drafts are the output's
+    own tokens (indices into it, as ints), so simulate() accepts them all."""
+    text = "".join(pieces)
+    spans = []
+    for key in keys:
+        at = text.find(f'"{key}"')
+        if at >= 0:
+            spans.append((at + 1, at + len(key) + 2))  # key chars + closing quote
+    starts, pos = [], 0
+    for p in pieces:
+        starts.append(pos)
+        pos += len(p)
+    ends = starts[1:] + [pos]
+    inside = [next((sp for sp in spans if sp[0] <= b and e <= sp[1] and e > b), None)
+              for b, e in zip(starts, ends)]
+    out = []
+    for i in range(len(pieces)):
+        j = i
+        while j < len(pieces) and j - i < k_max and inside[j] is not None and inside[j] == inside[i]:
+            j += 1
+        out.append(list(range(i, j)))
+    return out
+
+
 def simulate(prompt, output, k, ngram_max=4, ngram_min=2, props=None):
     """Replay greedy decoding with drafts of at most k tokens. Returns
     {"steps", "tokens", "proposed", "accepted", "tokens_per_step",
@@ -72,11 +105,13 @@ def simulate(prompt, output, k, ngram_max=4, ngram_min=2, props=None):
             "acceptance_rate": accepted / proposed if proposed else 0.0}
 
 
-def aggregate(pairs, ks, ngram_max=4, ngram_min=2):
+def aggregate(pairs, ks, ngram_max=4, ngram_min=2, props=None):
     """simulate() over [(prompt, output)] for each k in ks, summed then
     divided: [{"k", "steps", "tokens", "proposed", "accepted",
-    "tokens_per_step", "accepted_fraction", "acceptance_rate"}]."""
-    props = [proposals(p, o, ngram_max, ngram_min, max(ks)) for p, o in pairs]
+    "tokens_per_step", "accepted_fraction", "acceptance_rate"}]. `props`:
+    each pair's drafts (default: the ngram drafter's)."""
+    if props is None:
+        props = [proposals(p, o, ngram_max, ngram_min, max(ks)) for p, o in pairs]
     rows = []
     for k in ks:
         tot = {"steps": 0, "tokens": 0, "proposed": 0, "accepted": 0}
@@ -110,6 +145,12 @@ def self_test():
     # The latest occurrence wins, and the output's own tokens count as context.
     p = proposals([5, 6, 1, 5, 6, 2], [5, 6, 2, 0], 2, 2, 3)
     assert p[2] == [2, 5, 6], p
+    # Forced: after `{"` the key `ab` and its quote are forced; values are not.
+    pieces = ['{"', 'a', 'b', '":', ' 1', '}']
+    fp = forced_proposals(pieces, ["ab"], 8)
+    assert fp[1] == [1, 2] and fp[0] == [] and fp[3] == [] and fp[4] == [], fp
+    r = simulate(list(range(6)), list(range(6)), 8, props=fp)
+    assert r["steps"] == 4 and r["accepted"] == 2, r  # {", a b + bonus ":, 1, }
     # Nothing repeats: no drafts, one token per step.
     r = simulate([1, 2, 3], [4, 5, 6, 7], 8)
     assert r["steps"] == 4 and r["proposed"] == 0 and r["tokens_per_step"] == 1.0, r

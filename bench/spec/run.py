@@ -243,7 +243,7 @@ def line(name, s):
 
 
 def print_ceiling(name, rows):
-    print(f"  ngram ceiling (set {name}, greedy outputs of none; ngram 4..2): "
+    print(f"  ceiling ({name}; from none's greedy outputs): "
           "k, tokens/step, drafted-correctly fraction, acceptance rate")
     print("    " + "  ".join(f"k={r['k']}: {r['tokens_per_step']:.2f} {r['accepted_fraction']:.2f} "
                              f"{r['acceptance_rate']:.2f}" for r in rows))
@@ -254,16 +254,40 @@ def run_ceiling(a, set_name, reqs, recs, out):
     also from the second turn on); the token ids are kept in the JSON."""
     pairs = ceiling_pairs(a.port, reqs, recs)
     ids = [q["id"] for q, r in zip(reqs, recs) if not r["error"]]
-    out["token_ids"][set_name] = {i: {"prompt": p, "output": o} for i, (p, o) in zip(ids, pairs)}
+    pieces = [r["pieces"] for r in recs if not r["error"]]
+    out["token_ids"][set_name] = {i: {"prompt": p, "output": o, "pieces": t}
+                                  for i, (p, o), t in zip(ids, pairs, pieces)}
     rows = ceiling.aggregate(pairs, KS, a.ngram_max, a.ngram_min)
     out["ceiling"][set_name] = rows
     print_ceiling(set_name, rows)
+    if any("response_format" in q for q in reqs):
+        forced_ceiling(a, reqs, recs, pairs, out)
     if set_name == "c":
         later = [pr for pr, q in zip(pairs, [q for q, r in zip(reqs, recs) if not r["error"]])
                  if q.get("turn", 1) >= 2]
         rows = ceiling.aggregate(later, KS, a.ngram_max, a.ngram_min)
         out["ceiling"]["c turns>=2"] = rows
         print_ceiling("c turns>=2", rows)
+
+
+def forced_ceiling(a, reqs, recs, pairs, out):
+    """Set d: the estimate of grammar-forced drafts (the schema's keys),
+    alone and with the ngram drafter filling the steps they leave."""
+    ok = [(q, r) for q, r in zip(reqs, recs) if not r["error"]]
+    if not all(r["pieces"] for _, r in ok):
+        print("  (forced-token estimate needs the logprobs' token texts: skipped)")
+        return
+    forced, both = [], []
+    for (q, r), (p, o) in zip(ok, pairs):
+        keys = list(q["response_format"]["json_schema"]["schema"]["properties"])
+        f = [[o[j] for j in d] for d in ceiling.forced_proposals(r["pieces"], keys, max(KS))]
+        g = ceiling.proposals(p, o, a.ngram_max, a.ngram_min, max(KS))
+        forced.append(f)
+        both.append([x or y for x, y in zip(f, g)])
+    for label, props in (("d forced", forced), ("d forced+ngram", both)):
+        rows = ceiling.aggregate(pairs, KS, props=props)
+        out["ceiling"][label] = rows
+        print_ceiling(label, rows)
 
 
 def run_config(a, label, method, extra, out):
@@ -365,6 +389,19 @@ def self_test():
     return 0
 
 
+def ceiling_from(a):
+    """The ngram ceiling of every set a saved run holds, from its token ids."""
+    saved = json.load(open(a.ceiling_from)).get("token_ids")
+    if not saved:
+        print(f"{a.ceiling_from} holds no token ids (a greedy run of \"none\" saves them)")
+        return 1
+    print(f"ngram {a.ngram_max}..{a.ngram_min}")
+    for set_name, reqs in saved.items():
+        pairs = [(v["prompt"], v["output"]) for v in reqs.values()]
+        print_ceiling(set_name, ceiling.aggregate(pairs, KS, a.ngram_max, a.ngram_min))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=os.environ.get("KVASIR_BIN", os.path.join(ROOT, "build", "bin")),
@@ -388,9 +425,14 @@ def main():
     ap.add_argument("--json", default="/tmp/kvasir-spec/spec.json")
     ap.add_argument("--quick", action="store_true", help="smoke test: 2 prompts a set, 16 tokens")
     ap.add_argument("--self-test", action="store_true", help="no daemon: check the simulation and sets")
+    ap.add_argument("--ceiling-from", metavar="JSON",
+                    help="no daemon: the ngram ceiling again from a run's saved token ids "
+                         "(e.g. with other --ngram-max/--ngram-min)")
     a = ap.parse_args()
     if a.self_test:
         return self_test()
+    if a.ceiling_from:
+        return ceiling_from(a)
     a.conc = [int(x) for x in a.concurrency.split(",")]
     a.set_names = a.set_name.split(",")
     if a.quick:
