@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -181,8 +182,11 @@ def accepted_length(delta):
 def measure(a, port, reqs, conc):
     """One timed run of a set: a warm-up request first (its prefix differs
     from every prompt's after the first message), then the set."""
+    # A salt per run: the prompts' KV cached by an earlier run (another
+    # concurrency of the same set) must not shorten this one's prefills;
+    # within a run the agent loop's turns still share their prefix.
     opts = {"max_tokens": a.max_tokens, "temperature": a.temperature, "seed": a.seed,
-            "logprobs": a.logprobs}
+            "logprobs": a.logprobs, "salt": f"run-{time.time_ns()}"}
     chat.one(port, {"id": "warm", "messages": [{"role": "user", "content": "Say hi."}]},
              dict(opts, max_tokens=4))
     before = counters(port)
@@ -403,6 +407,8 @@ def ceiling_from(a):
 
 
 def main():
+    # SIGTERM unwinds like Ctrl-C, so the daemon is stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=os.environ.get("KVASIR_BIN", os.path.join(ROOT, "build", "bin")),
                     help="folder of kvasird, kvasir and kvasir-local")
