@@ -238,6 +238,33 @@ def ceiling_pairs(port, reqs, recs):
     return pairs
 
 
+def stage_costs(port):
+    """Each stage's cost model from /kvasir/v1/stats (docs/scheduler.md):
+    busy ~ fixed + per_token * tokens + per_kctx * context / 1024 +
+    per_sample * sampled rows."""
+    try:
+        stats = json.loads(chat.get_text(port, "/kvasir/v1/stats") or "{}")
+    except (OSError, ValueError):
+        return []
+    return [st["cost"] for st in stats.get("stages", []) if "cost" in st]
+
+
+def predict(rows, costs, ctx):
+    """Batch-1 speedup each k would give by the stages' own cost models: a
+    step verifying 1 + d tokens (d the mean draft) at context ctx costs
+    the sum over stages (one sequence crosses them in turn) of fixed +
+    (1 + d) * (per_token + per_kctx * ctx / 1024 + per_sample), and yields
+    tokens_per_step tokens. Hand-offs (a fixed cost per step) are left out,
+    which understates the gain."""
+    def step(n):
+        return sum(c["fixed_ms"] + n * (c["per_token_ms"] + c["per_kctx_ms"] * ctx / 1024
+                                        + c.get("per_sample_ms", 0.0)) for c in costs)
+    for r in rows:
+        d = r["proposed"] / r["steps"] if r["steps"] else 0.0
+        r["predicted_speedup"] = r["tokens_per_step"] * step(1) / step(1 + d) if step(1) else None
+    return rows
+
+
 def line(name, s):
     err = f", {s['errors']} ERRORS (first: {s['first_error']})" if s["errors"] else ""
     acc = s.get("mean_accepted_length")
@@ -251,6 +278,15 @@ def print_ceiling(name, rows):
           "k, tokens/step, drafted-correctly fraction, acceptance rate")
     print("    " + "  ".join(f"k={r['k']}: {r['tokens_per_step']:.2f} {r['accepted_fraction']:.2f} "
                              f"{r['acceptance_rate']:.2f}" for r in rows))
+    if rows and rows[0].get("predicted_speedup"):
+        print("    batch-1 speedup by the stages' cost models: "
+              + "  ".join(f"k={r['k']}: {r['predicted_speedup']:.2f}" for r in rows))
+
+
+def mean_context(pairs):
+    """The mean context a decode step attends over: prompt + half the output."""
+    n = sum(len(o) for _, o in pairs)
+    return sum(len(o) * (len(p) + len(o) / 2) for p, o in pairs) / n if n else 0.0
 
 
 def run_ceiling(a, set_name, reqs, recs, out):
@@ -261,9 +297,11 @@ def run_ceiling(a, set_name, reqs, recs, out):
     pieces = [r["pieces"] for r in recs if not r["error"]]
     out["token_ids"][set_name] = {i: {"prompt": p, "output": o, "pieces": t}
                                   for i, (p, o), t in zip(ids, pairs, pieces)}
+    out["cost"] = stage_costs(a.port)
     rows = ceiling.aggregate(pairs, KS, a.ngram_max, a.ngram_min)
     out["ceiling"][set_name] = rows
-    print_ceiling(set_name, rows)
+    out["ceiling_ctx"][set_name] = ctx = mean_context(pairs)
+    print_ceiling(set_name, predict(rows, out["cost"], ctx))
     if any("response_format" in q for q in reqs):
         forced_ceiling(a, reqs, recs, pairs, out)
     if set_name == "c":
@@ -271,7 +309,7 @@ def run_ceiling(a, set_name, reqs, recs, out):
                  if q.get("turn", 1) >= 2]
         rows = ceiling.aggregate(later, KS, a.ngram_max, a.ngram_min)
         out["ceiling"]["c turns>=2"] = rows
-        print_ceiling("c turns>=2", rows)
+        print_ceiling("c turns>=2", predict(rows, out["cost"], mean_context(later)))
 
 
 def forced_ceiling(a, reqs, recs, pairs, out):
@@ -291,7 +329,7 @@ def forced_ceiling(a, reqs, recs, pairs, out):
     for label, props in (("d forced", forced), ("d forced+ngram", both)):
         rows = ceiling.aggregate(pairs, KS, props=props)
         out["ceiling"][label] = rows
-        print_ceiling(label, rows)
+        print_ceiling(label, predict(rows, out["cost"], mean_context(pairs)))
 
 
 def run_config(a, label, method, extra, out):
@@ -389,20 +427,25 @@ def self_test():
     assert '[speculative]\nmethod = "ngram"\nmax_draft = 4\nngram_max = 3\n' in ngram, ngram
     assert parse_configs("none,ngram:max_draft=2") == [
         ("none", "none", []), ("ngram:max_draft=2", "ngram", ["speculative.max_draft=2"])]
+    rows = predict([{"steps": 10, "proposed": 20, "tokens_per_step": 2.0}],
+                   [{"fixed_ms": 3.0, "per_token_ms": 1.0, "per_kctx_ms": 0.0}] * 2, 0)
+    assert abs(rows[0]["predicted_speedup"] - 2.0 * 8 / 12) < 1e-9, rows  # (3+1)*2 vs (3+3)*2
     print("bench/spec self-test: ok")
     return 0
 
 
 def ceiling_from(a):
     """The ngram ceiling of every set a saved run holds, from its token ids."""
-    saved = json.load(open(a.ceiling_from)).get("token_ids")
+    run = json.load(open(a.ceiling_from))
+    saved, cost = run.get("token_ids"), run.get("cost", [])
     if not saved:
         print(f"{a.ceiling_from} holds no token ids (a greedy run of \"none\" saves them)")
         return 1
     print(f"ngram {a.ngram_max}..{a.ngram_min}")
     for set_name, reqs in saved.items():
         pairs = [(v["prompt"], v["output"]) for v in reqs.values()]
-        print_ceiling(set_name, ceiling.aggregate(pairs, KS, a.ngram_max, a.ngram_min))
+        rows = ceiling.aggregate(pairs, KS, a.ngram_max, a.ngram_min)
+        print_ceiling(set_name, predict(rows, cost, mean_context(pairs)))
     return 0
 
 
@@ -449,6 +492,7 @@ def main():
           f"{a.cores or 'shared, not pinned'}; max_tokens {a.max_tokens}, temperature {a.temperature:g}"
           + ("; QUICK: not a figure" if a.quick else ""), flush=True)
     out = {"machine": head, "args": {k: v for k, v in vars(a).items()}, "configs": {}, "ceiling": {}, "token_ids": {},
+           "ceiling_ctx": {}, "cost": [],
            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     for label, method, extra in parse_configs(a.configs):
         run_config(a, label, method, extra, out)
