@@ -49,23 +49,26 @@ def proposals(prompt, output, ngram_max=4, ngram_min=2, k_max=8):
 
 def forced_proposals(pieces, keys, k_max=8):
     """An estimate of grammar-forced drafts (XGrammar's jump-forward) on a
-    JSON-schema output whose properties are each written once, in any
-    order: inside a key, once its characters so far match only one key
-    not yet written, the rest of it and its closing quote are forced
-    (whitespace is free elsewhere, so nothing else is). `pieces` are the
-    output's token texts. At token i, if it starts inside a forced span,
-    the draft is the run of tokens lying wholly inside that span (as the
-    model tokenized them: optimistic where a jump-forward would tokenize
-    the forced string otherwise). Drafts are indices into the output, so
-    simulate() accepts them all."""
+    JSON-schema output. XGrammar writes required properties in the
+    schema's order, so once a key's opening quote is written, the key
+    `keys` (in schema order) expects next is forced whole, with its
+    closing quote; a key written out of that order (a grammar that allows
+    any order) is forced only from where it matches one key not yet
+    written. Whitespace is free between JSON tokens, so nothing else is.
+    `pieces` are the output's token texts. At token i, if it starts inside
+    a forced span, the draft is the run of tokens lying wholly inside that
+    span (as the model tokenized them: optimistic where a jump-forward
+    would tokenize the forced string otherwise). Drafts are indices into
+    the output, so simulate() accepts them all."""
     text = "".join(pieces)
     found = sorted((text.find(f'"{k}"'), k) for k in keys if text.find(f'"{k}"') >= 0)
-    spans, left = [], set(keys)
+    spans, left = [], list(keys)
     for at, key in found:
-        others = left - {key}
-        u = next(n for n in range(len(key) + 1) if not any(o.startswith(key[:n]) for o in others))
+        others = [o for o in left if o != key]
+        u = 0 if left and left[0] == key else next(
+            n for n in range(len(key) + 1) if not any(o.startswith(key[:n]) for o in others))
         spans.append((at + 1 + u, at + len(key) + 2))  # the rest of the key + closing quote
-        left.discard(key)
+        left.remove(key)
     starts, pos = [], 0
     for p in pieces:
         starts.append(pos)
@@ -154,10 +157,13 @@ def self_test():
     assert fp[1] == [1, 2] and fp[0] == [] and fp[3] == [] and fp[4] == [], fp
     r = simulate(list(range(6)), list(range(6)), 8, props=fp)
     assert r["steps"] == 4 and r["accepted"] == 2, r  # {", a b + bonus ":, 1, }
-    # Two keys sharing "a": the first is forced after its "x"; the last is
-    # the only one left, so all of it is forced.
+    # Two keys sharing "a", written in schema order: each is forced whole.
     pieces = ['{"', 'a', 'x', 'y', '":', '1', ',"', 'a', 'b', '":', '2', '}']
     fp = forced_proposals(pieces, ["axy", "ab"], 8)
+    assert fp[1] == [1, 2, 3] and fp[7] == [7, 8], fp
+    # Out of schema order: the first is forced after its "x" only; the last
+    # is the only one left, so all of it is forced.
+    fp = forced_proposals(pieces, ["ab", "axy"], 8)
     assert fp[1] == [] and fp[2] == [] and fp[3] == [3] and fp[7] == [7, 8], fp
     # Nothing repeats: no drafts, one token per step.
     r = simulate([1, 2, 3], [4, 5, 6, 7], 8)
