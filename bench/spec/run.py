@@ -167,16 +167,17 @@ def counters(port):
 
 
 def accepted_length(delta):
-    """vLLM's mean acceptance length, 1 + accepted / drafts, from counter
-    deltas whose names say so; or a counter named mean_accepted*; else None."""
-    acc = [v for k, v in delta.items() if re.search(r"accepted(_tokens)?(_total)?$", k)
-           and not k.startswith("metrics:")]
-    drafts = [v for k, v in delta.items() if re.search(r"(num_drafts|drafts|draft_steps)(_total)?$", k)
-              and not k.startswith("metrics:")]
-    if acc and drafts and drafts[0]:
-        return 1 + acc[0] / drafts[0]
-    mean = [v for k, v in delta.items() if "mean_accepted" in k]
-    return mean[0] if mean else None
+    """vLLM's mean acceptance length, 1 + accepted / drafts, from the
+    deltas of counters named so (the stats' first, else /metrics'); None
+    where there are none."""
+    for stats in (True, False):
+        acc = [v for k, v in delta.items() if k.startswith("metrics:") != stats
+               and re.search(r"accepted(_tokens)?(_total)?(\{.*\})?$", k)]
+        drafts = [v for k, v in delta.items() if k.startswith("metrics:") != stats
+                  and re.search(r"(num_drafts|drafts|draft_steps)(_total)?(\{.*\})?$", k)]
+        if acc and drafts and drafts[0]:
+            return 1 + acc[0] / drafts[0]
+    return None
 
 
 def measure(a, port, reqs, conc):
@@ -192,7 +193,10 @@ def measure(a, port, reqs, conc):
     before = counters(port)
     recs, wall = chat.run(port, reqs, conc, opts)
     after = counters(port)
-    delta = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+    # Ratios and means over the daemon's life say nothing about this run:
+    # the mean accepted length is recomputed from the counters' deltas.
+    delta = {k: after[k] - before.get(k, 0) for k in after
+             if after[k] != before.get(k, 0) and not re.search(r"rate|mean", k)}
     s = chat.summary(recs, wall)
     s["spec_counters"] = delta
     s["mean_accepted_length"] = accepted_length(delta)
@@ -430,6 +434,12 @@ def self_test():
     rows = predict([{"steps": 10, "proposed": 20, "tokens_per_step": 2.0}],
                    [{"fixed_ms": 3.0, "per_token_ms": 1.0, "per_kctx_ms": 0.0}] * 2, 0)
     assert abs(rows[0]["predicted_speedup"] - 2.0 * 8 / 12) < 1e-9, rows  # (3+1)*2 vs (3+3)*2
+    assert accepted_length({"engine.speculative.drafts": 10, "engine.speculative.draft_tokens": 40,
+                            "engine.speculative.accepted_tokens": 15,
+                            "metrics:kvasir_spec_decode_num_drafts_total{method=\"ngram\"}": 10}) == 2.5
+    assert accepted_length({"metrics:kvasir_spec_decode_num_drafts_total{method=\"ngram\"}": 4,
+                            "metrics:kvasir_spec_decode_num_accepted_tokens_total{method=\"ngram\"}": 2}) == 1.5
+    assert accepted_length({"plan.max_draft": 4}) is None
     print("bench/spec self-test: ok")
     return 0
 
