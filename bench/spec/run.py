@@ -253,19 +253,26 @@ def stage_costs(port):
     return [st["cost"] for st in stats.get("stages", []) if "cost" in st]
 
 
-def predict(rows, costs, ctx):
+def predict(rows, costs, ctx, measured_ms=0.0):
     """Batch-1 speedup each k would give by the stages' own cost models: a
     step verifying 1 + d tokens (d the mean draft) at context ctx costs
     the sum over stages (one sequence crosses them in turn) of fixed +
     (1 + d) * (per_token + per_kctx * ctx / 1024 + per_sample), and yields
-    tokens_per_step tokens. Hand-offs (a fixed cost per step) are left out,
-    which understates the gain."""
-    def step(n):
+    tokens_per_step tokens. What the measured batch-1 step (ITL p50,
+    `measured_ms`) has beyond the models' step (hand-offs, the bridge,
+    streaming) is added as a fixed cost; without it the gain is
+    understated."""
+    def model(n):
         return sum(c["fixed_ms"] + n * (c["per_token_ms"] + c["per_kctx_ms"] * ctx / 1024
                                         + c.get("per_sample_ms", 0.0)) for c in costs)
+    extra = max(0.0, measured_ms - model(1)) if measured_ms == measured_ms else 0.0  # NaN: none
+
+    def step(n):
+        return model(n) + extra
     for r in rows:
         d = r["proposed"] / r["steps"] if r["steps"] else 0.0
-        r["predicted_speedup"] = r["tokens_per_step"] * step(1) / step(1 + d) if step(1) else None
+        r["predicted_speedup"] = r["tokens_per_step"] * step(1) / step(1 + d) if costs and step(1) else None
+        r["step_ms"] = step(1)
     return rows
 
 
@@ -283,7 +290,7 @@ def print_ceiling(name, rows):
     print("    " + "  ".join(f"k={r['k']}: {r['tokens_per_step']:.2f} {r['accepted_fraction']:.2f} "
                              f"{r['acceptance_rate']:.2f}" for r in rows))
     if rows and rows[0].get("predicted_speedup"):
-        print("    batch-1 speedup by the stages' cost models: "
+        print(f"    batch-1 speedup by the stages' cost models (step {rows[0]['step_ms']:.1f} ms): "
               + "  ".join(f"k={r['k']}: {r['predicted_speedup']:.2f}" for r in rows))
 
 
@@ -305,7 +312,8 @@ def run_ceiling(a, set_name, reqs, recs, out):
     rows = ceiling.aggregate(pairs, KS, a.ngram_max, a.ngram_min)
     out["ceiling"][set_name] = rows
     out["ceiling_ctx"][set_name] = ctx = mean_context(pairs)
-    print_ceiling(set_name, predict(rows, out["cost"], ctx))
+    step = out["ceiling_step_ms"].get(set_name, 0.0)
+    print_ceiling(set_name, predict(rows, out["cost"], ctx, step))
     if any("response_format" in q for q in reqs):
         forced_ceiling(a, reqs, recs, pairs, out)
     if set_name == "c":
@@ -313,7 +321,7 @@ def run_ceiling(a, set_name, reqs, recs, out):
                  if q.get("turn", 1) >= 2]
         rows = ceiling.aggregate(later, KS, a.ngram_max, a.ngram_min)
         out["ceiling"]["c turns>=2"] = rows
-        print_ceiling("c turns>=2", predict(rows, out["cost"], mean_context(later)))
+        print_ceiling("c turns>=2", predict(rows, out["cost"], mean_context(later), step))
 
 
 def forced_ceiling(a, reqs, recs, pairs, out):
@@ -333,7 +341,8 @@ def forced_ceiling(a, reqs, recs, pairs, out):
     for label, props in (("d forced", forced), ("d forced+ngram", both)):
         rows = ceiling.aggregate(pairs, KS, props=props)
         out["ceiling"][label] = rows
-        print_ceiling(label, predict(rows, out["cost"], mean_context(pairs)))
+        print_ceiling(label, predict(rows, out["cost"], mean_context(pairs),
+                                     out["ceiling_step_ms"].get("d", 0.0)))
 
 
 def run_config(a, label, method, extra, out):
@@ -364,6 +373,7 @@ def run_config(a, label, method, extra, out):
                     print("    counters: " + ", ".join(f"{k} +{v:g}" for k, v in s["spec_counters"].items()))
                 res["runs"][f"{set_name}@{conc}"] = s
                 if method == "none" and a.temperature == 0 and set_name not in out["ceiling"]:
+                    out["ceiling_step_ms"][set_name] = s["itl_p50"] if conc == 1 else 0.0
                     run_ceiling(a, set_name, reqs, recs, out)
     finally:
         d.stop()
@@ -434,6 +444,8 @@ def self_test():
     rows = predict([{"steps": 10, "proposed": 20, "tokens_per_step": 2.0}],
                    [{"fixed_ms": 3.0, "per_token_ms": 1.0, "per_kctx_ms": 0.0}] * 2, 0)
     assert abs(rows[0]["predicted_speedup"] - 2.0 * 8 / 12) < 1e-9, rows  # (3+1)*2 vs (3+3)*2
+    rows = predict(rows, [{"fixed_ms": 3.0, "per_token_ms": 1.0, "per_kctx_ms": 0.0}] * 2, 0, 12.0)
+    assert abs(rows[0]["predicted_speedup"] - 2.0 * 12 / 16) < 1e-9, rows  # 4 ms more a step
     assert accepted_length({"engine.speculative.drafts": 10, "engine.speculative.draft_tokens": 40,
                             "engine.speculative.accepted_tokens": 15,
                             "metrics:kvasir_spec_decode_num_drafts_total{method=\"ngram\"}": 10}) == 2.5
@@ -455,7 +467,8 @@ def ceiling_from(a):
     for set_name, reqs in saved.items():
         pairs = [(v["prompt"], v["output"]) for v in reqs.values()]
         rows = ceiling.aggregate(pairs, KS, a.ngram_max, a.ngram_min)
-        print_ceiling(set_name, predict(rows, cost, mean_context(pairs)))
+        step = run.get("ceiling_step_ms", {}).get(set_name, 0.0)
+        print_ceiling(set_name, predict(rows, cost, mean_context(pairs), step))
     return 0
 
 
@@ -502,7 +515,7 @@ def main():
           f"{a.cores or 'shared, not pinned'}; max_tokens {a.max_tokens}, temperature {a.temperature:g}"
           + ("; QUICK: not a figure" if a.quick else ""), flush=True)
     out = {"machine": head, "args": {k: v for k, v in vars(a).items()}, "configs": {}, "ceiling": {}, "token_ids": {},
-           "ceiling_ctx": {}, "cost": [],
+           "ceiling_ctx": {}, "ceiling_step_ms": {}, "cost": [],
            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     for label, method, extra in parse_configs(a.configs):
         run_config(a, label, method, extra, out)
