@@ -301,48 +301,45 @@ def mean_context(pairs):
 
 
 def run_ceiling(a, set_name, reqs, recs, out):
-    """The ngram ceiling of one set from "none"'s greedy outputs (set c:
-    also from the second turn on); the token ids are kept in the JSON."""
+    """The ceiling of one set from "none"'s greedy outputs; the token ids
+    are kept in the JSON (--ceiling-from replays them)."""
     pairs = ceiling_pairs(a.port, reqs, recs)
-    ids = [q["id"] for q, r in zip(reqs, recs) if not r["error"]]
-    pieces = [r["pieces"] for r in recs if not r["error"]]
-    out["token_ids"][set_name] = {i: {"prompt": p, "output": o, "pieces": t}
-                                  for i, (p, o), t in zip(ids, pairs, pieces)}
-    out["cost"] = stage_costs(a.port)
-    rows = ceiling.aggregate(pairs, KS, a.ngram_max, a.ngram_min)
-    out["ceiling"][set_name] = rows
-    out["ceiling_ctx"][set_name] = ctx = mean_context(pairs)
-    step = out["ceiling_step_ms"].get(set_name, 0.0)
-    print_ceiling(set_name, predict(rows, out["cost"], ctx, step))
-    if any("response_format" in q for q in reqs):
-        forced_ceiling(a, reqs, recs, pairs, out)
-    if set_name == "c":
-        later = [pr for pr, q in zip(pairs, [q for q, r in zip(reqs, recs) if not r["error"]])
-                 if q.get("turn", 1) >= 2]
-        rows = ceiling.aggregate(later, KS, a.ngram_max, a.ngram_min)
-        out["ceiling"]["c turns>=2"] = rows
-        print_ceiling("c turns>=2", predict(rows, out["cost"], mean_context(later), step))
-
-
-def forced_ceiling(a, reqs, recs, pairs, out):
-    """Set d: the estimate of grammar-forced drafts (the schema's keys),
-    alone and with the ngram drafter filling the steps they leave."""
     ok = [(q, r) for q, r in zip(reqs, recs) if not r["error"]]
-    if not all(r["pieces"] for _, r in ok):
-        print("  (forced-token estimate needs the logprobs' token texts: skipped)")
+    out["token_ids"][set_name] = {q["id"]: {"prompt": p, "output": o, "pieces": r["pieces"]}
+                                  for (q, r), (p, o) in zip(ok, pairs)}
+    out["cost"] = stage_costs(a.port)
+    ceilings(a, set_name, [q for q, _ in ok], out["token_ids"][set_name], out)
+
+
+def ceilings(a, set_name, reqs, saved, out):
+    """Print and keep in out["ceiling"] the ngram ceiling of a set (set c:
+    also from the second turn on; a schema set: the forced-key estimate
+    too). `saved`: id -> {"prompt", "output", "pieces"} of `reqs`."""
+    pairs = [(saved[q["id"]]["prompt"], saved[q["id"]]["output"]) for q in reqs]
+    step = out["ceiling_step_ms"].get(set_name, 0.0)
+    groups = [(set_name, pairs)]
+    if any(q.get("turn", 1) >= 2 for q in reqs):
+        groups.append((f"{set_name} turns>=2", [p for p, q in zip(pairs, reqs) if q.get("turn", 1) >= 2]))
+    for label, ps in groups:
+        rows = ceiling.aggregate(ps, KS, a.ngram_max, a.ngram_min)
+        out["ceiling"][label] = predict(rows, out["cost"], mean_context(ps), step)
+        print_ceiling(label, rows)
+    if not all("response_format" in q for q in reqs):
+        return
+    if not all(saved[q["id"]]["pieces"] for q in reqs):
+        print("  (forced-key estimate needs the logprobs' token texts: skipped)")
         return
     forced, both = [], []
-    for (q, r), (p, o) in zip(ok, pairs):
+    for q, (p, o) in zip(reqs, pairs):
         keys = list(q["response_format"]["json_schema"]["schema"]["properties"])
-        f = [[o[j] for j in d] for d in ceiling.forced_proposals(r["pieces"], keys, max(KS))]
+        f = [[o[j] for j in d] for d in ceiling.forced_proposals(saved[q["id"]]["pieces"], keys, max(KS))]
         g = ceiling.proposals(p, o, a.ngram_max, a.ngram_min, max(KS))
         forced.append(f)
         both.append([x or y for x, y in zip(f, g)])
-    for label, props in (("d forced", forced), ("d forced+ngram", both)):
+    for label, props in ((f"{set_name} forced", forced), (f"{set_name} forced+ngram", both)):
         rows = ceiling.aggregate(pairs, KS, props=props)
-        out["ceiling"][label] = rows
-        print_ceiling(label, predict(rows, out["cost"], mean_context(pairs),
-                                     out["ceiling_step_ms"].get("d", 0.0)))
+        out["ceiling"][label] = predict(rows, out["cost"], mean_context(pairs), step)
+        print_ceiling(label, rows)
 
 
 def run_config(a, label, method, extra, out):
@@ -457,18 +454,19 @@ def self_test():
 
 
 def ceiling_from(a):
-    """The ngram ceiling of every set a saved run holds, from its token ids."""
+    """The ceilings again from a saved run's token ids, without a daemon."""
     run = json.load(open(a.ceiling_from))
-    saved, cost = run.get("token_ids"), run.get("cost", [])
-    if not saved:
+    if not run.get("token_ids"):
         print(f"{a.ceiling_from} holds no token ids (a greedy run of \"none\" saves them)")
         return 1
+    out = {"ceiling": {}, "cost": run.get("cost", []), "ceiling_step_ms": run.get("ceiling_step_ms", {})}
+    runs = run.get("configs", {}).get("none", {}).get("runs", {})
     print(f"ngram {a.ngram_max}..{a.ngram_min}")
-    for set_name, reqs in saved.items():
-        pairs = [(v["prompt"], v["output"]) for v in reqs.values()]
-        rows = ceiling.aggregate(pairs, KS, a.ngram_max, a.ngram_min)
-        step = run.get("ceiling_step_ms", {}).get(set_name, 0.0)
-        print_ceiling(set_name, predict(rows, cost, mean_context(pairs), step))
+    for set_name, saved in run["token_ids"].items():
+        if set_name not in out["ceiling_step_ms"] and f"{set_name}@1" in runs:
+            out["ceiling_step_ms"][set_name] = runs[f"{set_name}@1"]["itl_p50"]
+        reqs = [q for q in load_set(set_name, False) if q["id"] in saved]
+        ceilings(a, set_name, reqs, saved, out)
     return 0
 
 
