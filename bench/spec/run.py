@@ -195,11 +195,10 @@ def measure(a, port, reqs, conc):
     after = counters(port)
     # Ratios and means over the daemon's life say nothing about this run:
     # the mean accepted length is recomputed from the counters' deltas.
-    delta = {k: after[k] - before.get(k, 0) for k in after
-             if after[k] != before.get(k, 0) and not re.search(r"rate|mean", k)}
+    delta = {k: after[k] - before.get(k, 0) for k in after if not re.search(r"rate|mean", k)}
     s = chat.summary(recs, wall)
-    s["spec_counters"] = delta
-    s["mean_accepted_length"] = accepted_length(delta)
+    s["spec_counters"] = {k: v for k, v in delta.items() if v}
+    s["mean_accepted_length"] = accepted_length(delta)  # 1.00 when drafts were all rejected
     return s, recs
 
 
@@ -449,6 +448,7 @@ def self_test():
     assert accepted_length({"metrics:kvasir_spec_decode_num_drafts_total{method=\"ngram\"}": 4,
                             "metrics:kvasir_spec_decode_num_accepted_tokens_total{method=\"ngram\"}": 2}) == 1.5
     assert accepted_length({"plan.max_draft": 4}) is None
+    assert accepted_length({"engine.speculative.drafts": 3, "engine.speculative.accepted_tokens": 0}) == 1.0
     print("bench/spec self-test: ok")
     return 0
 
