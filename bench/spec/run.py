@@ -20,12 +20,16 @@ where the names allow.
 
 The ceiling (ceiling.py): from "none"'s greedy outputs (token ids from the
 stream's logprobs, prompt ids from /tokenize), what an ngram drafter
-(ngram_max 4 down to ngram_min 2) would have had accepted at k = 1..8.
+(ngram_max 4 down to ngram_min 2) would have had accepted at k = 1..8, the
+batch-1 speedup the stages' cost models predict from it, and on the schema
+set an estimate of grammar-forced drafts. The token ids go into the JSON;
+--ceiling-from replays them without a daemon.
 
-  python3 bench/spec/run.py [--bin /work/main/build/bin] [--configs none,ngram]
+  python3 bench/spec/run.py [--bin build/bin] [--configs none,ngram]
       [--set-name a,b,c,d] [--concurrency 1,16] [--max-tokens 128] [--json PATH]
   python3 bench/spec/run.py --self-test     no daemon: the simulation and the sets
   python3 bench/spec/run.py --quick         smoke: 2 prompts a set, 16 tokens; not a figure
+  python3 bench/spec/run.py --ceiling-from PATH [--ngram-max N --ngram-min N]
 
 Printed first: the CPU model, the load, Kvasir's SIMD level per kernel; the
 load again after each run (the machine may be shared).
