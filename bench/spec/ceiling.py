@@ -87,14 +87,17 @@ def forced_proposals(pieces, keys, k_max=8):
 
 def simulate(prompt, output, k, ngram_max=4, ngram_min=2, props=None):
     """Replay greedy decoding with drafts of at most k tokens. Returns
-    {"steps", "tokens", "proposed", "accepted", "tokens_per_step",
-    "accepted_fraction", "acceptance_rate"}: tokens_per_step is vLLM's
-    mean acceptance length (1 + accepted / steps), accepted_fraction the
-    output tokens that came from accepted drafts."""
+    {"steps", "tokens", "proposed", "accepted", "drafted_steps",
+    "tokens_per_step", "mean_accepted_length", "accepted_fraction",
+    "acceptance_rate"}: tokens_per_step counts every step,
+    mean_accepted_length only the steps that carried a draft (vLLM's
+    1 + accepted / num_drafts, what the daemon's counters give),
+    accepted_fraction the output tokens that came from accepted drafts."""
     props = props if props is not None else proposals(prompt, output, ngram_max, ngram_min, k)
-    i = steps = proposed = accepted = 0
+    i = steps = proposed = accepted = drafted = 0
     while i < len(output):
         draft = props[i][:k]
+        drafted += 1 if draft else 0
         a = 0
         while a < len(draft) and i + a < len(output) and draft[a] == output[i + a]:
             a += 1
@@ -106,7 +109,8 @@ def simulate(prompt, output, k, ngram_max=4, ngram_min=2, props=None):
         accepted += a
     n = len(output)
     return {"steps": steps, "tokens": n, "proposed": proposed, "accepted": accepted,
-            "tokens_per_step": n / steps if steps else 0.0,
+            "drafted_steps": drafted, "tokens_per_step": n / steps if steps else 0.0,
+            "mean_accepted_length": 1 + accepted / drafted if drafted else 1.0,
             "accepted_fraction": accepted / n if n else 0.0,
             "acceptance_rate": accepted / proposed if proposed else 0.0}
 
@@ -120,13 +124,15 @@ def aggregate(pairs, ks, ngram_max=4, ngram_min=2, props=None):
         props = [proposals(p, o, ngram_max, ngram_min, max(ks)) for p, o in pairs]
     rows = []
     for k in ks:
-        tot = {"steps": 0, "tokens": 0, "proposed": 0, "accepted": 0}
+        tot = {"steps": 0, "tokens": 0, "proposed": 0, "accepted": 0, "drafted_steps": 0}
         for (prompt, output), pr in zip(pairs, props):
             r = simulate(prompt, output, k, ngram_max, ngram_min, props=pr)
             for key in tot:
                 tot[key] += r[key]
         s, n = tot["steps"], tot["tokens"]
+        d = tot["drafted_steps"]
         rows.append(dict(tot, k=k, tokens_per_step=n / s if s else 0.0,
+                         mean_accepted_length=1 + tot["accepted"] / d if d else 1.0,
                          accepted_fraction=tot["accepted"] / n if n else 0.0,
                          acceptance_rate=tot["accepted"] / tot["proposed"] if tot["proposed"] else 0.0))
     return rows
@@ -143,8 +149,9 @@ def self_test():
     assert p[2] == [5, 6, 7, 8, 3, 4], p
     r = simulate(prompt, output, 8, 4, 2)
     # steps: 3 (plain), 4 (plain), then 5 6 7 accepted + bonus 9: 3 steps for 6 tokens.
-    assert r == {"steps": 3, "tokens": 6, "proposed": 6, "accepted": 3,
-                 "tokens_per_step": 2.0, "accepted_fraction": 0.5, "acceptance_rate": 0.5}, r
+    assert r == {"steps": 3, "tokens": 6, "proposed": 6, "accepted": 3, "drafted_steps": 1,
+                 "tokens_per_step": 2.0, "mean_accepted_length": 4.0,
+                 "accepted_fraction": 0.5, "acceptance_rate": 0.5}, r
     assert proposals(prompt, output, 4, 2, 2)[2] == [5, 6], "k_max bounds the draft"
     r1 = simulate(prompt, output, 1, 4, 2)
     assert r1["accepted"] == 2 and r1["steps"] == 4, r1  # 3, 4, (5)+6, (7)+9

@@ -288,10 +288,10 @@ def line(name, s):
 
 
 def print_ceiling(name, rows):
-    print(f"  ceiling ({name}; from none's greedy outputs): "
-          "k, tokens/step, drafted-correctly fraction, acceptance rate")
-    print("    " + "  ".join(f"k={r['k']}: {r['tokens_per_step']:.2f} {r['accepted_fraction']:.2f} "
-                             f"{r['acceptance_rate']:.2f}" for r in rows))
+    print(f"  ceiling ({name}; from none's greedy outputs): k: tokens/step, mean accepted "
+          "length (drafted steps), drafted-correctly fraction, acceptance rate")
+    print("    " + "  ".join(f"k={r['k']}: {r['tokens_per_step']:.2f} {r['mean_accepted_length']:.2f} "
+                             f"{r['accepted_fraction']:.2f} {r['acceptance_rate']:.2f}" for r in rows))
     if rows and rows[0].get("predicted_speedup"):
         print(f"    batch-1 speedup by the stages' cost models (step {rows[0]['step_ms']:.1f} ms): "
               + "  ".join(f"k={r['k']}: {r['predicted_speedup']:.2f}" for r in rows))
