@@ -16,7 +16,8 @@ ratio (work / time at 2 in flight: how busy the ring kept its stages; its
 ceiling on a load is what `batchlog.py --what-if` replays).
 
   python3 bench/policies/inflight.py --bin build/bin [--repeat 2] [--out DIR] [--set section.key=value]
-      [--splits even=0-14/15-29,auto=auto/auto,balanced=0-15/16-29] [--busy N] [--cpus 0/1]
+      [--model PATH] [--splits even=0-14/15-29,auto=auto/auto,balanced=0-15/16-29] [--busy N]
+      [--cpus 0/1]
 
 `--busy N` runs N `nice -n 19` busy loops beside each pair (started before
 the pair's daemons, ended after): a host with something always runnable,
@@ -24,7 +25,8 @@ where a stage that sleeps between hand-offs gets its core back late
 (docs/ring.md, "Waits"). `--cpus A/B` pins the first stage to the CPUs A
 and the second to B (`[[stages]] cpus`).
 
-`--splits` names the splits to measure (NAME=FIRST/SECOND, comma-separated);
+`--splits` names the splits to measure (NAME=FIRST/SECOND, comma-separated;
+by default the --model's layers halved, and auto);
 the balanced split of a load is the one `kvasir diagnose` proposes while it
 runs on the even split (docs/scheduler.md).
 """
@@ -67,6 +69,16 @@ def cpu_model():
     return "?"
 
 
+def block_count(model):
+    """The model's layer count, read with gguf-py under bench/peers/python."""
+    py = os.path.join(ROOT, "bench", "peers", "python")
+    code = ("import sys, gguf; r = gguf.GGUFReader(sys.argv[1]); "
+            "a = r.fields['general.architecture'].contents(); "
+            "print(r.fields[a + '.block_count'].contents())")
+    return int(subprocess.run([py, "--run", "-c", code, model], capture_output=True, text=True,
+                              check=True).stdout.strip())
+
+
 def start_busy(n):
     """n `nice -n 19 sh -c 'while :; do :; done'` loops, each its own process."""
     return [subprocess.Popen(["nice", "-n", "19", "sh", "-c", "while :; do :; done"])
@@ -106,9 +118,13 @@ def main():
                    help="nice -n 19 busy loops to run beside each pair")
     p.add_argument("--cpus", default="", help="FIRST/SECOND: each stage's cpus (a CPU list)")
     p.add_argument("--set", default="", help="more settings for both runs, as section.key=value[:...]")
-    p.add_argument("--splits", default="even=0-14/15-29,auto=auto/auto",
-                   help="NAME=FIRST/SECOND[,...]: the layer splits to measure")
+    p.add_argument("--splits", default="",
+                   help="NAME=FIRST/SECOND[,...]: the layer splits to measure (default: the model's "
+                        "layers halved as 'even', and 'auto')")
     a = p.parse_args()
+    if not a.splits:
+        n = block_count(a.model)
+        a.splits = f"even=0-{n // 2 - 1}/{n // 2}-{n - 1},auto=auto/auto"
     os.makedirs(a.out, exist_ok=True)
     print(f"CPU: {cpu_model()}; {os.cpu_count()} cores")
     splits = {}

@@ -7,13 +7,15 @@ ratio Kvasir / llama.cpp (tok/s; for TTFT and ITL the ratio of times, so
 below 1 is Kvasir faster).
 
   scripts/build && python3 bench/serve/run.py [--shape short-heavy] [--threads 2]
-      [--cores 0,1] [--model PATH] [--quick]
+      [--cores 0,1] [--model PATH] [--concurrency 1,16] [--quick]
 
 Shapes (bench/peers/client.py, SHAPES):
   long-heavy:  1,024-token prompts, 64 out, 8 concurrent (32 requests);
   short-heavy: 128 in / 128 out at 1, 16 and 64 concurrent;
   bursty:      4 bursts of 16 requests (256 in / 128 out), 10 s apart.
   all:         the three in turn.
+--concurrency: only the closed-loop runs at these concurrencies (on a
+1B-class model at 2 cores the 64-concurrent run alone takes minutes).
 --quick: the same shapes cut to a few short requests (a smoke test that both
 servers answer and are measured; not a figure).
 
@@ -155,8 +157,10 @@ def main():
     ap.add_argument("--cores", default="0,1", help="taskset CPU list both servers run on")
     ap.add_argument("--model", default=MODEL)
     ap.add_argument("--port", type=int, default=18180, help="kvasird's; llama-server's is +1")
+    ap.add_argument("--concurrency", default="", help="only the closed-loop runs at these (comma-separated)")
     ap.add_argument("--quick", action="store_true", help="smoke test: a few short requests")
     a = ap.parse_args()
+    only = {int(x) for x in a.concurrency.split(",") if x}
     peers = machine.peers()
     print(machine.describe(os.path.join(BIN, "kvasir-local")), flush=True)
     print(f"peers: {machine.peers_stamp(peers)}")
@@ -165,7 +169,7 @@ def main():
     shapes = list(client.SHAPES) if a.shape == "all" else [a.shape]
     errors, k = 0, 0
     for name in shapes:
-        runs = client.SHAPES[name]
+        runs = [r for r in client.SHAPES[name] if not only or r[2] in only]
         print(f"\n== {name}")
         for run in (client.quick(runs) if a.quick else runs):
             errors += one_run(a, peers, run, k)
