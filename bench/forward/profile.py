@@ -36,8 +36,10 @@ import machine  # noqa: E402
 FAMILIES = [  # (name, pattern on the symbol), first match wins
     ("matmul Q4_1", r"QKind\)2>"),
     ("matmul Q4_0", r"QKind\)1>"),
-    ("matmul Q8_0 (output head)", r"QKind\)0>"),
-    ("matmul K-quant", r"kquant|KQuant|Q[456]_K"),
+    ("matmul Q8_0", r"QKind\)0>"),
+    ("matmul Q4_K", r"tile_q45<false"),
+    ("matmul Q5_K", r"tile_q45<true"),
+    ("matmul Q6_K", r"tile_q6<"),
     ("activation quantise", r"quantize_"),
     ("attention", r"run_item|paged_attention"),
     ("thread pool: waits, hand-offs", r"ThreadPool"),
@@ -122,7 +124,7 @@ def main():
             shares[family(mm[2])] += float(mm[1]) / 100
     by_type = weights_by_type(a.model)
     total_bytes = sum(by_type.values())
-    type_of = {"matmul Q4_1": "Q4_1", "matmul Q4_0": "Q4_0", "matmul Q8_0 (output head)": "Q8_0"}
+    type_of = {f"matmul {t}": t for t in ("Q4_1", "Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K")}
 
     print(f"\nkvasir-local -t {a.threads}: decode {tok_s:.1f} tok/s, {cpu_per_token * 1e3:.2f} CPU ms "
           f"per token over {a.threads} threads; {total_bytes / 1e6:.1f} MB of weights per token "
