@@ -31,8 +31,8 @@
 namespace kvasir::cpu {
 namespace {
 
-constexpr DType kComputable[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K,
-                                 DType::Q6_K, DType::F16,  DType::BF16, DType::F32};
+constexpr DType kComputable[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q4_K,
+                                 DType::Q5_K, DType::Q6_K, DType::F16,  DType::BF16, DType::F32};
 constexpr unsigned kTypeSlots = 32;
 
 struct Slot {

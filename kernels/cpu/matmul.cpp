@@ -27,7 +27,8 @@ bool is_kquant(DType t) {
   return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
 }
 bool is_quant(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || is_kquant(t);
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 ||
+         is_kquant(t);
 }
 bool is_float(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16;
@@ -350,6 +351,20 @@ void dequantize_row(const TensorView& w, int64_t r, float* out) {
       }
       return;
     }
+    case DType::Q5_0:  // f16 d, u32 qh (bit j: weight j's fifth bit), Q4_0's nibbles
+      for (int64_t b = 0; b < cols / kQK; ++b) {
+        const uint8_t* blk = row + b * 22;
+        const float d = fp16_to_f32(load_u16(blk));
+        uint32_t qh;
+        std::memcpy(&qh, blk + 2, 4);
+        for (int i = 0; i < kQK / 2; ++i) {
+          const int lo = (blk[6 + i] & 0x0f) | int((qh >> i) & 1) << 4;
+          const int hi = (blk[6 + i] >> 4) | int((qh >> (i + kQK / 2)) & 1) << 4;
+          out[b * kQK + i] = d * float(lo - 16);
+          out[b * kQK + i + kQK / 2] = d * float(hi - 16);
+        }
+      }
+      return;
     case DType::Q4_K:
     case DType::Q5_K:
       for (int64_t b = 0; b < cols / kq::kSuper; ++b)

@@ -1,10 +1,14 @@
-// Quantised weights (Q8_0, Q4_0, Q4_1) × 8-bit activations: integer dot
-// products per block of 32, scaled and summed in f32.
+// Quantised weights (Q8_0, Q4_0, Q4_1, Q5_0) × 8-bit activations: integer
+// dot products per block of 32, scaled and summed in f32.
 //
 //   Q8_0:  dot = d_w * d_x * Σ qw*qx
 //   Q4_0:  w = d_w*(q-8)  →  dot = d_w * d_x * Σ q*qx  - 8 * d_w * s_x
 //   Q4_1:  w = d_w*q + m  →  dot = d_w * d_x * Σ q*qx  + m_w * s_x
-// where s_x = d_x * Σ qx. Q4_0 is Q4_1 with m_w = -8 d_w.
+//   Q5_0:  w = d_w*(q-16), q = nibble | (bit j of qh) << 4
+//                         →  dot = d_w * d_x * Σ q*qx  - 16 * d_w * s_x
+// where s_x = d_x * Σ qx. Q4_0 is Q4_1 with m_w = -8 d_w, Q5_0 a Q4_0 whose
+// quants carry a fifth bit. A Q5_0 block (22 bytes): f16 d, u32 qh (bit j:
+// the high bit of weight j), 16 bytes of nibbles laid out as Q4_0's.
 #include <cmath>
 
 #include "base/half.h"
@@ -18,11 +22,28 @@
 namespace kvasir::cpu::detail {
 namespace {
 
-enum class QKind { kQ8_0, kQ4_0, kQ4_1 };
+enum class QKind { kQ8_0, kQ4_0, kQ4_1, kQ5_0 };
 
 template <QKind K>
 constexpr int64_t block_bytes() {
-  return K == QKind::kQ8_0 ? 34 : K == QKind::kQ4_0 ? 18 : 20;
+  return K == QKind::kQ8_0 ? 34 : K == QKind::kQ4_0 ? 18 : K == QKind::kQ4_1 ? 20 : 22;
+}
+
+// Where a block's nibbles start, and its offset term's factor of d (Q4_1
+// carries its own minimum instead).
+template <QKind K>
+constexpr int64_t nibbles_at() {
+  return K == QKind::kQ4_1 ? 4 : K == QKind::kQ5_0 ? 6 : 2;
+}
+template <QKind K>
+constexpr float offset_of_d() {
+  return K == QKind::kQ5_0 ? -16.f : -8.f;
+}
+
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
 }
 
 // ---- scalar ---------------------------------------------------------------
@@ -40,12 +61,14 @@ float dot_scalar(const uint8_t* w, const BlockQ8x* xr, int64_t nb) {
       const auto* q = reinterpret_cast<const int8_t*>(blk + 2);
       for (int i = 0; i < kQK; ++i) sumi += int32_t(q[i]) * xb.q[i];
     } else {
-      const uint8_t* qs = blk + (K == QKind::kQ4_1 ? 4 : 2);
+      const uint8_t* qs = blk + nibbles_at<K>();
+      const uint32_t qh = K == QKind::kQ5_0 ? load_u32(blk + 2) : 0;
       for (int i = 0; i < kQK / 2; ++i) {
-        sumi += int32_t(qs[i] & 0x0f) * xb.q[i];
-        sumi += int32_t(qs[i] >> 4) * xb.q[i + kQK / 2];
+        const int32_t lo = int32_t(qs[i] & 0x0f) | int32_t((qh >> i) & 1) << 4;
+        const int32_t hi = int32_t(qs[i] >> 4) | int32_t((qh >> (i + kQK / 2)) & 1) << 4;
+        sumi += lo * xb.q[i] + hi * xb.q[i + kQK / 2];
       }
-      const float m = K == QKind::kQ4_1 ? fp16_to_f32(load_u16(blk + 2)) : -8.f * d;
+      const float m = K == QKind::kQ4_1 ? fp16_to_f32(load_u16(blk + 2)) : offset_of_d<K>() * d;
       min_term = m * xb.s;
     }
     acc += float(sumi) * (d * xb.d) + min_term;
@@ -216,6 +239,8 @@ DotFn quant_dot_kernel(DType type, SimdLevel level) {
       return dispatch_tile<Scalar<QKind::kQ4_0>, BlockQ8x>;
     case DType::Q4_1:
       return dispatch_tile<Scalar<QKind::kQ4_1>, BlockQ8x>;
+    case DType::Q5_0:
+      return dispatch_tile<Scalar<QKind::kQ5_0>, BlockQ8x>;
     default:
       return nullptr;
   }

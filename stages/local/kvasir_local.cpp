@@ -59,7 +59,8 @@ struct Options {
 // Without a model: every quantised kernel chosen at SmolLM2-135M's width.
 void print_simd_info(bool measure) {
   if (measure)
-    for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q4_K, DType::Q5_K,
+                    DType::Q6_K})
       for (auto rc : {cpu::RowsClass::kDecode, cpu::RowsClass::kBatch})
         cpu::simd_kernel_choice(t, rc, dtype_info(t).block == 256 ? 768 : 576);
   fmt::print(stderr, "{}", cpu::simd_report());

@@ -82,6 +82,12 @@ inline OwnedWeight random_weight(DType t, int64_t rows, int64_t cols, std::mt199
           for (int i = 0; i < 16; ++i) row[b * 20 + 4 + i] = uint8_t(byte(rng));
         }
         break;
+      case DType::Q5_0:
+        for (int64_t b = 0; b < nb; ++b) {
+          put_u16(row + b * 22, rand_half(rng, 0.01f, 0.1f));
+          for (int i = 0; i < 20; ++i) row[b * 22 + 2 + i] = uint8_t(byte(rng));
+        }
+        break;
       case DType::Q4_K:
       case DType::Q5_K:
       case DType::Q6_K: {
@@ -180,6 +186,14 @@ inline std::vector<float> dequant_row(const TensorView& w, int64_t r) {
         const uint8_t* blk = row + b * 20;
         const int q = i < 16 ? (blk[4 + i] & 15) : (blk[4 + i - 16] >> 4);
         v = fp16_to_f32(get_u16(blk)) * float(q) + fp16_to_f32(get_u16(blk + 2));
+        break;
+      }
+      case DType::Q5_0: {
+        const uint8_t* blk = row + b * 22;
+        const uint32_t qh = uint32_t(blk[2]) | uint32_t(blk[3]) << 8 | uint32_t(blk[4]) << 16 |
+                            uint32_t(blk[5]) << 24;
+        const int nib = i < 16 ? (blk[6 + i] & 15) : (blk[6 + i - 16] >> 4);
+        v = fp16_to_f32(get_u16(blk)) * float((nib | int((qh >> i) & 1) << 4) - 16);
         break;
       }
       case DType::Q4_K:

@@ -1,4 +1,4 @@
-// dequantize_row on K-quant blocks against the `gguf` package from PyPI
+// dequantize_row on K-quant and Q5_0 blocks against the `gguf` package from PyPI
 // (gguf.quants.dequantize): tests/data/kquants/kquants.bin was written by
 // tests/reference/kquants/make_kquants.py — random blocks (every scale, min
 // and quant bit pattern) and the weights gguf computes for them. The matmul
@@ -39,18 +39,19 @@ TEST(KQuantReference, DequantizeRowMatchesGgufPackage) {
   size_t off = 4;
   ASSERT_EQ(u32_at(data, off), 1u);  // version
   const uint32_t n_types = u32_at(data, off);
-  ASSERT_EQ(n_types, 3u);
+  ASSERT_EQ(n_types, 4u);
   int seen = 0;
   for (uint32_t k = 0; k < n_types; ++k) {
     const uint32_t raw = u32_at(data, off), n_blocks = u32_at(data, off);
     const DTypeInfo* info = dtype_info(raw);
     ASSERT_NE(info, nullptr);
-    ASSERT_EQ(info->block, 256);
+    const size_t per = size_t(info->block);  // 256 (K-quants) or 32 (Q5_0)
+    ASSERT_TRUE(per == 256 || info->type == DType::Q5_0) << info->name;
     const size_t wbytes = size_t(n_blocks) * size_t(info->bytes);
-    const size_t fbytes = size_t(n_blocks) * 256 * 4;
+    const size_t fbytes = size_t(n_blocks) * per * 4;
     ASSERT_LE(off + wbytes + fbytes, data.size());
     std::vector<uint8_t> blocks(data.begin() + long(off), data.begin() + long(off + wbytes));
-    std::vector<float> want(size_t(n_blocks) * 256);
+    std::vector<float> want(size_t(n_blocks) * per);
     std::memcpy(want.data(), data.data() + off + wbytes, fbytes);
     off += wbytes + fbytes;
 
@@ -58,7 +59,7 @@ TEST(KQuantReference, DequantizeRowMatchesGgufPackage) {
     TensorView w;
     w.type = info->type;
     w.n_dims = 2;
-    w.ne[0] = int64_t(n_blocks) * 256;
+    w.ne[0] = int64_t(n_blocks) * int64_t(per);
     w.ne[1] = 1;
     w.data = blocks.data();
     w.nbytes = blocks.size();
@@ -68,7 +69,7 @@ TEST(KQuantReference, DequantizeRowMatchesGgufPackage) {
     // one rounding of difference (numpy may fuse nothing, a compiler may).
     for (size_t i = 0; i < want.size(); ++i)
       ASSERT_NEAR(got[i], want[i], 1e-6f * std::fabs(want[i]) + 1e-12f)
-          << info->name << " block " << i / 256 << " weight " << i % 256;
+          << info->name << " block " << i / per << " weight " << i % per;
     // reference.h's independent decoding agrees with gguf too.
     const auto ref_row = ref::dequant_row(w, 0);
     for (size_t i = 0; i < want.size(); ++i)
@@ -76,7 +77,7 @@ TEST(KQuantReference, DequantizeRowMatchesGgufPackage) {
           << info->name << " (reference.h) weight " << i;
     ++seen;
   }
-  EXPECT_EQ(seen, 3);
+  EXPECT_EQ(seen, 4);
   EXPECT_EQ(off, data.size());
 }
 

@@ -2,7 +2,7 @@
 //
 // Tolerances (per output y[j, r], with A = Σ|w·x| over the row):
 //  - F32/F16/BF16 weights: |y - ref| ≤ 1e-5·A + 1e-6 (f32 accumulation).
-//  - Q8_0/Q4_0/Q4_1: the activations are rounded to 8 bits per block of 32
+//  - Q8_0/Q4_0/Q4_1/Q5_0: the activations are rounded to 8 bits per block of 32
 //    (d = amax/127, |x - d·q| ≤ d/2), so |y - ref| ≤ Σ_blocks Σ|w|·amax/254;
 //    we allow 1.01 × that bound + 1e-5·A + 1e-6. ref uses the dequantised
 //    weights and the f32 activations, in double.
@@ -25,14 +25,16 @@
 namespace kvasir::cpu {
 namespace {
 
-const DType kTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1};
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16,
+                        DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0};
 const DType kKTypes[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 bool is_kquant(DType t) {
   return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
 }
 bool is_quant(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || is_kquant(t);
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 ||
+         is_kquant(t);
 }
 
 std::vector<float> random_x(int64_t n, int64_t cols, std::mt19937& rng, bool edge_cases = true) {
@@ -110,7 +112,8 @@ TEST(Matmul, QuantisedErrorIsSmallRelativeToNorm) {
   // Overall, for Gaussian activations: ‖y - ref‖ / ‖ref‖ < 1% at the model's
   // shapes (the random Q4_1 minimums make this a harsh case).
   std::mt19937 rng(7);
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q4_K, DType::Q5_K,
+                  DType::Q6_K}) {
     const auto w = ref::random_weight(t, 192, is_kquant(t) ? 512 : 576, rng);
     const auto x = random_x(4, w.view.cols(), rng, /*edge_cases=*/false);
     const auto want = ref::matmul(w.view, x.data(), 4);
@@ -274,6 +277,29 @@ TEST(DequantizeRow, MatchesReferenceForEveryType) {
     }
     EXPECT_THROW(dequantize_row(w.view, 6, out.data()), kvasir::Error);
     EXPECT_THROW(dequantize_row(w.view, -1, out.data()), kvasir::Error);
+  }
+}
+
+TEST(DequantizeRow, KnownQ5_0Block) {
+  // d = 0.25; weight j's fifth bit is bit j of qh (set for odd j), its low
+  // four bits nibble j % 16 (low nibble for j < 16): q = nib | hb << 4.
+  std::vector<uint8_t> blk(22);
+  ref::put_u16(blk.data(), f32_to_fp16(0.25f));
+  const uint32_t qh = 0xaaaaaaaau;
+  std::memcpy(blk.data() + 2, &qh, 4);
+  for (int j = 0; j < 16; ++j) blk[size_t(6 + j)] = uint8_t((15 - j) << 4 | j);
+  TensorView w;
+  w.type = DType::Q5_0;
+  w.n_dims = 2;
+  w.ne[0] = 32;
+  w.ne[1] = 1;
+  w.data = blk.data();
+  w.nbytes = blk.size();
+  std::vector<float> out(32);
+  dequantize_row(w, 0, out.data());
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[size_t(j)], 0.25f * float((j | (j & 1) << 4) - 16)) << j;
+    EXPECT_EQ(out[size_t(j + 16)], 0.25f * float(((15 - j) | (j & 1) << 4) - 16)) << j + 16;
   }
 }
 
