@@ -189,7 +189,8 @@ inline void run_item(const Job& job, const Item& it, Scratch& sc) {
   };
   const int64_t first_pos = int64_t(row.pos0) + it.t0;
   const int64_t last_pos = int64_t(row.pos0) + it.t1 - 1;
-  for (int64_t lb = 0; lb <= last_pos / bs; ++lb) {
+  // Blocks wholly before the first query's window are not read.
+  for (int64_t lb = detail::window_start(job, first_pos) / bs; lb <= last_pos / bs; ++lb) {
     const int64_t start = lb * bs;
     const int64_t phys = row.block_table[lb];
     const int64_t off = detail::kv_offset(kv, phys, it.head, 0);
@@ -208,14 +209,20 @@ inline void run_item(const Job& job, const Item& it, Scratch& sc) {
     const int t_begin = int(std::max<int64_t>(0, start - first_pos));
     for (int t = t_begin; t < nt; ++t) {
       const int64_t cnt = std::min(bs, first_pos + t - start + 1);
+      // Slots [lo, cnt) of the block are in the query's window (lo 0 without one).
+      const int64_t lo = std::max<int64_t>(0, detail::window_start(job, first_pos + t) - start);
+      if (lo >= cnt) continue;
+      const int64_t n = cnt - lo;
+      const float* kl = kb + lo * hd;
+      const float* vl = vb + lo * hd;
       for (int h = 0; h < G; ++h) {
         const int64_t qi = int64_t(t) * G + h;
         const float* qv = qptr(t, h);
         int64_t j = 0;
-        for (; j + 4 <= cnt; j += 4) Ops::dot4(qv, kb + j * hd, hd, s + j);
-        for (; j < cnt; ++j) s[j] = Ops::dot(qv, kb + j * hd, hd);
+        for (; j + 4 <= n; j += 4) Ops::dot4(qv, kl + j * hd, hd, s + j);
+        for (; j < n; ++j) s[j] = Ops::dot(qv, kl + j * hd, hd);
         float bmax = -std::numeric_limits<float>::infinity();
-        for (j = 0; j < cnt; ++j) bmax = std::max(bmax, s[j] *= job.scale);
+        for (j = 0; j < n; ++j) bmax = std::max(bmax, s[j] *= job.scale);
         float* a = acc + qi * hd;
         if (bmax > m[qi]) {
           const float corr = std::exp(m[qi] - bmax);  // 0 on the first block
@@ -223,10 +230,10 @@ inline void run_item(const Job& job, const Item& it, Scratch& sc) {
           Ops::scale(a, corr, hd);
           m[qi] = bmax;
         }
-        l[qi] += Ops::exp_shift(s, m[qi], cnt);
-        for (j = 0; j + 2 <= cnt; j += 2)
-          Ops::axpy2(a, s[j], vb + j * hd, s[j + 1], vb + (j + 1) * hd, hd);
-        if (j < cnt) Ops::axpy(a, s[j], vb + j * hd, hd);
+        l[qi] += Ops::exp_shift(s, m[qi], n);
+        for (j = 0; j + 2 <= n; j += 2)
+          Ops::axpy2(a, s[j], vl + j * hd, s[j + 1], vl + (j + 1) * hd, hd);
+        if (j < n) Ops::axpy(a, s[j], vl + j * hd, hd);
       }
     }
   }
@@ -257,12 +264,13 @@ __attribute__((target("avx2,fma,f16c"), flatten)) void run_item_avx2(const Job& 
 }  // namespace
 
 void paged_attention(const KvLayerView& kv, const AttnRow* rows, int n_rows, const float* q,
-                     int n_heads, float scale, float* out, ThreadPool* pool) {
+                     int n_heads, float scale, float* out, ThreadPool* pool, int32_t window) {
   const int64_t total = detail::check_kv_rows(kv, rows, n_rows);
   KV_CHECK(n_heads > 0 && n_heads % kv.n_kv_heads == 0,
            "paged_attention: {} query heads is not a multiple of {} kv heads", n_heads,
            kv.n_kv_heads);
   KV_CHECK(std::isfinite(scale), "paged_attention: scale {} is not finite", scale);
+  KV_CHECK(window >= 0, "paged_attention: window {} is negative", window);
   if (total == 0) return;
   KV_CHECK(q != nullptr && out != nullptr, "paged_attention: null q or out");
 
@@ -288,7 +296,8 @@ void paged_attention(const KvLayerView& kv, const AttnRow* rows, int n_rows, con
     return a.head < b.head;
   });
 
-  const Job job{&kv, rows, tok_off.data(), q, out, n_heads, n_heads / kv.n_kv_heads, scale};
+  const Job job{&kv,    rows, tok_off.data(), q, out, n_heads, n_heads / kv.n_kv_heads,
+                scale, window};
   // Every item of a call takes the same path: a query's result must not
   // depend on which other queries share its item (a prefill split into other
   // chunks, a prefix-cache hit, another stage count all give the same bits).

@@ -26,7 +26,13 @@ struct AttnJob {
   int n_heads;
   int group;  // query heads per kv head
   float scale;
+  int32_t window;  // > 0: a query at pos sees keys pos - window + 1 .. pos; 0: all
 };
+
+// The first position a query at `pos` may see.
+inline int64_t window_start(const AttnJob& job, int64_t pos) {
+  return job.window > 0 && pos - job.window + 1 > 0 ? pos - job.window + 1 : 0;
+}
 
 // The tiled path: keys in tiles of 64, transposed once per tile and shared by
 // every query of the item. Every item of a call takes it when the CPU and

@@ -163,6 +163,14 @@ struct Vec8 {
     const __m256 in = _mm256_cmp_ps(lane, _mm256_set1_ps(float(n)), _CMP_LT_OQ);
     return _mm256_blendv_ps(_mm256_set1_ps(fill), x, in);
   }
+  // Lanes outside [lo, hi) replaced by fill; keep_first when lo <= 0.
+  KV_TARGET static T keep_range(T x, int lo, int hi, float fill) {
+    if (lo <= 0) return keep_first(x, hi, fill);
+    const __m256 lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 in = _mm256_and_ps(_mm256_cmp_ps(lane, _mm256_set1_ps(float(hi)), _CMP_LT_OQ),
+                                    _mm256_cmp_ps(lane, _mm256_set1_ps(float(lo)), _CMP_GE_OQ));
+    return _mm256_blendv_ps(_mm256_set1_ps(fill), x, in);
+  }
 };
 #define KV_VEC Vec8
 #include "kernels/cpu/attention_tiled_x86.inc"
@@ -200,6 +208,11 @@ struct Vec16 {
                          : n <= 0 ? __mmask16(0)
                                   : __mmask16((1u << n) - 1);
     return _mm512_mask_blend_ps(in, _mm512_set1_ps(fill), x);
+  }
+  KV_TARGET static T keep_range(T x, int lo, int hi, float fill) {
+    if (lo <= 0) return keep_first(x, hi, fill);
+    const __mmask16 below = lo >= W ? __mmask16(0xFFFF) : __mmask16((1u << lo) - 1);
+    return _mm512_mask_blend_ps(__mmask16(~below), _mm512_set1_ps(fill), keep_first(x, hi, fill));
   }
 };
 #define KV_VEC Vec16

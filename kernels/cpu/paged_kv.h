@@ -46,13 +46,19 @@ struct AttnRow {
 void kv_append(const KvLayerView& kv, const AttnRow* rows, int n_rows, const float* k,
                const float* v);
 
-// Causal attention of each new token over its sequence's positions 0..pos.
+// Causal attention of each new token over its sequence's positions 0..pos,
+// or, with window > 0 (a sliding-window layer: Gemma 3's local layers), over
+// the last `window` of them, pos - window + 1 .. pos (llama.cpp's standard
+// sliding window: key p is masked when pos - p >= window). The window is a
+// mask: the blocks before it must still hold their keys' positions (they are
+// neither read nor required to be valid). window 0 is full attention.
 // q, out: [T, n_heads, head_dim] f32. n_heads % n_kv_heads == 0.
 // Call after kv_append for the same rows. A token's output depends only on
 // its query, its row's cache up to its position and the SIMD level, bit for
 // bit: not on the other rows of the call nor on how a sequence's tokens are
 // split into calls (prefill chunks, a prefix-cache hit, decode steps).
 void paged_attention(const KvLayerView& kv, const AttnRow* rows, int n_rows, const float* q,
-                     int n_heads, float scale, float* out, ThreadPool* pool);
+                     int n_heads, float scale, float* out, ThreadPool* pool,
+                     int32_t window = 0);
 
 }  // namespace kvasir::cpu

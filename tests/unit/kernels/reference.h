@@ -283,12 +283,17 @@ inline void rope_head(float* v, int head_dim, int rot_dim, double theta, double 
 // ---- attention ------------------------------------------------------------
 
 // Naive causal attention of one query head over a dense history.
-//   k_hist, v_hist: [P, n_kv, hd]; q: [hd]; attends positions 0..pos.
+//   k_hist, v_hist: [P, n_kv, hd]; q: [hd]; attends positions 0..pos, or
+//   with window > 0 the last `window` of them (the others masked: -inf).
 inline void attend(const float* q, const float* k_hist, const float* v_hist, int n_kv, int hd,
-                   int kv_head, int pos, double scale, float* out) {
+                   int kv_head, int pos, double scale, float* out, int window = 0) {
   std::vector<double> s(static_cast<size_t>(pos + 1));
   double mx = -INFINITY;
   for (int j = 0; j <= pos; ++j) {
+    if (window > 0 && pos - j >= window) {
+      s[size_t(j)] = -INFINITY;
+      continue;
+    }
     const float* k = k_hist + (int64_t(j) * n_kv + kv_head) * hd;
     double d = 0;
     for (int i = 0; i < hd; ++i) d += double(q[i]) * k[i];

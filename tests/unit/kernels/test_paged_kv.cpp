@@ -31,6 +31,7 @@ struct Case {
   int head_dim, n_kv, group, block_size;
   DType type;
   std::vector<RowSpec> rows;
+  int window = 0;  // > 0: sliding-window attention over the last `window` positions
 };
 
 struct SimdGuard {
@@ -107,7 +108,7 @@ double run_case(const Case& c, ThreadPool* pool, std::mt19937& rng) {
   kv_append(kv, rows.data(), n_rows, knew.data(), vnew.data());
   std::vector<float> out(q.size(), NAN);
   const float scale = 1.f / std::sqrt(float(hd));
-  paged_attention(kv, rows.data(), n_rows, q.data(), nh, scale, out.data(), pool);
+  paged_attention(kv, rows.data(), n_rows, q.data(), nh, scale, out.data(), pool, c.window);
 
   double max_err = 0;
   std::vector<float> want(static_cast<size_t>(hd));
@@ -117,7 +118,7 @@ double run_case(const Case& c, ThreadPool* pool, std::mt19937& rng) {
       for (int h = 0; h < nh; ++h) {
         const float* qv = q.data() + (tok * nh + size_t(h)) * hd;
         ref::attend(qv, kh[size_t(r)].data(), vh[size_t(r)].data(), nkv, hd, h / c.group,
-                    c.rows[size_t(r)].pos0 + t, scale, want.data());
+                    c.rows[size_t(r)].pos0 + t, scale, want.data(), c.window);
         const float* o = out.data() + (tok * nh + size_t(h)) * hd;
         for (int i = 0; i < hd; ++i) {
           if (!std::isfinite(o[i])) return INFINITY;
@@ -191,6 +192,33 @@ TEST(PagedAttention, TiledPathAtTileEdgesAndOddHeadDims) {
             const double err = run_case(c, &pool, rng);
             ASSERT_LT(err, 2e-5) << "hd=" << hd << " group=" << group << " bs=" << bs << " "
                                  << simd_level_name(level);
+          }
+}
+
+TEST(PagedAttention, SlidingWindowEqualsMaskedNaive) {
+  // Sliding-window layers (Gemma 3's local ones): each query sees the last
+  // `window` positions. Windows smaller than a block, than a tile (64), not
+  // dividing either, and wider than the context (= full attention); rows
+  // whose window starts inside a block, inside a tile, and chunks whose
+  // first and last tokens' windows begin in different blocks.
+  SimdGuard guard;
+  std::mt19937 rng(23);
+  ThreadPool pool(3);
+  const std::vector<std::vector<RowSpec>> batches = {
+      {{0, 1}, {30, 1}, {200, 1}},
+      {{0, 40}, {70, 33}, {150, 16}},
+      {{5, 90}, {300, 2}},
+  };
+  for (SimdLevel level : supported_levels())
+    for (int window : {1, 7, 16, 50, 64, 100, 1000})
+      for (int bs : {5, 16})
+        for (int group : {1, 4})
+          for (const auto& rows : batches) {
+            set_simd_level_for_testing(level);
+            const Case c{64, 1, group, bs, DType::F16, rows, window};
+            const double err = run_case(c, &pool, rng);
+            ASSERT_LT(err, 2e-5) << "window=" << window << " bs=" << bs << " group=" << group
+                                 << " " << simd_level_name(level);
           }
 }
 
