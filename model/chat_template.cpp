@@ -14,9 +14,67 @@
 namespace kvasir {
 namespace {
 
+// Google's Gemma 3 instruct template, byte for byte the committed
+// tests/data/chat_templates/google-gemma-3-it.jinja (a raw string: its
+// newlines are part of it).
+constexpr const char* kGemma3 = R"TMPL({{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '
+
+' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '
+
+' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '
+' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>
+' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model
+'}}
+{%- endif -%}
+)TMPL";
+
 // The reference templates of the families the override can name (the
-// published Llama 3, Llama 2 and Mistral instruct templates, plain ChatML).
+// published Llama 3, Llama 2, Mistral and Gemma 3 instruct templates, plain
+// ChatML). "gemma" is Google's Gemma 3 template (tokenizer_config.json of
+// the instruct checkpoints): <bos>, then
+// <start_of_turn>{user|model}\n{content | trim}<end_of_turn>\n per turn, a
+// system message folded into the first user turn followed by a blank line,
+// roles that must alternate, and <start_of_turn>model\n to generate.
 const char* builtin(const std::string& name) {
+  if (name == "gemma") return kGemma3;
   if (name == "chatml")
     return "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
            "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
@@ -134,15 +192,15 @@ ChatTemplate ChatTemplate::from_string(const std::string& t, const std::string& 
     const char* named = builtin(override_name);
     const bool is_template = has(override_name, "{{") || has(override_name, "{%");
     KV_CHECK(named || is_template,
-             "chat template override '{}' is neither a family (chatml, llama3, llama2, mistral) "
-             "nor a template",
+             "chat template override '{}' is neither a family (chatml, llama3, llama2, mistral, "
+             "gemma) nor a template",
              override_name);
     c.source_ = named ? named : override_name;
     c.family_ = named ? override_name : family_of(c.source_);
   } else {
     KV_CHECK_CODE(!t.empty(), ErrorCode::kModelFormat,
                   "model '{}': the file has no chat template; set the chat template override to "
-                  "one of chatml, llama3, llama2, mistral, or to a template",
+                  "one of chatml, llama3, llama2, mistral, gemma, or to a template",
                   model);
     c.source_ = t;
     c.family_ = family_of(t);
@@ -171,7 +229,13 @@ ChatTemplate ChatTemplate::from_gguf(const GgufFile& f, const std::string& overr
     bos = text("tokenizer.ggml.bos_token_id");
     eos = text("tokenizer.ggml.eos_token_id");
   }
-  return from_string(tmpl, bos, eos, name, override_name);
+  // Gemma 3 files often carry no template (the published 270M Q4_K_M does
+  // not): the family's own turn format, as llama.cpp and vLLM apply it.
+  std::string chosen = override_name;
+  if (tmpl.empty() && chosen.empty())
+    if (const GgufValue* a = f.find("general.architecture"))
+      if (a->as_string("general.architecture") == "gemma3") chosen = "gemma";
+  return from_string(tmpl, bos, eos, name, chosen);
 }
 
 ChatTemplate ChatTemplate::from_hf_dir(const std::string& dir, const std::string& override_name) {

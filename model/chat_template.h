@@ -73,8 +73,9 @@ class ChatTemplate {
   // Throws kvasir::Error naming the model if the template is missing or
   // cannot be parsed (kModelFormat, naming the line and, for a construct
   // outside the supported subset, the construct), or if the override is
-  // unknown. override_name: a family name (chatml, llama3, llama2, mistral:
-  // the reference templates of those families) or a template's source.
+  // unknown. override_name: a family name (chatml, llama3, llama2, mistral,
+  // gemma: the reference templates of those families) or a template's
+  // source. A gemma3 GGUF without a template gets "gemma" (from_gguf).
   static ChatTemplate from_gguf(const GgufFile&, const std::string& override_name = "");
   // A Hugging Face model folder: chat_template.jinja, else
   // tokenizer_config.json's chat_template (the "default" one when it is a

@@ -16,7 +16,8 @@ namespace kvasir {
 
 namespace {
 
-constexpr const char* kArchs[] = {"llama", "mistral", "qwen2", "qwen3", "qwen3moe", "qwen2moe"};
+constexpr const char* kArchs[] = {"llama",    "mistral",  "qwen2", "qwen3",
+                                   "qwen3moe", "qwen2moe", "gemma3"};
 
 bool known_arch(const std::string& a) {
   for (const char* k : kArchs)
@@ -43,7 +44,7 @@ void check_expert_counts(const std::string& src, const std::string& n_key, int64
 void ModelConfig::validate(const std::string& src) const {
   KV_CHECK(known_arch(arch),
            "{}: architecture '{}' is not supported (llama, mistral, qwen2, qwen3, qwen3moe, "
-           "qwen2moe)",
+           "qwen2moe, gemma3)",
            src, arch);
   auto range = [&](const char* field, int64_t v, int64_t lo, int64_t hi) {
     KV_CHECK(v >= lo && v <= hi, "{}: {} is {}, must be in [{}, {}]", src, field, v, lo, hi);
@@ -77,6 +78,13 @@ void ModelConfig::validate(const std::string& src) const {
              rope_llama3_high_freq_factor, rope_llama3_low_freq_factor);
     range("rope_llama3_original_context", rope_llama3_original_context, 1, 1 << 30);
   }
+  range("sliding_window", sliding_window, 0, 1 << 30);
+  range("sliding_pattern", sliding_pattern, 0, 4096);
+  positive("rope_theta_local", rope_theta_local);
+  positive("embed_scale", embed_scale);
+  KV_CHECK(std::isfinite(attn_scale) && attn_scale >= 0.f, "{}: attn_scale is {}", src, attn_scale);
+  KV_CHECK(std::isfinite(final_logit_softcap) && final_logit_softcap >= 0.f,
+           "{}: final_logit_softcap is {}, must be finite and >= 0", src, final_logit_softcap);
   validate_experts(src);
 }
 
@@ -266,6 +274,31 @@ void read_rope_scaling(const GgufKeys& g, ModelConfig& c) {
   }
 }
 
+// Gemma 3 as llama.cpp reads it (src/models/gemma3.cpp): a sliding window
+// from `gemma3.attention.sliding_window` over every layer but each 6th
+// (`attention.sliding_window_pattern` if the file says otherwise), those
+// layers rotated with `rope.freq_base_swa` (default 10,000) and the others
+// with `rope.freq_base`; q·k scaled by 1/sqrt(head_dim) (27B, 62 layers:
+// 1/sqrt(hidden / heads), query_pre_attn_scalar); embeddings times
+// sqrt(hidden); pre- and post-norms (their weights already hold the +1 the
+// converter adds); GeGLU; final soft-capping where the file sets it; NeoX
+// RoPE; per-head q/k norms.
+void read_gemma3(const GgufKeys& g, ModelConfig& c) {
+  c.sliding_window = g.opt_i32(g.k("attention.sliding_window")).value_or(0);
+  if (c.sliding_window > 0) {
+    c.sliding_pattern = g.opt_i32(g.k("attention.sliding_window_pattern")).value_or(6);
+    c.rope_theta_local = g.opt_f32(g.k("rope.freq_base_swa")).value_or(10000.f);
+  }
+  c.attn_scale = c.n_layers == 62 ? 1.f / std::sqrt(float(c.hidden / c.n_heads))
+                                  : 1.f / std::sqrt(float(c.head_dim));
+  c.embed_scale = std::sqrt(float(c.hidden));
+  c.post_norms = true;
+  c.gelu_ffn = true;
+  c.qk_norm = true;
+  c.rope_layout = RopeLayout::kHalf;
+  c.final_logit_softcap = g.opt_f32(g.k("final_logit_softcapping")).value_or(0.f);
+}
+
 }  // namespace
 
 ModelConfig config_from_gguf(const GgufFile& f) {
@@ -277,7 +310,7 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   g.arch = c.arch;
   KV_CHECK_CODE(known_arch(c.arch), ErrorCode::kModelFormat,
                 "{}: metadata 'general.architecture' is '{}': Kvasir runs llama, mistral, qwen2, "
-                "qwen3, qwen3moe and qwen2moe",
+                "qwen3, qwen3moe, qwen2moe and gemma3",
                 path, c.arch);
   c.name = g.opt_str("general.name").value_or(std::filesystem::path(path).stem().string());
 
@@ -304,6 +337,7 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.qkv_bias = c.arch == "qwen2" || (qwen && f.find_tensor("blk.0.attn_q.bias") != nullptr);
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";
   read_experts(g, c);
+  if (c.arch == "gemma3") read_gemma3(g, c);
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   c.validate(path);
   return c;

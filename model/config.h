@@ -1,6 +1,7 @@
 // model/config.h — the shape of a Llama-family decoder, read from the file.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -14,7 +15,7 @@ inline constexpr int32_t kMaxExperts = 1024;  // see docs/model-formats.md and k
 
 struct ModelConfig {
   // GGUF's architecture name: "llama" (Mixtral too: llama with experts),
-  // "mistral", "qwen2", "qwen3", "qwen3moe", "qwen2moe".
+  // "mistral", "qwen2", "qwen3", "qwen3moe", "qwen2moe", "gemma3".
   std::string arch;
   std::string name;  // general.name or the folder name
   int32_t n_layers = 0;
@@ -46,6 +47,29 @@ struct ModelConfig {
   // or compressed-tensors with 8-bit float weights; docs/model-formats.md).
   // The CUDA backend reads them; the CPU backend refuses such a model.
   bool fp8_weights = false;
+
+  // Gemma 3 (docs/model-formats.md, "Gemma 3"), the defaults leaving every
+  // other family as it was. With sliding_window > 0 the layers for which
+  // layer_slides() holds attend to the last sliding_window positions only
+  // and rotate with rope_theta_local instead of rope_theta.
+  int32_t sliding_window = 0;
+  // Every sliding_pattern-th layer is global (llama.cpp's set_swa_pattern:
+  // layer il slides when il % n < n - 1; n 0: every layer slides).
+  int32_t sliding_pattern = 0;
+  float rope_theta_local = 10000.f;
+  float attn_scale = 0.f;        // q·k scale; 0: 1/sqrt(head_dim)
+  float embed_scale = 1.f;       // token embeddings are multiplied by it (Gemma: sqrt(hidden))
+  bool post_norms = false;       // RMSNorm of attention's and the FFN's outputs before each add
+  bool gelu_ffn = false;         // GeGLU, gelu_tanh(gate) * up, instead of SwiGLU
+  float final_logit_softcap = 0.f;  // > 0: logits = cap * tanh(logits / cap)
+
+  bool layer_slides(int32_t il) const {
+    if (sliding_window <= 0) return false;
+    return sliding_pattern == 0 || il % sliding_pattern < sliding_pattern - 1;
+  }
+  float attention_scale() const {
+    return attn_scale > 0.f ? attn_scale : 1.f / std::sqrt(float(head_dim));
+  }
 
   // Mixture of experts (docs/model-formats.md, "Mixture of experts"). With
   // n_experts > 0 every layer's FFN is routed: a router picks n_experts_used
@@ -81,7 +105,7 @@ uint64_t kv_block_bytes(const ModelConfig& model, int32_t n_layers, int32_t bloc
 class GgufFile;
 
 // From `<arch>.*` GGUF metadata (llama, mistral, qwen2, qwen3, qwen3moe,
-// qwen2moe) and the tensor list (tied embeddings = no output.weight).
+// qwen2moe, gemma3) and the tensor list (tied embeddings = no output.weight).
 // Validated; throws kvasir::Error naming the file and the key.
 ModelConfig config_from_gguf(const GgufFile& f);
 

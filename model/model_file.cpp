@@ -173,10 +173,12 @@ struct TensorChecks {
       norm(b + "attn_q_norm.weight", c.head_dim);
       norm(b + "attn_k_norm.weight", c.head_dim);
     }
+    if (c.post_norms) norm(b + "post_attention_norm.weight", h);
   }
   void ffn(const std::string& b) const {
     const int64_t h = c.hidden;
     norm(b + "ffn_norm.weight", h);
+    if (c.post_norms) norm(b + "post_ffw_norm.weight", h);
     if (!c.moe()) {
       expect(look, src, b + "ffn_gate.weight", {h, c.ffn});
       expect(look, src, b + "ffn_up.weight", {h, c.ffn});

@@ -66,8 +66,12 @@ struct SliceExecutor::Layer {
   const TensorView* w_gate = nullptr;  // [hidden] -> [ffn]
   const TensorView* w_up = nullptr;
   const TensorView* w_down = nullptr;  // [ffn] -> [hidden]
-  const float* q_norm = nullptr;       // [head_dim] Qwen3's per-head norms, else null
+  const float* q_norm = nullptr;       // [head_dim] Qwen3's / Gemma's per-head norms, else null
   const float* k_norm = nullptr;
+  const float* post_attn_norm = nullptr;  // [hidden] Gemma's norms of the blocks' outputs, else null
+  const float* post_ffn_norm = nullptr;
+  int32_t window = 0;                     // > 0: a sliding-window layer (masked: full KV kept)
+  const RopeTable* rope = nullptr;        // this layer's rotation (local or global)
   Moe moe;                             // a MoE layer's FFN (w_gate/up/down null)
   Buffer k_cache, v_cache;             // [n_blocks][n_kv_heads][block_size][head_dim]
   cpu::KvLayerView kv;
@@ -105,6 +109,14 @@ SliceExecutor::SliceExecutor(const ModelFile& model, const SliceSpec& slice, con
   for (int il = slice.first_layer; il <= slice.last_layer; ++il)
     map_layer(model, il, layers_[size_t(il - slice.first_layer)]);
   rope_ = rope_table(model);
+  ModelConfig local = cfg_;
+  local.rope_theta = cfg_.rope_theta_local;
+  rope_local_ = rope_table(local, model.find(kRopeFreqsTensor));
+  for (int il = slice.first_layer; il <= slice.last_layer; ++il) {
+    Layer& L = layers_[size_t(il - slice.first_layer)];
+    L.window = cfg_.layer_slides(il) ? cfg_.sliding_window : 0;
+    L.rope = L.window > 0 ? &rope_local_ : &rope_;
+  }
   alloc_scratch();
   keep_packed();
 }
@@ -187,6 +199,10 @@ void SliceExecutor::map_layer(const ModelFile& model, int il, Layer& L) {
   if (c.qk_norm) {
     L.q_norm = f32_data(&model.get(n.attn_q_norm), "attn_q_norm.weight", c.head_dim);
     L.k_norm = f32_data(&model.get(n.attn_k_norm), "attn_k_norm.weight", c.head_dim);
+  }
+  if (c.post_norms) {
+    L.post_attn_norm = f32_data(&model.get(n.post_attn_norm), "post_attention_norm.weight", H);
+    L.post_ffn_norm = f32_data(&model.get(n.post_ffn_norm), "post_ffw_norm.weight", H);
   }
   if (c.qkv_bias) {
     L.bq = f32_data(&model.get(n.attn_q_bias), "attn_q.bias", QD);
@@ -282,29 +298,36 @@ void SliceExecutor::run_layer(const Layer& L, const ForwardBatch& b,
   add_bias(s.q.data(), L.bq, T, QD);
   add_bias(s.k.data(), L.bk, T, KD);
   add_bias(s.v.data(), L.bv, T, KD);
-  if (L.q_norm) {  // Qwen3: RMSNorm over each head, before RoPE
+  if (L.q_norm) {  // Qwen3, Gemma 3: RMSNorm over each head, before RoPE
     cpu::rmsnorm(s.q.data(), L.q_norm, c.rms_eps, T * c.n_heads, c.head_dim, s.q.data());
     cpu::rmsnorm(s.k.data(), L.k_norm, c.rms_eps, T * c.n_kv_heads, c.head_dim, s.k.data());
   }
-  cpu::rope(rope_.config, rope_.inv_freq.data(), pos, T, c.n_heads, s.q.data());
-  cpu::rope(rope_.config, rope_.inv_freq.data(), pos, T, c.n_kv_heads, s.k.data());
+  const RopeTable& rope = *L.rope;
+  cpu::rope(rope.config, rope.inv_freq.data(), pos, T, c.n_heads, s.q.data());
+  cpu::rope(rope.config, rope.inv_freq.data(), pos, T, c.n_kv_heads, s.k.data());
   cpu::kv_append(L.kv, rows.data(), int(rows.size()), s.k.data(), s.v.data());
   cpu::paged_attention(L.kv, rows.data(), int(rows.size()), s.q.data(), c.n_heads,
-                       1.0f / std::sqrt(float(c.head_dim)), s.att.data(), pool);
+                       c.attention_scale(), s.att.data(), pool, L.window);
   cpu::matmul(*L.wo, s.att.data(), T, s.tmp.data(), pool);
+  if (L.post_attn_norm)  // Gemma: the block's output is normalised before the add
+    cpu::rmsnorm(s.tmp.data(), L.post_attn_norm, c.rms_eps, T, H, s.tmp.data());
   cpu::add_inplace(x, s.tmp.data(), T * H);
 
-  // Feed-forward block: x += Wdown · (silu(Wgate·n(x)) * Wup·n(x)), or the
-  // mixture of experts.
+  // Feed-forward block: x += Wdown · (silu(Wgate·n(x)) * Wup·n(x)) (GeGLU:
+  // gelu_tanh for Gemma), or the mixture of experts.
   cpu::rmsnorm(x, L.ffn_norm, c.rms_eps, T, H, s.xn.data());
   if (c.moe()) {
     run_moe(L.moe, T, s.tmp.data());
   } else {
     const cpu::MatmulOut gate_up[] = {{L.w_gate, s.gate.data()}, {L.w_up, s.up.data()}};
     cpu::matmul_group(gate_up, 2, s.xn.data(), T, pool);
-    cpu::swiglu(s.gate.data(), s.up.data(), T * c.ffn, s.gate.data());
+    if (c.gelu_ffn)
+      cpu::geglu(s.gate.data(), s.up.data(), T * c.ffn, s.gate.data());
+    else
+      cpu::swiglu(s.gate.data(), s.up.data(), T * c.ffn, s.gate.data());
     cpu::matmul(*L.w_down, s.gate.data(), T, s.tmp.data(), pool);
   }
+  if (L.post_ffn_norm) cpu::rmsnorm(s.tmp.data(), L.post_ffn_norm, c.rms_eps, T, H, s.tmp.data());
   cpu::add_inplace(x, s.tmp.data(), T * H);
 }
 
@@ -403,6 +426,7 @@ void SliceExecutor::forward(const ForwardBatch& b, const float* hidden_in, float
       KV_CHECK(id >= 0 && id < c.vocab, "token id {} outside the vocabulary 0..{}", id,
                c.vocab - 1);
       cpu::dequantize_row(*embed_, id, x + i * H);
+      if (c.embed_scale != 1.f) cpu::scale_inplace(x + i * H, c.embed_scale, H);
     }
   } else {
     KV_CHECK(hidden_in != nullptr, "batch: a non-head stage needs its input boundary");
@@ -420,7 +444,8 @@ void SliceExecutor::forward(const ForwardBatch& b, const float* hidden_in, float
 }
 
 // The tail's final norm and output head: every token's (all_logits), or
-// the selected rows' (ForwardRow::want_logits, n_draft) into logits.
+// the selected rows' (ForwardRow::want_logits, n_draft) into logits; then
+// the final logit soft-capping where the model has it (Gemma).
 void SliceExecutor::project_logits(const ForwardBatch& b, float* x, float* logits) {
   const ModelConfig& c = cfg_;
   const int64_t H = c.hidden;
@@ -428,6 +453,8 @@ void SliceExecutor::project_logits(const ForwardBatch& b, float* x, float* logit
   if (b.all_logits) {  // every token: normalise in place and project all of them
     cpu::rmsnorm(x, static_cast<const float*>(out_norm_->data), c.rms_eps, b.n_tokens, H, x);
     cpu::matmul(*output_, x, b.n_tokens, logits, pool_.get());  // [n_tokens, vocab]
+    if (c.final_logit_softcap > 0.f)
+      cpu::softcap_inplace(logits, c.final_logit_softcap, b.n_tokens * c.vocab);
     return;
   }
   // Tail: final norm and output head on the last token of each sampled row
@@ -452,6 +479,8 @@ void SliceExecutor::project_logits(const ForwardBatch& b, float* x, float* logit
   float* last = s_->last.data();  // [n_sel, hidden]
   cpu::rmsnorm(last, static_cast<const float*>(out_norm_->data), c.rms_eps, n_sel, H, last);
   cpu::matmul(*output_, last, n_sel, logits, pool_.get());  // [n_sel, vocab]
+  if (c.final_logit_softcap > 0.f)
+    cpu::softcap_inplace(logits, c.final_logit_softcap, n_sel * c.vocab);
 }
 
 }  // namespace kvasir

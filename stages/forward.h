@@ -149,7 +149,8 @@ class SliceExecutor {
   const TensorView* output_ = nullptr;
   std::vector<Layer> layers_;
   std::unique_ptr<Scratch> s_;
-  RopeTable rope_;  // stages/slice.h
+  RopeTable rope_;        // stages/slice.h
+  RopeTable rope_local_;  // sliding-window layers' (ModelConfig::rope_theta_local)
   ExpertPeers* peers_ = nullptr;
   std::vector<const TensorView*> packed_;  // kept in the AMX layout until the destructor
 };

@@ -36,6 +36,8 @@ LayerTensorNames layer_tensor_names(int layer) {
   n.ffn_gate_shexp = b + "ffn_gate_shexp.weight";
   n.ffn_up_shexp = b + "ffn_up_shexp.weight";
   n.ffn_down_shexp = b + "ffn_down_shexp.weight";
+  n.post_attn_norm = b + "post_attention_norm.weight";
+  n.post_ffn_norm = b + "post_ffw_norm.weight";
   return n;
 }
 
@@ -43,7 +45,8 @@ std::vector<std::string> LayerTensorNames::all() const {
   return {attn_norm,    ffn_norm,       attn_q,         attn_k,       attn_v,
           attn_output,  ffn_gate,       ffn_up,         ffn_down,     attn_q_bias,
           attn_k_bias,  attn_v_bias,    attn_q_norm,    attn_k_norm,  ffn_gate_inp,
-          ffn_gate_inp_shexp, ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp};
+          ffn_gate_inp_shexp, ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp, post_attn_norm,
+          post_ffn_norm};
 }
 
 std::vector<std::string> LayerTensorNames::expert_stacks() const {

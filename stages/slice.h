@@ -51,7 +51,8 @@ const char* output_tensor_name(const ModelConfig& c);
 
 // The tensors of one layer: "blk.N.attn_q.weight", ... Which exist depends
 // on the config: the three biases where ModelConfig::qkv_bias is set
-// (Qwen2), the q/k norms where qk_norm is (Qwen3); a MoE layer
+// (Qwen2), the q/k norms where qk_norm is (Qwen3, Gemma 3), the post-norms
+// where post_norms is (Gemma 3); a MoE layer
 // (ModelConfig::moe()) has the router and the three expert stacks instead
 // of ffn_gate/up/down (read per expert: ModelFile::find_experts), and the
 // shared expert where shared_expert_ffn > 0 (Qwen2-MoE).
@@ -65,9 +66,10 @@ struct LayerTensorNames {
   std::string ffn_gate_exps, ffn_up_exps, ffn_down_exps;  // expert stacks
   std::string ffn_gate_inp_shexp;                         // shared expert's gate [hidden]
   std::string ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;
+  std::string post_attn_norm, post_ffn_norm;  // Gemma 3's norms of the blocks' outputs
 
   // Every single-tensor name above, in that order (weights, biases, norms,
-  // router, shared expert); not the expert stacks.
+  // router, shared expert, post-norms); not the expert stacks.
   std::vector<std::string> all() const;
   // The three expert stacks.
   std::vector<std::string> expert_stacks() const;

@@ -99,6 +99,25 @@ void swiglu(const float* gate, const float* up, int64_t count, float* out) {
   for (int64_t i = 0; i < count; ++i) out[i] = gate[i] / (1.f + std::exp(-gate[i])) * up[i];
 }
 
+void geglu(const float* gate, const float* up, int64_t count, float* out) {
+  KV_CHECK(count >= 0, "geglu: negative count {}", count);
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = 0; i < count; ++i) {
+    const float g = gate[i];
+    out[i] = 0.5f * g * (1.f + std::tanh(kSqrt2OverPi * g * (1.f + 0.044715f * g * g))) * up[i];
+  }
+}
+
+void scale_inplace(float* x, float c, int64_t count) {
+  KV_CHECK(count >= 0, "scale_inplace: negative count {}", count);
+  for (int64_t i = 0; i < count; ++i) x[i] *= c;
+}
+
+void softcap_inplace(float* x, float cap, int64_t count) {
+  KV_CHECK(count >= 0 && cap > 0.f, "softcap_inplace: count {} / cap {} invalid", count, cap);
+  for (int64_t i = 0; i < count; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
 void add_inplace(float* x, const float* y, int64_t count) {
   KV_CHECK(count >= 0, "add_inplace: negative count {}", count);
 #ifdef KV_HAVE_X86

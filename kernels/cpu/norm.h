@@ -15,6 +15,17 @@ void rmsnorm(const float* x, const float* weight, float eps, int64_t n, int64_t 
 // (relative error ~1e-7).
 void swiglu(const float* gate, const float* up, int64_t count, float* out);
 
+// out[i] = gelu_tanh(gate[i]) * up[i], for i < count (GeGLU: Gemma's FFN).
+// gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), as
+// ggml_gelu and PyTorch's gelu(approximate="tanh"). out may alias gate.
+void geglu(const float* gate, const float* up, int64_t count, float* out);
+
+// x[i] *= c, for i < count.
+void scale_inplace(float* x, float c, int64_t count);
+
+// x[i] = cap * tanh(x[i] / cap), for i < count (final logit soft-capping).
+void softcap_inplace(float* x, float cap, int64_t count);
+
 // x[i] += y[i]
 void add_inplace(float* x, const float* y, int64_t count);
 

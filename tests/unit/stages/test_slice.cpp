@@ -260,11 +260,14 @@ TEST(SliceTensors, NamesOfALayer) {
   EXPECT_EQ(n.ffn_gate_shexp, "blk.7.ffn_gate_shexp.weight");
   EXPECT_EQ(n.ffn_up_shexp, "blk.7.ffn_up_shexp.weight");
   EXPECT_EQ(n.ffn_down_shexp, "blk.7.ffn_down_shexp.weight");
+  EXPECT_EQ(n.post_attn_norm, "blk.7.post_attention_norm.weight");
+  EXPECT_EQ(n.post_ffn_norm, "blk.7.post_ffw_norm.weight");
   const auto all = n.all();
-  ASSERT_EQ(all.size(), 19u);
+  ASSERT_EQ(all.size(), 21u);
   EXPECT_EQ(all.front(), n.attn_norm);
   EXPECT_EQ(all[11], n.attn_v_bias);
-  EXPECT_EQ(all.back(), n.ffn_down_shexp);
+  EXPECT_EQ(all[18], n.ffn_down_shexp);
+  EXPECT_EQ(all.back(), n.post_ffn_norm);
   EXPECT_EQ(n.expert_stacks(),
             (std::vector<std::string>{"blk.7.ffn_gate_exps.weight", "blk.7.ffn_up_exps.weight",
                                       "blk.7.ffn_down_exps.weight"}));

