@@ -13,9 +13,11 @@ namespace kvasir {
 namespace {
 
 // Texts that end generation whatever the model's eos id says (the reference
-// keeps the same list, by text).
+// keeps the same list, by text). "</s>" too: llama.cpp 0.3.36 lists it, so
+// Gemma 3's user-defined "</s>" (212) becomes a control token that ends
+// generation and that text parsing without specials does not match.
 constexpr const char* kEogTexts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",   "<|endoftext|>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",      "<|endoftext|>", "</s>",
     "<|eom_id|>", "<EOT>",      "_<EOT>",  "<|end_of_text|>", "<end_of_utterance>",
 };
 

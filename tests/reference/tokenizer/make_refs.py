@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from corpus import corpus  # noqa: E402
 
 
-def write_refs(model, out, step=1):
+def write_refs(model, out, step=1, extra=()):
     llm = llama_cpp.Llama(model_path=model, vocab_only=True, verbose=False)
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
     buf = ctypes.create_string_buffer(4096)
@@ -47,7 +47,7 @@ def write_refs(model, out, step=1):
         f.write(json.dumps({"reference": "llama-cpp-python", "version": llama_cpp.__version__,
                             "model": os.path.basename(model)}) + "\n")
         n_rt = 0
-        texts = corpus()[::step]
+        texts = corpus()[::step] + [t for t in extra if t not in corpus()]
         bos = llama_cpp.llama_vocab_bos(vocab)
         add_bos = llama_cpp.llama_vocab_get_add_bos(vocab)
         spm = llama_cpp.llama_vocab_type(vocab) == llama_cpp.LLAMA_VOCAB_TYPE_SPM

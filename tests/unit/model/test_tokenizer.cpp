@@ -139,6 +139,24 @@ TEST_F(SmolLM2, MatchesLlamaCppReference) {
   check_against(*tok_, src("tests/data/tokenizer/smollm2.jsonl"), 2000);
 }
 
+// Gemma 3 270M's 262,144-token SentencePiece (byte fallback, no space
+// prefix) against llama.cpp: the corpus (every 4th string) and Gemma's
+// control tokens as data (tests/reference/tokenizer/make_gemma3_refs.py).
+// Skips without the file (scripts/fetch-gemma3).
+TEST(Gemma3Tokenizer, MatchesLlamaCppReference) {
+  const std::string model = src("models/gemma-3-270m-q4_k_m.gguf");
+  if (!std::filesystem::exists(model))
+    GTEST_SKIP() << "models/gemma-3-270m-q4_k_m.gguf absent: run scripts/fetch-gemma3";
+  auto f = GgufFile::open(model);
+  auto tok = Tokenizer::from_gguf(*f);
+  EXPECT_EQ(tok->vocab_size(), 262144);
+  EXPECT_EQ(tok->bos_id(), 2);
+  EXPECT_EQ(tok->eos_id(), 1);
+  EXPECT_TRUE(tok->add_bos());
+  EXPECT_TRUE(tok->is_eog(tok->find_token("<end_of_turn>")));
+  check_against(*tok, src("tests/data/tokenizer/gemma3.jsonl"), 500);
+}
+
 // Llama 3, Qwen2 and SentencePiece GGUF paths: small vocab-only files written
 // by make_gguf_refs.py, references by llama.cpp on the same files.
 class TinyGguf : public ::testing::TestWithParam<std::string> {};
