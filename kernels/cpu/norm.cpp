@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "base/check.h"
+#include "base/half.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/simd_math.h"
 
@@ -102,9 +103,19 @@ void swiglu(const float* gate, const float* up, int64_t count, float* out) {
 void geglu(const float* gate, const float* up, int64_t count, float* out) {
   KV_CHECK(count >= 0, "geglu: negative count {}", count);
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  // As ggml computes it (ggml_vec_gelu_f32): 0 below -10, identity above 10,
+  // else GELU of the gate rounded to f16, itself rounded to f16 (its table).
   for (int64_t i = 0; i < count; ++i) {
-    const float g = gate[i];
-    out[i] = 0.5f * g * (1.f + std::tanh(kSqrt2OverPi * g * (1.f + 0.044715f * g * g))) * up[i];
+    float g = gate[i];
+    float gl = g;
+    if (g <= -10.f) {
+      gl = 0.f;
+    } else if (g < 10.f) {
+      g = fp16_to_f32(f32_to_fp16(g));
+      gl = fp16_to_f32(f32_to_fp16(
+          0.5f * g * (1.f + std::tanh(kSqrt2OverPi * g * (1.f + 0.044715f * g * g)))));
+    }
+    out[i] = gl * up[i];
   }
 }
 

@@ -17,7 +17,9 @@ void swiglu(const float* gate, const float* up, int64_t count, float* out);
 
 // out[i] = gelu_tanh(gate[i]) * up[i], for i < count (GeGLU: Gemma's FFN).
 // gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), as
-// ggml_gelu and PyTorch's gelu(approximate="tanh"). out may alias gate.
+// PyTorch's gelu(approximate="tanh"), evaluated as ggml does on the CPU
+// (input and result rounded to f16; 0 / identity beyond ±10), the peer
+// Gemma's parity is measured against. out may alias gate.
 void geglu(const float* gate, const float* up, int64_t count, float* out);
 
 // x[i] *= c, for i < count.

@@ -1,5 +1,11 @@
-// Gemma 3 270M (the real Q4_K_M file: scripts/fetch-gemma3) on the CPU
-// forward. Skips, saying so, when the file is absent.
+// Gemma 3 270M (the real Q4_K_M file: scripts/fetch-gemma3) on the CPU forward
+// against llama.cpp. Skips, saying so, when the file is absent.
+//
+// tests/data/parity/gemma3.json was written by
+// tests/reference/parity/make_gemma3_refs.py (llama-cpp-python 0.3.36, same
+// file): for 17 prompts, one running past the 512-token sliding window,
+// llama.cpp's greedy 64-token continuation and its top-8 log-probabilities
+// at each predicting position. We feed the same ids (teacher forcing).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -47,6 +53,14 @@ void forward_rows(const ModelFile& m, const std::vector<int32_t>& ids, size_t fr
   }
 }
 
+double log_prob(const float* x, int n, int32_t id) {
+  double m = x[0];
+  for (int i = 1; i < n; ++i) m = std::max(m, double(x[i]));
+  double s = 0;
+  for (int i = 0; i < n; ++i) s += std::exp(double(x[i]) - m);
+  return double(x[id]) - (m + std::log(s));
+}
+
 }  // namespace
 
 // The family's facts as read from the file (docs/model-formats.md, "Gemma 3").
@@ -72,6 +86,43 @@ TEST(Gemma3, ConfigFromTheRealFile) {
   EXPECT_FLOAT_EQ(c.embed_scale, std::sqrt(640.f));
   EXPECT_TRUE(c.qk_norm && c.post_norms && c.gelu_ffn && c.tied_embeddings);
   EXPECT_EQ(c.final_logit_softcap, 0.f);  // the file sets none
+}
+
+// Teacher-forced top-1 agreement with llama.cpp over >= 1,000 positions,
+// 17 of them (the long case's last) past the sliding window.
+TEST(Gemma3, MatchesLlamaCpp) {
+  SKIP_WITHOUT_GEMMA();
+  auto model = ModelFile::open(gemma_model().string());
+  std::ifstream f(source_dir() / "tests" / "data" / "parity" / "gemma3.json");
+  ASSERT_TRUE(f) << "missing tests/data/parity/gemma3.json";
+  const auto ref = nlohmann::json::parse(f);
+  const int vocab = model->config().vocab;
+  int agree = 0, total = 0, past_window = 0;
+  double max_diff = 0, sum_diff = 0;
+  for (const auto& cs : ref["cases"]) {
+    std::vector<int32_t> ids = cs["prompt"].get<std::vector<int32_t>>();
+    const auto cont = cs["continuation"].get<std::vector<int32_t>>();
+    const size_t n_prompt = ids.size();
+    ids.insert(ids.end(), cont.begin(), cont.end() - 1);
+    forward_rows(*model, ids, n_prompt - 1, 48, [&](size_t pos, const float* row) {
+      const auto& top = cs["top"][pos - (n_prompt - 1)];
+      const int32_t ours = int32_t(std::max_element(row, row + vocab) - row);
+      const int32_t theirs = top[0][0].get<int32_t>();
+      const double diff = std::abs(log_prob(row, vocab, theirs) - top[0][1].get<double>());
+      max_diff = std::max(max_diff, diff);
+      sum_diff += diff;
+      agree += ours == theirs;
+      past_window += pos >= 512;
+      ++total;
+    });
+  }
+  std::printf("gemma3.json: top-1 agreement %d/%d = %.2f%% (%d positions past the window); "
+              "|dlogprob| of the reference's token: max %.4f, mean %.4f\n",
+              agree, total, 100.0 * agree / total, past_window, max_diff, sum_diff / total);
+  EXPECT_GE(total, 1000);
+  EXPECT_GE(past_window, 16);
+  EXPECT_GE(double(agree) / total, 0.97);
+  EXPECT_LT(sum_diff / total, 0.05);
 }
 
 // Slices compose (what a 2-stage ring runs): head [0, 8] then tail [9, 17]
