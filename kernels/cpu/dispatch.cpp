@@ -256,7 +256,20 @@ KernelChoice simd_kernel_choice(DType type, RowsClass rows, int64_t cols) {
   Slot& slot = g_slots[unsigned(type)][int(rows)];
   std::lock_guard<std::mutex> lock(g_mu);
   if (slot.level.load(std::memory_order_relaxed) >= 0) return slot.choice;
-  const auto cands = candidates(type, simd_level());
+  auto cands = candidates(type, simd_level());
+  // A type's decode and batch kernels are of one numerics family, the
+  // first one chosen deciding: a token's logits must not depend on whether
+  // its position was computed alone (a decode) or with others (a prompt
+  // chunk, a recompute after preemption, a speculative row verifying
+  // drafts), or those paths would part at near-ties.
+  for (int r = 0; r < kRowsClasses; ++r) {
+    const int other = g_slots[unsigned(type)][r].level.load(std::memory_order_relaxed);
+    if (r == int(rows) || other < 0) continue;
+    std::vector<SimdLevel> same;
+    for (SimdLevel l : cands)
+      if (simd_family(l) == simd_family(SimdLevel(other))) same.push_back(l);
+    if (!same.empty()) cands = std::move(same);
+  }
   const bool amx_candidate =
       rows == RowsClass::kBatch && detail::amx_supports(type) && detail::amx_cpu_has();
   if (cands.size() == 1 && !amx_candidate) {

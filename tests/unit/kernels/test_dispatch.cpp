@@ -16,8 +16,8 @@
 namespace kvasir::cpu {
 namespace {
 
-const DType kTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::Q5_K,
-                        DType::Q6_K, DType::F16,  DType::BF16, DType::F32};
+const DType kTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q4_K,
+                        DType::Q5_K, DType::Q6_K, DType::F16,  DType::BF16, DType::F32};
 
 int64_t cols_for(DType t) {
   return dtype_info(t).block == 256 ? 768 : 576;
@@ -86,6 +86,28 @@ bool env_forces() {
 ChoiceReason unmeasured() {
   return simd_level_supported() == SimdLevel::kAvx2 ? ChoiceReason::kOnlyPath
                                                     : ChoiceReason::kPending;
+}
+
+// A type's decode and batch kernels land in one numerics family, whichever
+// is chosen first: a position computed alone (a decode) and with others (a
+// prompt chunk, a recompute, a speculative row) gives the same bits.
+TEST(Dispatch, DecodeAndBatchKernelsShareAFamily) {
+  SimdGuard guard;
+  if (env_forces()) GTEST_SKIP() << "KVASIR_SIMD forces " << simd_level_name(simd_level());
+  for (RowsClass first : {RowsClass::kDecode, RowsClass::kBatch}) {
+    simd_reset_for_testing();
+    const RowsClass second = first == RowsClass::kDecode ? RowsClass::kBatch : RowsClass::kDecode;
+    for (DType t : kTypes) {
+      const KernelChoice a = simd_kernel_choice(t, first, cols_for(t));
+      const KernelChoice b = simd_kernel_choice(t, second, cols_for(t));
+      EXPECT_EQ(simd_family(a.level), simd_family(b.level))
+          << dtype_name(t) << ": " << a.describe() << " / " << b.describe();
+      for (int l = 0; l < kSimdLevels; ++l)
+        if (b.us[l] >= 0)
+          EXPECT_EQ(simd_family(SimdLevel(l)), simd_family(a.level))
+              << dtype_name(t) << ": " << b.describe() << " timed another family";
+    }
+  }
 }
 
 // Auto: each kernel is measured once; the choice is a level the CPU has, the
