@@ -15,6 +15,13 @@ KVASIR=${2:?kvasir path}
 SRC=${3:-$(cd "$(dirname "$0")/../.." && pwd)}
 . "$SRC/tests/integration/lib.sh"
 kv_setup speculative
+# Two daemons' outputs are compared bit for bit: their stage processes must
+# run the same kernels. In auto mode each process times its own (a loaded
+# machine can tip a near-tie one way in one process and the other way in
+# the next, docs/kernels.md "Dispatch"); a pinned level decides nothing by
+# time. Within one process, a type's decode and batch kernels share a
+# family whatever the mode, so a verifying row computes what decodes do.
+export KVASIR_SIMD=${KVASIR_SIMD:-avx2}
 
 # Prompts that make the model repeat: prompt lookup's case.
 cat > "$WORK/requests.py" << 'PY'
