@@ -11,8 +11,6 @@ fed the *same* token ids (teacher forcing) and compared.
 Run:  python3 tests/reference/parity/make_refs.py [models/SmolLM2-135M-Instruct.Q4_1.gguf]
       (it installs the peer, llama-cpp-python 0.3.36, with scripts/install-peer)
 """
-import hashlib
-import json
 import os
 import sys
 
@@ -23,8 +21,8 @@ if not os.environ.get("KVASIR_PEER"):
     _peer = os.path.join(ROOT, "scripts", "install-peer")
     os.execv(_peer, [_peer, "--run", os.path.abspath(__file__)] + sys.argv[1:])
 
-import numpy as np  # noqa: E402
-import llama_cpp  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_refs import write_refs  # noqa: E402
 MODEL = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 OUT = os.path.join(ROOT, "tests", "data", "parity", "smollm2.json")
 N_CONT = 64
@@ -58,42 +56,9 @@ PROMPTS = [
 ]
 
 
-def log_softmax(x):
-    x = x.astype(np.float64)
-    m = x.max()
-    return x - (m + np.log(np.exp(x - m).sum()))
-
-
 def main():
-    with open(MODEL, "rb") as f:
-        sha = hashlib.sha256(f.read()).hexdigest()
-    llm = llama_cpp.Llama(model_path=MODEL, n_ctx=512, n_batch=512, n_threads=2,
-                          logits_all=True, verbose=False, seed=0)
-    out = {"generator": "tests/reference/parity/make_refs.py",
-           "llama_cpp_python": llama_cpp.__version__, "model_sha256": sha,
-           "n_cont": N_CONT, "top": TOP, "cases": []}
-    for kind, text in PROMPTS:
-        ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
-        llm.reset()
-        llm.eval(ids)
-        cont = []
-        for _ in range(N_CONT):
-            logits = np.array(llm.scores[llm.n_tokens - 1])
-            nxt = int(np.argmax(logits))
-            cont.append(nxt)
-            llm.eval([nxt])
-        positions = []
-        for i in range(N_CONT):
-            p = len(ids) - 1 + i
-            lp = log_softmax(np.array(llm.scores[p]))
-            top = np.argsort(-lp)[:TOP]
-            positions.append([[int(t), round(float(lp[t]), 5)] for t in top])
-        out["cases"].append({"kind": kind, "text": text, "prompt": ids, "continuation": cont,
-                             "top": positions})
-        print(f"{kind:12s} {len(ids):3d} prompt tokens: {llm.detokenize(cont)[:60]!r}")
-    with open(OUT, "w") as f:
-        json.dump(out, f, ensure_ascii=False, indent=0)
-    print("wrote", OUT)
+    write_refs(MODEL, OUT, PROMPTS, "tests/reference/parity/make_refs.py",
+               n_ctx=512, add_bos=False, n_cont=N_CONT, top=TOP)
 
 
 if __name__ == "__main__":
