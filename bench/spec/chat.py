@@ -11,8 +11,13 @@
 """
 import http.client
 import json
+import os
+import sys
 import threading
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "peers"))
+import client  # noqa: E402  (bench/peers/client.py: the one summary of a run)
 
 
 def post_json(port, path, body, timeout=300):
@@ -129,20 +134,10 @@ def run(port, reqs, concurrency, opts):
     return recs, time.perf_counter() - t
 
 
-def pct(xs, q):
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
-
-
 def summary(recs, wall):
-    """{tok_s, ttft_p50, itl_p50, itl_p99 (ms), tokens, requests, errors}."""
-    ok = [r for r in recs if not r["error"] and r["ttft"] is not None]
-    gaps = [g * 1e3 for r in ok for g in r["gaps"]]
-    tokens = sum(r["tokens"] for r in ok)
-    return {"requests": len(recs), "errors": len(recs) - len(ok),
-            "first_error": next((r["error"] for r in recs if r["error"]), None),
-            "tokens": tokens, "wall_s": wall, "tok_s": tokens / wall if wall else 0.0,
-            "ttft_p50": pct([r["ttft"] * 1e3 for r in ok], 50),
-            "itl_p50": pct(gaps, 50), "itl_p99": pct(gaps, 99)}
+    """bench/peers/client.py's summary (tok_s, TTFT and ITL p50/p99 in ms,
+    requests, errors) plus the tokens and the wall time."""
+    s = client.summary(recs, wall if wall else float("inf"))
+    s["tokens"] = sum(r["tokens"] for r in recs if not r["error"] and r["ttft"] is not None)
+    s["wall_s"] = wall
+    return s
