@@ -15,6 +15,7 @@
 
 #include "base/check.h"
 #include "stages/forward.h"
+#include "tests/unit/stages/two_slices.h"
 
 using namespace kvasir;
 namespace fs = std::filesystem;
@@ -136,21 +137,6 @@ TEST(Gemma3, TwoSlicesEqualTheWhole) {
   forward_rows(*model, ids, 0, 5, [&](size_t pos, const float* row) {
     std::copy(row, row + c.vocab, whole.begin() + long(pos * size_t(c.vocab)));
   });
-  KvSpec kv;
-  kv.n_blocks = 2;
-  std::vector<int32_t> table = {1, 0};
-  SliceExecutor head(*model, SliceSpec{0, 8, true, false}, kv, 1, 16);
-  SliceExecutor tail(*model, SliceSpec{9, c.n_layers - 1, false, true}, kv, 2, 16);
-  std::vector<float> hidden(ids.size() * size_t(c.hidden)), logits(ids.size() * size_t(c.vocab));
-  for (size_t pos = 0; pos < ids.size(); pos += 5) {  // the same pieces as the whole
-    const int32_t n = int32_t(std::min<size_t>(ids.size() - pos, 5));
-    ForwardRow row{int32_t(pos), n, table.data(), 2, false};
-    ForwardBatch b{&row, 1, ids.data() + pos, n, true};
-    head.forward(b, nullptr, hidden.data(), nullptr);
-    tail.forward(b, hidden.data(), nullptr, logits.data() + pos * size_t(c.vocab));
-  }
-  double max_err = 0;
-  for (size_t i = 0; i < logits.size(); ++i)
-    max_err = std::max(max_err, double(std::abs(logits[i] - whole[i])));
+  const double max_err = test::two_slices_max_error(*model, ids, 8, whole);
   EXPECT_LT(max_err, 2e-3) << "a split changed the logits";
 }

@@ -15,6 +15,7 @@
 
 #include "base/check.h"
 #include "stages/forward.h"
+#include "tests/unit/stages/two_slices.h"
 
 using namespace kvasir;
 namespace fs = std::filesystem;
@@ -134,30 +135,11 @@ TEST(ForwardParity, MatchesLlamaCpp) {
 TEST(ForwardParity, TwoSlicesEqualTheWhole) {
   if (!fs::exists(default_model())) GTEST_SKIP() << "default model absent: run scripts/fetch-model";
   auto model = ModelFile::open(default_model().string());
-  const ModelConfig& c = model->config();
   const std::vector<int32_t> ids = {504, 3458, 282, 4649, 314, 1345, 28, 411, 253, 1115, 30, 216};
   const auto whole = all_logits(*model, ids, 5, 1);
 
-  KvSpec kv;
-  kv.n_blocks = 2;
-  std::vector<int32_t> table = {1, 0};
-  SliceExecutor head(*model, SliceSpec{0, 11, true, false}, kv, 1, 16);
-  SliceExecutor tail(*model, SliceSpec{12, c.n_layers - 1, false, true}, kv, 2, 16);
-  std::vector<float> hidden(ids.size() * size_t(c.hidden)), logits(ids.size() * size_t(c.vocab));
-  // The same pieces of 5 as the whole: a piece's row count picks its
-  // matmul kernels (decode below 4 rows, batch from 4, each class's SIMD
-  // level chosen by timing), and kernels of two levels need not agree to
-  // the last bit. What is tested is the split, not that choice.
-  for (size_t pos = 0; pos < ids.size(); pos += 5) {
-    const int32_t n = int32_t(std::min<size_t>(ids.size() - pos, 5));
-    ForwardRow row{int32_t(pos), n, table.data(), 2, false};
-    ForwardBatch b{&row, 1, ids.data() + pos, n, true};
-    head.forward(b, nullptr, hidden.data(), nullptr);
-    tail.forward(b, hidden.data(), nullptr, logits.data() + pos * size_t(c.vocab));
-  }
-  double max_err = 0;
-  for (size_t i = 0; i < logits.size(); ++i)
-    max_err = std::max(max_err, double(std::abs(logits[i] - whole[i])));
+  // The same pieces of 5 as the whole: what is tested is the split.
+  const double max_err = test::two_slices_max_error(*model, ids, 11, whole);
   EXPECT_LT(max_err, 2e-3) << "a split changed the logits";
 }
 
