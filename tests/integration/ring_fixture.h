@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +24,18 @@
 #include "stages/forward.h"
 
 namespace kvasir::test {
+
+// These programs compare rings' outputs bit for bit with an in-process
+// reference and with each other: every process must run the same kernels.
+// In auto mode each process times its own (kernels/cpu/simd.h), and on a
+// loaded machine a near-tie can tip one run's stages into the other
+// numerics family (or onto the AMX tiles) and part a greedy continuation
+// at a near-tie; a pinned level decides nothing by time. Set at static
+// initialisation, before any kernel runs, and inherited by every stage
+// process; a KVASIR_SIMD already set wins. Dispatch itself is tested in
+// tests/unit/kernels/test_dispatch.cpp, its hand-over across a stage
+// restart in tests/integration/test_stage_kill.sh.
+[[maybe_unused]] static const bool kSimdPinned = setenv("KVASIR_SIMD", "avx2", /*overwrite=*/0) == 0;
 
 inline std::string temp_dir(const std::string& tag) {
   auto d = std::filesystem::temp_directory_path() /
