@@ -498,6 +498,9 @@ class Daemon {
     bc.limits.spec.max_draft = cfg_.speculative.max_draft;
     bc.limits.spec.ngram_max = cfg_.speculative.ngram_max;
     bc.limits.spec.ngram_min = cfg_.speculative.ngram_min;
+    bc.limits.spec.suffix_max_depth = cfg_.speculative.suffix_max_depth;
+    bc.limits.spec.suffix_min_prob = cfg_.speculative.suffix_min_prob;
+    bc.limits.spec.suffix_cache_requests = cfg_.speculative.suffix_cache_requests;
     bc.max_queue = cfg_.scheduler.max_queue;
     bc.n_blocks = sup_.kv_blocks();
     bc.block_size = cfg_.kv.block_size;

@@ -432,17 +432,23 @@ void parse_scheduler(const toml::table& s, SchedulerCfg& sc) {
 constexpr int32_t kMaxDraft = 16;
 
 void parse_speculative(const toml::table& t, SpeculativeCfg& sc) {
-  check_keys(t, "speculative", {"method", "max_draft", "ngram_max", "ngram_min"});
+  check_keys(t, "speculative",
+             {"method", "max_draft", "ngram_max", "ngram_min", "suffix_max_depth", "suffix_min_prob",
+              "suffix_cache_requests"});
   sc.method = get_str(t, "method", "speculative.method", sc.method);
-  KV_CHECK(sc.method != "suffix",
-           "speculative.method: \"suffix\" is not implemented yet; use \"ngram\" or \"none\"");
-  KV_CHECK(sc.method == "none" || sc.method == "ngram",
-           "speculative.method: \"{}\" is not one of none, ngram", sc.method);
+  KV_CHECK(sc.method == "none" || sc.method == "ngram" || sc.method == "suffix",
+           "speculative.method: \"{}\" is not one of none, ngram, suffix", sc.method);
   sc.max_draft = get_int(t, "max_draft", "speculative.max_draft", sc.max_draft, 1, kMaxDraft);
   sc.ngram_max = get_int(t, "ngram_max", "speculative.ngram_max", sc.ngram_max, 1, 64);
   sc.ngram_min = get_int(t, "ngram_min", "speculative.ngram_min", sc.ngram_min, 1, 64);
   KV_CHECK(sc.ngram_min <= sc.ngram_max, "speculative.ngram_min ({}) exceeds ngram_max ({})",
            sc.ngram_min, sc.ngram_max);
+  sc.suffix_max_depth =
+      get_int(t, "suffix_max_depth", "speculative.suffix_max_depth", sc.suffix_max_depth, 2, 256);
+  sc.suffix_min_prob = get_double(t, "suffix_min_prob", "speculative.suffix_min_prob",
+                                  sc.suffix_min_prob, 1e-6, 1, "a probability");
+  sc.suffix_cache_requests = get_int(t, "suffix_cache_requests", "speculative.suffix_cache_requests",
+                                     sc.suffix_cache_requests, 0, 100000);
 }
 
 double get_seconds(const toml::table& t, const char* key, const char* field, double def, double lo,

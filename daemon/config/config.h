@@ -208,10 +208,13 @@ struct LogCfg {
 // [speculative]: speculative decoding (docs/speculative.md). The names
 // daemon/engine/drafter.h parses; ranges checked in parse_config.
 struct SpeculativeCfg {
-  std::string method = "none";  // none | ngram ("suffix" is refused: not implemented)
+  std::string method = "none";  // none | ngram | suffix
   int32_t max_draft = 4;        // draft tokens per row per step, at most
   int32_t ngram_max = 4;        // prompt lookup's longest n-gram
   int32_t ngram_min = 2;        // and its shortest
+  int32_t suffix_max_depth = 24;        // the suffix drafter's longest match
+  double suffix_min_prob = 0.1;         // its stopping probability
+  int32_t suffix_cache_requests = 256;  // finished outputs it keeps
 };
 
 struct Config {

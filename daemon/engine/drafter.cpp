@@ -4,12 +4,14 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "daemon/engine/suffix_drafter.h"
 
 namespace kvasir {
 
 std::optional<DraftMethod> parse_draft_method(std::string_view name) {
   if (name == "none") return DraftMethod::kNone;
   if (name == "ngram") return DraftMethod::kNgram;
+  if (name == "suffix") return DraftMethod::kSuffix;
   return std::nullopt;
 }
 
@@ -19,6 +21,8 @@ const char* draft_method_name(DraftMethod m) {
       return "none";
     case DraftMethod::kNgram:
       return "ngram";
+    case DraftMethod::kSuffix:
+      return "suffix";
   }
   return "?";
 }
@@ -28,7 +32,8 @@ NgramDrafter::NgramDrafter(int32_t ngram_min, int32_t ngram_max)
   KV_CHECK(min_ >= 1 && max_ >= min_, "ngram drafter: sizes {}..{}", min_, max_);
 }
 
-std::vector<int32_t> NgramDrafter::propose(std::span<const int32_t> tokens, int32_t k) const {
+std::vector<int32_t> NgramDrafter::propose(std::span<const int32_t> tokens, int32_t k,
+                                           std::string_view) const {
   const int64_t L = int64_t(tokens.size());
   if (k <= 0) return {};
   for (int64_t n = std::min<int64_t>(max_, L - 1); n >= min_; --n) {
@@ -50,6 +55,9 @@ std::unique_ptr<Drafter> make_drafter(const SpecLimits& spec) {
       return nullptr;
     case DraftMethod::kNgram:
       return std::make_unique<NgramDrafter>(spec.ngram_min, spec.ngram_max);
+    case DraftMethod::kSuffix:
+      return std::make_unique<SuffixDrafter>(
+          SuffixLimits{spec.suffix_max_depth, spec.suffix_min_prob, spec.suffix_cache_requests});
   }
   return nullptr;
 }

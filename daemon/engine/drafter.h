@@ -22,8 +22,9 @@
 namespace kvasir {
 
 enum class DraftMethod {
-  kNone,   // no speculation
-  kNgram,  // prompt lookup (NgramDrafter)
+  kNone,    // no speculation
+  kNgram,   // prompt lookup (NgramDrafter)
+  kSuffix,  // suffix matching over the sequence and recent outputs (suffix_drafter.h)
 };
 std::optional<DraftMethod> parse_draft_method(std::string_view name);
 const char* draft_method_name(DraftMethod m);
@@ -35,6 +36,10 @@ struct SpecLimits {
   // Prompt lookup's n-gram sizes (vLLM's prompt_lookup_max / _min).
   int32_t ngram_max = 4;
   int32_t ngram_min = 2;
+  // The suffix drafter's (suffix_drafter.h).
+  int32_t suffix_max_depth = 24;
+  double suffix_min_prob = 0.1;
+  int32_t suffix_cache_requests = 256;
   bool enabled() const { return method != DraftMethod::kNone && max_draft > 0; }
 };
 
@@ -54,9 +59,20 @@ class Drafter {
  public:
   virtual ~Drafter() = default;
   virtual const char* name() const = 0;
-  // Up to k tokens to follow `tokens` (may be none). Pure in its inputs
-  // for a deterministic drafter: the same tokens give the same drafts.
-  virtual std::vector<int32_t> propose(std::span<const int32_t> tokens, int32_t k) const = 0;
+  // Up to k tokens to follow `tokens` (may be none), for a request of this
+  // cache salt (GenRequest::cache_salt: a drafter that learns from other
+  // requests draws only on those of the same salt). Deterministic in its
+  // inputs and what it has learnt.
+  virtual std::vector<int32_t> propose(std::span<const int32_t> tokens, int32_t k,
+                                       std::string_view salt) const = 0;
+  std::vector<int32_t> propose(std::span<const int32_t> tokens, int32_t k) const {
+    return propose(tokens, k, {});
+  }
+  // A sequence ended (any reason) with these tokens, the first n_prompt its
+  // prompt. Default: nothing learnt.
+  virtual void learn(std::span<const int32_t> tokens, int64_t n_prompt, std::string_view salt) {
+    (void)tokens, (void)n_prompt, (void)salt;
+  }
 };
 
 // Prompt lookup (vLLM's "ngram"): for n from ngram_max down to ngram_min,
@@ -68,7 +84,9 @@ class NgramDrafter final : public Drafter {
  public:
   NgramDrafter(int32_t ngram_min, int32_t ngram_max);
   const char* name() const override { return "ngram"; }
-  std::vector<int32_t> propose(std::span<const int32_t> tokens, int32_t k) const override;
+  using Drafter::propose;
+  std::vector<int32_t> propose(std::span<const int32_t> tokens, int32_t k,
+                               std::string_view salt) const override;
 
  private:
   int32_t min_, max_;

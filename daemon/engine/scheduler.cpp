@@ -98,7 +98,7 @@ void Scheduler::send(Sequence* s, TokenEvent ev) {
 // (reap): a stage may still be writing them.
 void Scheduler::finish(Sequence* s, FinishReason why, Status error) {
   if (s->finished()) return;
-  s->end(why);
+  end(s, why);
   if (why != FinishReason::kNone) {
     TokenEvent ev;
     ev.finish = why;
@@ -238,7 +238,7 @@ void Scheduler::add_drafts(SchedRow& row, Sequence* s) {
   const int64_t k = std::min<int64_t>({lim_.spec.max_draft, form_.budget_left(),
                                        int64_t(s->req.max_tokens) - s->n_generated - 1, room});
   if (k <= 0) return;
-  std::vector<int32_t> d = drafter_->propose(s->tokens, int32_t(k));
+  std::vector<int32_t> d = drafter_->propose(s->tokens, int32_t(k), s->req.cache_salt);
   if (d.empty() || !blocks_.ensure(s->table, own_end + int64_t(d.size()))) return;
   form_.add_drafts(row, int32_t(d.size()));
   row.draft = std::move(d);
@@ -427,8 +427,14 @@ FinishReason Scheduler::append_token(Sequence* s, const SampledToken& t) {
     ev.finish = FinishReason::kLength;
   const FinishReason f = ev.finish;
   send(s, std::move(ev));
-  if (f != FinishReason::kNone) s->end(f);  // the event said it
+  if (f != FinishReason::kNone) end(s, f);  // the event said it
   return f;
+}
+
+// s ends; a drafter that learns from outputs (suffix) keeps its tokens.
+void Scheduler::end(Sequence* s, FinishReason why) {
+  s->end(why);
+  if (drafter_) drafter_->learn(s->tokens, s->n_prompt, s->req.cache_salt);
 }
 
 // A failed batch may have left unwritten (in some stages) every block it

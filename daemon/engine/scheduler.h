@@ -232,6 +232,7 @@ class Scheduler {
   void add_drafts(SchedRow& row, Sequence* s);
   void apply_row(const SchedRow& row, const RowResult& res);
   FinishReason append_token(Sequence* s, const SampledToken& t);
+  void end(Sequence* s, FinishReason why);
   static void mark_prompt_logprobs(const Sequence& s, ScheduledRow& o);
   void lose_pending_blocks(uint64_t failed_batch);
   void requeue_tainted();

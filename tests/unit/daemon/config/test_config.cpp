@@ -521,6 +521,35 @@ TEST(Config, LogLevelAndBatchLog) {
             std::string::npos);
 }
 
+TEST(Config, SpeculativeMethodsAndTheirLimits) {
+  const Config d = parse_config(kGood, "/b");
+  EXPECT_EQ(d.speculative.method, "none");
+  EXPECT_EQ(d.speculative.suffix_max_depth, 24);
+  EXPECT_DOUBLE_EQ(d.speculative.suffix_min_prob, 0.1);
+  EXPECT_EQ(d.speculative.suffix_cache_requests, 256);
+  const Config c = parse_config(
+      std::string(kGood) + "[speculative]\nmethod = \"suffix\"\nmax_draft = 8\nsuffix_max_depth = 32\n"
+              "suffix_min_prob = 0.25\nsuffix_cache_requests = 0\n",
+      "/b");
+  EXPECT_EQ(c.speculative.method, "suffix");
+  EXPECT_EQ(c.speculative.max_draft, 8);
+  EXPECT_EQ(c.speculative.suffix_max_depth, 32);
+  EXPECT_DOUBLE_EQ(c.speculative.suffix_min_prob, 0.25);
+  EXPECT_EQ(c.speculative.suffix_cache_requests, 0);
+  const std::string spec = std::string(kGood) + "[speculative]\n";
+  EXPECT_NE(refusal(spec + "method = \"eagle\"\n").find("not one of none, ngram, suffix"),
+            std::string::npos);
+  EXPECT_NE(refusal(spec + "suffix_max_depth = 1\n").find("speculative.suffix_max_depth"),
+            std::string::npos);
+  EXPECT_NE(refusal(spec + "suffix_min_prob = 0.0\n").find("speculative.suffix_min_prob"),
+            std::string::npos);
+  EXPECT_NE(refusal(spec + "suffix_min_prob = 1.5\n").find("speculative.suffix_min_prob"),
+            std::string::npos);
+  EXPECT_NE(refusal(spec + "suffix_cache_requests = -1\n").find("speculative.suffix_cache"),
+            std::string::npos);
+  EXPECT_NE(refusal(spec + "suffix_depth = 3\n").find("suffix_depth"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvasir
 
