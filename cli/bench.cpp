@@ -180,6 +180,12 @@ StatsSample parse_stats(const json& stats) {
     s.prefix_queries = pc->value("queries", int64_t(0));
     s.prefix_hits = pc->value("hits", int64_t(0));
   }
+  if (auto sp = e->find("speculative"); sp != e->end() && sp->is_object()) {
+    s.spec_method = sp->value("method", std::string());
+    s.spec_drafts = sp->value("drafts", int64_t(0));
+    s.spec_draft_tokens = sp->value("draft_tokens", int64_t(0));
+    s.spec_accepted = sp->value("accepted_tokens", int64_t(0));
+  }
   return s;
 }
 
@@ -201,6 +207,25 @@ void add_prefix_figures(json& s, int64_t cached, int64_t shared, int64_t prompt_
   s["cached_fraction"] = prompt_tok > 0 ? double(cached) / double(prompt_tok) : 0.0;
   s["shared_prefix_tokens"] = shared;
   s["shared_hit_rate"] = shared > 0 ? json(double(cached) / double(shared)) : json(nullptr);
+}
+
+// Speculative decoding over the run: the drafter and its counters' deltas,
+// the acceptance rate and the mean accepted length (1 + accepted / drafts,
+// vLLM's); null where the stats carry no engine.speculative (an older
+// daemon).
+json spec_figures(const StatsSample& before, const StatsSample& after) {
+  if (after.spec_method.empty()) return nullptr;
+  const int64_t drafts = after.spec_drafts - before.spec_drafts;
+  const int64_t proposed = after.spec_draft_tokens - before.spec_draft_tokens;
+  const int64_t accepted = after.spec_accepted - before.spec_accepted;
+  return {
+      {"method", after.spec_method},
+      {"drafts", drafts},
+      {"draft_tokens", proposed},
+      {"accepted_tokens", accepted},
+      {"acceptance_rate", proposed > 0 ? json(double(accepted) / double(proposed)) : json(nullptr)},
+      {"mean_accepted_length",
+       drafts > 0 ? json(1.0 + double(accepted) / double(drafts)) : json(nullptr)}};
 }
 
 // Waste as a share of allocated KV, summed over the samples (KV slot-time):
@@ -294,6 +319,7 @@ json summarize(const std::vector<RequestResult>& results, double wall_s, const S
             {"errors", errors}};
   add_kv_waste(s, samples);
   add_prefix_figures(s, cached, shared, prompt_tok, before, after);
+  s["speculative"] = spec_figures(before, after);
   add_goodput(s, o, itl, good, results.size(), wall);
   return s;
 }
@@ -330,6 +356,21 @@ std::string itl_within_text(const json& s) {
   if (w == it->end() || !w->is_number()) return "";
   return fmt::format("{:.1f}% <= {:.0f} ms", w->get<double>() * 100, num(*it, "itl_target_ms"));
 }
+// "ngram: 150/400 accepted (37.5%), mean length 2.50"; "" without a drafter.
+std::string spec_text(const json& s) {
+  auto it = s.find("speculative");
+  if (it == s.end() || !it->is_object()) return "";
+  const std::string method = it->value("method", std::string());
+  if (method.empty() || method == "none") return "";
+  auto r = it->find("acceptance_rate"), m = it->find("mean_accepted_length");
+  return fmt::format("{}: {:.0f}/{:.0f} accepted ({}), mean length {}", method,
+                     num(*it, "accepted_tokens"), num(*it, "draft_tokens"),
+                     r != it->end() && r->is_number()
+                         ? fmt::format("{:.1f}%", r->get<double>() * 100)
+                         : std::string("-"),
+                     m != it->end() && m->is_number() ? fmt::format("{:.2f}", m->get<double>())
+                                                      : std::string("-"));
+}
 
 // Rows of the table: label, then the text of one summary.
 struct Row {
@@ -359,6 +400,7 @@ const Row kRows[] = {
     {"prefix hit rate", [](const json& s) { return share_text(s, "prefix_hit_rate"); }},
     {"cached prompt", [](const json& s) { return share_text(s, "cached_fraction"); }},
     {"shared prefix hit", [](const json& s) { return share_text(s, "shared_hit_rate"); }},
+    {"speculative", spec_text},
     {"goodput", goodput_text},
     {"ITL samples in target", itl_within_text},
 };

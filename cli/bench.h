@@ -103,6 +103,10 @@ struct StatsSample {
   int64_t kv_slots_used = 0, kv_waste = 0;  // -1 when the daemon does not report them
   int32_t running = 0;
   int64_t prefix_queries = 0, prefix_hits = 0;  // engine.prefix_cache (tokens)
+  // engine.speculative: the drafter ("" when the daemon has none) and its
+  // counters (drafting rows, draft tokens, accepted tokens).
+  std::string spec_method;
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted = 0;
 };
 StatsSample parse_stats(const nlohmann::json& stats);
 

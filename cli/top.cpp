@@ -187,6 +187,15 @@ void prefix_view(TopView& v, const json& pc, const json* prev) {
   v.prefix_hit_rate = q > 0 ? h / q : -1;
 }
 
+// Speculative decoding's counters, as deltas over the interval.
+void spec_view(TopView& v, const json& sp, const json* prev) {
+  v.spec_method = sp.is_object() ? sp.value("method", std::string()) : std::string();
+  auto d = [&](const char* k) { return int64_t(num(sp, k) - (prev ? num(*prev, k) : 0.0)); };
+  v.spec_drafts = d("drafts");
+  v.spec_draft_tokens = d("draft_tokens");
+  v.spec_accepted = d("accepted_tokens");
+}
+
 void engine_view(TopView& v, const json& now, const json* prev, double dt) {
   const json& e = sub(now, "engine");
   v.waiting = int(num(e, "waiting"));
@@ -207,6 +216,7 @@ void engine_view(TopView& v, const json& now, const json* prev, double dt) {
       (num(e, "tokens_prompt") - (pe ? num(*pe, "tokens_prompt") : 0)) / v.interval_s;
   v.timing = timing_view(e, pe);
   prefix_view(v, sub(e, "prefix_cache"), pe ? &sub(*pe, "prefix_cache") : nullptr);
+  spec_view(v, sub(e, "speculative"), pe ? &sub(*pe, "speculative") : nullptr);
 }
 
 }  // namespace
@@ -310,6 +320,16 @@ std::string render(const TopView& v) {
         "prefix cache: hit rate {}, {} blocks cached ({} evictable)\n",
         v.prefix_hit_rate < 0 ? std::string("-") : fmt::format("{:.1f}%", v.prefix_hit_rate * 100),
         v.blocks_cached, v.blocks_evictable);
+  if (!v.spec_method.empty() && v.spec_method != "none")
+    o += fmt::format(
+        "speculative ({}): {} of {} draft tokens accepted ({}), mean accepted length {}\n",
+        v.spec_method, v.spec_accepted, v.spec_draft_tokens,
+        v.spec_draft_tokens > 0
+            ? fmt::format("{:.1f}%", 100.0 * double(v.spec_accepted) / double(v.spec_draft_tokens))
+            : std::string("-"),
+        v.spec_drafts > 0
+            ? fmt::format("{:.2f}", 1.0 + double(v.spec_accepted) / double(v.spec_drafts))
+            : std::string("-"));
   if (v.restarts > 0) o += fmt::format("stage restarts: {}\n", v.restarts);
   o += fmt::format("requests: {} running, {} waiting; tokens/s: {:.1f} generated, {:.1f} prompt\n",
                    v.running, v.waiting, v.gen_tokens_per_s, v.prompt_tokens_per_s);

@@ -97,6 +97,12 @@ struct TopView {
   bool prefix_caching = false;
   double prefix_hit_rate = -1;
   int64_t blocks_cached = 0, blocks_evictable = 0;
+  // Speculative decoding over the interval (engine.speculative): the
+  // drafter ("" or "none": off), draft tokens proposed and accepted, and
+  // drafting rows, whence the acceptance rate and the mean accepted length
+  // (1 + accepted / drafts; vLLM's).
+  std::string spec_method;
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted = 0;
 };
 
 // One stage's expert load from its stats (`now`) and the previous

@@ -148,6 +148,38 @@ TEST(BenchStats, PrefixCacheFigures) {
   EXPECT_TRUE(none["shared_hit_rate"].is_null());
 }
 
+TEST(BenchStats, SpeculativeFiguresAreTheRunsDeltas) {
+  json stats = {
+      {"engine",
+       {{"speculative",
+         {{"method", "ngram"}, {"drafts", 50}, {"draft_tokens", 200}, {"accepted_tokens", 120}}}}}};
+  const StatsSample before = parse_stats(stats);
+  EXPECT_EQ(before.spec_method, "ngram");
+  EXPECT_EQ(before.spec_accepted, 120);
+  stats["engine"]["speculative"] = {
+      {"method", "ngram"}, {"drafts", 150}, {"draft_tokens", 600}, {"accepted_tokens", 270}};
+  const StatsSample after = parse_stats(stats);
+  const json s = summarize({}, 1.0, before, after, {}, BenchOptions{});
+  const json& sp = s["speculative"];
+  EXPECT_EQ(sp["method"], "ngram");
+  EXPECT_EQ(sp["drafts"], 100);
+  EXPECT_EQ(sp["draft_tokens"], 400);
+  EXPECT_EQ(sp["accepted_tokens"], 150);
+  EXPECT_NEAR(sp["acceptance_rate"].get<double>(), 0.375, 1e-12);
+  EXPECT_NEAR(sp["mean_accepted_length"].get<double>(), 2.5, 1e-12);
+  EXPECT_NE(render_summary(s).find("speculative          ngram: 150/400 accepted (37.5%), "
+                                   "mean length 2.50"),
+            std::string::npos)
+      << render_summary(s);
+  // Nothing drafted over the run: the ratios are null; an older daemon
+  // (no engine.speculative): null altogether.
+  const json idle = summarize({}, 1.0, after, after, {}, BenchOptions{});
+  EXPECT_TRUE(idle["speculative"]["acceptance_rate"].is_null());
+  EXPECT_TRUE(idle["speculative"]["mean_accepted_length"].is_null());
+  EXPECT_TRUE(summarize({}, 1.0, StatsSample{}, StatsSample{}, {}, BenchOptions{})["speculative"]
+                  .is_null());
+}
+
 TEST(BenchWorkload, CyclesLengthsAndSeedsPoissonArrivals) {
   BenchOptions o;
   o.requests = 2000;

@@ -181,6 +181,29 @@ TEST(Top, PrefixCacheHitRateOverTheInterval) {
             std::string::npos);  // an older daemon, or caching off
 }
 
+TEST(Top, SpeculativeCountersOverTheInterval) {
+  json a = snapshot(10, {0.5, 0.5}), b = snapshot(11, {0.5, 0.5});
+  a["engine"]["speculative"] = {
+      {"method", "suffix"}, {"drafts", 10}, {"draft_tokens", 40}, {"accepted_tokens", 20}};
+  b["engine"]["speculative"] = {
+      {"method", "suffix"}, {"drafts", 110}, {"draft_tokens", 440}, {"accepted_tokens", 170}};
+  const TopView v = make_view(b, &a, 1.0);
+  EXPECT_EQ(v.spec_method, "suffix");
+  EXPECT_EQ(v.spec_drafts, 100);
+  EXPECT_EQ(v.spec_draft_tokens, 400);
+  EXPECT_EQ(v.spec_accepted, 150);
+  EXPECT_NE(render(v).find("speculative (suffix): 150 of 400 draft tokens accepted (37.5%), "
+                           "mean accepted length 2.50"),
+            std::string::npos)
+      << render(v);
+  EXPECT_NE(render(make_view(b, &b, 1.0)).find("accepted (-), mean accepted length -"),
+            std::string::npos);  // nothing drafted in the interval
+  b["engine"]["speculative"]["method"] = "none";
+  EXPECT_EQ(render(make_view(b, &a, 1.0)).find("speculative"), std::string::npos);
+  EXPECT_EQ(render(make_view(snapshot(11, {0.5, 0.5}), nullptr, 1.0)).find("speculative"),
+            std::string::npos);  // an older daemon
+}
+
 // The diagnosis names the cause and the one setting to turn (cli/diagnose.h).
 // A MoE stage's expert load over the interval: the differences of the
 // cumulative counters, the imbalance (max / mean over every expert, idle
