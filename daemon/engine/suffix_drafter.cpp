@@ -2,6 +2,8 @@
 #include "daemon/engine/suffix_drafter.h"
 
 #include <algorithm>
+#include <climits>
+#include <unordered_map>
 
 #include "base/check.h"
 #include "daemon/engine/block_pool.h"
@@ -48,10 +50,10 @@ std::vector<SuffixDrafter::Occ> SuffixDrafter::longest_matches(std::span<const i
   const uint64_t key = bigram(a, b);
   for (auto e = cache_.rbegin(); e != cache_.rend(); ++e) {
     if (e->salt != salt) continue;
-    const auto it = e->at.find(key);
-    if (it == e->at.end()) continue;
-    for (auto p = it->second.rbegin(); p != it->second.rend(); ++p)
-      consider(e->tokens.data(), &e->tokens, *p);
+    // The bigram's positions, latest first.
+    auto lo = std::lower_bound(e->at.begin(), e->at.end(), std::pair<uint64_t, int32_t>(key, 0));
+    auto hi = std::lower_bound(lo, e->at.end(), std::pair<uint64_t, int32_t>(key, INT32_MAX));
+    while (hi != lo) consider(e->tokens.data(), &e->tokens, (--hi)->second);
   }
   return out;
 }
@@ -99,8 +101,10 @@ void SuffixDrafter::learn(std::span<const int32_t> tokens, int64_t n_prompt,
   e.salt = salt_hash(salt);
   e.tokens.assign(tokens.begin() + from, tokens.end());
   const int64_t m = int64_t(e.tokens.size());
+  e.at.reserve(size_t(std::max<int64_t>(0, m - 2)));
   for (int64_t p = 2; p < m; ++p)
-    e.at[bigram(e.tokens[size_t(p - 2)], e.tokens[size_t(p - 1)])].push_back(int32_t(p));
+    e.at.emplace_back(bigram(e.tokens[size_t(p - 2)], e.tokens[size_t(p - 1)]), int32_t(p));
+  std::sort(e.at.begin(), e.at.end());
   cache_.push_back(std::move(e));
   while (int64_t(cache_.size()) > lim_.cache_requests) cache_.pop_front();
 }

@@ -24,15 +24,18 @@
 // emits, never which (drafter.h): what the cache holds cannot change an
 // output.
 //
-// Cost per proposal: a scan of the sequence (as prompt lookup's) plus one
-// hash lookup per cached entry of the salt. Engine thread only.
+// Cost per proposal: a scan of the sequence (as prompt lookup's) plus a
+// binary search per cached output of the salt. Memory: 20 bytes per cached
+// token (the token and its index entry), at most cache_requests x
+// (kMaxEntryTokens + max_depth) of them: ~21 MB at the defaults. Engine
+// thread only.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <span>
 #include <string_view>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "daemon/engine/drafter.h"
@@ -61,8 +64,10 @@ class SuffixDrafter final : public Drafter {
  private:
   struct Entry {
     uint64_t salt = 0;
-    std::vector<int32_t> tokens;                            // [n]
-    std::unordered_map<uint64_t, std::vector<int32_t>> at;  // bigram → positions after it
+    std::vector<int32_t> tokens;  // [n]
+    // (bigram, the position after it) for every position 2..n-1 that a
+    // token follows, sorted: 16 bytes a token.
+    std::vector<std::pair<uint64_t, int32_t>> at;
   };
   struct Occ {
     const std::vector<int32_t>* src;  // or null: the sequence itself
