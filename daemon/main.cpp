@@ -494,13 +494,16 @@ class Daemon {
     bc.limits.prefix_caching = cfg_.kv.prefix_caching;  // off under static (the config's rule)
     bc.limits.parallel_stages = kvasir::parallel_stages(cfg_.plan, kvasir::available_cores());
     // The config validated the method's name and the ranges.
-    bc.limits.spec.method = parse_draft_method(cfg_.speculative.method).value_or(DraftMethod::kNone);
+    bc.limits.spec.method =
+        parse_draft_method(cfg_.speculative.method).value_or(DraftMethod::kNone);
     bc.limits.spec.max_draft = cfg_.speculative.max_draft;
     bc.limits.spec.ngram_max = cfg_.speculative.ngram_max;
     bc.limits.spec.ngram_min = cfg_.speculative.ngram_min;
     bc.limits.spec.suffix_max_depth = cfg_.speculative.suffix_max_depth;
     bc.limits.spec.suffix_min_prob = cfg_.speculative.suffix_min_prob;
     bc.limits.spec.suffix_cache_requests = cfg_.speculative.suffix_cache_requests;
+    bc.limits.spec.adaptive = cfg_.speculative.adaptive;
+    bc.limits.spec.probe_interval = cfg_.speculative.probe_interval;
     bc.max_queue = cfg_.scheduler.max_queue;
     bc.n_blocks = sup_.kv_blocks();
     bc.block_size = cfg_.kv.block_size;

@@ -95,7 +95,10 @@ json speculative_json(const EngineStats& s) {
           {"acceptance_rate",
            s.spec_proposed > 0 ? double(s.spec_accepted) / double(s.spec_proposed) : 0.0},
           {"mean_accepted_length",
-           s.spec_drafts > 0 ? 1.0 + double(s.spec_accepted) / double(s.spec_drafts) : 0.0}};
+           s.spec_drafts > 0 ? 1.0 + double(s.spec_accepted) / double(s.spec_drafts) : 0.0},
+          {"zero_drafts_acceptance", s.spec_zero_by_acceptance},
+          {"zero_drafts_cost", s.spec_zero_by_cost},
+          {"probes", s.spec_probes}};
 }
 
 json engine_stats_json(const EngineStats& s) {
@@ -213,6 +216,16 @@ void spec_series(std::string& out, const EngineStats& s) {
   series("kvasir_spec_decode_num_draft_tokens_total", "Draft tokens proposed", s.spec_proposed);
   series("kvasir_spec_decode_num_accepted_tokens_total", "Draft tokens the model accepted",
          s.spec_accepted);
+  // The adaptive draft length (no vLLM counterpart): eligible decode rows
+  // that drafted nothing, by why, and the one-draft probes.
+  const char* zero = "kvasir_spec_decode_num_zero_draft_rows_total";
+  out += fmt::format(
+      "# HELP {} Decode rows that could have drafted and drafted nothing\n# TYPE {} counter\n"
+      "{}{{method=\"{}\",reason=\"acceptance\"}} {}\n{}{{method=\"{}\",reason=\"cost\"}} {}\n",
+      zero, zero, zero, s.spec_method, s.spec_zero_by_acceptance, zero, s.spec_method,
+      s.spec_zero_by_cost);
+  series("kvasir_spec_decode_num_probes_total", "One-draft probes of resting sequences",
+         s.spec_probes);
 }
 
 // The per-stage counters, one series each, labelled by stage, layers, device.

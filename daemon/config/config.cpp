@@ -260,8 +260,8 @@ void parse_plan(const toml::table& p, PlanCfg& plan) {
   plan.max_rows = get_int(p, "max_rows", "plan.max_rows", 32, 0, 1 << 16);
   plan.max_tokens = get_int(p, "max_tokens", "plan.max_tokens", 512, 0, 1 << 20);
   plan.max_inflight = get_int(p, "max_inflight", "plan.max_inflight", 0, 0, kMaxInflightLimit);
-  plan.spin_us = get_int(p, "spin_us", "plan.spin_us", PlanCfg::kDefaultSpinUs, 0,
-                         PlanCfg::kMaxSpinUs);
+  plan.spin_us =
+      get_int(p, "spin_us", "plan.spin_us", PlanCfg::kDefaultSpinUs, 0, PlanCfg::kMaxSpinUs);
 }
 
 StageCfg parse_stage(const toml::node& n, const std::string& f) {
@@ -292,7 +292,8 @@ StageCfg parse_stage(const toml::node& n, const std::string& f) {
   if (auto* c = t->get("cpus")) {
     KV_CHECK(c->is_string(), "{}.cpus: must be a string like \"0-15\" or \"0,2,4-7\"", f);
     std::vector<int> cpus;
-    const Status ok = check_cpu_list(*c->value<std::string_view>(), f + ".cpus", allowed_cpus(), cpus);
+    const Status ok =
+        check_cpu_list(*c->value<std::string_view>(), f + ".cpus", allowed_cpus(), cpus);
     KV_CHECK(ok.ok(), "{}", ok.message());
     st.cpus = format_cpu_list(cpus);
   }
@@ -433,8 +434,8 @@ constexpr int32_t kMaxDraft = 16;
 
 void parse_speculative(const toml::table& t, SpeculativeCfg& sc) {
   check_keys(t, "speculative",
-             {"method", "max_draft", "ngram_max", "ngram_min", "suffix_max_depth", "suffix_min_prob",
-              "suffix_cache_requests"});
+             {"method", "max_draft", "ngram_max", "ngram_min", "adaptive", "probe_interval",
+              "suffix_max_depth", "suffix_min_prob", "suffix_cache_requests"});
   sc.method = get_str(t, "method", "speculative.method", sc.method);
   KV_CHECK(sc.method == "none" || sc.method == "ngram" || sc.method == "suffix",
            "speculative.method: \"{}\" is not one of none, ngram, suffix", sc.method);
@@ -447,8 +448,15 @@ void parse_speculative(const toml::table& t, SpeculativeCfg& sc) {
       get_int(t, "suffix_max_depth", "speculative.suffix_max_depth", sc.suffix_max_depth, 2, 256);
   sc.suffix_min_prob = get_double(t, "suffix_min_prob", "speculative.suffix_min_prob",
                                   sc.suffix_min_prob, 1e-6, 1, "a probability");
-  sc.suffix_cache_requests = get_int(t, "suffix_cache_requests", "speculative.suffix_cache_requests",
-                                     sc.suffix_cache_requests, 0, 100000);
+  sc.suffix_cache_requests =
+      get_int(t, "suffix_cache_requests", "speculative.suffix_cache_requests",
+              sc.suffix_cache_requests, 0, 100000);
+  if (auto* n = t.get("adaptive")) {
+    KV_CHECK(n->is_boolean(), "speculative.adaptive: must be true or false");
+    sc.adaptive = *n->value<bool>();
+  }
+  sc.probe_interval =
+      get_int(t, "probe_interval", "speculative.probe_interval", sc.probe_interval, 1, 4096);
 }
 
 double get_seconds(const toml::table& t, const char* key, const char* field, double def, double lo,
@@ -499,8 +507,7 @@ std::vector<std::string> parse_served_names(const toml::table& s) {
              name.size());
     for (char c : name)
       KV_CHECK(c >= 0x20 && c < 0x7f, "{}: '{}' holds a control or non-ASCII byte", f, name);
-    for (size_t j = 0; j < i; ++j)
-      KV_CHECK(names[j] != name, "{}: '{}' is listed twice", f, name);
+    for (size_t j = 0; j < i; ++j) KV_CHECK(names[j] != name, "{}: '{}' is listed twice", f, name);
   }
   return names;
 }

@@ -180,7 +180,7 @@ struct RecoveryCfg {
 // [grammar]: structured outputs (docs/structured-outputs.md). Ranges are
 // checked in parse_config.
 struct GrammarCfg {
-  bool enabled = true;                 // false: no grammar table; structured requests get 400
+  bool enabled = true;  // false: no grammar table; structured requests get 400
   // The tail's compiler (the daemon only checks specs): not yet given to
   // the stages, which use these defaults.
   int32_t workers = 2;                 // compile threads
@@ -208,13 +208,15 @@ struct LogCfg {
 // [speculative]: speculative decoding (docs/speculative.md). The names
 // daemon/engine/drafter.h parses; ranges checked in parse_config.
 struct SpeculativeCfg {
-  std::string method = "none";  // none | ngram | suffix
-  int32_t max_draft = 4;        // draft tokens per row per step, at most
-  int32_t ngram_max = 4;        // prompt lookup's longest n-gram
-  int32_t ngram_min = 2;        // and its shortest
+  std::string method = "none";          // none | ngram | suffix
+  int32_t max_draft = 4;                // draft tokens per row per step, at most
+  int32_t ngram_max = 4;                // prompt lookup's longest n-gram
+  int32_t ngram_min = 2;                // and its shortest
   int32_t suffix_max_depth = 24;        // the suffix drafter's longest match
   double suffix_min_prob = 0.1;         // its stopping probability
   int32_t suffix_cache_requests = 256;  // finished outputs it keeps
+  bool adaptive = true;                 // k per sequence per step, max_draft its bound
+  int32_t probe_interval = 16;          // steps a turned-down sequence rests before a 1-draft probe
 };
 
 struct Config {

@@ -51,6 +51,8 @@ class BatchFormer {
   // count against the token budget and the shape like any token.
   void add_drafts(SchedRow& row, int32_t n);
   int32_t budget_left() const { return budget_; }
+  // The step budget's limit on the batch's predicted step (0: none).
+  double step_limit() const { return time_.step_s; }
   bool full(const std::vector<SchedRow>& rows) const {
     return int32_t(rows.size()) >= row_cap_ || budget_ <= 0;
   }

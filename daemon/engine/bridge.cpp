@@ -232,6 +232,9 @@ void Bridge::publish_stats() {
   stats_.spec_drafts = s.spec.drafts;
   stats_.spec_proposed = s.spec.proposed;
   stats_.spec_accepted = s.spec.accepted;
+  stats_.spec_zero_by_acceptance = s.spec.zero_by_acceptance;
+  stats_.spec_zero_by_cost = s.spec.zero_by_cost;
+  stats_.spec_probes = s.spec.probes;
 }
 
 namespace {

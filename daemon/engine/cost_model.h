@@ -13,7 +13,7 @@
 // linear layers see one row per token); context: the attention's reads,
 // sum over tokens of (position + 1); sampled: rows whose last token the
 // tail turns into logits (the output head, 49,152 x 576 for the default
-// model, and the sampler). The ring's step is set by its slowest stage, so
+// model, and the sampler), a drafting row's draft positions included. The ring's step is set by its slowest stage, so
 // the scheduler budgets with step() = max over stages.
 //
 // The fit is least squares of the relative error over the recent batches:
@@ -49,10 +49,13 @@ struct BatchShape {
     decode_rows += decode ? 1 : 0;
     context += n * pos0 + n * (n + 1) / 2;
   }
-  // A decode row's n drafts, after its own position at pos0 - 1.
+  // A decode row's n drafts, after its own position at pos0 - 1. The
+  // tail turns each into logits (verify_row): the output head runs once
+  // per draft, as for a sampled row.
   void add_drafts(int64_t pos0, int64_t n) {
     tokens += n;
     drafts += n;
+    sampled += n;
     context += n * pos0 + n * (n + 1) / 2;
   }
   // Positions that are not decodes: prompt chunks, recomputes, padding.

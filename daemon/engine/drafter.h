@@ -40,6 +40,13 @@ struct SpecLimits {
   int32_t suffix_max_depth = 24;
   double suffix_min_prob = 0.1;
   int32_t suffix_cache_requests = 256;
+  // The draft length chosen per sequence per step (docs/speculative.md,
+  // "When k drops to 0"; draft_length.h), max_draft its bound; false: every
+  // eligible row asks for max_draft.
+  bool adaptive = true;
+  // Decode steps a sequence whose acceptance turned its drafts down drafts
+  // nothing (the drafter not asked) before it probes again with one draft.
+  int32_t probe_interval = 16;
   bool enabled() const { return method != DraftMethod::kNone && max_draft > 0; }
 };
 
@@ -49,6 +56,14 @@ struct SpecCounts {
   int64_t drafts = 0;    // rows that carried drafts, with results applied
   int64_t proposed = 0;  // draft tokens those rows carried
   int64_t accepted = 0;  // of which the target agreed with (emitted as its own)
+  // The adaptive draft length (draft_length.h): rows that could have
+  // drafted and drafted nothing, because their acceptance estimate turned
+  // them down (resting included), or because the step's cost did (even an
+  // always-right drafter would not pay: a compute-bound batch, or the time
+  // budget); and rows that probed a resting sequence with one draft.
+  int64_t zero_by_acceptance = 0;
+  int64_t zero_by_cost = 0;
+  int64_t probes = 0;
   // The tokens a drafting row emits on average: 1 + accepted / drafts.
   double mean_accepted_length() const {
     return drafts > 0 ? 1.0 + double(accepted) / double(drafts) : 0.0;

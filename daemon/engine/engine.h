@@ -169,6 +169,10 @@ struct EngineStats {
   // spec_accepted / spec_drafts tokens per drafting row.
   std::string spec_method = "none";
   int64_t spec_drafts = 0, spec_proposed = 0, spec_accepted = 0;
+  // The adaptive draft length: decode rows that could have drafted and
+  // drafted nothing, because their acceptance turned them down or because
+  // the step's cost did; and probes of resting sequences (SpecCounts).
+  int64_t spec_zero_by_acceptance = 0, spec_zero_by_cost = 0, spec_probes = 0;
   SchedTiming timing;
 };
 

@@ -158,6 +158,9 @@ SchedulerOutput Scheduler::schedule(RingLoad load) {
   const std::vector<Sequence*> order = q_.running;
   for (Sequence* s : order)
     if (s->running() && s->remaining() == 1 && s->padding() == 0) take(rows, s);
+  // Their drafts, once every decode is in: each row's k is weighed against
+  // the batch it is in (docs/speculative.md).
+  add_drafts(rows);
   // Then prefill (whole or chunks), oldest admission first.
   for (Sequence* s : order)
     if (s->running() && (s->remaining() > 1 || s->padding() > 0)) take(rows, s);
@@ -184,7 +187,8 @@ void Scheduler::begin_batch(RingLoad load) {
     work += rem + s->padding();
     // A decode may carry drafts: the token budget's share must leave them
     // room (they count against it like any token, add_drafts).
-    if (drafter_ && rem == 1 && s->decoding() && !s->req.grammar && s->req.speculative)
+    if (drafter_ && rem == 1 && s->decoding() && !s->req.grammar && s->req.speculative &&
+        !(lim_.spec.adaptive && s->draft.resting()))
       work += lim_.spec.max_draft;
     if (lim_.policy != Policy::kChunked && rem <= lim_.max_tokens) floor = std::max(floor, rem);
   }
@@ -218,30 +222,93 @@ bool Scheduler::take(std::vector<SchedRow>& rows, Sequence* s) {
   }
   if (s->prompt_batch == 0 && s->n_scheduled >= s->n_prompt) s->prompt_batch = next_batch_;
   cap_.cache_written(s, next_batch_);  // accepted positions only: drafts are not in n_scheduled
-  add_drafts(rows.back(), s);
   return true;
 }
 
 // Speculative decoding (docs/speculative.md): a plain decode row (the
-// sequence's last token alone, its next unknown) carries up to max_draft
-// drafts after it, within the token budget, max_tokens (no draft could be
-// emitted past it) and the blocks the pool has free now (a guess never
-// preempts anyone). A grammar's rows draft nothing yet.
-void Scheduler::add_drafts(SchedRow& row, Sequence* s) {
-  if (!drafter_ || !s->req.speculative || !row.sample || row.pad || row.n_tokens != 1 ||
-      s->req.grammar ||
+// sequence's last token alone, its next unknown) carries up to k drafts
+// after it: k at most max_draft, the token budget, max_tokens (no draft
+// could be emitted past it) and the blocks the pool has free now (a guess
+// never preempts anyone). A grammar's rows draft nothing yet. The rows
+// are weighed in the batch's order, each against the batch as the rows
+// before it left it: what it emits (expected) and what its step costs.
+void Scheduler::add_drafts(std::vector<SchedRow>& rows) {
+  if (!drafter_) return;
+  double emitted = double(form_.shape().sampled);
+  for (SchedRow& row : rows) add_drafts(row, row.seq, emitted);
+}
+
+void Scheduler::add_drafts(SchedRow& row, Sequence* s, double& emitted) {
+  if (!s->req.speculative || !row.sample || row.pad || row.n_tokens != 1 || s->req.grammar ||
       row.pos0 < s->n_prompt || int64_t(row.pos0) + 1 != int64_t(s->tokens.size()))
     return;
+  if (lim_.spec.adaptive && s->draft.resting()) {
+    // Before the budget: a resting sequence reserved none (begin_batch),
+    // and its rest counts down all the same.
+    s->draft.rest_step();
+    spec_.zero_by_acceptance++;
+    return;
+  }
   const int64_t own_end = int64_t(row.pos0) + 1;
-  const int64_t room =
-      (int64_t(s->table.size()) + blocks_.free()) * blocks_.block_size() - own_end;
-  const int64_t k = std::min<int64_t>({lim_.spec.max_draft, form_.budget_left(),
-                                       int64_t(s->req.max_tokens) - s->n_generated - 1, room});
+  const int64_t room = (int64_t(s->table.size()) + blocks_.free()) * blocks_.block_size() - own_end;
+  const int64_t k_max = std::min<int64_t>({lim_.spec.max_draft, form_.budget_left(),
+                                           int64_t(s->req.max_tokens) - s->n_generated - 1, room});
+  if (k_max <= 0) return;
+  const int32_t k = lim_.spec.adaptive ? draft_length(row, s, k_max, emitted) : int32_t(k_max);
   if (k <= 0) return;
-  std::vector<int32_t> d = drafter_->propose(s->tokens, int32_t(k), s->req.cache_salt);
+  std::vector<int32_t> d = drafter_->propose(s->tokens, k, s->req.cache_salt);
   if (d.empty() || !blocks_.ensure(s->table, own_end + int64_t(d.size()))) return;
+  if (lim_.spec.adaptive && s->draft.probing()) spec_.probes++;
   form_.add_drafts(row, int32_t(d.size()));
+  emitted += expected_accepted(s->draft.acceptance(), int32_t(d.size()));
   row.draft = std::move(d);
+}
+
+// The adaptive k (draft_length.h): the length that maximises the batch's
+// expected tokens per second of its step, by the cost model (a prior
+// while it cannot tell yet), within the step budget. A sequence whose
+// acceptance would turn its drafts down even in a batch of its own rests,
+// then probes with one draft; one turned down only by this batch (a
+// compute-bound one) tries again next step.
+int32_t Scheduler::draft_length(const SchedRow& row, Sequence* s, int64_t k_max, double emitted) {
+  DraftEstimate& e = s->draft;
+  const int64_t at = int64_t(row.pos0) + row.n_tokens;  // the first draft's position
+  const double limit = form_.step_limit();
+  // [k_max + 1]: what k drafts add to the step of `base` (past the step
+  // budget, a draft is worth no gain).
+  auto extra = [&](const BatchShape& base) {
+    std::vector<double> x(size_t(k_max) + 1, 0.0);
+    const double t0 = step_cost(base);
+    for (int64_t k = 1; k <= k_max; ++k) {
+      BatchShape b = base;
+      b.add_drafts(at, k);
+      const bool over = limit > 0 && time_.cost().ready() && time_.cost().step(b) > limit;
+      x[size_t(k)] = over ? 1e30 : step_cost(b) - t0;
+    }
+    return x;
+  };
+  BatchShape alone;
+  alone.add_row(row.pos0, row.n_tokens, true, true);
+  const double a = e.probing() ? 1.0 : e.acceptance();
+  if (best_draft_length(a, 1.0, step_cost(alone), extra(alone)) == 0) {
+    e.rest(lim_.spec.probe_interval);
+    spec_.zero_by_acceptance++;
+    return 0;
+  }
+  const BatchShape& now = form_.shape();
+  const int32_t k = best_draft_length(a, emitted, step_cost(now), extra(now));
+  if (k == 0) spec_.zero_by_cost++;
+  return e.probing() ? std::min(k, 1) : k;
+}
+
+// A batch's step as the draft length weighs it: the cost model's once it
+// can tell a step's parts apart; before, a prior in units of one position:
+// a position and an output head cost one each, the fixed part of a step
+// four, so a lone decode's step is worth three drafts (about the CPU
+// stages' fitted figures: an 11 ms step, ~3.5 ms a verified position).
+double Scheduler::step_cost(const BatchShape& shape) const {
+  if (time_.cost().ready()) return time_.cost().step(shape);
+  return 4.0 + double(shape.tokens) + double(shape.sampled);
 }
 
 // Copy-on-write for parallel sampling: a choice > 0 starting afresh, which
@@ -370,8 +437,7 @@ void Scheduler::update(const BatchResult& result) {
 // token does not ask again: that token's batch carried the last records,
 // ahead of it.
 void Scheduler::mark_prompt_logprobs(const Sequence& s, ScheduledRow& o) {
-  if (s.req.prompt_logprobs < 0 || s.n_generated > 0 || o.pad || o.pos0 + 1 >= s.n_prompt)
-    return;
+  if (s.req.prompt_logprobs < 0 || s.n_generated > 0 || o.pad || o.pos0 + 1 >= s.n_prompt) return;
   o.prompt_logprobs = s.req.prompt_logprobs;
   const int32_t end = o.pos0 + o.n_tokens;
   o.next_token = end < s.n_prompt ? s.tokens[size_t(end)] : -1;
@@ -398,6 +464,7 @@ void Scheduler::apply_row(const SchedRow& row, const RowResult& res) {
   spec_.drafts++;
   spec_.proposed += int64_t(row.draft.size());
   spec_.accepted += int64_t(res.more.size());
+  s->draft.observe(int32_t(row.draft.size()), int32_t(res.more.size()));
   for (size_t j = 0; j < res.more.size() && f == FinishReason::kNone; ++j)
     f = append_token(s, res.more[j]);
   if (f != FinishReason::kNone) return;
@@ -449,7 +516,7 @@ void Scheduler::lose_pending_blocks(uint64_t failed_batch) {
   if (!blocks_.caching()) return;
   for (Sequence* s : q_.running)
     if (!s->finished() && (blocks_.reads_pending(s->table, s->n_shared, failed_batch) ||
-                     (s->copy_writer != 0 && failed_batch <= s->copy_writer)))
+                           (s->copy_writer != 0 && failed_batch <= s->copy_writer)))
       s->tainted = true;
   const int32_t n = blocks_.drop_pending(failed_batch);
   if (n > 0) KV_LOG_WARN("scheduler", "batch {} failed: {} cached blocks dropped", failed_batch, n);

@@ -229,7 +229,10 @@ class Scheduler {
   Fork fork_from_leader(Sequence* s) const;
   SchedulerOutput emit(std::vector<SchedRow> rows);
   void learn_from(const InFlight& batch, const BatchResult& result);
-  void add_drafts(SchedRow& row, Sequence* s);
+  void add_drafts(std::vector<SchedRow>& rows);
+  void add_drafts(SchedRow& row, Sequence* s, double& emitted);
+  int32_t draft_length(const SchedRow& row, Sequence* s, int64_t k_max, double emitted);
+  double step_cost(const BatchShape& shape) const;
   void apply_row(const SchedRow& row, const RowResult& res);
   FinishReason append_token(Sequence* s, const SampledToken& t);
   void end(Sequence* s, FinishReason why);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "daemon/engine/block_manager.h"
+#include "daemon/engine/draft_length.h"
 #include "daemon/engine/engine.h"
 
 namespace kvasir {
@@ -86,6 +87,10 @@ struct Sequence {
   // failure up to it may have left the copy's source unwritten.
   uint64_t prompt_batch = 0;
   uint64_t copy_writer = 0;
+  // Speculative decoding: its drafter's recent acceptance, which sets how
+  // many drafts its rows carry (draft_length.h). Kept across a preemption:
+  // the text it judges is the same.
+  DraftEstimate draft;
 
   // Positions not yet sent to the ring (its prompt, or a recompute, or the
   // one decode position once its last token is known).

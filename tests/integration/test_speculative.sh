@@ -5,7 +5,11 @@
 # 3-stage CPU plans, with prefix caching on and off, with the middle stage
 # SIGKILLed mid-stream, and under a KV pool so small that concurrent
 # requests preempt each other; and the drafts must really have been
-# accepted (the stats), or the comparison would prove nothing.
+# accepted (the stats), or the comparison would prove nothing. Those runs
+# draft max_draft on every eligible row (adaptive = false): the adaptive
+# length may turn drafts down on a machine where a position costs about a
+# decode, and it only changes how many tokens are drafted. A last run with
+# the default (adaptive) length must give the same text too.
 #
 # Usage: test_speculative.sh KVASIRD KVASIR [SOURCE_DIR]
 # Exit 0 = passed, 77 = skipped (no model file), anything else = failed.
@@ -86,6 +90,8 @@ sys.stdout.write(t[:i] + open(sys.argv[1]).read() + t[j:])' <(three_stages) > "$
     for n in $NAMES; do ask "$SOCK" "$n" > "$WORK/$tag.$n"; done
   fi
   ACCEPTED=$(spec_stat "$SOCK" accepted_tokens)
+  WEIGHED=$(($(spec_stat "$SOCK" drafts) + $(spec_stat "$SOCK" zero_drafts_acceptance) +
+    $(spec_stat "$SOCK" zero_drafts_cost)))
   PREEMPTED=$(kv_curl "$SOCK" http://x/kvasir/v1/stats |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["engine"]["preemptions"])')
   kv_stop
@@ -109,7 +115,8 @@ for n in $NAMES; do grep -q ERROR "$WORK/ref.$n" && bad "ref: $n failed"; done
 run ngram2 '[scheduler]
 warmup = false
 [speculative]
-method = "ngram"'
+method = "ngram"
+adaptive = false'
 same_as_ref ngram2
 [ "$ACCEPTED" -gt 10 ] && ok "ngram2: $ACCEPTED drafts accepted" ||
   bad "ngram2: only $ACCEPTED drafts accepted"
@@ -144,6 +151,7 @@ warmup = false
 prefix_caching = false
 [speculative]
 method = "ngram"
+adaptive = false
 max_draft = 6' "" 3
 same_as_ref ngram3
 [ "$ACCEPTED" -gt 10 ] && ok "ngram3 (3 stages, no prefix cache): $ACCEPTED accepted" ||
@@ -202,9 +210,20 @@ warmup = false
 memory = "2MiB"
 prefix_caching = false
 [speculative]
-method = "ngram"' concurrent
+method = "ngram"
+adaptive = false' concurrent
 same_as_ref tiny
 [ "$PREEMPTED" -gt 0 ] && ok "tiny: $PREEMPTED preemptions" || bad "tiny: no preemption"
 [ "$ACCEPTED" -gt 10 ] && ok "tiny: $ACCEPTED accepted" || bad "tiny: only $ACCEPTED accepted"
+
+# The default: the draft length per sequence per step. Every decode row
+# was weighed (drafted, or turned down by its acceptance or the cost).
+run adaptive '[scheduler]
+warmup = false
+[speculative]
+method = "ngram"' concurrent
+same_as_ref adaptive
+[ "$WEIGHED" -gt 10 ] && ok "adaptive: $WEIGHED decode rows weighed ($ACCEPTED accepted)" ||
+  bad "adaptive: only $WEIGHED decode rows weighed"
 
 kv_finish "$WORK/kvasird.log"

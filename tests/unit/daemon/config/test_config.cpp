@@ -653,5 +653,28 @@ TEST(Config, WarmupIsOnUnlessTurnedOff) {
   }
 }
 
+TEST(Config, SpeculativeAdaptiveKeys) {
+  const std::string base =
+      "[model]\npath = \"/m.gguf\"\n[[stages]]\nlayers = \"0-14\"\n"
+      "[[stages]]\nlayers = \"15-29\"\n[speculative]\nmethod = \"ngram\"\n";
+  const Config c = parse_config(base, "/b");
+  EXPECT_TRUE(c.speculative.adaptive);
+  EXPECT_EQ(c.speculative.probe_interval, 16);
+  const Config d = parse_config(base + "adaptive = false\nprobe_interval = 4\n", "/b");
+  EXPECT_FALSE(d.speculative.adaptive);
+  EXPECT_EQ(d.speculative.probe_interval, 4);
+  auto refused = [&](const std::string& extra, const std::string& why) {
+    try {
+      parse_config(base + extra, "/b");
+      ADD_FAILURE() << extra << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(e.message().find(why), std::string::npos) << e.message();
+    }
+  };
+  refused("adaptive = \"yes\"\n", "speculative.adaptive: must be true or false");
+  refused("probe_interval = 0\n", "speculative.probe_interval");
+  refused("probe_interval = 5000\n", "speculative.probe_interval");
+}
+
 }  // namespace
 }  // namespace kvasir

@@ -10,6 +10,7 @@
 // fails the check.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -20,7 +21,10 @@
 namespace kvasir::test {
 namespace {
 
-SchedLimits spec_limits(DraftMethod m, int32_t max_draft = 3) {
+// The mechanics below (positions, blocks, stop rules) at a fixed k: every
+// eligible row asks for max_draft. The adaptive length has its own tests
+// further down.
+SchedLimits spec_limits(DraftMethod m, int32_t max_draft = 3, bool adaptive = false) {
   SchedLimits l{4, 16, 16, 256};
   l.policy = Policy::kChunked;
   l.inflight = 1;
@@ -28,6 +32,7 @@ SchedLimits spec_limits(DraftMethod m, int32_t max_draft = 3) {
   l.spec.max_draft = max_draft;
   l.spec.ngram_min = 2;
   l.spec.ngram_max = 3;
+  l.spec.adaptive = adaptive;
   return l;
 }
 
@@ -67,6 +72,7 @@ struct SpecSim {
     if (b.empty()) return "";
     BatchResult res;
     res.batch = b.id;
+    if (busy) res.stage_busy_s = {busy(b)};
     std::string line;
     for (const ScheduledRow& r : b.rows) {
       res.rows.push_back(run_row(r));
@@ -118,6 +124,9 @@ struct SpecSim {
   }
 
   Scheduler sch;
+  // The one stage's busy time on a batch (seconds), for the cost model;
+  // unset: none reported (the scheduler's prior then weighs drafts).
+  std::function<double(const SchedulerOutput&)> busy;
   int32_t bs;
   std::vector<int64_t> cache;
   std::map<RequestId, std::vector<int32_t>> toks, out, script;
@@ -227,6 +236,114 @@ TEST(SchedulerSpec, RequeueAllDropsTheDraftsInFlight) {
   sim.sch.requeue_all();
   sim.run();
   EXPECT_EQ(sim.out[1], std::vector<int32_t>(kScript.begin(), kScript.begin() + 12));
+}
+
+
+// ---- the adaptive draft length (draft_length.h) --------------------------------
+
+// Tokens of {1, 2} where every 2-gram has occurred before, so prompt lookup
+// always proposes, and the model always says the other token: every draft
+// misses.
+const std::vector<int32_t> kMissPrompt = {1, 2, 1, 1, 2, 2, 1, 2};
+const std::vector<int32_t> kMissScript = {1, 2, 2, 2, 1, 1, 1, 2, 1, 1, 2, 2, 1, 2,
+                                          1, 2, 2, 2, 2, 1, 1, 1, 1, 2, 1, 1, 2, 2};
+
+TEST(SchedulerSpecAdaptive, ADrafterThatAlwaysMissesRestsThenProbes) {
+  SchedLimits l = spec_limits(DraftMethod::kNgram, 3, true);
+  l.spec.probe_interval = 4;
+  SpecSim sim(l, 64);
+  sim.add(1, kMissPrompt, kMissScript, 16);
+  // Alone in its batches, by the prior (a step's fixed part worth two
+  // drafts): a = 0.8 (the seed) asks for 3, one miss leaves a = 0.48 and
+  // 1, a second a = 0.31, below what a draft costs: 4 steps of rest (the
+  // deciding one included), then a probe of one draft, which misses, and
+  // rest again.
+  const std::vector<std::string> want = {
+      "A [0,8)",
+      "A [8,12) 3 drafts: 0 accepted",
+      "A [9,11) 1 drafts: 0 accepted",
+      "A [10,11)", "A [11,12)", "A [12,13)", "A [13,14)",  // resting
+      "A [14,16) 1 drafts: 0 accepted",                      // the probe
+      "A [15,16)", "A [16,17)", "A [17,18)", "A [18,19)",  // resting
+      "A [19,21) 1 drafts: 0 accepted",                      // the probe
+      "A [20,21)", "A [21,22)", "A [22,23)",
+  };
+  EXPECT_EQ(sim.run(), want);
+  EXPECT_EQ(sim.out[1], std::vector<int32_t>(kMissScript.begin(), kMissScript.begin() + 16));
+  const SchedulerStats st = sim.sch.stats();
+  EXPECT_EQ(st.spec.drafts, 4);
+  EXPECT_EQ(st.spec.accepted, 0);
+  EXPECT_EQ(st.spec.probes, 2);
+  EXPECT_EQ(st.spec.zero_by_acceptance, 11);
+  EXPECT_EQ(st.spec.zero_by_cost, 0);
+}
+
+// Prompt lookup on a period of 4: every draft is right.
+std::vector<int32_t> periodic(int32_t base, size_t n) {
+  std::vector<int32_t> v;
+  for (size_t i = 0; i < n; ++i) v.push_back(base + int32_t(i % 4));
+  return v;
+}
+
+TEST(SchedulerSpecAdaptive, ADrafterThatAlwaysHitsKeepsMaxDraft) {
+  SpecSim sim(spec_limits(DraftMethod::kNgram, 3, true), 64);
+  const std::vector<int32_t> all = periodic(1, 40);
+  sim.add(1, std::vector<int32_t>(all.begin(), all.begin() + 10),
+          std::vector<int32_t>(all.begin() + 10, all.end()), 13);
+  const std::vector<std::string> want = {
+      "A [0,10)",
+      "A [10,14) 3 drafts: 3 accepted",
+      "A [14,18) 3 drafts: 3 accepted",
+      "A [18,22) 3 drafts: 3 accepted",
+  };
+  EXPECT_EQ(sim.run(), want);
+  EXPECT_EQ(sim.out[1], std::vector<int32_t>(all.begin() + 10, all.begin() + 23));
+  EXPECT_EQ(sim.sch.stats().spec.zero_by_acceptance, 0);
+}
+
+// A CPU stage's times (the default plan's fitted figures, roughly): 7.5 ms
+// a step, 2 ms a position, 1.5 ms an output head (a sampled row, or a draft).
+double cpu_stage(const SchedulerOutput& b) {
+  double t = 0.0075;
+  for (const ScheduledRow& r : b.rows) t += 0.002 * r.n_tokens + (r.sample ? 0.0015 : 0) + 0.0015 * r.n_draft;
+  return t;
+}
+
+TEST(SchedulerSpecAdaptive, ALargeDecodeBatchDraftsNothing) {
+  // 16 sequences whose drafts would all be right. In a batch of 16 decodes
+  // (63.5 ms a step) a draft costs 3.5 ms for at most 1/16 of a step's
+  // tokens: it pays only if a > 0.88, and the seed says 0.8. A, left
+  // alone (11 ms a step), drafts max_draft at once.
+  SchedLimits l = spec_limits(DraftMethod::kNgram, 3, true);
+  l.max_rows = 32;
+  l.max_tokens = 512;
+  l.chunk_size = 512;
+  SpecSim sim(l, 256);
+  sim.busy = cpu_stage;
+  // The daemon's warm-up (warmup.h), speculation off: prefills of 16 and 64
+  // tokens, decodes alone, so the cost model tells a step's fixed part from
+  // a position's.
+  sim.add(30, periodic(300, 16), periodic(302, 8), 4, false);
+  sim.add(31, periodic(400, 64), periodic(400, 8), 1, false);
+  sim.run();
+  for (RequestId id = 1; id <= 16; ++id) {
+    const std::vector<int32_t> all = periodic(int32_t(id) * 10, 40);
+    sim.add(id, std::vector<int32_t>(all.begin(), all.begin() + 10),
+            std::vector<int32_t>(all.begin() + 10, all.end()), id == 1 ? 13 : 6);
+  }
+  const std::vector<std::string> t = sim.run();
+  ASSERT_EQ(t.size(), 1u + 5u + 2u);  // the prompts, 5 steps of 16 decodes, A alone
+  for (size_t i = 1; i <= 5; ++i) EXPECT_EQ(t[i].find("drafts"), std::string::npos) << t[i];
+  EXPECT_EQ(t[6], "A [15,19) 3 drafts: 3 accepted");
+  EXPECT_EQ(t[7], "A [19,22) 2 drafts: 2 accepted");  // max_tokens leaves room for 2
+  const SchedulerStats st = sim.sch.stats();
+  EXPECT_EQ(st.spec.zero_by_cost, 16 * 5 - 15);  // the last step's 15 are a token from max_tokens
+  EXPECT_EQ(st.spec.zero_by_acceptance, 0);
+  for (RequestId id = 1; id <= 16; ++id) {
+    const std::vector<int32_t> all = periodic(int32_t(id) * 10, 40);
+    EXPECT_EQ(sim.out[id],
+              std::vector<int32_t>(all.begin() + 10, all.begin() + (id == 1 ? 23 : 16)));
+  }
 }
 
 }  // namespace
