@@ -68,7 +68,7 @@ struct SpecSim {
   // One batch formed and run; "" when nothing was formed. Rows as
   // "A [11,15) 3 drafts: 2 accepted" or "A [0,11)".
   std::string step() {
-    SchedulerOutput b = sch.schedule();
+    SchedulerOutput b = sch.schedule(load);
     if (b.empty()) return "";
     BatchResult res;
     res.batch = b.id;
@@ -127,6 +127,7 @@ struct SpecSim {
   // The one stage's busy time on a batch (seconds), for the cost model;
   // unset: none reported (the scheduler's prior then weighs drafts).
   std::function<double(const SchedulerOutput&)> busy;
+  RingLoad load;  // what schedule() is told of the ring
   int32_t bs;
   std::vector<int64_t> cache;
   std::map<RequestId, std::vector<int32_t>> toks, out, script;
@@ -276,6 +277,32 @@ TEST(SchedulerSpecAdaptive, ADrafterThatAlwaysMissesRestsThenProbes) {
   EXPECT_EQ(st.spec.probes, 2);
   EXPECT_EQ(st.spec.zero_by_acceptance, 11);
   EXPECT_EQ(st.spec.zero_by_cost, 0);
+}
+
+TEST(SchedulerSpecAdaptive, ARestCountsDownWhereTheBudgetLeavesNoRoom) {
+  // A ring of two slots, one free: the token budget is half the work, and
+  // a resting sequence reserves no room for drafts in it, so while it rests
+  // its rows could not draft anyway. Its rest counts down all the same,
+  // and it probes again.
+  SchedLimits l = spec_limits(DraftMethod::kNgram, 3, true);
+  l.inflight = 2;
+  l.spec.probe_interval = 3;
+  SpecSim sim(l, 64);
+  sim.load = RingLoad{1, 0};
+  sim.add(1, kMissPrompt, kMissScript, 12);
+  const std::vector<std::string> want = {
+      "A [0,4)", "A [4,6)", "A [6,7)", "A [7,8)",  // the prompt, half the work each time
+      "A [8,10) 1 drafts: 0 accepted",  // 1 + 3 tokens of work: a budget of 2
+      "A [9,11) 1 drafts: 0 accepted",
+      "A [10,11)", "A [11,12)", "A [12,13)",  // resting, a budget of 1
+      "A [13,15) 1 drafts: 0 accepted",       // the probe
+      "A [14,15)", "A [15,16)", "A [16,17)",  // resting
+      "A [17,19) 1 drafts: 0 accepted",       // the probe
+      "A [18,19)",
+  };
+  EXPECT_EQ(sim.run(), want);
+  EXPECT_EQ(sim.out[1], std::vector<int32_t>(kMissScript.begin(), kMissScript.begin() + 12));
+  EXPECT_EQ(sim.sch.stats().spec.probes, 2);
 }
 
 // Prompt lookup on a period of 4: every draft is right.
