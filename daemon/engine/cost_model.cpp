@@ -19,6 +19,7 @@ CostModel::CostModel(int n_stages) {
 
 void CostModel::resize(int n_stages) {
   stages_.assign(size_t(std::max(n_stages, 0)), Stage{});
+  decode_ = stages_;
 }
 
 CostModel::Vec CostModel::features(const BatchShape& s) {
@@ -66,30 +67,59 @@ void CostModel::solve(Stage& st) {
 
 void CostModel::observe(const BatchShape& shape, const std::vector<double>& stage_s) {
   const Vec x = features(shape);
+  const bool decode_only = shape.prefill_tokens() == 0 && shape.decode_rows > 0;
   for (size_t s = 0; s < stages_.size() && s < stage_s.size(); ++s) {
     const double y = stage_s[s];
     if (!(y > 0) || !std::isfinite(y)) continue;
-    Stage& st = stages_[s];
-    const double pred = predict(int(s), shape);
-    st.weight = st.weight * kDecay + 1.0;
-    const double m = 1.0 / st.weight;  // decayed means
-    if (st.n > 0) st.err2 += m * ((pred - y) * (pred - y) - st.err2);
-    st.busy += (st.n > 0 ? m : 1.0) * (y - st.busy);
-    // Relative error, not absolute: a decode step of 20 ms and a chunk of
-    // 2 s weigh alike (in squared seconds the chunks alone would fit, and
-    // the fixed cost of a step would come out as whatever they leave), and
-    // a step a busy machine stretched counts for less.
-    const double rel = st.busy / std::max(y, 1e-6);
-    const double w = std::min(rel * rel, 1e4);
-    for (int i = 0; i < kTerms; ++i) {
-      for (int j = 0; j < kTerms; ++j) st.a[i][j] = st.a[i][j] * kDecay + w * x[i] * x[j];
-      st.b[i] = st.b[i] * kDecay + w * x[i] * y;
-    }
-    st.n++;
-    if (shape.prefill_tokens() > 0) st.n_prefill++;
-    if (shape.tokens <= kSmallTokens && shape.decode_rows > 0) st.n_small++;
-    solve(st);
+    learn(stages_[s], x, y, shape);
+    if (!decode_only) continue;
+    learn(decode_[s], x, y, shape);
+    int64_t& lo = decode_[s].min_tokens;
+    lo = lo == 0 ? shape.tokens : std::min(lo, shape.tokens);
+    decode_[s].max_tokens = std::max(decode_[s].max_tokens, shape.tokens);
   }
+}
+
+void CostModel::learn(Stage& st, const Vec& x, double y, const BatchShape& shape) {
+  const double pred = dot(st.theta, x);
+  st.weight = st.weight * kDecay + 1.0;
+  const double m = 1.0 / st.weight;  // decayed means
+  if (st.n > 0) st.err2 += m * ((pred - y) * (pred - y) - st.err2);
+  st.busy += (st.n > 0 ? m : 1.0) * (y - st.busy);
+  // Relative error, not absolute: a decode step of 20 ms and a chunk of
+  // 2 s weigh alike (in squared seconds the chunks alone would fit, and
+  // the fixed cost of a step would come out as whatever they leave), and
+  // a step a busy machine stretched counts for less.
+  const double rel = st.busy / std::max(y, 1e-6);
+  const double w = std::min(rel * rel, 1e4);
+  for (int i = 0; i < kTerms; ++i) {
+    for (int j = 0; j < kTerms; ++j) st.a[i][j] = st.a[i][j] * kDecay + w * x[i] * x[j];
+    st.b[i] = st.b[i] * kDecay + w * x[i] * y;
+  }
+  st.n++;
+  if (shape.prefill_tokens() > 0) st.n_prefill++;
+  if (shape.tokens <= kSmallTokens && shape.decode_rows > 0) st.n_small++;
+  solve(st);
+}
+
+double CostModel::dot(const Vec& theta, const Vec& x) {
+  double y = 0;
+  for (int i = 0; i < kTerms; ++i) y += theta[i] * x[i];
+  return y;
+}
+
+bool CostModel::decode_ready() const {
+  if (decode_.empty()) return false;
+  for (const Stage& st : decode_)
+    if (st.n < kDecodeBatches || st.max_tokens <= st.min_tokens) return false;
+  return true;
+}
+
+double CostModel::decode_step(const BatchShape& shape) const {
+  const Vec x = features(shape);
+  double m = 0;
+  for (const Stage& st : decode_) m = std::max(m, dot(st.theta, x));
+  return m;
 }
 
 bool CostModel::ready() const {
@@ -101,11 +131,7 @@ bool CostModel::ready() const {
 
 double CostModel::predict(int stage, const BatchShape& shape) const {
   if (stage < 0 || size_t(stage) >= stages_.size()) return 0;
-  const Vec x = features(shape);
-  const Vec& t = stages_[size_t(stage)].theta;
-  double y = 0;
-  for (int i = 0; i < kTerms; ++i) y += t[i] * x[i];
-  return y;
+  return dot(stages_[size_t(stage)].theta, features(shape));
 }
 
 double CostModel::step(const BatchShape& shape) const {

@@ -93,6 +93,17 @@ class CostModel {
   double step(const BatchShape& shape) const;
   StageCostFit fit(int stage) const;
 
+  // The same fit over decode-only batches alone (no prompt position), for
+  // what a draft position adds to a step of decodes. A small row's
+  // positions share one read of the weights, so on a memory-bound stage
+  // they cost far less than a prefill's positions, which the whole fit's
+  // per-token term mostly learns from: the linear model cannot hold both.
+  // Ready once every stage has seen kDecodeBatches of them and two sizes
+  // (in tokens), or fixed and per-token costs cannot be told apart.
+  static constexpr int kDecodeBatches = 8;
+  bool decode_ready() const;
+  double decode_step(const BatchShape& shape) const;
+
  private:
   using Vec = std::array<double, kTerms>;
   struct Stage {
@@ -101,11 +112,15 @@ class CostModel {
     Vec theta{};                    // the solution (scaled features)
     double err2 = 0, busy = 0, weight = 0;
     int64_t n = 0, n_prefill = 0, n_small = 0;
+    int64_t min_tokens = 0, max_tokens = 0;  // the decode fit's batch sizes seen
   };
   static Vec features(const BatchShape& s);
+  static double dot(const Vec& theta, const Vec& x);
   static void solve(Stage& st);
+  static void learn(Stage& st, const Vec& x, double y, const BatchShape& shape);
 
   std::vector<Stage> stages_;
+  std::vector<Stage> decode_;  // fitted on decode-only batches
 };
 
 }  // namespace kvasir

@@ -301,13 +301,15 @@ int32_t Scheduler::draft_length(const SchedRow& row, Sequence* s, int64_t k_max,
   return e.probing() ? std::min(k, 1) : k;
 }
 
-// A batch's step as the draft length weighs it: the cost model's once it
-// can tell a step's parts apart; before, a prior in units of one position:
-// a position and an output head cost one each, the fixed part of a step
-// four, so a lone decode's step is worth three drafts (about the CPU
-// stages' fitted figures: an 11 ms step, ~3.5 ms a verified position).
+// A batch of decodes' step as the draft length weighs it: the cost
+// model's fit over decode-only batches (cost_model.h: the whole fit's
+// per-token cost is a prefill position's, several times a draft's on a
+// memory-bound stage) once it has seen two batch sizes; before, a prior
+// in units of one position: a position and an output head cost one each,
+// the fixed part of a step four, so a lone decode's step is worth three
+// drafts (the CPU stages measured ~0.25-0.33 of a step a draft).
 double Scheduler::step_cost(const BatchShape& shape) const {
-  if (time_.cost().ready()) return time_.cost().step(shape);
+  if (time_.cost().decode_ready()) return time_.cost().decode_step(shape);
   return 4.0 + double(shape.tokens) + double(shape.sampled);
 }
 

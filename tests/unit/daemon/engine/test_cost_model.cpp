@@ -97,5 +97,50 @@ TEST(CostModel, IgnoresMissingTimesAndStaysNonNegative) {
   EXPECT_GE(m.fit(0).fixed_s, 0);
 }
 
+TEST(CostModel, TheDecodeFitKnowsWhatADraftAddsToADecodeStep) {
+  // A memory-bound stage: a prefill position costs 2 ms, but a decode
+  // step's positions share one read of the weights: 8 ms + 0.4 ms each.
+  auto busy = [](const BatchShape& b) {
+    return b.prefill_tokens() > 0 ? 0.004 + 0.002 * double(b.tokens)
+                                  : 0.008 + 0.0004 * double(b.tokens);
+  };
+  CostModel m(1);
+  std::mt19937 rng(5);
+  for (int i = 0; i < 7; ++i) {  // decodes of one row and prompts, no draft yet
+    BatchShape b;
+    b.add_row(300 + i, 1, true, true);
+    m.observe(b, {busy(b)});
+    BatchShape c;
+    c.add_row(0, 64 + 32 * i, true, false);
+    m.observe(c, {busy(c)});
+  }
+  EXPECT_FALSE(m.decode_ready());  // one size seen
+  for (int i = 0; i < 60; ++i) {  // rows of up to 4 decodes, up to 3 drafts each
+    BatchShape b;
+    const int rows = 1 + int(rng() % 4);
+    for (int r = 0; r < rows; ++r) {
+      b.add_row(200 + int(rng() % 200), 1, true, true);
+      b.add_drafts(300, int(rng() % 4));
+    }
+    m.observe(b, {busy(b)});
+    if (i % 4 == 0) {
+      BatchShape c;
+      c.add_row(0, 128, true, false);
+      m.observe(c, {busy(c)});
+    }
+  }
+  ASSERT_TRUE(m.decode_ready());
+  BatchShape one, drafted;
+  one.add_row(300, 1, true, true);
+  drafted = one;
+  drafted.add_drafts(301, 3);
+  // Three drafts add 1.2 ms to an 8.4 ms step: the decode fit says so
+  // within 0.3 ms; the whole fit, bent by the prompts, prices them higher.
+  const double d = m.decode_step(drafted) - m.decode_step(one);
+  EXPECT_NEAR(d, 0.0012, 0.0003);
+  EXPECT_NEAR(m.decode_step(one), 0.0084, 0.0005);
+  EXPECT_GT(m.step(drafted) - m.step(one), d);
+}
+
 }  // namespace
 }  // namespace kvasir
