@@ -131,7 +131,8 @@ NAMES="g1 s1 g1 s1 g2 s2" run suffix '[scheduler]
 warmup = false
 [speculative]
 method = "suffix"
-max_draft = 8'
+max_draft = 8
+adaptive = false'
 same_as_ref suffix
 SUFFIX_ACCEPTED=$ACCEPTED
 NAMES="g1 s1 g1 s1 g2 s2" run suffix0 '[scheduler]
@@ -139,6 +140,7 @@ warmup = false
 [speculative]
 method = "suffix"
 max_draft = 8
+adaptive = false
 suffix_cache_requests = 0'
 same_as_ref suffix0
 [ "$SUFFIX_ACCEPTED" -gt $((ACCEPTED + 10)) ] &&
@@ -182,7 +184,8 @@ cfg="$WORK/kill.toml"
 kv_config '[scheduler]
 warmup = false
 [speculative]
-method = "ngram"' | python3 -c 'import sys
+method = "ngram"
+adaptive = false' | python3 -c 'import sys
 t = sys.stdin.read()
 i = t.index("[[stages]]"); j = t.index("[server]")
 sys.stdout.write(t[:i] + open(sys.argv[1]).read() + t[j:])' <(three_stages) > "$cfg"
