@@ -33,7 +33,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 [ -f "$BUILD/CPackConfig.cmake" ] || fail "$BUILD/CPackConfig.cmake is missing (configure first)"
 
 step "venv $VENV ($PIN)"
-if ! "$VENV/bin/pip" show kubernetes-validate 2>/dev/null | grep -qx 'Version: 1.31.0'; then
+have=$("$VENV/bin/kubernetes-validate" --version 2>/dev/null || true)
+if [ "$have" != "${PIN#*==}" ]; then
   python3 -m venv --clear "$VENV" || fail "python3 -m venv (python3-venv missing? run scripts/setup)"
   if ! "$VENV/bin/pip" install --disable-pip-version-check "$PIN" >"$WORK/pip.log" 2>&1; then
     cat "$WORK/pip.log"
