@@ -167,6 +167,7 @@ Activations prepare_activations(const float* x, int64_t n, int64_t cols, bool qu
 // One weight's product, ready to run on any range of its output rows.
 struct RowJob {
   detail::DotFn dot = nullptr;
+  detail::BatchFn batch = nullptr;  // n >= kMaxNX rows of a plain weight: its own blocking
   const uint8_t* w = nullptr;
   uint64_t row_bytes = 0;
   int64_t rows = 0, cols = 0, n = 0;
@@ -177,11 +178,16 @@ struct RowJob {
 // register tile with full 4-row activation tiles (an activation block
 // loaded once for both; bench_kernels_matmul ... tiles, docs/kernels.md).
 // Decode pairs rows far apart instead (decode_rows: for the memory
-// streams, not for sharing). A row's arithmetic does not depend on the
-// range or the tile it falls in.
+// streams, not for sharing). Plain weights (F32/F16/BF16) in a batch run
+// their own kernel (j.batch, matmul_float.cpp: wider tiles, cache
+// blocks). A row's arithmetic does not depend on the range or the tile it
+// falls in.
 void run_rows(const RowJob& j, const Activations& a, int64_t r0, int64_t r1) {
   if (j.n < detail::kMaxNX)
     return decode_rows(j.dot, j.w, j.row_bytes, a.data, a.stride, j.n, j.cols, j.y, j.rows, r0, r1);
+  if (j.batch)
+    return j.batch(j.w, int64_t(j.row_bytes), r0, r1, static_cast<const float*>(a.data), j.n,
+                   j.cols, j.y, j.rows);
   const int64_t tile = act_tile(a.row_bytes);
   const int max_nw = g_max_nw.load(std::memory_order_relaxed);
   for (int64_t rb = r0; rb < r1; rb += kRowTile) {
@@ -205,6 +211,7 @@ void run_rows(const RowJob& j, const Activations& a, int64_t r0, int64_t r1) {
 RowJob row_job(const TensorView& w, uint64_t row_bytes, int64_t n, float* y, SimdLevel level) {
   KV_CHECK(y != nullptr, "matmul: null output");
   RowJob j{detail::dot_kernel(w.type, level),
+           n >= detail::kMaxNX ? detail::float_batch_kernel(w.type, level) : nullptr,
            static_cast<const uint8_t*>(w.data),
            row_bytes,
            w.rows(),

@@ -1,4 +1,6 @@
 // Plain weights (F32, F16, BF16) × f32 activations, accumulated in f32.
+#include <algorithm>
+
 #include "base/half.h"
 #include "kernels/cpu/matmul_internal.h"
 
@@ -61,7 +63,21 @@ KV_AVX2 inline __m256 load8(const uint8_t* w, int64_t c) {
   }
 }
 
-// Two accumulators per activation row hide the FMA latency.
+// The end of one output: the scalar columns from c on, then the two
+// accumulators' sum. Shared by the decode and batch kernels so that a row
+// gets the same bits in either (the same expressions, contracted alike).
+template <DType T>
+KV_AVX2 inline float finish_dot(__m256 a0, __m256 a1, const uint8_t* w, const float* x, int64_t c,
+                                int64_t cols) {
+  float tail = 0.f;
+  for (; c < cols; ++c) tail += load_scalar<T>(w, c) * x[c];
+  return hsum(_mm256_add_ps(a0, a1)) + tail;
+}
+
+// Two accumulators per activation row hide the FMA latency. Per output:
+// a0 over the even 8-column chunks of each 16-column step, a1 over the odd
+// ones, then one 8-column step into a0, then finish_dot. The batch tiles
+// below keep exactly this order (tests/unit/kernels/test_matmul_batch.cpp).
 template <DType T, int NX>
 KV_AVX2 void dot_avx2_nx(const uint8_t* w, const float* x, int64_t x_stride, int64_t cols, float* y,
                          int64_t y_stride) {
@@ -80,13 +96,8 @@ KV_AVX2 void dot_avx2_nx(const uint8_t* w, const float* x, int64_t x_stride, int
     for (int j = 0; j < NX; ++j)
       a0[j] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + j * x_stride + c), a0[j]);
   }
-  float tail[NX];
-  for (int j = 0; j < NX; ++j) tail[j] = 0.f;
-  for (; c < cols; ++c) {
-    const float wv = load_scalar<T>(w, c);
-    for (int j = 0; j < NX; ++j) tail[j] += wv * x[j * x_stride + c];
-  }
-  for (int j = 0; j < NX; ++j) y[j * y_stride] = hsum(_mm256_add_ps(a0[j], a1[j])) + tail[j];
+  for (int j = 0; j < NX; ++j)
+    y[j * y_stride] = finish_dot<T>(a0[j], a1[j], w, x + j * x_stride, c, cols);
 }
 
 // One weight row per tile: two accumulators × 4 rows already use 8 of the
@@ -100,9 +111,106 @@ struct Avx2 {
     dot_avx2_nx<T, NX>(w, x, x_stride, cols, y, y_stride);
   }
 };
+
+// ---- batch (4 or more activation rows) ------------------------------------
+//
+// The decode tile above loads two weight vectors for 2 × NX FMAs and, in a
+// batch, reads every weight row once per 4 activation rows. The batch tile
+// is NW = 2 weight rows × NX = 3 activation rows: 12 accumulators (each
+// output keeps its a0 and a1, the decode order), 2 weight registers and one
+// activation register: 15 of the 16. Per 8 columns it loads 2 weight and 3
+// activation vectors for 6 FMAs (the decode tile: 1 + 4 for 4).
+// Fully unrolled, or -O2 keeps the accumulator arrays in memory.
+#define KV_UNROLL _Pragma("GCC unroll 8")
+template <DType T, int NW, int NX>
+KV_AVX2 void tile_avx2(const uint8_t* w, int64_t w_stride, const float* x, int64_t x_stride,
+                       int64_t cols, float* y, int64_t y_stride) {
+  __m256 a0[NW][NX] = {}, a1[NW][NX] = {};  // zeros
+  int64_t c = 0;
+  for (; c + 16 <= cols; c += 16) {
+    __m256 wv[NW];
+    KV_UNROLL for (int i = 0; i < NW; ++i) wv[i] = load8<T>(w + i * w_stride, c);
+    KV_UNROLL for (int j = 0; j < NX; ++j) {
+      const __m256 xv = _mm256_loadu_ps(x + j * x_stride + c);
+      KV_UNROLL for (int i = 0; i < NW; ++i) a0[i][j] = _mm256_fmadd_ps(wv[i], xv, a0[i][j]);
+    }
+    KV_UNROLL for (int i = 0; i < NW; ++i) wv[i] = load8<T>(w + i * w_stride, c + 8);
+    KV_UNROLL for (int j = 0; j < NX; ++j) {
+      const __m256 xv = _mm256_loadu_ps(x + j * x_stride + c + 8);
+      KV_UNROLL for (int i = 0; i < NW; ++i) a1[i][j] = _mm256_fmadd_ps(wv[i], xv, a1[i][j]);
+    }
+  }
+  for (; c + 8 <= cols; c += 8) {
+    __m256 wv[NW];
+    KV_UNROLL for (int i = 0; i < NW; ++i) wv[i] = load8<T>(w + i * w_stride, c);
+    KV_UNROLL for (int j = 0; j < NX; ++j) {
+      const __m256 xv = _mm256_loadu_ps(x + j * x_stride + c);
+      KV_UNROLL for (int i = 0; i < NW; ++i) a0[i][j] = _mm256_fmadd_ps(wv[i], xv, a0[i][j]);
+    }
+  }
+  KV_UNROLL for (int i = 0; i < NW; ++i) {
+    KV_UNROLL for (int j = 0; j < NX; ++j) {
+      y[i + j * y_stride] =
+          finish_dot<T>(a0[i][j], a1[i][j], w + i * w_stride, x + j * x_stride, c, cols);
+    }
+  }
+}
+
+// One column of tiles: the weight rows [r, re) of a block against nx
+// activation rows, two weight rows at a time.
+template <DType T, int NX>
+KV_AVX2 void tile_column(const uint8_t* w, int64_t row_bytes, int64_t r, int64_t re, const float* x,
+                         int64_t cols, float* y, int64_t y_stride) {
+  for (; r + 2 <= re; r += 2)
+    tile_avx2<T, 2, NX>(w + r * row_bytes, row_bytes, x, cols, cols, y + r, y_stride);
+  if (r < re) tile_avx2<T, 1, NX>(w + r * row_bytes, row_bytes, x, cols, cols, y + r, y_stride);
+}
+
+// Weight bytes per cache block: the block stays in L2 while every
+// activation row passes over it, so each weight row comes from memory once
+// per call; the 3 activation rows of a tile column stay in L1 meanwhile.
+constexpr int64_t kWeightBlockBytes = 128 << 10;
+
+// Output rows [r0, r1) for all n >= 4 activation rows: y[j * y_stride + r].
+// Tile columns of 3 activation rows; n % 3 == 1 ends with two of 2 (a
+// column of one would load two weight vectors per two FMAs).
+template <DType T>
+KV_AVX2 void batch_avx2(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const float* x,
+                        int64_t n, int64_t cols, float* y, int64_t y_stride) {
+  const int64_t block = std::max<int64_t>(2, kWeightBlockBytes / row_bytes) & ~int64_t(1);
+  const int64_t n3 = n % 3 == 1 ? n - 4 : n - n % 3;  // rows in columns of 3
+  for (int64_t rb = r0; rb < r1; rb += block) {
+    const int64_t re = std::min(rb + block, r1);
+    int64_t j = 0;
+    for (; j < n3; j += 3)
+      tile_column<T, 3>(w, row_bytes, rb, re, x + j * cols, cols, y + j * y_stride, y_stride);
+    for (; j < n; j += 2)
+      tile_column<T, 2>(w, row_bytes, rb, re, x + j * cols, cols, y + j * y_stride, y_stride);
+  }
+}
 #endif  // KV_HAVE_X86
 
 }  // namespace
+
+BatchFn float_batch_kernel(DType type, SimdLevel level) {
+#ifdef KV_HAVE_X86
+  if (level >= SimdLevel::kAvx2) {
+    switch (type) {
+      case DType::F32:
+        return batch_avx2<DType::F32>;
+      case DType::F16:
+        return batch_avx2<DType::F16>;
+      case DType::BF16:
+        return batch_avx2<DType::BF16>;
+      default:
+        return nullptr;
+    }
+  }
+#endif
+  (void)type;
+  (void)level;
+  return nullptr;
+}
 
 DotFn float_dot_kernel(DType type, SimdLevel level) {
 #ifdef KV_HAVE_X86

@@ -67,6 +67,17 @@ void dispatch_tile(const uint8_t* w, int64_t w_stride, int nw, const void* xv, i
     tile_nx<K, X, 1>(w + i * w_stride, w_stride, x, x_stride, nx, cols, y + i, y_stride);
 }
 
+// A batch kernel (F32/F16/BF16 weights, n >= kMaxNX activation rows): the
+// output rows [r0, r1) for every activation row, with its own register
+// tiles and cache blocking. w: the whole weight (row_bytes a row); x: [n,
+// cols]; y[j * y_stride + r]. Each output gets exactly the bits the decode
+// tile (DotFn, n < kMaxNX) gives it: the same f32 operations in the same
+// order, whatever n, the range or the tile it falls in.
+using BatchFn = void (*)(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1,
+                         const float* x, int64_t n, int64_t cols, float* y, int64_t y_stride);
+// nullptr where the type has none at the level (then the DotFn tiles run).
+BatchFn float_batch_kernel(DType type, SimdLevel level);
+
 // Caps the weight rows per tile (1..kMaxNW) so bench/kernels can time the
 // 1×4 and 2×4 tiles in one run. Call only while no matmul runs.
 void set_max_tile_rows_for_bench(int nw);

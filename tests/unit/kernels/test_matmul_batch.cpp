@@ -1,0 +1,152 @@
+// The batch kernel of plain weights (F32, F16, BF16; n >= 4 activation rows,
+// matmul_float.cpp batch_avx2) against the decode kernel, bit for bit: a
+// row must get the same bits alone (speculative decoding, prefix caching
+// and recompute rely on it) as in a batch of any size, whatever the thread
+// split. Shapes: columns that are not multiples of 16 or 8 (the 8-column
+// step and the scalar tail), weight rows that are not a multiple of the
+// 2-row tile nor of the cache block, batch sizes that are not multiples of
+// the 3-row tile. And against the double reference within the f32
+// tolerance of test_matmul.cpp (|y - ref| <= 1e-5 * sum|w x| + 1e-6).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/simd.h"
+#include "reference.h"
+
+namespace kvasir::cpu {
+namespace {
+
+const DType kPlain[] = {DType::F32, DType::F16, DType::BF16};
+
+struct SimdGuard {
+  ~SimdGuard() { simd_reset_for_testing(); }
+};
+
+std::vector<float> random_x(int64_t n, int64_t cols, std::mt19937& rng) {
+  std::vector<float> x(size_t(n * cols));  // [n, cols]
+  std::normal_distribution<float> d(0.f, 1.f);
+  for (auto& v : x) v = d(rng);
+  return x;
+}
+
+// y [n, rows] from one decode call per activation row (the n = 1 kernel).
+std::vector<float> one_row_at_a_time(const TensorView& w, const std::vector<float>& x, int64_t n) {
+  const int64_t rows = w.rows(), cols = w.cols();
+  std::vector<float> y(size_t(n * rows), NAN);
+  for (int64_t j = 0; j < n; ++j) matmul(w, x.data() + j * cols, 1, y.data() + j * rows, nullptr);
+  return y;
+}
+
+// The first differing element of two outputs [n, rows], or -1.
+int64_t first_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return int64_t(i);
+  return -1;
+}
+
+TEST(MatmulBatch, PlainWeightsHaveABatchKernelFromAvx2) {
+  for (DType t : kPlain) {
+    EXPECT_EQ(detail::float_batch_kernel(t, SimdLevel::kScalar), nullptr);
+    EXPECT_NE(detail::float_batch_kernel(t, SimdLevel::kAvx2), nullptr) << dtype_name(t);
+  }
+  EXPECT_EQ(detail::float_batch_kernel(DType::Q4_1, SimdLevel::kAvx2), nullptr);
+}
+
+// matmul with n rows (the batch kernel, on 1, 2 and 3 threads) equals n
+// decode calls bit for bit, and the reference within tolerance.
+TEST(MatmulBatch, EqualsDecodeKernelBitForBit) {
+  SimdGuard guard;
+  std::mt19937 rng(2024);
+  std::unique_ptr<ThreadPool> pools[] = {nullptr, std::make_unique<ThreadPool>(2),
+                                         std::make_unique<ThreadPool>(3)};
+  for (int l = int(SimdLevel::kAvx2); l < kSimdLevels; ++l) {
+    const auto level = SimdLevel(l);
+    if (!simd_level_available(level)) continue;
+    set_simd_level_for_testing(level);
+    for (DType t : kPlain) {
+      for (int64_t cols : {1, 7, 8, 15, 17, 24, 33, 100, 583}) {
+        // 131 rows of 583 columns span more than one 128 KiB cache block.
+        for (int64_t rows : {1, 2, 5, 37, 131}) {
+          const auto w = ref::random_weight(t, rows, cols, rng);
+          for (int64_t n : {4, 5, 6, 7, 16, 33}) {
+            const auto x = random_x(n, cols, rng);
+            const auto alone = one_row_at_a_time(w.view, x, n);
+            const auto want = ref::matmul(w.view, x.data(), n);
+            for (auto& pool : pools) {
+              std::vector<float> y(size_t(n * rows), NAN);
+              matmul(w.view, x.data(), n, y.data(), pool.get());
+              const int64_t i = first_difference(y, alone);
+              ASSERT_EQ(i, -1) << dtype_name(t) << " " << simd_level_name(level) << " rows=" << rows
+                               << " cols=" << cols << " n=" << n
+                               << " threads=" << (pool ? pool->size() : 0) << ": batch "
+                               << y[size_t(i)] << " alone " << alone[size_t(i)];
+              for (size_t k = 0; k < y.size(); ++k)
+                ASSERT_NEAR(y[k], want.y[k], 1e-5 * want.abs_sum[k] + 1e-6)
+                    << dtype_name(t) << " rows=" << rows << " cols=" << cols << " n=" << n;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The batch kernel called directly on a sub-range of the weight rows (as a
+// thread of the pool gets it, starting at an odd row) writes those rows,
+// bit for bit as the decode kernel, and nothing else.
+TEST(MatmulBatch, SubRangeMatchesAndStaysInside) {
+  if (!simd_level_available(SimdLevel::kAvx2)) GTEST_SKIP() << "no avx2";
+  SimdGuard guard;
+  set_simd_level_for_testing(SimdLevel::kAvx2);
+  std::mt19937 rng(77);
+  const int64_t rows = 301, cols = 1001, n = 10, r0 = 3, r1 = 290;
+  for (DType t : kPlain) {
+    const auto w = ref::random_weight(t, rows, cols, rng);
+    const auto x = random_x(n, cols, rng);
+    const auto alone = one_row_at_a_time(w.view, x, n);
+    const auto batch = detail::float_batch_kernel(t, SimdLevel::kAvx2);
+    ASSERT_NE(batch, nullptr);
+    std::vector<float> y(size_t(n * rows), -7.f);
+    batch(static_cast<const uint8_t*>(w.view.data), int64_t(*dtype_row_bytes(t, cols)), r0, r1,
+          x.data(), n, cols, y.data(), rows);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t r = 0; r < rows; ++r) {
+        const size_t k = size_t(j * rows + r);
+        if (r < r0 || r >= r1)
+          ASSERT_EQ(y[k], -7.f) << "row " << r << " outside [" << r0 << ", " << r1 << ")";
+        else
+          ASSERT_EQ(0, std::memcmp(&y[k], &alone[k], sizeof(float)))
+              << dtype_name(t) << " j=" << j << " r=" << r << ": " << y[k] << " vs " << alone[k];
+      }
+  }
+}
+
+// Decode calls of 2 and 3 rows (the 2- and 3-row decode tiles) give the
+// bits of the 1-row call too: a row's bits do not depend on the batch at all.
+TEST(MatmulBatch, DecodeTilesAgreeWithOneRow) {
+  SimdGuard guard;
+  std::mt19937 rng(5);
+  for (int l = int(SimdLevel::kAvx2); l < kSimdLevels; ++l) {
+    if (!simd_level_available(SimdLevel(l))) continue;
+    set_simd_level_for_testing(SimdLevel(l));
+    for (DType t : kPlain)
+      for (int64_t n : {2, 3}) {
+        const auto w = ref::random_weight(t, 19, 203, rng);
+        const auto x = random_x(n, 203, rng);
+        std::vector<float> y(size_t(n * 19));
+        matmul(w.view, x.data(), n, y.data(), nullptr);
+        EXPECT_EQ(first_difference(y, one_row_at_a_time(w.view, x, n)), -1)
+            << dtype_name(t) << " n=" << n;
+      }
+  }
+}
+
+}  // namespace
+}  // namespace kvasir::cpu
