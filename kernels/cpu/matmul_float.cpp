@@ -120,6 +120,16 @@ struct Avx2 {
 // output keeps its a0 and a1, the decode order), 2 weight registers and one
 // activation register: 15 of the 16. Per 8 columns it loads 2 weight and 3
 // activation vectors for 6 FMAs (the decode tile: 1 + 4 for 4).
+// An activation vector loaded once into a register for both weight rows:
+// left to itself GCC folds the load into each FMA (16 loads per 12 FMAs
+// instead of 10, two loads a cycle: the loads, not the FMAs, bound the
+// tile). The empty asm only pins the value in a register.
+KV_AVX2 inline __m256 load_x8(const float* p) {
+  __m256 v = _mm256_loadu_ps(p);
+  asm("" : "+x"(v));
+  return v;
+}
+
 // Fully unrolled, or -O2 keeps the accumulator arrays in memory.
 #define KV_UNROLL _Pragma("GCC unroll 8")
 template <DType T, int NW, int NX>
@@ -131,12 +141,12 @@ KV_AVX2 void tile_avx2(const uint8_t* w, int64_t w_stride, const float* x, int64
     __m256 wv[NW];
     KV_UNROLL for (int i = 0; i < NW; ++i) wv[i] = load8<T>(w + i * w_stride, c);
     KV_UNROLL for (int j = 0; j < NX; ++j) {
-      const __m256 xv = _mm256_loadu_ps(x + j * x_stride + c);
+      const __m256 xv = load_x8(x + j * x_stride + c);
       KV_UNROLL for (int i = 0; i < NW; ++i) a0[i][j] = _mm256_fmadd_ps(wv[i], xv, a0[i][j]);
     }
     KV_UNROLL for (int i = 0; i < NW; ++i) wv[i] = load8<T>(w + i * w_stride, c + 8);
     KV_UNROLL for (int j = 0; j < NX; ++j) {
-      const __m256 xv = _mm256_loadu_ps(x + j * x_stride + c + 8);
+      const __m256 xv = load_x8(x + j * x_stride + c + 8);
       KV_UNROLL for (int i = 0; i < NW; ++i) a1[i][j] = _mm256_fmadd_ps(wv[i], xv, a1[i][j]);
     }
   }
@@ -144,7 +154,7 @@ KV_AVX2 void tile_avx2(const uint8_t* w, int64_t w_stride, const float* x, int64
     __m256 wv[NW];
     KV_UNROLL for (int i = 0; i < NW; ++i) wv[i] = load8<T>(w + i * w_stride, c);
     KV_UNROLL for (int j = 0; j < NX; ++j) {
-      const __m256 xv = _mm256_loadu_ps(x + j * x_stride + c);
+      const __m256 xv = load_x8(x + j * x_stride + c);
       KV_UNROLL for (int i = 0; i < NW; ++i) a0[i][j] = _mm256_fmadd_ps(wv[i], xv, a0[i][j]);
     }
   }
