@@ -119,7 +119,7 @@ void BatchFormer::add(std::vector<SchedRow>& rows, Sequence* s, int32_t n) {
 }
 
 void BatchFormer::add_drafts(SchedRow& row, int32_t n) {
-  budget_ -= n;
+  budget_ = std::max(0, budget_ - n);
   shape_.add_drafts(row.pos0 + row.n_tokens, n);
   row.n_tokens += n;
 }

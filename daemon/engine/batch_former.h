@@ -7,6 +7,7 @@
 // It decides sizes only: blocks are the capacity scheduler's business.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -46,11 +47,15 @@ class BatchFormer {
   // Appends s's next n positions (its padding first, if any) to `rows` and
   // marks them scheduled.
   void add(std::vector<SchedRow>& rows, Sequence* s, int32_t n);
-  // Speculative decoding: `row`, a decode row just added, carries n draft
-  // tokens after its own (rows.back().draft, set by the caller): they
-  // count against the token budget and the shape like any token.
+  // Speculative decoding: `row`, a decode row already added, carries n
+  // draft tokens after its own (row.draft, set by the caller): they count
+  // against the token budget (down to 0) and the shape like any token.
   void add_drafts(SchedRow& row, int32_t n);
   int32_t budget_left() const { return budget_; }
+  // Positions the plan's max_tokens leaves this batch: what adaptive drafts
+  // may take (the balancing share above counts only what decodes and
+  // prefills send; a draft taken past it leaves prefill nothing).
+  int64_t draft_room() const { return std::max<int64_t>(0, lim_.max_tokens - shape_.tokens); }
   // The step budget's limit on the batch's predicted step (0: none).
   double step_limit() const { return time_.step_s; }
   bool full(const std::vector<SchedRow>& rows) const {

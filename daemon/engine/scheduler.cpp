@@ -185,10 +185,15 @@ void Scheduler::begin_batch(RingLoad load) {
     if (!s->schedulable()) continue;
     const int64_t rem = s->remaining() - cap_.reusable(s);
     work += rem + s->padding();
-    // A decode may carry drafts: the token budget's share must leave them
-    // room (they count against it like any token, add_drafts).
-    if (drafter_ && rem == 1 && s->decoding() && !s->req.grammar && s->req.speculative &&
-        !(lim_.spec.adaptive && s->draft.resting()))
+    // A decode may carry drafts. At a fixed length they count in the token
+    // budget's share like any token. The adaptive length reserves none: a
+    // reservation its rows mostly leave unused (a compute-bound batch drafts
+    // little) would make the share larger than the decodes, and the first
+    // micro-batch would take them all and leave the next slot empty (16
+    // concurrent ran at 0.93x without speculation so); its drafts go on top
+    // of the share, within max_tokens and the step budget (add_drafts).
+    if (drafter_ && !lim_.spec.adaptive && rem == 1 && s->decoding() && !s->req.grammar &&
+        s->req.speculative)
       work += lim_.spec.max_draft;
     if (lim_.policy != Policy::kChunked && rem <= lim_.max_tokens) floor = std::max(floor, rem);
   }
@@ -243,16 +248,16 @@ void Scheduler::add_drafts(SchedRow& row, Sequence* s, double& emitted) {
       row.pos0 < s->n_prompt || int64_t(row.pos0) + 1 != int64_t(s->tokens.size()))
     return;
   if (lim_.spec.adaptive && s->draft.resting()) {
-    // Before the budget: a resting sequence reserved none (begin_batch),
-    // and its rest counts down all the same.
+    // Before the budget: its rest counts down whatever room the batch has.
     s->draft.rest_step();
     spec_.zero_by_acceptance++;
     return;
   }
   const int64_t own_end = int64_t(row.pos0) + 1;
   const int64_t room = (int64_t(s->table.size()) + blocks_.free()) * blocks_.block_size() - own_end;
-  const int64_t k_max = std::min<int64_t>({lim_.spec.max_draft, form_.budget_left(),
-                                           int64_t(s->req.max_tokens) - s->n_generated - 1, room});
+  const int64_t budget = lim_.spec.adaptive ? form_.draft_room() : form_.budget_left();
+  const int64_t k_max = std::min<int64_t>(
+      {lim_.spec.max_draft, budget, int64_t(s->req.max_tokens) - s->n_generated - 1, room});
   if (k_max <= 0) return;
   const int32_t k = lim_.spec.adaptive ? draft_length(row, s, k_max, emitted) : int32_t(k_max);
   if (k <= 0) return;

@@ -10,6 +10,7 @@
 // fails the check.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <string>
@@ -94,7 +95,8 @@ struct SpecSim {
   RowResult run_row(const ScheduledRow& r) {
     const std::vector<int32_t>& mine = toks[r.id];
     const int64_t end = r.pos0 + r.n_tokens, own_end = end - r.n_draft;
-    if (r.sample) EXPECT_EQ(own_end, int64_t(mine.size())) << "a sampled row ends at the last token";
+    if (r.sample)
+      EXPECT_EQ(own_end, int64_t(mine.size())) << "a sampled row ends at the last token";
     if (r.n_draft > 0) EXPECT_TRUE(r.sample);
     EXPECT_GE(int64_t(r.table.size()) * bs, end);
     for (int64_t p = r.pos0; p < end; ++p) at(r, p) = cell(r.id, r.tokens[size_t(p - r.pos0)]);
@@ -143,10 +145,10 @@ TEST(SchedulerSpec, DraftsArePartlyAcceptedAndPositionsFollowTheAcceptedCount) {
   SpecSim sim(spec_limits(DraftMethod::kNgram), 64);
   sim.add(1, kPrompt, kScript, 12);
   const std::vector<std::string> want = {
-      "A [0,11)",                    // the prompt; samples 4
+      "A [0,11)",                        // the prompt; samples 4
       "A [11,15) 3 drafts: 2 accepted",  // 4 -> drafts 5 6 7: 5 6 accepted, 9 the model's
-      "A [14,15)",                   // ... 6 9: no earlier "6 9", no draft
-      "A [15,16)",                   // ... 9 1: none either
+      "A [14,15)",                       // ... 6 9: no earlier "6 9", no draft
+      "A [15,16)",                       // ... 9 1: none either
       "A [16,20) 3 drafts: 3 accepted",  // ... 1 2: drafts 3 4 5, all taken, then 6
       // ... 4 5 6: max_tokens leaves room for one draft: 9 (after the
       // most recent "4 5 6"), rejected: the model says 7
@@ -230,7 +232,7 @@ TEST(SchedulerSpec, PreemptionUnderATinyPoolKeepsTheScriptedOutput) {
 TEST(SchedulerSpec, RequeueAllDropsTheDraftsInFlight) {
   SpecSim sim(spec_limits(DraftMethod::kNgram), 64);
   sim.add(1, kPrompt, kScript, 12);
-  sim.step();  // the prompt
+  sim.step();                                 // the prompt
   SchedulerOutput lost = sim.sch.schedule();  // the drafting row, lost with a stage
   ASSERT_EQ(lost.rows.size(), 1u);
   EXPECT_EQ(lost.rows[0].n_draft, 3);
@@ -238,7 +240,6 @@ TEST(SchedulerSpec, RequeueAllDropsTheDraftsInFlight) {
   sim.run();
   EXPECT_EQ(sim.out[1], std::vector<int32_t>(kScript.begin(), kScript.begin() + 12));
 }
-
 
 // ---- the adaptive draft length (draft_length.h) --------------------------------
 
@@ -263,11 +264,19 @@ TEST(SchedulerSpecAdaptive, ADrafterThatAlwaysMissesRestsThenProbes) {
       "A [0,8)",
       "A [8,12) 3 drafts: 0 accepted",
       "A [9,11) 1 drafts: 0 accepted",
-      "A [10,11)", "A [11,12)", "A [12,13)", "A [13,14)",  // resting
-      "A [14,16) 1 drafts: 0 accepted",                      // the probe
-      "A [15,16)", "A [16,17)", "A [17,18)", "A [18,19)",  // resting
-      "A [19,21) 1 drafts: 0 accepted",                      // the probe
-      "A [20,21)", "A [21,22)", "A [22,23)",
+      "A [10,11)",
+      "A [11,12)",
+      "A [12,13)",
+      "A [13,14)",                       // resting
+      "A [14,16) 1 drafts: 0 accepted",  // the probe
+      "A [15,16)",
+      "A [16,17)",
+      "A [17,18)",
+      "A [18,19)",                       // resting
+      "A [19,21) 1 drafts: 0 accepted",  // the probe
+      "A [20,21)",
+      "A [21,22)",
+      "A [22,23)",
   };
   EXPECT_EQ(sim.run(), want);
   EXPECT_EQ(sim.out[1], std::vector<int32_t>(kMissScript.begin(), kMissScript.begin() + 16));
@@ -279,11 +288,12 @@ TEST(SchedulerSpecAdaptive, ADrafterThatAlwaysMissesRestsThenProbes) {
   EXPECT_EQ(st.spec.zero_by_cost, 0);
 }
 
-TEST(SchedulerSpecAdaptive, ARestCountsDownWhereTheBudgetLeavesNoRoom) {
-  // A ring of two slots, one free: the token budget is half the work, and
-  // a resting sequence reserves no room for drafts in it, so while it rests
-  // its rows could not draft anyway. Its rest counts down all the same,
-  // and it probes again.
+TEST(SchedulerSpecAdaptive, DraftsGoOnTopOfTheShareAndARestCountsDown) {
+  // A ring of two slots, one free: the token budget is half the work. The
+  // adaptive length reserves nothing in that share (a reservation its rows
+  // leave unused would unbalance the micro-batches): its drafts go on top
+  // of it, within max_tokens — 3 at once here. A resting sequence's rest
+  // counts down, and it probes again.
   SchedLimits l = spec_limits(DraftMethod::kNgram, 3, true);
   l.inflight = 2;
   l.spec.probe_interval = 3;
@@ -291,13 +301,20 @@ TEST(SchedulerSpecAdaptive, ARestCountsDownWhereTheBudgetLeavesNoRoom) {
   sim.load = RingLoad{1, 0};
   sim.add(1, kMissPrompt, kMissScript, 12);
   const std::vector<std::string> want = {
-      "A [0,4)", "A [4,6)", "A [6,7)", "A [7,8)",  // the prompt, half the work each time
-      "A [8,10) 1 drafts: 0 accepted",  // 1 + 3 tokens of work: a budget of 2
+      "A [0,4)",
+      "A [4,6)",
+      "A [6,7)",
+      "A [7,8)",                        // the prompt, half the work each time
+      "A [8,12) 3 drafts: 0 accepted",  // a budget of 1, and 3 drafts past it
       "A [9,11) 1 drafts: 0 accepted",
-      "A [10,11)", "A [11,12)", "A [12,13)",  // resting, a budget of 1
-      "A [13,15) 1 drafts: 0 accepted",       // the probe
-      "A [14,15)", "A [15,16)", "A [16,17)",  // resting
-      "A [17,19) 1 drafts: 0 accepted",       // the probe
+      "A [10,11)",
+      "A [11,12)",
+      "A [12,13)",                       // resting, a budget of 1
+      "A [13,15) 1 drafts: 0 accepted",  // the probe
+      "A [14,15)",
+      "A [15,16)",
+      "A [16,17)",                       // resting
+      "A [17,19) 1 drafts: 0 accepted",  // the probe
       "A [18,19)",
   };
   EXPECT_EQ(sim.run(), want);
@@ -310,6 +327,35 @@ std::vector<int32_t> periodic(int32_t base, size_t n) {
   std::vector<int32_t> v;
   for (size_t i = 0; i < n; ++i) v.push_back(base + int32_t(i % 4));
   return v;
+}
+
+TEST(SchedulerSpecAdaptive, DraftsLeaveTheMicroBatchesBalanced) {
+  // Two free slots: each micro-batch takes half the work ready, here 8
+  // sequences of one position each (1-token prompts, then decodes): 4 rows
+  // a batch. Drafts are not in that work (the adaptive length reserves
+  // none), so the split holds however many they carry; with max_draft
+  // reserved per decode the share would grow with the decoders, and a
+  // batch would take them all (and the next slot would idle in a ring).
+  SchedLimits l = spec_limits(DraftMethod::kNgram, 3, true);
+  l.inflight = 2;
+  l.max_rows = 32;
+  l.max_tokens = 512;
+  l.chunk_size = 512;
+  SpecSim sim(l, 256);
+  sim.load = RingLoad{2, 0};
+  for (RequestId id = 1; id <= 8; ++id) {
+    const std::vector<int32_t> all = periodic(int32_t(id) * 10, 40);
+    sim.add(id, std::vector<int32_t>(all.begin(), all.begin() + 1),
+            std::vector<int32_t>(all.begin() + 1, all.end()), 16);
+  }
+  const std::vector<std::string> t = sim.run();
+  bool drafted = false;
+  for (const std::string& b : t) {
+    EXPECT_LE(std::count(b.begin(), b.end(), '+') + 1, 4) << b;
+    drafted = drafted || b.find("drafts") != std::string::npos;
+  }
+  EXPECT_TRUE(drafted);
+  EXPECT_GT(sim.sch.stats().spec.accepted, 0);
 }
 
 TEST(SchedulerSpecAdaptive, ADrafterThatAlwaysHitsKeepsMaxDraft) {
@@ -332,7 +378,8 @@ TEST(SchedulerSpecAdaptive, ADrafterThatAlwaysHitsKeepsMaxDraft) {
 // a step, 2 ms a position, 1.5 ms an output head (a sampled row, or a draft).
 double cpu_stage(const SchedulerOutput& b) {
   double t = 0.0075;
-  for (const ScheduledRow& r : b.rows) t += 0.002 * r.n_tokens + (r.sample ? 0.0015 : 0) + 0.0015 * r.n_draft;
+  for (const ScheduledRow& r : b.rows)
+    t += 0.002 * r.n_tokens + (r.sample ? 0.0015 : 0) + 0.0015 * r.n_draft;
   return t;
 }
 
