@@ -329,6 +329,23 @@ std::vector<int32_t> periodic(int32_t base, size_t n) {
   return v;
 }
 
+// A request whose text has a period of 4 from `base` (40 tokens): the
+// first `prompt` of them its prompt, the rest its output script.
+void add_periodic(SpecSim& sim, RequestId id, int32_t base, size_t prompt, int32_t max_tokens) {
+  const std::vector<int32_t> all = periodic(base, 40);
+  sim.add(id, std::vector<int32_t>(all.begin(), all.begin() + std::ptrdiff_t(prompt)),
+          std::vector<int32_t>(all.begin() + std::ptrdiff_t(prompt), all.end()), max_tokens);
+}
+
+// The adaptive length under a plan with room: 32 rows, 512 tokens a batch.
+SchedLimits roomy_adaptive_limits() {
+  SchedLimits l = spec_limits(DraftMethod::kNgram, 3, true);
+  l.max_rows = 32;
+  l.max_tokens = 512;
+  l.chunk_size = 512;
+  return l;
+}
+
 TEST(SchedulerSpecAdaptive, DraftsLeaveTheMicroBatchesBalanced) {
   // Two free slots: each micro-batch takes half the work ready, here 8
   // sequences of one position each (1-token prompts, then decodes): 4 rows
@@ -336,18 +353,11 @@ TEST(SchedulerSpecAdaptive, DraftsLeaveTheMicroBatchesBalanced) {
   // none), so the split holds however many they carry; with max_draft
   // reserved per decode the share would grow with the decoders, and a
   // batch would take them all (and the next slot would idle in a ring).
-  SchedLimits l = spec_limits(DraftMethod::kNgram, 3, true);
+  SchedLimits l = roomy_adaptive_limits();
   l.inflight = 2;
-  l.max_rows = 32;
-  l.max_tokens = 512;
-  l.chunk_size = 512;
   SpecSim sim(l, 256);
   sim.load = RingLoad{2, 0};
-  for (RequestId id = 1; id <= 8; ++id) {
-    const std::vector<int32_t> all = periodic(int32_t(id) * 10, 40);
-    sim.add(id, std::vector<int32_t>(all.begin(), all.begin() + 1),
-            std::vector<int32_t>(all.begin() + 1, all.end()), 16);
-  }
+  for (RequestId id = 1; id <= 8; ++id) add_periodic(sim, id, int32_t(id) * 10, 1, 16);
   const std::vector<std::string> t = sim.run();
   bool drafted = false;
   for (const std::string& b : t) {
@@ -361,8 +371,7 @@ TEST(SchedulerSpecAdaptive, DraftsLeaveTheMicroBatchesBalanced) {
 TEST(SchedulerSpecAdaptive, ADrafterThatAlwaysHitsKeepsMaxDraft) {
   SpecSim sim(spec_limits(DraftMethod::kNgram, 3, true), 64);
   const std::vector<int32_t> all = periodic(1, 40);
-  sim.add(1, std::vector<int32_t>(all.begin(), all.begin() + 10),
-          std::vector<int32_t>(all.begin() + 10, all.end()), 13);
+  add_periodic(sim, 1, 1, 10, 13);
   const std::vector<std::string> want = {
       "A [0,10)",
       "A [10,14) 3 drafts: 3 accepted",
@@ -388,11 +397,7 @@ TEST(SchedulerSpecAdaptive, ALargeDecodeBatchDraftsNothing) {
   // (63.5 ms a step) a draft costs 3.5 ms for at most 1/16 of a step's
   // tokens: it pays only if a > 0.88, and the seed says 0.8. A, left
   // alone (11 ms a step), drafts max_draft at once.
-  SchedLimits l = spec_limits(DraftMethod::kNgram, 3, true);
-  l.max_rows = 32;
-  l.max_tokens = 512;
-  l.chunk_size = 512;
-  SpecSim sim(l, 256);
+  SpecSim sim(roomy_adaptive_limits(), 256);
   sim.busy = cpu_stage;
   // The daemon's warm-up (warmup.h), speculation off: prefills of 16 and 64
   // tokens, decodes alone, so the cost model tells a step's fixed part from
@@ -401,9 +406,7 @@ TEST(SchedulerSpecAdaptive, ALargeDecodeBatchDraftsNothing) {
   sim.add(31, periodic(400, 64), periodic(400, 8), 1, false);
   sim.run();
   for (RequestId id = 1; id <= 16; ++id) {
-    const std::vector<int32_t> all = periodic(int32_t(id) * 10, 40);
-    sim.add(id, std::vector<int32_t>(all.begin(), all.begin() + 10),
-            std::vector<int32_t>(all.begin() + 10, all.end()), id == 1 ? 13 : 6);
+    add_periodic(sim, id, int32_t(id) * 10, 10, id == 1 ? 13 : 6);
   }
   const std::vector<std::string> t = sim.run();
   ASSERT_EQ(t.size(), 1u + 5u + 2u);  // the prompts, 5 steps of 16 decodes, A alone
