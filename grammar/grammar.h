@@ -332,6 +332,18 @@ class Matcher {
   bool rollback(size_t n);
   void reset();  // back to the beginning of the output
 
+  // Grammar-forced continuation (speculative decoding's drafts under a
+  // grammar): the longest string the grammar admits as the only way on
+  // from here (XGrammar's jump-forward string), cut into at most `max`
+  // vocabulary tokens by greedy longest match. The model's own
+  // tokenization of that string may differ (a draft it then rejects); the
+  // string itself is certain. Empty once the output is complete or ended.
+  // Leaves the state unchanged.
+  std::vector<int32_t> forced_tokens(size_t max) const;
+  // That string itself (empty at the end), for a caller that tokenizes it
+  // as the model's tokenizer would.
+  std::string forced_string();
+
   bool is_terminated() const;  // a stop token was accepted: the output is complete
   bool can_terminate() const;  // the output so far is complete: a stop token is allowed
   size_t num_accepted() const;

@@ -143,6 +143,34 @@ void Matcher::reset() {
   impl_->lasts.clear();
 }
 
+std::vector<int32_t> Matcher::forced_tokens(size_t max) const {
+  if (max == 0 || is_terminated()) return {};
+  std::vector<int32_t> ids;
+  try {
+    ids = impl_->matcher.FindJumpForwardTokens();
+  } catch (const std::exception& e) {
+    fail("cannot find the forced tokens", e);
+  }
+  // Only ids the sampler could emit: inside the vocabulary, not special
+  // (a draft the target cannot produce would only be rejected).
+  const Vocabulary& v = *impl_->grammar->vocabulary();
+  size_t n = 0;
+  while (n < ids.size() && n < max && ids[n] >= 0 && ids[n] < v.size() &&
+         !v.token_bytes(ids[n]).empty())
+    ++n;
+  ids.resize(n);
+  return ids;
+}
+
+std::string Matcher::forced_string() {
+  if (is_terminated()) return {};
+  try {
+    return impl_->matcher.FindJumpForwardString();
+  } catch (const std::exception& e) {
+    fail("cannot find the forced string", e);
+  }
+}
+
 bool Matcher::is_terminated() const {
   return impl_->matcher.IsTerminated();
 }

@@ -33,7 +33,7 @@ uint64_t result_bytes(const SlotDims& d) {
   return align64(sizeof(ResultHeader)) + align64(4 * r) + align64(4 * r) + align64(4 * r) +
          align64(sizeof(TopLogprob) * kMaxLogprobs * r) +
          align64(sizeof(PromptRecord) * uint64_t(d.max_tokens)) +
-         align64(sizeof(DraftRecord) * uint64_t(d.max_tokens));
+         align64(sizeof(DraftRecord) * uint64_t(d.max_tokens)) + align64(sizeof(ForcedRecord) * r);
 }
 
 DescView desc_view(void* base, const SlotDims& d) {
@@ -72,6 +72,8 @@ ResultView result_view(void* base, const SlotDims& d) {
   v.prompt = reinterpret_cast<PromptRecord*>(p);
   p += align64(sizeof(PromptRecord) * uint64_t(d.max_tokens));
   v.draft = reinterpret_cast<DraftRecord*>(p);
+  p += align64(sizeof(DraftRecord) * uint64_t(d.max_tokens));
+  v.forced = reinterpret_cast<ForcedRecord*>(p);
   return v;
 }
 

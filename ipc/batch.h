@@ -28,8 +28,9 @@ constexpr uint16_t kMsgBatch = 1;
 // 10: DescRow asks for prompt logprobs (prompt_logprobs, next_token), the
 // result slot carries them (PromptRecord). 11: DescRow says how many of its
 // last tokens are drafts (speculative decoding), the result slot carries the
-// tokens their verification emitted (DraftRecord).
-constexpr uint16_t kMsgVersion = 11;
+// tokens their verification emitted (DraftRecord). 12: the result slot
+// carries each constrained row's grammar-forced tokens (ForcedRecord).
+constexpr uint16_t kMsgVersion = 12;
 // Stages whose time a result slot carries (the segment's kMaxStages).
 constexpr int kMaxStageTimes = 16;
 
@@ -139,6 +140,18 @@ struct DraftRecord {
   TopLogprob top[kMaxLogprobs] = {};
 };
 
+// The grammar-forced tokens after a constrained row's last emitted token
+// (TailGrammar::forced: the string its grammar admits as the only way on,
+// in vocabulary tokens): the scheduler's drafts for the sequence's next
+// row. Written by the tail for sampled constrained rows when the instance
+// drafts (SegmentParams::forced_drafts > 0); n = 0 elsewhere. Untrusted:
+// n is clamped to [0, kMaxForced] and ids checked by the reader.
+constexpr int kMaxForced = 16;
+struct ForcedRecord {
+  int32_t n = 0;
+  int32_t token[kMaxForced] = {};
+};
+
 struct ResultHeader {
   uint64_t batch_id = 0;
   int32_t n_rows = 0;
@@ -180,7 +193,7 @@ constexpr int32_t kTokenGrammarRefused = -2;
 
 // A result slot. Layout: ResultHeader | int32 token[max_rows] |
 // float logprob[max_rows] | int32 n_top[max_rows] | TopLogprob[max_rows][kMaxLogprobs] |
-// PromptRecord[max_tokens] | DraftRecord[max_tokens]
+// PromptRecord[max_tokens] | DraftRecord[max_tokens] | ForcedRecord[max_rows]
 struct ResultView {
   ResultHeader* hdr = nullptr;
   int32_t* token = nullptr;
@@ -194,6 +207,8 @@ struct ResultView {
   // Speculative decoding, by the batch's token index: written by the tail
   // at the draft tokens' indices of the rows with n_draft > 0 only.
   DraftRecord* draft = nullptr;
+  // Grammar-forced tokens, by row (ForcedRecord).
+  ForcedRecord* forced = nullptr;
 };
 
 uint64_t desc_bytes(const SlotDims& d);

@@ -285,6 +285,8 @@ std::string Segment::check_params(const SegmentParams& p) {
       p.grammar_compile_timeout_ms > 600000)
     return fmt::format("grammar compiler {} workers, {} kept, {} ms", p.grammar_workers,
                        p.grammar_cache, p.grammar_compile_timeout_ms);
+  if (p.forced_drafts < 0 || p.forced_drafts > kMaxForced)
+    return fmt::format("forced drafts {}", p.forced_drafts);
   if (p.spin_ns < 0 || p.spin_ns > 100'000'000) return fmt::format("spin {} ns", p.spin_ns);
   auto bad_plan = [](const StagePlan& s) {
     return s.first < 0 || s.first > s.last || s.threads < 1 || s.threads > 1024 ||

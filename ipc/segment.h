@@ -46,8 +46,9 @@ constexpr uint32_t kSegMagic = 0x5253564B;  // "KVSR" little-endian
 // member (request, answer) after the grammar table; 11: the tail's grammar
 // compiler settings in the plan (SegmentParams::grammar_workers, ...); 12:
 // the hand-off spin (SegmentParams::spin_ns) and each stage's CPUs
-// (StagePlan::cpus); 13: the header names the ring's message version.
-constexpr uint32_t kSegVersion = 13;
+// (StagePlan::cpus); 13: the header names the ring's message version; 14:
+// the tail's grammar-forced drafts (SegmentParams::forced_drafts).
+constexpr uint32_t kSegVersion = 14;
 constexpr int kMaxStages = 16;
 static_assert(kMaxStageTimes == kMaxStages, "a result slot times every stage");
 
@@ -100,6 +101,10 @@ struct SegmentParams {
   int32_t grammar_workers = 2;
   int32_t grammar_cache = 128;
   uint32_t grammar_compile_timeout_ms = 10000;
+  // Speculative decoding under a grammar ([speculative] grammar_forced):
+  // the most grammar-forced tokens the tail returns per constrained row
+  // (ipc::ForcedRecord), 0 = none (no drafting, or turned off).
+  int32_t forced_drafts = 0;
   // How the stages and the bridge wait for a hand-off ([plan] spin_us):
   // spin this long before sleeping (ipc/futex.h, WaitPolicy).
   int64_t spin_ns = 0;

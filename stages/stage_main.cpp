@@ -121,6 +121,7 @@ std::shared_ptr<TailGrammar> tail_grammar(ipc::Segment& seg, int stage, int32_t 
     o.compile_workers = p.grammar_workers;
     o.cache_capacity = size_t(p.grammar_cache);
     o.compile_timeout = std::chrono::milliseconds(p.grammar_compile_timeout_ms);
+    o.forced_drafts = p.forced_drafts;
     return TailGrammar::create(*model, vocab, seg.grammar_table(), o);
   } catch (const Error& e) {
     KV_LOG_ERROR("stage", "structured outputs off: {}", e.message());

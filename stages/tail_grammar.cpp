@@ -109,24 +109,36 @@ struct GrammarPart final : TailSequence::Part {
   std::vector<int32_t> accepted;  // what the matcher accepted
   size_t past_end = 0;            // of which the last past_end: stop tokens after its end
   std::vector<uint32_t> mask;
+  std::vector<int32_t> forced;  // the grammar-forced tokens after `want` (options.forced_drafts)
   std::shared_future<void> job;
 };
 
 class TailGrammarImpl final : public TailGrammar {
  public:
   TailGrammarImpl(std::shared_ptr<const grammar::Vocabulary> vocab, const ipc::GrammarTable& table,
-                  const TailGrammarOptions& o)
+                  const TailGrammarOptions& o, std::shared_ptr<const Tokenizer> tok = nullptr)
       : vocab_(std::move(vocab)),
         table_(table),
         opt_(o),
         compiler_(compiler_options(o, table)),
-        pool_(o.mask_workers) {}
+        pool_(o.mask_workers) {
+    // Forced strings are cut as the model's byte-level BPE would cut them
+    // (its likeliest tokens there); other tokenizers (SentencePiece adds a
+    // space prefix to a text it encodes alone) get XGrammar's greedy cut.
+    if (o.forced_drafts > 0 && tok && tok->data().model == TokenizerData::Model::kBpe) {
+      tok_ = std::move(tok);
+      for (int32_t id = 0; id < vocab_->size(); ++id)
+        if (!vocab_->token_bytes(id).empty()) sorted_.push_back(vocab_->token_bytes(id));
+      std::sort(sorted_.begin(), sorted_.end());
+    }
+  }
 
   size_t mask_words() const override { return vocab_->mask_words(); }
   void prepare(const ipc::Batch& b, int32_t n_rows, uint64_t batch_id,
                TailSequences& seqs) override;
   Status mask(int32_t r, const uint32_t** out) override;
   void accept(int32_t r) override;
+  std::span<const int32_t> forced(int32_t r) override;
   TailGrammarStats stats() const override {
     std::lock_guard lk(stats_mu_);
     TailGrammarStats s = stats_;
@@ -153,6 +165,8 @@ class TailGrammarImpl final : public TailGrammar {
   void run_job(GrammarPart& g, const std::shared_ptr<const grammar::CompiledGrammar>& grammar);
   void sync_matcher(GrammarPart& g, const std::shared_ptr<const grammar::CompiledGrammar>& grammar);
   void fill(GrammarPart& g);
+  std::vector<int32_t> forced_tokens(grammar::Matcher& m) const;
+  bool extended(const std::string& bytes) const;
   static void wait(GrammarPart& g) {
     if (g.job.valid()) g.job.wait();
   }
@@ -160,6 +174,8 @@ class TailGrammarImpl final : public TailGrammar {
   void evict_specs(uint64_t batch);
 
   std::shared_ptr<const grammar::Vocabulary> vocab_;
+  std::shared_ptr<const Tokenizer> tok_;  // forced strings' tokenizer (or null)
+  std::vector<std::string> sorted_;       // with tok_: every token's bytes, sorted
   ipc::GrammarTable table_;
   TailGrammarOptions opt_;
   grammar::GrammarCompiler compiler_;
@@ -263,6 +279,8 @@ void TailGrammarImpl::run_job(GrammarPart& g,
   try {
     sync_matcher(g, grammar);
     if (g.error.ok()) fill(g);
+    g.forced.clear();
+    if (g.error.ok() && opt_.forced_drafts > 0) g.forced = forced_tokens(*g.matcher);
   } catch (const std::exception& e) {
     fail(g, Status(ErrorCode::kInternal, std::string("grammar matcher: ") + e.what()));
   }
@@ -363,6 +381,45 @@ void TailGrammarImpl::accept(int32_t r) {
   start_job(rec, g);
 }
 
+// The forced string in the tokens the model would likeliest write it in:
+// its BPE encoding, less a last token some longer token extends (the text
+// after the string may merge with it: XGrammar drops it for the same
+// reason), then only ids the sampler can emit.
+std::vector<int32_t> TailGrammarImpl::forced_tokens(grammar::Matcher& m) const {
+  const auto max = size_t(opt_.forced_drafts);
+  if (!tok_) return m.forced_tokens(max);
+  const std::string s = m.forced_string();
+  if (s.empty()) return {};
+  std::vector<int32_t> ids = tok_->encode(s, false, false);
+  if (!ids.empty() &&
+      (ids.back() < 0 || ids.back() >= vocab_->size() || extended(vocab_->token_bytes(ids.back()))))
+    ids.pop_back();
+  size_t n = 0;
+  while (n < ids.size() && n < max && ids[n] >= 0 && ids[n] < vocab_->size() &&
+         !vocab_->token_bytes(ids[n]).empty())
+    ++n;
+  ids.resize(n);
+  return ids;
+}
+
+// Whether some token's bytes start with `bytes` and go on.
+bool TailGrammarImpl::extended(const std::string& bytes) const {
+  auto it = std::upper_bound(sorted_.begin(), sorted_.end(), bytes);
+  return it != sorted_.end() && it->size() > bytes.size() && it->starts_with(bytes);
+}
+
+std::span<const int32_t> TailGrammarImpl::forced(int32_t r) {
+  if (opt_.forced_drafts <= 0 || r < 0 || size_t(r) >= rows_.size() || !rows_[size_t(r)].rec)
+    return {};
+  TailSequence& rec = *rows_[size_t(r)].rec;
+  if (!rec.lost.ok() || !rec.grammar) return {};
+  auto& g = static_cast<GrammarPart&>(*rec.grammar);
+  if (g.deferred) return {};  // no job ran for this output: no forced tokens known
+  wait(g);
+  if (!g.error.ok() || g.mask_len != rec.output().size() || g.mask_edits != rec.edits) return {};
+  return g.forced;
+}
+
 // Logged once per sequence. Runs on the tail thread or on the sequence's job.
 void TailGrammarImpl::fail(GrammarPart& g, Status why) {
   if (!g.error.ok()) return;
@@ -396,8 +453,9 @@ std::unique_ptr<TailGrammar> TailGrammar::create(const ModelFile& model, int32_t
     KV_LOG_WARN("stage", "structured outputs off: the model has no GGUF tokenizer");
     return nullptr;
   }
-  std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(*model.gguf());
-  return create(grammar::Vocabulary::from_tokenizer(*tok, logits_width), table, options);
+  std::shared_ptr<const Tokenizer> tok = Tokenizer::from_gguf(*model.gguf());
+  return std::make_unique<TailGrammarImpl>(grammar::Vocabulary::from_tokenizer(*tok, logits_width),
+                                           table, options, tok);
 }
 
 }  // namespace kvasir

@@ -38,6 +38,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "ipc/batch.h"
 #include "ipc/grammar_table.h"
@@ -59,6 +60,9 @@ struct TailGrammarOptions {
   // sequence fails.
   std::chrono::milliseconds compile_timeout{10000};
   uint64_t evict_age = 4096;  // batches without a row before a spec is forgotten
+  // Speculative decoding: with each mask job, the grammar-forced tokens
+  // after the output (at most this many; 0 = none): forced().
+  int32_t forced_drafts = 0;
 };
 
 struct TailGrammarStats {
@@ -111,6 +115,15 @@ class TailGrammar {
   // Row r (constrained, sampled) drew the token TailSequences::append just
   // put in its record: the next mask starts filling.
   virtual void accept(int32_t r) = 0;
+
+  // After accept(r) for row r's last token: the grammar-forced tokens that
+  // follow its record's output now (grammar::Matcher::forced_tokens, at
+  // most options.forced_drafts; the scheduler drafts them for the
+  // sequence's next row). Waits for the row's mask job, which finds them,
+  // so it costs the tail that job's time. Empty where the row is
+  // unconstrained, its grammar failed, the output ended, or forced drafts
+  // are off. Valid until the next accept(r) or prepare().
+  virtual std::span<const int32_t> forced(int32_t r) = 0;
 
   virtual TailGrammarStats stats() const = 0;
 };

@@ -1,6 +1,8 @@
 // stages/tail_sampler.cpp — see tail_sampler.h.
 #include "stages/tail_sampler.h"
 
+#include <algorithm>
+
 #include "base/check.h"
 #include "base/log.h"
 
@@ -31,6 +33,7 @@ void TailSampler::sample(const ipc::Batch& b, uint64_t batch_id, int32_t n_rows,
     first += row.n_tokens;
     out.token[r] = ipc::kTokenFailed;
     out.n_top[r] = 0;
+    if (out.forced) out.forced[r].n = 0;
     if (!row.sample) continue;
     float* row_logits = logits.rows + k * logits.vocab;
     k += 1 + row.n_draft;
@@ -39,15 +42,12 @@ void TailSampler::sample(const ipc::Batch& b, uint64_t batch_id, int32_t n_rows,
     TailSequence* rec = nullptr;
     if (!record(b, r, rec)) continue;  // lost: token -1
     if (row.n_draft > 0) {
-      if (b.sampling[r].grammar_entry != 0) {
-        KV_LOG_ERROR("agent", "sequence {}: drafts under a grammar", row.seq_id);
-        continue;
-      }
       verify_row(b, r, row_first, row_logits, logits.vocab, rec, out);
+      write_forced(b, r, rec, out);
       continue;
     }
     std::span<const uint32_t> allowed;
-    if (!row_mask(b, r, allowed, out)) continue;  // its grammar failed: the token says why
+    if (!row_mask(b, r, allowed, out.token[r])) continue;  // its grammar failed: the token says why
     if (logits.device_token[r] >= 0) {       // sampled on the device: only its id came back
       out.token[r] = logits.device_token[r];
       out.logprob[r] = logits.device_logprob[r];
@@ -58,7 +58,20 @@ void TailSampler::sample(const ipc::Batch& b, uint64_t batch_id, int32_t n_rows,
     if (!rec || out.token[r] < 0) continue;
     seqs_.append(*rec, out.token[r]);
     if (b.sampling[r].grammar_entry != 0 && grammar_) grammar_->accept(r);
+    write_forced(b, r, rec, out);
   }
+}
+
+// A constrained row's grammar-forced tokens after what it emitted: the
+// scheduler's drafts for the sequence's next row (ipc::ForcedRecord).
+void TailSampler::write_forced(const ipc::Batch& b, int32_t r, const TailSequence* rec,
+                               const ipc::ResultView& out) {
+  if (!out.forced || !rec || !grammar_ || b.sampling[r].grammar_entry == 0 || out.token[r] < 0)
+    return;
+  const std::span<const int32_t> f = grammar_->forced(r);
+  ipc::ForcedRecord& fr = out.forced[r];
+  fr.n = int32_t(std::min<size_t>(f.size(), ipc::kMaxForced));
+  std::copy_n(f.begin(), fr.n, fr.token);
 }
 
 bool TailSampler::record(const ipc::Batch& b, int32_t r, TailSequence*& rec) {
@@ -74,7 +87,7 @@ bool TailSampler::record(const ipc::Batch& b, int32_t r, TailSequence*& rec) {
 }
 
 bool TailSampler::row_mask(const ipc::Batch& b, int32_t r, std::span<const uint32_t>& allowed,
-                           const ipc::ResultView& out) {
+                           int32_t& token) {
   if (b.sampling[r].grammar_entry == 0) return true;
   if (!grammar_) {
     KV_LOG_ERROR("agent", "sequence {}: structured output, but this tail has no grammar engine",
@@ -85,7 +98,7 @@ bool TailSampler::row_mask(const ipc::Batch& b, int32_t r, std::span<const uint3
   // Logged by the grammar when it failed. A spec refused (too complex to
   // compile in time, a token it refuses) is the request's fault.
   if (Status st = grammar_->mask(r, &m); !st.ok()) {
-    if (st.code() == ErrorCode::kInvalidArgument) out.token[r] = ipc::kTokenGrammarRefused;
+    if (st.code() == ErrorCode::kInvalidArgument) token = ipc::kTokenGrammarRefused;
     return false;
   }
   allowed = std::span<const uint32_t>(m, grammar_->mask_words());
@@ -127,10 +140,24 @@ void TailSampler::verify_row(const ipc::Batch& b, int32_t r, int64_t first, floa
   // by (seed, position), so t_i is the token the sequence gets there
   // without speculation once t_0..t_{i-1} are its tokens.
   const uint64_t pos = uint64_t(row.pos0) + uint64_t(row.n_tokens - k);
+  const bool constrained = b.sampling[r].grammar_entry != 0;
   for (int32_t i = 0; i <= k; ++i) {
-    const SampleResult sr = sampler_.sample(row_logits + int64_t(i) * vocab, vocab, b.sampling[r],
-                                            pen ? &rec->penalties : nullptr, pos + uint64_t(i),
-                                            {}, b.row_bias(r));
+    // Under a grammar, t_i's mask is the one for the output holding
+    // t_0..t_{i-1}: accept() below started it. A grammar that fails or
+    // allows nothing past t_0 ends the run there; the next row meets it.
+    std::span<const uint32_t> allowed;
+    int32_t refused = ipc::kTokenFailed;
+    if (!row_mask(b, r, allowed, i == 0 ? out.token[r] : refused)) return;
+    const SampleResult sr =
+        sampler_.sample(row_logits + int64_t(i) * vocab, vocab, b.sampling[r],
+                        pen ? &rec->penalties : nullptr, pos + uint64_t(i), allowed, b.row_bias(r));
+    if (sr.all_masked && !allowed.empty()) {
+      if (i > 0) return;
+      KV_LOG_ERROR("agent", "sequence {}: its grammar allows no token with a finite logit",
+                   row.seq_id);
+      out.token[r] = ipc::kTokenGrammarRefused;
+      return;
+    }
     KV_CHECK(!sr.all_masked, "row {} (sequence {}): every logit is NaN or -inf", r, row.seq_id);
     if (i == 0) {
       out.token[r] = sr.token;
@@ -147,6 +174,7 @@ void TailSampler::verify_row(const ipc::Batch& b, int32_t r, int64_t first, floa
         d.top[j] = ipc::TopLogprob{sr.top[j].first, sr.top[j].second};
     }
     if (rec) seqs_.append(*rec, sr.token);  // before t_{i+1}: its penalties count it
+    if (rec && constrained && grammar_) grammar_->accept(r);
     if (i == k || sr.token != b.tokens[size_t(d1 + i)]) break;
   }
 }

@@ -53,8 +53,10 @@ class TailSampler {
   // speculation (its record holding t_0..t_{i-1} as output), until i = k
   // or t_i differs from the draft after it; t_0 goes where a row's token
   // goes, t_1.. into out.draft at the drafts' indices (the rest token -1).
-  // A drafting row under a grammar fails (token -1): the scheduler drafts
-  // none there. A row whose
+  // A drafting row under a grammar samples each t_i under the mask for
+  // the output holding t_0..t_{i-1}. A constrained row's grammar-forced
+  // tokens after its last emitted one go into out.forced (when the
+  // grammar computes them: TailGrammarOptions::forced_drafts). A row whose
   // sequence's record was lost, or whose grammar failed, keeps token -1
   // (that sequence fails alone). Feeds the records first if prepare() did
   // not (for this batch). Throws kvasir::Error (the batch fails)
@@ -68,9 +70,11 @@ class TailSampler {
   // lost (logged).
   bool record(const ipc::Batch& b, int32_t r, TailSequence*& rec);
   // Row r's mask into `allowed` (empty: unconstrained); false when its
-  // grammar failed.
-  bool row_mask(const ipc::Batch& b, int32_t r, std::span<const uint32_t>& allowed,
-                const ipc::ResultView& out);
+  // grammar failed (`token` then says whose fault: kTokenGrammarRefused,
+  // or left as it was).
+  bool row_mask(const ipc::Batch& b, int32_t r, std::span<const uint32_t>& allowed, int32_t& token);
+  void write_forced(const ipc::Batch& b, int32_t r, const TailSequence* rec,
+                    const ipc::ResultView& out);
   void sample_row(const ipc::Batch& b, int32_t r, float* row_logits, int32_t vocab,
                   const SequenceHistory* hist, std::span<const uint32_t> allowed,
                   const ipc::ResultView& out);

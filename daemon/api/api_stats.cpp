@@ -87,6 +87,14 @@ json prefix_cache_json(const EngineStats& s) {
           {"resets", s.prefix_resets}};
 }
 
+json forced_json(const EngineStats& s) {
+  const int64_t n = s.spec_forced_drafts;
+  return {{"drafts", n},
+          {"draft_tokens", s.spec_forced_proposed},
+          {"accepted_tokens", s.spec_forced_accepted},
+          {"mean_accepted_length", n > 0 ? 1.0 + double(s.spec_forced_accepted) / double(n) : 0.0}};
+}
+
 json speculative_json(const EngineStats& s) {
   return {{"method", s.spec_method},
           {"drafts", s.spec_drafts},
@@ -98,7 +106,8 @@ json speculative_json(const EngineStats& s) {
            s.spec_drafts > 0 ? 1.0 + double(s.spec_accepted) / double(s.spec_drafts) : 0.0},
           {"zero_drafts_acceptance", s.spec_zero_by_acceptance},
           {"zero_drafts_cost", s.spec_zero_by_cost},
-          {"probes", s.spec_probes}};
+          {"probes", s.spec_probes},
+          {"grammar_forced", forced_json(s)}};
 }
 
 json engine_stats_json(const EngineStats& s) {
@@ -226,6 +235,17 @@ void spec_series(std::string& out, const EngineStats& s) {
       s.spec_zero_by_cost);
   series("kvasir_spec_decode_num_probes_total", "One-draft probes of resting sequences",
          s.spec_probes);
+  // Of the three vLLM-named series, the grammar-forced drafts alone.
+  auto forced = [&](const char* name, const char* help, int64_t v) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{}{{method=\"grammar\"}} {}\n", name, help,
+                       name, name, v);
+  };
+  forced("kvasir_spec_decode_forced_num_drafts_total",
+         "Decode rows that drafted grammar-forced tokens", s.spec_forced_drafts);
+  forced("kvasir_spec_decode_forced_num_draft_tokens_total", "Grammar-forced draft tokens",
+         s.spec_forced_proposed);
+  forced("kvasir_spec_decode_forced_num_accepted_tokens_total",
+         "Grammar-forced draft tokens the model accepted", s.spec_forced_accepted);
 }
 
 // The per-stage counters, one series each, labelled by stage, layers, device.

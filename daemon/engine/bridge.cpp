@@ -235,6 +235,9 @@ void Bridge::publish_stats() {
   stats_.spec_zero_by_acceptance = s.spec.zero_by_acceptance;
   stats_.spec_zero_by_cost = s.spec.zero_by_cost;
   stats_.spec_probes = s.spec.probes;
+  stats_.spec_forced_drafts = s.spec.forced_drafts;
+  stats_.spec_forced_proposed = s.spec.forced_proposed;
+  stats_.spec_forced_accepted = s.spec.forced_accepted;
 }
 
 namespace {
@@ -452,6 +455,7 @@ BatchResult Bridge::decode(const ipc::BatchMsg& m, const Slot& slot) const {
       out.top_logprobs.emplace_back(view.top[r * kMaxLogprobs + i].token,
                                     view.top[r * kMaxLogprobs + i].logprob);
     if (row.n_draft > 0) out.error = draft_records(view, row, t0 - row.n_tokens, out);
+    if (row.grammar) out.forced = forced_record(view, int32_t(r));
   }
   return res;
 }
@@ -482,6 +486,20 @@ Status Bridge::draft_records(const ipc::ResultView& view, const ScheduledRow& ro
     prev = rec.token;
   }
   return Status();
+}
+
+// A constrained row's grammar-forced tokens. Untrusted, but only drafts:
+// the count is clamped and the list cut at the first id outside the
+// vocabulary (the tail verifies whatever is drafted).
+std::vector<int32_t> Bridge::forced_record(const ipc::ResultView& view, int32_t r) const {
+  ipc::ForcedRecord rec;
+  std::memcpy(&rec, &view.forced[r], sizeof rec);
+  std::vector<int32_t> out;
+  for (int32_t i = 0; i < std::clamp(rec.n, 0, int32_t(ipc::kMaxForced)); ++i) {
+    if (rec.token[i] < 0 || rec.token[i] >= cfg_.vocab) break;
+    out.push_back(rec.token[i]);
+  }
+  return out;
 }
 
 // The prompt logprobs a row asked for, from the records at its token

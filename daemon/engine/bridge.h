@@ -106,6 +106,7 @@ class Bridge : public Engine {
                                             int64_t t0) const;
   Status draft_records(const ipc::ResultView& view, const ScheduledRow& row, int64_t t0,
                        RowResult& out) const;
+  std::vector<int32_t> forced_record(const ipc::ResultView& view, int32_t r) const;
   void check_health();
   void invalidate(uint64_t faults);  // a stage was lost: new epoch, free slots, requeue
   void fail(const std::string& why);

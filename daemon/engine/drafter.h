@@ -47,6 +47,9 @@ struct SpecLimits {
   // Decode steps a sequence whose acceptance turned its drafts down drafts
   // nothing (the drafter not asked) before it probes again with one draft.
   int32_t probe_interval = 16;
+  // Constrained rows draft the grammar-forced tokens the tail returned
+  // with their last result (docs/speculative.md, "Grammar-forced drafts").
+  bool grammar_forced = true;
   bool enabled() const { return method != DraftMethod::kNone && max_draft > 0; }
 };
 
@@ -64,6 +67,9 @@ struct SpecCounts {
   int64_t zero_by_acceptance = 0;
   int64_t zero_by_cost = 0;
   int64_t probes = 0;
+  // Of drafts / proposed / accepted, the rows that drafted grammar-forced
+  // tokens (structured outputs) and theirs.
+  int64_t forced_drafts = 0, forced_proposed = 0, forced_accepted = 0;
   // The tokens a drafting row emits on average: 1 + accepted / drafts.
   double mean_accepted_length() const {
     return drafts > 0 ? 1.0 + double(accepted) / double(drafts) : 0.0;

@@ -173,6 +173,9 @@ struct EngineStats {
   // drafted nothing, because their acceptance turned them down or because
   // the step's cost did; and probes of resting sequences (SpecCounts).
   int64_t spec_zero_by_acceptance = 0, spec_zero_by_cost = 0, spec_probes = 0;
+  // Of spec_drafts / _proposed / _accepted, the grammar-forced ones
+  // (structured outputs).
+  int64_t spec_forced_drafts = 0, spec_forced_proposed = 0, spec_forced_accepted = 0;
   SchedTiming timing;
 };
 

@@ -192,8 +192,7 @@ void Scheduler::begin_batch(RingLoad load) {
     // micro-batch would take them all and leave the next slot empty (16
     // concurrent ran at 0.93x without speculation so); its drafts go on top
     // of the share, within max_tokens and the step budget (add_drafts).
-    if (drafter_ && !lim_.spec.adaptive && rem == 1 && s->decoding() && !s->req.grammar &&
-        s->req.speculative)
+    if (drafter_ && !lim_.spec.adaptive && rem == 1 && s->decoding() && s->req.speculative)
       work += lim_.spec.max_draft;
     if (lim_.policy != Policy::kChunked && rem <= lim_.max_tokens) floor = std::max(floor, rem);
   }
@@ -234,9 +233,11 @@ bool Scheduler::take(std::vector<SchedRow>& rows, Sequence* s) {
 // sequence's last token alone, its next unknown) carries up to k drafts
 // after it: k at most max_draft, the token budget, max_tokens (no draft
 // could be emitted past it) and the blocks the pool has free now (a guess
-// never preempts anyone). A grammar's rows draft nothing yet. The rows
-// are weighed in the batch's order, each against the batch as the rows
-// before it left it: what it emits (expected) and what its step costs.
+// never preempts anyone). A constrained row drafts the grammar-forced
+// tokens its last result brought, if any, else what the drafter proposes
+// (the tail verifies both under the grammar). The rows are weighed in the
+// batch's order, each against the batch as the rows before it left it:
+// what it emits (expected) and what its step costs.
 void Scheduler::add_drafts(std::vector<SchedRow>& rows) {
   if (!drafter_) return;
   double emitted = double(form_.shape().sampled);
@@ -244,12 +245,15 @@ void Scheduler::add_drafts(std::vector<SchedRow>& rows) {
 }
 
 void Scheduler::add_drafts(SchedRow& row, Sequence* s, double& emitted) {
-  if (!s->req.speculative || !row.sample || row.pad || row.n_tokens != 1 || s->req.grammar ||
+  if (!s->req.speculative || !row.sample || row.pad || row.n_tokens != 1 ||
       row.pos0 < s->n_prompt || int64_t(row.pos0) + 1 != int64_t(s->tokens.size()))
     return;
-  if (lim_.spec.adaptive && s->draft.resting()) {
+  const bool forced = s->req.grammar && lim_.spec.grammar_forced && !s->forced.empty() &&
+                      s->forced_at == s->tokens.size();
+  DraftEstimate& e = forced ? s->forced_draft : s->draft;
+  if (lim_.spec.adaptive && e.resting()) {
     // Before the budget: its rest counts down whatever room the batch has.
-    s->draft.rest_step();
+    e.rest_step();
     spec_.zero_by_acceptance++;
     return;
   }
@@ -259,14 +263,19 @@ void Scheduler::add_drafts(SchedRow& row, Sequence* s, double& emitted) {
   const int64_t k_max = std::min<int64_t>(
       {lim_.spec.max_draft, budget, int64_t(s->req.max_tokens) - s->n_generated - 1, room});
   if (k_max <= 0) return;
-  const int32_t k = lim_.spec.adaptive ? draft_length(row, s, k_max, emitted) : int32_t(k_max);
+  const int32_t k = lim_.spec.adaptive ? draft_length(row, e, k_max, emitted) : int32_t(k_max);
   if (k <= 0) return;
-  std::vector<int32_t> d = drafter_->propose(s->tokens, k, s->req.cache_salt);
+  std::vector<int32_t> d =
+      forced
+          ? std::vector<int32_t>(s->forced.begin(),
+                                 s->forced.begin() + std::min<size_t>(size_t(k), s->forced.size()))
+          : drafter_->propose(s->tokens, k, s->req.cache_salt);
   if (d.empty() || !blocks_.ensure(s->table, own_end + int64_t(d.size()))) return;
-  if (lim_.spec.adaptive && s->draft.probing()) spec_.probes++;
+  if (lim_.spec.adaptive && e.probing()) spec_.probes++;
   form_.add_drafts(row, int32_t(d.size()));
-  emitted += expected_accepted(s->draft.acceptance(), int32_t(d.size()));
+  emitted += expected_accepted(e.acceptance(), int32_t(d.size()));
   row.draft = std::move(d);
+  row.forced = forced;
 }
 
 // The adaptive k (draft_length.h): the length that maximises the batch's
@@ -275,8 +284,8 @@ void Scheduler::add_drafts(SchedRow& row, Sequence* s, double& emitted) {
 // acceptance would turn its drafts down even in a batch of its own rests,
 // then probes with one draft; one turned down only by this batch (a
 // compute-bound one) tries again next step.
-int32_t Scheduler::draft_length(const SchedRow& row, Sequence* s, int64_t k_max, double emitted) {
-  DraftEstimate& e = s->draft;
+int32_t Scheduler::draft_length(const SchedRow& row, DraftEstimate& e, int64_t k_max,
+                                double emitted) {
   const int64_t at = int64_t(row.pos0) + row.n_tokens;  // the first draft's position
   const double limit = form_.step_limit();
   // [k_max + 1]: what k drafts add to the step of `base` (past the step
@@ -465,22 +474,37 @@ void Scheduler::apply_row(const SchedRow& row, const RowResult& res) {
     return;
   }
   FinishReason f = append_token(s, SampledToken{res.token, res.logprob, res.top_logprobs});
-  if (row.draft.empty()) return;
-  // A drafting row: its accepted drafts' tokens, then the target's own,
-  // each through the stop rules as if it had come alone.
-  spec_.drafts++;
-  spec_.proposed += int64_t(row.draft.size());
-  spec_.accepted += int64_t(res.more.size());
-  s->draft.observe(int32_t(row.draft.size()), int32_t(res.more.size()));
-  for (size_t j = 0; j < res.more.size() && f == FinishReason::kNone; ++j)
-    f = append_token(s, res.more[j]);
+  if (!row.draft.empty()) {
+    // A drafting row: its accepted drafts' tokens, then the target's own,
+    // each through the stop rules as if it had come alone.
+    count_drafts(row, res);
+    for (size_t j = 0; j < res.more.size() && f == FinishReason::kNone; ++j)
+      f = append_token(s, res.more[j]);
+    if (f != FinishReason::kNone) return;
+    // The KV at the accepted drafts' positions is the sequence's own now
+    // (the row computed them from the same tokens); past them it is
+    // garbage the next row overwrites, and the blocks only rejected drafts
+    // reached go back.
+    s->n_scheduled += int64_t(res.more.size());
+    blocks_.trim(s->table, int64_t(s->tokens.size()));
+  }
   if (f != FinishReason::kNone) return;
-  // The KV at the accepted drafts' positions is the sequence's own now (the
-  // row computed them from the same tokens); past them it is garbage the
-  // next row overwrites, and the blocks only rejected drafts reached go
-  // back.
-  s->n_scheduled += int64_t(res.more.size());
-  blocks_.trim(s->table, int64_t(s->tokens.size()));
+  s->forced = res.forced;  // for the tokens as they stand now
+  s->forced_at = s->tokens.size();
+}
+
+void Scheduler::count_drafts(const SchedRow& row, const RowResult& res) {
+  const auto proposed = int64_t(row.draft.size()), accepted = int64_t(res.more.size());
+  spec_.drafts++;
+  spec_.proposed += proposed;
+  spec_.accepted += accepted;
+  if (row.forced) {
+    spec_.forced_drafts++;
+    spec_.forced_proposed += proposed;
+    spec_.forced_accepted += accepted;
+  }
+  (row.forced ? row.seq->forced_draft : row.seq->draft)
+      .observe(int32_t(proposed), int32_t(accepted));
 }
 
 // One generated token: appended, counted, sent; the stop rules (an EOS id

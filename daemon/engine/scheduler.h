@@ -115,6 +115,9 @@ struct RowResult {
   // accepted draft (token equals the row's first draft, more[0] its second,
   // ..., each checked by the bridge), the last the target's own.
   std::vector<SampledToken> more;
+  // A constrained row: the grammar-forced tokens after the last one
+  // emitted (ipc::ForcedRecord), the sequence's next drafts.
+  std::vector<int32_t> forced;
   Status error;  // not ok: the result is unusable (kBadResult): the request fails with it
   // Rows with prompt_logprobs (sampled or not): the positions they scored.
   std::vector<PromptLogprob> prompt;
@@ -231,9 +234,10 @@ class Scheduler {
   void learn_from(const InFlight& batch, const BatchResult& result);
   void add_drafts(std::vector<SchedRow>& rows);
   void add_drafts(SchedRow& row, Sequence* s, double& emitted);
-  int32_t draft_length(const SchedRow& row, Sequence* s, int64_t k_max, double emitted);
+  int32_t draft_length(const SchedRow& row, DraftEstimate& e, int64_t k_max, double emitted);
   double step_cost(const BatchShape& shape) const;
   void apply_row(const SchedRow& row, const RowResult& res);
+  void count_drafts(const SchedRow& row, const RowResult& res);
   FinishReason append_token(Sequence* s, const SampledToken& t);
   void end(Sequence* s, FinishReason why);
   static void mark_prompt_logprobs(const Sequence& s, ScheduledRow& o);

@@ -91,6 +91,14 @@ struct Sequence {
   // many drafts its rows carry (draft_length.h). Kept across a preemption:
   // the text it judges is the same.
   DraftEstimate draft;
+  // Grammar-forced drafts (docs/speculative.md): the tokens the tail found
+  // its grammar forcing after the sequence's first forced_at tokens (its
+  // last result); drafted only while tokens.size() == forced_at. Their
+  // acceptance is kept apart from the drafter's: a forced string is
+  // certain, only its tokenization is a guess.
+  std::vector<int32_t> forced;
+  size_t forced_at = 0;
+  DraftEstimate forced_draft;
 
   // Positions not yet sent to the ring (its prompt, or a recompute, or the
   // one decode position once its last token is known).
@@ -161,6 +169,7 @@ struct SchedRow {
   // sequence's tokens. Not the sequence's until the result accepts them:
   // n_scheduled counts the row's own position only.
   std::vector<int32_t> draft = {};
+  bool forced = false;  // the drafts are grammar-forced tokens (Sequence::forced)
 };
 
 // Where a sequence stands, both queues kept by the Scheduler: waiting in

@@ -82,6 +82,9 @@ ipc::SegmentParams Supervisor::params_for(const Config& cfg, const ModelConfig& 
     p.grammar_workers = cfg.grammar.workers;
     p.grammar_cache = cfg.grammar.cache_capacity;
     p.grammar_compile_timeout_ms = uint32_t(std::lround(cfg.grammar.compile_timeout_s * 1000));
+    // The tail finds forced tokens only where the scheduler drafts them.
+    if (cfg.speculative.method != "none" && cfg.speculative.grammar_forced)
+      p.forced_drafts = std::min(cfg.speculative.max_draft, ipc::kMaxForced);
   }
   KV_CHECK(cfg.model.path.size() < sizeof p.model_path, "model.path: longer than {} bytes",
            sizeof p.model_path - 1);

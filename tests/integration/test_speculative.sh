@@ -42,13 +42,43 @@ reqs = {
     "s1": {"prompt": P1, "temperature": 0.8, "seed": 7},
     "s2": {"prompt": P2, "temperature": 0.8, "seed": 3, "top_p": 0.9},
 }
+# Structured outputs: a schema whose long keys the grammar forces (its
+# drafts), greedy and seeded-sampled.
+SCHEMA = {"type": "object", "additionalProperties": False,
+          "properties": {"customer_full_legal_name": {"type": "string"},
+                         "number_of_orders_placed_this_year": {"type": "integer"},
+                         "customer_has_active_loyalty_membership": {"type": "boolean"}},
+          "required": ["customer_full_legal_name", "number_of_orders_placed_this_year",
+                       "customer_has_active_loyalty_membership"]}
+JSON = {"messages": [{"role": "user", "content": "Invent a customer record for a small online "
+                      "bookshop. Answer in JSON."}],
+        "response_format": {"type": "json_schema",
+                            "json_schema": {"name": "customer", "schema": SCHEMA}}}
+reqs["j1"] = dict(JSON, temperature=0)
+reqs["j2"] = dict(JSON, temperature=0.8, seed=5)
 name = sys.argv[1]
 body = dict(reqs[name], max_tokens=32, logprobs=1)
+if name.startswith("j"):
+    body = dict(reqs[name], max_tokens=96, logprobs=True)
 print(json.dumps(body))
 PY
 
-# ask SOCK NAME: the request's text and token logprobs, one JSON line.
+# ask SOCK NAME: the request's text and token logprobs, one JSON line
+# (chat for the structured ones, j*: their text must parse).
 ask() {
+  if [[ "$2" == j* ]]; then
+    kv_curl "$1" http://x/v1/chat/completions -H 'content-type: application/json' \
+      -d "$(python3 "$WORK/requests.py" "$2")" |
+      python3 -c 'import json,sys
+d = json.load(sys.stdin)
+c = d["choices"][0]
+text = c["message"]["content"]
+if c["finish_reason"] == "stop":
+    json.loads(text)
+print(json.dumps([text, [t["token"] for t in c["logprobs"]["content"]],
+                  d["usage"]["completion_tokens"]]))' 2> /dev/null || echo "ERROR"
+    return
+  fi
   kv_curl "$1" http://x/v1/completions -H 'content-type: application/json' \
     -d "$(python3 "$WORK/requests.py" "$2")" |
     python3 -c 'import json,sys
@@ -90,6 +120,8 @@ sys.stdout.write(t[:i] + open(sys.argv[1]).read() + t[j:])' <(three_stages) > "$
     for n in $NAMES; do ask "$SOCK" "$n" > "$WORK/$tag.$n"; done
   fi
   ACCEPTED=$(spec_stat "$SOCK" accepted_tokens)
+  FORCED=$(kv_curl "$SOCK" http://x/kvasir/v1/stats | python3 -c 'import json,sys
+print(json.load(sys.stdin)["engine"]["speculative"]["grammar_forced"]["accepted_tokens"])')
   WEIGHED=$(($(spec_stat "$SOCK" drafts) + $(spec_stat "$SOCK" zero_drafts_acceptance) +
     $(spec_stat "$SOCK" zero_drafts_cost)))
   PREEMPTED=$(kv_curl "$SOCK" http://x/kvasir/v1/stats |
@@ -158,6 +190,26 @@ max_draft = 6' "" 3
 same_as_ref ngram3
 [ "$ACCEPTED" -gt 10 ] && ok "ngram3 (3 stages, no prefix cache): $ACCEPTED accepted" ||
   bad "ngram3: only $ACCEPTED drafts accepted"
+
+# Structured outputs: each constrained row drafts the tokens its grammar
+# forces (the long keys), verified under the grammar's mask at each
+# position: the same valid JSON as without speculation, and forced drafts
+# really accepted.
+NAMES="j1 j2" run jref '[scheduler]
+warmup = false
+[speculative]
+method = "none"'
+for n in j1 j2; do grep -q ERROR "$WORK/jref.$n" && bad "jref: $n failed or is not JSON"; done
+NAMES="j1 j2" run jforced '[scheduler]
+warmup = false
+[speculative]
+method = "ngram"
+adaptive = false'
+diff=""
+for n in j1 j2; do cmp -s "$WORK/jref.$n" "$WORK/jforced.$n" || diff="$diff $n"; done
+expect "jforced: every structured output identical to method none" "${diff:-none}" "none"
+[ "$FORCED" -gt 5 ] && ok "jforced: $FORCED grammar-forced drafts accepted" ||
+  bad "jforced: only $FORCED grammar-forced drafts accepted"
 
 # The middle of 3 stages SIGKILLed mid-stream under speculation: the
 # batches lost in the ring (drafts and all) are recomputed once the stage is

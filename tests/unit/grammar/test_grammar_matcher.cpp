@@ -3,6 +3,8 @@
 // request already generated.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "base/check.h"
 #include "grammar_test_util.h"
 
@@ -181,6 +183,45 @@ TEST(GrammarMatcher, MovesKeepTheState) {
   EXPECT_EQ(b.accept_all(tv.tokenizer->encode("pha", false)),
             tv.tokenizer->encode("pha", false).size());
   EXPECT_TRUE(b.can_terminate());
+}
+
+// Grammar-forced drafts: after `{"` the schema's one required key is the
+// only way on, so the forced string is that key and its closing quote (and
+// what must follow it); the tokens spell a prefix of it, every one the
+// mask allows in turn; the state is unchanged; at the end there are none.
+TEST(GrammarMatcher, ForcedStringAndTokensSpellTheOnlyKey) {
+  const TestVocab& tv = vocab_for_test();
+  const char* schema = R"({"type":"object","properties":{"customer_full_legal_name":
+    {"type":"integer"}},"required":["customer_full_legal_name"],"additionalProperties":false})";
+  auto g = compile(GrammarSpec::json_schema(schema), tv);
+  Matcher m(g);
+  const std::vector<int32_t> open = tv.tokenizer->encode("{\"", false, false);
+  ASSERT_EQ(m.accept_all(open), open.size());
+  const std::vector<uint32_t> before = mask_of(m);
+  const std::string s = m.forced_string();
+  EXPECT_EQ(s.rfind("customer_full_legal_name\"", 0), 0u) << s;
+  const std::vector<int32_t> ids = m.forced_tokens(16);
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(m.num_accepted(), open.size());
+  EXPECT_EQ(mask_of(m), before);
+  std::string spelled;
+  Matcher walk(g);
+  ASSERT_EQ(walk.accept_all(open), open.size());
+  for (int32_t id : ids) {
+    const std::vector<int32_t> allowed = allowed_ids(mask_of(walk), tv.vocab->size());
+    EXPECT_TRUE(std::binary_search(allowed.begin(), allowed.end(), id)) << id;
+    ASSERT_TRUE(walk.accept(id));
+    spelled += tv.vocab->token_bytes(id);
+  }
+  EXPECT_EQ(s.rfind(spelled, 0), 0u) << spelled << " is not a prefix of " << s;
+  EXPECT_LE(m.forced_tokens(2).size(), 2u);
+  EXPECT_TRUE(m.forced_tokens(0).empty());
+  // Where a value is free (the integer), nothing is forced.
+  Matcher v(g);
+  const std::vector<int32_t> key =
+      tv.tokenizer->encode("{\"customer_full_legal_name\": ", false, false);
+  ASSERT_EQ(v.accept_all(key), key.size());
+  EXPECT_TRUE(v.forced_tokens(16).empty());
 }
 
 }  // namespace

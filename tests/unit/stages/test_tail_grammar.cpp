@@ -389,5 +389,68 @@ TEST(TailGrammar, SamplerAppliesTheMask) {
   EXPECT_EQ(allowed(m[0]), (Ids{0, 2, 3}));
 }
 
+// Speculative decoding under a grammar: a drafting row's t_i is sampled
+// under the mask for the output holding t_0..t_{i-1} (here the best logit
+// is always "x", which the grammar never allows: unmasked, no draft would
+// match), and the tokens the grammar forces after what the row emitted
+// come back in its ForcedRecord (the scheduler's next drafts).
+TEST(TailGrammar, SamplerVerifiesDraftsUnderTheMaskAndForcesTheRest) {
+  Table t;
+  t.view.write(0, 1, grammar::encode_spec(grammar::GrammarSpec::regex("ab(ab)*cab")));
+  TailGrammarOptions o;
+  o.forced_drafts = 4;
+  TailSampler sampler;
+  sampler.set_grammar(TailGrammar::create(vocab(), t.view, o));
+  std::vector<int32_t> dev_token(4, -1), token(4), n_top(4);
+  std::vector<float> dev_lp(4), lp(4);
+  std::vector<ipc::TopLogprob> top(4 * kMaxLogprobs);
+  std::vector<ipc::DraftRecord> drafts(8);
+  std::vector<ipc::ForcedRecord> forced(4);
+  ipc::ResultView out{nullptr,    token.data(), lp.data(),     n_top.data(),
+                      top.data(), nullptr,      drafts.data(), forced.data()};
+  // Prefers "x" (5), then the given id, then "a" (0).
+  auto prefer = [](int32_t id) {
+    std::vector<float> l = {1, 0, 0, 0, 0, 9, 0};
+    l[size_t(id)] = 5;
+    return l;
+  };
+  // Step 1: the first token, "ab" (the only way to start); nothing forced
+  // after it ("ab" or "c" may follow).
+  ipc::Batch b = batch({{1, 0, {5}, 1, true}});
+  b.sampling[0].temperature = 0;
+  std::vector<float> logits = prefer(3);
+  sampler.prepare(b, 1, 1);
+  sampler.sample(b, 1, 1, {logits.data(), 7, dev_token.data(), dev_lp.data()}, out);
+  EXPECT_EQ(token[0], 3);
+  EXPECT_EQ(forced[0].n, 0);
+  // Step 2: "ab" then drafts "ab", "x": t_0 = "ab" (the draft), t_1 = "c"
+  // (the draft "x" rejected: the mask never allows it). After "ababc" the
+  // grammar forces "ab".
+  auto run = [&](const std::vector<int32_t>& tokens, int32_t pos0, std::vector<int32_t> prefs) {
+    b = batch({{1, pos0, tokens, 1, true}});
+    b.rows[0].n_draft = int32_t(tokens.size()) - 1;
+    b.sampling[0].temperature = 0;
+    logits.clear();
+    for (int32_t p : prefs)
+      for (float v : prefer(p)) logits.push_back(v);
+    drafts.assign(8, ipc::DraftRecord{});
+    sampler.prepare(b, uint64_t(pos0) + 1, 1);
+    sampler.sample(b, uint64_t(pos0) + 1, 1, {logits.data(), 7, dev_token.data(), dev_lp.data()},
+                   out);
+  };
+  run({3, 3, 5}, 1, {3, 2, 0});
+  EXPECT_EQ(token[0], 3);
+  EXPECT_EQ(drafts[1].token, 2);   // t_1, at the index of draft d_1
+  EXPECT_EQ(drafts[2].token, -1);  // d_2 rejected: nothing after it
+  ASSERT_EQ(forced[0].n, 1);
+  EXPECT_EQ(forced[0].token[0], 3);
+  // Step 3: the forced "ab" as the draft: accepted, then the end (the
+  // only token the complete output allows, whatever the logits say).
+  run({2, 3}, 3, {3, 0});
+  EXPECT_EQ(token[0], 3);
+  EXPECT_EQ(drafts[1].token, kEos);
+  EXPECT_EQ(forced[0].n, 0);
+}
+
 }  // namespace
 }  // namespace kvasir

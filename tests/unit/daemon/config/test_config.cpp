@@ -660,9 +660,12 @@ TEST(Config, SpeculativeAdaptiveKeys) {
   const Config c = parse_config(base, "/b");
   EXPECT_TRUE(c.speculative.adaptive);
   EXPECT_EQ(c.speculative.probe_interval, 16);
-  const Config d = parse_config(base + "adaptive = false\nprobe_interval = 4\n", "/b");
+  EXPECT_TRUE(c.speculative.grammar_forced);
+  const Config d =
+      parse_config(base + "adaptive = false\nprobe_interval = 4\ngrammar_forced = false\n", "/b");
   EXPECT_FALSE(d.speculative.adaptive);
   EXPECT_EQ(d.speculative.probe_interval, 4);
+  EXPECT_FALSE(d.speculative.grammar_forced);
   auto refused = [&](const std::string& extra, const std::string& why) {
     try {
       parse_config(base + extra, "/b");
@@ -674,6 +677,7 @@ TEST(Config, SpeculativeAdaptiveKeys) {
   refused("adaptive = \"yes\"\n", "speculative.adaptive: must be true or false");
   refused("probe_interval = 0\n", "speculative.probe_interval");
   refused("probe_interval = 5000\n", "speculative.probe_interval");
+  refused("grammar_forced = 1\n", "speculative.grammar_forced: must be true or false");
 }
 
 }  // namespace

@@ -44,9 +44,10 @@ struct SpecSim {
         cache(size_t(n_blocks) * size_t(block_size), -1) {}
 
   void add(RequestId id, std::vector<int32_t> prompt, std::vector<int32_t> out_script,
-           int32_t max_tokens, bool speculative = true) {
+           int32_t max_tokens, bool speculative = true, bool constrained = false) {
     GenRequest g;
     g.speculative = speculative;
+    if (constrained) g.grammar = std::make_shared<const std::string>("spec");
     g.prompt = prompt;
     g.max_tokens = max_tokens;
     toks[id] = prompt;
@@ -113,6 +114,9 @@ struct SpecSim {
       if (prev != r.tokens[size_t(r.n_tokens - r.n_draft + i - 1)]) break;
       rr.more.push_back(SampledToken{sc.at(g + size_t(i)), 0.f, {}});
     }
+    // The tail's grammar-forced tokens after what the row emitted.
+    if (auto f = forced.find(r.id); f != forced.end())
+      rr.forced = f->second(g + 1 + rr.more.size());
     return rr;
   }
 
@@ -135,6 +139,8 @@ struct SpecSim {
   std::map<RequestId, std::vector<int32_t>> toks, out, script;
   std::map<RequestId, int32_t> n_prompt;
   std::map<RequestId, FinishReason> finish;
+  // A constrained request's forced tokens after its first g generated ones.
+  std::map<RequestId, std::function<std::vector<int32_t>(size_t g)>> forced;
 };
 
 // Prompt 1..8 then 1 2 3; the model goes on 4 5 6 9 1 2 3 4 5 6 7 8.
@@ -164,6 +170,36 @@ TEST(SchedulerSpec, DraftsArePartlyAcceptedAndPositionsFollowTheAcceptedCount) {
   EXPECT_EQ(st.spec.proposed, 7);
   EXPECT_EQ(st.spec.accepted, 5);
   EXPECT_EQ(st.blocks_free, st.blocks_total);  // all back
+}
+
+// Structured outputs: a constrained row drafts the grammar-forced tokens
+// its last result brought (here the script's next two, then a wrong one
+// when the "tokenization" differs), counted apart; with none it drafts
+// what prompt lookup proposes, verified the same way.
+TEST(SchedulerSpec, AConstrainedRowDraftsItsForcedTokens) {
+  SpecSim sim(spec_limits(DraftMethod::kNgram), 64);
+  sim.add(1, kPrompt, kScript, 12, true, true);
+  sim.forced[1] = [](size_t g) -> std::vector<int32_t> {
+    if (g == 1) return {kScript[1], kScript[2]};  // 5 6: both right
+    if (g == 4) return {kScript[4], 99};          // 1, then a guess the model refuses
+    return {};
+  };
+  const std::vector<std::string> want = {
+      "A [0,11)",                        // the prompt; samples 4, then 5 6 are forced
+      "A [11,14) 2 drafts: 2 accepted",  // 4 5 6: the model's own is 9, then 1 99 forced
+      "A [14,17) 2 drafts: 1 accepted",  // 9 1 99: 1 taken, the model says 2 (nothing forced)
+      "A [16,20) 3 drafts: 3 accepted",  // ... 1 2: prompt lookup drafts 3 4 5, then 6
+      "A [20,22) 1 drafts: 0 accepted",  // as without a grammar (the test above)
+      "A [21,22)",
+  };
+  EXPECT_EQ(sim.run(), want);
+  EXPECT_EQ(sim.out[1], std::vector<int32_t>(kScript.begin(), kScript.begin() + 12));
+  const SchedulerStats st = sim.sch.stats();
+  EXPECT_EQ(st.spec.drafts, 4);
+  EXPECT_EQ(st.spec.forced_drafts, 2);
+  EXPECT_EQ(st.spec.forced_proposed, 4);
+  EXPECT_EQ(st.spec.forced_accepted, 3);
+  EXPECT_EQ(st.blocks_free, st.blocks_total);
 }
 
 TEST(SchedulerSpec, WithoutADrafterEveryDecodeIsOneToken) {
