@@ -8,6 +8,8 @@
 // time per call, weight bandwidth (bytes of W read per second: the bound for
 // n = 1) and GFLOP/s (2·n·rows·cols per call).
 //
+// mode "rows": n = 1..6 and 8, what each activation row adds to a small
+// call (a decode row's speculative drafts: docs/speculative.md).
 // mode "tiles": the 1×4 against the 2×4 register tile. mode "levels": every
 // SIMD level the CPU has, paired — one thread, rounds that time each level in
 // turn (rotating the order), each sample a few calls long, timed by the
@@ -228,6 +230,7 @@ int main(int argc, char** argv) {
   // side, the ratio in the last column. Optional 5th: the types to run
   // ("Q4_0,Q4_1").
   const bool tiles = argc > 4 && std::string(argv[4]) == "tiles";
+  const bool rows = argc > 4 && std::string(argv[4]) == "rows";
   const bool levels = argc > 4 && std::string(argv[4]) == "levels";
 
   if (levels)
@@ -250,8 +253,9 @@ int main(int argc, char** argv) {
         for (int64_t n : {1, 16, 64}) run_levels(w, n, budget);
         continue;
       }
-      for (int64_t n : tiles ? std::vector<int64_t>{1, 4, 6, 8, 12, 16, 24, 32, 64}
-                             : std::vector<int64_t>{1, 16}) {
+      for (int64_t n : tiles  ? std::vector<int64_t>{1, 4, 6, 8, 12, 16, 24, 32, 64}
+                       : rows ? std::vector<int64_t>{1, 2, 3, 4, 5, 6, 8}
+                              : std::vector<int64_t>{1, 16}) {
         std::vector<float> x(size_t(n * s.cols), 0.5f), y(size_t(n * s.rows));
         auto run = [&] { matmul(w.view, x.data(), n, y.data(), &pool); };
         if (tiles) {
@@ -271,7 +275,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (tiles || levels) return 0;
+  if (tiles || levels || rows) return 0;
   run_attention(pool, budget);
   return 0;
 }
