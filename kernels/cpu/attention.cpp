@@ -265,12 +265,12 @@ __attribute__((target("avx2,fma,f16c"), flatten)) void run_item_avx2(const Job& 
 
 void paged_attention(const KvLayerView& kv, const AttnRow* rows, int n_rows, const float* q,
                      int n_heads, float scale, float* out, ThreadPool* pool, int32_t window) {
-  const int64_t total = detail::check_kv_rows(kv, rows, n_rows);
+  KV_CHECK(window >= 0, "paged_attention: window {} is negative", window);
+  const int64_t total = detail::check_kv_rows(kv, rows, n_rows, window);
   KV_CHECK(n_heads > 0 && n_heads % kv.n_kv_heads == 0,
            "paged_attention: {} query heads is not a multiple of {} kv heads", n_heads,
            kv.n_kv_heads);
   KV_CHECK(std::isfinite(scale), "paged_attention: scale {} is not finite", scale);
-  KV_CHECK(window >= 0, "paged_attention: window {} is negative", window);
   if (total == 0) return;
   KV_CHECK(q != nullptr && out != nullptr, "paged_attention: null q or out");
 

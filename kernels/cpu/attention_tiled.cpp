@@ -78,18 +78,24 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const uint16_t* p) 
 // (n <= kTile): kt [hd, kTile] (columns >= n hold stale data the caller
 // masks), v [n, hd]. Walks the blocks the tile overlaps (within a block the
 // slots of one head are contiguous); keys are converted inside the
-// transposes, straight from the cache.
+// transposes, straight from the cache. Positions before `from` (a sliding
+// window's start, whose blocks may be unmapped: table entry -1) are not
+// read: their key columns repeat the first read one and their values are
+// zero, and the caller masks them.
 template <class E>
 __attribute__((target("avx2,fma,f16c"))) void gather_tile_of(const KvLayerView& kv,
                                                              const AttnRow& row, int head,
-                                                             int64_t c0, int n, TileScratch& sc) {
+                                                             int64_t c0, int n, int64_t from,
+                                                             TileScratch& sc) {
   const int64_t hd = kv.head_dim, bs = kv.block_size;
   const E* kbase = static_cast<const E*>(kv.k);
   const E* vbase = static_cast<const E*>(kv.v);
   float* kt = sc.kt.get(size_t(kTile * hd));
   float* v = sc.v.get(size_t(kTile * hd));
   const E* key[kTile];  // key[j]: the cache row of position c0 + j
-  for (int64_t pos = c0; pos < c0 + n;) {
+  const int64_t skip = std::clamp<int64_t>(from - c0, 0, n - 1);  // leading columns not read
+  std::fill(v, v + skip * hd, 0.f);
+  for (int64_t pos = c0 + skip; pos < c0 + n;) {
     const int64_t slot = pos % bs;
     const int64_t cnt = std::min(bs - slot, c0 + n - pos);
     const int64_t off = kv_offset(kv, row.block_table[pos / bs], head, slot);
@@ -100,7 +106,8 @@ __attribute__((target("avx2,fma,f16c"))) void gather_tile_of(const KvLayerView& 
     pos += cnt;
   }
   const int n8 = (n + 7) & ~7;
-  for (int j = n; j < n8; ++j) key[j] = key[n - 1];  // masked columns: any valid row
+  for (int64_t j = 0; j < skip; ++j) key[j] = key[skip];  // masked columns: any valid row
+  for (int j = n; j < n8; ++j) key[j] = key[n - 1];
   // 8x8 transposes: keys [j, j+8) x elements [d, d+8) -> kt[d + i][j ..].
   for (int j = 0; j < n8; j += 8)
     for (int64_t d = 0; d < hd; d += 8) {
@@ -128,11 +135,11 @@ __attribute__((target("avx2,fma,f16c"))) void gather_tile_of(const KvLayerView& 
 
 __attribute__((target("avx2,fma,f16c"))) void gather_tile(const KvLayerView& kv, const AttnRow& row,
                                                           int head, int64_t c0, int n,
-                                                          TileScratch& sc) {
+                                                          int64_t from, TileScratch& sc) {
   if (kv.type == DType::F32)
-    gather_tile_of<float>(kv, row, head, c0, n, sc);
+    gather_tile_of<float>(kv, row, head, c0, n, from, sc);
   else
-    gather_tile_of<uint16_t>(kv, row, head, c0, n, sc);
+    gather_tile_of<uint16_t>(kv, row, head, c0, n, from, sc);
 }
 
 // ---- AVX2: 8 lanes ---------------------------------------------------------

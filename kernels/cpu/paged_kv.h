@@ -39,19 +39,26 @@ struct AttnRow {
   int32_t n_table = 0;
 };
 
+// A sliding-window layer's table may be *unmapped* (-1) before its row's
+// window: a sliding group frees a sequence's blocks once the window has
+// passed them (docs/scheduler.md, "Sliding-window groups"). Neither kernel
+// reads an entry before max(0, pos0 - window + 1) / block_size; both check
+// every entry from there on.
+
 // Writes the new tokens' keys/values (k, v: [T, n_kv_heads, head_dim] f32,
 // T = sum of n_tokens, rows in order) into their blocks. Throws
 // kvasir::Error if a position falls outside a row's table or a block id is
-// out of range.
+// out of range (with window > 0, entries before the row's window are not
+// checked: see above).
 void kv_append(const KvLayerView& kv, const AttnRow* rows, int n_rows, const float* k,
-               const float* v);
+               const float* v, int32_t window = 0);
 
 // Causal attention of each new token over its sequence's positions 0..pos,
 // or, with window > 0 (a sliding-window layer: Gemma 3's local layers), over
 // the last `window` of them, pos - window + 1 .. pos (llama.cpp's standard
 // sliding window: key p is masked when pos - p >= window). The window is a
-// mask: the blocks before it must still hold their keys' positions (they are
-// neither read nor required to be valid). window 0 is full attention.
+// mask: the table entries before it are neither read nor required to be
+// mapped (see above). window 0 is full attention.
 // q, out: [T, n_heads, head_dim] f32. n_heads % n_kv_heads == 0.
 // Call after kv_append for the same rows. A token's output depends only on
 // its query, its row's cache up to its position and the SIMD level, bit for

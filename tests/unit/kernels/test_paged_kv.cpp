@@ -267,6 +267,57 @@ TEST(PagedAttention, SameBitsHoweverTheTokensAreSplit) {
   }
 }
 
+TEST(PagedAttention, SlidingWindowReadsNothingBeforeIt) {
+  // A sliding group frees a sequence's blocks once its window has passed
+  // them: those table entries become -1. The same queries over a table with
+  // every entry before the row's window unmapped give the same bits as over
+  // the whole table, on every SIMD path (the tiled one gathers whole tiles
+  // of 64, which start before the window), and kv_append writes the row
+  // through it. An unmapped entry inside the window is refused.
+  SimdGuard guard;
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int hd = 64, nkv = 1, nh = 4, bs = 16, P = 300, n_blocks = 20;
+  std::vector<int32_t> table(n_blocks);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);
+  std::vector<uint16_t> kmem(size_t(n_blocks) * nkv * bs * hd), vmem(kmem.size());
+  const KvLayerView kv{kmem.data(), vmem.data(), DType::F16, n_blocks, bs, nkv, hd};
+  std::vector<float> k(size_t(P) * nkv * hd), v(k.size());
+  for (auto* buf : {&k, &v})
+    for (float& x : *buf) x = nd(rng);
+  ThreadPool pool(2);
+  for (int window : {1, 20, 50, 100})
+    for (auto [p0, T] : {std::pair{250, 1}, {200, 37}, {130, 70}}) {
+      const AttnRow all{0, p0, table.data(), n_blocks};
+      kv_append(kv, &all, 1, k.data(), v.data());
+      std::vector<int32_t> slid = table;
+      const int first = std::max(0, p0 - window + 1) / bs;
+      std::fill(slid.begin(), slid.begin() + first, -1);
+      const AttnRow row{p0, T, slid.data(), n_blocks};
+      kv_append(kv, &row, 1, k.data() + size_t(p0) * nkv * hd, v.data() + size_t(p0) * nkv * hd,
+                window);
+      std::vector<float> q(size_t(T) * nh * hd);
+      for (float& x : q) x = nd(rng);
+      for (SimdLevel level : supported_levels()) {
+        set_simd_level_for_testing(level);
+        std::vector<float> whole(q.size()), freed(q.size());
+        const AttnRow full{p0, T, table.data(), n_blocks};
+        paged_attention(kv, &full, 1, q.data(), nh, 0.125f, whole.data(), &pool, window);
+        paged_attention(kv, &row, 1, q.data(), nh, 0.125f, freed.data(), &pool, window);
+        EXPECT_EQ(0, std::memcmp(whole.data(), freed.data(), whole.size() * sizeof(float)))
+            << "window " << window << " p0 " << p0 << " " << simd_level_name(level);
+      }
+      if (first > 0) {
+        slid[size_t(first)] = -1;  // the window's first block: must be there
+        const AttnRow bad{p0, T, slid.data(), n_blocks};
+        std::vector<float> out(q.size());
+        EXPECT_THROW(paged_attention(kv, &bad, 1, q.data(), nh, 0.125f, out.data(), &pool, window),
+                     Error);
+      }
+    }
+}
+
 TEST(PagedAttention, LongPrefillChunkedAcrossThreads) {
   // A 100-token prompt in one go plus decodes: items are split in token chunks.
   std::mt19937 rng(8);
