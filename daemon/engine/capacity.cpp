@@ -41,16 +41,19 @@ int32_t CapacityScheduler::admit_waiting() {
   // first chunks (512 slots each) waited unwritten behind the chunks of a
   // third: ~8 of the 10.5% KV waste measured on bench/policies' trace.
   int32_t admitted = 0;
-  int32_t promised = 0;  // blocks the sequences admitted in this decision will need first
-  int64_t longest = 0;   // `static`: the batch's longest prompt, its padded length
+  int32_t promised = 0;      // blocks the sequences admitted in this decision will need first
+  int32_t promised_swa = 0;  // the same in the sliding group
+  int64_t longest = 0;       // `static`: the batch's longest prompt, its padded length
   const int32_t free_before = blocks_.free();
   while (may_admit(admitted)) {
     Sequence* s = q_.waiting.front();
     const int64_t rem = s->remaining();
-    const int32_t need = first_need(s);
+    int32_t swa_need = 0;
+    const int32_t need = first_need(s, &swa_need);
     const int32_t spare = int32_t(q_.running.size());
     if (need + promised + spare > blocks_.free() && spare > 0) break;
     if (need + promised > blocks_.free()) break;
+    if (swa_.on() && swa_need + promised_swa + spare > swa_.free()) break;
     // A padded batch holds KV for every member's padded prompt: admit no
     // more than fit together (the first always does: submission checked it).
     const int64_t padded = std::max(longest, rem);
@@ -58,6 +61,7 @@ int32_t CapacityScheduler::admit_waiting() {
         int64_t(admitted + 1) * blocks_.blocks_for(padded) > free_before)
       break;
     promised += need;
+    promised_swa += swa_need;
     admit(s);
     admitted++;
     longest = padded;
@@ -66,7 +70,7 @@ int32_t CapacityScheduler::admit_waiting() {
   return admitted;
 }
 
-int32_t CapacityScheduler::first_need(const Sequence* s) const {
+int32_t CapacityScheduler::first_need(const Sequence* s, int32_t* swa_need) const {
   PrefixHit hit;
   if (may_reuse(s) && s->table.empty() && s->n_scheduled == 0)
     hit = blocks_.find_prefix(s->tokens, s->req.cache_salt);
@@ -74,6 +78,7 @@ int32_t CapacityScheduler::first_need(const Sequence* s) const {
   const int64_t rem = int64_t(s->tokens.size()) - start;
   const int64_t first = lim_.policy == Policy::kChunked ? std::min<int64_t>(rem, lim_.chunk_size)
                                                         : std::min<int64_t>(rem, lim_.max_tokens);
+  *swa_need = swa_.need(s->swa_table, start + first);  // (no hit with a sliding group)
   return blocks_.blocks_for(start + first) - int32_t(s->table.size()) - int32_t(hit.blocks.size()) +
          hit.n_evictable;
 }
@@ -105,26 +110,56 @@ Sequence* CapacityScheduler::victim(const std::vector<SchedRow>& taken) const {
   return victim;
 }
 
+bool CapacityScheduler::short_of_blocks(const Sequence* s, int64_t tokens) const {
+  return blocks_.blocks_for(tokens) - int32_t(s->table.size()) > blocks_.free() ||
+         swa_.need(s->swa_table, tokens) > swa_.free();
+}
+
 bool CapacityScheduler::grow(Sequence* s, int64_t tokens, const std::vector<SchedRow>& taken) {
+  // Its next row starts at n_scheduled (or, padding, past its tokens):
+  // nothing before that position's window is read again.
+  swa_.slide(s->swa_table, s->n_scheduled);
   // A sequence with nothing computed yet (just admitted, or back after a
   // preemption; blocks it reused from the cache are not its work) never
   // evicts another for its first blocks: it would trade work done for work
   // not started. It waits for room instead.
   const bool may_preempt = int32_t(s->table.size()) > s->n_shared;
-  while (blocks_.blocks_for(tokens) - int32_t(s->table.size()) > blocks_.free()) {
+  while (short_of_blocks(s, tokens)) {
     if (!may_preempt) return false;
     Sequence* v = victim(taken);
     if (!v) return false;
     preempt(v, PreemptCause::kKvPressure);
     if (v == s) return false;  // s was the newest: it waits, the older ones go on
   }
-  return blocks_.ensure(s->table, tokens);
+  return ensure(s, tokens);
+}
+
+bool CapacityScheduler::ensure(Sequence* s, int64_t tokens) {
+  if (short_of_blocks(s, tokens)) return false;
+  return blocks_.ensure(s->table, tokens) && swa_.ensure(s->swa_table, tokens);
+}
+
+int64_t CapacityScheduler::room(const Sequence* s, int64_t end) const {
+  const int64_t bs = blocks_.block_size();
+  int64_t r = (int64_t(s->table.size()) + blocks_.free()) * bs - end;
+  if (swa_.on()) r = std::min(r, (int64_t(s->swa_table.size()) + swa_.free()) * bs - end);
+  return r;
+}
+
+void CapacityScheduler::release(Sequence* s) {
+  blocks_.release(s->table);
+  swa_.release(s->swa_table);
+}
+
+void CapacityScheduler::trim(Sequence* s, int64_t tokens) {
+  blocks_.trim(s->table, tokens);
+  swa_.trim(s->swa_table, tokens);
 }
 
 void CapacityScheduler::preempt(Sequence* s, PreemptCause why) {
   KV_CHECK(s->running() && s->batches_in_flight == 0,
            "scheduler: preempting request {} while it has a batch in flight", s->id);
-  blocks_.release(s->table);  // its full blocks stay cached: its recompute may reuse them
+  release(s);  // its full blocks stay cached: its recompute may reuse them
   s->reset_for_recompute();
   q_.running.erase(std::find(q_.running.begin(), q_.running.end(), s));
   q_.waiting.push_front(s);
@@ -156,7 +191,7 @@ int64_t CapacityScheduler::reuse_prefix(Sequence* s) {
 
 void CapacityScheduler::undo_reuse(Sequence* s) {
   KV_CHECK(int32_t(s->table.size()) == s->n_shared, "scheduler: undoing a reuse after growth");
-  blocks_.release(s->table);
+  release(s);
   s->n_scheduled = 0;  // (a fork had moved it to the last prompt token)
   s->n_shared = 0;
   s->cache = {};

@@ -17,6 +17,7 @@
 #include "daemon/engine/block_manager.h"
 #include "daemon/engine/policy.h"
 #include "daemon/engine/sequence.h"
+#include "daemon/engine/sliding_group.h"
 
 namespace kvasir {
 
@@ -28,8 +29,10 @@ enum class PreemptCause { kKvPressure, kStageLost, kBlockLost };
 
 class CapacityScheduler {
  public:
-  CapacityScheduler(const SchedLimits& lim, SeqQueues& q, BlockManager& blocks)
-      : lim_(lim), q_(q), blocks_(blocks) {}
+  // swa: the sliding-window group's blocks (off for most models): every
+  // count below is made per group, and a sequence fits only when both do.
+  CapacityScheduler(const SchedLimits& lim, SeqQueues& q, BlockManager& blocks, SlidingGroup& swa)
+      : lim_(lim), q_(q), blocks_(blocks), swa_(swa) {}
 
   // One decision's admission: moves sequences from the head of the waiting
   // queue to the running set while the policy and the pool allow. Blocks
@@ -42,7 +45,17 @@ class CapacityScheduler {
   // `taken` (the rows of the batch being formed) until it fits. A sequence
   // holding no blocks yet never preempts. Returns false when s cannot grow
   // now; s itself may have been preempted then (check s->running()).
+  // First, s's sliding table gives back what its window has passed.
   bool grow(Sequence* s, int64_t tokens, const std::vector<SchedRow>& taken);
+  // Grows both of s's tables to cover `tokens` positions from the free
+  // blocks alone (no preemption): all or nothing.
+  bool ensure(Sequence* s, int64_t tokens);
+  // Positions past `end` s's tables could grow to now without preempting.
+  int64_t room(const Sequence* s, int64_t end) const;
+  // Gives back every block of both of s's tables, and the blocks past
+  // those covering `tokens` (trim).
+  void release(Sequence* s);
+  void trim(Sequence* s, int64_t tokens);
 
   // THE requeue rule, for KV pressure and for a lost stage alike: s's
   // blocks go back (Sequence::reset_for_recompute does the rest), it is to
@@ -83,8 +96,11 @@ class CapacityScheduler {
   // Whether the policy lets the head of the queue in now (blocks aside).
   bool may_admit(int32_t admitted_this_batch) const;
   // Blocks s's first piece would use up: new blocks, plus reused ones that
-  // are evictable now (taking them costs capacity too).
-  int32_t first_need(const Sequence* s) const;
+  // are evictable now (taking them costs capacity too); and in the sliding
+  // group (swa_need).
+  int32_t first_need(const Sequence* s, int32_t* swa_need) const;
+  // Whether growing s to `tokens` positions is short of blocks in a group.
+  bool short_of_blocks(const Sequence* s, int64_t tokens) const;
   void admit(Sequence* s);
   void pad_static_batch(int32_t admitted, int64_t longest);
   Sequence* victim(const std::vector<SchedRow>& taken) const;
@@ -92,6 +108,7 @@ class CapacityScheduler {
   const SchedLimits& lim_;
   SeqQueues& q_;
   BlockManager& blocks_;
+  SlidingGroup& swa_;
   uint64_t next_admit_ = 1;
   int64_t preemptions_ = 0;
   int64_t requeued_ = 0;

@@ -41,11 +41,16 @@ SchedLimits checked(SchedLimits lim) {
 }  // namespace
 
 Scheduler::Scheduler(SchedLimits lim, int32_t n_blocks, int32_t block_size,
-                     std::vector<int32_t> eos_ids)
+                     std::vector<int32_t> eos_ids, SlidingKv sliding)
     : lim_(checked(lim)),
-      blocks_(n_blocks, block_size, lim_.prefix_caching),
+      // A hit on the full group's blocks alone would leave the sliding
+      // layers' window before it unwritten: with a sliding group, no hits
+      // (docs/scheduler.md, "Sliding-window groups").
+      blocks_(n_blocks, block_size,
+              lim_.prefix_caching && !(sliding.window > 0 && sliding.n_blocks > 0)),
+      swa_(sliding.window, sliding.n_blocks, block_size),
       eos_(eos_ids.begin(), eos_ids.end()),
-      cap_(lim_, q_, blocks_),
+      cap_(lim_, q_, blocks_, swa_),
       time_(lim_),
       form_(lim_, time_.cost()),
       drafter_(lim_.spec.enabled() ? make_drafter(lim_.spec) : nullptr) {}
@@ -115,7 +120,7 @@ void Scheduler::reap() {
   for (auto it = q_.running.begin(); it != q_.running.end();) {
     Sequence* s = *it;
     if (s->finished() && s->batches_in_flight == 0) {
-      blocks_.release(s->table);
+      cap_.release(s);
       it = q_.running.erase(it);
     } else {
       ++it;
@@ -125,7 +130,7 @@ void Scheduler::reap() {
     const Sequence& s = *kv.second;
     // (A finished sequence still in the running set has a batch in flight.)
     if (!s.finished() || s.batches_in_flight > 0) return false;
-    if (!s.table.empty()) blocks_.release(kv.second->table);  // never: a waiter holds none
+    if (!s.table.empty()) cap_.release(kv.second.get());  // never: a waiter holds none
     return true;
   });
 }
@@ -133,7 +138,7 @@ void Scheduler::reap() {
 void Scheduler::end_all(FinishReason why, const Status& error) {
   for (auto& [id, s] : seqs_) {
     finish(s.get(), why, error);
-    blocks_.release(s->table);
+    cap_.release(s.get());
   }
   seqs_.clear();
   q_.waiting.clear();
@@ -258,7 +263,7 @@ void Scheduler::add_drafts(SchedRow& row, Sequence* s, double& emitted) {
     return;
   }
   const int64_t own_end = int64_t(row.pos0) + 1;
-  const int64_t room = (int64_t(s->table.size()) + blocks_.free()) * blocks_.block_size() - own_end;
+  const int64_t room = cap_.room(s, own_end);
   const int64_t budget = lim_.spec.adaptive ? form_.draft_room() : form_.budget_left();
   const int64_t k_max = std::min<int64_t>(
       {lim_.spec.max_draft, budget, int64_t(s->req.max_tokens) - s->n_generated - 1, room});
@@ -270,7 +275,7 @@ void Scheduler::add_drafts(SchedRow& row, Sequence* s, double& emitted) {
           ? std::vector<int32_t>(s->forced.begin(),
                                  s->forced.begin() + std::min<size_t>(size_t(k), s->forced.size()))
           : drafter_->propose(s->tokens, k, s->req.cache_salt);
-  if (d.empty() || !blocks_.ensure(s->table, own_end + int64_t(d.size()))) return;
+  if (d.empty() || !cap_.ensure(s, own_end + int64_t(d.size()))) return;
   if (lim_.spec.adaptive && e.probing()) spec_.probes++;
   form_.add_drafts(row, int32_t(d.size()));
   emitted += expected_accepted(e.acceptance(), int32_t(d.size()));
@@ -399,6 +404,7 @@ SchedulerOutput Scheduler::emit(std::vector<SchedRow> rows) {
       o.n_draft = int32_t(r.draft.size());
     }
     o.table = s->table;
+    o.swa_table = s->swa_table;
     if (!r.pad) {  // the filler samples nothing and keeps no state at the tail
       o.sampling = s->req.sampling;
       o.grammar = s->req.grammar;
@@ -486,7 +492,7 @@ void Scheduler::apply_row(const SchedRow& row, const RowResult& res) {
     // garbage the next row overwrites, and the blocks only rejected drafts
     // reached go back.
     s->n_scheduled += int64_t(res.more.size());
-    blocks_.trim(s->table, int64_t(s->tokens.size()));
+    cap_.trim(s, int64_t(s->tokens.size()));
   }
   if (f != FinishReason::kNone) return;
   s->forced = res.forced;  // for the tokens as they stand now
@@ -640,6 +646,8 @@ SchedulerStats Scheduler::stats() const {
                                 f.per_sample_s * 1e3, f.rms_s * 1e3, f.mean_busy_s * 1e3,
                                 f.samples});
   }
+  st.blocks_swa_total = swa_.total();
+  st.blocks_swa_free = swa_.free();
   st.blocks_cached = blocks_.cached();
   st.blocks_evictable = blocks_.evictable();
   st.prefix_queries = cap_.prefix_queries();

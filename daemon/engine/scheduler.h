@@ -50,6 +50,7 @@
 #include "daemon/engine/engine.h"
 #include "daemon/engine/policy.h"
 #include "daemon/engine/sequence.h"
+#include "daemon/engine/sliding_group.h"
 #include "daemon/engine/time_budget.h"
 #include "ipc/sampling.h"
 
@@ -81,6 +82,9 @@ struct ScheduledRow {
   int32_t n_draft = 0;
   std::vector<int32_t> tokens;  // n_tokens ids (for padding, a filler id)
   std::vector<int32_t> table;   // the request's KV blocks, covering pos0 + n_tokens
+  // Its sliding-window group's (empty without one): as long as `table`,
+  // the entries before the window of pos0 unmapped (-1).
+  std::vector<int32_t> swa_table;
   SamplingParams sampling;      // its seed always set
   // The request's structured-output spec (GenRequest::grammar), or null.
   std::shared_ptr<const std::string> grammar;
@@ -158,6 +162,8 @@ struct SchedulerStats {
   int64_t blocks_cached = 0, blocks_evictable = 0;
   int64_t prefix_queries = 0, prefix_hits = 0;  // tokens looked up, and found
   int64_t prefix_resets = 0;                    // the cache emptied (requeue_all)
+  // The sliding-window group (0 and 0 without one): its own pool.
+  int64_t blocks_swa_total = 0, blocks_swa_free = 0;
   // Speculative decoding: its method's name and what it did.
   const char* spec_method = "none";
   SpecCounts spec;
@@ -166,8 +172,11 @@ struct SchedulerStats {
 class Scheduler {
  public:
   // eos_ids: the model's end-of-generation ids (a request may ignore them).
+  // sliding: the sliding-window group's window and pool (sliding_group.h);
+  // {0, 0}: none. With one, prefix caching finds no hits
+  // (docs/scheduler.md, "Sliding-window groups").
   Scheduler(SchedLimits lim, int32_t n_blocks, int32_t block_size,
-            std::vector<int32_t> eos_ids = {});
+            std::vector<int32_t> eos_ids = {}, SlidingKv sliding = {});
   Scheduler(const Scheduler&) = delete;  // its parts hold references into it
   Scheduler& operator=(const Scheduler&) = delete;
 
@@ -249,10 +258,11 @@ class Scheduler {
 
   SchedLimits lim_;
   BlockManager blocks_;
+  SlidingGroup swa_;
   std::set<int32_t> eos_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // by sequence_key
   SeqQueues q_;
-  CapacityScheduler cap_;  // refers to lim_, q_ and blocks_ above
+  CapacityScheduler cap_;  // refers to lim_, q_, blocks_ and swa_ above
   TimeBudget time_;
   BatchFormer form_;  // refers to lim_ and time_'s cost model
   std::unordered_map<uint64_t, InFlight> inflight_;

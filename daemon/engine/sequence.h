@@ -58,7 +58,10 @@ struct Sequence {
   FinishReason finish_reason = FinishReason::kNone;  // once kFinished
   uint64_t admitted = 0;       // admission order: the newest is preempted first
   int32_t preempted = 0;       // times it lost its blocks (KV pressure or a lost stage)
-  std::vector<int32_t> table;  // KV blocks
+  std::vector<int32_t> table;  // KV blocks (the full-attention group's)
+  // The sliding-window group's (sliding_group.h; empty without one): as
+  // long as `table`, its entries before the window unmapped (-1).
+  std::vector<int32_t> swa_table;
   // `static` padding (docs/scheduler.md): filler positions [pad_next,
   // pad_end) past its prompt still to be computed before its prefill, so
   // its prefill costs what the batch's longest prompt costs.

@@ -60,12 +60,17 @@ inline std::vector<int64_t> prefix_cells(const std::vector<int32_t>& toks, int64
 }
 
 struct Sim {
-  Sim(SchedLimits lim, int32_t n_blocks, int32_t block_size = 4, std::vector<int32_t> eos = {})
-      : sch(lim, n_blocks, block_size, std::move(eos)),
+  // sliding: a sliding-window group (its rows also write and read the
+  // window's positions through their sliding table, in a cache of its own).
+  Sim(SchedLimits lim, int32_t n_blocks, int32_t block_size = 4, std::vector<int32_t> eos = {},
+      SlidingKv sliding = {})
+      : sch(lim, n_blocks, block_size, std::move(eos), sliding),
         bs(block_size),
         inflight(lim.inflight),
-        caching(lim.prefix_caching),
-        cache(size_t(n_blocks) * size_t(block_size), kUnwritten) {}
+        caching(lim.prefix_caching && sliding.window == 0),
+        window(sliding.window),
+        cache(size_t(n_blocks) * size_t(block_size), kUnwritten),
+        swa_cache(size_t(sliding.n_blocks) * size_t(block_size), kUnwritten) {}
 
   void add(RequestId id, int prompt, int max_new) {
     GenRequest g;
@@ -176,7 +181,17 @@ struct Sim {
         ASSERT_EQ(int64_t(r.tokens.size()), r.n_tokens);
         const uint64_t k = sequence_key(r.id, r.index);
         if (r.table.size() > latest[k].size()) latest[k] = r.table;
+        check_swa_table(r);
       }
+    for (const SchedulerOutput& b : ring) {  // a sliding block in one row of a batch at most
+      std::set<int32_t> seen;
+      for (const ScheduledRow& r : b.rows)
+        for (int32_t id : r.swa_table) {
+          if (id >= 0) {
+            ASSERT_TRUE(seen.insert(id).second) << "sliding block " << id << " twice";
+          }
+        }
+    }
     std::map<int32_t, std::pair<uint64_t, size_t>> owner;  // block → (sequence, index)
     for (auto& [k, t] : latest)
       for (size_t i = 0; i < t.size(); ++i) {
@@ -191,6 +206,22 @@ struct Sim {
                     std::equal(a.begin(), a.begin() + int64_t(end), b.begin()))
             << "block " << t[i] << " shared by two prefixes";
       }
+  }
+
+  // A sliding table is as long as the full one, mapped from the block of
+  // its row's first window on (entries before may be unmapped, never after).
+  void check_swa_table(const ScheduledRow& r) {
+    if (window == 0) {
+      ASSERT_TRUE(r.swa_table.empty());
+      return;
+    }
+    ASSERT_EQ(r.swa_table.size(), r.table.size());
+    const int64_t first = std::max<int64_t>(0, r.pos0 - window + 1) / bs;
+    for (size_t i = size_t(first); i < r.swa_table.size(); ++i)
+      ASSERT_GE(r.swa_table[i], 0) << "sliding entry " << i << " unmapped at pos0 " << r.pos0;
+  }
+  int64_t& swa_at(const ScheduledRow& r, int64_t p) {
+    return swa_cache[size_t(r.swa_table[size_t(p / bs)]) * size_t(bs) + size_t(p % bs)];
   }
 
   int64_t& at(const ScheduledRow& r, int64_t p) {
@@ -264,7 +295,13 @@ struct Sim {
         at(r, p) = own[size_t(p)];
       else
         at(r, p) = cell(r.id, r.tokens[size_t(p - r.pos0)]);
+      if (window > 0) swa_at(r, p) = r.pad ? filler(r.id) : cell(r.id, r.tokens[size_t(p - r.pos0)]);
     }
+    // A sliding layer reads the window of each of the row's positions.
+    for (int64_t p = std::max<int64_t>(0, r.pos0 - window + 1); window > 0 && !r.pad && p < end; ++p)
+      EXPECT_EQ(swa_at(r, p),
+                cell(r.id, p >= r.pos0 ? r.tokens[size_t(p - r.pos0)] : mine[size_t(p)]))
+          << "request " << r.id << " reads a bad sliding position " << p;
     // The tail's penalty history sees every row, as in stages/agent.cpp.
     const SequenceHistory* hist = nullptr;
     if (penalize && penalties_active(r.sampling)) {
@@ -312,6 +349,7 @@ struct Sim {
   int32_t bs;
   int inflight;
   bool caching;
+  int32_t window = 0;  // the sliding group's (0: none)
   bool detailed = false;
   // Every read checked (with caching). Off where a failed batch poisons
   // blocks that rows already in the ring read: those rows' results must be
@@ -319,6 +357,7 @@ struct Sim {
   bool strict = true;
   bool balance = true;  // tell the scheduler the ring's load (else budgets are whole)
   std::vector<int64_t> cache;
+  std::vector<int64_t> swa_cache;  // the sliding group's blocks
   std::deque<SchedulerOutput> ring;
   // By sequence_key: all tokens; the generated ones.
   std::map<uint64_t, std::vector<int32_t>> toks, out;

@@ -217,8 +217,9 @@ TEST(Scheduler, OneRequeueRuleResetsEverythingForBothCauses) {
   for (PreemptCause why : {PreemptCause::kKvPressure, PreemptCause::kStageLost}) {
     SchedLimits l = lim(Policy::kStatic);
     BlockManager blocks(8, 4);
+    SlidingGroup none(0, 0, 4);
     SeqQueues q;
-    CapacityScheduler cap(l, q, blocks);
+    CapacityScheduler cap(l, q, blocks, none);
     Sequence waiter, s;
     waiter.id = 1;
     s.id = 2;
