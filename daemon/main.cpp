@@ -507,6 +507,7 @@ class Daemon {
     bc.limits.spec.grammar_forced = cfg_.speculative.grammar_forced;
     bc.max_queue = cfg_.scheduler.max_queue;
     bc.n_blocks = sup_.kv_blocks();
+    bc.sliding = kvasir::SlidingKv{mc_.sliding_window, sup_.kv_blocks_swa()};
     bc.block_size = cfg_.kv.block_size;
     bc.vocab = mc_.vocab;
     bc.context_length = mc_.context_length;

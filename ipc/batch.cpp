@@ -21,7 +21,7 @@ uint64_t desc_bytes(const SlotDims& d) {
   uint64_t n = align64(sizeof(DescHeader));
   n += align64(sizeof(DescRow) * uint64_t(d.max_rows));
   n += align64(4ull * uint64_t(d.max_tokens));
-  n += align64(4ull * uint64_t(d.max_rows) * uint64_t(d.max_table));
+  n += align64(4ull * uint64_t(d.max_rows) * uint64_t(d.max_table)) * uint64_t(d.tables);
   n += align64(sizeof(SamplingParams) * uint64_t(d.max_rows));
   n += align64(sizeof(BlockCopy) * uint64_t(d.max_rows));
   n += align64(sizeof(LogitBias) * kMaxLogitBias * uint64_t(d.max_rows));
@@ -47,6 +47,10 @@ DescView desc_view(void* base, const SlotDims& d) {
   p += align64(4ull * uint64_t(d.max_tokens));
   v.tables = reinterpret_cast<int32_t*>(p);
   p += align64(4ull * uint64_t(d.max_rows) * uint64_t(d.max_table));
+  if (d.tables == 2) {
+    v.swa_tables = reinterpret_cast<int32_t*>(p);
+    p += align64(4ull * uint64_t(d.max_rows) * uint64_t(d.max_table));
+  }
   v.sampling = reinterpret_cast<SamplingParams*>(p);
   p += align64(sizeof(SamplingParams) * uint64_t(d.max_rows));
   v.copies = reinterpret_cast<BlockCopy*>(p);
@@ -111,10 +115,31 @@ Status read_copies(const DescView& v, const DescHeader& h, const BatchMsg& m, co
   }
   return Status();
 }
+
+// Row r's sliding table (d.tables 2), copied into out.swa_tables: a run of
+// unmapped entries, then ids of the sliding pool; the row's own positions
+// all mapped. (Whether its window is mapped is the kernels' check.)
+Status read_swa_table(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_t r,
+                      int32_t n_blocks_swa, int32_t block_size, Batch& out) {
+  const DescRow& row = out.rows[size_t(r)];
+  int32_t* t = out.swa_tables.data() + int64_t(r) * d.max_table;
+  const int32_t* src = v.swa_tables + int64_t(r) * d.max_table;
+  std::copy(src, src + row.n_table, t);
+  int32_t i = 0;
+  while (i < row.n_table && t[i] == -1) ++i;
+  if (int64_t(i) * block_size > row.pos0)
+    return refused("batch {} row {}: sliding table unmapped up to block {}, past position {}",
+                   m.batch_id, r, i, row.pos0);
+  for (; i < row.n_table; ++i)
+    if (t[i] < 0 || t[i] >= n_blocks_swa)
+      return refused("batch {} row {}: sliding block id {} out of range [0, {})", m.batch_id, r,
+                     t[i], n_blocks_swa);
+  return Status();
+}
 }  // namespace
 
 Status read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_t n_blocks,
-                 int32_t block_size, Batch& out) {
+                 int32_t block_size, Batch& out, int32_t n_blocks_swa) {
   DescHeader h;
   std::memcpy(&h, v.hdr, sizeof h);
   if (h.batch_id != m.batch_id || h.n_rows != m.n_rows || h.n_tokens != m.n_tokens)
@@ -132,6 +157,8 @@ Status read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_
   // times the ids a row holds; what lies past a row's n_table is stale.
   if (out.tables.size() < size_t(nr) * size_t(d.max_table))
     out.tables.resize(size_t(nr) * size_t(d.max_table));
+  if (d.tables == 2 && out.swa_tables.size() < size_t(nr) * size_t(d.max_table))
+    out.swa_tables.resize(size_t(nr) * size_t(d.max_table));
   out.sampling.assign(v.sampling, v.sampling + nr);
   if (out.bias.size() < size_t(nr) * size_t(kMaxLogitBias))
     out.bias.resize(size_t(nr) * size_t(kMaxLogitBias));
@@ -154,6 +181,10 @@ Status read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_
       if (t[i] < 0 || t[i] >= n_blocks)
         return refused("batch {} row {}: block id {} out of range [0, {})", m.batch_id, r, t[i],
                        n_blocks);
+    if (d.tables == 2) {
+      const Status st = read_swa_table(v, m, d, r, n_blocks_swa, block_size, out);
+      if (!st.ok()) return st;
+    }
     if (row.sample > 1)
       return refused("batch {} row {}: sample flag {}", m.batch_id, r, row.sample);
     if (row.n_prompt < 0)
@@ -181,6 +212,10 @@ void write_desc(const DescView& v, const Batch& b, const SlotDims& d) {
   for (int32_t r = 0; r < nr; ++r) {
     const int32_t* src = b.tables.data() + int64_t(r) * d.max_table;
     std::copy(src, src + b.rows[r].n_table, v.tables + int64_t(r) * d.max_table);
+    if (d.tables == 2) {
+      const int32_t* swa = b.swa_tables.data() + int64_t(r) * d.max_table;
+      std::copy(swa, swa + b.rows[r].n_table, v.swa_tables + int64_t(r) * d.max_table);
+    }
   }
   std::copy(b.sampling.begin(), b.sampling.end(), v.sampling);
   std::copy(b.copies.begin(), b.copies.end(), v.copies);

@@ -29,8 +29,10 @@ constexpr uint16_t kMsgBatch = 1;
 // result slot carries them (PromptRecord). 11: DescRow says how many of its
 // last tokens are drafts (speculative decoding), the result slot carries the
 // tokens their verification emitted (DraftRecord). 12: the result slot
-// carries each constrained row's grammar-forced tokens (ForcedRecord).
-constexpr uint16_t kMsgVersion = 12;
+// carries each constrained row's grammar-forced tokens (ForcedRecord). 13:
+// with a sliding-window group (SlotDims::tables 2) each row carries a
+// second table.
+constexpr uint16_t kMsgVersion = 13;
 // Stages whose time a result slot carries (the segment's kMaxStages).
 constexpr int kMaxStageTimes = 16;
 
@@ -60,6 +62,11 @@ struct SlotDims {
   int32_t max_table = 0;  // blocks per row's table
   int32_t hidden = 0;
   int32_t inflight = 0;
+  // Block tables per row: 1, or 2 when the model's sliding-window layers
+  // have a block id space of their own (docs/scheduler.md, "Sliding-window
+  // groups"): the second, as long as the first, names the sliding group's
+  // blocks, unmapped (-1) before the row's window.
+  int32_t tables = 1;
 };
 
 struct DescHeader {
@@ -166,13 +173,14 @@ struct ResultHeader {
 
 // A descriptor slot in the segment, as typed pointers into it. Layout:
 // DescHeader | DescRow[max_rows] | int32 tokens[max_tokens] |
-// int32 tables[max_rows][max_table] | SamplingParams[max_rows] |
-// BlockCopy[max_rows] | LogitBias[max_rows][kMaxLogitBias]
+// int32 tables[max_rows][max_table] | (tables 2: int32 swa_tables[max_rows][max_table]) |
+// SamplingParams[max_rows] | BlockCopy[max_rows] | LogitBias[max_rows][kMaxLogitBias]
 struct DescView {
   DescHeader* hdr = nullptr;
   DescRow* rows = nullptr;
   int32_t* tokens = nullptr;
-  int32_t* tables = nullptr;  // row r's table at tables + r * max_table
+  int32_t* tables = nullptr;      // row r's table at tables + r * max_table
+  int32_t* swa_tables = nullptr;  // its sliding table, the same way (null: tables 1)
   SamplingParams* sampling = nullptr;
   BlockCopy* copies = nullptr;
   // Row r's sampling[r].n_logit_bias entries at bias + r * kMaxLogitBias
@@ -225,6 +233,9 @@ struct Batch {
   // At least rows.size() × max_table: row r's n_table ids from r × max_table
   // (read_desc leaves what lies past them stale).
   std::vector<int32_t> tables;
+  // With SlotDims::tables 2, each row's sliding table laid out as `tables`
+  // (the row's n_table entries, -1 where unmapped); else empty.
+  std::vector<int32_t> swa_tables;
   std::vector<SamplingParams> sampling;
   std::vector<BlockCopy> copies;  // applied before the forward
   // At least rows.size() × kMaxLogitBias: row r's sampling[r].n_logit_bias
@@ -247,11 +258,13 @@ Status check_msg(const BatchMsg& m, const SlotDims& d, uint64_t last_batch_id);
 // widths: same batch id and counts, rows' tokens sum to n_tokens, each row
 // has >= 1 token and at most kMaxLogitBias logit biases, a table long enough for its positions,
 // block ids in [0, n_blocks), block copies as BlockCopy says, n_draft only on sampled rows
-// and below n_tokens. Only each row's n_table ids are
+// and below n_tokens; with a sliding table (d.tables 2), its ids in [0, n_blocks_swa) after
+// a run of unmapped (-1) entries that ends at or before the row's first position's block.
+// Only each row's n_table ids are
 // copied, into out's buffers as the previous call left them. Not ok: kBatchRefused and why (out is
 // then unspecified).
 Status read_desc(const DescView& v, const BatchMsg& m, const SlotDims& d, int32_t n_blocks,
-                 int32_t block_size, Batch& out);
+                 int32_t block_size, Batch& out, int32_t n_blocks_swa = 0);
 
 // Writes a descriptor (bridge side). The batch must already be valid.
 void write_desc(const DescView& v, const Batch& b, const SlotDims& d);

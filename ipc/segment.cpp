@@ -271,6 +271,7 @@ std::string Segment::check_params(const SegmentParams& p) {
   if (d.max_tokens < d.max_rows || d.max_tokens > (1 << 20))
     return fmt::format("max_tokens {}", d.max_tokens);
   if (d.max_table < 1 || d.max_table > (1 << 20)) return fmt::format("max_table {}", d.max_table);
+  if (d.tables != 1 && d.tables != 2) return fmt::format("{} tables a row", d.tables);
   if (d.hidden < 1 || d.hidden > (1 << 17)) return fmt::format("hidden {}", d.hidden);
   if (p.block_size < 1 || p.block_size > 4096) return fmt::format("block_size {}", p.block_size);
   if (!(p.kv_gpu_util > 0 && p.kv_gpu_util <= 1)) return fmt::format("kv_gpu_util {}", p.kv_gpu_util);

@@ -47,8 +47,10 @@ constexpr uint32_t kSegMagic = 0x5253564B;  // "KVSR" little-endian
 // compiler settings in the plan (SegmentParams::grammar_workers, ...); 12:
 // the hand-off spin (SegmentParams::spin_ns) and each stage's CPUs
 // (StagePlan::cpus); 13: the header names the ring's message version; 14:
-// the tail's grammar-forced drafts (SegmentParams::forced_drafts).
-constexpr uint32_t kSegVersion = 14;
+// the tail's grammar-forced drafts (SegmentParams::forced_drafts); 15: a
+// sliding-window group: the slots' second table (SlotDims::tables) and its
+// pool's size (kv_blocks_swa).
+constexpr uint32_t kSegVersion = 15;
 constexpr int kMaxStages = 16;
 static_assert(kMaxStageTimes == kMaxStages, "a result slot times every stage");
 
@@ -290,6 +292,8 @@ struct SegmentHeader {
   // not taken for the owner. 0: unknown (no /proc).
   std::atomic<uint64_t> owner_start{0};
   std::atomic<int32_t> kv_blocks{0};  // decided by the daemon: min capacity
+  // The sliding-window group's pool (0: none), stored before kv_blocks.
+  std::atomic<int32_t> kv_blocks_swa{0};
   Bell state;                         // rung on any status/decision change
   // Batches with an id below this belong to a dead epoch (a stage died while
   // they were in the ring): every receiver drops them. Only the bridge

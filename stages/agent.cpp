@@ -168,7 +168,8 @@ bool Agent::check_message(ipc::BatchMsg& m) {
 
 void Agent::read_descriptor(ipc::BatchMsg& m, const ipc::ResultView& result) {
   const Status why =
-      ipc::read_desc(seg_.desc(m.slot), m, d_, cfg_.n_blocks, seg_.params().block_size, batch_);
+      ipc::read_desc(seg_.desc(m.slot), m, d_, cfg_.n_blocks, seg_.params().block_size, batch_,
+                     cfg_.n_blocks_swa);
   if (why.ok()) return;
   me_.stats.refused.fetch_add(1);
   fail_batch(m, why.code(), why.message(), result);
@@ -179,6 +180,8 @@ ForwardBatch Agent::forward_batch(const ipc::BatchMsg& m) {
     const ipc::DescRow& row = batch_.rows[r];
     frows_[r] = ForwardRow{row.pos0, row.n_tokens, batch_.tables.data() + int64_t(r) * d_.max_table,
                            row.n_table, row.sample != 0, row.n_draft};
+    if (d_.tables == 2)
+      frows_[r].block_table_swa = batch_.swa_tables.data() + int64_t(r) * d_.max_table;
   }
   ForwardBatch fb;
   fb.rows = frows_.data();

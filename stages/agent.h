@@ -44,6 +44,8 @@ struct AgentConfig {
   // agent publishes it when it starts and, whenever it changed, after each
   // batch (the CPU kernels choose their levels on first use). Null: nothing.
   std::function<std::string()> kernels;
+  // The sliding-window group's pool (0: none): its tables' ids fall in it.
+  int32_t n_blocks_swa = 0;
 };
 
 // Runs until the segment's shutdown flag is set. Returns 0.

@@ -6,7 +6,7 @@
 // The handshake calls, in this order and each at most once:
 //   capacity_blocks()   reported to the daemon (status sized)
 //   preload()           while the daemon decides the block count
-//   allocate_kv(n)      the daemon's block count, the minimum over stages
+//   allocate_kv(n, s)   the daemon's block counts (full and sliding groups)
 //   attach_boundaries() then status ready
 // then the agent calls forward() once per batch until shutdown, and the
 // backend is destroyed when the stage leaves. Failures before serving throw
@@ -43,9 +43,11 @@ class StageBackend {
   virtual bool preload(const PreloadConfig& cfg) = 0;
 
   // Allocates n_blocks KV blocks (1..capacity_blocks()), zeroed: the pool
-  // every block id of a batch falls in. Throws kvasir::Error (kOutOfMemory
-  // when the memory is not there after all, kDevice, ...).
-  virtual void allocate_kv(int32_t n_blocks) = 0;
+  // every block id of a batch falls in; with n_blocks_swa > 0 (a sliding
+  // group), the sliding-window layers hold n_blocks_swa instead, and the
+  // whole must fit what capacity_blocks() said. Throws kvasir::Error
+  // (kOutOfMemory when the memory is not there after all, kDevice, ...).
+  virtual void allocate_kv(int32_t n_blocks, int32_t n_blocks_swa = 0) = 0;
 
   // Connects this stage's boundaries: a GPU stage opens device boundaries
   // to GPU neighbours (ipc/cuda_boundary.h), waiting for a peer's slots to

@@ -23,11 +23,18 @@ class CpuBackend final : public StageBackend {
 
   bool preload(const PreloadConfig& pc) override { return preload_slice(*model_, cfg_.slice, pc); }
 
-  void allocate_kv(int32_t n_blocks) override {
+  void allocate_kv(int32_t n_blocks, int32_t n_blocks_swa) override {
     KV_CHECK(!exec_, "allocate_kv: the KV pool is already allocated");
-    KV_CHECK(n_blocks >= 1 && n_blocks <= capacity_, "{} KV blocks asked, {} fit", n_blocks,
-             capacity_);
-    const KvSpec kv{n_blocks, cfg_.block_size, cfg_.kv_type};
+    // Layer-blocks: each layer holds its group's count, all within what
+    // capacity_ blocks of every layer would take.
+    const int64_t n_sliding = sliding_layers(model_->config(), cfg_.slice);
+    const int64_t n_layers = cfg_.slice.last_layer - cfg_.slice.first_layer + 1;
+    const int64_t used = n_blocks_swa > 0
+                             ? (n_layers - n_sliding) * n_blocks + n_sliding * n_blocks_swa
+                             : n_layers * n_blocks;
+    KV_CHECK(n_blocks >= 1 && n_blocks_swa >= 0 && used <= n_layers * capacity_,
+             "{} KV blocks ({} sliding) asked, {} fit", n_blocks, n_blocks_swa, capacity_);
+    const KvSpec kv{n_blocks, cfg_.block_size, cfg_.kv_type, n_blocks_swa};
     exec_ = std::make_unique<SliceExecutor>(*model_, cfg_.slice, kv, cfg_.threads, cfg_.max_tokens);
     exec_->set_peers(cfg_.peers.get());
     if (cfg_.width)

@@ -132,7 +132,7 @@ class CudaBackend final : public StageBackend {
   int32_t vocab() const override { return vocab_; }
   int64_t capacity_blocks() const override { return capacity_; }
   bool preload(const PreloadConfig&) override { return true; }  // uploaded when opened
-  void allocate_kv(int32_t n_blocks) override;
+  void allocate_kv(int32_t n_blocks, int32_t n_blocks_swa) override;
   bool attach_boundaries() override;
   void forward(const ForwardBatch& b, const float* in, float* out, float* logits) override;
 
@@ -205,7 +205,10 @@ KvasirCudaStageConfig CudaBackend::stage_config() const {
   return cfg;
 }
 
-void CudaBackend::allocate_kv(int32_t n_blocks) {
+void CudaBackend::allocate_kv(int32_t n_blocks, int32_t n_blocks_swa) {
+  // The daemon gives GPU stages one group only: it forms a sliding group
+  // for all-CPU plans (and the GPU executor refuses sliding-window models).
+  KV_CHECK(n_blocks_swa == 0, "a GPU stage holds no sliding-window block group");
   char err[512] = {};
   const int rc = api().allocate_kv(stage_handle_.st, n_blocks, err, sizeof err);
   KV_CHECK_CODE(rc == KVASIR_CUDA_OK, code_of(rc), "{}: {}", device(), text(err, sizeof err));

@@ -70,7 +70,7 @@ struct SliceExecutor::Layer {
   const float* k_norm = nullptr;
   const float* post_attn_norm = nullptr;  // [hidden] Gemma's norms of the blocks' outputs, else null
   const float* post_ffn_norm = nullptr;
-  int32_t window = 0;                     // > 0: a sliding-window layer (masked: full KV kept)
+  int32_t window = 0;                     // > 0: a sliding-window layer
   const RopeTable* rope = nullptr;        // this layer's rotation (local or global)
   Moe moe;                             // a MoE layer's FFN (w_gate/up/down null)
   Buffer k_cache, v_cache;             // [n_blocks][n_kv_heads][block_size][head_dim]
@@ -147,8 +147,11 @@ void SliceExecutor::check_args(int threads) const {
            c.n_layers - 1);
   KV_CHECK(max_tokens_ > 0 && max_tokens_ <= (1 << 20), "max_tokens must be in 1..2^20 (got {})",
            max_tokens_);
-  KV_CHECK(kv_.block_size > 0 && kv_.n_blocks >= 0, "kv: block_size {} / n_blocks {} invalid",
-           kv_.block_size, kv_.n_blocks);
+  KV_CHECK(kv_.block_size > 0 && kv_.n_blocks >= 0 && kv_.n_blocks_swa >= 0,
+           "kv: block_size {} / n_blocks {} / n_blocks_swa {} invalid", kv_.block_size,
+           kv_.n_blocks, kv_.n_blocks_swa);
+  KV_CHECK(kv_.n_blocks_swa == 0 || c.sliding_window > 0,
+           "kv: a sliding group's pool for model {}, which has no sliding window", c.name);
   KV_CHECK(threads >= 1 && threads <= 1024, "threads must be in 1..1024 (got {})", threads);
   kv_elem_bytes(kv_.type);  // F16 or F32
   KV_CHECK(
@@ -209,12 +212,14 @@ void SliceExecutor::map_layer(const ModelFile& model, int il, Layer& L) {
     L.bk = f32_data(&model.get(n.attn_k_bias), "attn_k.bias", KD);
     L.bv = f32_data(&model.get(n.attn_v_bias), "attn_v.bias", KD);
   }
-  const uint64_t per_layer = uint64_t(kv_.n_blocks) * uint64_t(c.n_kv_heads) *
+  // A sliding layer of a sliding group holds that group's pool: the memory saved.
+  const int32_t n_blocks = kv_.n_blocks_swa > 0 && c.layer_slides(il) ? kv_.n_blocks_swa : kv_.n_blocks;
+  const uint64_t per_layer = uint64_t(n_blocks) * uint64_t(c.n_kv_heads) *
                              uint64_t(kv_.block_size) * uint64_t(c.head_dim) *
                              kv_elem_bytes(kv_.type);
   L.k_cache = alloc_zeroed(per_layer);
   L.v_cache = alloc_zeroed(per_layer);
-  L.kv = cpu::KvLayerView{L.k_cache.get(), L.v_cache.get(), kv_.type,  kv_.n_blocks,
+  L.kv = cpu::KvLayerView{L.k_cache.get(), L.v_cache.get(), kv_.type,  n_blocks,
                           kv_.block_size,  c.n_kv_heads,    c.head_dim};
 }
 
@@ -305,7 +310,7 @@ void SliceExecutor::run_layer(const Layer& L, const ForwardBatch& b,
   const RopeTable& rope = *L.rope;
   cpu::rope(rope.config, rope.inv_freq.data(), pos, T, c.n_heads, s.q.data());
   cpu::rope(rope.config, rope.inv_freq.data(), pos, T, c.n_kv_heads, s.k.data());
-  cpu::kv_append(L.kv, rows.data(), int(rows.size()), s.k.data(), s.v.data());
+  cpu::kv_append(L.kv, rows.data(), int(rows.size()), s.k.data(), s.v.data(), L.window);
   cpu::paged_attention(L.kv, rows.data(), int(rows.size()), s.q.data(), c.n_heads,
                        c.attention_scale(), s.att.data(), pool, L.window);
   cpu::matmul(*L.wo, s.att.data(), T, s.tmp.data(), pool);
@@ -336,6 +341,9 @@ void SliceExecutor::run_layer(const Layer& L, const ForwardBatch& b,
 void SliceExecutor::copy_blocks(const ForwardBatch& b) {
   KV_CHECK(b.n_copies >= 0 && (b.n_copies == 0 || (b.copy_src && b.copy_dst)),
            "batch: bad block copies");
+  // Copies come with prefix hits, which a sliding group never has: their
+  // ids would name the full group's blocks in the sliding layers too.
+  KV_CHECK(b.n_copies == 0 || kv_.n_blocks_swa == 0, "batch: block copies with a sliding group");
   for (int32_t i = 0; i < b.n_copies; ++i)
     KV_CHECK(b.copy_src[i] >= 0 && b.copy_src[i] < kv_.n_blocks && b.copy_dst[i] >= 0 &&
                  b.copy_dst[i] < kv_.n_blocks && b.copy_src[i] != b.copy_dst[i],
@@ -382,18 +390,12 @@ void SliceExecutor::run_moe(const Moe& m, int64_t T, float* out) {
   cpu::add_sigmoid_gated(s.shared_out.data(), s.shared_gate.data(), T, c.hidden, out);
 }
 
-void SliceExecutor::forward(const ForwardBatch& b, const float* hidden_in, float* hidden_out,
-                            float* logits) {
-  const ModelConfig& c = cfg_;
-  const int64_t H = c.hidden;
-  std::fill(s_->routed.begin(), s_->routed.end(), uint64_t(0));
-  KV_CHECK(b.n_rows >= 0 && (b.n_rows == 0 || b.rows != nullptr), "batch: bad row list");
-  KV_CHECK(b.n_tokens >= 0 && b.n_tokens <= max_tokens_,
-           "batch: {} tokens exceed the plan's max_tokens {}", b.n_tokens, max_tokens_);
-
-  // Validate rows and lay out positions: every bound is checked here, once,
-  // before any kernel runs.
-  std::vector<cpu::AttnRow> rows(size_t(b.n_rows));
+// Validates the rows and lays out positions: every bound is checked here,
+// once, before any kernel runs. rows: each row's table; rows_swa (with a
+// sliding group) its sliding table.
+void SliceExecutor::check_rows(const ForwardBatch& b, std::vector<cpu::AttnRow>& rows,
+                               std::vector<cpu::AttnRow>& rows_swa) {
+  if (kv_.n_blocks_swa > 0) rows_swa.resize(size_t(b.n_rows));
   int64_t t = 0;
   for (int32_t r = 0; r < b.n_rows; ++r) {
     const ForwardRow& row = b.rows[r];
@@ -412,9 +414,34 @@ void SliceExecutor::forward(const ForwardBatch& b, const float* hidden_in, float
              b.n_tokens);
     for (int32_t i = 0; i < row.n_tokens; ++i) s_->pos[size_t(t + i)] = row.pos0 + i;
     rows[size_t(r)] = cpu::AttnRow{row.pos0, row.n_tokens, row.block_table, row.n_table};
+    if (kv_.n_blocks_swa > 0) {
+      KV_CHECK(row.block_table_swa != nullptr, "batch row {}: no sliding table", r);
+      // Mapped from pos0's window on (the kernels check it per layer), each
+      // id in the sliding pool; unmapped (-1) before.
+      const int64_t first = std::max<int64_t>(0, row.pos0 - cfg_.sliding_window + 1) / kv_.block_size;
+      for (int32_t i = 0; i < row.n_table; ++i)
+        KV_CHECK(row.block_table_swa[i] < kv_.n_blocks_swa &&
+                     (row.block_table_swa[i] >= 0 || (i < first && row.block_table_swa[i] == -1)),
+                 "batch row {}: sliding block id {} at {} outside 0..{}", r, row.block_table_swa[i],
+                 i, kv_.n_blocks_swa - 1);
+      rows_swa[size_t(r)] = cpu::AttnRow{row.pos0, row.n_tokens, row.block_table_swa, row.n_table};
+    }
     t += row.n_tokens;
   }
   KV_CHECK(t == b.n_tokens, "batch: rows hold {} tokens but n_tokens is {}", t, b.n_tokens);
+}
+
+void SliceExecutor::forward(const ForwardBatch& b, const float* hidden_in, float* hidden_out,
+                            float* logits) {
+  const ModelConfig& c = cfg_;
+  const int64_t H = c.hidden;
+  std::fill(s_->routed.begin(), s_->routed.end(), uint64_t(0));
+  KV_CHECK(b.n_rows >= 0 && (b.n_rows == 0 || b.rows != nullptr), "batch: bad row list");
+  KV_CHECK(b.n_tokens >= 0 && b.n_tokens <= max_tokens_,
+           "batch: {} tokens exceed the plan's max_tokens {}", b.n_tokens, max_tokens_);
+
+  std::vector<cpu::AttnRow> rows(size_t(b.n_rows)), rows_swa;
+  check_rows(b, rows, rows_swa);
   copy_blocks(b);
   if (b.n_tokens == 0) return;
 
@@ -433,7 +460,8 @@ void SliceExecutor::forward(const ForwardBatch& b, const float* hidden_in, float
     std::memcpy(x, hidden_in, size_t(b.n_tokens * H) * sizeof(float));
   }
 
-  for (const Layer& L : layers_) run_layer(L, b, rows, s_->pos.data(), x);
+  for (const Layer& L : layers_)
+    run_layer(L, b, L.window > 0 && kv_.n_blocks_swa > 0 ? rows_swa : rows, s_->pos.data(), x);
 
   if (!slice_.tail) {
     KV_CHECK(hidden_out != nullptr, "batch: a non-tail stage needs an output boundary");

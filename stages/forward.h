@@ -34,6 +34,10 @@ struct ForwardRow {
   // Tail, with want_logits: the logits of the row's last 1 + n_draft tokens
   // (speculative decoding verifies a draft at each, docs/speculative.md).
   int32_t n_draft = 0;
+  // With a sliding group (KvSpec::n_blocks_swa > 0), required: the sliding
+  // layers' table, n_table entries of their own pool, -1 (unmapped) before
+  // the window of pos0.
+  const int32_t* block_table_swa = nullptr;
 };
 
 struct ForwardBatch {
@@ -132,6 +136,8 @@ class SliceExecutor {
   void map_layer(const ModelFile& model, int layer, Layer& L);
   void map_ffn(const ModelFile& model, const LayerTensorNames& names, int layer, Layer& L);
   void alloc_scratch();
+  void check_rows(const ForwardBatch& b, std::vector<cpu::AttnRow>& rows,
+                  std::vector<cpu::AttnRow>& rows_swa);
   void keep_packed();
   void run_layer(const Layer& L, const ForwardBatch& b, const std::vector<cpu::AttnRow>& rows,
                  const int32_t* pos, float* x);

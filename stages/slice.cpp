@@ -107,6 +107,12 @@ uint64_t kv_elem_bytes(DType t) {
   return t == DType::F16 ? 2 : 4;
 }
 
+int32_t sliding_layers(const ModelConfig& c, const SliceSpec& s) {
+  int32_t n = 0;
+  for (int32_t il = s.first_layer; il <= s.last_layer; ++il) n += c.layer_slides(il) ? 1 : 0;
+  return n;
+}
+
 uint64_t slice_kv_block_bytes(const ModelConfig& c, const SliceSpec& s, const KvSpec& kv) {
   return kv_block_bytes(c, s.last_layer - s.first_layer + 1, kv.block_size,
                         int32_t(kv_elem_bytes(kv.type)));

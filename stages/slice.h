@@ -36,6 +36,11 @@ struct KvSpec {
   int32_t n_blocks = 0;
   int32_t block_size = 16;
   DType type = DType::F16;  // F16 or F32 on the CPU
+  // > 0: the sliding-window layers' own pool (a sliding group,
+  // docs/scheduler.md): they hold this many blocks and read each row's
+  // sliding table (ForwardRow::block_table_swa). 0: every layer holds
+  // n_blocks and reads the one table (the masking path).
+  int32_t n_blocks_swa = 0;
 };
 
 // --- Tensor names (GGUF's; model/ maps a safetensors folder's to them) ----
@@ -111,5 +116,7 @@ RopeTable rope_table(const ModelFile& model);
 uint64_t kv_elem_bytes(DType t);
 // KV bytes per block of this slice's layers (kv_block_bytes, model/config.h).
 uint64_t slice_kv_block_bytes(const ModelConfig& c, const SliceSpec& s, const KvSpec& kv);
+// The slice's sliding-window layers (ModelConfig::layer_slides).
+int32_t sliding_layers(const ModelConfig& c, const SliceSpec& s);
 
 }  // namespace kvasir

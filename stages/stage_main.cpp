@@ -174,8 +174,12 @@ int run_stage(ipc::Segment& seg, int stage) {
   if (!backend->preload(preload_config(seg, me))) return 0;
   const int32_t n_blocks = wait_for_block_count(seg);
   if (n_blocks <= 0) return 0;
-  KV_CHECK(n_blocks <= cap, "the daemon asked for {} blocks, this stage holds {}", n_blocks, cap);
-  backend->allocate_kv(n_blocks);
+  const int32_t n_blocks_swa = seg.header().kv_blocks_swa.load();  // stored before kv_blocks
+  // With a sliding group the full pool may exceed it: its sliding layers
+  // hold fewer (allocate_kv checks the whole).
+  KV_CHECK(n_blocks <= cap || n_blocks_swa > 0, "the daemon asked for {} blocks, this stage holds {}",
+           n_blocks, cap);
+  backend->allocate_kv(n_blocks, n_blocks_swa);
   ipc::set_stage_experts(me, backend->n_experts());
   if (!backend->attach_boundaries()) return 0;
   const ipc::StagePlan& plan = seg.params().stages[stage];
@@ -185,8 +189,10 @@ int run_stage(ipc::Segment& seg, int stage) {
   ipc::write_stage_simd(me, kernels());  // there from ready on; the agent updates it
   set_status(seg, me, ipc::kStageReady);
 
-  const AgentConfig ac{stage, backend->vocab(), n_blocks,
-                       tail_grammar(seg, stage, backend->vocab()), gpu, std::move(kernels)};
+  const AgentConfig ac{stage,          backend->vocab(),
+                       n_blocks,       tail_grammar(seg, stage, backend->vocab()),
+                       gpu,            std::move(kernels),
+                       n_blocks_swa};
   const int rc =
       run_agent(seg, ac, [&](const ForwardBatch& b, const float* in, float* out, float* logits) {
         backend->forward(b, in, out, logits);

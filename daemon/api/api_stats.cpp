@@ -115,6 +115,8 @@ json engine_stats_json(const EngineStats& s) {
           {"running", s.running},
           {"blocks_total", s.blocks_total},
           {"blocks_free", s.blocks_free},
+          {"blocks_swa_total", s.blocks_swa_total},
+          {"blocks_swa_free", s.blocks_swa_free},
           {"preemptions", s.preemptions},
           {"tokens_generated", s.tokens_generated},
           {"tokens_prompt", s.tokens_prompt},
@@ -318,6 +320,12 @@ std::string ApiService::Impl::metrics_text() {
   gauge(out, "kvasir_kv_blocks_free", "Free KV cache blocks", double(s.blocks_free));
   gauge(out, "kvasir_kv_usage_ratio", "Share of KV blocks in use",
         s.blocks_total > 0 ? double(s.blocks_total - s.blocks_free) / double(s.blocks_total) : 0.0);
+  if (s.blocks_swa_total > 0) {  // a sliding-window group: its own pool
+    gauge(out, "kvasir_kv_sliding_blocks_total", "Sliding-window group's KV blocks",
+          double(s.blocks_swa_total));
+    gauge(out, "kvasir_kv_sliding_blocks_free", "Sliding-window group's free KV blocks",
+          double(s.blocks_swa_free));
+  }
   gauge(out, "kvasir_kv_blocks_cached", "KV blocks whose prefix a later prompt may reuse",
         double(s.blocks_cached));
   gauge(out, "kvasir_kv_blocks_evictable", "Cached KV blocks no sequence holds (counted as free)",

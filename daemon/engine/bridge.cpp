@@ -37,16 +37,21 @@ Bridge::Bridge(ipc::Segment& seg, BridgeConfig cfg, std::function<RingHealth()> 
     : seg_(seg),
       cfg_(std::move(cfg)),
       health_(std::move(health)),
-      sched_(with_inflight(cfg_.limits, seg), cfg_.n_blocks, cfg_.block_size, cfg_.eos_ids),
+      sched_(with_inflight(cfg_.limits, seg), cfg_.n_blocks, cfg_.block_size, cfg_.eos_ids,
+             cfg_.sliding),
       specs_(seg.grammar_table()) {
   KV_CHECK(cfg_.limits.max_rows <= seg_.dims().max_rows &&
                cfg_.limits.max_tokens <= seg_.dims().max_tokens,
            "bridge: limits exceed the segment's widths");
+  KV_CHECK((seg_.dims().tables == 2) == (cfg_.sliding.window > 0 && cfg_.sliding.n_blocks > 0),
+           "bridge: the segment carries {} tables a row, the sliding group is {}",
+           seg_.dims().tables, cfg_.sliding.window > 0 ? "on" : "off");
   slots_.resize(size_t(seg_.dims().inflight));
   seed_base_ = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
   {
     std::lock_guard lk(stats_mu_);
     stats_.blocks_total = stats_.blocks_free = cfg_.n_blocks;
+    stats_.blocks_swa_total = stats_.blocks_swa_free = sched_.stats().blocks_swa_total;
   }
   thread_ = std::thread([this] { loop(); });
 }
@@ -106,6 +111,16 @@ Status Bridge::check_request(const GenRequest& r) const {
         "prompt ({} tokens) + max_tokens ({}) need {} KV blocks; the cache holds {}",
         r.prompt.size(), r.max_tokens, blocks,
         std::min<int64_t>(cfg_.n_blocks, seg_.dims().max_table));
+  // Its sliding group holds its window and its widest row at most.
+  if (cfg_.sliding.window > 0 && cfg_.sliding.n_blocks > 0) {
+    const int64_t swa = std::min<int64_t>(
+        blocks, SlidingGroup::max_held(cfg_.sliding.window, cfg_.block_size, cfg_.limits.max_tokens));
+    if (swa > cfg_.sliding.n_blocks)
+      return error_status(kContextLength,
+                          "prompt ({} tokens) + max_tokens ({}) need {} sliding-window KV blocks; "
+                          "the cache holds {}",
+                          r.prompt.size(), r.max_tokens, swa, cfg_.sliding.n_blocks);
+  }
   return Status();
 }
 
@@ -214,6 +229,8 @@ void Bridge::publish_stats() {
   stats_.waiting = s.waiting;
   stats_.running = s.running;
   stats_.blocks_free = s.blocks_free;
+  stats_.blocks_swa_total = s.blocks_swa_total;
+  stats_.blocks_swa_free = s.blocks_swa_free;
   stats_.kv_slots_used = s.kv_slots_used;
   stats_.kv_waste = s.kv_waste;
   stats_.preemptions = s.preemptions;
@@ -342,7 +359,7 @@ void Bridge::encode(uint32_t slot, uint64_t batch_id, const SchedulerOutput& out
   uint64_t oldest = batch_id;  // the oldest batch in the ring: its grammar entries are taken
   for (const Slot& s : slots_)
     if (s.busy) oldest = std::min(oldest, s.batch_id);
-  encode_batch(out, batch_id, d.max_table, enc_);
+  encode_batch(out, batch_id, d.max_table, enc_, d.tables);
   for (size_t r = 0; r < out.rows.size(); ++r)
     if (out.rows[r].grammar)
       std::tie(enc_.sampling[r].grammar_entry, enc_.sampling[r].grammar_id) =

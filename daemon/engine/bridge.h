@@ -49,6 +49,9 @@ struct BridgeConfig {
   SchedLimits limits;
   int32_t max_queue = 1024;
   int32_t n_blocks = 0;  // the supervisor's minimum over stages
+  // The sliding-window group (docs/scheduler.md): its window and pool, as
+  // the supervisor decided them; {0, 0} without one.
+  SlidingKv sliding;
   int32_t block_size = 16;
   int32_t vocab = 0;
   int32_t context_length = 0;    // 0 = unknown (no limit but the blocks)

@@ -4,7 +4,8 @@
 
 namespace kvasir {
 
-void encode_batch(const SchedulerOutput& out, uint64_t batch_id, int32_t max_table, ipc::Batch& b) {
+void encode_batch(const SchedulerOutput& out, uint64_t batch_id, int32_t max_table, ipc::Batch& b,
+                  int32_t tables) {
   b.batch_id = batch_id;
   b.rows.clear();
   b.tokens.clear();
@@ -14,6 +15,7 @@ void encode_batch(const SchedulerOutput& out, uint64_t batch_id, int32_t max_tab
   // at max_table 512, and zero-filling them cost more than the ids' copy.
   const size_t need = out.rows.size() * size_t(max_table);
   if (b.tables.size() < need) b.tables.resize(need);
+  if (tables == 2 && b.swa_tables.size() < need) b.swa_tables.resize(need);
   for (size_t r = 0; r < out.rows.size(); ++r) {
     const ScheduledRow& row = out.rows[r];
     ipc::DescRow dr;
@@ -32,6 +34,9 @@ void encode_batch(const SchedulerOutput& out, uint64_t batch_id, int32_t max_tab
     b.rows.push_back(dr);
     b.tokens.insert(b.tokens.end(), row.tokens.begin(), row.tokens.end());
     std::copy(row.table.begin(), row.table.end(), b.tables.begin() + int64_t(r) * max_table);
+    if (tables == 2)  // the scheduler keeps both tables of a sequence as long
+      std::copy(row.swa_table.begin(), row.swa_table.end(),
+                b.swa_tables.begin() + int64_t(r) * max_table);
     b.sampling.push_back(row.sampling);
     b.sampling.back().n_logit_bias = 0;
     if (row.logit_bias && !row.logit_bias->empty()) {

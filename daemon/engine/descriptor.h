@@ -19,7 +19,9 @@ namespace kvasir {
 // it). A row's logit biases go to b.bias[r·kMaxLogitBias, + their count)
 // and the count into its sampling.n_logit_bias. Grammar entries are the
 // bridge's to place (sampling as the rows carry it). Every row's table fits max_table (the bridge
-// refused longer requests).
-void encode_batch(const SchedulerOutput& out, uint64_t batch_id, int32_t max_table, ipc::Batch& b);
+// refused longer requests). tables 2 (a sliding group, ipc::SlotDims::tables): each row's
+// sliding table into b.swa_tables the same way.
+void encode_batch(const SchedulerOutput& out, uint64_t batch_id, int32_t max_table, ipc::Batch& b,
+                  int32_t tables = 1);
 
 }  // namespace kvasir

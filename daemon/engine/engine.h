@@ -137,6 +137,9 @@ struct SchedTiming {
 struct EngineStats {
   int32_t waiting = 0, running = 0;
   int64_t blocks_total = 0, blocks_free = 0;
+  // The sliding-window group's own pool (docs/scheduler.md; 0 and 0
+  // without one): blocks_total/free above are the full group's.
+  int64_t blocks_swa_total = 0, blocks_swa_free = 0;
   int64_t preemptions = 0;
   int64_t tokens_generated = 0, tokens_prompt = 0;
   // KV positions held by running sequences, and internal waste: allocated

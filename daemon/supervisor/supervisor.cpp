@@ -15,6 +15,7 @@
 
 #include "base/check.h"
 #include "base/log.h"
+#include "daemon/supervisor/kv_split.h"
 
 namespace kvasir {
 
@@ -64,6 +65,7 @@ ipc::SegmentParams Supervisor::params_for(const Config& cfg, const ModelConfig& 
       int32_t(std::min<int64_t>((ctx + cfg.kv.block_size - 1) / cfg.kv.block_size, 1 << 16));
   p.dims.hidden = m.hidden;
   p.dims.inflight = cfg.plan.inflight();
+  p.dims.tables = has_sliding_group(cfg, m) ? 2 : 1;
   p.block_size = cfg.kv.block_size;
   p.kv_f32 = cfg.kv.dtype == "f32";
   p.kv_memory = cfg.kv.memory;
@@ -223,11 +225,22 @@ void Supervisor::start() {
     }
   };
   wait_all(ipc::kStageSized, "its KV capacity");
-  int64_t blocks = INT32_MAX;
   // The stages' KV only: members hold none.
-  for (int s = 0; s < seg_->n_stages(); ++s)
-    blocks = std::min(blocks, seg_->stage(s).capacity_blocks.load());
-  kv_blocks_ = int32_t(blocks);
+  std::vector<StageKv> kv;
+  for (int s = 0; s < seg_->n_stages(); ++s) {
+    const ipc::StagePlan& plan = seg_->params().stages[s];
+    StageKv k{seg_->stage(s).capacity_blocks.load(), 0, 0};
+    for (int32_t il = plan.first; il <= plan.last; ++il)
+      (model_.layer_slides(il) ? k.sliding_layers : k.full_layers)++;
+    kv.push_back(k);
+  }
+  const KvSplit split = split_kv(kv, sliding_want(cfg_, model_));
+  kv_blocks_ = split.full;
+  kv_blocks_swa_ = split.sliding;
+  if (kv_blocks_swa_ > 0)
+    KV_LOG_INFO("supervisor", "KV pools: {} blocks for the full-attention layers, {} for the "
+                "sliding-window ones", kv_blocks_, kv_blocks_swa_);
+  seg_->header().kv_blocks_swa.store(kv_blocks_swa_);  // before kv_blocks, which stages wait on
   seg_->header().kv_blocks.store(kv_blocks_);
   seg_->header().state.ring();
   wait_all(ipc::kStageReady, "ready");

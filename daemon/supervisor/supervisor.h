@@ -79,6 +79,8 @@ class Supervisor {
 
   ipc::Segment& segment() { return *seg_; }
   int32_t kv_blocks() const { return kv_blocks_; }
+  // The sliding-window group's pool (0: none; kv_split.h).
+  int32_t kv_blocks_swa() const { return kv_blocks_swa_; }
   // The stage pids (-1: not running). A copy: restarts change them.
   std::vector<pid_t> pids() const;
   const std::string& segment_name() const { return name_; }
@@ -133,6 +135,7 @@ class Supervisor {
   std::string name_;
   std::unique_ptr<ipc::Segment> seg_;
   int32_t kv_blocks_ = 0;
+  int32_t kv_blocks_swa_ = 0;
 
   mutable std::mutex mu_;  // everything below
   std::vector<pid_t> pids_;

@@ -91,6 +91,7 @@ RunResult run_ring(const std::string& model_path, int n_layers, int stages, bool
   bc.limits = SchedLimits{cfg.plan.max_rows, cfg.plan.max_tokens, cfg.scheduler.chunk_size, 256};
   bc.limits.prefix_caching = caching;
   bc.n_blocks = sup.kv_blocks();
+  bc.sliding = SlidingKv{mc.sliding_window, sup.kv_blocks_swa()};
   bc.block_size = cfg.kv.block_size;
   bc.vocab = mc.vocab;
   bc.context_length = mc.context_length;

@@ -86,6 +86,7 @@ Outcome run(const std::string& model_path, int n_layers, const std::vector<Req>&
   bc.limits = SchedLimits{cfg.plan.max_rows, cfg.plan.max_tokens, cfg.scheduler.chunk_size, 256};
   bc.limits.prefix_caching = caching;
   bc.n_blocks = sup.kv_blocks();
+  bc.sliding = SlidingKv{mc.sliding_window, sup.kv_blocks_swa()};
   bc.block_size = cfg.kv.block_size;
   bc.vocab = mc.vocab;
   bc.context_length = mc.context_length;
@@ -282,6 +283,7 @@ TEST_F(Recovery, PastTheLimitTheEngineFailsAndRefuses) {
   BridgeConfig bc;
   bc.limits = SchedLimits{8, 64, 64, 256};
   bc.n_blocks = sup.kv_blocks();
+  bc.sliding = SlidingKv{mc.sliding_window, sup.kv_blocks_swa()};
   bc.vocab = mc.vocab;
   Bridge engine(sup.segment(), bc, [&] { return sup.health(); });
   pid_t first = sup.pids()[1];

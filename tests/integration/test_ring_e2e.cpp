@@ -61,6 +61,7 @@ std::vector<std::vector<int32_t>> run_ring(const std::string& model_path, int n_
   bc.limits = SchedLimits{cfg.plan.max_rows, cfg.plan.max_tokens, cfg.scheduler.chunk_size, 256};
   bc.limits.policy = policy;
   bc.n_blocks = sup.kv_blocks();
+  bc.sliding = SlidingKv{mc.sliding_window, sup.kv_blocks_swa()};
   bc.block_size = cfg.kv.block_size;
   bc.vocab = mc.vocab;
   bc.context_length = mc.context_length;
@@ -401,6 +402,7 @@ TEST(RingE2E, StageDeathFailsRequestsInFailStopMode) {
   BridgeConfig bc;
   bc.limits = SchedLimits{4, 32, 32, 256};
   bc.n_blocks = sup.kv_blocks();
+  bc.sliding = SlidingKv{mc.sliding_window, sup.kv_blocks_swa()};
   bc.vocab = mc.vocab;
   Bridge engine(sup.segment(), bc, [&] { return sup.health(); });
   ASSERT_EQ(signal_stage(sup.pids()[1], SIGKILL), 0);

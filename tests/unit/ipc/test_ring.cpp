@@ -389,6 +389,53 @@ TEST(Batch, DescriptorRoundTripAndChecks) {
   Segment::remove(name);
 }
 
+TEST(Batch, SlidingTablesRoundTripAndChecks) {
+  // A sliding group (SlotDims::tables 2): each row carries a second table,
+  // unmapped (-1) before its window, its ids in the sliding pool.
+  auto name = unique_name("swa");
+  SegmentParams p = params();
+  p.dims.tables = 2;
+  auto seg = Segment::create(name, p);
+  const SlotDims& d = seg->dims();
+  Batch b;
+  b.batch_id = 3;
+  b.rows = {DescRow{1, 9, 1, 3, 1, {}}};  // position 9: blocks 0..2 of 4
+  b.tokens = {10};
+  b.tables.assign(d.max_table, 0);
+  b.tables[0] = 5;
+  b.tables[1] = 6;
+  b.tables[2] = 7;
+  b.swa_tables.assign(d.max_table, 0);
+  b.swa_tables[0] = -1;
+  b.swa_tables[1] = -1;
+  b.swa_tables[2] = 1;
+  b.sampling.resize(1);
+  b.n_tokens = 1;
+  write_desc(seg->desc(0), b, d);
+  BatchMsg m;
+  m.batch_id = 3;
+  m.slot = 0;
+  m.n_rows = 1;
+  m.n_tokens = 1;
+  Batch out;
+  ASSERT_TRUE(read_desc(seg->desc(0), m, d, 8, 4, out, 2).ok());
+  EXPECT_EQ(std::vector<int32_t>(out.swa_tables.begin(), out.swa_tables.begin() + 3),
+            (std::vector<int32_t>{-1, -1, 1}));
+  // An id past the sliding pool (the full pool's range does not count).
+  EXPECT_NE(read_desc(seg->desc(0), m, d, 8, 4, out, 1).message().find("sliding block id 1"),
+            std::string::npos);
+  // The row's own block unmapped.
+  seg->desc(0).swa_tables[2] = -1;
+  EXPECT_NE(read_desc(seg->desc(0), m, d, 8, 4, out, 2).message().find("unmapped"),
+            std::string::npos);
+  // A hole after a mapped entry.
+  seg->desc(0).swa_tables[0] = 0;
+  seg->desc(0).swa_tables[1] = -1;
+  seg->desc(0).swa_tables[2] = 1;
+  EXPECT_EQ(read_desc(seg->desc(0), m, d, 8, 4, out, 2).code(), ErrorCode::kBatchRefused);
+  Segment::remove(name);
+}
+
 }  // namespace
 }  // namespace kvasir::ipc
 

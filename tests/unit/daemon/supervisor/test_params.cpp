@@ -9,6 +9,7 @@
 #include "base/cpu_list.h"
 
 #include "daemon/config/config.h"
+#include "daemon/supervisor/kv_split.h"
 #include "daemon/supervisor/supervisor.h"
 #include "ipc/segment.h"
 
@@ -97,6 +98,44 @@ layers = "2-3"
   bad = p;
   std::memset(bad.stages[1].cpus, 'x', sizeof bad.stages[1].cpus);  // not terminated
   EXPECT_NE(ipc::Segment::check_params(bad), "");
+}
+
+// How the KV memory is split between the two groups' pools (kv_split.h).
+TEST(KvSplit, SlidingPoolGetsItsWantFullPoolTheRest) {
+  // One group: the least capacity, as before.
+  EXPECT_EQ(split_kv({{113, 9, 0}, {120, 9, 0}}, 0).full, 113);
+  EXPECT_EQ(split_kv({{113, 9, 0}, {120, 9, 0}}, 0).sliding, 0);
+  // Gemma 3 270M over two stages of 9 layers (1 + 8 and 2 + 7 sliding),
+  // 113 blocks of every layer each: a want of 78 leaves stage 1
+  // (9 x 113 - 7 x 78) / 2 = 235 for its full layers, stage 0 more.
+  const KvSplit s = split_kv({{113, 1, 8}, {113, 2, 7}}, 78);
+  EXPECT_EQ(s.sliding, 78);
+  EXPECT_EQ(s.full, 235);
+  // A want past an equal split gets the equal split: one pool's figures.
+  const KvSplit e = split_kv({{113, 1, 8}, {113, 2, 7}}, 10000);
+  EXPECT_EQ(e.sliding, 113);
+  EXPECT_EQ(e.full, 113);
+}
+
+TEST(KvSplit, OnlyCpuPlansOfMixedModelsOutsideStaticGetTheGroup) {
+  ModelConfig m;
+  m.n_layers = 18;
+  m.sliding_window = 512;
+  m.sliding_pattern = 6;
+  Config cfg;
+  cfg.plan.stages.resize(2);
+  cfg.plan.max_tokens = 96;
+  cfg.scheduler.max_num_seqs = 2;
+  EXPECT_TRUE(has_sliding_group(cfg, m));
+  EXPECT_EQ(sliding_want(cfg, m), 2 * 39);  // ceil((511 + 96) / 16) + 1 each
+  cfg.scheduler.policy = "static";
+  EXPECT_FALSE(has_sliding_group(cfg, m));
+  cfg.scheduler.policy = "continuous";
+  cfg.plan.stages[1].device = "cuda:0";
+  EXPECT_FALSE(has_sliding_group(cfg, m));
+  cfg.plan.stages[1].device = "cpu";
+  m.sliding_pattern = 0;  // every layer slides: no full group to split from
+  EXPECT_FALSE(has_sliding_group(cfg, m));
 }
 
 }  // namespace
