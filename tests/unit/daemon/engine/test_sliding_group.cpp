@@ -152,6 +152,30 @@ TEST(SchedulerSliding, PreemptionForLackOfSlidingBlocksRecomputes) {
   EXPECT_EQ(st.blocks_swa_free, st.blocks_swa_total);
 }
 
+TEST(SchedulerSliding, ALostStageRecomputesFromPositionZero) {
+  // A stage lost twice while sequences are past their windows: every
+  // batch in the ring is gone, every sliding table given back whole, and
+  // the recompute reads its windows anew; outputs equal a fault-free run's.
+  const SchedLimits l = chunked(4, 8, 6);
+  Sim sim(l, 200, 4, {}, SlidingKv{10, 40}), ref(l, 200, 4);
+  for (Sim* s : {&sim, &ref})
+    for (RequestId id = 1; id <= 3; ++id) s->add(id, 20 + int(id) * 5, 25);
+  for (int loss = 0; loss < 2; ++loss) {
+    for (int i = 0; i < 15; ++i) sim.step();
+    sim.fill();
+    sim.ring.clear();
+    sim.sch.requeue_all();
+    const SchedulerStats st = sim.sch.stats();
+    EXPECT_EQ(st.blocks_swa_free, st.blocks_swa_total);
+  }
+  sim.run();
+  ref.run();
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  ASSERT_TRUE(sim.idle());
+  EXPECT_EQ(sim.out, ref.out);
+  EXPECT_GT(sim.sch.stats().requeued, 0);
+}
+
 TEST(SchedulerSliding, PrefixCachingFindsNoHitsWithASlidingGroup) {
   // The documented safe rule: the full group's cached blocks alone cannot
   // make a hit (the sliding layers' window before it would be missing), so
