@@ -43,9 +43,10 @@ Bridge::Bridge(ipc::Segment& seg, BridgeConfig cfg, std::function<RingHealth()> 
   KV_CHECK(cfg_.limits.max_rows <= seg_.dims().max_rows &&
                cfg_.limits.max_tokens <= seg_.dims().max_tokens,
            "bridge: limits exceed the segment's widths");
-  KV_CHECK((seg_.dims().tables == 2) == (cfg_.sliding.window > 0 && cfg_.sliding.n_blocks > 0),
+  const bool sliding = cfg_.sliding.window > 0 && cfg_.sliding.n_blocks > 0;
+  KV_CHECK((seg_.dims().tables == 2) == sliding,
            "bridge: the segment carries {} tables a row, the sliding group is {}",
-           seg_.dims().tables, cfg_.sliding.window > 0 ? "on" : "off");
+           seg_.dims().tables, sliding ? "on" : "off");
   slots_.resize(size_t(seg_.dims().inflight));
   seed_base_ = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
   {

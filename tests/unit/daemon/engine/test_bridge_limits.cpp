@@ -29,11 +29,11 @@ constexpr int32_t kVocab = 97, kBlock = 4;
 struct StalledRing {
   std::string name;
   std::unique_ptr<ipc::Segment> seg;
-  explicit StalledRing(int32_t blocks, const std::string& tag) {
+  explicit StalledRing(int32_t blocks, const std::string& tag, int32_t tables = 1) {
     name = ipc::Segment::name_for("sched-limits-" + tag + "-" + std::to_string(getpid()));
     ipc::SegmentParams p;
     p.n_stages = 2;
-    p.dims = ipc::SlotDims{8, 64, 64, 8, 1};
+    p.dims = ipc::SlotDims{8, 64, 64, 8, 1, tables};
     p.block_size = kBlock;
     for (int s = 0; s < 2; ++s) p.stages[s] = ipc::StagePlan{s, s, 1, "cpu"};
     seg = ipc::Segment::create(name, p);
@@ -120,6 +120,30 @@ TEST(BridgeLimits, RequestsThatCouldNeverRunAreRefusedAtOnce) {
   EXPECT_NE(engine.submit(request(20, 12), r.sink()), 0u);
   EXPECT_NE(engine2.submit(request(10, 2), r.sink()), 0u);
   EXPECT_EQ(r.count(), 3u);
+}
+
+TEST(BridgeLimits, ASlidingGroupBoundsItsOwnPool) {
+  // A sliding group (window 8, blocks of 4, rows of at most 64 tokens):
+  // a sequence holds at most ceil((7 + 64) / 4) + 1 = 19 sliding blocks,
+  // whatever its length. A pool of 18 refuses what would reach 19; one of
+  // 19 takes a sequence far longer than the pool, which the full pool holds.
+  StalledRing ring(200, "swa", 2);
+  BridgeConfig c = config(200, Policy::kChunked);
+  c.sliding = SlidingKv{8, 18};
+  Refusals r;
+  {
+    Bridge engine(*ring.seg, c);
+    EXPECT_EQ(engine.submit(request(100, 4), r.sink()), 0u);  // 26 blocks: 19 sliding
+    EXPECT_NE(engine.submit(request(60, 8), r.sink()), 0u);   // 17 blocks, 17 sliding
+    ASSERT_EQ(r.count(), 1u);
+    EXPECT_NE(r.errors[0].find("19 sliding-window KV blocks"), std::string::npos) << r.errors[0];
+    EXPECT_TRUE(settle(engine, [](const EngineStats& s) { return s.blocks_swa_total == 18; }));
+  }
+  StalledRing ring2(200, "swa2", 2);
+  c.sliding = SlidingKv{8, 19};
+  Bridge engine(*ring2.seg, c);
+  EXPECT_NE(engine.submit(request(200, 50), r.sink()), 0u);  // 63 blocks
+  EXPECT_EQ(r.count(), 1u);
 }
 
 TEST(BridgeLimits, QueueIsBoundedAndAFullQueueAnswersAtOnce) {
