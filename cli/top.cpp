@@ -202,6 +202,8 @@ void engine_view(TopView& v, const json& now, const json* prev, double dt) {
   v.running = int(num(e, "running"));
   v.blocks_total = int64_t(num(e, "blocks_total"));
   v.blocks_free = int64_t(num(e, "blocks_free"));
+  v.blocks_swa_total = int64_t(num(e, "blocks_swa_total"));
+  v.blocks_swa_free = int64_t(num(e, "blocks_swa_free"));
   v.preemptions = int64_t(num(e, "preemptions"));
   v.kv_slots_used = int64_t(num(e, "kv_slots_used"));
   v.kv_waste = int64_t(num(e, "kv_waste"));
@@ -315,6 +317,11 @@ std::string render(const TopView& v) {
   o += fmt::format("KV: {} / {} blocks used ({:.0f}%), preemptions {}\n", used, v.blocks_total,
                    v.blocks_total ? 100.0 * double(used) / double(v.blocks_total) : 0.0,
                    v.preemptions);
+  if (v.blocks_swa_total > 0) {  // the sliding layers' pool, beside the others'
+    const int64_t swa = v.blocks_swa_total - v.blocks_swa_free;
+    o += fmt::format("KV of the sliding-window layers: {} / {} blocks used ({:.0f}%)\n", swa,
+                     v.blocks_swa_total, 100.0 * double(swa) / double(v.blocks_swa_total));
+  }
   if (v.prefix_caching)
     o += fmt::format(
         "prefix cache: hit rate {}, {} blocks cached ({} evictable)\n",

@@ -85,6 +85,8 @@ struct TopView {
   int inflight = 0;
   int waiting = 0, running = 0;
   int64_t blocks_total = 0, blocks_free = 0, preemptions = 0, preemptions_delta = 0;
+  // A sliding-window group's own pool (docs/scheduler.md; 0: none).
+  int64_t blocks_swa_total = 0, blocks_swa_free = 0;
   int64_t kv_slots_used = 0, kv_waste = 0;
   int64_t restarts = 0;  // stage processes restarted after a loss (docs/recovery.md)
   double gen_tokens_per_s = 0, prompt_tokens_per_s = 0;

@@ -74,6 +74,13 @@ TEST(Top, SharesFromTwoSnapshots) {
   EXPECT_NEAR(v.stages[0].batches_per_s, 10, 1e-9);
   EXPECT_NEAR(v.gen_tokens_per_s, 50, 1e-9);
   EXPECT_NE(render(v).find("15-29"), std::string::npos);
+  EXPECT_EQ(render(v).find("sliding-window"), std::string::npos);
+  // A sliding-window group: its pool on a line of its own.
+  b["engine"]["blocks_swa_total"] = 78;
+  b["engine"]["blocks_swa_free"] = 39;
+  EXPECT_NE(render(make_view(b, &a, 1.0))
+                .find("KV of the sliding-window layers: 39 / 78 blocks used (50%)\n"),
+            std::string::npos);
 }
 
 // An expert group (docs/expert-groups.md): its members come after the
