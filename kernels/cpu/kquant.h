@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "base/half.h"
 
@@ -38,6 +39,18 @@ inline void scale_min_k4(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
     sc = uint8_t((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
     m = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
   }
+}
+
+// The 8 scales and 8 mins of a Q4_K/Q5_K super-block (6 bits each, packed in
+// the 12 bytes at q) as bytes: sc[s] = out[s], m[s] = out[8 + s]. The same
+// values as scale_min_k4, by 32-bit masks and shifts (ggml's layout).
+inline void unpack_scales_k4(const uint8_t* q, uint8_t out[16]) {
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  uint32_t u[3];
+  std::memcpy(u, q, 12);
+  const uint32_t v[4] = {u[0] & kLow6, (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4), u[1] & kLow6,
+                         ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4)};
+  std::memcpy(out, v, 16);
 }
 
 // Unsigned quants (0..15 or 0..31) of sub-block s (0..7) of a Q4_K/Q5_K block.

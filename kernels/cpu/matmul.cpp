@@ -144,11 +144,12 @@ struct Activations {
   int64_t stride = 0;     // in elements of the kernel's input
   int64_t row_bytes = 0;  // one row of them
   size_t elem = 0;        // bytes of one element
+  detail::SplitQ8 split;  // the Q8 blocks split, where a K-quant batch kernel runs
 };
 
 Activations prepare_activations(const float* x, int64_t n, int64_t cols, bool quant,
                                 SimdLevel level, ThreadPool* pool) {
-  if (!quant) return {x, cols, cols * 4, sizeof(float)};
+  if (!quant) return {x, cols, cols * 4, sizeof(float), {}};
   thread_local std::vector<BlockQ8x> xq;  // grow-only
   const int64_t nb = cols / kQK;
   if (xq.size() < size_t(n * nb)) xq.resize(size_t(n * nb));
@@ -161,13 +162,14 @@ Activations prepare_activations(const float* x, int64_t n, int64_t cols, bool qu
     pool->parallel_for(n, quantize);
   else
     quantize(0, n, 0);
-  return {xqp, nb, nb * int64_t(sizeof(BlockQ8x)), sizeof(BlockQ8x)};
+  return {xqp, nb, nb * int64_t(sizeof(BlockQ8x)), sizeof(BlockQ8x), {}};
 }
 
 // One weight's product, ready to run on any range of its output rows.
 struct RowJob {
   detail::DotFn dot = nullptr;
-  detail::BatchFn batch = nullptr;  // n >= kMaxNX rows of a plain weight: its own blocking
+  detail::BatchFn batch = nullptr;         // n >= kMaxNX rows of a plain weight: its own blocking
+  detail::KQuantBatchFn kbatch = nullptr;  // n >= kMaxNX rows of a K-quant: likewise
   const uint8_t* w = nullptr;
   uint64_t row_bytes = 0;
   int64_t rows = 0, cols = 0, n = 0;
@@ -188,6 +190,8 @@ void run_rows(const RowJob& j, const Activations& a, int64_t r0, int64_t r1) {
   if (j.batch)
     return j.batch(j.w, int64_t(j.row_bytes), r0, r1, static_cast<const float*>(a.data), j.n,
                    j.cols, j.y, j.rows);
+  if (j.kbatch)
+    return j.kbatch(j.w, int64_t(j.row_bytes), r0, r1, a.split, j.n, j.cols, j.y, j.rows);
   const int64_t tile = act_tile(a.row_bytes);
   const int max_nw = g_max_nw.load(std::memory_order_relaxed);
   for (int64_t rb = r0; rb < r1; rb += kRowTile) {
@@ -212,14 +216,29 @@ RowJob row_job(const TensorView& w, uint64_t row_bytes, int64_t n, float* y, Sim
   KV_CHECK(y != nullptr, "matmul: null output");
   RowJob j{detail::dot_kernel(w.type, level),
            n >= detail::kMaxNX ? detail::float_batch_kernel(w.type, level) : nullptr,
+           nullptr,
            static_cast<const uint8_t*>(w.data),
            row_bytes,
            w.rows(),
            w.cols(),
            n,
            y};
+  static const bool kbatch_off = [] {  // KVASIR_KQUANT_BATCH=0: the tiles, for comparisons
+    const char* e = std::getenv("KVASIR_KQUANT_BATCH");
+    return e && std::strcmp(e, "0") == 0;
+  }();
+  if (n >= detail::kMaxNX && !kbatch_off) j.kbatch = detail::kquant_batch_kernel(w.type, level);
   KV_CHECK(j.dot != nullptr, "matmul: no kernel for {}", dtype_name(w.type));
   return j;
+}
+
+// The split activations for the jobs whose batch kernel takes them.
+void split_for(const RowJob* jobs, int count, Activations& a, int64_t n, ThreadPool* pool) {
+  for (int i = 0; i < count; ++i)
+    if (jobs[i].kbatch) {
+      a.split = detail::split_q8(static_cast<const BlockQ8x*>(a.data), n, a.stride, pool);
+      return;
+    }
 }
 
 // Tiny products are not worth waking the pool.
@@ -234,7 +253,8 @@ void matmul_checked(const TensorView& w, uint64_t row_bytes, const float* x, int
   if (n == 0 || rows == 0) return;
   KV_CHECK(x != nullptr, "matmul: null activation");
   const RowJob job = row_job(w, row_bytes, n, y, level);
-  const Activations a = prepare_activations(x, n, cols, is_quant(w.type), level, pool);
+  Activations a = prepare_activations(x, n, cols, is_quant(w.type), level, pool);
+  split_for(&job, 1, a, n, pool);
   auto body = [&](int64_t r0, int64_t r1, int) { run_rows(job, a, r0, r1); };
   if (worth_the_pool(pool, rows, n, cols))
     pool->parallel_for(rows, body);
@@ -281,7 +301,8 @@ void matmul_group(const MatmulOut* outs, int count, const float* x, int64_t n, T
   }
   const int64_t total = start[count], cols = outs[0].w->cols();
   if (total == 0) return;
-  const Activations a = prepare_activations(x, n, cols, quant, level, pool);
+  Activations a = prepare_activations(x, n, cols, quant, level, pool);
+  split_for(jobs, count, a, n, pool);
   auto body = [&](int64_t r0, int64_t r1, int) {
     for (int i = 0; i < count; ++i) {
       const int64_t b = std::max(r0, start[i]), e = std::min(r1, start[i + 1]);

@@ -78,6 +78,28 @@ using BatchFn = void (*)(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_
 // nullptr where the type has none at the level (then the DotFn tiles run).
 BatchFn float_batch_kernel(DType type, SimdLevel level);
 
+// The 8-bit activations of a K-quant batch (kquant_batch_kernel) split into
+// arrays, so that one 64-byte load gives a pair of blocks' quants: block b of
+// row j has its quants at q[(j * nb + b) * 32], its d and s at d/s[j * nb + b].
+struct SplitQ8 {
+  const int8_t* q = nullptr;  // [n, nb * 32]
+  const float* d = nullptr;   // [n, nb]
+  const float* s = nullptr;   // [n, nb]
+};
+// x[n, nb] split into the calling thread's grow-only buffer (valid until its
+// next call), on the pool when it is worth it.
+SplitQ8 split_q8(const BlockQ8x* x, int64_t n, int64_t nb, ThreadPool* pool);
+
+// A K-quant batch kernel (n >= kMaxNX activation rows): output rows [r0, r1)
+// for every activation row, the weight's super-blocks unpacked once per call
+// instead of once per register tile (matmul_kquant_batch.cpp). Each output
+// gets exactly the bits the decode tile (DotFn) of the same level gives it.
+using KQuantBatchFn = void (*)(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1,
+                               const SplitQ8& x, int64_t n, int64_t cols, float* y,
+                               int64_t y_stride);
+// nullptr where the type has none at the level (then the DotFn tiles run).
+KQuantBatchFn kquant_batch_kernel(DType type, SimdLevel level);
+
 // Caps the weight rows per tile (1..kMaxNW) so bench/kernels can time the
 // 1×4 and 2×4 tiles in one run. Call only while no matmul runs.
 void set_max_tile_rows_for_bench(int nw);

@@ -1,0 +1,144 @@
+// The K-quant batch path (n >= 4 activation rows; at the 512-bit levels
+// matmul_kquant_batch.cpp's kernel, at the others the 2 × 4 decode tiles) against n one-row decode
+// calls, bit for bit — a row must get the same bits alone as in a batch (speculative decoding,
+// prefix caching, recompute) — and against the double reference within test_matmul.cpp's K-quant
+// tolerance (1.01 × the 8-bit activation bound + 1e-5·Σ|w·x| + 1e-6). Shapes: weight rows not a
+// multiple of the 4-row tile nor of the 16-row unpack block, batch sizes not a multiple of the
+// 4-row tile, 1 to 9 super-blocks per row; every level this CPU has, on 1, 2 and 3 threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/simd.h"
+#include "reference.h"
+
+namespace kvasir::cpu {
+namespace {
+
+const DType kKTypes[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+struct SimdGuard {
+  ~SimdGuard() { simd_reset_for_testing(); }
+};
+
+std::vector<float> random_x(int64_t n, int64_t cols, std::mt19937& rng) {
+  std::vector<float> x(size_t(n * cols));  // [n, cols]
+  std::normal_distribution<float> d(0.f, 1.f);
+  for (auto& v : x) v = d(rng);
+  for (int i = 0; i < 32 && cols >= 64; ++i) x[size_t(32 + i)] = 0.f;  // d == 0 block
+  x[0] = 40.f;                                                         // an outlier
+  return x;
+}
+
+std::vector<float> one_row_at_a_time(const TensorView& w, const std::vector<float>& x, int64_t n) {
+  const int64_t rows = w.rows(), cols = w.cols();
+  std::vector<float> y(size_t(n * rows), NAN);
+  for (int64_t j = 0; j < n; ++j) matmul(w, x.data() + j * cols, 1, y.data() + j * rows, nullptr);
+  return y;
+}
+
+int64_t first_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return int64_t(i);
+  return -1;
+}
+
+TEST(MatmulKQuantBatch, KernelAtThe512BitLevels) {
+  for (DType t : kKTypes) {
+    EXPECT_EQ(detail::kquant_batch_kernel(t, SimdLevel::kScalar), nullptr);
+    EXPECT_EQ(detail::kquant_batch_kernel(t, SimdLevel::kAvx2), nullptr);
+#if defined(__x86_64__)
+    EXPECT_NE(detail::kquant_batch_kernel(t, SimdLevel::kAvx512), nullptr) << dtype_name(t);
+    EXPECT_NE(detail::kquant_batch_kernel(t, SimdLevel::kAvx512Vnni), nullptr) << dtype_name(t);
+#endif
+  }
+  EXPECT_EQ(detail::kquant_batch_kernel(DType::Q4_1, SimdLevel::kAvx512Vnni), nullptr);
+}
+
+TEST(MatmulKQuantBatch, EqualsDecodeBitForBitAndReference) {
+  SimdGuard guard;
+  std::mt19937 rng(4242);
+  std::unique_ptr<ThreadPool> pools[] = {nullptr, std::make_unique<ThreadPool>(2),
+                                         std::make_unique<ThreadPool>(3)};
+  int ran = 0;
+  for (int l = 0; l < kSimdLevels; ++l) {
+    const auto level = SimdLevel(l);
+    if (!simd_level_available(level)) continue;
+    set_simd_level_for_testing(level);
+    for (DType t : kKTypes)
+      for (int64_t cols : {256, 768, 2304})
+        for (int64_t rows : {1, 6, 19, 37}) {
+          const auto w = ref::random_weight(t, rows, cols, rng);
+          for (int64_t n : {4, 5, 7, 16, 33}) {
+            const auto x = random_x(n, cols, rng);
+            const auto alone = one_row_at_a_time(w.view, x, n);
+            const auto want = ref::matmul(w.view, x.data(), n);
+            for (auto& pool : pools) {
+              std::vector<float> y(size_t(n * rows), NAN);
+              matmul(w.view, x.data(), n, y.data(), pool.get());
+              const int64_t i = first_difference(y, alone);
+              ASSERT_EQ(i, -1) << dtype_name(t) << " " << simd_level_name(level) << " rows=" << rows
+                               << " cols=" << cols << " n=" << n
+                               << " threads=" << (pool ? pool->size() : 0) << ": batch "
+                               << y[size_t(i)] << " alone " << alone[size_t(i)];
+              for (size_t k = 0; k < y.size(); ++k)
+                ASSERT_NEAR(y[k], want.y[k], 1.01 * want.qerr[k] + 1e-5 * want.abs_sum[k] + 1e-6)
+                    << dtype_name(t) << " " << simd_level_name(level) << " rows=" << rows
+                    << " cols=" << cols << " n=" << n;
+              ++ran;
+            }
+          }
+        }
+  }
+  EXPECT_GT(ran, 0);
+}
+
+// The kernel called directly on a sub-range of the weight rows (a thread's
+// share, from an odd row, longer than one unpack block) writes those rows,
+// with the decode bits, and nothing else.
+TEST(MatmulKQuantBatch, SubRangeMatchesAndStaysInside) {
+  SimdGuard guard;
+  std::mt19937 rng(99);
+  const int64_t rows = 53, cols = 512, n = 9, r0 = 3, r1 = 42;
+  for (SimdLevel level : {SimdLevel::kAvx512, SimdLevel::kAvx512Vnni}) {
+    if (!simd_level_available(level)) {
+      std::printf("%s: this CPU lacks %s (compiled, not executed here)\n", simd_level_name(level),
+                  simd_level_flags(level));
+      continue;
+    }
+    set_simd_level_for_testing(level);
+    for (DType t : kKTypes) {
+      const auto w = ref::random_weight(t, rows, cols, rng);
+      const auto x = random_x(n, cols, rng);
+      const auto alone = one_row_at_a_time(w.view, x, n);
+      const int64_t nb = cols / 32;
+      std::vector<detail::BlockQ8x> xq(size_t(n * nb));
+      for (int64_t j = 0; j < n; ++j)
+        detail::quantize_row_q8x(x.data() + j * cols, cols, xq.data() + j * nb, level);
+      const detail::SplitQ8 split = detail::split_q8(xq.data(), n, nb, nullptr);
+      std::vector<float> y(size_t(n * rows), -7.f);
+      detail::kquant_batch_kernel(t, level)(static_cast<const uint8_t*>(w.view.data),
+                                            int64_t(*dtype_row_bytes(t, cols)), r0, r1, split, n,
+                                            cols, y.data(), rows);
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t r = 0; r < rows; ++r) {
+          const size_t k = size_t(j * rows + r);
+          if (r < r0 || r >= r1)
+            ASSERT_EQ(y[k], -7.f) << "row " << r << " outside [" << r0 << ", " << r1 << ")";
+          else
+            ASSERT_EQ(0, std::memcmp(&y[k], &alone[k], sizeof(float)))
+                << dtype_name(t) << " j=" << j << " r=" << r << ": " << y[k] << " vs " << alone[k];
+        }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvasir::cpu
