@@ -17,7 +17,8 @@
 // per-round ratios to avx2 (what the dispatch compares), and the level the
 // dispatch picks for that kernel in this process (simd.h). mode
 // "attention": only the attention cases (run_attention), which every other
-// run but tiles and levels ends with.
+// run but tiles and levels ends with. mode "kbatch": the K-quant batch
+// kernel against the decode tiles (run_kbatch; 5th argument: the types).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -207,6 +208,36 @@ void run_attention(ThreadPool& pool, double budget, const std::string& only = ""
   }
 }
 
+// Mode "kbatch": the K-quant batch kernel (matmul_kquant_batch.cpp) against
+// the decode tiles it replaces in batches, at a Llama-3.2-1B layer's shapes
+// (q/o 2048 x 2048, k/v 512 x 2048, gate/up 8192 x 2048, down 2048 x
+// 8192) and the batch sizes of a serving micro-batch to a 512-token
+// prefill. Per case the best of 3 alternating rounds of each.
+void run_kbatch(ThreadPool& pool, double budget, const std::string& only, std::mt19937& rng) {
+  std::printf("%-6s %-14s %3s %12s %12s %7s\n", "type", "rows x cols", "n", "tiles us", "kbatch us",
+              "ratio");
+  const int64_t shapes[][2] = {{2048, 2048}, {512, 2048}, {8192, 2048}, {2048, 8192}};
+  for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    if (only.find(dtype_name(t)) == std::string::npos) continue;
+    for (const auto& s : shapes) {
+      const Weight w = make_weight(t, s[0], s[1], rng);
+      for (int64_t n : {4, 16, 64, 512}) {
+        std::vector<float> x(size_t(n * s[1]), 0.5f), y(size_t(n * s[0]));
+        auto run = [&] { matmul(w.view, x.data(), n, y.data(), &pool); };
+        double off = 1e30, on = 1e30;
+        for (int r = 0; r < 3; ++r) {
+          detail::set_kquant_batch_for_bench(false);
+          off = std::min(off, seconds_per_call(run, budget));
+          detail::set_kquant_batch_for_bench(true);
+          on = std::min(on, seconds_per_call(run, budget));
+        }
+        std::printf("%-6s %5lld x %-6lld %3lld %12.1f %12.1f %7.2f\n", dtype_name(t),
+                    (long long)s[0], (long long)s[1], (long long)n, off * 1e6, on * 1e6, off / on);
+      }
+    }
+  }
+}
+
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
   const double budget = argc > 2 ? std::atof(argv[2]) : 0.2;
@@ -232,6 +263,10 @@ int main(int argc, char** argv) {
   const bool tiles = argc > 4 && std::string(argv[4]) == "tiles";
   const bool rows = argc > 4 && std::string(argv[4]) == "rows";
   const bool levels = argc > 4 && std::string(argv[4]) == "levels";
+  if (argc > 4 && std::string(argv[4]) == "kbatch") {
+    run_kbatch(pool, budget, argc > 5 ? argv[5] : "Q4_K,Q5_K,Q6_K", rng);
+    return 0;
+  }
 
   if (levels)
     std::printf(

@@ -61,7 +61,26 @@ constexpr int64_t kRowTile = 16;  // weight rows per tile (a few KiB, stays in L
 
 std::atomic<int> g_max_nw{detail::kMaxNW};
 
+// Whether K-quant batches run matmul_kquant_batch.cpp's kernel (where the
+// level has one): KVASIR_KQUANT_BATCH=0 keeps the decode tiles, for
+// comparisons. -1: the environment not read yet.
+std::atomic<int> g_kquant_batch{-1};
+
+bool kquant_batch_on() {
+  int v = g_kquant_batch.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("KVASIR_KQUANT_BATCH");
+    v = e && std::strcmp(e, "0") == 0 ? 0 : 1;
+    g_kquant_batch.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
 }  // namespace
+
+void detail::set_kquant_batch_for_bench(bool on) {
+  g_kquant_batch.store(on ? 1 : 0, std::memory_order_relaxed);
+}
 
 void detail::set_max_tile_rows_for_bench(int nw) {
   g_max_nw.store(std::clamp(nw, 1, detail::kMaxNW), std::memory_order_relaxed);
@@ -223,11 +242,8 @@ RowJob row_job(const TensorView& w, uint64_t row_bytes, int64_t n, float* y, Sim
            w.cols(),
            n,
            y};
-  static const bool kbatch_off = [] {  // KVASIR_KQUANT_BATCH=0: the tiles, for comparisons
-    const char* e = std::getenv("KVASIR_KQUANT_BATCH");
-    return e && std::strcmp(e, "0") == 0;
-  }();
-  if (n >= detail::kMaxNX && !kbatch_off) j.kbatch = detail::kquant_batch_kernel(w.type, level);
+  if (n >= detail::kMaxNX && kquant_batch_on())
+    j.kbatch = detail::kquant_batch_kernel(w.type, level);
   KV_CHECK(j.dot != nullptr, "matmul: no kernel for {}", dtype_name(w.type));
   return j;
 }

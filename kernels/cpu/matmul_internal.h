@@ -99,6 +99,10 @@ using KQuantBatchFn = void (*)(const uint8_t* w, int64_t row_bytes, int64_t r0, 
                                int64_t y_stride);
 // nullptr where the type has none at the level (then the DotFn tiles run).
 KQuantBatchFn kquant_batch_kernel(DType type, SimdLevel level);
+// Turns that kernel off (the decode tiles run K-quant batches, as
+// KVASIR_KQUANT_BATCH=0 does) or on, so bench/kernels can pair the two in
+// one run. Call only while no matmul runs.
+void set_kquant_batch_for_bench(bool on);
 
 // Caps the weight rows per tile (1..kMaxNW) so bench/kernels can time the
 // 1×4 and 2×4 tiles in one run. Call only while no matmul runs.
