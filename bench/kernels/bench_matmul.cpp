@@ -221,7 +221,7 @@ void run_kbatch(ThreadPool& pool, double budget, const std::string& only, std::m
     if (only.find(dtype_name(t)) == std::string::npos) continue;
     for (const auto& s : shapes) {
       const Weight w = make_weight(t, s[0], s[1], rng);
-      for (int64_t n : {4, 16, 64, 512}) {
+      for (int64_t n : {8, 16, 64, 512}) {
         std::vector<float> x(size_t(n * s[1]), 0.5f), y(size_t(n * s[0]));
         auto run = [&] { matmul(w.view, x.data(), n, y.data(), &pool); };
         double off = 1e30, on = 1e30;
@@ -251,6 +251,10 @@ int main(int argc, char** argv) {
     run_attention(pool, budget, argc > 5 ? argv[5] : "");
     return 0;
   }
+  if (argc > 4 && std::string(argv[4]) == "kbatch") {
+    run_kbatch(pool, budget, argc > 5 ? argv[5] : "Q4_K,Q5_K,Q6_K", rng);
+    return 0;
+  }
   std::printf("%-6s %-14s %3s %10s %9s %9s\n", "type", "rows x cols", "n", "us/call", "GB/s(W)",
               "GFLOP/s");
   struct Shape {
@@ -263,10 +267,6 @@ int main(int argc, char** argv) {
   const bool tiles = argc > 4 && std::string(argv[4]) == "tiles";
   const bool rows = argc > 4 && std::string(argv[4]) == "rows";
   const bool levels = argc > 4 && std::string(argv[4]) == "levels";
-  if (argc > 4 && std::string(argv[4]) == "kbatch") {
-    run_kbatch(pool, budget, argc > 5 ? argv[5] : "Q4_K,Q5_K,Q6_K", rng);
-    return 0;
-  }
 
   if (levels)
     std::printf(

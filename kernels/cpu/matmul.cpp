@@ -65,6 +65,11 @@ std::atomic<int> g_max_nw{detail::kMaxNW};
 // level has one): KVASIR_KQUANT_BATCH=0 keeps the decode tiles, for
 // comparisons. -1: the environment not read yet.
 std::atomic<int> g_kquant_batch{-1};
+// From 8 rows: at 4 the unpacking, amortised over 4 rows only, left the
+// kernel level with the tiles (0.96-1.27x over the 1B shapes, measured with
+// the kernel taking n = 4 in bench_kernels_matmul's kbatch mode); at 8 it
+// won (1.07-1.30x).
+constexpr int64_t kKQuantBatchRows = 8;
 
 bool kquant_batch_on() {
   int v = g_kquant_batch.load(std::memory_order_relaxed);
@@ -242,7 +247,7 @@ RowJob row_job(const TensorView& w, uint64_t row_bytes, int64_t n, float* y, Sim
            w.cols(),
            n,
            y};
-  if (n >= detail::kMaxNX && kquant_batch_on())
+  if (n >= kKQuantBatchRows && kquant_batch_on())
     j.kbatch = detail::kquant_batch_kernel(w.type, level);
   KV_CHECK(j.dot != nullptr, "matmul: no kernel for {}", dtype_name(w.type));
   return j;

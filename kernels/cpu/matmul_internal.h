@@ -90,10 +90,11 @@ struct SplitQ8 {
 // next call), on the pool when it is worth it.
 SplitQ8 split_q8(const BlockQ8x* x, int64_t n, int64_t nb, ThreadPool* pool);
 
-// A K-quant batch kernel (n >= kMaxNX activation rows): output rows [r0, r1)
-// for every activation row, the weight's super-blocks unpacked once per call
-// instead of once per register tile (matmul_kquant_batch.cpp). Each output
-// gets exactly the bits the decode tile (DotFn) of the same level gives it.
+// A K-quant batch kernel (from 8 activation rows, matmul.cpp
+// kKQuantBatchRows): output rows [r0, r1) for every activation row, the
+// weight's super-blocks unpacked once per call instead of once per register
+// tile (matmul_kquant_batch.cpp). Each output gets exactly the bits the
+// decode tile (DotFn) of the same level gives it.
 using KQuantBatchFn = void (*)(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1,
                                const SplitQ8& x, int64_t n, int64_t cols, float* y,
                                int64_t y_stride);

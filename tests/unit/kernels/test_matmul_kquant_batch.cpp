@@ -1,10 +1,12 @@
-// The K-quant batch path (n >= 4 activation rows; at the 512-bit levels
-// matmul_kquant_batch.cpp's kernel, at the others the 2 × 4 decode tiles) against n one-row decode
-// calls, bit for bit — a row must get the same bits alone as in a batch (speculative decoding,
-// prefix caching, recompute) — and against the double reference within test_matmul.cpp's K-quant
-// tolerance (1.01 × the 8-bit activation bound + 1e-5·Σ|w·x| + 1e-6). Shapes: weight rows not a
-// multiple of the 4-row tile nor of the 16-row unpack block, batch sizes not a multiple of the
-// 4-row tile, 1 to 9 super-blocks per row; every level this CPU has, on 1, 2 and 3 threads.
+// The K-quant batch path (n >= 4 activation rows; from 8 rows at the
+// 512-bit levels matmul_kquant_batch.cpp's kernel, else the 2 × 4 decode
+// tiles) against n one-row decode calls, bit for bit — a row must get the
+// same bits alone as in a batch (speculative decoding, prefix caching,
+// recompute) — and against the double reference within test_matmul.cpp's
+// K-quant tolerance (1.01 × the 8-bit activation bound + 1e-5·Σ|w·x| +
+// 1e-6). Shapes: weight rows not a multiple of the 4-row tile nor of the
+// 16-row unpack block, batch sizes not a multiple of the 4-row tile, 1 to
+// 9 super-blocks per row; every level this CPU has, on 1, 2 and 3 threads.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -76,7 +78,7 @@ TEST(MatmulKQuantBatch, EqualsDecodeBitForBitAndReference) {
       for (int64_t cols : {256, 768, 2304})
         for (int64_t rows : {1, 6, 19, 37}) {
           const auto w = ref::random_weight(t, rows, cols, rng);
-          for (int64_t n : {4, 5, 7, 16, 33}) {
+          for (int64_t n : {4, 5, 7, 8, 16, 33}) {
             const auto x = random_x(n, cols, rng);
             const auto alone = one_row_at_a_time(w.view, x, n);
             const auto want = ref::matmul(w.view, x.data(), n);
