@@ -19,6 +19,9 @@
 // "attention": only the attention cases (run_attention), which every other
 // run but tiles and levels ends with. mode "kbatch": the K-quant batch
 // kernel against the decode tiles (run_kbatch; 5th argument: the types).
+// mode "stream" (run_stream): one serving stage's weights, too big for the
+// caches, at decode micro-batch sizes; 5th argument: the types (default
+// F32).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -155,6 +158,39 @@ void run_levels(const Weight& w, int64_t n, double budget) {
   std::printf(" | %d rounds | dispatch: %s\n", rounds, simd_level_name(pick.level));
 }
 
+// The "stream" mode: the seven matrices of 15 SmolLM2-135M layers (half
+// the model: one of two pipeline stages, 212 MB in F32), called in layer
+// order as a stage runs them, so every weight comes from DRAM as in a
+// served decode micro-batch (n rows: 16 streams over 2 micro-batches give
+// 8). Per n: ms per pass over all 15 layers, the weight bytes read per
+// second and GFLOP/s. One thread's CPU time unless 'wall'.
+void run_stream(ThreadPool& pool, double budget, const std::string& types) {
+  std::mt19937 rng(2);
+  const int64_t shapes[7][2] = {{576, 576}, {192, 576}, {192, 576}, {576, 576},
+                                {1536, 576}, {1536, 576}, {576, 1536}};  // q k v o gate up down
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    if (types.find(dtype_name(t)) == std::string::npos) continue;
+    std::vector<Weight> ws;
+    double bytes = 0, params = 0;
+    for (int l = 0; l < 15; ++l)
+      for (const auto& s : shapes) {
+        ws.push_back(make_weight(t, s[0], s[1], rng));
+        bytes += double(ws.back().bytes.size());
+        params += double(s[0] * s[1]);
+      }
+    for (int64_t n : {1, 4, 6, 8, 12, 16, 32}) {
+      std::vector<float> x(size_t(n * 1536), 0.5f), y(size_t(n * 1536));
+      auto pass = [&] {
+        for (const Weight& w : ws) matmul(w.view, x.data(), n, y.data(), &pool);
+      };
+      const double sec = seconds_per_call(pass, budget);
+      std::printf("stream %-5s %4.0f MB %3lld %9.2f ms %7.2f GB/s(W) %7.2f GFLOP/s\n",
+                  dtype_name(t), bytes * 1e-6, (long long)n, sec * 1e3, bytes / sec * 1e-9,
+                  2.0 * double(n) * params / sec * 1e-9);
+    }
+  }
+}
+
 // Attention at the shapes the serving benchmarks run (9 heads over 3 kv
 // heads, head dim 64, F16 KV, blocks of 16), each timed as one call:
 //   decode 16 x 512      16 rows of one token at context 512, own blocks
@@ -253,6 +289,10 @@ int main(int argc, char** argv) {
   }
   if (argc > 4 && std::string(argv[4]) == "kbatch") {
     run_kbatch(pool, budget, argc > 5 ? argv[5] : "Q4_K,Q5_K,Q6_K", rng);
+    return 0;
+  }
+  if (argc > 4 && std::string(argv[4]) == "stream") {
+    run_stream(pool, budget, argc > 5 ? argv[5] : "F32");
     return 0;
   }
   std::printf("%-6s %-14s %3s %10s %9s %9s\n", "type", "rows x cols", "n", "us/call", "GB/s(W)",
