@@ -166,19 +166,40 @@ KV_AVX2 void tile_avx2(const uint8_t* w, int64_t w_stride, const float* x, int64
   }
 }
 
+// The next cache block's bytes, prefetched into L2 a slice after each tile
+// of the current block. Without it the block's first tile column pulls its
+// weights from memory as one sequential stream, at the latency of a
+// demand miss per line: 8.5 GB/s at 4 rows where the decode kernel's two
+// streams reach 26 (bench_kernels_matmul stream mode, docs/kernels.md);
+// issued a block ahead, the misses overlap each other and the block's
+// arithmetic.
+struct NextBlock {
+  const uint8_t* p = nullptr;  // next line to prefetch
+  const uint8_t* end = nullptr;
+  int64_t per_tile = 0;  // bytes after each tile, rounded up to whole lines
+
+  KV_AVX2 void after_tile() {
+    const uint8_t* e = std::min(p + per_tile, end);
+    for (; p < e; p += 64) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+  }
+};
+
 // One column of tiles: the weight rows [r, re) of a block against nx
 // activation rows, two weight rows at a time.
 template <DType T, int NX>
 KV_AVX2 void tile_column(const uint8_t* w, int64_t row_bytes, int64_t r, int64_t re, const float* x,
-                         int64_t cols, float* y, int64_t y_stride) {
-  for (; r + 2 <= re; r += 2)
+                         int64_t cols, float* y, int64_t y_stride, NextBlock& next) {
+  for (; r + 2 <= re; r += 2) {
     tile_avx2<T, 2, NX>(w + r * row_bytes, row_bytes, x, cols, cols, y + r, y_stride);
+    next.after_tile();
+  }
   if (r < re) tile_avx2<T, 1, NX>(w + r * row_bytes, row_bytes, x, cols, cols, y + r, y_stride);
 }
 
 // Weight bytes per cache block: the block stays in L2 while every
 // activation row passes over it, so each weight row comes from memory once
-// per call; the 3 activation rows of a tile column stay in L1 meanwhile.
+// per call; the 3 activation rows of a tile column stay in L1 meanwhile,
+// and the next block arrives beside it (NextBlock).
 constexpr int64_t kWeightBlockBytes = 128 << 10;
 
 // Output rows [r0, r1) for all n >= 4 activation rows: y[j * y_stride + r].
@@ -189,13 +210,22 @@ KV_AVX2 void batch_avx2(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t
                         int64_t n, int64_t cols, float* y, int64_t y_stride) {
   const int64_t block = std::max<int64_t>(2, kWeightBlockBytes / row_bytes) & ~int64_t(1);
   const int64_t n3 = n % 3 == 1 ? n - 4 : n - n % 3;  // rows in columns of 3
+  const int64_t columns = n3 / 3 + (n - n3) / 2;
+  // The first block has nothing ahead of it to hide behind: its lines are
+  // requested up front.
+  NextBlock first{w + r0 * row_bytes, w + std::min(r0 + block, r1) * row_bytes, 0};
+  first.per_tile = first.end - first.p;
+  first.after_tile();
   for (int64_t rb = r0; rb < r1; rb += block) {
     const int64_t re = std::min(rb + block, r1);
+    const int64_t tiles = columns * ((re - rb) / 2);
+    NextBlock next{w + re * row_bytes, w + std::min(re + block, r1) * row_bytes, 0};
+    next.per_tile = tiles > 0 ? ((next.end - next.p) / tiles + 64) & ~int64_t(63) : 0;
     int64_t j = 0;
     for (; j < n3; j += 3)
-      tile_column<T, 3>(w, row_bytes, rb, re, x + j * cols, cols, y + j * y_stride, y_stride);
+      tile_column<T, 3>(w, row_bytes, rb, re, x + j * cols, cols, y + j * y_stride, y_stride, next);
     for (; j < n; j += 2)
-      tile_column<T, 2>(w, row_bytes, rb, re, x + j * cols, cols, y + j * y_stride, y_stride);
+      tile_column<T, 2>(w, row_bytes, rb, re, x + j * cols, cols, y + j * y_stride, y_stride, next);
   }
 }
 #endif  // KV_HAVE_X86
