@@ -209,7 +209,7 @@ struct RowJob {
 // blocks). A row's arithmetic does not depend on the range or the tile it
 // falls in.
 void run_rows(const RowJob& j, const Activations& a, int64_t r0, int64_t r1) {
-  if (j.n < detail::kMaxNX)
+  if (j.n < detail::kMaxNX || (j.n == detail::kMaxNX && !j.batch && !j.kbatch))
     return decode_rows(j.dot, j.w, j.row_bytes, a.data, a.stride, j.n, j.cols, j.y, j.rows, r0, r1);
   if (j.batch)
     return j.batch(j.w, int64_t(j.row_bytes), r0, r1, static_cast<const float*>(a.data), j.n,
