@@ -190,15 +190,14 @@ void Scheduler::begin_batch(RingLoad load) {
     if (!s->schedulable()) continue;
     const int64_t rem = s->remaining() - cap_.reusable(s);
     work += rem + s->padding();
-    // A decode may carry drafts. At a fixed length they count in the token
-    // budget's share like any token. The adaptive length reserves none: a
-    // reservation its rows mostly leave unused (a compute-bound batch drafts
+    // A decode may carry drafts; none are reserved in the share. A
+    // reservation the rows mostly leave unused (a compute-bound batch drafts
     // little) would make the share larger than the decodes, and the first
     // micro-batch would take them all and leave the next slot empty (16
-    // concurrent ran at 0.93x without speculation so); its drafts go on top
-    // of the share, within max_tokens and the step budget (add_drafts).
-    if (drafter_ && !lim_.spec.adaptive && rem == 1 && s->decoding() && s->req.speculative)
-      work += lim_.spec.max_draft;
+    // concurrent ran at 0.93x without speculation so); and a lone decode's
+    // share, split over the micro-batches in flight, held a fixed length to
+    // half of it. Drafts go on top of the share, within max_tokens and the
+    // step budget (add_drafts).
     if (lim_.policy != Policy::kChunked && rem <= lim_.max_tokens) floor = std::max(floor, rem);
   }
   form_.begin(set.running, work, load, floor, time_.step_budget(set));
@@ -264,7 +263,7 @@ void Scheduler::add_drafts(SchedRow& row, Sequence* s, double& emitted) {
   }
   const int64_t own_end = int64_t(row.pos0) + 1;
   const int64_t room = cap_.room(s, own_end);
-  const int64_t budget = lim_.spec.adaptive ? form_.draft_room() : form_.budget_left();
+  const int64_t budget = form_.draft_room();
   const int64_t k_max = std::min<int64_t>(
       {lim_.spec.max_draft, budget, int64_t(s->req.max_tokens) - s->n_generated - 1, room});
   if (k_max <= 0) return;

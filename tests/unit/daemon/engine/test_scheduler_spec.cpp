@@ -324,6 +324,23 @@ TEST(SchedulerSpecAdaptive, ADrafterThatAlwaysMissesRestsThenProbes) {
   EXPECT_EQ(st.spec.zero_by_cost, 0);
 }
 
+// At a fixed length too, drafts go on top of the balancing share: a lone
+// decode in a ring of two slots (a share of half the work) still carries
+// max_draft of them, not half.
+TEST(SchedulerSpec, AFixedLengthIsNotHalvedByTheShare) {
+  SchedLimits l = spec_limits(DraftMethod::kNgram, 3);
+  l.inflight = 2;
+  SpecSim sim(l, 64);
+  sim.load = RingLoad{1, 0};
+  sim.add(1, kPrompt, kScript, 12);
+  const std::vector<std::string> t = sim.run();
+  auto first = std::find_if(t.begin(), t.end(),
+                            [](const std::string& r) { return r.find("drafts") != r.npos; });
+  ASSERT_NE(first, t.end());
+  EXPECT_EQ(*first, "A [11,15) 3 drafts: 2 accepted");
+  EXPECT_EQ(sim.out[1], std::vector<int32_t>(kScript.begin(), kScript.begin() + 12));
+}
+
 TEST(SchedulerSpecAdaptive, DraftsGoOnTopOfTheShareAndARestCountsDown) {
   // A ring of two slots, one free: the token budget is half the work. The
   // adaptive length reserves nothing in that share (a reservation its rows
