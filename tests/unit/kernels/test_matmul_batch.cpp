@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "batch_check.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/simd.h"
@@ -25,30 +26,15 @@ namespace {
 
 const DType kPlain[] = {DType::F32, DType::F16, DType::BF16};
 
-struct SimdGuard {
-  ~SimdGuard() { simd_reset_for_testing(); }
-};
+using testing::first_difference;
+using testing::one_row_at_a_time;
+using testing::SimdGuard;
 
 std::vector<float> random_x(int64_t n, int64_t cols, std::mt19937& rng) {
   std::vector<float> x(size_t(n * cols));  // [n, cols]
   std::normal_distribution<float> d(0.f, 1.f);
   for (auto& v : x) v = d(rng);
   return x;
-}
-
-// y [n, rows] from one decode call per activation row (the n = 1 kernel).
-std::vector<float> one_row_at_a_time(const TensorView& w, const std::vector<float>& x, int64_t n) {
-  const int64_t rows = w.rows(), cols = w.cols();
-  std::vector<float> y(size_t(n * rows), NAN);
-  for (int64_t j = 0; j < n; ++j) matmul(w, x.data() + j * cols, 1, y.data() + j * rows, nullptr);
-  return y;
-}
-
-// The first differing element of two outputs [n, rows], or -1.
-int64_t first_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return int64_t(i);
-  return -1;
 }
 
 TEST(MatmulBatch, PlainWeightsHaveABatchKernelFromAvx2) {

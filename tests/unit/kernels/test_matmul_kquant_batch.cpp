@@ -16,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include "batch_check.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/simd.h"
@@ -26,9 +27,9 @@ namespace {
 
 const DType kKTypes[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
-struct SimdGuard {
-  ~SimdGuard() { simd_reset_for_testing(); }
-};
+using testing::first_difference;
+using testing::one_row_at_a_time;
+using testing::SimdGuard;
 
 std::vector<float> random_x(int64_t n, int64_t cols, std::mt19937& rng) {
   std::vector<float> x(size_t(n * cols));  // [n, cols]
@@ -37,19 +38,6 @@ std::vector<float> random_x(int64_t n, int64_t cols, std::mt19937& rng) {
   for (int i = 0; i < 32 && cols >= 64; ++i) x[size_t(32 + i)] = 0.f;  // d == 0 block
   x[0] = 40.f;                                                         // an outlier
   return x;
-}
-
-std::vector<float> one_row_at_a_time(const TensorView& w, const std::vector<float>& x, int64_t n) {
-  const int64_t rows = w.rows(), cols = w.cols();
-  std::vector<float> y(size_t(n * rows), NAN);
-  for (int64_t j = 0; j < n; ++j) matmul(w, x.data() + j * cols, 1, y.data() + j * rows, nullptr);
-  return y;
-}
-
-int64_t first_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return int64_t(i);
-  return -1;
 }
 
 TEST(MatmulKQuantBatch, KernelAtThe512BitLevels) {
