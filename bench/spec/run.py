@@ -256,6 +256,17 @@ def stage_costs(port):
     return [st["cost"] for st in stats.get("stages", []) if "cost" in st]
 
 
+def stage_kernels(port):
+    """Each stage's kernel choices (`stages[].simd` in /kvasir/v1/stats,
+    docs/kernels.md): two daemons whose greedy texts part may have chosen
+    other numerics."""
+    try:
+        stats = json.loads(chat.get_text(port, "/kvasir/v1/stats") or "{}")
+    except (OSError, ValueError):
+        return []
+    return [st.get("simd", "") for st in stats.get("stages", [])]
+
+
 def predict(rows, costs, ctx, measured_ms=0.0):
     """Batch-1 speedup each k would give by the stages' own cost models: a
     step verifying 1 + d tokens (d the mean draft) at context ctx costs
@@ -411,6 +422,9 @@ def run_config(a, label, method, extra, out):
                 if method == "none" and a.temperature == 0 and set_name not in out["ceiling"]:
                     out["ceiling_step_ms"][set_name] = s["itl_p50"] if conc == 1 else 0.0
                     run_ceiling(a, set_name, reqs, recs, out)
+        res["kernels"] = stage_kernels(a.port)
+        for i, k in enumerate(res["kernels"]):
+            print(f"  stage {i} kernels: {k}")
     finally:
         d.stop()
 

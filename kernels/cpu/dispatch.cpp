@@ -8,9 +8,10 @@
 // fastest is kept for the life of the process. Timing: the calling thread's
 // CPU time (a shared machine deschedules threads; that time is not counted),
 // rounds interleaved across the candidates so that a slow period hits them
-// all, the best round of each kept. A wider level must win by kWinMargin
-// within its family, a narrower family by kFamilyMargin (simd.h): the
-// choice must not flip between processes where it would change outputs.
+// all, the best round of each kept. Only levels of one numerics family
+// (simd.h) are timed against each other — the widest family the CPU has —
+// so the choice changes speed, never bits: a timed choice across families
+// could fall either way between two processes and part their outputs.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -195,22 +196,14 @@ KernelChoice measure(DType t, RowsClass rc, int64_t cols, const std::vector<Simd
       detail::matmul_at(w, x.data(), c.probe_n, y.data(), nullptr, cands[i]);
       best[i] = std::min(best[i], thread_seconds() - t0);
     }
-  // Within each family (bit-identical results) the fastest, a wider level
-  // by kWinMargin; then the widest family unless a narrower one is faster
-  // by kFamilyMargin (the families' results differ in the last bits).
-  int pick[3] = {-1, -1, -1};
+  // The candidates are of one family (bit-identical results): the
+  // fastest, a wider level only if it wins by kWinMargin.
+  size_t chosen = 0;
   for (size_t i = 0; i < cands.size(); ++i) {
     c.us[int(cands[i])] = best[i] * 1e6;
-    int& p = pick[simd_family(cands[i])];
-    if (p < 0 || best[i] < best[size_t(p)] * (1.0 - kWinMargin)) p = int(i);
+    if (best[i] < best[chosen] * (1.0 - kWinMargin)) chosen = i;
   }
-  int chosen = -1;
-  for (int f = 2; f >= 0; --f) {
-    if (pick[f] < 0) continue;
-    if (chosen < 0 || best[size_t(pick[f])] < best[size_t(chosen)] * (1.0 - kFamilyMargin))
-      chosen = pick[f];
-  }
-  c.level = cands[size_t(chosen)];
+  c.level = cands[chosen];
   if (rc == RowsClass::kBatch) try_amx(c, w, x, y);
   return c;
 }
@@ -256,20 +249,22 @@ KernelChoice simd_kernel_choice(DType type, RowsClass rows, int64_t cols) {
   Slot& slot = g_slots[unsigned(type)][int(rows)];
   std::lock_guard<std::mutex> lock(g_mu);
   if (slot.level.load(std::memory_order_relaxed) >= 0) return slot.choice;
+  // One numerics family: the widest the CPU has, or the one the type's
+  // other rows class already runs (adopted from a predecessor,
+  // simd_adopt_choices). A token's logits must not depend on whether its
+  // position was computed alone (a decode) or with others (a prompt chunk,
+  // a recompute after preemption, a speculative row verifying drafts), nor
+  // on which process computed it, or greedy outputs part at near-ties.
   auto cands = candidates(type, simd_level());
-  // A type's decode and batch kernels are of one numerics family, the
-  // first one chosen deciding: a token's logits must not depend on whether
-  // its position was computed alone (a decode) or with others (a prompt
-  // chunk, a recompute after preemption, a speculative row verifying
-  // drafts), or those paths would part at near-ties.
+  int family = simd_family(cands.back());
   for (int r = 0; r < kRowsClasses; ++r) {
     const int other = g_slots[unsigned(type)][r].level.load(std::memory_order_relaxed);
-    if (r == int(rows) || other < 0) continue;
-    std::vector<SimdLevel> same;
-    for (SimdLevel l : cands)
-      if (simd_family(l) == simd_family(SimdLevel(other))) same.push_back(l);
-    if (!same.empty()) cands = std::move(same);
+    if (r != int(rows) && other >= 0) family = simd_family(SimdLevel(other));
   }
+  std::vector<SimdLevel> same;
+  for (SimdLevel l : cands)
+    if (simd_family(l) == family) same.push_back(l);
+  if (!same.empty()) cands = std::move(same);
   const bool amx_candidate =
       rows == RowsClass::kBatch && detail::amx_supports(type) && detail::amx_cpu_has();
   if (cands.size() == 1 && !amx_candidate) {

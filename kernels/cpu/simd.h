@@ -100,9 +100,9 @@ struct KernelChoice {
   // times probe_n activation rows, one thread, timed by the thread's CPU
   // time; us[l] is its best time (µs) over `rounds` interleaved rounds at
   // level l, or < 0 where not timed (the CPU lacks l, or l runs the same
-  // kernel as a lower level). Choice: in each family (simd_family) the
-  // fastest, a wider level only if it wins by kWinMargin; then the widest
-  // family, unless a narrower family's choice is faster by kFamilyMargin.
+  // kernel as a lower level) of one numerics family (simd_family: the
+  // widest the CPU has). Choice: the fastest, a wider level only if it
+  // wins by kWinMargin.
   int64_t probe_rows = 0, probe_cols = 0, probe_n = 0;
   int rounds = 0;
   double us[kSimdLevels] = {-1, -1, -1, -1, -1};
@@ -132,12 +132,14 @@ constexpr double kWinMargin = 0.03;
 // greedy continuations can part at near-ties (3 of 4 prompts over 128
 // tokens of the default model). A measured choice that flipped between
 // families from one process to the next would make a ring's stages or two
-// runs disagree, so the wider family is kept unless the narrower one is
-// faster by kFamilyMargin — a gap the probe's noise does not cross.
+// runs disagree, so auto mode never times families against each other: a
+// kernel runs in the widest family the CPU has (KVASIR_SIMD picks another).
 // 0: scalar, 1: 256-bit, 2: 512-bit.
 inline int simd_family(SimdLevel level) {
   return level == SimdLevel::kScalar ? 0 : level >= SimdLevel::kAvx512 ? 2 : 1;
 }
+// AMX tiles (another f32 order) replace a batch kernel only when faster by
+// this margin, which the probe's noise does not cross.
 constexpr double kFamilyMargin = 0.15;
 
 // The level matmul uses for this kernel. In auto mode a kernel not chosen

@@ -88,6 +88,21 @@ ChoiceReason unmeasured() {
                                                     : ChoiceReason::kPending;
 }
 
+// The widest level the CPU has that runs a kernel of its own for the type
+// (a level whose kernel a lower level also runs is that lower level).
+SimdLevel widest_own_path(DType t) {
+  for (int l = int(simd_level_supported()); l > 0; --l) {
+    if (!simd_level_available(SimdLevel(l))) continue;
+    bool own = true;
+    for (int b = 0; b < l; ++b)
+      if (simd_level_available(SimdLevel(b)) &&
+          detail::dot_kernel(t, SimdLevel(b)) == detail::dot_kernel(t, SimdLevel(l)))
+        own = false;
+    if (own) return SimdLevel(l);
+  }
+  return SimdLevel::kScalar;
+}
+
 // A type's decode and batch kernels land in one numerics family, whichever
 // is chosen first: a position computed alone (a decode) and with others (a
 // prompt chunk, a recompute, a speculative row) gives the same bits.
@@ -102,10 +117,12 @@ TEST(Dispatch, DecodeAndBatchKernelsShareAFamily) {
       const KernelChoice b = simd_kernel_choice(t, second, cols_for(t));
       EXPECT_EQ(simd_family(a.level), simd_family(b.level))
           << dtype_name(t) << ": " << a.describe() << " / " << b.describe();
-      for (int l = 0; l < kSimdLevels; ++l)
-        if (b.us[l] >= 0)
+      for (int l = 0; l < kSimdLevels; ++l) {
+        if (b.us[l] >= 0) {
           EXPECT_EQ(simd_family(SimdLevel(l)), simd_family(a.level))
               << dtype_name(t) << ": " << b.describe() << " timed another family";
+        }
+      }
     }
   }
 }
@@ -128,6 +145,8 @@ TEST(Dispatch, AutoMeasuresOnceAndKeepsTheFastest) {
       ASSERT_TRUE(c.reason == ChoiceReason::kMeasured || c.reason == ChoiceReason::kOnlyPath);
       EXPECT_TRUE(simd_level_available(c.level));
       EXPECT_LE(int(c.level), int(simd_level_supported()));
+      // The widest family the CPU has for the type, whatever the timings.
+      EXPECT_EQ(simd_family(c.level), simd_family(widest_own_path(t))) << "auto crossed families";
       if (c.reason == ChoiceReason::kMeasured) {
         ASSERT_GE(c.us[int(c.level)], 0.0);
         int timed = 0;
@@ -135,16 +154,10 @@ TEST(Dispatch, AutoMeasuresOnceAndKeepsTheFastest) {
           if (c.us[l] < 0) continue;
           ++timed;
           EXPECT_TRUE(simd_level_available(SimdLevel(l)));
-          // No timed level beats the choice by more than the margins.
-          const double margin =
-              (1.0 - kWinMargin) *
-              (simd_family(SimdLevel(l)) == simd_family(c.level) ? 1.0 : 1.0 - kFamilyMargin);
-          EXPECT_LE(c.us[int(c.level)] * margin, c.us[l] * (1.0 + 1e-9));
-          // A narrower family only when it wins by the family margin.
-          if (simd_family(SimdLevel(l)) > simd_family(c.level)) {
-            EXPECT_LT(c.us[int(c.level)],
-                      c.us[l] * (1.0 - kFamilyMargin) / (1.0 - kWinMargin) * (1.0 + 1e-9));
-          }
+          // Only the choice's family is timed, and nothing timed beats the
+          // choice by more than the margin.
+          EXPECT_EQ(simd_family(SimdLevel(l)), simd_family(c.level));
+          EXPECT_LE(c.us[int(c.level)] * (1.0 - kWinMargin), c.us[l] * (1.0 + 1e-9));
         }
         EXPECT_GE(timed, 2);
       }
@@ -180,8 +193,8 @@ TEST(Dispatch, AdoptsThePredecessorsChoices) {
   simd_reset_for_testing();
   if (env_forces()) GTEST_SKIP() << "KVASIR_SIMD forces " << simd_level_name(simd_level());
   if (!simd_level_available(SimdLevel::kAvx2)) GTEST_SKIP() << "no AVX2: one path only";
-  // The narrowest vector level, which auto would not pick on a wider CPU
-  // unless it won by the family margin: adopting it is visible.
+  // The narrowest vector level, which auto never picks on a wider CPU:
+  // adopting it is visible.
   const std::string text = "cpu:" + std::string(simd_level_name(simd_level_supported())) +
                            " amx:no q4_1/decode:avx2 q8_0/batch:avx2 q4_0/decode:bogus "
                            "zz/decode:avx2 q4_k/sideways:avx2 ? q6_k/decode:avx2 ...";
