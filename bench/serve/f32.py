@@ -120,6 +120,9 @@ def main():
     ap.add_argument("--shape", default="short-heavy", choices=list(client.SHAPES) + ["all"])
     ap.add_argument("--threads", type=int, default=2, help="threads each server computes with")
     ap.add_argument("--cores", default="0,1", help="taskset CPU list every server runs on")
+    ap.add_argument("--split", default="shared", choices=["shared", "fixed"],
+                    help="kvasird's stages: T threads each shared by need (the default plan), "
+                         "or T / 2 each")
     ap.add_argument("--servers", default="kvasird,llama.cpp,vllm")
     ap.add_argument("--port", type=int, default=18180, help="kvasird's; llama-server +1, vLLM +2")
     ap.add_argument("--concurrency", default="", help="only the closed-loop runs at these (comma-separated)")

@@ -22,7 +22,10 @@ servers answer and are measured; not a figure).
 The servers, one at a time, each warmed by one request before it is timed:
   llama-server -np C (C = the run's concurrency or burst size, so every
     request has a slot) -c C x (prompt + output + 64) -t T -tb T;
-  kvasird: 2 CPU stages (the model's layers halved), T / 2 threads each,
+  kvasird: 2 CPU stages (the model's layers halved), each holding T
+    threads that the stages share by need (the default plan's `threads = 0`
+    on T cores: at most T compute at once, docs/ring.md "Cores shared by
+    need"; `--split fixed`: T / 2 each, the figures before that option),
     max_rows >= C, 1 GiB of KV per stage, over TCP on 127.0.0.1.
 The peers come from bench/peers/build; this script re-runs itself under
 bench/peers/python. Printed first: the CPU model, the load, Kvasir's SIMD
@@ -109,10 +112,16 @@ def llama_server(peers, a, slots, ctx):
         os.unlink(log.name)
 
 
+def stage_threads(a):
+    """Each stage's `threads`: all T, shared by need (what the default plan
+    does on T cores), or T / 2 with --split fixed."""
+    return max(1, a.threads // 2) if getattr(a, "split", "shared") == "fixed" else a.threads
+
+
 def kvasird(a, rows):
     n = machine.block_count(a.model)
     cfg = CONFIG.format(model=a.model, rows=max(32, rows), mid_1=n // 2 - 1, mid=n // 2,
-                        last=n - 1, threads=max(1, a.threads // 2), sock="{sock}", port=a.port)
+                        last=n - 1, threads=stage_threads(a), sock="{sock}", port=a.port)
     return machine.kvasird(BIN, cfg, wrap=["taskset", "-c", a.cores])
 
 
@@ -155,6 +164,9 @@ def main():
     ap.add_argument("--shape", default="short-heavy", choices=list(client.SHAPES) + ["all"])
     ap.add_argument("--threads", type=int, default=2, help="threads each server computes with")
     ap.add_argument("--cores", default="0,1", help="taskset CPU list both servers run on")
+    ap.add_argument("--split", default="shared", choices=["shared", "fixed"],
+                    help="kvasird's stages: T threads each shared by need (the default plan), "
+                         "or T / 2 each")
     ap.add_argument("--model", default=MODEL)
     ap.add_argument("--port", type=int, default=18180, help="kvasird's; llama-server's is +1")
     ap.add_argument("--concurrency", default="", help="only the closed-loop runs at these (comma-separated)")
@@ -164,7 +176,8 @@ def main():
     peers = machine.peers()
     print(machine.describe(os.path.join(BIN, "kvasir-local")), flush=True)
     print(f"peers: {machine.peers_stamp(peers)}")
-    print(f"model: {a.model}; cores {a.cores}, {a.threads} threads per server"
+    print(f"model: {a.model}; cores {a.cores}, {a.threads} threads per server "
+          f"(kvasird: {stage_threads(a)} a stage, {a.split})"
           + ("; QUICK: not a figure" if a.quick else ""), flush=True)
     shapes = list(client.SHAPES) if a.shape == "all" else [a.shape]
     errors, k = 0, 0

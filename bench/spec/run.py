@@ -544,7 +544,9 @@ def main():
                     help="do not ask for logprobs (the ceiling then re-tokenizes the text)")
     ap.add_argument("--ngram-max", type=int, default=4)
     ap.add_argument("--ngram-min", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=1, help="threads per stage")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="threads per stage (0: every core, the stages sharing them by need: "
+                         "the default plan)")
     ap.add_argument("--cores", default="", help="taskset CPU list (default: not pinned)")
     ap.add_argument("--port", type=int, default=18190)
     ap.add_argument("--json", default="/tmp/kvasir-spec/spec.json")
@@ -568,7 +570,7 @@ def main():
         a.max_tokens = min(a.max_tokens, 16)
     local = os.path.join(a.bin, "kvasir-local")
     head = machine.describe(local) if os.path.exists(local) else f"cpu: {machine.cpu_model()}"
-    print(head + f"\nbin: {a.bin}; model: {a.model}; 2 CPU stages x {a.threads} thread(s), cores "
+    print(head + f"\nbin: {a.bin}; model: {a.model}; 2 CPU stages x {a.threads or 'all cores,'} thread(s), cores "
           f"{a.cores or 'shared, not pinned'}; max_tokens {a.max_tokens}, temperature {a.temperature:g}"
           + ("; QUICK: not a figure" if a.quick else ""), flush=True)
     out = {"machine": head, "args": {k: v for k, v in vars(a).items()}, "configs": {}, "ceiling": {}, "token_ids": {},
