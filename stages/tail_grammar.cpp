@@ -109,7 +109,15 @@ struct GrammarPart final : TailSequence::Part {
   std::vector<int32_t> accepted;  // what the matcher accepted
   size_t past_end = 0;            // of which the last past_end: stop tokens after its end
   std::vector<uint32_t> mask;
-  std::vector<int32_t> forced;  // the grammar-forced tokens after `want` (options.forced_drafts)
+  // The grammar-forced tokens after `want` (options.forced_drafts), found
+  // by the job before it fills the mask when the job was asked for them
+  // (want_forced): forced_ready is then set once they are known (or the
+  // job failed), so the tail takes them without waiting for the mask.
+  std::vector<int32_t> forced;
+  bool want_forced = false;
+  bool forced_pending = false;  // forced_promise not set yet
+  std::promise<void> forced_promise;
+  std::shared_future<void> forced_ready;
   std::shared_future<void> job;
 };
 
@@ -137,7 +145,7 @@ class TailGrammarImpl final : public TailGrammar {
   void prepare(const ipc::Batch& b, int32_t n_rows, uint64_t batch_id,
                TailSequences& seqs) override;
   Status mask(int32_t r, const uint32_t** out) override;
-  void accept(int32_t r) override;
+  void accept(int32_t r, bool row_ends) override;
   std::span<const int32_t> forced(int32_t r) override;
   TailGrammarStats stats() const override {
     std::lock_guard lk(stats_mu_);
@@ -161,7 +169,8 @@ class TailGrammarImpl final : public TailGrammar {
   Status spec_for(const SamplingParams& sp, uint64_t batch, std::shared_ptr<Spec>* out);
   GrammarPart& part_for(TailSequence& rec, const SamplingParams& sp, uint64_t batch);
   Status resolve(Spec& spec);
-  void start_job(const TailSequence& rec, GrammarPart& g);
+  void start_job(const TailSequence& rec, GrammarPart& g, bool want_forced);
+  static void release_forced(GrammarPart& g);
   void run_job(GrammarPart& g, const std::shared_ptr<const grammar::CompiledGrammar>& grammar);
   void sync_matcher(GrammarPart& g, const std::shared_ptr<const grammar::CompiledGrammar>& grammar);
   void fill(GrammarPart& g);
@@ -256,18 +265,28 @@ void TailGrammarImpl::prepare(const ipc::Batch& b, int32_t n_rows, uint64_t batc
     rows_[size_t(r)] = Row{rec, row.sample != 0};
     GrammarPart& g = part_for(*rec, sp, batch_id);
     if (!row.sample || !rec->lost.ok() || !g.error.ok()) continue;
-    if (g.mask_len != rec->output().size() || g.mask_edits != rec->edits) start_job(*rec, g);
+    if (g.mask_len != rec->output().size() || g.mask_edits != rec->edits)
+      start_job(*rec, g, /*want_forced=*/false);
   }
   if ((batch_id & 255) == 0) evict_specs(batch_id);
 }
 
 // The mask for the record's output as it is now: on a worker once the
 // grammar is compiled; until then deferred to mask().
-void TailGrammarImpl::start_job(const TailSequence& rec, GrammarPart& g) {
+void TailGrammarImpl::start_job(const TailSequence& rec, GrammarPart& g, bool want_forced) {
   const std::span<const int32_t> out = rec.output();
   g.mask_len = out.size();
   g.mask_edits = rec.edits;
   g.want.assign(out.begin(), out.end());
+  g.forced.clear();
+  g.want_forced = want_forced && opt_.forced_drafts > 0;
+  g.forced_pending = g.want_forced;
+  if (g.want_forced) {
+    g.forced_promise = std::promise<void>();
+    g.forced_ready = g.forced_promise.get_future().share();
+  } else {
+    g.forced_ready = {};
+  }
   g.deferred = !g.spec->resolved && !g.spec->pending.ready();
   if (g.deferred) return;
   if (Status st = resolve(*g.spec); !st.ok()) return fail(g, st);
@@ -278,12 +297,20 @@ void TailGrammarImpl::run_job(GrammarPart& g,
                               const std::shared_ptr<const grammar::CompiledGrammar>& grammar) {
   try {
     sync_matcher(g, grammar);
+    if (g.error.ok() && g.want_forced) g.forced = forced_tokens(*g.matcher);
+    release_forced(g);
     if (g.error.ok()) fill(g);
-    g.forced.clear();
-    if (g.error.ok() && opt_.forced_drafts > 0) g.forced = forced_tokens(*g.matcher);
   } catch (const std::exception& e) {
     fail(g, Status(ErrorCode::kInternal, std::string("grammar matcher: ") + e.what()));
   }
+  release_forced(g);
+}
+
+// Lets forced() go on: the forced tokens are known, or none will be.
+void TailGrammarImpl::release_forced(GrammarPart& g) {
+  if (!g.forced_pending) return;
+  g.forced_pending = false;
+  g.forced_promise.set_value();
 }
 
 // Rolls the matcher back to the longest common prefix of what it accepted
@@ -371,14 +398,14 @@ Status TailGrammarImpl::mask(int32_t r, const uint32_t** out) {
   return Status();
 }
 
-void TailGrammarImpl::accept(int32_t r) {
+void TailGrammarImpl::accept(int32_t r, bool row_ends) {
   if (r < 0 || size_t(r) >= rows_.size() || !rows_[size_t(r)].rec) return;
   TailSequence& rec = *rows_[size_t(r)].rec;
   if (!rec.lost.ok() || !rec.grammar) return;
   auto& g = static_cast<GrammarPart&>(*rec.grammar);
   wait(g);
   if (!g.error.ok()) return;
-  start_job(rec, g);
+  start_job(rec, g, row_ends);
 }
 
 // The forced string in the tokens the model would likeliest write it in:
@@ -415,13 +442,17 @@ std::span<const int32_t> TailGrammarImpl::forced(int32_t r) {
   if (!rec.lost.ok() || !rec.grammar) return {};
   auto& g = static_cast<GrammarPart&>(*rec.grammar);
   if (g.deferred) return {};  // no job ran for this output: no forced tokens known
-  wait(g);
-  if (!g.error.ok() || g.mask_len != rec.output().size() || g.mask_edits != rec.edits) return {};
+  if (!g.forced_ready.valid() || g.mask_len != rec.output().size() || g.mask_edits != rec.edits)
+    return {};  // the last job was not asked for them
+  // Only until the job has found them: its mask fill goes on meanwhile
+  // (g.error may still change: g.forced is empty wherever it is not ok).
+  g.forced_ready.wait();
   return g.forced;
 }
 
 // Logged once per sequence. Runs on the tail thread or on the sequence's job.
 void TailGrammarImpl::fail(GrammarPart& g, Status why) {
+  release_forced(g);  // none will be found
   if (!g.error.ok()) return;
   KV_LOG_ERROR("agent", "sequence {}: structured output failed: {}", g.id, why.message());
   g.error = std::move(why);

@@ -113,16 +113,20 @@ class TailGrammar {
   virtual Status mask(int32_t r, const uint32_t** out) = 0;
 
   // Row r (constrained, sampled) drew the token TailSequences::append just
-  // put in its record: the next mask starts filling.
-  virtual void accept(int32_t r) = 0;
+  // put in its record: the next mask starts filling. row_ends: the row
+  // draws nothing more in this batch (a plain row's token, a speculative
+  // row's last verified one), so its job also finds the forced tokens
+  // after it, first; a verifying row's earlier positions skip that work.
+  virtual void accept(int32_t r, bool row_ends) = 0;
 
-  // After accept(r) for row r's last token: the grammar-forced tokens that
-  // follow its record's output now (grammar::Matcher::forced_tokens, at
-  // most options.forced_drafts; the scheduler drafts them for the
-  // sequence's next row). Waits for the row's mask job, which finds them,
-  // so it costs the tail that job's time. Empty where the row is
-  // unconstrained, its grammar failed, the output ended, or forced drafts
-  // are off. Valid until the next accept(r) or prepare().
+  // After accept(r, true): the grammar-forced tokens that follow row r's
+  // record's output now (grammar::Matcher::forced_tokens, at most
+  // options.forced_drafts; the scheduler drafts them for the sequence's
+  // next row). Waits for the row's job only until it has found them; the
+  // next mask goes on filling while the batch travels. Empty where the
+  // row is unconstrained, its grammar failed, the output ended, forced
+  // drafts are off, or the last accept did not end the row. Valid until
+  // the next accept(r) or prepare().
   virtual std::span<const int32_t> forced(int32_t r) = 0;
 
   virtual TailGrammarStats stats() const = 0;

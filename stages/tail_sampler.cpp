@@ -57,7 +57,7 @@ void TailSampler::sample(const ipc::Batch& b, uint64_t batch_id, int32_t n_rows,
     }
     if (!rec || out.token[r] < 0) continue;
     seqs_.append(*rec, out.token[r]);
-    if (b.sampling[r].grammar_entry != 0 && grammar_) grammar_->accept(r);
+    if (b.sampling[r].grammar_entry != 0 && grammar_) grammar_->accept(r, /*row_ends=*/true);
     write_forced(b, r, rec, out);
   }
 }
@@ -173,9 +173,10 @@ void TailSampler::verify_row(const ipc::Batch& b, int32_t r, int64_t first, floa
       for (int j = 0; j < sr.n_top && j < kMaxLogprobs; ++j)
         d.top[j] = ipc::TopLogprob{sr.top[j].first, sr.top[j].second};
     }
+    const bool last = i == k || sr.token != b.tokens[size_t(d1 + i)];
     if (rec) seqs_.append(*rec, sr.token);  // before t_{i+1}: its penalties count it
-    if (rec && constrained && grammar_) grammar_->accept(r);
-    if (i == k || sr.token != b.tokens[size_t(d1 + i)]) break;
+    if (rec && constrained && grammar_) grammar_->accept(r, last);
+    if (last) break;
   }
 }
 

@@ -74,9 +74,9 @@ using Ids = std::vector<int32_t>;
 // One tail over a table holding "(ab)+c" at entry 1 (id 1): its records
 // (stages/tail_sequences.h) and its grammar, as TailSampler drives them.
 struct Tail {
-  explicit Tail(Table& t) {
-    t.view.write(0, 1, grammar::encode_spec(grammar::GrammarSpec::regex("(ab)+c")));
-    g = TailGrammar::create(vocab(), t.view);
+  explicit Tail(Table& t, const char* regex = "(ab)+c", TailGrammarOptions o = {}) {
+    t.view.write(0, 1, grammar::encode_spec(grammar::GrammarSpec::regex(regex)));
+    g = TailGrammar::create(vocab(), t.view, o);
   }
   // Prepares one batch and returns the allowed ids of its row r (or the error).
   Ids step(const std::vector<RowIn>& rows, int32_t r, std::string* error = nullptr,
@@ -94,9 +94,9 @@ struct Tail {
     return m ? allowed(m) : Ids{-1};
   }
   // Row r of the last step drew `token`.
-  void accept(int32_t r, int32_t token) {
+  void accept(int32_t r, int32_t token, bool row_ends = true) {
     seqs.append(*seqs.find(last.rows[r].seq_id), token);
-    g->accept(r);
+    g->accept(r, row_ends);
   }
   std::unique_ptr<TailGrammar> g;
   TailSequences seqs;  // after g: its records (and their jobs) go first
@@ -387,6 +387,44 @@ TEST(TailGrammar, SamplerAppliesTheMask) {
   const uint32_t* const* m = sampler.masks(1);
   ASSERT_NE(m[0], nullptr);
   EXPECT_EQ(allowed(m[0]), (Ids{0, 2, 3}));
+}
+
+// The forced tokens are found only for a row's last token of the batch
+// (a verifying row's earlier positions do not ask for them), and once
+// found they need not wait for the next mask.
+TEST(TailGrammar, ForcedTokensOnlyWhereTheRowEnds) {
+  Table t;
+  TailGrammarOptions o;
+  o.forced_drafts = 4;
+  Tail tail(t, "ab(ab)*cab", o);
+  EXPECT_EQ(tail.step({{1, 0, {5}, 1, true}}, 0), (Ids{0, 3}));
+  tail.accept(0, 3);  // "ab"
+  // A verifying row [ab, d1 = ab]: "ab" then "c" drawn in one batch; only
+  // the last position asks, and after "ababc" the grammar forces "ab".
+  EXPECT_EQ(tail.step({{1, 1, {3, 3}, 1, true}}, 0), (Ids{0, 2, 3}));
+  tail.accept(0, 3, /*row_ends=*/false);
+  EXPECT_TRUE(tail.g->forced(0).empty());
+  const uint32_t* m = nullptr;
+  ASSERT_TRUE(tail.g->mask(0, &m).ok());
+  EXPECT_EQ(allowed(m), (Ids{0, 2, 3}));
+  tail.accept(0, 2, /*row_ends=*/true);
+  const std::span<const int32_t> f = tail.g->forced(0);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0], 3);
+  ASSERT_TRUE(tail.g->mask(0, &m).ok());  // the next mask still comes ("a" + "b" spell it too)
+  EXPECT_EQ(allowed(m), (Ids{0, 3}));
+  // The same output reached by one plain row per token forces the same.
+  Table t2;
+  Tail plain(t2, "ab(ab)*cab", o);
+  const int32_t in[] = {5, 3, 3}, drawn[] = {3, 3, 2};  // the prompt "x", then each draw
+  for (int32_t pos = 0; pos < 3; ++pos) {
+    EXPECT_TRUE(pos == 0 || plain.g->forced(0).empty()) << pos;  // "ab" or "c" may follow
+    plain.step({{1, pos, {in[pos]}, 1, true}}, 0);
+    plain.accept(0, drawn[pos]);
+  }
+  ASSERT_EQ(plain.g->forced(0).size(), 1u);
+  EXPECT_EQ(plain.g->forced(0)[0], 3);
+  EXPECT_EQ(tail.g->stats().failures, 0u);
 }
 
 // Speculative decoding under a grammar: a drafting row's t_i is sampled

@@ -96,9 +96,12 @@ struct SpecSim {
   RowResult run_row(const ScheduledRow& r) {
     const std::vector<int32_t>& mine = toks[r.id];
     const int64_t end = r.pos0 + r.n_tokens, own_end = end - r.n_draft;
-    if (r.sample)
+    if (r.sample) {
       EXPECT_EQ(own_end, int64_t(mine.size())) << "a sampled row ends at the last token";
-    if (r.n_draft > 0) EXPECT_TRUE(r.sample);
+    }
+    if (r.n_draft > 0) {
+      EXPECT_TRUE(r.sample);
+    }
     EXPECT_GE(int64_t(r.table.size()) * bs, end);
     for (int64_t p = r.pos0; p < end; ++p) at(r, p) = cell(r.id, r.tokens[size_t(p - r.pos0)]);
     for (int64_t p = 0; p < own_end; ++p)
