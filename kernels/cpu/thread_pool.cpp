@@ -55,15 +55,31 @@ int ThreadPool::width() const {
   return std::clamp(width_.fn(width_.ctx), 1, n_threads_);
 }
 
-void ThreadPool::run_chunk(int index, int width) {
-  const int64_t begin = n_ * index / width;
-  const int64_t end = n_ * (index + 1) / width;
-  if (begin >= end) return;
-  try {
-    call_(ctx_, begin, end, index);
-  } catch (...) {
-    std::lock_guard lk(error_mu_);
-    if (!error_) error_ = std::current_exception();
+// Claims and runs chunks of job `job` until none is left (or the job is
+// another's: this thread read its word late).
+void ThreadPool::run_chunks(int index, uint64_t job) {
+  const uint64_t tag = (job & 0xffffffffu) << 32;
+  for (;;) {
+    uint64_t c = claim_.load(std::memory_order_acquire);
+    int64_t chunk = 0;
+    for (;;) {
+      if ((c & ~uint64_t(0xffffffffu)) != tag) return;
+      chunk = int64_t(c & 0xffffffffu);
+      if (chunk >= chunks_.load(std::memory_order_relaxed)) return;
+      if (claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel)) break;
+    }
+    const int64_t nc = chunks_.load(std::memory_order_relaxed);
+    const int64_t begin = n_ * chunk / nc, end = n_ * (chunk + 1) / nc;
+    try {
+      if (begin < end) call_(ctx_, begin, end, index);
+    } catch (...) {
+      std::lock_guard lk(error_mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+    if (done_chunks_.fetch_add(1, std::memory_order_acq_rel) + 1 == nc && index != 0) {
+      std::lock_guard lk(mu_);
+      done_.notify_one();
+    }
   }
 }
 
@@ -83,19 +99,22 @@ void ThreadPool::run(int64_t n, Call call, const void* ctx) {
   ctx_ = ctx;
   n_ = n;
   error_ = nullptr;
-  pending_.store(w - 1, std::memory_order_relaxed);
+  const int64_t chunks = std::min<int64_t>(n, int64_t(w) * kChunksPerThread);
+  chunks_.store(chunks, std::memory_order_relaxed);
+  done_chunks_.store(0, std::memory_order_relaxed);
+  const uint64_t number = (job_.load(std::memory_order_relaxed) >> 16) + 1;
+  claim_.store((number & 0xffffffffu) << 32, std::memory_order_release);
   {
     std::lock_guard lk(mu_);
-    const uint64_t next = ((job_.load(std::memory_order_relaxed) >> 16) + 1) << 16;
-    job_.store(next | uint64_t(w), std::memory_order_release);
+    job_.store(number << 16 | uint64_t(w), std::memory_order_release);
   }
   wake_.notify_all();
 
   t_in_pool = true;
-  run_chunk(0, w);
+  run_chunks(0, number);
   t_in_pool = false;
 
-  auto all_done = [this] { return pending_.load(std::memory_order_acquire) == 0; };
+  auto all_done = [this, chunks] { return done_chunks_.load(std::memory_order_acquire) == chunks; };
   if (!spin_until(spin_us_, all_done)) {
     std::unique_lock lk(mu_);
     done_.wait(lk, all_done);
@@ -122,16 +141,12 @@ void ThreadPool::worker(int index) {
     seen = job_.load(std::memory_order_acquire);
     // A job narrower than this thread's index runs without it: it neither
     // works nor counts, and sleeps (no spinning on a core another stage
-    // may want). The job cannot end before its takers are done, so the
-    // word read here is the job those takers work on.
+    // may want). A job that ended before this thread looked leaves it no
+    // chunk to claim (run_chunks checks the job's number with each claim).
     const int w = int(seen & 0xffff);
     took_part = index < w;
     if (!took_part) continue;
-    run_chunk(index, w);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard lk(mu_);
-      done_.notify_one();
-    }
+    run_chunks(index, seen >> 16);
   }
 }
 

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "base/check.h"
@@ -43,16 +45,47 @@ TEST(ThreadPool, SingleThreadRunsInlineOnCaller) {
   EXPECT_EQ(calls, 1);
 }
 
+// Chunks go to whichever thread claims them: the caller (index 0) and the
+// workers (their own indices) all take part when the work waits for them.
+// Here the caller's first chunk holds until the other two chunks have run
+// elsewhere, so the workers must claim them.
 TEST(ThreadPool, UsesSeveralThreadsAndTheCaller) {
   ThreadPool pool(3);
+  const auto me = std::this_thread::get_id();
+  std::atomic<int> elsewhere{0};
   std::vector<std::thread::id> ids(3);
-  pool.parallel_for(3, [&](int64_t b, int64_t, int t) {
-    EXPECT_EQ(b, t);  // 3 items over 3 threads: one each
-    ids[size_t(t)] = std::this_thread::get_id();
+  pool.parallel_for(3, [&](int64_t b, int64_t e, int t) {
+    EXPECT_EQ(e, b + 1);  // 3 items, 3 chunks
+    ids[size_t(b)] = std::this_thread::get_id();
+    EXPECT_EQ(t == 0, std::this_thread::get_id() == me) << "index 0 is the caller";
+    if (std::this_thread::get_id() != me) {
+      elsewhere++;
+      return;
+    }
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (elsewhere.load() < 2 && std::chrono::steady_clock::now() < until)
+      std::this_thread::yield();
   });
-  EXPECT_EQ(ids[0], std::this_thread::get_id());
-  EXPECT_NE(ids[1], ids[0]);
-  EXPECT_NE(ids[2], ids[1]);
+  EXPECT_EQ(elsewhere.load(), 2);
+  EXPECT_EQ(ids[0], me);  // the caller claims first
+  EXPECT_NE(ids[1], me);
+  EXPECT_NE(ids[2], me);
+}
+
+// A thread runs the chunks it claims one after another, never two at once,
+// so a per-thread scratch indexed by the thread index is safe.
+TEST(ThreadPool, AThreadsChunksNeverOverlap) {
+  ThreadPool pool(4, /*spin_us=*/20);
+  std::vector<std::atomic<int>> busy(4);
+  std::atomic<int> overlaps{0}, chunks{0};
+  for (int it = 0; it < 200; ++it)
+    pool.parallel_for(64, [&](int64_t, int64_t, int t) {
+      if (busy[size_t(t)].fetch_add(1) != 0) overlaps++;
+      chunks++;
+      busy[size_t(t)].fetch_sub(1);
+    });
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(chunks.load(), 200 * 4 * ThreadPool::kChunksPerThread);
 }
 
 TEST(ThreadPool, ManySmallCallsSumCorrectly) {
@@ -134,20 +167,21 @@ TEST(ThreadPool, WidthIsDecidedPerCall) {
     const int64_t n = 1 + it % 37;
     std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
     std::atomic<int> max_t{0};
-    std::vector<std::atomic<int>> by_thread(4);
+    std::atomic<int> calls{0};
     pool.parallel_for(n, [&](int64_t b, int64_t e, int t) {
       int m = max_t.load();
       while (t > m && !max_t.compare_exchange_weak(m, t)) {
       }
-      by_thread[size_t(t)] += int(e - b);
+      calls++;
       for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
     });
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << it;
     ASSERT_LT(max_t.load(), expect) << it;
-    // Every taker gets its even share: n split over `expect` chunks.
-    if (n >= expect) {
-      for (int t = 0; t < expect; ++t) ASSERT_GT(by_thread[size_t(t)].load(), 0) << it << " " << t;
-    }
+    // n split into kChunksPerThread chunks per taker (at most n; one call
+    // when it runs inline).
+    const int64_t chunks =
+        expect == 1 || n == 1 ? 1 : std::min<int64_t>(n, expect * ThreadPool::kChunksPerThread);
+    ASSERT_EQ(calls.load(), chunks) << it;
   }
 }
 
