@@ -23,6 +23,7 @@ PrefixHit BlockManager::find_prefix(const std::vector<int32_t>& tokens,
     hit.blocks.push_back(link->block);
     if (pool_.refs(link->block) == 0) hit.n_evictable++;
     hit.last = *link;
+    hit.links.push_back(*link);
   }
   return hit;
 }
@@ -68,7 +69,8 @@ void BlockManager::release(std::vector<int32_t>& table) {
 
 void BlockManager::cache_full_blocks(const std::vector<int32_t>& table,
                                      const std::vector<int32_t>& tokens, int64_t n_written,
-                                     std::string_view salt, uint64_t writer, CacheCursor& cur) {
+                                     std::string_view salt, uint64_t writer, CacheCursor& cur,
+                                     const OnLink& on_link) {
   if (!caching_ || cur.stopped) return;
   const int32_t bs = block_size();
   const int64_t full = std::min<int64_t>(n_written / bs, int64_t(table.size()));
@@ -85,6 +87,7 @@ void BlockManager::cache_full_blocks(const std::vector<int32_t>& table,
     }
     cur.last = *link;
     cur.n_blocks = int32_t(i + 1);
+    if (on_link) on_link(i, *link);
   }
 }
 

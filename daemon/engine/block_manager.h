@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string_view>
 #include <vector>
 
@@ -34,6 +35,7 @@ struct PrefixHit {
   // free capacity, as new blocks would.
   int32_t n_evictable = 0;
   BlockPool::Link last;  // the chain's last link (when blocks is not empty)
+  std::vector<BlockPool::Link> links;  // [blocks.size()]: each block's link (keys the sliding group)
   int64_t tokens(int32_t block_size) const { return int64_t(blocks.size()) * block_size; }
 };
 
@@ -44,6 +46,10 @@ struct CacheCursor {
   int32_t n_blocks = 0;
   BlockPool::Link last;
   bool stopped = false;  // the chain broke (a link was uncached): cache nothing more
+  // The latest batch still writing a sliding-group block its hit took (0:
+  // none): those entries are unmapped once the window passes them, so the
+  // table alone cannot tell later whether it read one (hybrid_cache.h).
+  uint64_t swa_writer = 0;
 };
 
 class BlockManager {
@@ -82,10 +88,12 @@ class BlockManager {
 
   // Caches the table's blocks that are full of written (or being written)
   // positions [0, n_written): the blocks of `tokens` past the cursor, as
-  // links of its chain, pending on batch `writer`.
+  // links of its chain, pending on batch `writer`. on_link(i, link) hears
+  // of each table entry the cursor passes, with its chain link.
+  using OnLink = std::function<void(int64_t, const BlockPool::Link&)>;
   void cache_full_blocks(const std::vector<int32_t>& table, const std::vector<int32_t>& tokens,
                          int64_t n_written, std::string_view salt, uint64_t writer,
-                         CacheCursor& cur);
+                         CacheCursor& cur, const OnLink& on_link = {});
 
   // A batch came back (confirm) or failed (drop_pending: every block cached
   // by it or a later batch is uncached). reads_pending: whether the first

@@ -135,19 +135,49 @@ std::optional<BlockPool::Link> BlockPool::cache(int32_t b, const Link* parent,
   if (auto same = find(parent, salt, tokens)) return same;
   const uint64_t h = chain_hash(parent ? parent->hash : salt_hash(salt), tokens, block_size_);
   if (index_.count(h)) return std::nullopt;  // a collision: leave the other one be
+  if (!parent && !salt.empty()) salts_[b] = std::string(salt);
+  return insert(b, h, parent ? parent->block : -1, parent ? parent->gen : 0, tokens, writer);
+}
+
+BlockPool::Link BlockPool::insert(int32_t b, uint64_t h, int32_t parent, uint32_t parent_gen,
+                                  const int32_t* tokens, uint64_t writer) {
+  Meta& m = meta_[size_t(b)];
   m.cached = true;
   m.gen++;
   m.hash = h;
-  m.parent = parent ? parent->block : -1;
-  m.parent_gen = parent ? parent->gen : 0;
+  m.parent = parent;
+  m.parent_gen = parent_gen;
   m.writer = writer;
   std::memcpy(tokens_.data() + int64_t(b) * block_size_, tokens,
               sizeof(int32_t) * size_t(block_size_));
-  if (!parent && !salt.empty()) salts_[b] = std::string(salt);
   index_[h] = b;
   const Link l{h, b, m.gen};
   if (writer != 0) pending_.push_back(l);
   return l;
+}
+
+std::optional<BlockPool::Link> BlockPool::find_keyed(const Link& key,
+                                                     const int32_t* tokens) const {
+  auto it = index_.find(key.hash);
+  if (it == index_.end()) return std::nullopt;
+  const int32_t b = it->second;
+  const Meta& m = meta_[size_t(b)];
+  if (m.parent != key.block || m.parent_gen != key.gen ||
+      std::memcmp(tokens_of(b), tokens, sizeof(int32_t) * size_t(block_size_)) != 0)
+    return std::nullopt;
+  return Link{key.hash, b, m.gen};
+}
+
+std::optional<BlockPool::Link> BlockPool::cache_keyed(int32_t b, const Link& key,
+                                                      const int32_t* tokens, uint64_t writer) {
+  Meta& m = meta_[size_t(b)];
+  KV_CHECK(m.ref > 0 && !m.cached, "block pool: caching block {}, not held or cached already", b);
+  auto it = index_.find(key.hash);
+  if (it != index_.end()) {
+    if (auto same = find_keyed(key, tokens)) return same;  // another sequence's copy
+    uncache(it->second);  // keyed by a link that no longer holds: stale
+  }
+  return insert(b, key.hash, key.block, key.gen, tokens, writer);
 }
 
 void BlockPool::uncache(int32_t b) {

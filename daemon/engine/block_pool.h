@@ -91,6 +91,19 @@ class BlockPool {
                             const int32_t* tokens, uint64_t writer);
   bool valid(const Link& l) const;
 
+  // Keyed caching, for a group whose blocks are not a chain of their own
+  // (the sliding-window group: the blocks before its window are gone, so
+  // no link to them can hold). Block b is cached under `key`, a valid link
+  // of another pool (the full group's for the same positions), which
+  // already decides by equality which prefix it holds; b's own token ids
+  // must match too. An entry under an older key with the same hash is
+  // stale (the key's pool holds one block per hash) and is replaced.
+  std::optional<Link> find_keyed(const Link& key, const int32_t* tokens) const;
+  std::optional<Link> cache_keyed(int32_t b, const Link& key, const int32_t* tokens,
+                                  uint64_t writer);
+  // The batch still writing cached block b (0: written, or not cached).
+  uint64_t writer(int32_t b) const { return meta_[size_t(b)].cached ? meta_[size_t(b)].writer : 0; }
+
   // Batch `batch` came back: the blocks it wrote are no longer pending.
   // Batches come back in order, so every writer <= batch is done.
   void confirm(uint64_t batch);
@@ -115,6 +128,8 @@ class BlockPool {
     int32_t prev = -1, next = -1;  // evictable list (only while evictable)
   };
   void uncache(int32_t b);
+  Link insert(int32_t b, uint64_t h, int32_t parent, uint32_t parent_gen, const int32_t* tokens,
+              uint64_t writer);
   void lru_push(int32_t b);
   void lru_remove(int32_t b);
   const int32_t* tokens_of(int32_t b) const { return tokens_.data() + int64_t(b) * block_size_; }

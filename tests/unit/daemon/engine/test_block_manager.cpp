@@ -353,5 +353,36 @@ TEST(PrefixCache, NoLeakAndConsistentCountsUnderChurn) {
   EXPECT_EQ(bm.evictable(), bm.cached());
 }
 
+TEST(PrefixCache, KeyedBlocksMatchTheirKeyAndAStaleKeyIsReplaced) {
+  // A pool keyed by another pool's links (the sliding-window group's by the
+  // full group's): a hit needs the same key (block and generation) and the
+  // same token ids; an entry under an older key of the same hash is stale.
+  BlockPool full(1, 2), keyed(4, 2);
+  const int32_t t[2] = {5, 6}, u[2] = {5, 7};
+  const int32_t f = full.take(), k = keyed.take();
+  const auto key = full.cache(f, nullptr, "", t, 0);
+  ASSERT_TRUE(key);
+  ASSERT_TRUE(keyed.cache_keyed(k, *key, t, 3));
+  EXPECT_EQ(keyed.find_keyed(*key, t)->block, k);
+  EXPECT_FALSE(keyed.find_keyed(*key, u));
+  EXPECT_EQ(keyed.writer(k), 3u);
+  keyed.confirm(3);
+  EXPECT_EQ(keyed.writer(k), 0u);
+  // The full block evicted and the same prefix cached again: a new key
+  // (the block's generation moved on). The old entry no longer matches,
+  // and caching under the new key replaces it.
+  full.unref(f);
+  const int32_t f2 = full.take();  // the pool's one block: f evicted
+  EXPECT_EQ(f2, f);
+  const auto key2 = full.cache(f2, nullptr, "", t, 0);
+  ASSERT_TRUE(key2);
+  EXPECT_FALSE(keyed.find_keyed(*key2, t));
+  const int32_t k2 = keyed.take();
+  ASSERT_TRUE(keyed.cache_keyed(k2, *key2, t, 0));
+  EXPECT_EQ(keyed.find_keyed(*key2, t)->block, k2);
+  EXPECT_FALSE(keyed.is_cached(k));
+  EXPECT_EQ(keyed.cached(), 1);
+}
+
 }  // namespace
 }  // namespace kvasir
