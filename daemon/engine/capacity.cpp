@@ -71,16 +71,18 @@ int32_t CapacityScheduler::admit_waiting() {
 }
 
 int32_t CapacityScheduler::first_need(const Sequence* s, int32_t* swa_need) const {
-  PrefixHit hit;
+  HybridHit hit;
   if (may_reuse(s) && s->table.empty() && s->n_scheduled == 0)
-    hit = blocks_.find_prefix(s->tokens, s->req.cache_salt);
+    hit = cache_.find_prefix(s->tokens, s->req.cache_salt);
   const int64_t start = s->n_scheduled + hit.tokens(blocks_.block_size());
   const int64_t rem = int64_t(s->tokens.size()) - start;
   const int64_t first = lim_.policy == Policy::kChunked ? std::min<int64_t>(rem, lim_.chunk_size)
                                                         : std::min<int64_t>(rem, lim_.max_tokens);
-  *swa_need = swa_.need(s->swa_table, start + first);  // (no hit with a sliding group)
-  return blocks_.blocks_for(start + first) - int32_t(s->table.size()) - int32_t(hit.blocks.size()) +
-         hit.n_evictable;
+  // Per group: the new blocks past the hit, and the hit's evictable ones
+  // (taking them off the evictable list uses up capacity too).
+  *swa_need = swa_.need(s->swa_table, start + first) - int32_t(hit.swa.size()) + hit.swa_evictable;
+  return blocks_.blocks_for(start + first) - int32_t(s->table.size()) - hit.n_blocks() +
+         hit.full.n_evictable;
 }
 
 // Pads every member to the longest prompt of the batch (the members are the
@@ -177,14 +179,14 @@ bool CapacityScheduler::may_reuse(const Sequence* s) const {
 
 int64_t CapacityScheduler::reusable(const Sequence* s) const {
   if (!may_reuse(s) || !s->table.empty() || s->n_scheduled != 0) return 0;
-  return blocks_.find_prefix(s->tokens, s->req.cache_salt).tokens(blocks_.block_size());
+  return cache_.find_prefix(s->tokens, s->req.cache_salt).tokens(blocks_.block_size());
 }
 
 int64_t CapacityScheduler::reuse_prefix(Sequence* s) {
   if (!may_reuse(s) || !s->table.empty() || s->n_scheduled != 0) return 0;
-  const PrefixHit hit = blocks_.find_prefix(s->tokens, s->req.cache_salt);
-  blocks_.reuse(s->table, hit, s->cache);
-  s->n_shared = int32_t(hit.blocks.size());
+  const HybridHit hit = cache_.find_prefix(s->tokens, s->req.cache_salt);
+  cache_.reuse(s->table, s->swa_table, hit, s->cache);
+  s->n_shared = hit.n_blocks();
   s->n_scheduled = hit.tokens(blocks_.block_size());
   return s->n_scheduled;
 }
@@ -205,8 +207,8 @@ void CapacityScheduler::count_lookup(Sequence* s, int64_t hit) {
 }
 
 void CapacityScheduler::cache_written(Sequence* s, uint64_t writer) {
-  blocks_.cache_full_blocks(s->table, s->tokens, s->n_scheduled, s->req.cache_salt, writer,
-                            s->cache);
+  cache_.cache_full_blocks(s->table, s->swa_table, s->tokens, s->n_scheduled, s->req.cache_salt,
+                           writer, s->cache);
 }
 
 }  // namespace kvasir

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "daemon/engine/block_manager.h"
+#include "daemon/engine/hybrid_cache.h"
 #include "daemon/engine/policy.h"
 #include "daemon/engine/sequence.h"
 #include "daemon/engine/sliding_group.h"
@@ -31,8 +32,10 @@ class CapacityScheduler {
  public:
   // swa: the sliding-window group's blocks (off for most models): every
   // count below is made per group, and a sequence fits only when both do.
-  CapacityScheduler(const SchedLimits& lim, SeqQueues& q, BlockManager& blocks, SlidingGroup& swa)
-      : lim_(lim), q_(q), blocks_(blocks), swa_(swa) {}
+  // cache: prefix caching over both (hybrid_cache.h).
+  CapacityScheduler(const SchedLimits& lim, SeqQueues& q, BlockManager& blocks, SlidingGroup& swa,
+                    HybridCache& cache)
+      : lim_(lim), q_(q), blocks_(blocks), swa_(swa), cache_(cache) {}
 
   // One decision's admission: moves sequences from the head of the waiting
   // queue to the running set while the policy and the pool allow. Blocks
@@ -109,6 +112,7 @@ class CapacityScheduler {
   SeqQueues& q_;
   BlockManager& blocks_;
   SlidingGroup& swa_;
+  HybridCache& cache_;
   uint64_t next_admit_ = 1;
   int64_t preemptions_ = 0;
   int64_t requeued_ = 0;

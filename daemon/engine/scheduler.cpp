@@ -43,14 +43,12 @@ SchedLimits checked(SchedLimits lim) {
 Scheduler::Scheduler(SchedLimits lim, int32_t n_blocks, int32_t block_size,
                      std::vector<int32_t> eos_ids, SlidingKv sliding)
     : lim_(checked(lim)),
-      // A hit on the full group's blocks alone would leave the sliding
-      // layers' window before it unwritten: with a sliding group, no hits
-      // (docs/scheduler.md, "Sliding-window groups").
-      blocks_(n_blocks, block_size,
-              lim_.prefix_caching && !(sliding.window > 0 && sliding.n_blocks > 0)),
-      swa_(sliding.window, sliding.n_blocks, block_size),
+      // Both groups cache; a hit needs both (hybrid_cache.h).
+      blocks_(n_blocks, block_size, lim_.prefix_caching),
+      swa_(sliding.window, sliding.n_blocks, block_size, lim_.prefix_caching),
+      cache_(blocks_, swa_),
       eos_(eos_ids.begin(), eos_ids.end()),
-      cap_(lim_, q_, blocks_, swa_),
+      cap_(lim_, q_, blocks_, swa_, cache_),
       time_(lim_),
       form_(lim_, time_.cost()),
       drafter_(lim_.spec.enabled() ? make_drafter(lim_.spec) : nullptr) {}
@@ -336,11 +334,13 @@ double Scheduler::step_cost(const BatchShape& shape) const {
 // token, copies that block from choice 0 (which must hold it, its prompt
 // finished in an earlier batch: the copy runs before this batch's forward)
 // and computes the last token alone, instead of recomputing the block's
-// positions (up to block_size - 1 of them; docs/scheduler.md).
+// positions (up to block_size - 1 of them; docs/scheduler.md). Not with a
+// sliding group: a copy carries one block id, and the sliding layers would
+// need their own group's block copied too.
 Scheduler::Fork Scheduler::fork_from_leader(Sequence* s) const {
   const int32_t bs = blocks_.block_size();
   const int64_t L = s->n_prompt;
-  if (s->index == 0 || s->preempted > 0 || int64_t(s->tokens.size()) != L || !cap_.may_reuse(s) ||
+  if (s->index == 0 || swa_.on() || s->preempted > 0 || int64_t(s->tokens.size()) != L || !cap_.may_reuse(s) ||
       (L - 1) % bs == 0)
     return {};
   const int32_t q = int32_t((L - 1) / bs);  // the block of the last prompt token
@@ -368,7 +368,8 @@ bool Scheduler::waits_for_leader(const Sequence* s) const {
   const Sequence& lead = *it->second;
   if (!lead.running() || lead.tainted) return false;
   if (lead.n_scheduled < lead.n_prompt) return true;
-  const bool copyable = s->preempted == 0 && (s->n_prompt - 1) % blocks_.block_size() != 0;
+  const bool copyable =
+      s->preempted == 0 && !swa_.on() && (s->n_prompt - 1) % blocks_.block_size() != 0;
   return copyable && (lead.prompt_batch == 0 || lead.prompt_batch >= next_batch_);
 }
 
@@ -436,7 +437,7 @@ void Scheduler::update(const BatchResult& result) {
            "scheduler: batch {} has {} rows, its result {}", result.batch, rows.size(),
            result.rows.size());
   if (result.status.ok())
-    blocks_.confirm(result.batch);  // the KV it wrote is there in every stage
+    cache_.confirm(result.batch);  // the KV it wrote is there in every stage
   else
     lose_pending_blocks(result.batch);
   for (size_t r = 0; r < rows.size(); ++r) {
@@ -551,10 +552,10 @@ void Scheduler::end(Sequence* s, FinishReason why) {
 void Scheduler::lose_pending_blocks(uint64_t failed_batch) {
   if (!blocks_.caching()) return;
   for (Sequence* s : q_.running)
-    if (!s->finished() && (blocks_.reads_pending(s->table, s->n_shared, failed_batch) ||
+    if (!s->finished() && (cache_.reads_pending(s->table, s->n_shared, s->cache, failed_batch) ||
                            (s->copy_writer != 0 && failed_batch <= s->copy_writer)))
       s->tainted = true;
-  const int32_t n = blocks_.drop_pending(failed_batch);
+  const int32_t n = cache_.drop_pending(failed_batch);
   if (n > 0) KV_LOG_WARN("scheduler", "batch {} failed: {} cached blocks dropped", failed_batch, n);
 }
 
@@ -606,7 +607,7 @@ void Scheduler::requeue_all() {
   // dead batch's KV into a block): nothing cached survives the epoch. Every
   // sequence has just given its blocks back, so the whole pool is free.
   if (blocks_.caching()) {
-    const int32_t n = blocks_.drop_cache();
+    const int32_t n = cache_.drop_cache();
     prefix_resets_++;
     KV_LOG_INFO("scheduler", "new epoch: {} cached blocks dropped", n);
   }

@@ -50,6 +50,7 @@
 #include "daemon/engine/engine.h"
 #include "daemon/engine/policy.h"
 #include "daemon/engine/sequence.h"
+#include "daemon/engine/hybrid_cache.h"
 #include "daemon/engine/sliding_group.h"
 #include "daemon/engine/time_budget.h"
 #include "ipc/sampling.h"
@@ -259,10 +260,11 @@ class Scheduler {
   SchedLimits lim_;
   BlockManager blocks_;
   SlidingGroup swa_;
+  HybridCache cache_;  // refers to blocks_ and swa_ above
   std::set<int32_t> eos_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // by sequence_key
   SeqQueues q_;
-  CapacityScheduler cap_;  // refers to lim_, q_, blocks_ and swa_ above
+  CapacityScheduler cap_;  // refers to lim_, q_, blocks_, swa_ and cache_ above
   TimeBudget time_;
   BatchFormer form_;  // refers to lim_ and time_'s cost model
   std::unordered_map<uint64_t, InFlight> inflight_;

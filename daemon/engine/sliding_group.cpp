@@ -6,8 +6,9 @@
 
 namespace kvasir {
 
-SlidingGroup::SlidingGroup(int32_t window, int32_t n_blocks, int32_t block_size)
+SlidingGroup::SlidingGroup(int32_t window, int32_t n_blocks, int32_t block_size, bool caching)
     : window_(window > 0 && n_blocks > 0 ? window : 0),
+      caching_(caching),
       pool_(window_ > 0 ? n_blocks : 0, block_size) {}
 
 int32_t SlidingGroup::max_held(int32_t window, int32_t block_size, int32_t max_row) {
@@ -49,11 +50,23 @@ void SlidingGroup::trim(std::vector<int32_t>& table, int64_t tokens) {
   const int64_t keep = (tokens + block_size() - 1) / block_size();
   while (int64_t(table.size()) > keep) {
     KV_CHECK(table.back() != kUnmapped, "sliding group: trimming into the unmapped entries");
+    // Cached blocks are full of accepted positions, all below `tokens`.
+    KV_CHECK(!pool_.is_cached(table.back()), "sliding group: trimming cached block {}",
+             table.back());
     pool_.unref(table.back());
     table.pop_back();
   }
 }
 
+void SlidingGroup::cache(int32_t b, const BlockPool::Link& key, const int32_t* tokens,
+                         uint64_t writer) {
+  if (!caching() || b == kUnmapped || pool_.is_cached(b)) return;
+  pool_.cache_keyed(b, key, tokens, writer);
+}
+
+// In table order: cached blocks become evictable oldest position first. A
+// hit needs the window's blocks just before its end, so the blocks furthest
+// from any prompt's end go first.
 void SlidingGroup::release(std::vector<int32_t>& table) {
   for (int32_t b : table)
     if (b != kUnmapped) pool_.unref(b);

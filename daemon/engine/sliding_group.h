@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "daemon/engine/block_pool.h"
@@ -47,13 +48,16 @@ class SlidingGroup {
 
   // window 0 (or n_blocks 0): no sliding group; every call is a no-op and
   // the sliding layers use the full group's table (the masking path).
-  SlidingGroup(int32_t window, int32_t n_blocks, int32_t block_size);
+  // caching: its full blocks are cached too (hybrid_cache.h), so a block
+  // the window passed goes to the evictable list, not straight to free.
+  SlidingGroup(int32_t window, int32_t n_blocks, int32_t block_size, bool caching = false);
 
   bool on() const { return window_ > 0; }
   int32_t window() const { return window_; }
   int32_t block_size() const { return pool_.block_size(); }
   int32_t total() const { return on() ? pool_.total() : 0; }
   int32_t free() const { return on() ? pool_.available() : 0; }
+  bool caching() const { return on() && caching_; }
 
   // The most blocks one sequence ever holds here when its rows carry at
   // most max_row positions: ceil((window - 1 + max_row) / block_size) + 1
@@ -80,9 +84,25 @@ class SlidingGroup {
   // Mapped entries of `table`: the blocks a sequence really holds here.
   static int32_t held(const std::vector<int32_t>& table);
 
+  // The cache (hybrid_cache.h keeps the rules): a block holding a table
+  // entry's positions is keyed by the full group's link for that entry.
+  std::optional<BlockPool::Link> find(const BlockPool::Link& key, const int32_t* tokens) const {
+    return caching() ? pool_.find_keyed(key, tokens) : std::nullopt;
+  }
+  // Caches held block b under `key`, pending on batch `writer` (nothing
+  // when b is cached already, or another block holds the same).
+  void cache(int32_t b, const BlockPool::Link& key, const int32_t* tokens, uint64_t writer);
+  // One more holder of a cached block (a hit).
+  void ref(int32_t b) { pool_.ref(b); }
+  const BlockPool& pool() const { return pool_; }
+  void confirm(uint64_t batch) { pool_.confirm(batch); }
+  int32_t drop_pending(uint64_t from) { return pool_.drop_pending(from); }
+  int32_t drop_cache() { return pool_.drop_all(); }
+
  private:
   int32_t window_;
-  BlockPool pool_;  // no caching: its blocks are only ever taken and freed
+  bool caching_;
+  BlockPool pool_;
 };
 
 }  // namespace kvasir

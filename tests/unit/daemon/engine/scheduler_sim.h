@@ -67,7 +67,7 @@ struct Sim {
       : sch(lim, n_blocks, block_size, std::move(eos), sliding),
         bs(block_size),
         inflight(lim.inflight),
-        caching(lim.prefix_caching && sliding.window == 0),
+        caching(lim.prefix_caching),
         window(sliding.window),
         cache(size_t(n_blocks) * size_t(block_size), kUnwritten),
         swa_cache(size_t(sliding.n_blocks) * size_t(block_size), kUnwritten) {}
@@ -184,12 +184,20 @@ struct Sim {
         check_swa_table(r);
       }
     for (const SchedulerOutput& b : ring) {  // a sliding block in one row of a batch at most
-      std::set<int32_t> seen;
+      std::map<int32_t, std::pair<uint64_t, size_t>> seen;  // (with caching: or a shared prefix's)
       for (const ScheduledRow& r : b.rows)
-        for (int32_t id : r.swa_table) {
-          if (id >= 0) {
-            ASSERT_TRUE(seen.insert(id).second) << "sliding block " << id << " twice";
-          }
+        for (size_t i = 0; i < r.swa_table.size(); ++i) {
+          const uint64_t k = sequence_key(r.id, r.index);
+          if (r.swa_table[i] < 0) continue;
+          auto [it, fresh] = seen.emplace(r.swa_table[i], std::make_pair(k, i));
+          if (fresh) continue;
+          ASSERT_TRUE(caching) << "sliding block " << r.swa_table[i] << " twice";
+          ASSERT_EQ(i, it->second.second) << "sliding block " << r.swa_table[i] << " at two places";
+          const std::vector<int32_t>&x = toks[k], &y = toks[it->second.first];
+          const size_t end = (i + 1) * size_t(bs);
+          ASSERT_TRUE(x.size() >= end && y.size() >= end &&
+                      std::equal(x.begin(), x.begin() + int64_t(end), y.begin()))
+              << "sliding block " << r.swa_table[i] << " shared by two prefixes";
         }
     }
     std::map<int32_t, std::pair<uint64_t, size_t>> owner;  // block → (sequence, index)
@@ -234,7 +242,10 @@ struct Sim {
     SchedulerOutput b = std::move(ring.front());
     ring.pop_front();
     for (const ScheduledRow& r : b.rows) {
-      for (int64_t p = r.pos0; p < r.pos0 + r.n_tokens; ++p) at(r, p) = kPoison;
+      for (int64_t p = r.pos0; p < r.pos0 + r.n_tokens; ++p) {
+        at(r, p) = kPoison;
+        if (window > 0) swa_at(r, p) = kPoison;
+      }
       if (r.copy_dst >= 0) std::fill_n(cache.begin() + int64_t(r.copy_dst) * bs, bs, kPoison);
     }
     BatchResult res;
@@ -295,13 +306,23 @@ struct Sim {
         at(r, p) = own[size_t(p)];
       else
         at(r, p) = cell(r.id, r.tokens[size_t(p - r.pos0)]);
-      if (window > 0) swa_at(r, p) = r.pad ? filler(r.id) : cell(r.id, r.tokens[size_t(p - r.pos0)]);
+      if (window > 0)
+        swa_at(r, p) = r.pad     ? filler(r.id)
+                       : caching ? own[size_t(p)]
+                                 : cell(r.id, r.tokens[size_t(p - r.pos0)]);
     }
-    // A sliding layer reads the window of each of the row's positions.
-    for (int64_t p = std::max<int64_t>(0, r.pos0 - window + 1); window > 0 && !r.pad && p < end; ++p)
-      EXPECT_EQ(swa_at(r, p),
-                cell(r.id, p >= r.pos0 ? r.tokens[size_t(p - r.pos0)] : mine[size_t(p)]))
-          << "request " << r.id << " reads a bad sliding position " << p;
+    // A sliding layer reads the window of each of the row's positions
+    // (with caching, a bad read also changes the answer, as a full one does).
+    uint64_t swa_bad = 0;
+    for (int64_t p = std::max<int64_t>(0, r.pos0 - window + 1); window > 0 && !r.pad && p < end; ++p) {
+      const int64_t want =
+          caching ? own[size_t(p)]
+                  : cell(r.id, p >= r.pos0 ? r.tokens[size_t(p - r.pos0)] : mine[size_t(p)]);
+      if (swa_at(r, p) != want) swa_bad = swa_bad * 31 + uint64_t(p) + 1;
+      if (!caching || strict) {
+        EXPECT_EQ(swa_at(r, p), want) << "request " << r.id << " reads a bad sliding position " << p;
+      }
+    }
     // The tail's penalty history sees every row, as in stages/agent.cpp.
     const SequenceHistory* hist = nullptr;
     if (penalize && penalties_active(r.sampling)) {
@@ -312,7 +333,7 @@ struct Sim {
       hist = &rec.penalties;
     }
     if (r.pad) return rr;  // its output is thrown away: it may read anything
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = 1469598103934665603ull ^ swa_bad;
     for (int64_t p = 0; p < end; ++p) {
       if (caching) {
         // The answer is a hash of what it read, so a bad read changes the

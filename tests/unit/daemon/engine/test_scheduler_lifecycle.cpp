@@ -218,8 +218,9 @@ TEST(Scheduler, OneRequeueRuleResetsEverythingForBothCauses) {
     SchedLimits l = lim(Policy::kStatic);
     BlockManager blocks(8, 4);
     SlidingGroup none(0, 0, 4);
+    HybridCache cache(blocks, none);
     SeqQueues q;
-    CapacityScheduler cap(l, q, blocks, none);
+    CapacityScheduler cap(l, q, blocks, none, cache);
     Sequence waiter, s;
     waiter.id = 1;
     s.id = 2;

@@ -176,28 +176,5 @@ TEST(SchedulerSliding, ALostStageRecomputesFromPositionZero) {
   EXPECT_GT(sim.sch.stats().requeued, 0);
 }
 
-TEST(SchedulerSliding, PrefixCachingFindsNoHitsWithASlidingGroup) {
-  // The documented safe rule: the full group's cached blocks alone cannot
-  // make a hit (the sliding layers' window before it would be missing), so
-  // with a sliding group the same prompt twice is computed twice.
-  SchedLimits l = chunked(4, 8, 8);
-  l.prefix_caching = true;
-  Sim plain(chunked(4, 8, 8), 200, 4);
-  Sim slid(l, 200, 4, {}, SlidingKv{6, 40});
-  for (Sim* s : {&plain, &slid}) {
-    GenRequest g;
-    for (int i = 0; i < 30; ++i) g.prompt.push_back(7 + i);
-    g.max_tokens = 12;
-    s->add(1, g);
-    s->run();
-    s->add(2, g);
-    s->run();
-  }
-  ASSERT_FALSE(::testing::Test::HasFailure());
-  EXPECT_EQ(slid.out, plain.out);
-  EXPECT_EQ(slid.sch.stats().prefix_hits, 0);
-  EXPECT_EQ(slid.sch.stats().blocks_cached, 0);
-}
-
 }  // namespace
 }  // namespace kvasir::test
