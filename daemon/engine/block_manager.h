@@ -35,7 +35,8 @@ struct PrefixHit {
   // free capacity, as new blocks would.
   int32_t n_evictable = 0;
   BlockPool::Link last;  // the chain's last link (when blocks is not empty)
-  std::vector<BlockPool::Link> links;  // [blocks.size()]: each block's link (keys the sliding group)
+  // [blocks.size()]: each block's link (what keys the sliding group's).
+  std::vector<BlockPool::Link> links;
   int64_t tokens(int32_t block_size) const { return int64_t(blocks.size()) * block_size; }
 };
 

@@ -156,8 +156,7 @@ BlockPool::Link BlockPool::insert(int32_t b, uint64_t h, int32_t parent, uint32_
   return l;
 }
 
-std::optional<BlockPool::Link> BlockPool::find_keyed(const Link& key,
-                                                     const int32_t* tokens) const {
+std::optional<BlockPool::Link> BlockPool::find_keyed(const Link& key, const int32_t* tokens) const {
   auto it = index_.find(key.hash);
   if (it == index_.end()) return std::nullopt;
   const int32_t b = it->second;

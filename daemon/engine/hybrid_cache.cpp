@@ -71,12 +71,11 @@ void HybridCache::cache_full_blocks(const std::vector<int32_t>& table,
   // its link, if the window has not passed it yet (then it went back
   // uncached, and a hit needing it is shorter).
   const int32_t bs = swa_.block_size();
-  full_.cache_full_blocks(table, tokens, n_written, salt, writer, cur,
-                          [&](int64_t i, const BlockPool::Link& link) {
-                            if (i < int64_t(swa_table.size()))
-                              swa_.cache(swa_table[size_t(i)], link, tokens.data() + i * bs,
-                                         writer);
-                          });
+  full_.cache_full_blocks(
+      table, tokens, n_written, salt, writer, cur, [&](int64_t i, const BlockPool::Link& link) {
+        if (i < int64_t(swa_table.size()))
+          swa_.cache(swa_table[size_t(i)], link, tokens.data() + i * bs, writer);
+      });
 }
 
 void HybridCache::confirm(uint64_t batch) {

@@ -340,8 +340,8 @@ double Scheduler::step_cost(const BatchShape& shape) const {
 Scheduler::Fork Scheduler::fork_from_leader(Sequence* s) const {
   const int32_t bs = blocks_.block_size();
   const int64_t L = s->n_prompt;
-  if (s->index == 0 || swa_.on() || s->preempted > 0 || int64_t(s->tokens.size()) != L || !cap_.may_reuse(s) ||
-      (L - 1) % bs == 0)
+  if (s->index == 0 || swa_.on() || s->preempted > 0 || int64_t(s->tokens.size()) != L ||
+      !cap_.may_reuse(s) || (L - 1) % bs == 0)
     return {};
   const int32_t q = int32_t((L - 1) / bs);  // the block of the last prompt token
   if (s->n_shared != q || s->n_scheduled != int64_t(q) * bs) return {};

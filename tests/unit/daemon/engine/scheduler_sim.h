@@ -314,13 +314,15 @@ struct Sim {
     // A sliding layer reads the window of each of the row's positions
     // (with caching, a bad read also changes the answer, as a full one does).
     uint64_t swa_bad = 0;
-    for (int64_t p = std::max<int64_t>(0, r.pos0 - window + 1); window > 0 && !r.pad && p < end; ++p) {
+    for (int64_t p = std::max<int64_t>(0, r.pos0 - window + 1); window > 0 && !r.pad && p < end;
+         ++p) {
       const int64_t want =
           caching ? own[size_t(p)]
                   : cell(r.id, p >= r.pos0 ? r.tokens[size_t(p - r.pos0)] : mine[size_t(p)]);
       if (swa_at(r, p) != want) swa_bad = swa_bad * 31 + uint64_t(p) + 1;
       if (!caching || strict) {
-        EXPECT_EQ(swa_at(r, p), want) << "request " << r.id << " reads a bad sliding position " << p;
+        EXPECT_EQ(swa_at(r, p), want)
+            << "request " << r.id << " reads a bad sliding position " << p;
       }
     }
     // The tail's penalty history sees every row, as in stages/agent.cpp.
