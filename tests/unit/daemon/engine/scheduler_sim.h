@@ -61,7 +61,9 @@ inline std::vector<int64_t> prefix_cells(const std::vector<int32_t>& toks, int64
 
 struct Sim {
   // sliding: a sliding-window group (its rows also write and read the
-  // window's positions through their sliding table, in a cache of its own).
+  // window's positions through their sliding table, in a cache of its own;
+  // with caching its cells hold their prefix's hash too, so a sliding hit
+  // on another prefix's block, or an unwritten one, reads a bad window).
   Sim(SchedLimits lim, int32_t n_blocks, int32_t block_size = 4, std::vector<int32_t> eos = {},
       SlidingKv sliding = {})
       : sch(lim, n_blocks, block_size, std::move(eos), sliding),
