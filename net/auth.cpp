@@ -59,9 +59,9 @@ Status load_cluster_key(const std::string& path, ClusterKey* out) {
   // file read, whatever is renamed meanwhile.
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (f.fd < 0)
-    return Status(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo,
-                  fmt::format("cluster key {}: cannot open: {}; {}", path, std::strerror(errno),
-                              kHowToMake));
+    return Status(
+        errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo,
+        fmt::format("cluster key {}: cannot open: {}; {}", path, std::strerror(errno), kHowToMake));
   struct stat st {};
   if (::fstat(f.fd, &st) != 0)
     return Status(ErrorCode::kIo, fmt::format("cluster key {}: {}", path, std::strerror(errno)));
@@ -73,8 +73,8 @@ Status load_cluster_key(const std::string& path, ClusterKey* out) {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       OPENSSL_cleanse(bytes.data(), bytes.size());
-      return Status(ErrorCode::kIo, fmt::format("cluster key {}: short read ({} of {} bytes)",
-                                                path, got, bytes.size()));
+      return Status(ErrorCode::kIo, fmt::format("cluster key {}: short read ({} of {} bytes)", path,
+                                                got, bytes.size()));
     }
     got += size_t(n);
   }
@@ -199,8 +199,7 @@ Status Handshake::on_proof(const Proof& p, std::optional<Payload>* reply) {
   }
   state_ = State::kDone;
   if (config_.side == Side::kListener)
-    *reply =
-        Proof{handshake_proof(key_, Side::kListener, config_.role, own_, peer_, kWireVersion)};
+    *reply = Proof{handshake_proof(key_, Side::kListener, config_.role, own_, peer_, kWireVersion)};
   return Status();
 }
 

@@ -7,8 +7,9 @@
 //
 //   connector → listener  Hello      {wire version, role, name, nonce_c}
 //   listener  → connector Challenge  {wire version, role, nonce_l}
-//   connector → listener  Proof      HMAC(key, "kvasir-net connector" || role_c || nonce_c || nonce_l || version)
-//   listener  → connector Proof      HMAC(key, "kvasir-net listener"  || role_l || nonce_l || nonce_c || version)
+//   connector → listener  Proof      HMAC(key, "kvasir-net connector" || role_c || nonce_c ||
+//   nonce_l || version) listener  → connector Proof      HMAC(key, "kvasir-net listener"  || role_l
+//   || nonce_l || nonce_c || version)
 //
 // The nonces are fresh random bytes (RAND_bytes) on each side, so a proof
 // recorded from an earlier session does not answer this one; the labels

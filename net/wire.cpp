@@ -116,8 +116,8 @@ void write_payload(const Payload& p, Writer& w) {
       [&](const auto& f) {
         using T = std::decay_t<decltype(f)>;
         if constexpr (std::is_same_v<T, Hello>) {
-          KV_CHECK(f.name.size() <= kMaxNameBytes, "wire: name of {} bytes (max {})",
-                   f.name.size(), kMaxNameBytes);
+          KV_CHECK(f.name.size() <= kMaxNameBytes, "wire: name of {} bytes (max {})", f.name.size(),
+                   kMaxNameBytes);
           w.u16(f.wire_version), w.u8(uint8_t(f.role)), w.str(f.name), w.raw(f.nonce);
         } else if constexpr (std::is_same_v<T, Challenge>) {
           w.u16(f.wire_version), w.u8(uint8_t(f.role)), w.raw(f.nonce);
@@ -189,7 +189,8 @@ Status read_fields(FrameType t, Reader& r, Payload* out) {
     case FrameType::kChallenge:
       return read_challenge(r, &out->emplace<Challenge>());
     case FrameType::kProof:
-      if (!r.fixed(out->emplace<Proof>().mac.data(), kMacBytes)) return malformed("proof: truncated");
+      if (!r.fixed(out->emplace<Proof>().mac.data(), kMacBytes))
+        return malformed("proof: truncated");
       return Status();
     case FrameType::kRefuse: {
       Refuse& f = out->emplace<Refuse>();
@@ -229,13 +230,15 @@ Status read_fields(FrameType t, Reader& r, Payload* out) {
 }  // namespace
 
 const char* frame_type_name(FrameType t) {
-  static const char* const names[] = {"?",     "hello",  "challenge", "proof", "refuse", "plan",
-                                      "ready", "batch",  "result",    "ping",  "pong",   "bye"};
+  static const char* const names[] = {"?",     "hello", "challenge", "proof", "refuse", "plan",
+                                      "ready", "batch", "result",    "ping",  "pong",   "bye"};
   const auto i = uint16_t(t);
   return i <= kMaxFrameType ? names[i] : "unknown";
 }
 
-FrameType type_of(const Payload& p) { return FrameType(p.index() + 1); }
+FrameType type_of(const Payload& p) {
+  return FrameType(p.index() + 1);
+}
 
 void encode_frame(const Payload& p, uint64_t seq, std::vector<uint8_t>& out, uint16_t version) {
   const size_t start = out.size();
@@ -259,24 +262,26 @@ Status decode_header(ByteView bytes, const WireLimits& limits, FrameHeader* out)
   r.u16(&out->version), r.u16(&type), r.u32(&out->flags), r.u32(&out->payload_bytes);
   r.u64(&out->seq);
   if (out->version != kWireVersion)
-    return malformed("the peer speaks wire version {}, this build speaks version {}: run the same "
-                     "Kvasir release on both hosts",
-                     out->version, kWireVersion);
+    return malformed(
+        "the peer speaks wire version {}, this build speaks version {}: run the same "
+        "Kvasir release on both hosts",
+        out->version, kWireVersion);
   if (type < 1 || type > kMaxFrameType) return malformed("unknown frame type {}", type);
   out->type = FrameType(type);
-  if (out->flags != 0) return malformed("{} frame with unknown flags {:#x}", frame_type_name(out->type), out->flags);
+  if (out->flags != 0)
+    return malformed("{} frame with unknown flags {:#x}", frame_type_name(out->type), out->flags);
   if (uint64_t(out->payload_bytes) + kHeaderBytes > limits.max_frame_bytes)
-    return Status(ErrorCode::kTooLarge,
-                  fmt::format("wire: {} frame of {} bytes over the limit of {}",
-                              frame_type_name(out->type),
-                              uint64_t(out->payload_bytes) + kHeaderBytes, limits.max_frame_bytes));
+    return Status(
+        ErrorCode::kTooLarge,
+        fmt::format("wire: {} frame of {} bytes over the limit of {}", frame_type_name(out->type),
+                    uint64_t(out->payload_bytes) + kHeaderBytes, limits.max_frame_bytes));
   return Status();
 }
 
 Status decode_payload(const FrameHeader& h, ByteView payload, Payload* out) {
   if (payload.size() != h.payload_bytes)
-    return malformed("{} frame: header says {} payload bytes, {} arrived",
-                     frame_type_name(h.type), h.payload_bytes, payload.size());
+    return malformed("{} frame: header says {} payload bytes, {} arrived", frame_type_name(h.type),
+                     h.payload_bytes, payload.size());
   Reader r(payload);
   KV_RETURN_IF_ERROR(read_fields(h.type, r, out));
   if (r.left() != 0)

@@ -15,7 +15,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-ClusterKey key_of(uint8_t fill, size_t n = 32) { return ClusterKey(std::vector<uint8_t>(n, fill)); }
+ClusterKey key_of(uint8_t fill, size_t n = 32) {
+  return ClusterKey(std::vector<uint8_t>(n, fill));
+}
 
 // Feeds each side's frames to the other, through the real encoder and
 // decoder, until neither has anything to send. Returns the first failure.
@@ -27,7 +29,7 @@ struct Pair {
       : conn(kc, {Side::kConnector, Role::kWorker, "worker-1"}),
         lis(kl, {Side::kListener, Role::kLeader, "leader"}) {}
 
-  static Payload wire(const Payload& p) {  // encode, decode: what the peer sees
+  static Payload wire(const Payload& p) {           // encode, decode: what the peer sees
     static std::vector<std::vector<uint8_t>> keep;  // decoded views point here
     keep.emplace_back();
     encode_frame(p, 0, keep.back());
@@ -178,7 +180,8 @@ TEST(Handshake, ConnectorRefusesAListenerWithoutTheKey) {
   ASSERT_TRUE(conn.on_frame(c, &reply).ok());
   ASSERT_TRUE(reply && std::holds_alternative<Proof>(*reply));
   Proof forged;
-  forged.mac = handshake_proof(key_of(6), Side::kListener, Role::kLeader, c.nonce, {}, kWireVersion);
+  forged.mac =
+      handshake_proof(key_of(6), Side::kListener, Role::kLeader, c.nonce, {}, kWireVersion);
   Status s = conn.on_frame(forged, &reply);
   EXPECT_EQ(s.code(), ErrorCode::kUnauthenticated);
   EXPECT_FALSE(conn.done());

@@ -131,8 +131,8 @@ TEST(Wire, TruncatedFramesRefused) {
   Batch b;
   b.boundary_tokens = 4, b.hidden = 8, b.boundary = bytes_of(bnd);
   const auto full = enc(b);
-  for (size_t n : {size_t(0), size_t(3), kHeaderBytes - 1, kHeaderBytes, kHeaderBytes + 10,
-                   full.size() - 1}) {
+  for (size_t n :
+       {size_t(0), size_t(3), kHeaderBytes - 1, kHeaderBytes, kHeaderBytes + 10, full.size() - 1}) {
     Status s = dec(std::vector<uint8_t>(full.begin(), full.begin() + n));
     EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << n;
   }
