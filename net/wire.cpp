@@ -135,7 +135,7 @@ void write_payload(const Payload& p, Writer& w) {
                    f.boundary_tokens, f.hidden);
           w.u16(f.msg_kind), w.u16(f.msg_version), w.i32(f.status), w.u64(f.batch_id);
           w.u32(f.slot), w.i32(f.n_rows), w.i32(f.n_tokens), w.blob(f.descriptor);
-          w.u32(f.boundary_tokens), w.u32(f.hidden), w.raw(f.boundary);
+          w.u32(f.boundary_tokens), w.u32(f.hidden);  // the boundary: encode_frame_split's tail
         } else if constexpr (std::is_same_v<T, Result>) {
           w.u64(f.batch_id), w.u32(f.slot), w.blob(f.bytes);
         } else if constexpr (std::is_same_v<T, Ping> || std::is_same_v<T, Pong>) {
@@ -240,15 +240,24 @@ FrameType type_of(const Payload& p) {
   return FrameType(p.index() + 1);
 }
 
-void encode_frame(const Payload& p, uint64_t seq, std::vector<uint8_t>& out, uint16_t version) {
+ByteView encode_frame_split(const Payload& p, uint64_t seq, std::vector<uint8_t>& out,
+                            uint16_t version) {
   const size_t start = out.size();
   Writer w(out);
   w.raw(ByteView(kMagic, 4));
   w.u16(version), w.u16(uint16_t(type_of(p))), w.u32(0), w.u32(0), w.u64(seq);
   write_payload(p, w);
-  const size_t n = out.size() - start - kHeaderBytes;
+  const auto* batch = std::get_if<Batch>(&p);
+  const ByteView tail = batch ? batch->boundary : ByteView();
+  const uint64_t n = out.size() - start - kHeaderBytes + tail.size();
   KV_CHECK(n <= UINT32_MAX - kHeaderBytes, "wire: a {}-byte payload does not fit a frame", n);
   for (int i = 0; i < 4; ++i) out[start + 12 + i] = uint8_t(n >> (8 * i));
+  return tail;
+}
+
+void encode_frame(const Payload& p, uint64_t seq, std::vector<uint8_t>& out, uint16_t version) {
+  const ByteView tail = encode_frame_split(p, seq, out, version);
+  out.insert(out.end(), tail.begin(), tail.end());
 }
 
 Status decode_header(ByteView bytes, const WireLimits& limits, FrameHeader* out) {

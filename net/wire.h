@@ -136,6 +136,13 @@ FrameType type_of(const Payload& p);
 void encode_frame(const Payload& p, uint64_t seq, std::vector<uint8_t>& out,
                   uint16_t version = kWireVersion);
 
+// The same frame in two parts, so a sender need not copy a boundary: out
+// gets everything up to a Batch's boundary bytes, and the view returned is
+// the rest of the frame (the boundary itself; empty for other types). The
+// bytes out + tail are exactly encode_frame's.
+ByteView encode_frame_split(const Payload& p, uint64_t seq, std::vector<uint8_t>& out,
+                            uint16_t version = kWireVersion);
+
 // The header alone (the first kHeaderBytes of bytes): magic, version, a
 // known type, flags 0, and a payload that keeps the frame within limits.
 Status decode_header(ByteView bytes, const WireLimits& limits, FrameHeader* out);

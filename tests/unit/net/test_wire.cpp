@@ -239,3 +239,20 @@ TEST(Wire, UnknownErrorCodeInRefuseBecomesInternal) {
   put_u32(b, kHeaderBytes, 9999);
   EXPECT_EQ(std::get<Refuse>(dec_ok(b).payload).code, ErrorCode::kInternal);
 }
+
+TEST(Wire, SplitEncodingIsTheSameBytes) {
+  const auto bnd = boundary_of(3, 8);
+  const std::vector<uint8_t> desc = {9, 9};
+  Batch b;
+  b.batch_id = 5, b.descriptor = desc, b.boundary_tokens = 3, b.hidden = 8;
+  b.boundary = bytes_of(bnd);
+  for (const Payload& p : {Payload(b), Payload(Ping{3}), Payload(Hello{})}) {
+    std::vector<uint8_t> head;
+    const ByteView tail = encode_frame_split(p, 4, head);
+    head.insert(head.end(), tail.begin(), tail.end());
+    EXPECT_EQ(head, enc(p, 4));
+    EXPECT_TRUE(dec(head).ok());
+  }
+  std::vector<uint8_t> head;
+  EXPECT_EQ(encode_frame_split(b, 0, head).data(), b.boundary.data());  // not copied
+}
