@@ -140,8 +140,11 @@ Status Handshake::on_frame(const Payload& frame, std::optional<Payload>* reply) 
   reply->reset();
   if (state_ == State::kDone || state_ == State::kFailed || state_ == State::kStart)
     return Status(ErrorCode::kInternal, "handshake: a frame outside the handshake");
-  if (const auto* r = std::get_if<Refuse>(&frame))
-    return fail(reply, Status(r->code, "the peer refused the link: " + r->text), false);
+  if (const auto* r = std::get_if<Refuse>(&frame)) {
+    // A refusal is never ok, whatever code it carries.
+    const ErrorCode code = r->code == ErrorCode::kOk ? ErrorCode::kInternal : r->code;
+    return fail(reply, Status(code, "the peer refused the link: " + r->text), false);
+  }
   if (state_ == State::kWaitHello && std::holds_alternative<Hello>(frame))
     return on_hello(std::get<Hello>(frame), reply);
   if (state_ == State::kWaitChallenge && std::holds_alternative<Challenge>(frame))

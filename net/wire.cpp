@@ -124,6 +124,7 @@ void write_payload(const Payload& p, Writer& w) {
         } else if constexpr (std::is_same_v<T, Proof>) {
           w.raw(f.mac);
         } else if constexpr (std::is_same_v<T, Refuse>) {
+          KV_CHECK(f.code != ErrorCode::kOk, "wire: a refusal without an error code");
           w.i32(int32_t(f.code));
           w.str(f.text.size() <= kMaxRefuseText ? f.text : f.text.substr(0, kMaxRefuseText));
         } else if constexpr (std::is_same_v<T, Plan>) {
@@ -197,6 +198,7 @@ Status read_fields(FrameType t, Reader& r, Payload* out) {
       int32_t code;
       if (!r.i32(&code) || !r.str(&f.text, kMaxRefuseText))
         return malformed("refuse: truncated, or a text over {} bytes", kMaxRefuseText);
+      if (code == int32_t(ErrorCode::kOk)) return malformed("refuse: without an error code");
       f.code = error_code_from_int(code);
       return Status();
     }

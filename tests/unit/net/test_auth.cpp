@@ -266,6 +266,15 @@ TEST(Handshake, PeerRefusalCarriesItsCode) {
   EXPECT_FALSE(reply.has_value());
 }
 
+TEST(Handshake, RefusalWithAnOkCodeStillFails) {
+  const ClusterKey k = key_of(4);
+  Handshake conn(k, {Side::kConnector, Role::kWorker, "w"});
+  conn.start();
+  std::optional<Payload> reply;
+  EXPECT_EQ(conn.on_frame(Refuse{ErrorCode::kOk, "ok?"}, &reply).code(), ErrorCode::kInternal);
+  EXPECT_TRUE(conn.failed());
+}
+
 TEST(Handshake, EchoedNonceRefused) {
   const ClusterKey k = key_of(4);
   const Nonce n = random_nonce();

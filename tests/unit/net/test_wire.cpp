@@ -238,6 +238,10 @@ TEST(Wire, UnknownErrorCodeInRefuseBecomesInternal) {
   auto b = enc(Refuse{ErrorCode::kIo, "x"});
   put_u32(b, kHeaderBytes, 9999);
   EXPECT_EQ(std::get<Refuse>(dec_ok(b).payload).code, ErrorCode::kInternal);
+  // A refusal that says "ok" is no refusal: neither sent nor accepted.
+  put_u32(b, kHeaderBytes, 0);
+  EXPECT_NE(dec(b).message().find("without an error code"), std::string::npos);
+  EXPECT_THROW(enc(Refuse{ErrorCode::kOk, "fine"}), Error);
 }
 
 TEST(Wire, SplitEncodingIsTheSameBytes) {
