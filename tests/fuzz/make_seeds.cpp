@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "net/wire.h"
 #include "tests/support/gguf_writer.h"
 #include "tests/support/tiny_model.h"
 
@@ -444,6 +445,76 @@ void api_seeds() {
   P("json_escapes.json", 0, R"({"prompt":"\ud800\udc00\u0000\ud800","max_tokens":1})");
 }
 
+
+// Host link frames (net/wire.h): one well-formed frame of each type, and
+// the refusals the decoder must make: truncation, a length past the frame,
+// a wrong magic, another wire version, an unknown type or flag, a boundary
+// whose shape disagrees with its bytes or whose size wraps.
+Bytes frame(const net::Payload& p, uint64_t seq = 0, uint16_t version = net::kWireVersion) {
+  Bytes b;
+  net::encode_frame(p, seq, b, version);
+  return b;
+}
+void set_u32(Bytes& b, size_t at, uint32_t v) {
+  for (int i = 0; i < 4; ++i) b[at + i] = uint8_t(v >> (8 * i));
+}
+
+void wire_seeds() {
+  const std::string T = "fuzz_wire";
+  net::Hello hello;
+  hello.name = "worker-1";
+  hello.nonce.fill(7);
+  net::Challenge challenge;
+  challenge.nonce.fill(9);
+  net::Proof proof;
+  proof.mac.fill(3);
+  const Bytes desc(48, 2), blob(40, 5);
+  const std::vector<float> bnd(8 * 16, 0.5f);  // [8, 16] f32
+  net::Batch batch;
+  batch.msg_kind = 1, batch.msg_version = 1, batch.batch_id = 12, batch.slot = 1;
+  batch.n_rows = 2, batch.n_tokens = 8, batch.descriptor = desc;
+  batch.boundary_tokens = 8, batch.hidden = 16;
+  batch.boundary = net::ByteView(reinterpret_cast<const uint8_t*>(bnd.data()), bnd.size() * 4);
+  put(T, "hello.bin", frame(hello));
+  put(T, "challenge.bin", frame(challenge, 1));
+  put(T, "proof.bin", frame(proof, 2));
+  put(T, "refuse.bin", frame(net::Refuse{ErrorCode::kUnauthenticated, "wrong key"}));
+  put(T, "plan.bin", frame(net::Plan{blob}));
+  put(T, "ready.bin", frame(net::Ready{}));
+  put(T, "batch.bin", frame(batch, 5));
+  put(T, "result.bin", frame(net::Result{12, 1, blob}));
+  put(T, "ping.bin", frame(net::Ping{123456789}));
+  put(T, "pong.bin", frame(net::Pong{123456789}));
+  put(T, "bye.bin", frame(net::Bye{}));
+  const Bytes good = frame(batch, 5);
+  put(T, "truncated_header.bin", Bytes(good.begin(), good.begin() + 10));
+  put(T, "truncated_payload.bin", Bytes(good.begin(), good.end() - 1));
+  Bytes b = good;
+  set_u32(b, 12, 0xffffffffu);
+  put(T, "length_huge.bin", b);
+  b = good, b[0] = 'X';
+  put(T, "magic_wrong.bin", b);
+  put(T, "version_old.bin", frame(hello, 0, net::kWireVersion - 1));
+  put(T, "version_new.bin", frame(hello, 0, net::kWireVersion + 1));
+  b = good, b[6] = 99;
+  put(T, "type_unknown.bin", b);
+  b = good, b[8] = 1;
+  put(T, "flags_unknown.bin", b);
+  const size_t tokens_at = good.size() - bnd.size() * 4 - 8;
+  b = good, set_u32(b, tokens_at, 9);
+  put(T, "boundary_shape_lies.bin", b);
+  b = good, set_u32(b, tokens_at, 0xffffffffu), set_u32(b, tokens_at + 4, 0xffffffffu);
+  put(T, "boundary_wraps.bin", b);
+  b = good, set_u32(b, net::kHeaderBytes + 28, 0x7fffffff);
+  put(T, "descriptor_past_end.bin", b);
+  b = frame(hello), set_u32(b, net::kHeaderBytes + 3, 1 << 20);
+  put(T, "name_huge.bin", b);
+  Bytes two = frame(net::Ping{1});
+  const Bytes second = frame(net::Pong{1}, 1);
+  two.insert(two.end(), second.begin(), second.end());
+  put(T, "two_frames.bin", two);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -456,5 +527,6 @@ int main(int argc, char** argv) {
   safetensors_seeds();
   tokenizer_seeds();
   api_seeds();
+  wire_seeds();
   return 0;
 }
