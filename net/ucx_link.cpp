@@ -13,6 +13,7 @@
 #include <functional>
 
 #include "base/check.h"
+#include "base/log.h"
 
 namespace kvasir::net {
 
@@ -419,18 +420,45 @@ Status UcxListener::listen(const std::string& addr, uint16_t port, const Cluster
   return Status();
 }
 
+namespace {
+
+// "address:port" of the peer behind a connection request, for the logs.
+std::string client_address(ucp_conn_request_h request) {
+  ucp_conn_request_attr_t attr{};
+  attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+  if (ucp_conn_request_query(request, &attr) != UCS_OK) return "an unknown address";
+  char host[NI_MAXHOST] = {}, port[NI_MAXSERV] = {};
+  const auto* sa = reinterpret_cast<const sockaddr*>(&attr.client_address);
+  const socklen_t len = sa->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  if (getnameinfo(sa, len, host, sizeof host, port, sizeof port, NI_NUMERICHOST | NI_NUMERICSERV))
+    return "an unknown address";
+  return fmt::format("{}:{}", host, port);
+}
+
+}  // namespace
+
 Status UcxListener::accept(int timeout_ms, std::unique_ptr<UcxLink>* out) {
   KV_RETURN_IF_ERROR(
       worker_->wait([&] { return !pending_.empty(); }, deadline_after(timeout_ms), "accept"));
   auto request = ucp_conn_request_h(pending_.front());
   pending_.erase(pending_.begin());
+  const std::string from = client_address(request);
   std::unique_ptr<UcxLink> link(new UcxLink(worker_, options_));
+  link->peer_name_ = from;
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
   params.conn_request = request;
-  KV_RETURN_IF_ERROR(link->create_ep(&params));
   Handshake hs(key_, {Side::kListener, options_.role, options_.name});
-  KV_RETURN_IF_ERROR(link->run_handshake(hs));  // a refused peer: the link closes here
+  Status s = link->create_ep(&params);
+  if (s.ok()) s = link->run_handshake(hs);
+  if (!s.ok()) {
+    // Refused (the link closes here): say who, so an operator can find a
+    // host with a stale key or an old release; the listener goes on.
+    s = Status(s.code(), fmt::format("peer at {} refused: {}", from, s.message()));
+    KV_LOG_WARN("net", "{}", s.message());
+    return s;
+  }
+  KV_LOG_INFO("net", "link from '{}' at {} authenticated", link->peer_name(), from);
   *out = std::move(link);
   return Status();
 }
