@@ -1,8 +1,11 @@
 // tests/unit/net/test_ucx_link.cpp — one UCX link over loopback: the
 // handshake, 1,000 boundary-sized Batch frames in order, a peer killed
 // mid-stream, a rogue peer without the key, and the limits on the wire.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -267,4 +270,35 @@ TEST(UcxLink, NothingListeningIsAnErrorNotAHang) {
   Status s = UcxLink::connect("127.0.0.1", port, good_key(), w, &link);
   EXPECT_FALSE(s.ok());
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 3.0);
+}
+
+TEST(UcxLink, PlainTcpGarbageDoesNotStopTheListener) {
+  // A port scanner, or anything not speaking UCX, connects and writes
+  // junk: the listener must survive it and take the next real peer.
+  auto listener = listen_any();
+  ASSERT_TRUE(listener);
+  const uint16_t port = listener->port();
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET, sa.sin_port = htons(port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  const std::string junk(1024, 'J');
+  ASSERT_EQ(::write(fd, junk.data(), junk.size()), ssize_t(junk.size()));
+  std::unique_ptr<UcxLink> link;
+  EXPECT_FALSE(listener->accept(300, &link).ok());  // nothing valid came in
+  ::close(fd);
+  Status good;
+  std::thread peer([&] {
+    std::unique_ptr<UcxLink> l;
+    good = UcxLink::connect("127.0.0.1", port, good_key(), worker_opts("after-junk"), &l);
+    if (good.ok()) good = l->close();
+  });
+  Status s;
+  for (int i = 0; i < 3 && !link; ++i) s = listener->accept(5000, &link);
+  peer.join();
+  ASSERT_TRUE(link) << s.to_string();
+  EXPECT_EQ(link->peer_name(), "after-junk");
+  EXPECT_TRUE(good.ok()) << good.to_string();
 }
