@@ -19,7 +19,7 @@ std::vector<ks::Nanos> departures(ks::DelayLine& line) {
   for (ks::Nanos t = line.next_departure(); t >= 0; t = line.next_departure()) {
     EXPECT_FALSE(line.due(t).empty());
     out.push_back(t);
-    line.pop(true);
+    line.pop(true, t);
   }
   return out;
 }
@@ -32,8 +32,9 @@ TEST(DelayLine, HoldsAFrameForTheDelayExactly) {
   auto f = line.due(7 * kMs);
   ASSERT_EQ(f.size(), kFrame.size());
   EXPECT_EQ(f[0], 0xab);
-  line.pop(true);
+  line.pop(true, 7 * kMs + 30'000);  // sent 30 us late
   EXPECT_EQ(line.next_departure(), -1);
+  EXPECT_EQ(line.counters().late_ns_max, 30'000);
   EXPECT_EQ(line.counters().frames_out, 1u);
   EXPECT_EQ(line.counters().bytes_out, kFrame.size());
 }
@@ -112,7 +113,7 @@ TEST(DelayLine, AFullLineTailDropsAndCounts) {
   EXPECT_EQ(line.push(kFrame, 0), ks::Admit::kDropFull);
   EXPECT_EQ(line.counters().dropped_full, 2u);
   EXPECT_EQ(line.counters().queued_max, 4u);
-  line.pop(false);  // a send the kernel refused
+  line.pop(false, 0);  // a send the kernel refused
   EXPECT_EQ(line.counters().send_errors, 1u);
   EXPECT_EQ(line.push(kFrame, 0), ks::Admit::kQueued);
   EXPECT_EQ(line.counters().queued, 4u);

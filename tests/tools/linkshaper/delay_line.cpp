@@ -64,11 +64,14 @@ std::span<const uint8_t> DelayLine::due(Nanos now) const {
   return {storage_.data() + head_ * slot_bytes_, slots_[head_].len};
 }
 
-void DelayLine::pop(bool sent) {
+void DelayLine::pop(bool sent, Nanos now) {
   if (!count_) return;
   if (sent) {
     c_.frames_out++;
     c_.bytes_out += slots_[head_].len;
+    Nanos late = std::max<Nanos>(now - slots_[head_].depart, 0);
+    c_.late_ns_sum += late;
+    c_.late_ns_max = std::max(c_.late_ns_max, late);
   } else {
     c_.send_errors++;
   }

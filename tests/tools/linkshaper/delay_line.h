@@ -44,6 +44,8 @@ struct LineCounters {
   uint64_t dropped_full = 0;      // tail-dropped: the line held `limit` frames
   uint64_t dropped_oversize = 0;  // larger than a slot (MTU + headers)
   uint64_t send_errors = 0;       // the kernel refused the send
+  int64_t late_ns_sum = 0;        // how late frames left, summed over frames_out:
+  int64_t late_ns_max = 0;        //   the loop's timer and wake-up error
   size_t queued = 0;              // frames held now
   size_t queued_max = 0;
 };
@@ -61,8 +63,8 @@ class DelayLine {
   Nanos next_departure() const { return count_ ? slots_[head_].depart : -1; }
   // The head frame when it is due at `now`, else an empty span.
   std::span<const uint8_t> due(Nanos now) const;
-  // Removes the head after the caller sent it (ok) or failed to (!ok).
-  void pop(bool sent);
+  // Removes the head after the caller sent it at `now` (sent) or failed to.
+  void pop(bool sent, Nanos now);
 
   const LineCounters& counters() const { return c_; }
   const LinkParams& params() const { return p_; }

@@ -149,7 +149,7 @@ void Shaper::send_due(Nanos now) {
   for (size_t i = 0; i < lines_.size(); i++) {
     for (auto f = lines_[i].due(now); !f.empty(); f = lines_[i].due(now)) {
       ssize_t r = send(ports_[i].fd, f.data(), f.size(), 0);
-      lines_[i].pop(r == static_cast<ssize_t>(f.size()));
+      lines_[i].pop(r == static_cast<ssize_t>(f.size()), now_ns());
     }
   }
 }
@@ -216,7 +216,9 @@ std::string Shaper::stats_json() {
            {"bytes_in", c.bytes_in}, {"frames_out", c.frames_out}, {"bytes_out", c.bytes_out},
            {"dropped_random", c.dropped_random}, {"dropped_full", c.dropped_full},
            {"dropped_oversize", c.dropped_oversize}, {"send_errors", c.send_errors},
-           {"queued", c.queued}, {"queued_max", c.queued_max}}}});
+           {"queued", c.queued}, {"queued_max", c.queued_max},
+           {"late_us_mean", c.frames_out ? c.late_ns_sum / 1e3 / double(c.frames_out) : 0.0},
+           {"late_us_max", c.late_ns_max / 1e3}}}});
   }
   return out.dump();
 }
