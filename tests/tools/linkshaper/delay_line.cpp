@@ -7,7 +7,9 @@
 namespace kvasir::linkshaper {
 
 namespace {
-Nanos ms_to_ns(double ms) { return static_cast<Nanos>(std::llround(ms * 1e6)); }
+Nanos ms_to_ns(double ms) {
+  return static_cast<Nanos>(std::llround(ms * 1e6));
+}
 }  // namespace
 
 DelayLine::DelayLine(const LinkParams& params, size_t slot_bytes, uint64_t seed)

@@ -36,9 +36,9 @@ struct LinkParams {
 };
 
 struct LineCounters {
-  uint64_t frames_in = 0;         // offered to the line
+  uint64_t frames_in = 0;  // offered to the line
   uint64_t bytes_in = 0;
-  uint64_t frames_out = 0;        // sent out of the port
+  uint64_t frames_out = 0;  // sent out of the port
   uint64_t bytes_out = 0;
   uint64_t dropped_random = 0;    // lost on purpose (`drop`)
   uint64_t dropped_full = 0;      // tail-dropped: the line held `limit` frames

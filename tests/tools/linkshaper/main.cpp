@@ -35,12 +35,18 @@ std::string parse_egress(const std::string& spec, std::map<std::string, ks::Link
     } catch (...) {
       return "--egress: '" + kv + "' has no number";
     }
-    if (key == "delay") p.delay_ms = v;
-    else if (key == "jitter") p.jitter_ms = v;
-    else if (key == "rate") p.rate_bps = v;
-    else if (key == "drop") p.drop = v;
-    else if (key == "limit") p.limit = static_cast<size_t>(v);
-    else return "--egress: unknown key '" + key + "' (delay, jitter, rate, drop, limit)";
+    if (key == "delay")
+      p.delay_ms = v;
+    else if (key == "jitter")
+      p.jitter_ms = v;
+    else if (key == "rate")
+      p.rate_bps = v;
+    else if (key == "drop")
+      p.drop = v;
+    else if (key == "limit")
+      p.limit = static_cast<size_t>(v);
+    else
+      return "--egress: unknown key '" + key + "' (delay, jitter, rate, drop, limit)";
   }
   out[name] = p;
   return {};

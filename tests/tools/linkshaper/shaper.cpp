@@ -35,7 +35,9 @@ uint64_t mac_at(const uint8_t* p) {
   return m;
 }
 
-std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+std::string errno_text(const std::string& what) {
+  return what + ": " + std::strerror(errno);
+}
 }  // namespace
 
 Nanos now_ns() {
@@ -133,7 +135,8 @@ void Shaper::receive(size_t from) {
                          reinterpret_cast<sockaddr*>(&sll), &len);
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) return;
-      std::fprintf(stderr, "kvasir-linkshaper: %s\n", errno_text("receive on " + port.ifname).c_str());
+      std::fprintf(stderr, "kvasir-linkshaper: %s\n",
+                   errno_text("receive on " + port.ifname).c_str());
       exit_code_ = 1;
       return;
     }
@@ -208,15 +211,26 @@ std::string Shaper::stats_json() {
     const LineCounters& c = lines_[i].counters();
     const LinkParams& lp = lines_[i].params();
     out["ports"].push_back(
-        {{"ifname", p.ifname}, {"rx_frames", p.rx_frames}, {"rx_bytes", p.rx_bytes},
+        {{"ifname", p.ifname},
+         {"rx_frames", p.rx_frames},
+         {"rx_bytes", p.rx_bytes},
          {"kernel_drops", p.kernel_drops},
          {"egress",
-          {{"delay_ms", lp.delay_ms}, {"jitter_ms", lp.jitter_ms}, {"rate_bps", lp.rate_bps},
-           {"drop", lp.drop}, {"limit", lp.limit}, {"frames_in", c.frames_in},
-           {"bytes_in", c.bytes_in}, {"frames_out", c.frames_out}, {"bytes_out", c.bytes_out},
-           {"dropped_random", c.dropped_random}, {"dropped_full", c.dropped_full},
-           {"dropped_oversize", c.dropped_oversize}, {"send_errors", c.send_errors},
-           {"queued", c.queued}, {"queued_max", c.queued_max},
+          {{"delay_ms", lp.delay_ms},
+           {"jitter_ms", lp.jitter_ms},
+           {"rate_bps", lp.rate_bps},
+           {"drop", lp.drop},
+           {"limit", lp.limit},
+           {"frames_in", c.frames_in},
+           {"bytes_in", c.bytes_in},
+           {"frames_out", c.frames_out},
+           {"bytes_out", c.bytes_out},
+           {"dropped_random", c.dropped_random},
+           {"dropped_full", c.dropped_full},
+           {"dropped_oversize", c.dropped_oversize},
+           {"send_errors", c.send_errors},
+           {"queued", c.queued},
+           {"queued_max", c.queued_max},
            {"late_us_mean", c.frames_out ? c.late_ns_sum / 1e3 / double(c.frames_out) : 0.0},
            {"late_us_max", c.late_ns_max / 1e3}}}});
   }

@@ -70,7 +70,7 @@ class Shaper {
   ShaperConfig cfg_;
   size_t slot_bytes_;
   std::vector<Port> ports_;
-  std::vector<DelayLine> lines_;  // [ports]: frames leaving through port i
+  std::vector<DelayLine> lines_;               // [ports]: frames leaving through port i
   std::unordered_map<uint64_t, size_t> macs_;  // learnt source MAC -> port
   std::vector<uint8_t> rx_buf_;                // [slot_bytes + 1]
   int sig_fd_ = -1;
