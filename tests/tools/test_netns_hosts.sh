@@ -109,6 +109,12 @@ case $CASE in
     "$H" exec 1 ping -c 1 -W 1 10.77.0.3 >/dev/null 2>&1 && fail "host 3 answers with its cable out"
     mbit=$(transfer 1 2 8000000)
     echo "after host 3's death: 8 MB 1 -> 2 intact at $mbit Mbit/s"
+    # The learning switch sent the transfer to host 2's port only: host 3's
+    # line saw the few broadcasts (ARP), not ~5,500 frames.
+    "$H" stats >"$tmp/stats.json"
+    flooded=$(json "$tmp/stats.json" '[p["egress"]["frames_in"] for p in d["ports"] if p["ifname"] == "h3"][0]')
+    echo "frames offered to host 3's port meanwhile: $flooded"
+    [ "$flooded" -lt 50 ] || fail "$flooded frames offered to host 3's port: the switch floods"
     "$H" link 3 up
     # Host 1 may still be resolving 10.77.0.3 with the probes it sent while
     # the cable was out (1 s apart, 3 of them): what waits on them fails as
