@@ -16,6 +16,11 @@ export KVASIR_NETNS_PREFIX=kvt-$CASE
 tmp=$(mktemp -d)
 trap '"$H" down >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
 
+for tool in ping python3; do
+  command -v "$tool" >/dev/null ||
+    { echo "SKIP ($CASE): no $tool (scripts/setup installs iputils-ping and python3)"; exit 77; }
+done
+
 fail() {  # the shaper's side of the story too
   echo "FAIL ($CASE): $*" >&2
   echo "shaper log: $(cat "/run/kvasir-netns/$KVASIR_NETNS_PREFIX/shaper.log" 2>&1)" >&2
