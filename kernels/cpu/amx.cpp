@@ -28,7 +28,6 @@
 
 #include "base/check.h"
 #include "base/half.h"
-#include "kernels/cpu/kquant.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/simd.h"
 
@@ -98,24 +97,6 @@ void pack_weights(const TensorView& w, uint64_t row_bytes, int64_t r0, WBlock* o
           const float d = fp16_to_f32(load_u16(blk));
           out[b].d[r] = d;
           out[b].m[r] = q41 ? fp16_to_f32(load_u16(blk + 2)) : -8.f * d;
-        }
-        break;
-      }
-      case DType::Q4_K:
-      case DType::Q5_K: {
-        const bool q5 = w.type == DType::Q5_K;
-        const int64_t bytes = q5 ? kq::kQ5KBytes : kq::kQ4KBytes;
-        for (int64_t sb = 0; sb < cols / kq::kSuper; ++sb) {
-          const uint8_t* blk = row + sb * bytes;
-          const float d = kq::half_at(blk), dmin = kq::half_at(blk + 2);
-          for (int s = 0; s < kq::kSuper / kK; ++s) {
-            WBlock& o = out[sb * (kq::kSuper / kK) + s];
-            uint8_t sc, m;
-            kq::scale_min_k4(s, blk + 4, sc, m);
-            kq::quants_q45(blk, q5, s, o.a[r]);
-            o.d[r] = d * float(sc);
-            o.m[r] = -(dmin * float(m));
-          }
         }
         break;
       }
@@ -404,8 +385,10 @@ void amx_disable(const std::string& why) {
 }
 
 bool amx_supports(DType type) {
-  return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1 || type == DType::Q4_K ||
-         type == DType::Q5_K;
+  // Not the K-quants: their activations are quantised per 256 (BlockQ8K)
+  // and their sub-block scales applied in int32, which the per-32 tiles
+  // here do not reproduce; the AVX-512 K-quant batch kernel runs them.
+  return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_1;
 }
 
 void amx_matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool* pool,

@@ -12,11 +12,12 @@
 //
 // Method (amx.cpp): y = x · Wᵀ per block of 32 as C[16 weight rows][16
 // activation rows] int32 = A · B, A = the block's 16 × 32 weight bytes
-// (Q8_0: s8, TDPBSSD; Q4_0/Q4_1/Q4_K/Q5_K: the unsigned quants as u8, TDPBUSD),
+// (Q8_0: s8, TDPBSSD; Q4_0/Q4_1: the unsigned quants as u8, TDPBUSD),
 // B = the 16 activation rows' 32 int8 in the tiles' 4-byte-interleaved
 // layout (8 rows × 64 bytes, built once per call); then C is scaled per
 // (weight row, activation row) by d_w·d_x and the offsets m_w·s_x added, in
-// f32 (AVX-512). Q6_K (sub-blocks of 16) stays on the AVX-512 kernels.
+// f32 (AVX-512). The K-quants stay on the AVX-512 kernels: their
+// activations are blocks of 256 (matmul_kquant.cpp), not these tiles' 32.
 #pragma once
 
 #include <cstdint>

@@ -34,6 +34,13 @@ bool is_float(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16;
 }
 
+// The form a weight type's kernels take the activations in: f32 as they are,
+// 8-bit blocks of 32 (BlockQ8x) or of 256 (BlockQ8K, the K-quants).
+enum class ActKind { kF32, kQ8x, kQ8K };
+ActKind act_kind(DType t) {
+  return is_kquant(t) ? ActKind::kQ8K : is_quant(t) ? ActKind::kQ8x : ActKind::kF32;
+}
+
 // Row bytes of w after checking type, shape and size.
 uint64_t checked_row_bytes(const TensorView& w) {
   KV_CHECK(is_quant(w.type) || is_float(w.type), "matmul: weight type {} is not supported on CPU",
@@ -161,32 +168,45 @@ void decode_rows(detail::DotFn dot, const uint8_t* w, uint64_t row_bytes, const 
 }
 
 // The activations in a kernel's input form: x itself, or [n, nb] Q8 blocks
-// quantised at `level` into the calling thread's grow-only buffer (valid
-// until that thread's next call).
+// (BlockQ8x, or BlockQ8K for the K-quants) quantised at `level` into the
+// calling thread's grow-only buffer (valid until that thread's next call).
 struct Activations {
   const void* data = nullptr;
   int64_t stride = 0;     // in elements of the kernel's input
   int64_t row_bytes = 0;  // one row of them
   size_t elem = 0;        // bytes of one element
-  detail::SplitQ8 split;  // the Q8 blocks split, where a K-quant batch kernel runs
 };
 
-Activations prepare_activations(const float* x, int64_t n, int64_t cols, bool quant,
-                                SimdLevel level, ThreadPool* pool) {
-  if (!quant) return {x, cols, cols * 4, sizeof(float), {}};
-  thread_local std::vector<BlockQ8x> xq;  // grow-only
-  const int64_t nb = cols / kQK;
+// x [n, cols] into [n, cols / kPer] blocks by quantize_row.
+template <class Block, int kPer>
+Activations quantize_rows(const float* x, int64_t n, int64_t cols, SimdLevel level,
+                          ThreadPool* pool,
+                          void (*quantize_row)(const float*, int64_t, Block*, SimdLevel)) {
+  thread_local std::vector<Block> xq;  // grow-only
+  const int64_t nb = cols / kPer;
   if (xq.size() < size_t(n * nb)) xq.resize(size_t(n * nb));
-  BlockQ8x* xqp = xq.data();
+  Block* xqp = xq.data();
   auto quantize = [&](int64_t b, int64_t e, int) {
-    for (int64_t i = b; i < e; ++i)
-      detail::quantize_row_q8x(x + i * cols, cols, xqp + i * nb, level);
+    for (int64_t i = b; i < e; ++i) quantize_row(x + i * cols, cols, xqp + i * nb, level);
   };
   if (pool && n * cols >= (int64_t(1) << 16))
     pool->parallel_for(n, quantize);
   else
     quantize(0, n, 0);
-  return {xqp, nb, nb * int64_t(sizeof(BlockQ8x)), sizeof(BlockQ8x), {}};
+  return {xqp, nb, nb * int64_t(sizeof(Block)), sizeof(Block)};
+}
+
+Activations prepare_activations(const float* x, int64_t n, int64_t cols, ActKind kind,
+                                SimdLevel level, ThreadPool* pool) {
+  switch (kind) {
+    case ActKind::kQ8x:
+      return quantize_rows<BlockQ8x, kQK>(x, n, cols, level, pool, detail::quantize_row_q8x);
+    case ActKind::kQ8K:
+      return quantize_rows<detail::BlockQ8K, detail::kQK_K>(x, n, cols, level, pool,
+                                                            detail::quantize_row_q8k);
+    default:
+      return {x, cols, cols * 4, sizeof(float)};
+  }
 }
 
 // One weight's product, ready to run on any range of its output rows.
@@ -215,7 +235,8 @@ void run_rows(const RowJob& j, const Activations& a, int64_t r0, int64_t r1) {
     return j.batch(j.w, int64_t(j.row_bytes), r0, r1, static_cast<const float*>(a.data), j.n,
                    j.cols, j.y, j.rows);
   if (j.kbatch)
-    return j.kbatch(j.w, int64_t(j.row_bytes), r0, r1, a.split, j.n, j.cols, j.y, j.rows);
+    return j.kbatch(j.w, int64_t(j.row_bytes), r0, r1, static_cast<const detail::BlockQ8K*>(a.data),
+                    j.n, j.cols, j.y, j.rows);
   const int64_t tile = act_tile(a.row_bytes);
   const int max_nw = g_max_nw.load(std::memory_order_relaxed);
   for (int64_t rb = r0; rb < r1; rb += kRowTile) {
@@ -253,15 +274,6 @@ RowJob row_job(const TensorView& w, uint64_t row_bytes, int64_t n, float* y, Sim
   return j;
 }
 
-// The split activations for the jobs whose batch kernel takes them.
-void split_for(const RowJob* jobs, int count, Activations& a, int64_t n, ThreadPool* pool) {
-  for (int i = 0; i < count; ++i)
-    if (jobs[i].kbatch) {
-      a.split = detail::split_q8(static_cast<const BlockQ8x*>(a.data), n, a.stride, pool);
-      return;
-    }
-}
-
 // Tiny products are not worth waking the pool.
 bool worth_the_pool(const ThreadPool* pool, int64_t rows, int64_t n, int64_t cols) {
   return pool && pool->size() > 1 && rows >= 2 * kRowTile &&
@@ -274,8 +286,7 @@ void matmul_checked(const TensorView& w, uint64_t row_bytes, const float* x, int
   if (n == 0 || rows == 0) return;
   KV_CHECK(x != nullptr, "matmul: null activation");
   const RowJob job = row_job(w, row_bytes, n, y, level);
-  Activations a = prepare_activations(x, n, cols, is_quant(w.type), level, pool);
-  split_for(&job, 1, a, n, pool);
+  const Activations a = prepare_activations(x, n, cols, act_kind(w.type), level, pool);
   auto body = [&](int64_t r0, int64_t r1, int) { run_rows(job, a, r0, r1); };
   if (worth_the_pool(pool, rows, n, cols))
     pool->parallel_for(rows, body);
@@ -299,15 +310,16 @@ void matmul_group(const MatmulOut* outs, int count, const float* x, int64_t n, T
   const RowsClass rc = rows_class(n);
   uint64_t row_bytes[kMax];
   SimdLevel level = SimdLevel::kScalar;
-  bool quant = false, fuse = count <= kMax;
+  ActKind kind = ActKind::kF32;
+  bool fuse = count <= kMax;
   for (int i = 0; i < count && fuse; ++i) {
     const TensorView& w = *outs[i].w;
     row_bytes[i] = checked_row_bytes(w);
     const SimdLevel l = detail::kernel_level(w.type, rc, w.cols());
     std::shared_ptr<const detail::AmxPacked> kept;
     const bool amx = use_amx(w, rc, n, &kept);
-    if (i == 0) level = l, quant = is_quant(w.type);
-    fuse = !amx && l == level && is_quant(w.type) == quant;
+    if (i == 0) level = l, kind = act_kind(w.type);
+    fuse = !amx && l == level && act_kind(w.type) == kind;
   }
   if (!fuse) {
     for (int i = 0; i < count; ++i) matmul(*outs[i].w, x, n, outs[i].y, pool);
@@ -322,8 +334,7 @@ void matmul_group(const MatmulOut* outs, int count, const float* x, int64_t n, T
   }
   const int64_t total = start[count], cols = outs[0].w->cols();
   if (total == 0) return;
-  Activations a = prepare_activations(x, n, cols, quant, level, pool);
-  split_for(jobs, count, a, n, pool);
+  const Activations a = prepare_activations(x, n, cols, kind, level, pool);
   auto body = [&](int64_t r0, int64_t r1, int) {
     for (int i = 0; i < count; ++i) {
       const int64_t b = std::max(r0, start[i]), e = std::min(r1, start[i + 1]);

@@ -22,6 +22,20 @@ struct BlockQ8x {
 };
 static_assert(sizeof(BlockQ8x) == 40);
 
+// 256 activations quantised to 8 bits for K-quant weights (llama.cpp's
+// block_q8_K numerics): x ≈ d·q with one f32 d = amax/127 per super-block,
+// so a K-quant super-block's sub-block scales apply to integer sums and the
+// f32 work is one product per super-block. bsums[k] = Σ q over weights
+// 16k..16k+15 (Q4_K/Q5_K's mins term). q first and 64-byte aligned: a pair
+// of sub-blocks is one aligned 64-byte load.
+constexpr int kQK_K = 256;
+struct alignas(64) BlockQ8K {
+  int8_t q[kQK_K];
+  int16_t bsums[kQK_K / 16];
+  float d;
+};
+static_assert(sizeof(BlockQ8K) == 320);
+
 inline uint16_t load_u16(const uint8_t* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
@@ -31,8 +45,8 @@ inline uint16_t load_u16(const uint8_t* p) {
 // A register tile: nw (1..kMaxNW) weight rows × nx (1..kMaxNX) activation rows.
 //   y[i + j * y_stride] = dot(w + i * w_stride, x_j),   x_j = x + j * x_stride
 // (w_stride in bytes, x_stride in elements of x's type). x is const float*
-// for F32/F16/BF16 weights and const BlockQ8x* for quantised ones (then
-// cols / 32 blocks per row).
+// for F32/F16/BF16 weights, const BlockQ8x* for Q8_0/Q4_0/Q4_1/Q5_0 (cols /
+// 32 blocks per row) and const BlockQ8K* for the K-quants (cols / 256).
 constexpr int kMaxNW = 2, kMaxNX = 4;
 using DotFn = void (*)(const uint8_t* w, int64_t w_stride, int nw, const void* x, int64_t x_stride,
                        int nx, int64_t cols, float* y, int64_t y_stride);
@@ -78,25 +92,13 @@ using BatchFn = void (*)(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_
 // nullptr where the type has none at the level (then the DotFn tiles run).
 BatchFn float_batch_kernel(DType type, SimdLevel level);
 
-// The 8-bit activations of a K-quant batch (kquant_batch_kernel) split into
-// arrays, so that one 64-byte load gives a pair of blocks' quants: block b of
-// row j has its quants at q[(j * nb + b) * 32], its d and s at d/s[j * nb + b].
-struct SplitQ8 {
-  const int8_t* q = nullptr;  // [n, nb * 32]
-  const float* d = nullptr;   // [n, nb]
-  const float* s = nullptr;   // [n, nb]
-};
-// x[n, nb] split into the calling thread's grow-only buffer (valid until its
-// next call), on the pool when it is worth it.
-SplitQ8 split_q8(const BlockQ8x* x, int64_t n, int64_t nb, ThreadPool* pool);
-
 // A K-quant batch kernel (from 8 activation rows, matmul.cpp
 // kKQuantBatchRows): output rows [r0, r1) for every activation row, the
 // weight's super-blocks unpacked once per call instead of once per register
-// tile (matmul_kquant_batch.cpp). Each output gets exactly the bits the
-// decode tile (DotFn) of the same level gives it.
+// tile (matmul_kquant_batch.cpp). x: [n, cols / 256]. Each output gets
+// exactly the bits the decode tile (DotFn) of the same level gives it.
 using KQuantBatchFn = void (*)(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1,
-                               const SplitQ8& x, int64_t n, int64_t cols, float* y,
+                               const BlockQ8K* x, int64_t n, int64_t cols, float* y,
                                int64_t y_stride);
 // nullptr where the type has none at the level (then the DotFn tiles run).
 KQuantBatchFn kquant_batch_kernel(DType type, SimdLevel level);
@@ -142,5 +144,8 @@ bool cpu_has_evex_vnni256();
 // Quantises x[cols] (cols % 32 == 0) into cols / 32 blocks. Every level gives
 // bit-identical blocks (round half to even, same scale arithmetic).
 void quantize_row_q8x(const float* x, int64_t cols, BlockQ8x* out, SimdLevel level);
+// Quantises x[cols] (cols % 256 == 0) into cols / 256 blocks for the
+// K-quant kernels; bit-identical blocks at every level, likewise.
+void quantize_row_q8k(const float* x, int64_t cols, BlockQ8K* out, SimdLevel level);
 
 }  // namespace kvasir::cpu::detail

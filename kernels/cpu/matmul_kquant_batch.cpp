@@ -1,14 +1,14 @@
-// The K-quant batch kernel (n >= 4 activation rows): Q4_K, Q5_K and Q6_K at
+// The K-quant batch kernel (n >= 8 activation rows): Q4_K, Q5_K and Q6_K at
 // the 512-bit levels. The decode tiles (matmul_kquant_avx512.inc) decode a
 // super-block's packed scales and split its quants inside every 2 × 4
 // register tile: in a prefill each weight super-block was decoded again for
-// every 4 activation rows, and the activations' d and s gathered again for
-// every 2 weight rows. Here a block of weight rows is unpacked once per call
-// into the thread's scratch (quants as bytes, the scales as the decode tile
-// forms them), the activations are split once per call into arrays, and the
-// register tile grows to 4 × 4. The f32 arithmetic of an output is the
-// decode tile's, in its order: the same bits (docs/kernels.md, "K-quant
-// batch kernel", has why the weights are unpacked per call, not kept).
+// every 4 activation rows. Here a block of weight rows is unpacked once per
+// call into the thread's scratch (quants as bytes, the sub-block scales as
+// the int16 vectors the decode tile permutes them into), and the register
+// tile grows to 4 × 4. The integer sums and the f32 arithmetic of an output
+// are the decode tile's, in its order: the same bits (docs/kernels.md,
+// "K-quant batch kernel", has why the weights are unpacked per call, not
+// kept).
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -24,7 +24,7 @@
 namespace kvasir::cpu::detail {
 namespace {
 
-constexpr int kSubs = kq::kSuper / kQK;  // activation blocks per super-block (8)
+constexpr int kSubs = kq::kSuper / kQK;  // sub-blocks of 32 per super-block (8)
 
 #ifdef KV_HAVE_X86
 
@@ -33,8 +33,9 @@ using kq::unpack_scales_k4;
 // One super-block of one weight row, unpacked for the batch tiles.
 struct alignas(64) Unpacked {  // Q4_K, Q5_K
   uint8_t q[kq::kSuper];       // sub-block s at [32 s, 32 s + 32): 0..15 (Q5_K 0..31)
-  float dsc[kSubs];            // d·sc[s]
-  float dm[kSubs];             // dmin·m[s]
+  int16_t sc[kSubs / 2][32];   // pair k: lanes 0-15 sc[2k], 16-31 sc[2k+1]
+  int16_t m[2 * kSubs];        // m[s] twice: vpmaddwd with the bsums gives M[s]
+  float d, dmin;
 };
 struct alignas(64) Unpacked6 {  // Q6_K
   uint8_t q[kq::kSuper];        // block c at [32 c, 32 c + 32): q + 32, 0..63
@@ -53,9 +54,9 @@ struct Format<DType::Q6_K> {
   static constexpr int64_t kBytes = kq::kQ6KBytes;
 };
 
-// Weight rows unpacked at a time: 16 rows of 2048 columns are 40 KiB of
-// scratch (Q6_K 72 KiB; of 8192 columns four times that): they stay in L2
-// while every activation row passes over them.
+// Weight rows unpacked at a time: 16 rows of 2048 columns are 72 KiB of
+// scratch (of 8192 columns four times that): they stay in L2 while every
+// activation row passes over them.
 constexpr int64_t kBlockRows = 16;
 constexpr int kTileW = 4, kTileX = 4;  // register tile: 16 accumulators of 32
 
@@ -75,50 +76,28 @@ U* scratch_for(int64_t count) {
 #endif
 #define KV_ISA avx512
 #define KV_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
-#define KV_DOT_U8S8_512(a, b) _mm512_madd_epi16(_mm512_maddubs_epi16(a, b), _mm512_set1_epi16(1))
+#define KV_MADD_ACC_512(acc, a, b) _mm512_add_epi32(acc, _mm512_madd_epi16(a, b))
 #define KV_WITH_Q6 1
 #include "kernels/cpu/matmul_kquant_batch_avx512.inc"
 #undef KV_WITH_Q6
 #undef KV_ISA
 #undef KV_TARGET
-#undef KV_DOT_U8S8_512
+#undef KV_MADD_ACC_512
 
 #define KV_ISA avx512_vnni
 #define KV_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
-#define KV_DOT_U8S8_512(a, b) _mm512_dpbusd_epi32(_mm512_setzero_si512(), a, b)
+#define KV_MADD_ACC_512(acc, a, b) _mm512_dpwssd_epi32(acc, a, b)
 #define KV_WITH_Q6 0
 #include "kernels/cpu/matmul_kquant_batch_avx512.inc"
 #undef KV_WITH_Q6
 #undef KV_ISA
 #undef KV_TARGET
-#undef KV_DOT_U8S8_512
+#undef KV_MADD_ACC_512
 #pragma GCC diagnostic pop
 
 #endif  // KV_HAVE_X86
 
 }  // namespace
-
-SplitQ8 split_q8(const BlockQ8x* x, int64_t n, int64_t nb, ThreadPool* pool) {
-  thread_local std::vector<int8_t> q;  // grow-only, as the Q8 blocks
-  thread_local std::vector<float> ds;
-  const size_t blocks = size_t(n * nb);
-  if (q.size() < blocks * kQK) q.resize(blocks * kQK);
-  if (ds.size() < 2 * blocks) ds.resize(2 * blocks);
-  int8_t* qp = q.data();
-  float *dp = ds.data(), *sp = ds.data() + blocks;
-  auto split = [&](int64_t b, int64_t e, int) {
-    for (int64_t i = b * nb; i < e * nb; ++i) {
-      std::memcpy(qp + i * kQK, x[i].q, kQK);
-      dp[i] = x[i].d;
-      sp[i] = x[i].s;
-    }
-  };
-  if (pool && n * nb * kQK >= (int64_t(1) << 16))
-    pool->parallel_for(n, split);
-  else
-    split(0, n, 0);
-  return {qp, dp, sp};
-}
 
 KQuantBatchFn kquant_batch_kernel(DType type, SimdLevel level) {
 #ifdef KV_HAVE_X86

@@ -213,13 +213,17 @@ inline std::vector<float> dequant_row(const TensorView& w, int64_t r) {
 // Also returns abs_sum[j, r] = Σ|w||x| (for tolerances) and, for quantised
 // types, qerr[j, r] = the bound Σ_blocks Σ|w| · amax(x_block) / 254 on the
 // error of 8-bit activation quantisation (round to nearest: |x - d q| ≤ d/2,
-// d = amax / 127).
+// d = amax / 127). The activation blocks are of 32 but of 256 for the
+// K-quants (BlockQ8K, as llama.cpp's Q8_K), so their amax, and the bound,
+// is taken per 256.
 struct MatmulRef {
   std::vector<double> y, abs_sum, qerr;  // [n, rows]
 };
 
 inline MatmulRef matmul(const TensorView& w, const float* x, int64_t n) {
   const int64_t rows = w.rows(), cols = w.cols();
+  const bool kquant = w.type == DType::Q4_K || w.type == DType::Q5_K || w.type == DType::Q6_K;
+  const int64_t act_block = kquant ? 256 : 32;
   MatmulRef out;
   out.y.assign(size_t(n * rows), 0.0);
   out.abs_sum.assign(size_t(n * rows), 0.0);
@@ -229,9 +233,9 @@ inline MatmulRef matmul(const TensorView& w, const float* x, int64_t n) {
     for (int64_t j = 0; j < n; ++j) {
       const float* xj = x + j * cols;
       double s = 0, a = 0, q = 0;
-      for (int64_t c0 = 0; c0 < cols; c0 += 32) {
+      for (int64_t c0 = 0; c0 < cols; c0 += act_block) {
         double amax = 0, wabs = 0;
-        for (int64_t c = c0; c < std::min(c0 + 32, cols); ++c) {
+        for (int64_t c = c0; c < std::min(c0 + act_block, cols); ++c) {
           s += double(wr[size_t(c)]) * xj[c];
           a += std::fabs(double(wr[size_t(c)]) * xj[c]);
           amax = std::max(amax, std::fabs(double(xj[c])));

@@ -6,10 +6,13 @@
 //    (d = amax/127, |x - d·q| ≤ d/2), so |y - ref| ≤ Σ_blocks Σ|w|·amax/254;
 //    we allow 1.01 × that bound + 1e-5·A + 1e-6. ref uses the dequantised
 //    weights and the f32 activations, in double.
-//    The K-quants (Q4_K, Q5_K, Q6_K) use the same activation blocks and bound.
+//    The K-quants (Q4_K, Q5_K, Q6_K) quantise activations per 256 (BlockQ8K,
+//    llama.cpp's Q8_K): the same bound with amax taken per 256 (reference.h).
 //  - every SIMD level vs scalar: the integer block sums are identical, only
 //    the f32 summation order differs: |y_level - y_scalar| ≤ 1e-5·A + 1e-6.
-//    Levels the CPU lacks are skipped, naming the missing flags.
+//    The K-quants do the same f32 operations in the same order at every
+//    level: the scalar bits exactly. Levels the CPU lacks are skipped,
+//    naming the missing flags.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -163,6 +166,33 @@ TEST_P(EveryLevel, AgreesTightlyWithScalar) {
       }
     }
   }
+}
+
+// The K-quants at every level this CPU has (256- and 512-bit tiles, the
+// batch kernel from 8 rows) give the scalar path's bits: the same int32
+// lanes per super-block and the same f32 operations (matmul_kquant.cpp).
+TEST(Matmul, KQuantLevelsGiveTheScalarBits) {
+  SimdGuard guard;
+  std::mt19937 rng(77);
+  for (DType t : kKTypes)
+    for (int64_t cols : {256, 768, 2304})
+      for (int64_t n : {1, 2, 3, 5, 8, 16}) {
+        const int64_t rows = 37;
+        const auto w = ref::random_weight(t, rows, cols, rng);
+        const auto x = random_x(n, cols, rng);
+        std::vector<float> ys(size_t(n * rows), NAN);
+        set_simd_level_for_testing(SimdLevel::kScalar);
+        matmul(w.view, x.data(), n, ys.data(), nullptr);
+        for (SimdLevel level : levels()) {
+          set_simd_level_for_testing(level);
+          std::vector<float> yl(ys.size(), NAN);
+          matmul(w.view, x.data(), n, yl.data(), nullptr);
+          for (size_t i = 0; i < ys.size(); ++i)
+            ASSERT_EQ(0, std::memcmp(&yl[i], &ys[i], sizeof(float)))
+                << dtype_name(t) << " n=" << n << " cols=" << cols << " "
+                << simd_level_name(level) << " i=" << i << ": " << yl[i] << " vs " << ys[i];
+        }
+      }
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, EveryLevel, ::testing::Range(1, kSimdLevels),
