@@ -182,6 +182,8 @@ void prefix_view(TopView& v, const json& pc, const json* prev) {
   v.prefix_caching = pc.value("enabled", false);
   v.blocks_cached = int64_t(num(pc, "blocks_cached"));
   v.blocks_evictable = int64_t(num(pc, "blocks_evictable"));
+  v.blocks_swa_cached = int64_t(num(pc, "blocks_swa_cached"));
+  v.blocks_swa_evictable = int64_t(num(pc, "blocks_swa_evictable"));
   double q = num(pc, "queries"), h = num(pc, "hits");
   if (prev) q -= num(*prev, "queries"), h -= num(*prev, "hits");
   v.prefix_hit_rate = q > 0 ? h / q : -1;
@@ -327,6 +329,9 @@ std::string render(const TopView& v) {
         "prefix cache: hit rate {}, {} blocks cached ({} evictable)\n",
         v.prefix_hit_rate < 0 ? std::string("-") : fmt::format("{:.1f}%", v.prefix_hit_rate * 100),
         v.blocks_cached, v.blocks_evictable);
+  if (v.prefix_caching && v.blocks_swa_total > 0)
+    o += fmt::format("prefix cache, sliding-window layers: {} blocks cached ({} evictable)\n",
+                     v.blocks_swa_cached, v.blocks_swa_evictable);
   if (!v.spec_method.empty() && v.spec_method != "none")
     o += fmt::format(
         "speculative ({}): {} of {} draft tokens accepted ({}), mean accepted length {}\n",

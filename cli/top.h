@@ -99,6 +99,8 @@ struct TopView {
   bool prefix_caching = false;
   double prefix_hit_rate = -1;
   int64_t blocks_cached = 0, blocks_evictable = 0;
+  // The same in the sliding-window group's pool (0 without one).
+  int64_t blocks_swa_cached = 0, blocks_swa_evictable = 0;
   // Speculative decoding over the interval (engine.speculative): the
   // drafter ("" or "none": off), draft tokens proposed and accepted, and
   // drafting rows, whence the acceptance rate and the mean accepted length

@@ -84,6 +84,8 @@ json prefix_cache_json(const EngineStats& s) {
           {"hit_rate", hit_rate(s)},
           {"blocks_cached", s.blocks_cached},
           {"blocks_evictable", s.blocks_evictable},
+          {"blocks_swa_cached", s.blocks_swa_cached},
+          {"blocks_swa_evictable", s.blocks_swa_evictable},
           {"resets", s.prefix_resets}};
 }
 
@@ -325,6 +327,11 @@ std::string ApiService::Impl::metrics_text() {
           double(s.blocks_swa_total));
     gauge(out, "kvasir_kv_sliding_blocks_free", "Sliding-window group's free KV blocks",
           double(s.blocks_swa_free));
+    gauge(out, "kvasir_kv_sliding_blocks_cached",
+          "Sliding-window group's KV blocks a later prompt may reuse", double(s.blocks_swa_cached));
+    gauge(out, "kvasir_kv_sliding_blocks_evictable",
+          "Sliding-window group's cached KV blocks no sequence holds (counted as free)",
+          double(s.blocks_swa_evictable));
   }
   gauge(out, "kvasir_kv_blocks_cached", "KV blocks whose prefix a later prompt may reuse",
         double(s.blocks_cached));

@@ -243,6 +243,8 @@ void Bridge::publish_stats() {
   stats_.prefix_caching = cfg_.limits.prefix_caching;
   stats_.blocks_cached = s.blocks_cached;
   stats_.blocks_evictable = s.blocks_evictable;
+  stats_.blocks_swa_cached = s.blocks_swa_cached;
+  stats_.blocks_swa_evictable = s.blocks_swa_evictable;
   stats_.prefix_queries = s.prefix_queries;
   stats_.prefix_hits = s.prefix_hits;
   stats_.prefix_resets = s.prefix_resets;

@@ -161,6 +161,9 @@ struct EngineStats {
   // later prompt may reuse, held or not, blocks_evictable the unheld ones.
   bool prefix_caching = false;
   int64_t blocks_cached = 0, blocks_evictable = 0;
+  // The same two counts in the sliding-window group's pool (0 without one;
+  // its blocks are cached under the full group's entries, hybrid_cache.h).
+  int64_t blocks_swa_cached = 0, blocks_swa_evictable = 0;
   // Tokens looked up in the cache when sequences started (or restarted
   // after a preemption), and of those, tokens found: hits / queries is the
   // hit rate.

@@ -648,6 +648,8 @@ SchedulerStats Scheduler::stats() const {
   }
   st.blocks_swa_total = swa_.total();
   st.blocks_swa_free = swa_.free();
+  st.blocks_swa_cached = swa_.on() ? swa_.pool().cached() : 0;
+  st.blocks_swa_evictable = swa_.on() ? swa_.pool().evictable() : 0;
   st.blocks_cached = blocks_.cached();
   st.blocks_evictable = blocks_.evictable();
   st.prefix_queries = cap_.prefix_queries();

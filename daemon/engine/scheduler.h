@@ -163,8 +163,11 @@ struct SchedulerStats {
   int64_t blocks_cached = 0, blocks_evictable = 0;
   int64_t prefix_queries = 0, prefix_hits = 0;  // tokens looked up, and found
   int64_t prefix_resets = 0;                    // the cache emptied (requeue_all)
-  // The sliding-window group (0 and 0 without one): its own pool.
+  // The sliding-window group (0 and 0 without one): its own pool, and of
+  // it, like blocks_cached / blocks_evictable, the cached blocks and the
+  // unheld ones among them (counted as free).
   int64_t blocks_swa_total = 0, blocks_swa_free = 0;
+  int64_t blocks_swa_cached = 0, blocks_swa_evictable = 0;
   // Speculative decoding: its method's name and what it did.
   const char* spec_method = "none";
   SpecCounts spec;

@@ -115,6 +115,15 @@ TEST(SlidingE2E, Gemma3FreedWindowMatchesTheMaskingReference) {
     // first's window blocks before position 688 were still cached (slid
     // past, they went to the evictable list; the pool never ran short).
     EXPECT_EQ(run.stats.prefix_hits, caching ? 688 : 0) << tag;
+    // The engine's stats count the sliding pool's cache: at least the
+    // blocks the hit needed there (entries 11..42, the window of position
+    // 688: from 688 - 511 = 177), all unheld now; none without caching.
+    if (caching) {
+      EXPECT_GE(run.stats.blocks_swa_cached, 32) << tag;
+    } else {
+      EXPECT_EQ(run.stats.blocks_swa_cached, 0) << tag;
+    }
+    EXPECT_EQ(run.stats.blocks_swa_evictable, run.stats.blocks_swa_cached) << tag;
   }
 }
 

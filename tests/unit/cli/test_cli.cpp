@@ -186,6 +186,15 @@ TEST(Top, PrefixCacheHitRateOverTheInterval) {
   EXPECT_NE(render(make_view(b, &b, 1.0)).find("hit rate -,"), std::string::npos);  // no lookup
   EXPECT_EQ(render(make_view(snapshot(11, {0.5, 0.5}), nullptr, 1.0)).find("prefix cache"),
             std::string::npos);  // an older daemon, or caching off
+  EXPECT_EQ(render(v).find("sliding-window layers: "), std::string::npos);  // no sliding group
+  b["engine"]["blocks_swa_total"] = 40;  // a sliding-window group and its cache
+  b["engine"]["blocks_swa_free"] = 30;
+  b["engine"]["prefix_cache"]["blocks_swa_cached"] = 6;
+  b["engine"]["prefix_cache"]["blocks_swa_evictable"] = 4;
+  EXPECT_NE(render(make_view(b, &a, 1.0))
+                .find("prefix cache, sliding-window layers: 6 blocks cached (4 evictable)\n"),
+            std::string::npos)
+      << render(make_view(b, &a, 1.0));
 }
 
 TEST(Top, SpeculativeCountersOverTheInterval) {

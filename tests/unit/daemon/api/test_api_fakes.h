@@ -171,6 +171,10 @@ class FakeEngine : public Engine {
     s.prefix_caching = true;
     s.blocks_cached = 7;
     s.blocks_evictable = 5;
+    s.blocks_swa_total = 40;  // a sliding-window group
+    s.blocks_swa_free = 30;
+    s.blocks_swa_cached = 6;
+    s.blocks_swa_evictable = 4;
     s.prefix_queries = 200;
     s.prefix_hits = 150;
     return s;

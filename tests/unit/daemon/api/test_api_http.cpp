@@ -466,6 +466,8 @@ TEST_F(ApiHttpTest, StatsAndMetricsFromTheRingReport) {
                                                 {"hit_rate", 0.75},
                                                 {"blocks_cached", 7},
                                                 {"blocks_evictable", 5},
+                                                {"blocks_swa_cached", 6},
+                                                {"blocks_swa_evictable", 4},
                                                 {"resets", 0}}));
   std::string m = get("/metrics").body;
   for (const char* line : {
@@ -485,6 +487,10 @@ TEST_F(ApiHttpTest, StatsAndMetricsFromTheRingReport) {
            "# TYPE kvasir_prefix_cache_hits_total counter\n",
            "kvasir_kv_blocks_cached 7\n",
            "kvasir_kv_blocks_evictable 5\n",
+           "kvasir_kv_sliding_blocks_total 40\n",
+           "kvasir_kv_sliding_blocks_free 30\n",
+           "kvasir_kv_sliding_blocks_cached 6\n",
+           "kvasir_kv_sliding_blocks_evictable 4\n",
        })
     EXPECT_NE(m.find(line), std::string::npos) << line << " in\n" << m;
 }

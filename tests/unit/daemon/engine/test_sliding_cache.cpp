@@ -200,6 +200,12 @@ TEST(SchedulerSliding, ASecondRequestWithAPromptLongerThanTheWindowHits) {
   EXPECT_EQ(plain.sch.stats().prefix_hits, 0);
   const SchedulerStats st = slid.sch.stats();
   EXPECT_EQ(st.blocks_swa_free, st.blocks_swa_total);
+  // The stats report the sliding pool's cache: at least the 7 blocks the
+  // hit took stay cached, and nobody holds any once both finished.
+  EXPECT_GE(st.blocks_swa_cached, 7);
+  EXPECT_EQ(st.blocks_swa_evictable, st.blocks_swa_cached);
+  EXPECT_EQ(plain.sch.stats().blocks_swa_cached, 0);
+  EXPECT_EQ(plain.sch.stats().blocks_swa_evictable, 0);
 }
 
 TEST(SchedulerSliding, ChoicesShareAPromptWithoutCopyOnWrite) {
