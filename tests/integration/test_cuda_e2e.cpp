@@ -496,7 +496,8 @@ void expect_device_sampling_matches_host(const KvasirCudaPluginV1& api, KvasirCu
                                          sp.min_p,
                                          sp.top_k,
                                          sp.seed,
-                                         uint64_t(b.rows[r].pos0) + uint64_t(b.rows[r].n_tokens)};
+                                         uint64_t(b.rows[r].pos0) + uint64_t(b.rows[r].n_tokens),
+                                         nullptr};  // unconstrained
   }
   std::vector<int32_t> tok(static_cast<size_t>(n_rows), -1);
   std::vector<float> lp(static_cast<size_t>(n_rows), 0.f);

@@ -674,8 +674,13 @@ TEST(DeferredEngine, RefusesUntilAttached) {
 TEST(DeferredEngine, ReportsThePlannedRingUntilAttached) {
   RingReport planned;
   planned.inflight = 3;
-  planned.stages = {{0, 0, 9, "cpu", 0, 0, 0, 0, 0, 0, "down", 0, {}},
-                    {1, 10, 21, "cuda:0", 0, 0, 0, 0, 0, 0, "down", 0, {}}};
+  planned.stages.resize(2);  // "down", no counters
+  planned.stages[0].last_layer = 9;
+  planned.stages[0].device = "cpu";
+  planned.stages[1].index = 1;
+  planned.stages[1].first_layer = 10;
+  planned.stages[1].last_layer = 21;
+  planned.stages[1].device = "cuda:0";
   DeferredEngine d(planned);
   EXPECT_EQ(d.ring_report().inflight, 3);
   ASSERT_EQ(d.ring_report().stages.size(), 2u);

@@ -51,8 +51,22 @@ class ApiHttpTest : public ::testing::Test {
     ctx.max_model_len = 4096;
     engine_.ring.inflight = 2;
     engine_.ring.in_ring = 1;
-    engine_.ring.stages = {{0, 0, 14, "cpu", 1.5, 0.25, 0.125, 10, 80, 0, "busy", 0.125, {}},
-                           {1, 15, 29, "cpu", 2.5, 0.5, 0.75, 11, 88, 1, "starved", 0.5, {}}};
+    engine_.ring.stages.resize(2);
+    for (int i = 0; i < 2; ++i) {
+      StageReport& s = engine_.ring.stages[size_t(i)];
+      s.index = i;
+      s.first_layer = i == 0 ? 0 : 15;
+      s.last_layer = i == 0 ? 14 : 29;
+      s.device = "cpu";
+      s.busy_s = i == 0 ? 1.5 : 2.5;
+      s.starved_s = i == 0 ? 0.25 : 0.5;
+      s.blocked_s = i == 0 ? 0.125 : 0.75;
+      s.batches = i == 0 ? 10 : 11;
+      s.tokens = i == 0 ? 80 : 88;
+      s.refused = uint64_t(i);
+      s.state = i == 0 ? "busy" : "starved";
+      s.state_s = i == 0 ? 0.125 : 0.5;
+    }
     engine_.ring.stages[1].simd = "cpu:avx2 amx:no q4_1/decode:avx2";
     engine_.ring.stages[1].position = 1;
     engine_.ring.stages[1].handoff_s = 0.25;

@@ -94,6 +94,7 @@ std::vector<int32_t> toks(int n, int32_t base = 0) {
 // A sequence's life in the cache: look up, reuse, grow to `n` tokens,
 // cache the full blocks (written by batch `writer`).
 struct Seq {
+  explicit Seq(std::vector<int32_t> t = {}) : tokens(std::move(t)) {}
   std::vector<int32_t> tokens, table;
   CacheCursor cur;
   int64_t hit = 0;
@@ -343,7 +344,9 @@ TEST(PrefixCache, NoLeakAndConsistentCountsUnderChurn) {
         for (int32_t b : q.table) holders[b]++;
       for (auto [b, n] : holders) {
         ASSERT_EQ(bm.pool().refs(b), n) << "block " << b;
-        if (n > 1) ASSERT_TRUE(bm.pool().is_cached(b)) << "an uncached block in two tables";
+        if (n > 1) {
+          ASSERT_TRUE(bm.pool().is_cached(b)) << "an uncached block in two tables";
+        }
       }
       ASSERT_EQ(int32_t(holders.size()) + bm.free(), bm.total());
     }
