@@ -26,6 +26,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -428,6 +429,51 @@ using T = std::vector<std::string>;
 // The generated tokens of every request.
 inline std::map<RequestId, std::vector<int32_t>> outputs(const Sim& sim) {
   return sim.out;
+}
+
+// A random trial of the caches' tests: n_req requests, make(rng, id) each,
+// arrive one step in three at random into both `sim` (the scheduler under
+// test) and `off` (caching off), while `sim` forms batches and completes the
+// oldest one each step, or with `failures` loses it one step in eight.
+// `off` then runs to the end. Stops early on a test failure.
+template <class Make>
+void random_arrivals(Sim& sim, Sim& off, std::mt19937_64& rng, int n_req, bool failures,
+                     Make make) {
+  int added = 0;
+  for (int step = 0; step < 10000 && (added < n_req || !sim.idle()); ++step) {
+    while (added < n_req && rng() % 3 == 0) {
+      const GenRequest g = make(rng, added + 1);
+      sim.add(RequestId(added + 1), g);
+      off.add(RequestId(added + 1), g);
+      added++;
+    }
+    sim.fill();
+    if (::testing::Test::HasFailure()) return;
+    if (sim.ring.empty()) continue;
+    if (failures && rng() % 8 == 0)
+      sim.fail_oldest();
+    else
+      sim.complete();
+  }
+  off.run();
+}
+
+// After random_arrivals: every request of `sim` that did not fail has
+// `off`'s output. Returns how many failed (FinishReason::kError).
+inline int64_t same_outputs_but_errors(const Sim& sim, const Sim& off, int trial) {
+  const auto tokens = [](const Sim& s, uint64_t k) {
+    const auto it = s.out.find(k);
+    return it == s.out.end() ? std::vector<int32_t>{} : it->second;
+  };
+  int64_t failed = 0;
+  for (const auto& [k, f] : sim.finish) {
+    if (f == FinishReason::kError) {
+      failed++;
+      continue;
+    }
+    EXPECT_EQ(tokens(sim, k), tokens(off, k)) << "trial " << trial << " request " << k;
+  }
+  return failed;
 }
 
 // A batch of one row per request answered with the given tokens.

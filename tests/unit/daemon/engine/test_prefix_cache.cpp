@@ -488,32 +488,13 @@ TEST(PrefixCache, RandomFailedBatchesNeverLeaveABadHit) {
     Sim sim(clim(p, true, 1 + int32_t(rng() % 3)), rng() % 2 ? 1000 : 12);
     Sim off(clim(p, false), 1000);
     sim.strict = false;
-    const int n_req = 6 + int(rng() % 8);
-    int added = 0;
-    for (int step = 0; step < 10000 && (added < n_req || !sim.idle()); ++step) {
-      while (added < n_req && rng() % 3 == 0) {
-        GenRequest g = random_request(rng, added + 1);
-        g.n = 1;
-        sim.add(RequestId(added + 1), g);
-        off.add(RequestId(added + 1), g);
-        added++;
-      }
-      sim.fill();
-      if (sim.ring.empty()) continue;
-      if (rng() % 8 == 0)
-        sim.fail_oldest();
-      else
-        sim.complete();
-    }
-    off.run();
+    random_arrivals(sim, off, rng, 6 + int(rng() % 8), true, [](std::mt19937_64& r, int id) {
+      GenRequest g = random_request(r, id);
+      g.n = 1;
+      return g;
+    });
     ASSERT_TRUE(sim.idle()) << "trial " << trial;
-    for (auto& [k, f] : sim.finish) {
-      if (f == FinishReason::kError) {
-        failed++;
-        continue;
-      }
-      EXPECT_EQ(sim.out[k], off.out[k]) << "trial " << trial << " request " << k;
-    }
+    failed += same_outputs_but_errors(sim, off, trial);
     const SchedulerStats st = sim.sch.stats();
     EXPECT_EQ(st.blocks_free, st.blocks_total);
     requeued += st.requeued;

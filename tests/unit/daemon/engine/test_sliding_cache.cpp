@@ -250,32 +250,10 @@ void random_trials(bool failures) {
     Sim sim(chunked_cached(true, inflight), rng() % 2 ? 400 : 24, 4, {}, kv);
     Sim off(chunked_cached(false), 400, 4, {}, SlidingKv{kv.window, 200});
     sim.strict = !failures;
-    const int n_req = 6 + int(rng() % 8);
-    int added = 0;
-    for (int step = 0; step < 10000 && (added < n_req || !sim.idle()); ++step) {
-      while (added < n_req && rng() % 3 == 0) {
-        const GenRequest g = shared_prefix_request(rng, added + 1);
-        sim.add(RequestId(added + 1), g);
-        off.add(RequestId(added + 1), g);
-        added++;
-      }
-      sim.fill();
-      if (::testing::Test::HasFailure()) return;
-      if (sim.ring.empty()) continue;
-      if (failures && rng() % 8 == 0)
-        sim.fail_oldest();
-      else
-        sim.complete();
-    }
-    off.run();
+    random_arrivals(sim, off, rng, 6 + int(rng() % 8), failures, shared_prefix_request);
+    if (::testing::Test::HasFailure()) return;
     ASSERT_TRUE(sim.idle()) << "trial " << trial;
-    for (auto& [k, f] : sim.finish) {
-      if (f == FinishReason::kError) {
-        failed++;
-        continue;
-      }
-      EXPECT_EQ(sim.out[k], off.out[k]) << "trial " << trial << " request " << k;
-    }
+    failed += same_outputs_but_errors(sim, off, trial);
     const SchedulerStats st = sim.sch.stats();
     EXPECT_EQ(st.blocks_free, st.blocks_total) << "trial " << trial;
     EXPECT_EQ(st.blocks_swa_free, st.blocks_swa_total) << "trial " << trial;
