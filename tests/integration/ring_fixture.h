@@ -37,6 +37,23 @@ namespace kvasir::test {
 // restart in tests/integration/test_stage_kill.sh.
 [[maybe_unused]] static const bool kSimdPinned = setenv("KVASIR_SIMD", "avx2", /*overwrite=*/0) == 0;
 
+// The bridge's config for a ring `sup` started from `cfg`: the plan's rows
+// and tokens, the scheduler's chunk and sequence limits, the KV pools the
+// supervisor sized, the model's vocabulary and context. The scheduler's
+// other settings are its defaults; a test sets what it tries on top.
+inline BridgeConfig ring_bridge_config(const Config& cfg, const ModelConfig& mc,
+                                       const Supervisor& sup) {
+  BridgeConfig bc;
+  bc.limits = SchedLimits{cfg.plan.max_rows, cfg.plan.max_tokens, cfg.scheduler.chunk_size,
+                          cfg.scheduler.max_num_seqs};
+  bc.n_blocks = sup.kv_blocks();
+  bc.sliding = SlidingKv{mc.sliding_window, sup.kv_blocks_swa()};
+  bc.block_size = cfg.kv.block_size;
+  bc.vocab = mc.vocab;
+  bc.context_length = mc.context_length;
+  return bc;
+}
+
 inline std::string temp_dir(const std::string& tag) {
   auto d = std::filesystem::temp_directory_path() /
            ("kvasir-" + tag + "-" + std::to_string(getpid()));

@@ -73,12 +73,7 @@ PlanRun run_plan(const std::string& model_path, int n_layers,
     std::filesystem::remove_all(dir);
     return out;
   }
-  BridgeConfig bc;
-  bc.limits = SchedLimits{cfg.plan.max_rows, cfg.plan.max_tokens, cfg.scheduler.chunk_size, 256};
-  bc.n_blocks = sup.kv_blocks();
-  bc.block_size = cfg.kv.block_size;
-  bc.vocab = mc.vocab;
-  bc.context_length = mc.context_length;
+  BridgeConfig bc = ring_bridge_config(cfg, mc, sup);
   out.tokens.resize(prompts.size());
   {
     Bridge engine(sup.segment(), bc, [&] { return sup.health(); });

@@ -82,14 +82,8 @@ Outcome run(const std::string& model_path, int n_layers, const std::vector<Req>&
   opt.recovery = rec;
   Supervisor sup(cfg, mc, opt);
   sup.start();
-  BridgeConfig bc;
-  bc.limits = SchedLimits{cfg.plan.max_rows, cfg.plan.max_tokens, cfg.scheduler.chunk_size, 256};
+  BridgeConfig bc = ring_bridge_config(cfg, mc, sup);
   bc.limits.prefix_caching = caching;
-  bc.n_blocks = sup.kv_blocks();
-  bc.sliding = SlidingKv{mc.sliding_window, sup.kv_blocks_swa()};
-  bc.block_size = cfg.kv.block_size;
-  bc.vocab = mc.vocab;
-  bc.context_length = mc.context_length;
   Outcome o;
   {
     Bridge engine(sup.segment(), bc, [&] { return sup.health(); });

@@ -57,14 +57,8 @@ std::vector<std::vector<int32_t>> run_ring(const std::string& model_path, int n_
   opt.exe = kvasird_path();
   Supervisor sup(cfg, mc, opt);
   sup.start();
-  BridgeConfig bc;
-  bc.limits = SchedLimits{cfg.plan.max_rows, cfg.plan.max_tokens, cfg.scheduler.chunk_size, 256};
+  BridgeConfig bc = ring_bridge_config(cfg, mc, sup);
   bc.limits.policy = policy;
-  bc.n_blocks = sup.kv_blocks();
-  bc.sliding = SlidingKv{mc.sliding_window, sup.kv_blocks_swa()};
-  bc.block_size = cfg.kv.block_size;
-  bc.vocab = mc.vocab;
-  bc.context_length = mc.context_length;
   std::vector<std::vector<int32_t>> out(reqs.size());
   {
     Bridge engine(sup.segment(), bc, [&] { return sup.health(); });

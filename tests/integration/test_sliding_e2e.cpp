@@ -40,16 +40,9 @@ SlidingRun run_sliding(const std::string& model, int n_layers, const std::vector
   opt.exe = kvasird_path();
   Supervisor sup(cfg, mc, opt);
   sup.start();
-  BridgeConfig bc;
-  bc.limits = SchedLimits{cfg.plan.max_rows, cfg.plan.max_tokens, cfg.scheduler.chunk_size,
-                          cfg.scheduler.max_num_seqs};
+  BridgeConfig bc = ring_bridge_config(cfg, mc, sup);
   bc.limits.policy = Policy::kChunked;
   bc.limits.prefix_caching = caching;
-  bc.n_blocks = sup.kv_blocks();
-  bc.sliding = SlidingKv{mc.sliding_window, sup.kv_blocks_swa()};
-  bc.block_size = cfg.kv.block_size;
-  bc.vocab = mc.vocab;
-  bc.context_length = mc.context_length;
   SlidingRun run;
   run.out.resize(reqs.size());
   {

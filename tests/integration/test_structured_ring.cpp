@@ -96,13 +96,7 @@ Outputs run(const std::string& model, int n_layers, const std::vector<Req>& reqs
   opt.recovery.watchdog_floor_s = 1;
   Supervisor sup(cfg, mc, opt);
   sup.start();
-  BridgeConfig bc;
-  bc.limits = SchedLimits{cfg.plan.max_rows, cfg.plan.max_tokens, cfg.scheduler.chunk_size, 256};
-  bc.n_blocks = sup.kv_blocks();
-  bc.sliding = SlidingKv{mc.sliding_window, sup.kv_blocks_swa()};
-  bc.block_size = cfg.kv.block_size;
-  bc.vocab = mc.vocab;
-  bc.context_length = mc.context_length;
+  BridgeConfig bc = ring_bridge_config(cfg, mc, sup);
   bc.eos_ids = eos_ids;
   Outputs out;
   {
