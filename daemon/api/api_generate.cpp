@@ -362,6 +362,8 @@ class Generation : public std::enable_shared_from_this<Generation> {
   void emit_tools(Choice& c, const ToolCallStream::Out& o) {
     c.pending_text.clear();
     begin_stream();
+    if (!o.reasoning.empty())
+      res_->write(sse_event(chat_reasoning_chunk(meta_, o.reasoning, c.index)));
     if (!o.content.empty())
       res_->write(sse_event(
           chat_chunk(meta_, o.content, false, FinishReason::kNone, take_logprobs(c), c.index)));
@@ -418,6 +420,7 @@ class Generation : public std::enable_shared_from_this<Generation> {
         c.tools->push(c.full_text);
         c.tools->finish();
         o.text = c.tools->content();
+        o.reasoning = c.tools->reasoning();
         o.calls = c.tools->calls();
         o.tool_finish = tool_finish(c);
       }
@@ -489,8 +492,12 @@ class Generation : public std::enable_shared_from_this<Generation> {
 namespace {
 
 // The tool-call syntax of a chat request whose output is parsed for calls.
+// A harmony model's chat output is always parsed: its channels carry the
+// reasoning apart from the answer, tools or not.
 std::optional<ToolFormat> tool_format(const CompletionRequest& req, const ModelFacts& facts) {
-  if (!req.chat || req.tool_choice == ToolChoice::kNone) return std::nullopt;
+  if (!req.chat) return std::nullopt;
+  if (facts.tool_format == ToolFormat::kHarmony) return ToolFormat::kHarmony;
+  if (req.tool_choice == ToolChoice::kNone) return std::nullopt;
   return facts.tool_format;
 }
 
@@ -583,11 +590,20 @@ void ApiService::Impl::generate(const HttpRequest& http, const std::shared_ptr<R
   std::vector<int32_t> prompt = chat ? chat_prompt(req.chat_turns) : completion_prompt(req, echo);
   check_context(req, prompt.size());
   const std::optional<ToolFormat> tools = tool_format(req, *ctx.facts);
-  if (tools && (req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed))
+  const bool forced =
+      req.tool_choice == ToolChoice::kRequired || req.tool_choice == ToolChoice::kNamed;
+  // A harmony call opens with control tokens, which no grammar can force.
+  if (tools == ToolFormat::kHarmony && forced)
+    throw ApiError(ErrorCode::kInvalidArgument,
+                   "tool_choice 'required' or a named function is not supported for this model "
+                   "(gpt-oss's harmony format): use 'auto'",
+                   "tool_choice");
+  if (tools && forced)
     req.constraint =
         tool_call_constraint(*tools, req.chat_turns.tools, req.tool_name, req.parallel_tool_calls);
-  // Mistral's call marker is a control token: the parser must see it.
-  if (tools == ToolFormat::kMistral) req.skip_special_tokens = false;
+  // Mistral's and harmony's markers are control tokens: the parser must see them.
+  if (tools == ToolFormat::kMistral || tools == ToolFormat::kHarmony)
+    req.skip_special_tokens = false;
   std::optional<OutputConstraint> constraint = std::move(req.constraint);
   if (constraint && !ctx.grammar)
     throw ApiError(ErrorCode::kInvalidArgument,

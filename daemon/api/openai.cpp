@@ -461,6 +461,7 @@ json chat_response(const ResponseMeta& m, const std::vector<ChoiceOut>& choices,
   json out = json::array();
   for (const ChoiceOut& c : choices) {
     json message = {{"role", "assistant"}, {"content", c.text}};
+    if (!c.reasoning.empty()) message["reasoning_content"] = c.reasoning;
     if (!c.calls.empty()) {
       if (c.text.empty()) message["content"] = nullptr;
       json tc = json::array();
@@ -528,6 +529,17 @@ json chat_chunk(const ResponseMeta& m, const std::optional<std::string>& content
                                     {"delta", delta},
                                     {"logprobs", logprobs},
                                     {"finish_reason", finish_reason_json(f, tool_finish)}}})}};
+}
+
+json chat_reasoning_chunk(const ResponseMeta& m, const std::string& text, int32_t index) {
+  return {{"id", m.id},
+          {"object", "chat.completion.chunk"},
+          {"created", m.created},
+          {"model", m.model},
+          {"choices", json::array({{{"index", index},
+                                    {"delta", {{"reasoning_content", text}}},
+                                    {"logprobs", nullptr},
+                                    {"finish_reason", nullptr}}})}};
 }
 
 json chat_tool_chunk(const ResponseMeta& m, const std::vector<ToolCallDelta>& deltas,

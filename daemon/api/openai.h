@@ -226,6 +226,9 @@ struct ChoiceOut {
   // finish_reason "stop" reads "tool_calls".
   std::vector<ToolCall> calls;
   bool tool_finish = false;
+  // A reasoning model's thinking, apart from the content (harmony's
+  // analysis channel): message.reasoning_content when not empty.
+  std::string reasoning;
 };
 
 // A whole (non-streamed) response: its choices in the order given.
@@ -254,6 +257,9 @@ nlohmann::json chat_chunk(const ResponseMeta& m, const std::optional<std::string
 nlohmann::json chat_chunk(const ResponseMeta& m, const std::optional<std::string>& content,
                           bool with_role, FinishReason f, const nlohmann::json& logprobs,
                           bool index) = delete;
+// delta.reasoning_content (vLLM's reasoning outputs) of choice `index`.
+nlohmann::json chat_reasoning_chunk(const ResponseMeta& m, const std::string& text,
+                                    int32_t index = 0);
 // delta.tool_calls pieces (OpenAI's streaming shape) of choice `index`.
 nlohmann::json chat_tool_chunk(const ResponseMeta& m, const std::vector<ToolCallDelta>& deltas,
                                int32_t index = 0);

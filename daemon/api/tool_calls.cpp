@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "daemon/api/harmony.h"
+
 namespace kvasir {
 
 using nlohmann::ordered_json;
@@ -98,11 +100,14 @@ const char* tool_format_name(ToolFormat f) {
       return "llama3_json";
     case ToolFormat::kMistral:
       return "mistral";
+    case ToolFormat::kHarmony:
+      return "harmony";
   }
   return "hermes";
 }
 
 ToolFormat detect_tool_format(std::string_view src) {
+  if (src.find("<|channel|>") != std::string_view::npos) return ToolFormat::kHarmony;
   if (src.find("[TOOL_CALLS]") != std::string_view::npos) return ToolFormat::kMistral;
   if (src.find("<tool_call>") != std::string_view::npos) return ToolFormat::kHermes;
   if (src.find("<|python_tag|>") != std::string_view::npos ||
@@ -194,10 +199,28 @@ void scan_object(std::string_view s, ToolCallStream::Scan& out) {
 }  // namespace
 
 ToolCallStream::ToolCallStream(ToolFormat f, bool constrained, uint64_t id_seed)
-    : f_(f), constrained_(constrained), seed_(id_seed) {}
+    : f_(f), constrained_(constrained), seed_(id_seed) {
+  if (f == ToolFormat::kHarmony) harmony_ = std::make_unique<HarmonyStream>(id_seed);
+}
+ToolCallStream::ToolCallStream(ToolCallStream&&) noexcept = default;
+ToolCallStream::~ToolCallStream() = default;
 
-std::string ToolCallStream::make_id(size_t index) const {
-  uint64_t h = seed_ ^ (0x9E3779B97F4A7C15ull * (index + 1));
+const std::vector<ToolCall>& ToolCallStream::calls() const {
+  return harmony_ ? harmony_->calls() : calls_;
+}
+bool ToolCallStream::cut() const {
+  return harmony_ ? harmony_->cut() : cut_;
+}
+const std::string& ToolCallStream::content() const {
+  return harmony_ ? harmony_->content() : content_;
+}
+const std::string& ToolCallStream::reasoning() const {
+  static const std::string kNone;
+  return harmony_ ? harmony_->reasoning() : kNone;
+}
+
+std::string tool_call_id(uint64_t seed, size_t index, ToolFormat f) {
+  uint64_t h = seed ^ (0x9E3779B97F4A7C15ull * (index + 1));
   auto next = [&] {
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdull;
@@ -205,13 +228,19 @@ std::string ToolCallStream::make_id(size_t index) const {
     return h;
   };
   static constexpr char kAlnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-  std::string id = f_ == ToolFormat::kMistral ? "" : "call_";
-  const size_t n = f_ == ToolFormat::kMistral ? 9 : 24;  // Mistral's templates take 9
+  std::string id = f == ToolFormat::kMistral ? "" : "call_";
+  const size_t n = f == ToolFormat::kMistral ? 9 : 24;  // Mistral's templates take 9
   for (size_t i = 0; i < n; ++i) id += kAlnum[next() % 62];
   return id;
 }
 
+// Harmony's parser, its Out as this one's.
+static ToolCallStream::Out from_harmony(HarmonyStream::Out o) {
+  return {std::move(o.content), std::move(o.reasoning), std::move(o.deltas)};
+}
+
 ToolCallStream::Out ToolCallStream::push(std::string_view text) {
+  if (harmony_) return from_harmony(harmony_->push(text));
   text_.append(text);
   Out out;
   step(out, false);
@@ -219,6 +248,7 @@ ToolCallStream::Out ToolCallStream::push(std::string_view text) {
 }
 
 ToolCallStream::Out ToolCallStream::finish() {
+  if (harmony_) return from_harmony(harmony_->finish());
   Out out;
   step(out, true);
   if (call_open_) {  // cut short (max_tokens, a stop string): ended as it stands
@@ -363,7 +393,7 @@ void ToolCallStream::update_call(Out& out, const Scan& s, std::string_view body,
   if (!call_open_) {
     if (!s.has_name) return;
     const size_t k = calls_.size();
-    calls_.push_back({make_id(k), s.name, ""});
+    calls_.push_back({tool_call_id(seed_, k, f_), s.name, ""});
     call_open_ = true;
     out.deltas.push_back({k, true, calls_.back().id, s.name, ""});
   }

@@ -15,6 +15,12 @@
 //                marker is a control token: the request's text keeps special
 //                tokens; a forced call, which no grammar can start with a
 //                control token, is the bare array)
+//   harmony      gpt-oss: <|channel|>commentary to=functions.f <|constrain|>json
+//                <|message|>{...}<|call|>, among messages on other channels;
+//                the stream also gives the analysis channel as reasoning
+//                (harmony.h). Every chat request of such a model is parsed,
+//                tools or not; no grammar forces a call (its markers are
+//                control tokens).
 //
 // Streamed and whole responses come from the same parser, so the deltas of
 // a stream assemble into exactly the calls of the whole response: a call's
@@ -24,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -33,14 +40,22 @@
 
 namespace kvasir {
 
-enum class ToolFormat { kHermes, kLlama3Json, kMistral };
+class HarmonyStream;
+
+enum class ToolFormat { kHermes, kLlama3Json, kMistral, kHarmony };
 
 const char* tool_format_name(ToolFormat f);
 
-// The syntax a chat template teaches (from its source text): Mistral's
-// [TOOL_CALLS], Llama 3's "parameters" objects (<|python_tag|> or the
-// "{"name": function name, "parameters": ..." instruction), else Hermes.
+// The syntax a chat template teaches (from its source text): harmony's
+// <|channel|> markers, Mistral's [TOOL_CALLS], Llama 3's "parameters"
+// objects (<|python_tag|> or the "{"name": function name, "parameters":
+// ..." instruction), else Hermes.
 ToolFormat detect_tool_format(std::string_view template_source);
+
+// The id of call `index` of a response whose calls are keyed by `seed`:
+// "call_" and 24 letters or digits (Mistral: 9, no prefix, as its
+// templates take).
+std::string tool_call_id(uint64_t seed, size_t index, ToolFormat f);
 
 // The family's call syntax around each function's parameters schema, as an
 // XGrammar structural tag: one call or more (`parallel`), of `only` if not
@@ -55,12 +70,15 @@ class ToolCallStream {
  public:
   struct Out {
     std::string content;
+    std::string reasoning;  // harmony's analysis channel (reasoning_content)
     std::vector<ToolCallDelta> deltas;
   };
   // constrained: the output is calls by construction (tool_choice required
   // or named), which for mistral starts without its control token. id_seed
   // makes the calls' ids (distinct per request).
   ToolCallStream(ToolFormat f, bool constrained, uint64_t id_seed);
+  ToolCallStream(ToolCallStream&&) noexcept;
+  ~ToolCallStream();
 
   // Text the model wrote (after stop strings): what can be sent now. Text
   // that may begin a call is held back until it is known not to.
@@ -69,13 +87,15 @@ class ToolCallStream {
   // Content that is only whitespace beside calls is dropped.
   Out finish();
 
-  const std::vector<ToolCall>& calls() const { return calls_; }
+  const std::vector<ToolCall>& calls() const;
   // finish() found the last call still open (cut by max_tokens or a stop
   // string): its arguments are not a whole JSON object, so the calls are
   // not reported as complete (finish_reason is not "tool_calls").
-  bool cut() const { return cut_; }
+  bool cut() const;
   // Everything sent as content, finish() included.
-  const std::string& content() const { return content_; }
+  const std::string& content() const;
+  // Everything sent as reasoning (harmony; empty for the others).
+  const std::string& reasoning() const;
 
   struct Scan;  // what is known of one call object (tool_calls.cpp)
 
@@ -86,7 +106,6 @@ class ToolCallStream {
   bool close_step(bool end);
   void emit_content(Out& out, std::string_view text, bool end);
   void update_call(Out& out, const Scan& s, std::string_view body, bool done);
-  std::string make_id(size_t index) const;
 
   ToolFormat f_;
   bool constrained_;
@@ -102,6 +121,7 @@ class ToolCallStream {
   bool cut_ = false;           // finish() ended an open call
   bool expect_close_ = false;  // hermes: a call's object ended; its closing tag next
   bool began_ = false;         // any content or call seen (llama3: calls come first)
+  std::unique_ptr<HarmonyStream> harmony_;  // kHarmony: the parser it is
 };
 
 }  // namespace kvasir

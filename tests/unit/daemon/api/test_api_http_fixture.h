@@ -38,12 +38,15 @@ struct Capture : Responder {
 
 class ApiHttpTest : public ::testing::Test {
  protected:
+  // The fake model's chat template source (its facts are read off it once).
+  virtual std::string template_source() const { return "{{ messages }}"; }
   void SetUp() override {
     static int n = 0;
     sock_path_ =
         "/tmp/kvasir-api-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++) + ".sock";
     ApiContext ctx;
     codec_ = std::make_shared<test::FakeCodec>();
+    codec_->source = template_source();
     ctx.codec = codec_;
     ctx.grammar = grammar_;
     ctx.model_name = "fake-model";

@@ -64,7 +64,7 @@ TEST(ModelFacts, EveryTemplateUnderTestsData) {
       {"microsoft-Phi-4-mini-instruct.jinja", true, false, false, kHermes},
       {"microsoft-phi-4.jinja", false, false, false, kHermes},
       {"mistralai-Mistral-Nemo-Instruct-2407.jinja", true, true, false, kMistral},
-      {"openai-gpt-oss-120b.jinja", true, true, true, kHermes},
+      {"openai-gpt-oss-120b.jinja", true, true, true, kHarmony},
   };
   size_t seen = 0;
   for (const auto& e : std::filesystem::directory_iterator(src("tests/data/chat_templates")))

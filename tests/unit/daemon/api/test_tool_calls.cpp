@@ -22,13 +22,15 @@ using nlohmann::ordered_json;
 struct Parsed {
   std::string content;
   std::vector<ToolCall> calls;
+  std::string reasoning;  // harmony's analysis channel
+  bool cut = false;
 };
 
 Parsed whole(ToolFormat f, const std::string& text, bool constrained = false) {
   ToolCallStream s(f, constrained, 42);
   s.push(text);
   s.finish();
-  return {s.content(), s.calls()};
+  return {s.content(), s.calls(), s.reasoning(), s.cut()};
 }
 
 // Fed in pieces of `step` bytes; the deltas assembled as a client would.
@@ -37,6 +39,7 @@ Parsed streamed(ToolFormat f, const std::string& text, size_t step, bool constra
   Parsed p;
   auto take = [&](const ToolCallStream::Out& o) {
     p.content += o.content;
+    p.reasoning += o.reasoning;
     for (const ToolCallDelta& d : o.deltas) {
       if (d.first) {
         EXPECT_EQ(d.index, p.calls.size());
@@ -59,6 +62,7 @@ Parsed parse_all_ways(ToolFormat f, const std::string& text, bool constrained = 
   for (size_t step = 1; step <= text.size() + 1; ++step) {
     const Parsed s = streamed(f, text, step, constrained);
     EXPECT_EQ(s.content, w.content) << "step " << step;
+    EXPECT_EQ(s.reasoning, w.reasoning) << "step " << step;
     EXPECT_EQ(s.calls.size(), w.calls.size()) << "step " << step;
     for (size_t i = 0; i < std::min(s.calls.size(), w.calls.size()); ++i) {
       EXPECT_EQ(s.calls[i].id, w.calls[i].id);
@@ -177,6 +181,71 @@ std::string read_template(const std::string& name) {
   return ss.str();
 }
 
+// gpt-oss's harmony (daemon/api/harmony.h): channels split into reasoning,
+// content and calls, in every split of the text.
+TEST(ToolCalls, HarmonyChannels) {
+  Parsed p = parse_all_ways(ToolFormat::kHarmony,
+                            "<|channel|>analysis<|message|>Think <|about|> it.<|end|>"
+                            "<|start|>assistant<|channel|>final<|message|>The answer.<|return|>"
+                            "after the turn");
+  EXPECT_EQ(p.reasoning, "Think <|about|> it.");  // a marker-like run that is not one stays
+  EXPECT_EQ(p.content, "The answer.");            // nothing after the turn's end
+  EXPECT_TRUE(p.calls.empty());
+  // A preamble to no one is content; a call addressed in the role part works too.
+  p = parse_all_ways(ToolFormat::kHarmony,
+                     "<|channel|>commentary<|message|>Checking.<|end|>"
+                     "<|start|>assistant to=functions.now<|channel|>commentary json<|message|>{}"
+                     "<|call|>");
+  EXPECT_EQ(p.reasoning, "");
+  EXPECT_EQ(p.content, "Checking.");
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0].name, "now");
+  EXPECT_EQ(p.calls[0].arguments, "{}");
+  EXPECT_EQ(p.calls[0].id.rfind("call_", 0), 0u);
+  EXPECT_FALSE(p.cut);
+}
+
+TEST(ToolCalls, HarmonyCallsAndTheirEnds) {
+  // Two calls, the first ended by <|end|>; the end token itself may never
+  // reach the text (it is the family's end of generation).
+  Parsed p = parse_all_ways(
+      ToolFormat::kHarmony,
+      "<|channel|>analysis<|message|>Two lookups.<|end|>"
+      "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+      "<|message|>{\"city\": \"Oslo\"}<|end|>"
+      "<|start|>assistant<|channel|>commentary to=functions.get_time <|constrain|>json"
+      "<|message|>{\"tz\": \"CET\"}");
+  EXPECT_EQ(p.reasoning, "Two lookups.");
+  EXPECT_EQ(p.content, "");
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(p.calls[0].name, "get_weather");
+  EXPECT_EQ(p.calls[0].arguments, R"({"city": "Oslo"})");
+  EXPECT_EQ(p.calls[1].name, "get_time");
+  EXPECT_EQ(p.calls[1].arguments, R"({"tz": "CET"})");
+  EXPECT_NE(p.calls[0].id, p.calls[1].id);
+  EXPECT_TRUE(p.cut);  // the last one's body was never closed: reported as cut
+  // A call cut before any argument ends as no arguments.
+  p = parse_all_ways(ToolFormat::kHarmony,
+                     "<|channel|>commentary to=functions.f <|constrain|>json<|message|>");
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0].arguments, "{}");
+  EXPECT_TRUE(p.cut);
+}
+
+TEST(ToolCalls, NotHarmonyIsContentAsWritten) {
+  // A constrained answer, or a model that ignores the format: content.
+  for (const std::string text :
+       {"{\"a\": 1}", "Plain words <|channel|>final<|message|>x", "<|chan", "<|channel|>final"}) {
+    const Parsed p = parse_all_ways(ToolFormat::kHarmony, text);
+    EXPECT_EQ(p.content, text);
+    EXPECT_EQ(p.reasoning, "");
+    EXPECT_TRUE(p.calls.empty());
+  }
+  // A header that never reaches <|message|> within its bound is not one.
+  const std::string lost = "<|channel|>" + std::string(600, 'a') + "<|message|>x";
+  EXPECT_EQ(whole(ToolFormat::kHarmony, lost).content, lost);
+}
+
 TEST(ToolCalls, FormatOfEachTemplate) {
   struct Case {
     const char* file;
@@ -190,6 +259,7 @@ TEST(ToolCalls, FormatOfEachTemplate) {
            {"meta-llama-Llama-3.2-3B-Instruct.jinja", ToolFormat::kLlama3Json},
            {"mistralai-Mistral-Nemo-Instruct-2407.jinja", ToolFormat::kMistral},
            {"HuggingFaceTB-SmolLM2-135M-Instruct.jinja", ToolFormat::kHermes},
+           {"openai-gpt-oss-120b.jinja", ToolFormat::kHarmony},
        }) {
     const std::string src = read_template(file);
     ASSERT_FALSE(src.empty()) << file;
