@@ -46,8 +46,9 @@ def body_of(req, opts):
          "stream_options": {"include_usage": True}}
     if opts.get("seed") is not None:
         b["seed"] = opts["seed"]
-    if opts.get("salt"):
-        b["cache_salt"] = opts["salt"]
+    salt = "-".join(s for s in (opts.get("salt"), req.get("salt")) if s)
+    if salt:
+        b["cache_salt"] = salt
     if opts.get("logprobs"):
         b.update(logprobs=True, top_logprobs=0)
     for key in ("tools", "response_format"):

@@ -206,6 +206,19 @@ def measure(a, port, reqs, conc):
     return s, recs
 
 
+def widened(reqs, conc):
+    """The set repeated until each of `conc` streams has a prompt: copy k
+    (from 1) of a prompt gets the id "ID~k" and a cache salt of its own, so
+    it neither reuses another copy's KV nor drafts from another copy's
+    output (the suffix drafter draws on outputs of the same salt only)."""
+    if conc <= len(reqs):
+        return reqs
+    out = list(reqs)
+    for k in range(1, -(-conc // len(reqs))):
+        out += [dict(q, id=f"{q['id']}~{k}", salt=f"copy{k}") for q in reqs]
+    return out
+
+
 def later_turns(recs, reqs):
     """Set c from the second turn on: per-request tok/s (tokens / request
     time, summed over the turns), TTFT and ITL."""
@@ -408,12 +421,13 @@ def run_config(a, label, method, extra, out):
         for set_name in a.set_names:
             reqs = load_set(set_name, a.quick)
             for conc in a.conc:
-                s, recs = measure(a, a.port, reqs, conc)
+                run_reqs = widened(reqs, conc)
+                s, recs = measure(a, a.port, run_reqs, conc)
                 s["load"] = machine.load()
                 s["texts"] = {r["id"]: r["text"] for r in recs}
                 print(line(f"{set_name} @{conc}", s) + f"  load {' '.join(s['load'])}", flush=True)
                 if set_name == "c":
-                    s["later_turns"] = later_turns(recs, reqs)
+                    s["later_turns"] = later_turns(recs, run_reqs)
                     print(line("c turns>=2", s["later_turns"]) + " (per-request tok/s)")
                 if s["spec_counters"]:
                     print("    counters: " + ", ".join(f"{k} +{v:g}" for k, v in s["spec_counters"].items()))
@@ -421,7 +435,7 @@ def run_config(a, label, method, extra, out):
                 res["runs"][key] = s if key not in res["runs"] else merged(a, res["runs"][key], s)
                 if method == "none" and a.temperature == 0 and set_name not in out["ceiling"]:
                     out["ceiling_step_ms"][set_name] = s["itl_p50"] if conc == 1 else 0.0
-                    run_ceiling(a, set_name, reqs, recs, out)
+                    run_ceiling(a, set_name, run_reqs, recs, out)
         res["kernels"] = stage_kernels(a.port)
         for i, k in enumerate(res["kernels"]):
             print(f"  stage {i} kernels: {k}")
