@@ -13,6 +13,7 @@
 
 #include "base/half.h"
 #include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/simd_math.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -115,13 +116,6 @@ void quantize_scalar(const float* x, int64_t cols, BlockQ8x* out) {
 #ifdef KV_HAVE_X86
 #define KV_AVX2 __attribute__((target("avx2,fma,f16c")))
 
-KV_AVX2 inline int32_t hsum_i32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
-}
-
 KV_AVX2 void quantize_avx2(const float* x, int64_t cols, BlockQ8x* out) {
   const __m256 sign_mask = _mm256_set1_ps(-0.f);
   for (int64_t b = 0; b < cols / kQK; ++b) {
@@ -132,10 +126,7 @@ KV_AVX2 void quantize_avx2(const float* x, int64_t cols, BlockQ8x* out) {
       v[i] = _mm256_loadu_ps(xb + 8 * i);
       amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_mask, v[i]));
     }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float d = _mm_cvtss_f32(m4) / 127.f;
+    const float d = hmax256(amax) / 127.f;
     const float id = d != 0.f ? 1.f / d : 0.f;
     const __m256 idv = _mm256_set1_ps(id);
     __m256i q[4];

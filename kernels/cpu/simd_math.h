@@ -54,6 +54,22 @@ __attribute__((target("avx2,fma,f16c"))) inline float hsum256(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// The sum of 8 int32 lanes.
+__attribute__((target("avx2,fma,f16c"))) inline int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// The largest of 8 lanes (the activation quantisers' absolute maximum).
+__attribute__((target("avx2,fma,f16c"))) inline float hmax256(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
 }  // namespace kvasir::cpu::detail
 
 #endif

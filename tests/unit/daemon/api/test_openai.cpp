@@ -345,7 +345,9 @@ TEST(OpenAiShape, PromptLogprobs) {
   EXPECT_EQ(pl, json::parse(R"([null, {"7": {"logprob": -2.0, "rank": 3, "decoded_token": " cat"},
                                         "9": {"logprob": -1.0, "rank": 1, "decoded_token": " dog"}}])"));
   ResponseMeta m{"cmpl-1", "smol", 42};
-  ChoiceOut c{0, "a", FinishReason::kLength, nullptr};
+  ChoiceOut c;
+  c.text = "a";
+  c.finish = FinishReason::kLength;
   EXPECT_FALSE(completion_response(m, {c}, {1, 1, 0})["choices"][0].contains("prompt_logprobs"));
   EXPECT_FALSE(chat_response(m, {c}, {1, 1, 0}).contains("prompt_logprobs"));
   c.prompt_logprobs = pl;
@@ -353,21 +355,25 @@ TEST(OpenAiShape, PromptLogprobs) {
   EXPECT_EQ(chat_response(m, {c}, {1, 1, 0})["prompt_logprobs"], pl);
 }
 
+ChoiceOut choice(int32_t index, const std::string& text, FinishReason f) {
+  ChoiceOut c;
+  c.index = index;
+  c.text = text;
+  c.finish = f;
+  return c;
+}
+
 TEST(OpenAiShape, SeveralChoices) {
   ResponseMeta m{"cmpl-1", "smol", 42};
-  json r = completion_response(m,
-                               {ChoiceOut{0, "a", FinishReason::kLength, nullptr},
-                                ChoiceOut{1, "b", FinishReason::kStop, nullptr}},
-                               {3, 4, 0});
+  json r = completion_response(
+      m, {choice(0, "a", FinishReason::kLength), choice(1, "b", FinishReason::kStop)}, {3, 4, 0});
   ASSERT_EQ(r["choices"].size(), 2u);
   EXPECT_EQ(r["choices"][1]["index"], 1);
   EXPECT_EQ(r["choices"][1]["text"], "b");
   EXPECT_EQ(r["choices"][1]["finish_reason"], "stop");
   EXPECT_EQ(r["usage"]["prompt_tokens"], 3);  // once, whatever n
-  json c = chat_response(m,
-                         {ChoiceOut{0, "x", FinishReason::kLength, nullptr},
-                          ChoiceOut{1, "y", FinishReason::kLength, nullptr}},
-                         {3, 2, 0});
+  json c = chat_response(
+      m, {choice(0, "x", FinishReason::kLength), choice(1, "y", FinishReason::kLength)}, {3, 2, 0});
   EXPECT_EQ(c["choices"][1]["message"]["content"], "y");
   EXPECT_EQ(completion_chunk(m, "t", FinishReason::kNone, nullptr, 3)["choices"][0]["index"], 3);
   EXPECT_EQ(chat_chunk(m, std::string("t"), false, FinishReason::kNone, nullptr,
