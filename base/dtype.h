@@ -8,6 +8,9 @@
 //   Q4_1: { f16 d; f16 m; uint8 qs[16]; }   w = d * q + m
 //   4-bit: byte j holds weight j (low nibble) and weight j + 16 (high nibble).
 //   Q4_K, Q5_K, Q6_K: super-blocks of 256, see kernels/cpu/kquant.h.
+//   MXFP4: { uint8 e; uint8 qs[16]; }       w = e2m1(q) * 2^(e - 127)
+//          (E8M0 scale; e2m1 codes, nibbles laid out as Q4_0's; gpt-oss's
+//          experts; kernels/cpu/matmul_mxfp4.cpp)
 #pragma once
 
 #include <cstddef>
@@ -37,6 +40,7 @@ enum class DType : uint32_t {
   I64 = 27,
   F64 = 28,
   BF16 = 30,
+  MXFP4 = 39,
   // Not a GGML type (GGUF files never hold it): safetensors' F8_E4M3, FP8
   // weights with per-tensor or per-channel scales (base/fp8.h, read by the
   // CUDA backend only; docs/model-formats.md).

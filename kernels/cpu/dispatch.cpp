@@ -32,9 +32,10 @@
 namespace kvasir::cpu {
 namespace {
 
-constexpr DType kComputable[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q4_K,
-                                 DType::Q5_K, DType::Q6_K, DType::F16,  DType::BF16, DType::F32};
-constexpr unsigned kTypeSlots = 32;
+constexpr DType kComputable[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                                 DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::MXFP4,
+                                 DType::F16,  DType::BF16, DType::F32};
+constexpr unsigned kTypeSlots = 40;  // GGML numbers, MXFP4 (39) the highest computable
 
 struct Slot {
   std::atomic<int> level{-1};  // -1: not chosen
@@ -100,6 +101,8 @@ std::vector<uint8_t> probe_weight(DType t, int64_t rows, int64_t cols) {
         put(o, t == DType::F16 ? f32_to_fp16(0.01f) : f32_to_bf16(0.01f));
       }
     }
+  } else if (t == DType::MXFP4) {
+    for (size_t o = 0; o < bytes.size(); o += bb) bytes[o] = 120;  // E8M0: 2^-7
   } else {
     const uint16_t h = f32_to_fp16(info.block == 256 ? 0.001f : 0.01f);
     for (size_t o = 0; o < bytes.size(); o += bb) {

@@ -1,6 +1,6 @@
 // The matmul driver: validation, activation quantisation, tiling and the
 // split over the pool. Per-format dot kernels: matmul_quant.cpp,
-// matmul_float.cpp.
+// matmul_kquant.cpp, matmul_mxfp4.cpp, matmul_float.cpp.
 #include "kernels/cpu/matmul.h"
 
 #include <algorithm>
@@ -28,7 +28,7 @@ bool is_kquant(DType t) {
 }
 bool is_quant(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 ||
-         is_kquant(t);
+         t == DType::MXFP4 || is_kquant(t);
 }
 bool is_float(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16;
@@ -99,9 +99,10 @@ void detail::set_max_tile_rows_for_bench(int nw) {
 }
 
 detail::DotFn detail::dot_kernel(DType type, SimdLevel level) {
-  return is_kquant(type)  ? kquant_dot_kernel(type, level)
-         : is_quant(type) ? quant_dot_kernel(type, level)
-                          : float_dot_kernel(type, level);
+  return type == DType::MXFP4 ? mxfp4_dot_kernel(level)
+         : is_kquant(type)      ? kquant_dot_kernel(type, level)
+         : is_quant(type)       ? quant_dot_kernel(type, level)
+                                : float_dot_kernel(type, level);
 }
 
 namespace {
@@ -424,6 +425,9 @@ void dequantize_row(const TensorView& w, int64_t r, float* out) {
           out[b * kQK + i + kQK / 2] = d * float(hi - 16);
         }
       }
+      return;
+    case DType::MXFP4:
+      detail::dequantize_row_mxfp4(row, cols, out);
       return;
     case DType::Q4_K:
     case DType::Q5_K:

@@ -45,7 +45,7 @@ inline uint16_t load_u16(const uint8_t* p) {
 // A register tile: nw (1..kMaxNW) weight rows × nx (1..kMaxNX) activation rows.
 //   y[i + j * y_stride] = dot(w + i * w_stride, x_j),   x_j = x + j * x_stride
 // (w_stride in bytes, x_stride in elements of x's type). x is const float*
-// for F32/F16/BF16 weights, const BlockQ8x* for Q8_0/Q4_0/Q4_1/Q5_0 (cols /
+// for F32/F16/BF16 weights, const BlockQ8x* for Q8_0/Q4_0/Q4_1/Q5_0/MXFP4 (cols /
 // 32 blocks per row) and const BlockQ8K* for the K-quants (cols / 256).
 constexpr int kMaxNW = 2, kMaxNX = 4;
 using DotFn = void (*)(const uint8_t* w, int64_t w_stride, int nw, const void* x, int64_t x_stride,
@@ -118,6 +118,12 @@ DotFn quant_dot_kernel(DType type, SimdLevel level);
 DotFn kquant_dot_kernel(DType type, SimdLevel level);
 DotFn float_dot_kernel(DType type, SimdLevel level);
 DotFn dot_kernel(DType type, SimdLevel level);  // any family
+// MXFP4 (matmul_mxfp4.cpp): its tile at a level, over BlockQ8x activations.
+DotFn mxfp4_dot_kernel(SimdLevel level);
+// 2^(e - 128): an E8M0 scale halved, as the doubled e2m1 table wants it.
+float e8m0_half(uint8_t e);
+// A row of MXFP4 blocks (cols % 32 == 0) as f32.
+void dequantize_row_mxfp4(const uint8_t* row, int64_t cols, float* out);
 
 // matmul at an explicit level (the choice skipped): for the dispatch's probe
 // and for benchmarks.

@@ -88,6 +88,13 @@ inline OwnedWeight random_weight(DType t, int64_t rows, int64_t cols, std::mt199
           for (int i = 0; i < 20; ++i) row[b * 22 + 2 + i] = uint8_t(byte(rng));
         }
         break;
+      case DType::MXFP4:
+        // Scales 2^-8..2^-1 (E8M0 120..127): weights up to 6 in magnitude.
+        for (int64_t b = 0; b < nb; ++b) {
+          row[b * 17] = uint8_t(120 + byte(rng) % 8);
+          for (int i = 0; i < 16; ++i) row[b * 17 + 1 + i] = uint8_t(byte(rng));
+        }
+        break;
       case DType::Q4_K:
       case DType::Q5_K:
       case DType::Q6_K: {
@@ -194,6 +201,16 @@ inline std::vector<float> dequant_row(const TensorView& w, int64_t r) {
                             uint32_t(blk[5]) << 24;
         const int nib = i < 16 ? (blk[6 + i] & 15) : (blk[6 + i - 16] >> 4);
         v = fp16_to_f32(get_u16(blk)) * float((nib | int((qh >> i) & 1) << 4) - 16);
+        break;
+      }
+      case DType::MXFP4: {
+        // OCP microscaling: e2m1 (sign, 2 exponent bits bias 1, 1 mantissa
+        // bit) times 2^(e - 127).
+        const uint8_t* blk = row + b * 17;
+        const int code = i < 16 ? (blk[1 + i] & 15) : (blk[1 + i - 16] >> 4);
+        const int exp = (code >> 1) & 3, man = code & 1;
+        const float mag = exp == 0 ? 0.5f * float(man) : std::ldexp(1.f + 0.5f * float(man), exp - 1);
+        v = (code & 8 ? -mag : mag) * std::ldexp(1.f, int(blk[0]) - 127);
         break;
       }
       case DType::Q4_K:

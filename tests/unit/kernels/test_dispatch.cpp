@@ -16,8 +16,9 @@
 namespace kvasir::cpu {
 namespace {
 
-const DType kTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q4_K,
-                        DType::Q5_K, DType::Q6_K, DType::F16,  DType::BF16, DType::F32};
+const DType kTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                        DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::MXFP4,
+                        DType::F16,  DType::BF16, DType::F32};
 
 int64_t cols_for(DType t) {
   return dtype_info(t).block == 256 ? 768 : 576;

@@ -2,7 +2,7 @@
 //
 // Tolerances (per output y[j, r], with A = Σ|w·x| over the row):
 //  - F32/F16/BF16 weights: |y - ref| ≤ 1e-5·A + 1e-6 (f32 accumulation).
-//  - Q8_0/Q4_0/Q4_1/Q5_0: the activations are rounded to 8 bits per block of 32
+//  - Q8_0/Q4_0/Q4_1/Q5_0/MXFP4: the activations are rounded to 8 bits per block of 32
 //    (d = amax/127, |x - d·q| ≤ d/2), so |y - ref| ≤ Σ_blocks Σ|w|·amax/254;
 //    we allow 1.01 × that bound + 1e-5·A + 1e-6. ref uses the dequantised
 //    weights and the f32 activations, in double.
@@ -28,8 +28,8 @@
 namespace kvasir::cpu {
 namespace {
 
-const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16,
-                        DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0};
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
+                        DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::MXFP4};
 const DType kKTypes[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 bool is_kquant(DType t) {
@@ -37,7 +37,7 @@ bool is_kquant(DType t) {
 }
 bool is_quant(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_1 || t == DType::Q5_0 ||
-         is_kquant(t);
+         t == DType::MXFP4 || is_kquant(t);
 }
 
 std::vector<float> random_x(int64_t n, int64_t cols, std::mt19937& rng, bool edge_cases = true) {
@@ -115,8 +115,8 @@ TEST(Matmul, QuantisedErrorIsSmallRelativeToNorm) {
   // Overall, for Gaussian activations: ‖y - ref‖ / ‖ref‖ < 1% at the model's
   // shapes (the random Q4_1 minimums make this a harsh case).
   std::mt19937 rng(7);
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q4_K, DType::Q5_K,
-                  DType::Q6_K}) {
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::MXFP4, DType::Q4_K,
+                  DType::Q5_K, DType::Q6_K}) {
     const auto w = ref::random_weight(t, 192, is_kquant(t) ? 512 : 576, rng);
     const auto x = random_x(4, w.view.cols(), rng, /*edge_cases=*/false);
     const auto want = ref::matmul(w.view, x.data(), 4);
@@ -331,6 +331,39 @@ TEST(DequantizeRow, KnownQ5_0Block) {
     EXPECT_EQ(out[size_t(j)], 0.25f * float((j | (j & 1) << 4) - 16)) << j;
     EXPECT_EQ(out[size_t(j + 16)], 0.25f * float(((15 - j) | (j & 1) << 4) - 16)) << j + 16;
   }
+}
+
+TEST(DequantizeRow, KnownMxfp4Blocks) {
+  // Block 0: E8M0 128 (scale 2); block 1: E8M0 1 (2^-126, its half a
+  // subnormal). Byte j holds code j (weight j) and code 15 - j (weight j + 16).
+  const float e2m1[16] = {0, .5f, 1, 1.5f, 2, 3, 4, 6, -0.f, -.5f, -1, -1.5f, -2, -3, -4, -6};
+  std::vector<uint8_t> blk(34);
+  blk[0] = 128;
+  blk[17] = 1;
+  for (int j = 0; j < 16; ++j) blk[size_t(1 + j)] = blk[size_t(18 + j)] = uint8_t((15 - j) << 4 | j);
+  TensorView w;
+  w.type = DType::MXFP4;
+  w.n_dims = 2;
+  w.ne[0] = 64;
+  w.ne[1] = 1;
+  w.data = blk.data();
+  w.nbytes = blk.size();
+  std::vector<float> out(64);
+  dequantize_row(w, 0, out.data());
+  const float tiny = std::ldexp(1.f, -126);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[size_t(j)], 2.f * e2m1[j]) << j;
+    EXPECT_EQ(out[size_t(j + 16)], 2.f * e2m1[15 - j]) << j + 16;
+    EXPECT_EQ(out[size_t(j + 32)], tiny * e2m1[j]) << j + 32;
+    EXPECT_EQ(out[size_t(j + 48)], tiny * e2m1[15 - j]) << j + 48;
+  }
+  w.nbytes = 33;  // a block short of its shape
+  std::vector<float> y(1);
+  const std::vector<float> x(64, 1.f);
+  EXPECT_THROW(matmul(w, x.data(), 1, y.data(), nullptr), kvasir::Error);
+  w.ne[0] = 48;  // not a whole number of blocks
+  w.nbytes = 34;
+  EXPECT_THROW(matmul(w, x.data(), 1, y.data(), nullptr), kvasir::Error);
 }
 
 TEST(DequantizeRow, KnownQ4_1Block) {

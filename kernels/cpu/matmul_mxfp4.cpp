@@ -1,0 +1,220 @@
+// MXFP4 weights (gpt-oss's experts) × 8-bit activations.
+//
+// A block of 32 weights is 17 bytes: one E8M0 scale byte e, then 16 bytes of
+// e2m1 codes, byte j holding weight j (low nibble) and weight j + 16 (high
+// nibble), as Q4_0 lays its nibbles out. A code's value is kFp4[code] / 2 ·
+// 2^(e - 127); the table holds the e2m1 values doubled so they are integers
+// (−12..12), and the scale is taken halved, 2^(e − 128), to match:
+//   dot = d_x · 2^(e − 128) · Σ kFp4[q]·qx
+// over the same 8-bit activation blocks Q8_0 uses (BlockQ8x), as llama.cpp
+// pairs MXFP4 with Q8_0. No offset term: the codes are signed.
+//
+// The SIMD paths look the codes up with a byte shuffle (the 16-entry table
+// fits a 128-bit lane), then take the signed × signed product as
+// |w| × (x with w's sign), the u8 × s8 form vpmaddubsw needs. A pair of
+// products is at most 2·12·127, far from vpmaddubsw's saturation.
+#include <cmath>
+
+#include "kernels/cpu/matmul_internal.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define KV_HAVE_X86 1
+#endif
+
+namespace kvasir::cpu::detail {
+
+float e8m0_half(uint8_t e) {
+  // 2^(e − 128): below e = 2 the result is subnormal and built bit by bit.
+  const uint32_t bits = e < 2 ? uint32_t(0x00200000) << e : uint32_t(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+namespace {
+
+constexpr int64_t kBlockBytes = 17;
+constexpr int8_t kFp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// ---- scalar ---------------------------------------------------------------
+
+float dot_scalar(const uint8_t* w, const BlockQ8x* xr, int64_t nb) {
+  float acc = 0.f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w + b * kBlockBytes;
+    const BlockQ8x& xb = xr[b];
+    int32_t sumi = 0;
+    for (int i = 0; i < kQK / 2; ++i) {
+      sumi += int32_t(kFp4[blk[1 + i] & 0x0f]) * xb.q[i];
+      sumi += int32_t(kFp4[blk[1 + i] >> 4]) * xb.q[i + kQK / 2];
+    }
+    acc += (xb.d * e8m0_half(blk[0])) * float(sumi);
+  }
+  return acc;
+}
+
+struct Scalar {
+  static constexpr int kNW = 1;
+  template <int NW, int NX>
+  static void tile(const uint8_t* w, int64_t, const BlockQ8x* x, int64_t x_stride, int64_t cols,
+                   float* y, int64_t y_stride) {
+    for (int j = 0; j < NX; ++j) y[j * y_stride] = dot_scalar(w, x + j * x_stride, cols / kQK);
+  }
+};
+
+#ifdef KV_HAVE_X86
+#define KV_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace avx2 {
+
+KV_AVX2 inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// A block's 32 weights as signed bytes, in the activations' order (the 16 low
+// nibbles, then the 16 high ones).
+KV_AVX2 inline __m256i load_weights(const uint8_t* blk) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1));
+  const __m256i idx =
+      _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
+  const __m256i table =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kFp4)));
+  return _mm256_shuffle_epi8(table, idx);
+}
+
+// 8 int32 partial sums of w·x over one block.
+KV_AVX2 inline __m256i block_dot(__m256i w, __m256i w_abs, const BlockQ8x& xb) {
+  const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.q));
+  const __m256i p16 = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(xq, w));
+  return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+struct Tile {
+  static constexpr int kNW = 1;
+  template <int NW, int NX>
+  KV_AVX2 static void tile(const uint8_t* w, int64_t, const BlockQ8x* x, int64_t x_stride,
+                           int64_t cols, float* y, int64_t y_stride) {
+    __m256 acc[NX];
+    for (int j = 0; j < NX; ++j) acc[j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < cols / kQK; ++b) {
+      const uint8_t* blk = w + b * kBlockBytes;
+      const __m256i wv = load_weights(blk);
+      const __m256i w_abs = _mm256_sign_epi8(wv, wv);
+      const float we = e8m0_half(blk[0]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NX; ++j) {
+        const BlockQ8x& xb = x[j * x_stride + b];
+        const __m256i p = block_dot(wv, w_abs, xb);
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(we * xb.d), acc[j]);
+      }
+    }
+    for (int j = 0; j < NX; ++j) y[j * y_stride] = hsum(acc[j]);
+  }
+};
+
+}  // namespace avx2
+
+// GCC 12's avx512fintrin.h builds results on _mm512_undefined_*(), a
+// self-initialised variable that -Wuninitialized reports when inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef __clang__
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#define KV_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
+
+namespace avx512 {
+
+// Two blocks per 512-bit register (b in the low half, b + 1 in the high);
+// an odd last block takes the 256-bit path. AVX-512 has no vpsignb: the
+// activations' signs flip under a mask of the weights' sign bits instead.
+struct Tile {
+  static constexpr int kNW = 1;
+  template <int NW, int NX>
+  KV_AVX512 static void tile(const uint8_t* w, int64_t, const BlockQ8x* x, int64_t x_stride,
+                             int64_t cols, float* y, int64_t y_stride) {
+    const int64_t nb = cols / kQK;
+    const __m512i table =
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kFp4)));
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[NX];
+    __m256 tail[NX];
+    for (int j = 0; j < NX; ++j) {
+      acc[j] = _mm512_setzero_ps();
+      tail[j] = _mm256_setzero_ps();
+    }
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2) {
+      const uint8_t* blk = w + b * kBlockBytes;
+      const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1));
+      const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kBlockBytes + 1));
+      const __m512i raw = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_set_m128i(_mm_srli_epi16(r0, 4), r0)),
+          _mm256_set_m128i(_mm_srli_epi16(r1, 4), r1), 1);
+      const __m512i wv = _mm512_shuffle_epi8(table, _mm512_and_si512(raw, low4));
+      const __m512i w_abs = _mm512_abs_epi8(wv);
+      const __mmask64 neg = _mm512_movepi8_mask(wv);
+      const float we0 = e8m0_half(blk[0]), we1 = e8m0_half(blk[kBlockBytes]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NX; ++j) {
+        const BlockQ8x* xb = x + j * x_stride + b;
+        const __m512i xq = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[0].q))),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[1].q)), 1);
+        const __m512i xs = _mm512_mask_sub_epi8(xq, neg, _mm512_setzero_si512(), xq);
+        const __m512i p =
+            _mm512_madd_epi16(_mm512_maddubs_epi16(w_abs, xs), _mm512_set1_epi16(1));
+        const __m512 scale = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(we0 * xb[0].d),
+                                                  _mm512_set1_ps(we1 * xb[1].d));
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[j]);
+      }
+    }
+    if (b < nb) {
+      const uint8_t* blk = w + b * kBlockBytes;
+      const __m256i wv = avx2::load_weights(blk);
+      const __m256i w_abs = _mm256_sign_epi8(wv, wv);
+      const float we = e8m0_half(blk[0]);
+      for (int j = 0; j < NX; ++j) {
+        const BlockQ8x& xb = x[j * x_stride + b];
+        const __m256i p = avx2::block_dot(wv, w_abs, xb);
+        tail[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(we * xb.d), tail[j]);
+      }
+    }
+    for (int j = 0; j < NX; ++j) y[j * y_stride] = _mm512_reduce_add_ps(acc[j]) + avx2::hsum(tail[j]);
+  }
+};
+
+}  // namespace avx512
+#pragma GCC diagnostic pop
+#endif  // KV_HAVE_X86
+
+}  // namespace
+
+// The kAvxVnni and kAvx512Vnni levels run the level below them: the products
+// are too small for vpdpbusd's fused add to matter, and one path fewer per
+// family keeps the dispatch's measurement short.
+DotFn mxfp4_dot_kernel(SimdLevel level) {
+#ifdef KV_HAVE_X86
+  if (level >= SimdLevel::kAvx512) return dispatch_tile<avx512::Tile, BlockQ8x>;
+  if (level >= SimdLevel::kAvx2) return dispatch_tile<avx2::Tile, BlockQ8x>;
+#endif
+  (void)level;
+  return dispatch_tile<Scalar, BlockQ8x>;
+}
+
+void dequantize_row_mxfp4(const uint8_t* row, int64_t cols, float* out) {
+  for (int64_t b = 0; b < cols / kQK; ++b) {
+    const uint8_t* blk = row + b * kBlockBytes;
+    const float d = e8m0_half(blk[0]);
+    for (int i = 0; i < kQK / 2; ++i) {
+      out[b * kQK + i] = d * float(kFp4[blk[1 + i] & 0x0f]);
+      out[b * kQK + i + kQK / 2] = d * float(kFp4[blk[1 + i] >> 4]);
+    }
+  }
+}
+
+}  // namespace kvasir::cpu::detail
