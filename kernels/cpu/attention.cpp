@@ -241,7 +241,7 @@ inline void run_item(const Job& job, const Item& it, Scratch& sc) {
     for (int h = 0; h < G; ++h) {
       const int64_t qi = int64_t(t) * G + h;
       float* o = job.out + ((tok0 + t) * job.n_heads + int64_t(it.head) * G + h) * hd;
-      const float inv = 1.f / l[qi];
+      const float inv = detail::out_factor(job, int64_t(it.head) * G + h, m[qi], l[qi]);
       const float* a = acc + qi * hd;
       for (int64_t i = 0; i < hd; ++i) o[i] = a[i] * inv;
     }
@@ -264,7 +264,8 @@ __attribute__((target("avx2,fma,f16c"), flatten)) void run_item_avx2(const Job& 
 }  // namespace
 
 void paged_attention(const KvLayerView& kv, const AttnRow* rows, int n_rows, const float* q,
-                     int n_heads, float scale, float* out, ThreadPool* pool, int32_t window) {
+                     int n_heads, float scale, float* out, ThreadPool* pool, int32_t window,
+                     const float* sinks) {
   KV_CHECK(window >= 0, "paged_attention: window {} is negative", window);
   const int64_t total = detail::check_kv_rows(kv, rows, n_rows, window);
   KV_CHECK(n_heads > 0 && n_heads % kv.n_kv_heads == 0,
@@ -297,7 +298,7 @@ void paged_attention(const KvLayerView& kv, const AttnRow* rows, int n_rows, con
   });
 
   const Job job{&kv,    rows, tok_off.data(), q, out, n_heads, n_heads / kv.n_kv_heads,
-                scale, window};
+                scale, window, sinks};
   // Every item of a call takes the same path: a query's result must not
   // depend on which other queries share its item (a prefill split into other
   // chunks, a prefix-cache hit, another stage count all give the same bits).

@@ -2,6 +2,7 @@
 // path (attention_tiled.cpp). Not part of the kernels' face.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/cpu/paged_kv.h"
@@ -27,7 +28,16 @@ struct AttnJob {
   int group;  // query heads per kv head
   float scale;
   int32_t window;  // > 0: a query at pos sees keys pos - window + 1 .. pos; 0: all
+  const float* sinks;  // [n_heads] or nullptr: a logit per query head in the denominator
 };
+
+// What a query's accumulated Σ e^(s - m)·v is multiplied by: 1 / Σ e^(s - m),
+// with a sink the denominator's extra term e^(sink - m) (gpt-oss). A sink far
+// above every score overflows that term to inf: the output goes to 0, its
+// limit.
+inline float out_factor(const AttnJob& job, int64_t q_head, float m, float l) {
+  return job.sinks ? 1.f / (l + std::exp(job.sinks[q_head] - m)) : 1.f / l;
+}
 
 // The first position a query at `pos` may see.
 inline int64_t window_start(const AttnJob& job, int64_t pos) {

@@ -64,8 +64,12 @@ void kv_append(const KvLayerView& kv, const AttnRow* rows, int n_rows, const flo
 // its query, its row's cache up to its position and the SIMD level, bit for
 // bit: not on the other rows of the call nor on how a sequence's tokens are
 // split into calls (prefill chunks, a prefix-cache hit, decode steps).
+// sinks (gpt-oss's attention sinks): nullptr, or [n_heads] f32, a learned
+// logit per query head that joins the softmax's denominator only (a key no
+// value goes with), as llama.cpp's soft_max_ext takes them:
+//   out = Σ_j e^(s_j) v_j / (Σ_j e^(s_j) + e^(sink_h)).
 void paged_attention(const KvLayerView& kv, const AttnRow* rows, int n_rows, const float* q,
                      int n_heads, float scale, float* out, ThreadPool* pool,
-                     int32_t window = 0);
+                     int32_t window = 0, const float* sinks = nullptr);
 
 }  // namespace kvasir::cpu

@@ -306,8 +306,11 @@ inline void rope_head(float* v, int head_dim, int rot_dim, double theta, double 
 // Naive causal attention of one query head over a dense history.
 //   k_hist, v_hist: [P, n_kv, hd]; q: [hd]; attends positions 0..pos, or
 //   with window > 0 the last `window` of them (the others masked: -inf).
+//   sink: NAN for none, else a logit that joins the softmax with no value
+//   (gpt-oss's attention sinks).
 inline void attend(const float* q, const float* k_hist, const float* v_hist, int n_kv, int hd,
-                   int kv_head, int pos, double scale, float* out, int window = 0) {
+                   int kv_head, int pos, double scale, float* out, int window = 0,
+                   double sink = NAN) {
   std::vector<double> s(static_cast<size_t>(pos + 1));
   double mx = -INFINITY;
   for (int j = 0; j <= pos; ++j) {
@@ -321,7 +324,8 @@ inline void attend(const float* q, const float* k_hist, const float* v_hist, int
     s[size_t(j)] = d * scale;
     mx = std::max(mx, s[size_t(j)]);
   }
-  double l = 0;
+  if (!std::isnan(sink)) mx = std::max(mx, sink);
+  double l = std::isnan(sink) ? 0.0 : std::exp(sink - mx);
   for (auto& e : s) l += (e = std::exp(e - mx));
   for (int i = 0; i < hd; ++i) {
     double o = 0;

@@ -32,6 +32,7 @@ struct Case {
   DType type;
   std::vector<RowSpec> rows;
   int window = 0;  // > 0: sliding-window attention over the last `window` positions
+  bool sinks = false;  // a random sink logit per query head (gpt-oss)
 };
 
 struct SimdGuard {
@@ -108,7 +109,12 @@ double run_case(const Case& c, ThreadPool* pool, std::mt19937& rng) {
   kv_append(kv, rows.data(), n_rows, knew.data(), vnew.data());
   std::vector<float> out(q.size(), NAN);
   const float scale = 1.f / std::sqrt(float(hd));
-  paged_attention(kv, rows.data(), n_rows, q.data(), nh, scale, out.data(), pool, c.window);
+  // Sinks around the scores' range (|s| ~ 1) and one far above it (output ~0).
+  std::vector<float> sinks;
+  for (int h = 0; c.sinks && h < nh; ++h)
+    sinks.push_back(h == nh - 1 && nh > 1 ? 30.f : 2.f * nd(rng));
+  paged_attention(kv, rows.data(), n_rows, q.data(), nh, scale, out.data(), pool, c.window,
+                  c.sinks ? sinks.data() : nullptr);
 
   double max_err = 0;
   std::vector<float> want(static_cast<size_t>(hd));
@@ -118,7 +124,8 @@ double run_case(const Case& c, ThreadPool* pool, std::mt19937& rng) {
       for (int h = 0; h < nh; ++h) {
         const float* qv = q.data() + (tok * nh + size_t(h)) * hd;
         ref::attend(qv, kh[size_t(r)].data(), vh[size_t(r)].data(), nkv, hd, h / c.group,
-                    c.rows[size_t(r)].pos0 + t, scale, want.data(), c.window);
+                    c.rows[size_t(r)].pos0 + t, scale, want.data(), c.window,
+                    c.sinks ? double(sinks[size_t(h)]) : NAN);
         const float* o = out.data() + (tok * nh + size_t(h)) * hd;
         for (int i = 0; i < hd; ++i) {
           if (!std::isfinite(o[i])) return INFINITY;
@@ -218,6 +225,31 @@ TEST(PagedAttention, SlidingWindowEqualsMaskedNaive) {
             const Case c{64, 1, group, bs, DType::F16, rows, window};
             const double err = run_case(c, &pool, rng);
             ASSERT_LT(err, 2e-5) << "window=" << window << " bs=" << bs << " group=" << group
+                                 << " " << simd_level_name(level);
+          }
+}
+
+TEST(PagedAttention, SinksEqualNaive) {
+  // gpt-oss: a learned logit per query head in every softmax's denominator,
+  // on full and sliding (128) layers alike; both the per-block and the
+  // tiled paths (head dims 64 and 72: AVX-512 tiles and its 8-lane fallback).
+  SimdGuard guard;
+  std::mt19937 rng(31);
+  ThreadPool pool(2);
+  const std::vector<std::vector<RowSpec>> batches = {
+      {{0, 1}, {30, 1}, {200, 1}},
+      {{0, 40}, {70, 33}, {150, 16}},
+  };
+  for (SimdLevel level : supported_levels())
+    for (int window : {0, 128})
+      for (int hd : {64, 72})
+        for (int group : {1, 4})
+          for (const auto& rows : batches) {
+            set_simd_level_for_testing(level);
+            Case c{hd, 2, group, 16, DType::F16, rows, window};
+            c.sinks = true;
+            const double err = run_case(c, &pool, rng);
+            ASSERT_LT(err, 2e-5) << "window=" << window << " hd=" << hd << " group=" << group
                                  << " " << simd_level_name(level);
           }
 }
