@@ -46,10 +46,19 @@ void moe_count_routed(const int32_t* ids, int64_t n, int32_t top_k, int32_t n_ex
 // gate.size()) of n_total, each FFN_e(x) = down_e · (silu(gate_e · x) ⊙ up_e · x)
 // with gate_e, up_e: [ffn, hidden] and down_e: [hidden, ffn] (TensorView
 // orientation: ne[0] = input size).
+// gpt-oss adds a bias after each of the three matmuls and takes the clamped
+// SwiGLU (norm.h swiglu_oai) instead of silu(gate) ⊙ up.
+enum class MoeAct { kSwiglu, kSwigluOai };
+
 struct MoeExperts {
   int32_t n_total = 0;
   int32_t first = 0;
   std::span<const TensorView> gate, up, down;
+  // Empty (no biases), or one pointer per held expert: gate_bias[i] and
+  // up_bias[i] [ffn], down_bias[i] [hidden].
+  std::span<const float*const> gate_bias, up_bias, down_bias;
+  MoeAct act = MoeAct::kSwiglu;
+  float alpha = 1.702f, limit = 7.f;  // kSwigluOai's constants
 };
 
 // Grow-only buffers of moe_ffn (no allocation per call in steady state).

@@ -1,5 +1,6 @@
 #include "kernels/cpu/norm.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "base/check.h"
@@ -98,6 +99,16 @@ void swiglu(const float* gate, const float* up, int64_t count, float* out) {
   if (use_avx2()) return swiglu_avx2(gate, up, count, out);
 #endif
   for (int64_t i = 0; i < count; ++i) out[i] = gate[i] / (1.f + std::exp(-gate[i])) * up[i];
+}
+
+void swiglu_oai(const float* gate, const float* up, int64_t count, float alpha, float limit,
+                float* out) {
+  KV_CHECK(count >= 0, "swiglu_oai: negative count {}", count);
+  for (int64_t i = 0; i < count; ++i) {
+    const float g = std::min(gate[i], limit);
+    const float u = std::clamp(up[i], -limit, limit);
+    out[i] = g / (1.f + std::exp(alpha * -g)) * (u + 1.f);
+  }
 }
 
 void geglu(const float* gate, const float* up, int64_t count, float* out) {

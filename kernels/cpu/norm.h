@@ -15,6 +15,13 @@ void rmsnorm(const float* x, const float* weight, float eps, int64_t n, int64_t 
 // (relative error ~1e-7).
 void swiglu(const float* gate, const float* up, int64_t count, float* out);
 
+// gpt-oss's clamped SwiGLU, as ggml's swiglu_oai computes it:
+//   g = min(gate[i], limit), u = clamp(up[i], -limit, limit),
+//   out[i] = g / (1 + exp(-alpha g)) * (u + 1)
+// (alpha 1.702, limit 7 in gpt-oss). out may alias gate.
+void swiglu_oai(const float* gate, const float* up, int64_t count, float alpha, float limit,
+                float* out);
+
 // out[i] = gelu_tanh(gate[i]) * up[i], for i < count (GeGLU: Gemma's FFN).
 // gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), as
 // PyTorch's gelu(approximate="tanh"), evaluated as ggml does on the CPU

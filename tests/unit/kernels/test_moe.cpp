@@ -48,7 +48,13 @@ struct Layer {
     auto part = [&](const Stack& s) {
       return std::span<const TensorView>(s.views).subspan(size_t(first), size_t(count));
     };
-    return MoeExperts{n_experts, first, part(gate), part(up), part(down)};
+    MoeExperts e;
+    e.n_total = n_experts;
+    e.first = first;
+    e.gate = part(gate);
+    e.up = part(up);
+    e.down = part(down);
+    return e;
   }
 };
 
@@ -233,6 +239,83 @@ TEST(MoeFfn, OddRoutingsEveryType) {
 
 // Router-chosen routings over a larger batch, and a held range of experts:
 // the outputs of the three ranges add up to the whole layer's.
+// One gpt-oss expert on one token, in double from the dequantised weights:
+// down · h + b_d, h = min(g, 7)·σ(1.702·min(g, 7))·(clamp(u, ±7) + 1),
+// g = gate · x + b_g, u = up · x + b_u.
+std::vector<double> oai_expert(const TensorView& gate, const TensorView& up, const TensorView& down,
+                               const float* const* bias, const float* x) {
+  const auto mv = [](const TensorView& m, const auto* in, int64_t r) {
+    const std::vector<float> row = ref::dequant_row(m, r);
+    double acc = 0;
+    for (int64_t c = 0; c < m.cols(); ++c) acc += double(row[size_t(c)]) * double(in[c]);
+    return acc;
+  };
+  std::vector<double> h, y;
+  for (int64_t r = 0; r < gate.rows(); ++r) {
+    const double g = std::min(mv(gate, x, r) + bias[0][r], 7.0);
+    const double u = std::clamp(mv(up, x, r) + bias[1][r], -7.0, 7.0);
+    h.push_back(g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0));
+  }
+  for (int64_t c = 0; c < down.rows(); ++c) y.push_back(mv(down, h.data(), c) + bias[2][c]);
+  return y;
+}
+
+// gpt-oss's experts: a bias after each matmul and the clamped SwiGLU (gate
+// pre-activations of std ~4.6 here: both clamps at 7 are hit), on F32 and
+// MXFP4 weights, a held range, against the formula token by token.
+TEST(MoeFfn, GptOssBiasesAndClampedSwiglu) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (DType t : {DType::F32, DType::MXFP4}) {
+    const int E = 4, hidden = 64, ffn = 96, first = 1, count = 3;
+    const Layer L(t, E, hidden, ffn, rng);
+    std::vector<std::vector<float>> bias[3];  // gate, up, down: [E][ffn or hidden]
+    std::vector<const float*> held_bias[3];
+    for (int b = 0; b < 3; ++b)
+      for (int e = 0; e < E; ++e) {
+        bias[b].emplace_back(size_t(b == 2 ? hidden : ffn));
+        for (auto& v : bias[b].back()) v = nd(rng);
+        if (e >= first && e < first + count) held_bias[b].push_back(bias[b].back().data());
+      }
+    MoeExperts ex = L.held(first, count);
+    ex.gate_bias = held_bias[0];
+    ex.up_bias = held_bias[1];
+    ex.down_bias = held_bias[2];
+    ex.act = MoeAct::kSwigluOai;
+    const int64_t n = 5;
+    const int k = 2;
+    const std::vector<int32_t> ids = {0, 1, 2, 3, 3, 1, 0, 2, 1, 2};
+    const std::vector<float> w = {.6f, .4f, .7f, .3f, .5f, .5f, .9f, .1f, .2f, .8f};
+    const auto x = random_x(n, hidden, rng);
+    MoeScratch s;
+    std::vector<float> out(size_t(n * hidden), NAN);
+    moe_ffn(ex, x.data(), n, k, ids.data(), w.data(), out.data(), s, nullptr);
+    double err2 = 0, ref2 = 0;
+    for (int64_t tok = 0; tok < n; ++tok) {
+      std::vector<double> want(size_t(hidden), 0.0);
+      for (int j = 0; j < k; ++j) {
+        const size_t e = size_t(ids[size_t(tok * k + j)]);
+        if (e < size_t(first)) continue;  // not held
+        const float* b[3] = {bias[0][e].data(), bias[1][e].data(), bias[2][e].data()};
+        const auto y =
+            oai_expert(L.gate.views[e], L.up.views[e], L.down.views[e], b, x.data() + tok * hidden);
+        for (int64_t c = 0; c < hidden; ++c)
+          want[size_t(c)] += w[size_t(tok * k + j)] * y[size_t(c)];
+      }
+      for (int64_t c = 0; c < hidden; ++c) {
+        const double got = out[size_t(tok * hidden + c)], e = got - want[size_t(c)];
+        ASSERT_TRUE(std::isfinite(got));
+        if (t == DType::F32) {
+          ASSERT_LE(std::fabs(e), 1e-4 * (std::fabs(want[size_t(c)]) + 1.0));
+        }
+        err2 += e * e;
+        ref2 += want[size_t(c)] * want[size_t(c)];
+      }
+    }
+    EXPECT_LT(std::sqrt(err2 / ref2), t == DType::F32 ? 1e-5 : 0.03) << dtype_name(t);
+  }
+}
+
 TEST(MoeFfn, RoutedBatchAndHeldRangesAddUp) {
   std::mt19937 rng(5);
   const int E = 6, k = 2, hidden = 64, ffn = 32;

@@ -2,6 +2,7 @@
 // levels.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -83,6 +84,29 @@ TEST(Norm, SwigluMatchesReferenceIncludingExtremes) {
       for (int64_t i = 0; i < count; ++i) ASSERT_EQ(g[size_t(i)], got[size_t(i)]);
     }
   }
+}
+
+TEST(Norm, ClampedSwigluOfGptOss) {
+  // Gates and ups across both clamps (limit 7): the gate only from above,
+  // the up from both sides; the result from the formula in double.
+  std::vector<float> g, u;
+  for (float v = -12.f; v <= 12.f; v += 0.37f) {
+    g.push_back(v);
+    u.push_back(-v * 0.9f + 0.5f);
+  }
+  const int64_t count = int64_t(g.size());
+  std::vector<float> got(g.size());
+  swiglu_oai(g.data(), u.data(), count, 1.702f, 7.f, got.data());
+  for (int64_t i = 0; i < count; ++i) {
+    const double x = std::min(double(g[size_t(i)]), 7.0);
+    const double y = std::clamp(double(u[size_t(i)]), -7.0, 7.0);
+    const double want = x / (1.0 + std::exp(-1.702 * x)) * (y + 1.0);
+    ASSERT_NEAR(got[size_t(i)], want, 1e-5 * (std::fabs(want) + 1e-3)) << "g=" << g[size_t(i)];
+  }
+  // The last pair (11.9, -10.2): both clamped, 7·σ(1.702·7)·(-7 + 1).
+  EXPECT_NEAR(got[size_t(count - 1)], 7.0 / (1.0 + std::exp(-1.702 * 7.0)) * -6.0, 1e-4);
+  swiglu_oai(g.data(), u.data(), count, 1.702f, 7.f, g.data());  // out aliases gate
+  for (int64_t i = 0; i < count; ++i) ASSERT_EQ(g[size_t(i)], got[size_t(i)]);
 }
 
 TEST(Norm, AddInplace) {
