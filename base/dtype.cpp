@@ -6,7 +6,7 @@ namespace {
 constexpr DTypeInfo kTypes[] = {
     {DType::F32, "F32", 1, 4, true},       {DType::F16, "F16", 1, 2, true},
     {DType::Q4_0, "Q4_0", 32, 18, true},   {DType::Q4_1, "Q4_1", 32, 20, true},
-    {DType::Q5_0, "Q5_0", 32, 22, true},  {DType::Q5_1, "Q5_1", 32, 24, false},
+    {DType::Q5_0, "Q5_0", 32, 22, true},   {DType::Q5_1, "Q5_1", 32, 24, false},
     {DType::Q8_0, "Q8_0", 32, 34, true},   {DType::Q8_1, "Q8_1", 32, 36, false},
     {DType::Q2_K, "Q2_K", 256, 84, false}, {DType::Q3_K, "Q3_K", 256, 110, false},
     {DType::Q4_K, "Q4_K", 256, 144, true}, {DType::Q5_K, "Q5_K", 256, 176, true},

@@ -297,7 +297,7 @@ void paged_attention(const KvLayerView& kv, const AttnRow* rows, int n_rows, con
     return a.head < b.head;
   });
 
-  const Job job{&kv,    rows, tok_off.data(), q, out, n_heads, n_heads / kv.n_kv_heads,
+  const Job job{&kv,   rows,   tok_off.data(), q, out, n_heads, n_heads / kv.n_kv_heads,
                 scale, window, sinks};
   // Every item of a call takes the same path: a query's result must not
   // depend on which other queries share its item (a prefill split into other

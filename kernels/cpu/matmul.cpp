@@ -100,9 +100,9 @@ void detail::set_max_tile_rows_for_bench(int nw) {
 
 detail::DotFn detail::dot_kernel(DType type, SimdLevel level) {
   return type == DType::MXFP4 ? mxfp4_dot_kernel(level)
-         : is_kquant(type)      ? kquant_dot_kernel(type, level)
-         : is_quant(type)       ? quant_dot_kernel(type, level)
-                                : float_dot_kernel(type, level);
+         : is_kquant(type)    ? kquant_dot_kernel(type, level)
+         : is_quant(type)     ? quant_dot_kernel(type, level)
+                              : float_dot_kernel(type, level);
 }
 
 namespace {

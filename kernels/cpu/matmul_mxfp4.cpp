@@ -152,9 +152,9 @@ struct Tile {
       const uint8_t* blk = w + b * kBlockBytes;
       const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1));
       const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kBlockBytes + 1));
-      const __m512i raw = _mm512_inserti64x4(
-          _mm512_castsi256_si512(_mm256_set_m128i(_mm_srli_epi16(r0, 4), r0)),
-          _mm256_set_m128i(_mm_srli_epi16(r1, 4), r1), 1);
+      const __m512i raw =
+          _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(_mm_srli_epi16(r0, 4), r0)),
+                             _mm256_set_m128i(_mm_srli_epi16(r1, 4), r1), 1);
       const __m512i wv = _mm512_shuffle_epi8(table, _mm512_and_si512(raw, low4));
       const __m512i w_abs = _mm512_abs_epi8(wv);
       const __mmask64 neg = _mm512_movepi8_mask(wv);
@@ -166,8 +166,7 @@ struct Tile {
             _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[0].q))),
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[1].q)), 1);
         const __m512i xs = _mm512_mask_sub_epi8(xq, neg, _mm512_setzero_si512(), xq);
-        const __m512i p =
-            _mm512_madd_epi16(_mm512_maddubs_epi16(w_abs, xs), _mm512_set1_epi16(1));
+        const __m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(w_abs, xs), _mm512_set1_epi16(1));
         const __m512 scale = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(we0 * xb[0].d),
                                                   _mm512_set1_ps(we1 * xb[1].d));
         acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[j]);
@@ -184,7 +183,8 @@ struct Tile {
         tail[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(we * xb.d), tail[j]);
       }
     }
-    for (int j = 0; j < NX; ++j) y[j * y_stride] = _mm512_reduce_add_ps(acc[j]) + avx2::hsum(tail[j]);
+    for (int j = 0; j < NX; ++j)
+      y[j * y_stride] = _mm512_reduce_add_ps(acc[j]) + avx2::hsum(tail[j]);
   }
 };
 

@@ -69,7 +69,7 @@ void kv_append(const KvLayerView& kv, const AttnRow* rows, int n_rows, const flo
 // value goes with), as llama.cpp's soft_max_ext takes them:
 //   out = Σ_j e^(s_j) v_j / (Σ_j e^(s_j) + e^(sink_h)).
 void paged_attention(const KvLayerView& kv, const AttnRow* rows, int n_rows, const float* q,
-                     int n_heads, float scale, float* out, ThreadPool* pool,
-                     int32_t window = 0, const float* sinks = nullptr);
+                     int n_heads, float scale, float* out, ThreadPool* pool, int32_t window = 0,
+                     const float* sinks = nullptr);
 
 }  // namespace kvasir::cpu

@@ -209,7 +209,8 @@ inline std::vector<float> dequant_row(const TensorView& w, int64_t r) {
         const uint8_t* blk = row + b * 17;
         const int code = i < 16 ? (blk[1 + i] & 15) : (blk[1 + i - 16] >> 4);
         const int exp = (code >> 1) & 3, man = code & 1;
-        const float mag = exp == 0 ? 0.5f * float(man) : std::ldexp(1.f + 0.5f * float(man), exp - 1);
+        const float mag =
+            exp == 0 ? 0.5f * float(man) : std::ldexp(1.f + 0.5f * float(man), exp - 1);
         v = (code & 8 ? -mag : mag) * std::ldexp(1.f, int(blk[0]) - 127);
         break;
       }

@@ -340,7 +340,8 @@ TEST(DequantizeRow, KnownMxfp4Blocks) {
   std::vector<uint8_t> blk(34);
   blk[0] = 128;
   blk[17] = 1;
-  for (int j = 0; j < 16; ++j) blk[size_t(1 + j)] = blk[size_t(18 + j)] = uint8_t((15 - j) << 4 | j);
+  for (int j = 0; j < 16; ++j)
+    blk[size_t(1 + j)] = blk[size_t(18 + j)] = uint8_t((15 - j) << 4 | j);
   TensorView w;
   w.type = DType::MXFP4;
   w.n_dims = 2;

@@ -249,8 +249,8 @@ TEST(PagedAttention, SinksEqualNaive) {
             Case c{hd, 2, group, 16, DType::F16, rows, window};
             c.sinks = true;
             const double err = run_case(c, &pool, rng);
-            ASSERT_LT(err, 2e-5) << "window=" << window << " hd=" << hd << " group=" << group
-                                 << " " << simd_level_name(level);
+            ASSERT_LT(err, 2e-5) << "window=" << window << " hd=" << hd << " group=" << group << " "
+                                 << simd_level_name(level);
           }
 }
 
