@@ -66,9 +66,6 @@ void check_experts(const MoeExperts& e) {
   KV_CHECK(e.first >= 0 && int64_t(e.first) + int64_t(held) <= e.n_total,
            "moe_ffn: experts [{}, {}) outside the layer's {}", e.first, int64_t(e.first) + held,
            e.n_total);
-  for (auto* b : {&e.gate_bias, &e.up_bias, &e.down_bias})
-    KV_CHECK(b->empty() || b->size() == held, "moe_ffn: {} bias vectors for {} experts", b->size(),
-             held);
   if (held == 0) return;
   const int64_t hidden = e.gate[0].cols(), ffn = e.gate[0].rows();
   for (size_t i = 0; i < held; ++i) {
@@ -134,14 +131,15 @@ void expert_rows(const MoeExperts& e, size_t i, const float* x, int32_t top_k, M
   }
   matmul(e.gate[i], s.xs.data(), count, s.gate.data(), pool);  // [count, ffn]
   matmul(e.up[i], s.xs.data(), count, s.up.data(), pool);
-  if (!e.gate_bias.empty()) add_rows(e.gate_bias[i], count, ffn, s.gate.data());
-  if (!e.up_bias.empty()) add_rows(e.up_bias[i], count, ffn, s.up.data());
+  const int64_t id = e.first + int64_t(i);
+  if (e.gate_bias) add_rows(e.gate_bias + id * ffn, count, ffn, s.gate.data());
+  if (e.up_bias) add_rows(e.up_bias + id * ffn, count, ffn, s.up.data());
   if (e.act == MoeAct::kSwigluOai)
     swiglu_oai(s.gate.data(), s.up.data(), int64_t(count) * ffn, e.alpha, e.limit, s.gate.data());
   else
     swiglu(s.gate.data(), s.up.data(), int64_t(count) * ffn, s.gate.data());
   matmul(e.down[i], s.gate.data(), count, s.ys.data(), pool);  // [count, hidden]
-  if (!e.down_bias.empty()) add_rows(e.down_bias[i], count, hidden, s.ys.data());
+  if (e.down_bias) add_rows(e.down_bias + id * hidden, count, hidden, s.ys.data());
 }
 
 void size_scratch(const MoeExperts& e, int64_t n, MoeScratch& s) {

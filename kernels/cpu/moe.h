@@ -54,9 +54,12 @@ struct MoeExperts {
   int32_t n_total = 0;
   int32_t first = 0;
   std::span<const TensorView> gate, up, down;
-  // Empty (no biases), or one pointer per held expert: gate_bias[i] and
-  // up_bias[i] [ffn], down_bias[i] [hidden].
-  std::span<const float*const> gate_bias, up_bias, down_bias;
+  // Null (no biases), or the layer's biases of every expert, indexed by
+  // expert id (not by held index): gate_bias, up_bias [n_total, ffn],
+  // down_bias [n_total, hidden] — GGUF's ffn_*_exps.bias as stored.
+  const float* gate_bias = nullptr;
+  const float* up_bias = nullptr;
+  const float* down_bias = nullptr;
   MoeAct act = MoeAct::kSwiglu;
   float alpha = 1.702f, limit = 7.f;  // kSwigluOai's constants
 };

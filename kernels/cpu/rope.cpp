@@ -1,5 +1,6 @@
 #include "kernels/cpu/rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -24,9 +25,40 @@ void check_config(const RopeConfig& cfg) {
                  cfg.llama3_original_context > 0,
              "rope: llama3 factors and original context must be positive");
   }
+  if (cfg.yarn_factor != 0.f) {
+    KV_CHECK(cfg.yarn_factor > 0.f && std::isfinite(cfg.yarn_factor),
+             "rope: yarn factor {} must be positive", cfg.yarn_factor);
+    KV_CHECK(cfg.yarn_original_context > 0, "rope: yarn original context {} must be positive",
+             cfg.yarn_original_context);
+    KV_CHECK(
+        cfg.yarn_beta_fast > 0.f && cfg.yarn_beta_slow > 0.f && std::isfinite(cfg.yarn_ext_factor),
+        "rope: yarn betas {} / {} must be positive", cfg.yarn_beta_fast, cfg.yarn_beta_slow);
+  }
+}
+
+// ggml's ggml_rope_yarn_corr_dim: the pair index whose wavelength fits
+// n_rot turns into the original context.
+float yarn_corr_dim(const RopeConfig& cfg, float n_rot) {
+  return float(cfg.rot_dim) *
+         std::log(float(cfg.yarn_original_context) / (n_rot * 2.f * float(std::numbers::pi))) /
+         (2.f * std::log(cfg.theta));
+}
+
+// The fraction of the extrapolated frequency pair i keeps (ggml's
+// rope_yarn_ramp times ext_factor), in f32 as ggml computes it.
+float yarn_mix(const RopeConfig& cfg, int i) {
+  const float low = std::max(0.f, std::floor(yarn_corr_dim(cfg, cfg.yarn_beta_fast)));
+  const float high =
+      std::min(float(cfg.rot_dim - 1), std::ceil(yarn_corr_dim(cfg, cfg.yarn_beta_slow)));
+  const float y = (float(i) - low) / std::max(0.001f, high - low);
+  return (1.f - std::min(1.f, std::max(0.f, y))) * cfg.yarn_ext_factor;
 }
 
 }  // namespace
+
+float yarn_mscale(float factor, float ext_factor) {
+  return factor > 1.f && ext_factor != 0.f ? 1.f + 0.1f * std::log(factor) : 1.f;
+}
 
 std::vector<float> rope_inv_freq(const RopeConfig& cfg) {
   check_config(cfg);
@@ -49,6 +81,10 @@ std::vector<float> rope_inv_freq(const RopeConfig& cfg) {
         const double smooth = (orig / wavelen - low) / (high - low);
         inv = (1.0 - smooth) * inv / factor + smooth * inv;
       }
+    }
+    if (cfg.yarn_factor != 0.f) {
+      const double mix = yarn_mix(cfg, i);
+      inv = inv / double(cfg.yarn_factor) * (1.0 - mix) + inv * mix;
     }
     out[size_t(i)] = float(inv);
   }

@@ -31,7 +31,24 @@ struct RopeConfig {
   int llama3_original_context = 8192;
   // Linear position scaling (rope_scaling type "linear"): pos / linear_factor.
   float linear_factor = 1.f;
+  // YaRN (rope_scaling type "yarn", as ggml's rope computes it; gpt-oss);
+  // factor 0 means none. Pair i's frequency blends the interpolated
+  // theta^(-2i/d) / factor with the extrapolated theta^(-2i/d) by a ramp
+  // (weight ext_factor) between the correction dims of beta_fast and
+  // beta_slow at the original context. The magnitude factor (yarn_mscale)
+  // multiplies both q and k, so callers fold its square into the attention
+  // scale instead of the rotation.
+  float yarn_factor = 0.f;
+  int yarn_original_context = 0;
+  float yarn_beta_fast = 32.f;
+  float yarn_beta_slow = 1.f;
+  float yarn_ext_factor = 1.f;
 };
+
+// YaRN's magnitude factor, 1 + 0.1 ln(factor) (1 without YaRN, with a factor
+// <= 1 or with ext_factor 0): what ggml multiplies cos and sin by, once
+// llama.cpp's attention factor has cancelled its own copy.
+float yarn_mscale(float factor, float ext_factor);
 
 // Inverse frequencies, one per rotated pair (rot_dim / 2), Llama-3 scaling
 // applied as Hugging Face's _compute_llama3_parameters does. Throws

@@ -269,18 +269,15 @@ TEST(MoeFfn, GptOssBiasesAndClampedSwiglu) {
   for (DType t : {DType::F32, DType::MXFP4}) {
     const int E = 4, hidden = 64, ffn = 96, first = 1, count = 3;
     const Layer L(t, E, hidden, ffn, rng);
-    std::vector<std::vector<float>> bias[3];  // gate, up, down: [E][ffn or hidden]
-    std::vector<const float*> held_bias[3];
-    for (int b = 0; b < 3; ++b)
-      for (int e = 0; e < E; ++e) {
-        bias[b].emplace_back(size_t(b == 2 ? hidden : ffn));
-        for (auto& v : bias[b].back()) v = nd(rng);
-        if (e >= first && e < first + count) held_bias[b].push_back(bias[b].back().data());
-      }
+    std::vector<float> bias[3];  // gate, up, down: [E, ffn or hidden], as GGUF stores them
+    for (int b = 0; b < 3; ++b) {
+      bias[b].resize(size_t(E * (b == 2 ? hidden : ffn)));
+      for (auto& v : bias[b]) v = nd(rng);
+    }
     MoeExperts ex = L.held(first, count);
-    ex.gate_bias = held_bias[0];
-    ex.up_bias = held_bias[1];
-    ex.down_bias = held_bias[2];
+    ex.gate_bias = bias[0].data();
+    ex.up_bias = bias[1].data();
+    ex.down_bias = bias[2].data();
     ex.act = MoeAct::kSwigluOai;
     const int64_t n = 5;
     const int k = 2;
@@ -296,7 +293,8 @@ TEST(MoeFfn, GptOssBiasesAndClampedSwiglu) {
       for (int j = 0; j < k; ++j) {
         const size_t e = size_t(ids[size_t(tok * k + j)]);
         if (e < size_t(first)) continue;  // not held
-        const float* b[3] = {bias[0][e].data(), bias[1][e].data(), bias[2][e].data()};
+        const float* b[3] = {bias[0].data() + e * ffn, bias[1].data() + e * ffn,
+                             bias[2].data() + e * hidden};
         const auto y =
             oai_expert(L.gate.views[e], L.up.views[e], L.down.views[e], b, x.data() + tok * hidden);
         for (int64_t c = 0; c < hidden; ++c)
