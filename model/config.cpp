@@ -16,8 +16,8 @@ namespace kvasir {
 
 namespace {
 
-constexpr const char* kArchs[] = {"llama",    "mistral",  "qwen2", "qwen3",
-                                   "qwen3moe", "qwen2moe", "gemma3"};
+constexpr const char* kArchs[] = {"llama",    "mistral",  "qwen2",  "qwen3",
+                                  "qwen3moe", "qwen2moe", "gemma3", "gpt-oss"};
 
 bool known_arch(const std::string& a) {
   for (const char* k : kArchs)
@@ -26,7 +26,9 @@ bool known_arch(const std::string& a) {
 }
 
 // Architectures whose every layer is a mixture of experts.
-bool moe_arch(const std::string& a) { return a == "qwen3moe" || a == "qwen2moe"; }
+bool moe_arch(const std::string& a) {
+  return a == "qwen3moe" || a == "qwen2moe" || a == "gpt-oss";
+}
 
 // The expert counts as the file gives them, refused naming the file's keys:
 // n experts (1..kMaxExperts), k of them used per token (1..n).
@@ -44,7 +46,7 @@ void check_expert_counts(const std::string& src, const std::string& n_key, int64
 void ModelConfig::validate(const std::string& src) const {
   KV_CHECK(known_arch(arch),
            "{}: architecture '{}' is not supported (llama, mistral, qwen2, qwen3, qwen3moe, "
-           "qwen2moe, gemma3)",
+           "qwen2moe, gemma3, gpt-oss)",
            src, arch);
   auto range = [&](const char* field, int64_t v, int64_t lo, int64_t hi) {
     KV_CHECK(v >= lo && v <= hi, "{}: {} is {}, must be in [{}, {}]", src, field, v, lo, hi);
@@ -78,6 +80,16 @@ void ModelConfig::validate(const std::string& src) const {
              rope_llama3_high_freq_factor, rope_llama3_low_freq_factor);
     range("rope_llama3_original_context", rope_llama3_original_context, 1, 1 << 30);
   }
+  KV_CHECK(std::isfinite(rope_yarn_factor) && rope_yarn_factor >= 0.f,
+           "{}: rope_yarn_factor is {}, must be finite and >= 0", src, rope_yarn_factor);
+  if (rope_yarn_factor > 0.f) {
+    range("rope_yarn_original_context", rope_yarn_original_context, 1, 1 << 30);
+    positive("rope_yarn_beta_fast", rope_yarn_beta_fast);
+    positive("rope_yarn_beta_slow", rope_yarn_beta_slow);
+    KV_CHECK(std::isfinite(rope_yarn_ext_factor) && rope_yarn_ext_factor >= 0.f &&
+                 rope_yarn_ext_factor <= 1.f,
+             "{}: rope_yarn_ext_factor is {}, must be in [0, 1]", src, rope_yarn_ext_factor);
+  }
   range("sliding_window", sliding_window, 0, 1 << 30);
   range("sliding_pattern", sliding_pattern, 0, 4096);
   positive("rope_theta_local", rope_theta_local);
@@ -97,7 +109,7 @@ void ModelConfig::validate_experts(const std::string& src) const {
                 "{}: architecture '{}' needs experts (n_experts is {})", src, arch, n_experts);
   KV_CHECK_CODE(n_experts == 0 || arch == "llama" || moe_arch(arch), ErrorCode::kModelFormat,
                 "{}: {} experts in a '{}' model: Kvasir runs experts in llama (Mixtral), "
-                "qwen3moe and qwen2moe",
+                "qwen3moe, qwen2moe and gpt-oss",
                 src, n_experts, arch);
   if (n_experts == 0) {
     range("n_experts_used", n_experts_used, 0, 0);
@@ -176,7 +188,7 @@ void read_experts(const GgufKeys& g, ModelConfig& c) {
   }
   KV_CHECK_CODE(c.arch == "llama" || moe_arch(c.arch), ErrorCode::kModelFormat,
                 "{}: metadata '{}' is {} in a '{}' model: Kvasir runs experts in llama "
-                "(Mixtral), qwen3moe and qwen2moe",
+                "(Mixtral), qwen3moe, qwen2moe and gpt-oss",
                 path, g.k("expert_count"), c.n_experts, c.arch);
   const auto used = g.opt_i32(g.k("expert_used_count"));
   KV_CHECK_CODE(used.has_value(), ErrorCode::kModelFormat,
@@ -249,7 +261,34 @@ void read_vocab(const GgufKeys& g, ModelConfig& c) {
   }
 }
 
-// RoPE scaling: linear, llama3 (or a rope_freqs tensor alone), or none.
+// YaRN as llama.cpp reads it: the factor and the original context are
+// required; beta_fast 32, beta_slow 1 and ext_factor 1 unless the file says
+// otherwise. llama.cpp's other YaRN knobs (log_mul, the attention factor)
+// would change the magnitude factor: refused, naming the key.
+void read_yarn(const GgufKeys& g, std::optional<float> factor, ModelConfig& c) {
+  const std::string& path = g.f.path();
+  KV_CHECK_CODE(factor && *factor >= 1.f, ErrorCode::kModelFormat,
+                "{}: rope scaling type 'yarn' needs '{}' >= 1", path, g.k("rope.scaling.factor"));
+  const auto orig = g.opt_i32(g.k("rope.scaling.original_context_length"));
+  KV_CHECK_CODE(orig && *orig > 0, ErrorCode::kModelFormat,
+                "{}: rope scaling type 'yarn' needs '{}'", path,
+                g.k("rope.scaling.original_context_length"));
+  c.rope_yarn_factor = *factor;
+  c.rope_yarn_original_context = *orig;
+  c.rope_yarn_beta_fast = g.opt_f32(g.k("rope.scaling.yarn_beta_fast")).value_or(32.f);
+  c.rope_yarn_beta_slow = g.opt_f32(g.k("rope.scaling.yarn_beta_slow")).value_or(1.f);
+  c.rope_yarn_ext_factor = g.opt_f32(g.k("rope.scaling.yarn_ext_factor")).value_or(1.f);
+  for (const char* key : {"rope.scaling.yarn_log_multiplier", "rope.scaling.yarn_attn_factor",
+                          "rope.scaling.attn_factor"}) {
+    const auto v = g.opt_f32(g.k(key));
+    const float neutral = std::string(key).find("log") != std::string::npos ? 0.f : 1.f;
+    KV_CHECK_CODE(!v || *v == neutral, ErrorCode::kModelFormat,
+                  "{}: metadata '{}' is {}: only {} is supported", path, g.k(key), v.value_or(0.f),
+                  neutral);
+  }
+}
+
+// RoPE scaling: linear, llama3 (or a rope_freqs tensor alone), yarn, or none.
 void read_rope_scaling(const GgufKeys& g, ModelConfig& c) {
   const std::string& path = g.f.path();
   const GgufFile& f = g.f;
@@ -268,9 +307,11 @@ void read_rope_scaling(const GgufKeys& g, ModelConfig& c) {
       c.rope_llama3_high_freq_factor = *v;
     if (auto v = g.opt_i32(g.k("rope.scaling.original_context_length")))
       c.rope_llama3_original_context = *v;
+  } else if (stype == "yarn") {
+    read_yarn(g, factor, c);
   } else if (stype != "none") {
-    KV_FAIL("{}: metadata '{}' is '{}': only linear and llama3 rope scaling are supported", path,
-            g.k("rope.scaling.type"), stype);
+    KV_FAIL("{}: metadata '{}' is '{}': only linear, llama3 and yarn rope scaling are supported",
+            path, g.k("rope.scaling.type"), stype);
   }
 }
 
@@ -299,6 +340,31 @@ void read_gemma3(const GgufKeys& g, ModelConfig& c) {
   c.final_logit_softcap = g.opt_f32(g.k("final_logit_softcapping")).value_or(0.f);
 }
 
+// gpt-oss as llama.cpp reads it (src/models/openai-moe.cpp): a sliding
+// window (`attention.sliding_window`, 128) on the even layers, the odd ones
+// global (its pattern of 2), both rotated alike unless `rope.freq_base_swa`
+// says otherwise; NeoX RoPE; q·k scaled by 1/sqrt(head_dim); the softmax
+// over the chosen experts' logits (llama.cpp's SOFTMAX_WEIGHT gating, equal
+// to the top-k of the softmax renormalised).
+void read_gpt_oss(const GgufKeys& g, ModelConfig& c) {
+  const std::string& path = g.f.path();
+  const auto window = g.opt_i32(g.k("attention.sliding_window"));
+  KV_CHECK_CODE(window && *window > 0, ErrorCode::kModelFormat,
+                "{}: metadata '{}' is missing or 0: gpt-oss alternates sliding and full layers",
+                path, g.k("attention.sliding_window"));
+  KV_CHECK_CODE(!g.f.find(g.k("attention.sliding_window_pattern")), ErrorCode::kModelFormat,
+                "{}: metadata '{}' is set: gpt-oss's layers alternate (pattern 2) and no other "
+                "pattern is supported",
+                path, g.k("attention.sliding_window_pattern"));
+  c.sliding_window = *window;
+  c.sliding_pattern = 2;
+  c.rope_theta_local = g.opt_f32(g.k("rope.freq_base_swa")).value_or(c.rope_theta);
+  c.rope_layout = RopeLayout::kHalf;
+  c.gpt_oss = true;
+  c.expert_norm_topk = true;
+  c.qkv_bias = g.f.find_tensor("blk.0.attn_q.bias") != nullptr;  // as llama.cpp: where present
+}
+
 }  // namespace
 
 ModelConfig config_from_gguf(const GgufFile& f) {
@@ -310,7 +376,7 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   g.arch = c.arch;
   KV_CHECK_CODE(known_arch(c.arch), ErrorCode::kModelFormat,
                 "{}: metadata 'general.architecture' is '{}': Kvasir runs llama, mistral, qwen2, "
-                "qwen3, qwen3moe, qwen2moe and gemma3",
+                "qwen3, qwen3moe, qwen2moe, gemma3 and gpt-oss",
                 path, c.arch);
   c.name = g.opt_str("general.name").value_or(std::filesystem::path(path).stem().string());
 
@@ -338,6 +404,7 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe";
   read_experts(g, c);
   if (c.arch == "gemma3") read_gemma3(g, c);
+  if (c.arch == "gpt-oss") read_gpt_oss(g, c);
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   c.validate(path);
   return c;

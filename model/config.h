@@ -15,7 +15,7 @@ inline constexpr int32_t kMaxExperts = 1024;  // see docs/model-formats.md and k
 
 struct ModelConfig {
   // GGUF's architecture name: "llama" (Mixtral too: llama with experts),
-  // "mistral", "qwen2", "qwen3", "qwen3moe", "qwen2moe", "gemma3".
+  // "mistral", "qwen2", "qwen3", "qwen3moe", "qwen2moe", "gemma3", "gpt-oss".
   std::string arch;
   std::string name;  // general.name or the folder name
   int32_t n_layers = 0;
@@ -34,6 +34,12 @@ struct ModelConfig {
   float rope_llama3_high_freq_factor = 4.f;
   int32_t rope_llama3_original_context = 8192;
   float rope_linear_factor = 1.f;
+  // YaRN (rope.scaling.type "yarn"; kernels/cpu/rope.h); factor 0 = none.
+  float rope_yarn_factor = 0.f;
+  int32_t rope_yarn_original_context = 0;
+  float rope_yarn_beta_fast = 32.f;
+  float rope_yarn_beta_slow = 1.f;
+  float rope_yarn_ext_factor = 1.f;
   // GGUF llama3 models carry their frequency scaling precomputed as the
   // tensor rope_freqs.weight [head_dim / 2] (divisors of the inverse
   // frequencies) rather than as metadata; true when that tensor is present.
@@ -63,12 +69,25 @@ struct ModelConfig {
   bool gelu_ffn = false;         // GeGLU, gelu_tanh(gate) * up, instead of SwiGLU
   float final_logit_softcap = 0.f;  // > 0: logits = cap * tanh(logits / cap)
 
+  // gpt-oss (docs/model-formats.md, "gpt-oss"): a learned sink logit per
+  // head in every softmax (blk.N.attn_sinks.weight), a bias on the attention
+  // output, biases on the router and the experts, the clamped SwiGLU
+  // (kernels/cpu/norm.h swiglu_oai), and the pre-FFN norm stored as
+  // post_attention_norm.
+  bool gpt_oss = false;
+
   bool layer_slides(int32_t il) const {
     if (sliding_window <= 0) return false;
     return sliding_pattern == 0 || il % sliding_pattern < sliding_pattern - 1;
   }
+  // q·k's scale. YaRN's magnitude factor multiplies q and k alike, so its
+  // square lands here (kernels/cpu/rope.h).
   float attention_scale() const {
-    return attn_scale > 0.f ? attn_scale : 1.f / std::sqrt(float(head_dim));
+    const float base = attn_scale > 0.f ? attn_scale : 1.f / std::sqrt(float(head_dim));
+    const float m = rope_yarn_factor > 1.f && rope_yarn_ext_factor != 0.f
+                        ? 1.f + 0.1f * std::log(rope_yarn_factor)
+                        : 1.f;
+    return base * m * m;
   }
 
   // Mixture of experts (docs/model-formats.md, "Mixture of experts"). With
@@ -105,7 +124,7 @@ uint64_t kv_block_bytes(const ModelConfig& model, int32_t n_layers, int32_t bloc
 class GgufFile;
 
 // From `<arch>.*` GGUF metadata (llama, mistral, qwen2, qwen3, qwen3moe,
-// qwen2moe, gemma3) and the tensor list (tied embeddings = no output.weight).
+// qwen2moe, gemma3, gpt-oss) and the tensor list (tied embeddings = no output.weight).
 // Validated; throws kvasir::Error naming the file and the key.
 ModelConfig config_from_gguf(const GgufFile& f);
 

@@ -174,10 +174,15 @@ struct TensorChecks {
       norm(b + "attn_k_norm.weight", c.head_dim);
     }
     if (c.post_norms) norm(b + "post_attention_norm.weight", h);
+    if (c.gpt_oss) {
+      norm(b + "attn_output.bias", h);
+      norm(b + "attn_sinks.weight", c.n_heads);
+    }
   }
   void ffn(const std::string& b) const {
     const int64_t h = c.hidden;
-    norm(b + "ffn_norm.weight", h);
+    // gpt-oss's pre-FFN norm carries the checkpoint's name for it.
+    norm(b + (c.gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), h);
     if (c.post_norms) norm(b + "post_ffw_norm.weight", h);
     if (!c.moe()) {
       expect(look, src, b + "ffn_gate.weight", {h, c.ffn});
@@ -191,6 +196,15 @@ struct TensorChecks {
     experts(b + "ffn_up_exps.weight", h, c.expert_ffn, c.n_experts);
     experts(b + "ffn_down_exps.weight", c.expert_ffn, h, c.n_experts);
     expect(look, src, b + "ffn_gate_inp.weight", {h, c.n_experts});
+    if (c.gpt_oss) {
+      norm(b + "ffn_gate_inp.bias", c.n_experts);
+      check_small(src, b + "ffn_gate_exps.bias",
+                  expect(look, src, b + "ffn_gate_exps.bias", {c.expert_ffn, c.n_experts}));
+      check_small(src, b + "ffn_up_exps.bias",
+                  expect(look, src, b + "ffn_up_exps.bias", {c.expert_ffn, c.n_experts}));
+      check_small(src, b + "ffn_down_exps.bias",
+                  expect(look, src, b + "ffn_down_exps.bias", {h, c.n_experts}));
+    }
     if (c.shared_expert_ffn > 0) {
       expect(look, src, b + "ffn_gate_inp_shexp.weight", {h});
       expect(look, src, b + "ffn_gate_shexp.weight", {h, c.shared_expert_ffn});

@@ -187,6 +187,7 @@ void Member::load() {
     e.gate = std::span(model_->get_experts(n.ffn_gate_exps)).subspan(first, held);
     e.up = std::span(model_->get_experts(n.ffn_up_exps)).subspan(first, held);
     e.down = std::span(model_->get_experts(n.ffn_down_exps)).subspan(first, held);
+    map_expert_extras(*model_, n, e);
     layers_.push_back(e);
   }
   pool_ = std::make_unique<cpu::ThreadPool>(sp.threads);

@@ -46,6 +46,7 @@ void add_bias(float* y, const float* bias, int64_t n_tokens, int64_t width) {
 struct SliceExecutor::Moe {
   int layer = 0;                       // the model's layer index (an expert group's request)
   const TensorView* router = nullptr;  // [hidden] -> [n_experts]
+  const float* router_bias = nullptr;  // [n_experts] gpt-oss, else null
   cpu::MoeExperts experts;             // views of the model's stacks
   const TensorView* sh_gate_inp = nullptr;  // [hidden] -> [1], null without a shared expert
   const TensorView* sh_gate = nullptr;      // [hidden] -> [shared_expert_ffn]
@@ -63,6 +64,8 @@ struct SliceExecutor::Layer {
   const float* bq = nullptr;       // Qwen2 biases, else null
   const float* bk = nullptr;
   const float* bv = nullptr;
+  const float* bo = nullptr;           // [hidden] gpt-oss's output bias, else null
+  const float* sinks = nullptr;        // [n_heads] gpt-oss's attention sinks, else null
   const TensorView* w_gate = nullptr;  // [hidden] -> [ffn]
   const TensorView* w_up = nullptr;
   const TensorView* w_down = nullptr;  // [ffn] -> [hidden]
@@ -193,7 +196,10 @@ void SliceExecutor::map_layer(const ModelFile& model, int il, Layer& L) {
                 KD = int64_t(c.n_kv_heads) * c.head_dim;
   const LayerTensorNames n = layer_tensor_names(il);
   L.attn_norm = f32_data(&model.get(n.attn_norm), "attn_norm.weight", H);
-  L.ffn_norm = f32_data(&model.get(n.ffn_norm), "ffn_norm.weight", H);
+  // gpt-oss's pre-FFN norm is stored as post_attention_norm (its
+  // checkpoint's name for it); it normalises the FFN's input all the same.
+  L.ffn_norm = c.gpt_oss ? f32_data(&model.get(n.post_attn_norm), "post_attention_norm.weight", H)
+                         : f32_data(&model.get(n.ffn_norm), "ffn_norm.weight", H);
   L.wq = &model.get(n.attn_q);
   L.wk = &model.get(n.attn_k);
   L.wv = &model.get(n.attn_v);
@@ -206,6 +212,10 @@ void SliceExecutor::map_layer(const ModelFile& model, int il, Layer& L) {
   if (c.post_norms) {
     L.post_attn_norm = f32_data(&model.get(n.post_attn_norm), "post_attention_norm.weight", H);
     L.post_ffn_norm = f32_data(&model.get(n.post_ffn_norm), "post_ffw_norm.weight", H);
+  }
+  if (c.gpt_oss) {
+    L.bo = f32_data(&model.get(n.attn_output_bias), "attn_output.bias", H);
+    L.sinks = f32_data(&model.get(n.attn_sinks), "attn_sinks.weight", c.n_heads);
   }
   if (c.qkv_bias) {
     L.bq = f32_data(&model.get(n.attn_q_bias), "attn_q.bias", QD);
@@ -244,6 +254,9 @@ void SliceExecutor::map_ffn(const ModelFile& model, const LayerTensorNames& n, i
   m.experts.gate = std::span(model.get_experts(n.ffn_gate_exps)).subspan(0, held);
   m.experts.up = std::span(model.get_experts(n.ffn_up_exps)).subspan(0, held);
   m.experts.down = std::span(model.get_experts(n.ffn_down_exps)).subspan(0, held);
+  map_expert_extras(model, n, m.experts);
+  if (c.gpt_oss)
+    m.router_bias = f32_data(&model.get(n.ffn_gate_inp_bias), "ffn_gate_inp.bias", c.n_experts);
   if (c.shared_expert_ffn > 0) {
     m.sh_gate_inp = &model.get(n.ffn_gate_inp_shexp);
     m.sh_gate = &model.get(n.ffn_gate_shexp);
@@ -312,8 +325,9 @@ void SliceExecutor::run_layer(const Layer& L, const ForwardBatch& b,
   cpu::rope(rope.config, rope.inv_freq.data(), pos, T, c.n_kv_heads, s.k.data());
   cpu::kv_append(L.kv, rows.data(), int(rows.size()), s.k.data(), s.v.data(), L.window);
   cpu::paged_attention(L.kv, rows.data(), int(rows.size()), s.q.data(), c.n_heads,
-                       c.attention_scale(), s.att.data(), pool, L.window);
+                       c.attention_scale(), s.att.data(), pool, L.window, L.sinks);
   cpu::matmul(*L.wo, s.att.data(), T, s.tmp.data(), pool);
+  add_bias(s.tmp.data(), L.bo, T, H);
   if (L.post_attn_norm)  // Gemma: the block's output is normalised before the add
     cpu::rmsnorm(s.tmp.data(), L.post_attn_norm, c.rms_eps, T, H, s.tmp.data());
   cpu::add_inplace(x, s.tmp.data(), T * H);
@@ -367,6 +381,7 @@ void SliceExecutor::run_moe(const Moe& m, int64_t T, float* out) {
   cpu::ThreadPool* pool = pool_.get();
   KV_CHECK(slice_.experts_first < 0 || peers_, "expert group: the leader has no members set");
   cpu::matmul(*m.router, s.xn.data(), T, s.router.data(), pool);  // [T, n_experts]
+  add_bias(s.router.data(), m.router_bias, T, c.n_experts);
   cpu::moe_route(cpu::MoeRouteConfig{c.n_experts, c.n_experts_used, c.expert_norm_topk},
                  s.router.data(), T, s.expert_ids.data(), s.expert_weights.data());
   cpu::moe_count_routed(s.expert_ids.data(), T, c.n_experts_used, c.n_experts, s.routed.data());

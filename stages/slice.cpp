@@ -38,15 +38,59 @@ LayerTensorNames layer_tensor_names(int layer) {
   n.ffn_down_shexp = b + "ffn_down_shexp.weight";
   n.post_attn_norm = b + "post_attention_norm.weight";
   n.post_ffn_norm = b + "post_ffw_norm.weight";
+  n.attn_sinks = b + "attn_sinks.weight";
+  n.attn_output_bias = b + "attn_output.bias";
+  n.ffn_gate_inp_bias = b + "ffn_gate_inp.bias";
+  n.ffn_gate_exps_bias = b + "ffn_gate_exps.bias";
+  n.ffn_up_exps_bias = b + "ffn_up_exps.bias";
+  n.ffn_down_exps_bias = b + "ffn_down_exps.bias";
   return n;
 }
 
+void map_expert_extras(const ModelFile& model, const LayerTensorNames& n, cpu::MoeExperts& e) {
+  const ModelConfig& c = model.config();
+  if (!c.gpt_oss) return;
+  auto bias = [&](const std::string& name, int64_t width) {
+    const TensorView& t = model.get(name);
+    KV_CHECK_CODE(t.type == DType::F32 && t.ne[0] == width && t.rows() == c.n_experts,
+                  ErrorCode::kModelFormat, "{}: '{}' must be F32 [{} x {}] (got {} [{} x {}])",
+                  model.path(), name, c.n_experts, width, dtype_name(t.type), t.rows(), t.ne[0]);
+    return static_cast<const float*>(t.data);
+  };
+  e.gate_bias = bias(n.ffn_gate_exps_bias, c.expert_ffn);
+  e.up_bias = bias(n.ffn_up_exps_bias, c.expert_ffn);
+  e.down_bias = bias(n.ffn_down_exps_bias, c.hidden);
+  e.act = cpu::MoeAct::kSwigluOai;
+}
+
 std::vector<std::string> LayerTensorNames::all() const {
-  return {attn_norm,    ffn_norm,       attn_q,         attn_k,       attn_v,
-          attn_output,  ffn_gate,       ffn_up,         ffn_down,     attn_q_bias,
-          attn_k_bias,  attn_v_bias,    attn_q_norm,    attn_k_norm,  ffn_gate_inp,
-          ffn_gate_inp_shexp, ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp, post_attn_norm,
-          post_ffn_norm};
+  return {attn_norm,
+          ffn_norm,
+          attn_q,
+          attn_k,
+          attn_v,
+          attn_output,
+          ffn_gate,
+          ffn_up,
+          ffn_down,
+          attn_q_bias,
+          attn_k_bias,
+          attn_v_bias,
+          attn_q_norm,
+          attn_k_norm,
+          ffn_gate_inp,
+          ffn_gate_inp_shexp,
+          ffn_gate_shexp,
+          ffn_up_shexp,
+          ffn_down_shexp,
+          post_attn_norm,
+          post_ffn_norm,
+          attn_sinks,
+          attn_output_bias,
+          ffn_gate_inp_bias,
+          ffn_gate_exps_bias,
+          ffn_up_exps_bias,
+          ffn_down_exps_bias};
 }
 
 std::vector<std::string> LayerTensorNames::expert_stacks() const {
@@ -66,6 +110,11 @@ RopeTable rope_table(const ModelConfig& c, const TensorView* rope_freqs) {
   rc.llama3_high_freq_factor = c.rope_llama3_high_freq_factor;
   rc.llama3_original_context = c.rope_llama3_original_context;
   rc.linear_factor = c.rope_linear_factor;
+  rc.yarn_factor = c.rope_yarn_factor;
+  rc.yarn_original_context = c.rope_yarn_original_context;
+  rc.yarn_beta_fast = c.rope_yarn_beta_fast;
+  rc.yarn_beta_slow = c.rope_yarn_beta_slow;
+  rc.yarn_ext_factor = c.rope_yarn_ext_factor;
   if (!c.rope_freqs_tensor) {
     t.inv_freq = cpu::rope_inv_freq(rc);
     return t;

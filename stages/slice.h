@@ -12,6 +12,7 @@
 
 #include "base/dtype.h"
 #include "base/tensor.h"
+#include "kernels/cpu/moe.h"
 #include "kernels/cpu/rope.h"
 #include "model/config.h"
 #include "model/model_file.h"
@@ -72,14 +73,24 @@ struct LayerTensorNames {
   std::string ffn_gate_inp_shexp;                         // shared expert's gate [hidden]
   std::string ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp;
   std::string post_attn_norm, post_ffn_norm;  // Gemma 3's norms of the blocks' outputs
+  // gpt-oss: sinks [n_heads], the output's and the router's biases, the
+  // experts' biases [n_experts, ffn or hidden] (2-D, not stacks of matrices).
+  std::string attn_sinks, attn_output_bias, ffn_gate_inp_bias;
+  std::string ffn_gate_exps_bias, ffn_up_exps_bias, ffn_down_exps_bias;
 
   // Every single-tensor name above, in that order (weights, biases, norms,
-  // router, shared expert, post-norms); not the expert stacks.
+  // router, shared expert, post-norms, gpt-oss's); not the expert stacks.
   std::vector<std::string> all() const;
   // The three expert stacks.
   std::vector<std::string> expert_stacks() const;
 };
 LayerTensorNames layer_tensor_names(int layer);
+
+// gpt-oss's expert extras on a layer's experts (any range of them): the
+// biases (F32 [n_experts, ffn or hidden], checked) and the clamped SwiGLU.
+// Nothing for the other families. Throws kvasir::Error (kModelFormat) naming
+// a missing or misshapen tensor.
+void map_expert_extras(const ModelFile& model, const LayerTensorNames& n, cpu::MoeExperts& e);
 
 // --- RoPE ---------------------------------------------------------------
 
@@ -91,8 +102,8 @@ LayerTensorNames layer_tensor_names(int layer);
 //     converter writes them): theta^(-2i/d) divided by its per-pair
 //     divisors and no other llama3 scaling (llama.cpp's rule; config's
 //     llama3_factor is then 0);
-//   - else llama3 scaling from the metadata (rope_scaling llama3 of a
-//     config.json), as cpu::rope_inv_freq computes it.
+//   - else llama3 or YaRN scaling from the metadata, as cpu::rope_inv_freq
+//     computes it (YaRN's magnitude factor: ModelConfig::attention_scale).
 // Linear scaling is not in the table: cpu::rope (and the CUDA kernel)
 // divide positions by config.linear_factor.
 struct RopeTable {

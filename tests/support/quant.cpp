@@ -127,6 +127,31 @@ void q6_k(const float* x, uint8_t* out) {
   }
 }
 
+// MXFP4 as gguf-py's quants.MXFP4 writes it: the E8M0 exponent from the
+// block's largest magnitude (floor(log2(amax)) - 2 + 127, 0 for a zero
+// block), each weight the nearest doubled e2m1 value times 2^(e - 128)
+// (ties: the lower code).
+constexpr int8_t kFp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+float e8m0_half(uint8_t e) {
+  return std::ldexp(1.f, int(e) - 128);
+}
+
+void mxfp4(const float* x, uint8_t* out) {
+  float amax = 0;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const int e = amax > 0 ? std::clamp(int(std::floor(std::log2(amax))) - 2 + 127, 0, 255) : 0;
+  out[0] = uint8_t(e);
+  const float d = e8m0_half(uint8_t(e));
+  std::memset(out + 1, 0, 16);
+  for (int i = 0; i < 32; ++i) {
+    int best = 0;
+    for (int c = 1; c < 16; ++c)
+      if (std::fabs(d * float(kFp4[c]) - x[i]) < std::fabs(d * float(kFp4[best]) - x[i])) best = c;
+    out[1 + i % 16] = uint8_t(out[1 + i % 16] | (i < 16 ? best : best << 4));
+  }
+}
+
 }  // namespace
 
 std::vector<uint8_t> quantize(DType t, const float* x, int64_t n) {
@@ -161,6 +186,9 @@ std::vector<uint8_t> quantize(DType t, const float* x, int64_t n) {
         break;
       case DType::Q6_K:
         q6_k(xb, o);
+        break;
+      case DType::MXFP4:
+        mxfp4(xb, o);
         break;
       default:
         KV_FAIL("quantize: type {} not supported", info.name);
@@ -213,6 +241,12 @@ std::vector<float> dequantize(const TensorView& v) {
         break;
       case DType::Q6_K:
         cpu::kq::dequant_q6_k(p, y);
+        break;
+      case DType::MXFP4:
+        for (int j = 0; j < 16; ++j) {
+          y[j] = e8m0_half(p[0]) * float(kFp4[p[1 + j] & 15]);
+          y[j + 16] = e8m0_half(p[0]) * float(kFp4[p[1 + j] >> 4]);
+        }
         break;
       default:
         KV_FAIL("dequantize: type {} not supported", info.name);

@@ -13,7 +13,7 @@ namespace kvasir::test {
 // n values (a multiple of the block size) in type t: F32, F16, BF16, Q8_0,
 // Q4_0, Q4_1 (rounding like ggml's reference quantisers), and Q4_K, Q5_K,
 // Q6_K (plain min/max scales, not ggml's search: valid blocks, a little
-// more error).
+// more error), MXFP4 (as gguf-py's quantiser).
 std::vector<uint8_t> quantize(DType t, const float* x, int64_t n);
 
 // All elements of a tensor of those types, as F32 (row-major, ne[0] fastest).

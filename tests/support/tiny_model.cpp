@@ -80,7 +80,10 @@ bool is_qwen3(const TinySpec& s) {
   return s.arch == "qwen3" || s.arch == "qwen3moe";
 }
 bool has_biases(const TinySpec& s) {
-  return s.arch == "qwen2" || s.arch == "qwen2moe";
+  return s.arch == "qwen2" || s.arch == "qwen2moe" || s.arch == "gpt-oss";
+}
+bool is_gpt_oss(const TinySpec& s) {
+  return s.arch == "gpt-oss";
 }
 bool is_mixtral(const TinySpec& s) {
   return s.arch == "llama" && s.experts > 0;
@@ -109,9 +112,21 @@ TinySpec tiny_family(const std::string& family) {
   } else if (family == "mixtral") {
     s.experts = 4;
     s.experts_used = 2;
+  } else if (family == "gpt-oss") {
+    s.experts = 4;
+    s.experts_used = 2;
+    s.expert_ffn = 32;
+    s.head_dim = 16;
+    s.rope_theta = 150000;
+    s.matrix_type = DType::BF16;
+    s.experts_mxfp4 = true;
+    s.sliding_window = 5;
+    s.yarn_factor = 32;
+    s.yarn_original_context = 64;
   }
   KV_CHECK(family == "llama" || family == "qwen3" || s.experts > 0,
-           "tiny model: no family '{}' (llama, qwen3, qwen3moe, qwen2moe, mixtral)", family);
+           "tiny model: no family '{}' (llama, qwen3, qwen3moe, qwen2moe, mixtral, gpt-oss)",
+           family);
   return s;
 }
 
@@ -156,7 +171,13 @@ std::vector<TinyTensor> make_tiny_weights(const TinySpec& s) {
       add(h + "self_attn.k_norm.weight", g + "attn_k_norm.weight", {hd}, true, 0);
     }
     add(h + "self_attn.o_proj.weight", g + "attn_output.weight", {s.hidden, q}, false, fan(q));
-    add(h + "post_attention_layernorm.weight", g + "ffn_norm.weight", {s.hidden}, true, 0);
+    if (is_gpt_oss(s)) {
+      add(h + "self_attn.o_proj.bias", g + "attn_output.bias", {s.hidden}, true, 0.02f);
+      add(h + "self_attn.sinks", g + "attn_sinks.weight", {s.heads}, true, 1.f);
+    }
+    add(h + "post_attention_layernorm.weight",
+        g + (is_gpt_oss(s) ? "post_attention_norm.weight" : "ffn_norm.weight"), {s.hidden}, true,
+        0);
     if (s.experts == 0) {
       ffn(h + "mlp.", g, kProj, ".weight", s.ffn, -1);
       continue;
@@ -165,6 +186,13 @@ std::vector<TinyTensor> make_tiny_weights(const TinySpec& s) {
     add(moe + "gate.weight", g + "ffn_gate_inp.weight", {s.experts, s.hidden}, false,
         4.f * fan(s.hidden), -1, true);
     const int64_t ef = is_mixtral(s) ? s.ffn : s.expert_ffn;
+    if (is_gpt_oss(s)) {  // the router's and the experts' biases, F32 as GGUF stores them
+      add(moe + "gate.bias", g + "ffn_gate_inp.bias", {s.experts}, true, 0.5f);
+      add(moe + "experts.gate_proj_bias", g + "ffn_gate_exps.bias", {s.experts, ef}, true, 0.1f);
+      add(moe + "experts.up_proj_bias", g + "ffn_up_exps.bias", {s.experts, ef}, true, 0.1f);
+      add(moe + "experts.down_proj_bias", g + "ffn_down_exps.bias", {s.experts, s.hidden}, true,
+          0.1f);
+    }
     for (int e = 0; e < s.experts; ++e)
       ffn(moe + "experts." + std::to_string(e) + ".", g, is_mixtral(s) ? kW : kProj, "_exps.weight",
           ef, e);
@@ -255,6 +283,12 @@ void write_tiny_gguf(const std::string& path, const TinySpec& s) {
     if (s.arch == "qwen2moe")
       w.add_u32(a + ".expert_shared_feed_forward_length", uint32_t(s.shared_ffn));
   }
+  if (s.sliding_window > 0) w.add_u32(a + ".attention.sliding_window", uint32_t(s.sliding_window));
+  if (s.yarn_factor > 0.f) {
+    w.add_string(a + ".rope.scaling.type", "yarn");
+    w.add_f32(a + ".rope.scaling.factor", s.yarn_factor);
+    w.add_u32(a + ".rope.scaling.original_context_length", uint32_t(s.yarn_original_context));
+  }
 
   std::vector<std::string> tokens = gpt2_byte_tokens();
   std::vector<int32_t> types(256, 1);
@@ -309,10 +343,11 @@ void write_tiny_gguf(const std::string& path, const TinySpec& s) {
     const DType type = t.is_norm || t.keep_f32 ? DType::F32 : s.matrix_type;
     w.add_tensor(t.gguf_name, type, ne, quantize(type, data.data(), int64_t(data.size())));
   }
+  const DType expert_type = s.experts_mxfp4 ? DType::MXFP4 : s.matrix_type;
   for (size_t i = 0; i < stacks.size(); ++i) {
     const std::vector<float>& data = stacks[i].second;
-    w.add_tensor(stacks[i].first, s.matrix_type, stack_ne[i],
-                 quantize(s.matrix_type, data.data(), int64_t(data.size())));
+    w.add_tensor(stacks[i].first, expert_type, stack_ne[i],
+                 quantize(expert_type, data.data(), int64_t(data.size())));
   }
   if (s.llama3_factor != 0.f) {
     const std::vector<float> f = llama3_rope_factors(s);

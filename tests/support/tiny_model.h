@@ -57,13 +57,22 @@ struct TinySpec {
   enum Fp8 { kFp8None = 0, kFp8PerTensor = 1, kFp8PerChannel = 2 };
   Fp8 st_fp8 = kFp8None;
   bool fp8_dequantized = false;
+  // gpt-oss (GGUF only): the sliding window of its even layers, YaRN (factor
+  // 0: none) and the expert stacks in MXFP4 (else matrix_type).
+  int sliding_window = 0;
+  float yarn_factor = 0.f;
+  int yarn_original_context = 0;
+  bool experts_mxfp4 = false;
 };
 
 // The tiny model of one family, as the peer comparison writes it
 // (tests/reference/moe/make_refs.py, tests/unit/stages/test_forward_peer.cpp):
 // "llama", "qwen3" (head_dim 24), "qwen3moe" (7 experts, top 3, width 32),
 // "qwen2moe" (5 experts, top 2, width 32, a shared expert of 64), "mixtral"
-// (llama with 4 experts, top 2). Throws kvasir::Error for another name.
+// (llama with 4 experts, top 2), "gpt-oss" (4 experts, top 2, width 32 in
+// MXFP4, BF16 attention and embeddings, head_dim 16, sinks, biases, a
+// window of 5 on the even layers, YaRN factor 32 over an original context
+// of 64). Throws kvasir::Error for another name.
 TinySpec tiny_family(const std::string& family);
 
 // The rope_freqs.weight factors llama.cpp's convert_hf_to_gguf.py writes for

@@ -185,9 +185,12 @@ TEST_F(GgufConfig, RopeScaling) {
   freqs.add_tensor("rope_freqs.weight", DType::F32, {8}, test::Bytes(32, 0));
   EXPECT_TRUE(load(freqs).rope_freqs_tensor);
 
-  GgufWriter yarn = llama_meta();
+  GgufWriter yarn = llama_meta();  // YaRN needs its factor (and original context)
   yarn.add_string("llama.rope.scaling.type", "yarn");
-  expect_bad(yarn, {"llama.rope.scaling.type", "yarn"});
+  expect_bad(yarn, {"'yarn'", "llama.rope.scaling.factor"});
+  GgufWriter longrope = llama_meta();
+  longrope.add_string("llama.rope.scaling.type", "longrope");
+  expect_bad(longrope, {"llama.rope.scaling.type", "longrope"});
   GgufWriter nofactor = llama_meta();
   nofactor.add_string("llama.rope.scaling.type", "linear");
   expect_bad(nofactor, {"llama.rope.scaling.factor"});

@@ -3,6 +3,7 @@
 // refusals that name the key when the expert counts or widths disagree.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "model/config.h"
@@ -113,6 +114,57 @@ TEST_F(GgufMoeConfig, MixtralIsLlamaWithExperts) {
   EXPECT_EQ(c.rope_layout, RopeLayout::kAdjacent);
   EXPECT_FALSE(c.qk_norm);
   EXPECT_FALSE(load(meta("llama")).moe());
+}
+
+GgufWriter gpt_oss_meta() {
+  GgufWriter w = moe_meta("gpt-oss", 32, 4);
+  w.add_u32("gpt-oss.expert_feed_forward_length", 2880);
+  w.add_u32("gpt-oss.attention.sliding_window", 128);
+  w.add_u32("gpt-oss.attention.key_length", 64);
+  w.add_u32("gpt-oss.attention.value_length", 64);
+  w.add_string("gpt-oss.rope.scaling.type", "yarn");
+  w.add_f32("gpt-oss.rope.scaling.factor", 32.f);
+  w.add_u32("gpt-oss.rope.scaling.original_context_length", 4096);
+  return w;
+}
+
+TEST_F(GgufMoeConfig, GptOssAsLlamaCppReadsIt) {
+  const ModelConfig c = load(gpt_oss_meta());
+  EXPECT_TRUE(c.gpt_oss);
+  EXPECT_TRUE(c.moe());
+  EXPECT_EQ(c.n_experts, 32);
+  EXPECT_EQ(c.expert_ffn, 2880);
+  EXPECT_TRUE(c.expert_norm_topk);  // softmax over the chosen experts' logits
+  EXPECT_EQ(c.rope_layout, RopeLayout::kHalf);
+  EXPECT_EQ(c.sliding_window, 128);
+  EXPECT_TRUE(c.layer_slides(0));  // even layers slide, odd ones are global
+  EXPECT_FALSE(c.layer_slides(1));
+  EXPECT_TRUE(c.layer_slides(22));
+  EXPECT_EQ(c.rope_theta_local, c.rope_theta);
+  EXPECT_EQ(c.rope_yarn_factor, 32.f);
+  EXPECT_EQ(c.rope_yarn_original_context, 4096);
+  EXPECT_EQ(c.rope_yarn_beta_fast, 32.f);
+  EXPECT_EQ(c.rope_yarn_beta_slow, 1.f);
+  // YaRN's magnitude factor (1 + 0.1 ln 32) on q and k: its square on q·k.
+  const float m = 1.f + 0.1f * std::log(32.f);
+  EXPECT_FLOAT_EQ(c.attention_scale(), m * m / 8.f);
+}
+
+TEST_F(GgufMoeConfig, GptOssRefusesWhatItCannotRunByKey) {
+  GgufWriter no_window = moe_meta("gpt-oss", 32, 4);
+  expect_bad(no_window, {"'gpt-oss.attention.sliding_window'", "missing"});
+  GgufWriter pattern = gpt_oss_meta();
+  pattern.add_u32("gpt-oss.attention.sliding_window_pattern", 4);
+  expect_bad(pattern, {"'gpt-oss.attention.sliding_window_pattern'"});
+  GgufWriter log_mul = gpt_oss_meta();
+  log_mul.add_f32("gpt-oss.rope.scaling.yarn_log_multiplier", 0.1f);
+  expect_bad(log_mul, {"'gpt-oss.rope.scaling.yarn_log_multiplier'"});
+  GgufWriter no_orig = moe_meta("gpt-oss", 32, 4);
+  no_orig.add_u32("gpt-oss.attention.sliding_window", 128);
+  no_orig.add_string("gpt-oss.rope.scaling.type", "yarn");
+  no_orig.add_f32("gpt-oss.rope.scaling.factor", 32.f);
+  expect_bad(no_orig, {"'gpt-oss.rope.scaling.original_context_length'"});
+  expect_bad(meta("gpt-oss"), {"'gpt-oss.expert_count'"});
 }
 
 TEST_F(GgufMoeConfig, InconsistentExpertsAreRefusedByKey) {

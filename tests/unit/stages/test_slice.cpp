@@ -262,12 +262,19 @@ TEST(SliceTensors, NamesOfALayer) {
   EXPECT_EQ(n.ffn_down_shexp, "blk.7.ffn_down_shexp.weight");
   EXPECT_EQ(n.post_attn_norm, "blk.7.post_attention_norm.weight");
   EXPECT_EQ(n.post_ffn_norm, "blk.7.post_ffw_norm.weight");
+  EXPECT_EQ(n.attn_sinks, "blk.7.attn_sinks.weight");
+  EXPECT_EQ(n.attn_output_bias, "blk.7.attn_output.bias");
+  EXPECT_EQ(n.ffn_gate_inp_bias, "blk.7.ffn_gate_inp.bias");
+  EXPECT_EQ(n.ffn_gate_exps_bias, "blk.7.ffn_gate_exps.bias");
+  EXPECT_EQ(n.ffn_up_exps_bias, "blk.7.ffn_up_exps.bias");
+  EXPECT_EQ(n.ffn_down_exps_bias, "blk.7.ffn_down_exps.bias");
   const auto all = n.all();
-  ASSERT_EQ(all.size(), 21u);
+  ASSERT_EQ(all.size(), 27u);
   EXPECT_EQ(all.front(), n.attn_norm);
   EXPECT_EQ(all[11], n.attn_v_bias);
   EXPECT_EQ(all[18], n.ffn_down_shexp);
-  EXPECT_EQ(all.back(), n.post_ffn_norm);
+  EXPECT_EQ(all[20], n.post_ffn_norm);
+  EXPECT_EQ(all.back(), n.ffn_down_exps_bias);
   EXPECT_EQ(n.expert_stacks(),
             (std::vector<std::string>{"blk.7.ffn_gate_exps.weight", "blk.7.ffn_up_exps.weight",
                                       "blk.7.ffn_down_exps.weight"}));
