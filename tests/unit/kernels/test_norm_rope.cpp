@@ -225,6 +225,31 @@ TEST(Rope, LinearScalingDividesPositions) {
   for (size_t i = 0; i < x.size(); ++i) EXPECT_FLOAT_EQ(x[i], y[i]);
 }
 
+TEST(Rope, YarnBlendsByGgmlsRamp) {
+  // gpt-oss's YaRN (factor 32) at the tiny file's shape: head dim 16, theta
+  // 150,000, original context 64. ggml's correction dims: floor(corr(32))
+  // clamps to 0, ceil(corr(1)) = ceil(16 ln(64 / 2π) / (2 ln 150000)) = 2;
+  // pair i keeps 1 - clamp(i / 2, 0, 1) of its extrapolated frequency.
+  RopeConfig cfg;
+  cfg.head_dim = cfg.rot_dim = 16;
+  cfg.theta = 150000.f;
+  cfg.style = RopeStyle::kHalf;
+  cfg.yarn_factor = 32.f;
+  cfg.yarn_original_context = 64;
+  const auto inv = rope_inv_freq(cfg);
+  ASSERT_EQ(inv.size(), 8u);
+  for (int i = 0; i < 8; ++i) {
+    const double base = std::pow(150000.0, -2.0 * i / 16.0);
+    const double mix = 1.0 - std::clamp(i / 2.0, 0.0, 1.0);
+    EXPECT_NEAR(inv[size_t(i)], base / 32.0 * (1.0 - mix) + base * mix, 1e-6 * base) << i;
+  }
+  EXPECT_FLOAT_EQ(yarn_mscale(32.f, 1.f), 1.f + 0.1f * std::log(32.f));
+  EXPECT_EQ(yarn_mscale(32.f, 0.f), 1.f);  // no extrapolation mix: no magnitude factor
+  EXPECT_EQ(yarn_mscale(1.f, 1.f), 1.f);
+  cfg.yarn_original_context = 0;
+  EXPECT_THROW(rope_inv_freq(cfg), kvasir::Error);
+}
+
 TEST(Rope, RejectsBadConfig) {
   RopeConfig cfg;
   cfg.head_dim = 64;
