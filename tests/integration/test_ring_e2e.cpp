@@ -195,6 +195,23 @@ TEST(RingE2E, Qwen3AndMoeModelsOnTwoStagesMatchLocalReference) {
   std::filesystem::remove_all(dir);
 }
 
+// gpt-oss (tiny_family: MXFP4 experts, sinks, biases, YaRN, a window of 5
+// on the even layers) through kvasird's default 2-stage plan: each stage
+// holds a sliding and a global layer, the sliding ones in their own KV
+// group whose blocks are freed as the window moves; prompts up to 40
+// tokens, so the window slides within prefill chunks and decodes. Greedy
+// tokens equal the single-process executor's (full KV, the window a mask).
+TEST(RingE2E, GptOssTwoStagesMatchLocalReference) {
+  std::string dir = temp_dir("gptoss");
+  TinySpec spec = tiny_family("gpt-oss");
+  spec.layers = 4;
+  const std::string model = dir + "/gpt-oss.gguf";
+  write_tiny_gguf(model, spec);
+  auto reqs = make_requests(10, spec.vocab, 40, 8, 29);
+  expect_equal(run_ring(model, 4, 2, 0, reqs, 64, "gptoss2"), run_reference(model, reqs), 2);
+  std::filesystem::remove_all(dir);
+}
+
 // Every scheduling policy gives, for a mixed workload (short and long
 // prompts, some longer than a micro-batch), exactly the greedy tokens of
 // each request run alone. Two micro-batches in flight, so the balanced row
