@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""bench/peers/make_gptoss.py: a random-weight GGUF file with the exact layer
+shapes, tensor names, types and metadata of gpt-oss-20b as llama.cpp's
+convert_hf_to_gguf.py (conversion/gpt_oss.py) writes it, for the CPU
+engines (Kvasir and llama.cpp).
+
+  bench/peers/make_gptoss.py [OUT.gguf]
+      default OUT: ~/.cache/kvasir/models/random-gpt-oss-20b-shape.gguf
+      (shared by the worktrees; a default OUT that exists is not
+      rewritten); prints the path. ~12 GB, written tensor by tensor.
+
+Shape (openai/gpt-oss-20b's config.json): hidden 2,880, 24 layers, 64 query
+heads and 8 KV heads of 64, 32 experts of width 2,880, 4 used per token,
+sliding window 128 on the even layers, rope theta 150,000 with YaRN factor
+32 over 4,096 positions, context 131,072. Types as the converter writes
+them: the experts MXFP4 (the checkpoint's own blocks, repacked), norms,
+biases, sinks and the router F32, the other matrices BF16 (the
+checkpoint's type, `--outtype auto`).
+
+The vocabulary is NOT the real 201,088 tokens of o200k_harmony: the file
+carries SmolLM2's 49,152-token vocabulary and tokenizer (copied from
+models/SmolLM2-135M-Instruct.Q4_1.gguf, as bench/peers/make_model.py does)
+so that prompts tokenize on both engines; the embedding and output matrices
+are 49,152 rows (0.28 G parameters instead of 1.16 G). Weights: random,
+std ~0.02 (MXFP4: random codes under the E8M0 scale 2^-8; BF16: normal
+values), norms 1, biases and sinks 0: no NaN, nothing for a kernel to
+exploit; timing only, the text generated is noise.
+
+Runs under bench/peers/python (numpy + gguf); re-runs itself there.
+"""
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOKENIZER_FROM = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+MODELS = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "kvasir", "models")
+VOCAB = 49152
+HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM = 2880, 24, 64, 8, 64
+EXPERTS, USED, EXPERT_FFN = 32, 4, 2880
+STD = 0.02
+MXFP4_E = 120        # 2^(120 - 128) times the doubled e2m1 values (rms 5.85): std ~0.023
+MXFP4_BYTES = 17     # per 32 weights
+
+
+def reexec():
+    if not os.environ.get("KVASIR_PEERS_PY"):
+        py = os.path.join(ROOT, "bench", "peers", "python")
+        os.execv(py, [py, "--run", os.path.abspath(sys.argv[0])] + sys.argv[1:])
+
+
+def tensors():
+    """(name, kind, shape) in GGUF order; shape outermost first; kind F32, BF16 or MXFP4."""
+    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+    out = [("token_embd.weight", "BF16", (VOCAB, HIDDEN))]
+    for i in range(LAYERS):
+        p = f"blk.{i}."
+        out += [(p + "attn_norm.weight", "F32", (HIDDEN,)),
+                (p + "attn_q.weight", "BF16", (q, HIDDEN)), (p + "attn_q.bias", "F32", (q,)),
+                (p + "attn_k.weight", "BF16", (kv, HIDDEN)), (p + "attn_k.bias", "F32", (kv,)),
+                (p + "attn_v.weight", "BF16", (kv, HIDDEN)), (p + "attn_v.bias", "F32", (kv,)),
+                (p + "attn_output.weight", "BF16", (HIDDEN, q)), (p + "attn_output.bias", "F32", (HIDDEN,)),
+                (p + "attn_sinks.weight", "F32", (HEADS,)),
+                (p + "post_attention_norm.weight", "F32", (HIDDEN,)),
+                (p + "ffn_gate_inp.weight", "F32", (EXPERTS, HIDDEN)),
+                (p + "ffn_gate_inp.bias", "F32", (EXPERTS,)),
+                (p + "ffn_gate_exps.weight", "MXFP4", (EXPERTS, EXPERT_FFN, HIDDEN)),
+                (p + "ffn_gate_exps.bias", "F32", (EXPERTS, EXPERT_FFN)),
+                (p + "ffn_up_exps.weight", "MXFP4", (EXPERTS, EXPERT_FFN, HIDDEN)),
+                (p + "ffn_up_exps.bias", "F32", (EXPERTS, EXPERT_FFN)),
+                (p + "ffn_down_exps.weight", "MXFP4", (EXPERTS, HIDDEN, EXPERT_FFN)),
+                (p + "ffn_down_exps.bias", "F32", (EXPERTS, HIDDEN))]
+    out += [("output_norm.weight", "F32", (HIDDEN,)), ("output.weight", "BF16", (VOCAB, HIDDEN))]
+    return out
+
+
+def byte_shape(kind, shape):
+    if kind == "F32":
+        return shape, 4
+    if kind == "BF16":
+        return shape[:-1] + (shape[-1] * 2,), 1
+    return shape[:-1] + (shape[-1] // 32 * MXFP4_BYTES,), 1
+
+
+def data(np, rng, name, kind, shape):
+    if kind == "F32":
+        one = name.endswith("norm.weight")
+        return np.full(shape, 1.0 if one else 0.0, dtype=np.float32)
+    if kind == "BF16":
+        f = rng.standard_normal(size=shape, dtype=np.float32) * np.float32(STD)
+        return (f.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8).reshape(byte_shape(kind, shape)[0])
+    b = rng.integers(0, 256, size=byte_shape(kind, shape)[0], dtype=np.uint8)
+    b.reshape(-1, MXFP4_BYTES)[:, 0] = MXFP4_E
+    return b
+
+
+def copy_tokenizer(w, src):
+    import gguf
+    for f in gguf.GGUFReader(src).fields.values():
+        if not f.name.startswith("tokenizer."):
+            continue
+        vt = f.types[0]
+        sub = f.types[-1] if vt == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(f.name, f.contents(), vt, sub_type=sub)
+
+
+def header(w):
+    import gguf
+    a = "gpt-oss"
+    w.add_name("random gpt-oss-20b shape (smollm2 vocabulary)")
+    w.add_uint32(f"{a}.context_length", 131072)
+    w.add_uint32(f"{a}.embedding_length", HIDDEN)
+    w.add_uint32(f"{a}.block_count", LAYERS)
+    w.add_uint32(f"{a}.feed_forward_length", EXPERT_FFN)
+    w.add_uint32(f"{a}.attention.head_count", HEADS)
+    w.add_uint32(f"{a}.attention.head_count_kv", KV_HEADS)
+    w.add_uint32(f"{a}.attention.key_length", HEAD_DIM)
+    w.add_uint32(f"{a}.attention.value_length", HEAD_DIM)
+    w.add_float32(f"{a}.rope.freq_base", 150000.0)
+    w.add_float32(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)
+    w.add_uint32(f"{a}.expert_count", EXPERTS)
+    w.add_uint32(f"{a}.expert_used_count", USED)
+    w.add_uint32(f"{a}.expert_feed_forward_length", EXPERT_FFN)
+    w.add_uint32(f"{a}.attention.sliding_window", 128)
+    w.add_string(f"{a}.rope.scaling.type", "yarn")
+    w.add_float32(f"{a}.rope.scaling.factor", 32.0)
+    w.add_uint32(f"{a}.rope.scaling.original_context_length", 4096)
+    w.add_uint32(f"{a}.vocab_size", VOCAB)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    copy_tokenizer(w, TOKENIZER_FROM)
+
+
+def write(out):
+    import gguf
+    import numpy as np
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    w = gguf.GGUFWriter(out + ".part", arch="gpt-oss")
+    header(w)
+    all_t = tensors()
+    for name, kind, shape in all_t:
+        bshape, elem = byte_shape(kind, shape)
+        nbytes = int(np.prod(bshape)) * elem
+        if kind == "F32":
+            w.add_tensor_info(name, bshape, np.dtype(np.float32), nbytes)
+        else:
+            w.add_tensor_info(name, bshape, np.dtype(np.uint8), nbytes,
+                              raw_dtype=getattr(gguf.GGMLQuantizationType, kind))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    rng = np.random.default_rng(1)
+    for name, kind, shape in all_t:
+        w.write_tensor_data(data(np, rng, name, kind, shape))
+    w.close()
+    os.replace(out + ".part", out)
+
+
+def main():
+    reexec()
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(MODELS, "random-gpt-oss-20b-shape.gguf")
+    if len(sys.argv) == 1 and os.path.exists(out):
+        print(out)
+        return 0
+    write(out)
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
