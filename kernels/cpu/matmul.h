@@ -1,11 +1,11 @@
 // kernels/cpu/matmul.h — y = x · Wᵀ with W in its stored type.
 //
 // W is a TensorView of shape [out = rows, in = cols] (GGUF: ne[0] = in).
-// Supported weight types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K,
-// MXFP4. Quantised types
-// quantise each activation row to 8 bits (blocks of 32, d = amax/127) once
-// per call and use integer dot products (AVX2 when the CPU has it, chosen at
-// run time; scalar otherwise — see simd.h). F32/F16/BF16 accumulate in f32.
+// Supported weight types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K,
+// Q6_K, MXFP4. Quantised types quantise each activation row to 8 bits
+// (blocks of 32, d = amax/127) once per call and use integer dot products
+// (AVX2 when the CPU has it, chosen at run time; scalar otherwise — see
+// simd.h). F32/F16/BF16 accumulate in f32.
 //
 // Work is split over output rows; each thread runs every weight row of its
 // range over a tile of activation rows (4 at a time), so a weight block is
