@@ -217,6 +217,21 @@ TEST_F(GgufBad, RowNotMultipleOfBlock) {
   expect_bad(w, {"'q'", "row length 33", "Q4_1", "32"});
 }
 
+// MXFP4 (gpt-oss's experts, GGML type 39): 17 bytes per 32 weights. A row
+// that is not whole blocks, a 3-D stack whose blocks wrap the size, and data
+// that ends before the stack's last block are refused naming the tensor.
+TEST_F(GgufBad, Mxfp4BlocksAndBounds) {
+  GgufWriter w = base_writer();
+  w.add_tensor_raw("exps", uint32_t(DType::MXFP4), {48, 2, 4}, Bytes(17 * 16, 0));
+  expect_bad(w, {"'exps'", "row length 48", "MXFP4", "32"});
+  GgufWriter q = base_writer();
+  q.add_tensor_raw("wrap", uint32_t(DType::MXFP4), {uint64_t(1) << 62, 16, 32}, {});
+  expect_bad(q, {"'wrap'", "overflows"});
+  GgufWriter t = base_writer();  // 32 x 4 x 8 needs 17 * 32 bytes; 64 are there
+  t.add_tensor_raw("short", uint32_t(DType::MXFP4), {32, 4, 8}, Bytes(64, 0));
+  expect_bad(t, {"'short'", "outside"});
+}
+
 TEST_F(GgufBad, ByteSizeWraps) {
   GgufWriter w = base_writer();
   w.add_tensor_raw("wrap", uint32_t(DType::F32), {uint64_t(1) << 32, uint64_t(1) << 30}, {});
