@@ -7,7 +7,8 @@
 # layer 0, layer 1 plain.
 #
 #  1. Per family (qwen3moe: 7 experts, top 3; qwen2moe: 5 experts, top 2 and
-#     a shared expert; mixtral: 4 experts, top 2): N concurrent greedy streams, prompts longer than
+#     a shared expert; mixtral: 4 experts, top 2; gpt-oss: 4 MXFP4 experts
+#     with biases, top 2): N concurrent greedy streams, prompts longer than
 #     scheduler.chunk_size (chunked prefill) and a kv.memory that holds a
 #     fraction of them (preemption: checked in the stats). Each group plan's
 #     texts equal the reference plan's byte for byte; its stats show every
@@ -157,7 +158,7 @@ run_plan() {  # run_plan MODEL TAG GROUP [HEAD_GROUP]: start, N streams
   kv_wait_clients "$2" 180
 }
 
-for family in ${KV_GROUPS_FAMILIES:-qwen3moe qwen2moe mixtral}; do
+for family in ${KV_GROUPS_FAMILIES:-qwen3moe qwen2moe mixtral gpt-oss}; do
   MODEL="$WORK/$family.gguf"
   "$WRITER" "$family" "$MODEL" || { bad "write_tiny_model $family"; continue; }
   # A group of g processes: the leader and g - 1 members (1 to 4 members).
@@ -165,6 +166,9 @@ for family in ${KV_GROUPS_FAMILIES:-qwen3moe qwen2moe mixtral}; do
     qwen3moe) G2="0-3 4-6" G3="0-2 3-4 5-6" G4="0-1 2-3 4-5 6" G5="0-1 2-3 4 5 6" ;;
     qwen2moe) G2="0-1 2-4" G3="0 1-2 3-4" G4="0 1 2 3-4" G5="0 1 2 3 4" ;;
     mixtral) G2="0-1 2-3" G3="0 1 2-3" G4="0 1 2 3" G5="" ;;
+    # gpt-oss (expert biases indexed by expert id in every member): 2 and 4
+    # processes only, to keep the suite's time (~15 s for the family).
+    gpt-oss) G2="0-1 2-3" G3="" G4="0 1 2 3" G5="" ;;
   esac
   run_plan "$MODEL" "$family.ref" ""
   kv_stop || bad "$family.ref: kvasird stopped with an error"
