@@ -1,0 +1,182 @@
+// relay/loops.cpp — the relays' threads: a ring on one side, a link on the
+// other (relay/relay.h).
+#include <cstdio>
+#include <vector>
+
+#include "base/check.h"
+#include "base/log.h"
+#include "relay/relay.h"
+
+namespace kvasir::relay {
+namespace {
+
+// A frame that ends the loop: Bye (ok), Refuse (the peer's reason), or one
+// this side does not take here.
+Status unexpected(const net::Frame& f, const char* side) {
+  if (const auto* r = std::get_if<net::Refuse>(&f.payload))
+    return error_status(r->code, "relay: the peer refused: {}", r->text);
+  return error_status(ErrorCode::kInvalidArgument, "relay ({}): a {} frame", side,
+                      net::frame_type_name(f.header.type));
+}
+
+// Ends the link with a Refuse saying why, then returns why.
+Status refuse(net::UcxLink& link, Status why) {
+  (void)link.send(net::Refuse{why.code(), why.message()});
+  (void)link.close();
+  return why;
+}
+
+// Every frame the link holds now, without waiting, through on_frame (a
+// Status that is not ok ends the loop). Ping is answered here.
+template <class OnFrame>
+Status drain_link(net::UcxLink& link, bool* bye, OnFrame&& on_frame) {
+  for (;;) {
+    net::Frame f;
+    Status s = link.recv(0, &f);
+    if (s.code() == ErrorCode::kTimeout) return Status();
+    KV_RETURN_IF_ERROR(s);
+    if (const auto* p = std::get_if<net::Ping>(&f.payload)) {
+      KV_RETURN_IF_ERROR(link.send(net::Pong{p->sent_ns}));
+    } else if (std::holds_alternative<net::Pong>(f.payload)) {
+    } else if (std::holds_alternative<net::Bye>(f.payload)) {
+      *bye = true;
+      return Status();
+    } else {
+      KV_RETURN_IF_ERROR(on_frame(f));
+    }
+  }
+}
+
+struct Leader {
+  ipc::Segment& seg;
+  net::UcxLink& link;
+  const int r;
+  ipc::StageShared& me = seg.stage(r);
+  std::vector<ipc::BatchMsg> sent = std::vector<ipc::BatchMsg>(size_t(seg.dims().inflight));
+  std::vector<bool> out = std::vector<bool>(size_t(seg.dims().inflight));
+  uint64_t last_id = 0;
+
+  void pass() { me.passed.fetch_add(1, std::memory_order_release); }
+  bool to_bridge(const ipc::BatchMsg& m) {
+    return seg.ring(seg.n_stages()).push(m, [&] { return seg.stopping(); });
+  }
+  // A message stage r-1 pushed: sent on, dropped (a dead epoch's) or failed
+  // to the bridge when malformed but its slot is usable. That failure
+  // overtakes the batches still on the worker: the bridge matches results
+  // by batch id, and a malformed message means a broken segment anyway.
+  Status on_msg(ipc::BatchMsg m) {
+    if (seg.stale(m.batch_id)) return pass(), Status();
+    Status why = ipc::check_msg(m, seg.dims(), last_id);
+    if (!why.ok()) {
+      me.stats.refused.fetch_add(1, std::memory_order_relaxed);
+      KV_LOG_WARN("relay", "refused a message: {}", why.message());
+      pass();
+      if (m.slot >= uint32_t(seg.dims().inflight) || m.batch_id <= last_id) return Status();
+      const ipc::ResultView res = seg.result(m.slot);
+      res.hdr->batch_id = m.batch_id, res.hdr->status = int32_t(why.code());
+      std::snprintf(res.hdr->error, sizeof res.hdr->error, "%s", why.message().c_str());
+      m.status = int32_t(why.code()), m.origin = r;
+      (void)to_bridge(m);
+      return Status();
+    }
+    last_id = m.batch_id;
+    net::Batch f;
+    KV_RETURN_IF_ERROR(make_batch_frame(seg, r, m, &f));
+    KV_RETURN_IF_ERROR(link.send(f));
+    sent[m.slot] = m, out[m.slot] = true;
+    me.stats.batches.fetch_add(1, std::memory_order_relaxed);
+    me.stats.tokens.fetch_add(uint64_t(m.n_tokens), std::memory_order_relaxed);
+    return Status();
+  }
+  Status on_frame(const net::Frame& f) {
+    const auto* res = std::get_if<net::Result>(&f.payload);
+    if (!res) return unexpected(f, "leader");
+    if (res->slot < out.size() && out[res->slot] && seg.stale(sent[res->slot].batch_id) &&
+        res->batch_id == sent[res->slot].batch_id) {
+      out[res->slot] = false;
+      return pass(), Status();  // a dead epoch's: its slot may be in use again
+    }
+    if (res->slot >= out.size() || !out[res->slot])
+      return error_status(ErrorCode::kInvalidArgument, "relay: a result for slot {} not sent",
+                          res->slot);
+    ipc::BatchMsg m;
+    KV_RETURN_IF_ERROR(take_result_frame(seg, r, *res, sent[res->slot], &m));
+    out[res->slot] = false;
+    pass();
+    if (!to_bridge(m)) return Status();
+    return Status();
+  }
+};
+
+}  // namespace
+
+Status run_leader_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOptions& o) {
+  Leader L{seg, link, o.first_remote};
+  if (o.first_remote < 1 || o.first_remote >= seg.n_stages())
+    return error_status(ErrorCode::kInvalidArgument, "relay: first remote stage {} of {}",
+                        o.first_remote, seg.n_stages());
+  ipc::Ring& in = seg.ring(L.r);
+  const ipc::WaitPolicy wait{seg.params().spin_ns, o.poll_ns};
+  bool bye = false;
+  Status ended;
+  auto on_frame = [&](const net::Frame& f) { return L.on_frame(f); };
+  auto stop = [&] {
+    if (seg.stopping() || bye || !ended.ok()) return true;
+    ended = drain_link(link, &bye, on_frame);
+    return bye || !ended.ok();
+  };
+  while (!stop()) {
+    ipc::BatchMsg m;
+    if (!in.pop(m, stop, wait)) break;
+    ended = L.on_msg(m);
+  }
+  if (ended.ok()) {
+    (void)link.close();
+    return Status();
+  }
+  if (ended.code() == ErrorCode::kIo || ended.code() == ErrorCode::kTimeout) return ended;
+  return refuse(link, ended);
+}
+
+Status run_worker_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOptions& o) {
+  const int r = o.first_remote;
+  if (r < 1 || r >= seg.n_stages())
+    return error_status(ErrorCode::kInvalidArgument, "relay: first remote stage {} of {}", r,
+                        seg.n_stages());
+  ipc::Ring& tail_out = seg.ring(seg.n_stages());
+  ipc::Ring& first_in = seg.ring(r);
+  const ipc::WaitPolicy wait{seg.params().spin_ns, o.poll_ns};
+  uint64_t last_id = 0;
+  bool bye = false;
+  Status ended;
+  auto on_frame = [&](const net::Frame& f) -> Status {
+    const auto* b = std::get_if<net::Batch>(&f.payload);
+    if (!b) return unexpected(f, "worker");
+    ipc::BatchMsg m;
+    KV_RETURN_IF_ERROR(take_batch_frame(seg, r, *b, last_id, &m));
+    last_id = m.batch_id;
+    (void)first_in.push(
+        m, [&] { return seg.stopping(); }, wait);
+    return Status();
+  };
+  auto stop = [&] {
+    if (seg.stopping() || bye || !ended.ok()) return true;
+    ended = drain_link(link, &bye, on_frame);
+    return bye || !ended.ok();
+  };
+  while (!stop()) {
+    ipc::BatchMsg m;
+    if (!tail_out.pop(m, stop, wait)) break;
+    net::Result f;
+    ended = make_result_frame(seg, m, &f);
+    if (ended.ok()) ended = link.send(f);
+  }
+  if (ended.ok()) {
+    (void)link.close();
+    return Status();
+  }
+  if (ended.code() == ErrorCode::kIo || ended.code() == ErrorCode::kTimeout) return ended;
+  return refuse(link, ended);
+}
+
+}  // namespace kvasir::relay

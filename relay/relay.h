@@ -1,0 +1,69 @@
+// relay/relay.h — a ring link that crosses hosts: the pseudo-stage on each
+// side of it (docs/multi-host.md, "The relay").
+//
+// Both hosts create a segment from the same plan, so every stage keeps its
+// global index. The ring is cut once, at the first remote stage r: the
+// leader runs stages 0..r-1, one worker runs r..S-1.
+//
+//   stage r-1 ─▶ ring r ─▶ leader relay ══ Batch ══▶ worker relay ─▶ ring r ─▶ stage r
+//   tail ─▶ ring S ─▶ worker relay ══ Result ══▶ leader relay ─▶ ring S ─▶ bridge
+//   (each ring in its own host's segment)
+//
+// The bridge keeps every decision (membership, widths, ids, slots) and the
+// credits (the slots): the worker's slot k is a mirror that lives while
+// batch k is on the worker. Everything a frame carries is untrusted, as a
+// ring message is: checked against the plan's widths before it touches a
+// slot.
+#pragma once
+
+#include <cstdint>
+
+#include "base/status.h"
+#include "ipc/segment.h"
+#include "net/ucx_link.h"
+#include "net/wire.h"
+
+namespace kvasir::relay {
+
+struct RelayOptions {
+  int first_remote = 1;  // r: the worker's first stage; 1 <= r < n_stages
+  // How often a relay waiting on its ring also looks at its link: the most
+  // a frame arriving waits (a UCX link is driven from one thread, and the
+  // ring's bell and UCX's event fd cannot be waited on together yet).
+  int64_t poll_ns = 200'000;
+};
+
+// The conversions, apart from the loops so that tests drive every check.
+//
+// Leader: the Batch frame for message m as it lies in seg: its fields,
+// descriptor slot m.slot whole, and Boundary[m.slot][r-1] [m.n_tokens,
+// hidden] f32. The frame's views point into seg. m must pass ipc::check_msg.
+Status make_batch_frame(ipc::Segment& seg, int r, const ipc::BatchMsg& m, net::Batch* out);
+// Worker: checks f (the message against the widths and last_id, the
+// descriptor's size, the boundary's shape), copies it into descriptor slot
+// f.slot and Boundary[f.slot][r-1], clears the slot's stage times (the
+// head's job on one host) and sets *out to the message to push on ring r.
+Status take_batch_frame(ipc::Segment& seg, int r, const net::Batch& f, uint64_t last_id,
+                        ipc::BatchMsg* out);
+// Worker: the Result frame for the message the tail pushed on ring S
+// (result slot m.slot whole; views into seg).
+Status make_result_frame(ipc::Segment& seg, const ipc::BatchMsg& m, net::Result* out);
+// Leader: checks f against the batch it sent for that slot, writes its
+// bytes into result slot f.slot but keeps the busy times stages 0..r-1
+// wrote there, and sets *out to the message for the bridge (sent, with the
+// tail's status).
+Status take_result_frame(ipc::Segment& seg, int r, const net::Result& f, const ipc::BatchMsg& sent,
+                         ipc::BatchMsg* out);
+
+// The loops. Each runs on one thread until the segment stops, the peer
+// says Bye (both ok), or the link fails or the peer breaks the protocol
+// (the Status says which; the link is then ended).
+//
+// Leader: the consumer of ring r and a producer of ring S in place of stage
+// r (stage r's `passed` counts a batch once its result is back, so
+// Segment::drained() sees the batches on the worker).
+Status run_leader_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOptions& o);
+// Worker: the producer of ring r and the consumer of ring S.
+Status run_worker_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOptions& o);
+
+}  // namespace kvasir::relay

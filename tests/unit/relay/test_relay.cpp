@@ -1,0 +1,246 @@
+// tests/unit/relay/test_relay.cpp — the relay: the frame conversions and
+// their refusals between two real segments, then both relays over a real
+// UCX link on loopback carrying 300 batches, four in flight, byte for byte.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "relay/relay.h"
+
+using namespace kvasir;
+using namespace kvasir::ipc;
+
+namespace {
+
+constexpr int kInflight = 4;
+
+SegmentParams params() {
+  SegmentParams p;
+  p.n_stages = 2;
+  p.dims = SlotDims{4, 16, 8, 32, kInflight};
+  p.block_size = 4;
+  p.stages[0] = StagePlan{0, 1, 1, "cpu"};
+  p.stages[1] = StagePlan{2, 3, 1, "cpu"};
+  std::strcpy(p.model_path, "/nonexistent");
+  return p;
+}
+
+struct Segs {
+  std::string ln = Segment::name_for("relay-leader" + std::to_string(getpid()));
+  std::string wn = Segment::name_for("relay-worker" + std::to_string(getpid()));
+  std::unique_ptr<Segment> leader = Segment::create(ln, params());
+  std::unique_ptr<Segment> worker = Segment::create(wn, params());
+  ~Segs() { Segment::remove(ln), Segment::remove(wn); }
+};
+
+uint8_t desc_byte(uint64_t id, uint64_t i) {
+  return uint8_t(i * 13 + id * 5);
+}
+float hidden_value(uint64_t id, uint64_t i) {
+  return float(i) * 0.5f + float(id);
+}
+
+BatchMsg msg_of(uint64_t id, int tokens = 5) {
+  BatchMsg m;
+  m.batch_id = id, m.slot = uint32_t(id % kInflight), m.n_rows = 2, m.n_tokens = tokens;
+  return m;
+}
+
+// The bridge and stage 0 on the leader: descriptor bytes and boundary 0 of batch id.
+void write_leader_side(Segment& seg, const BatchMsg& m) {
+  auto* d = reinterpret_cast<uint8_t*>(seg.desc(m.slot).hdr);
+  for (uint64_t i = 0; i < desc_bytes(seg.dims()); ++i) d[i] = desc_byte(m.batch_id, i);
+  float* b = seg.boundary(m.slot, 0);
+  for (uint64_t i = 0; i < uint64_t(m.n_tokens) * 32; ++i) b[i] = hidden_value(m.batch_id, i);
+  seg.result(m.slot).hdr->stage_busy_ns[0] = 1000 + m.batch_id;
+}
+
+::testing::AssertionResult worker_holds(Segment& seg, const BatchMsg& m) {
+  const auto* d = reinterpret_cast<const uint8_t*>(seg.desc(m.slot).hdr);
+  for (uint64_t i = 0; i < desc_bytes(seg.dims()); ++i)
+    if (d[i] != desc_byte(m.batch_id, i))
+      return ::testing::AssertionFailure() << "descriptor byte " << i << " of " << m.batch_id;
+  const float* b = seg.boundary(m.slot, 0);
+  for (uint64_t i = 0; i < uint64_t(m.n_tokens) * 32; ++i)
+    if (b[i] != hidden_value(m.batch_id, i))
+      return ::testing::AssertionFailure() << "boundary value " << i << " of " << m.batch_id;
+  return ::testing::AssertionSuccess();
+}
+
+// The tail on the worker: a result that names the batch.
+void write_tail_result(Segment& seg, const BatchMsg& m) {
+  const ResultView r = seg.result(m.slot);
+  r.hdr->batch_id = m.batch_id, r.hdr->n_rows = m.n_rows, r.hdr->status = m.status;
+  r.hdr->stage_busy_ns[1] = 2000 + m.batch_id;
+  for (int i = 0; i < m.n_rows; ++i) r.token[i] = int32_t(m.batch_id * 10 + uint64_t(i));
+}
+
+TEST(Relay, BatchFrameCarriesDescriptorAndBoundary) {
+  Segs s;
+  const BatchMsg m = msg_of(7);
+  write_leader_side(*s.leader, m);
+  net::Batch f;
+  ASSERT_TRUE(relay::make_batch_frame(*s.leader, 1, m, &f).ok());
+  EXPECT_EQ(f.boundary.size(), size_t(5 * 32 * 4));  // the rows in use, not max_tokens
+  BatchMsg got;
+  Status st = relay::take_batch_frame(*s.worker, 1, f, 0, &got);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(got.batch_id, 7u);
+  EXPECT_EQ(got.slot, m.slot);
+  EXPECT_EQ(got.n_tokens, 5);
+  EXPECT_TRUE(worker_holds(*s.worker, m));
+  EXPECT_EQ(s.worker->result(m.slot).hdr->stage_busy_ns[0], 0u);  // the head's clear
+}
+
+TEST(Relay, WorkerRefusesFramesThatDisagreeWithThePlan) {
+  Segs s;
+  const BatchMsg m = msg_of(7);
+  write_leader_side(*s.leader, m);
+  net::Batch good;
+  ASSERT_TRUE(relay::make_batch_frame(*s.leader, 1, m, &good).ok());
+  BatchMsg got;
+  auto code = [&](net::Batch f, uint64_t last = 0) {
+    return relay::take_batch_frame(*s.worker, 1, f, last, &got).code();
+  };
+  net::Batch f = good;
+  f.descriptor = f.descriptor.subspan(1);
+  EXPECT_EQ(code(f), ErrorCode::kInvalidArgument) << "a short descriptor";
+  f = good, f.hidden = 64;
+  EXPECT_EQ(code(f), ErrorCode::kInvalidArgument) << "another width";
+  f = good, f.slot = kInflight;
+  EXPECT_EQ(code(f), ErrorCode::kInvalidArgument) << "a slot out of range";
+  f = good, f.boundary_tokens = 4, f.boundary = f.boundary.subspan(0, 4 * 32 * 4);
+  EXPECT_EQ(code(f), ErrorCode::kInvalidArgument) << "fewer boundary rows than tokens";
+  f = good, f.msg_version = uint16_t(kMsgVersion + 1);
+  EXPECT_EQ(code(f), ErrorCode::kInvalidArgument) << "another message version";
+  EXPECT_EQ(code(good, 7), ErrorCode::kInvalidArgument) << "an id that does not increase";
+  EXPECT_EQ(relay::take_batch_frame(*s.worker, 2, good, 0, &got).code(),
+            ErrorCode::kInvalidArgument)
+      << "a cut past the tail";
+}
+
+TEST(Relay, ResultKeepsTheLeadersStageTimes) {
+  Segs s;
+  const BatchMsg m = msg_of(9);
+  write_leader_side(*s.leader, m);
+  write_tail_result(*s.worker, m);
+  s.worker->result(m.slot).hdr->stage_busy_ns[0] = 77;  // stale on the worker
+  net::Result f;
+  ASSERT_TRUE(relay::make_result_frame(*s.worker, m, &f).ok());
+  BatchMsg back;
+  Status st = relay::take_result_frame(*s.leader, 1, f, m, &back);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  const ResultView r = s.leader->result(m.slot);
+  EXPECT_EQ(r.hdr->batch_id, 9u);
+  EXPECT_EQ(r.token[1], 91);
+  EXPECT_EQ(r.hdr->stage_busy_ns[0], 1009u);
+  EXPECT_EQ(r.hdr->stage_busy_ns[1], 2009u);
+  EXPECT_EQ(back.batch_id, 9u);
+
+  BatchMsg other = msg_of(13);  // same slot, another batch
+  EXPECT_EQ(relay::take_result_frame(*s.leader, 1, f, other, &back).code(),
+            ErrorCode::kInvalidArgument);
+  f.bytes = f.bytes.subspan(8);
+  EXPECT_EQ(relay::take_result_frame(*s.leader, 1, f, m, &back).code(),
+            ErrorCode::kInvalidArgument);
+}
+
+TEST(Relay, BothRelaysOverLoopbackCarryEveryBatchInOrder) {
+  Segs s;
+  const net::ClusterKey key(std::vector<uint8_t>(32, 0x5a));
+  net::LinkOptions wo, lo;
+  wo.role = net::Role::kWorker, wo.name = "worker-1";
+  lo.role = net::Role::kLeader, lo.name = "leader";
+  std::unique_ptr<net::UcxListener> listener;
+  ASSERT_TRUE(net::UcxListener::listen("127.0.0.1", 0, key, wo, &listener).ok());
+  const uint16_t port = listener->port();
+  const relay::RelayOptions opts;  // first_remote 1
+  Status worker_end, leader_end;
+  std::thread worker([&] {
+    std::unique_ptr<net::UcxLink> link;
+    worker_end = listener->accept(10000, &link);
+    if (worker_end.ok()) worker_end = relay::run_worker_relay(*s.worker, *link, opts);
+  });
+  std::thread leader([&] {
+    std::unique_ptr<net::UcxLink> link;
+    leader_end = net::UcxLink::connect("127.0.0.1", port, key, lo, &link);
+    if (leader_end.ok()) leader_end = relay::run_leader_relay(*s.leader, *link, opts);
+  });
+  constexpr uint64_t kBatches = 300;
+  std::atomic<int> tail_bad{0};
+  std::thread tail([&] {  // stage 1 on the worker, as far as the ring can tell
+    auto stop = [&] { return s.worker->stopping(); };
+    for (uint64_t n = 0; n < kBatches; ++n) {
+      BatchMsg m;
+      if (!s.worker->ring(1).pop(m, stop)) return;
+      if (!worker_holds(*s.worker, m)) tail_bad.fetch_add(1);
+      write_tail_result(*s.worker, m);
+      if (!s.worker->ring(2).push(m, stop)) return;
+    }
+  });
+  auto stop = [&] { return s.leader->stopping(); };
+  uint64_t next = 1, done = 0;
+  while (done < kBatches) {  // the bridge: at most kInflight batches out
+    if (next <= kBatches && next - done <= kInflight) {
+      const BatchMsg m = msg_of(next, 2 + int(next % 15));
+      write_leader_side(*s.leader, m);
+      ASSERT_TRUE(s.leader->ring(1).push(m, stop));
+      ++next;
+      continue;
+    }
+    BatchMsg m;
+    ASSERT_TRUE(s.leader->ring(2).pop(m, stop));
+    ASSERT_EQ(m.batch_id, done + 1) << "in order";
+    const ResultView r = s.leader->result(m.slot);
+    ASSERT_EQ(r.hdr->batch_id, m.batch_id);
+    ASSERT_EQ(r.token[0], int32_t(m.batch_id * 10));
+    ASSERT_EQ(r.hdr->stage_busy_ns[0], 1000 + m.batch_id);
+    ASSERT_EQ(r.hdr->stage_busy_ns[1], 2000 + m.batch_id);
+    ++done;
+  }
+  EXPECT_TRUE(s.leader->drained()) << "the relay counts a batch held until its result is back";
+  s.leader->request_shutdown();  // the leader's relay says Bye, the worker's ends on it
+  leader.join(), worker.join(), tail.join();
+  s.worker->request_shutdown();
+  EXPECT_EQ(tail_bad.load(), 0);
+  EXPECT_TRUE(leader_end.ok()) << leader_end.to_string();
+  EXPECT_TRUE(worker_end.ok()) << worker_end.to_string();
+  EXPECT_EQ(s.leader->stage(1).stats.batches.load(), kBatches);
+}
+
+TEST(Relay, WorkerEndsALinkThatSendsAMalformedBatch) {
+  Segs s;
+  const net::ClusterKey key(std::vector<uint8_t>(32, 0x5a));
+  net::LinkOptions wo, lo;
+  wo.role = net::Role::kWorker, wo.name = "worker-1";
+  lo.role = net::Role::kLeader, lo.name = "leader";
+  std::unique_ptr<net::UcxListener> listener;
+  ASSERT_TRUE(net::UcxListener::listen("127.0.0.1", 0, key, wo, &listener).ok());
+  const uint16_t port = listener->port();
+  Status worker_end;
+  std::thread worker([&] {
+    std::unique_ptr<net::UcxLink> link;
+    worker_end = listener->accept(10000, &link);
+    if (worker_end.ok()) worker_end = relay::run_worker_relay(*s.worker, *link, {});
+  });
+  std::unique_ptr<net::UcxLink> link;
+  ASSERT_TRUE(net::UcxLink::connect("127.0.0.1", port, key, lo, &link).ok());
+  const BatchMsg m = msg_of(3);
+  write_leader_side(*s.leader, m);
+  net::Batch f;
+  ASSERT_TRUE(relay::make_batch_frame(*s.leader, 1, m, &f).ok());
+  f.descriptor = f.descriptor.subspan(64);
+  ASSERT_TRUE(link->send(f).ok());
+  net::Frame answer;
+  Status got = link->recv(10000, &answer);
+  worker.join();
+  EXPECT_EQ(worker_end.code(), ErrorCode::kInvalidArgument) << worker_end.to_string();
+  ASSERT_TRUE(got.ok()) << got.to_string();
+  ASSERT_TRUE(std::holds_alternative<net::Refuse>(answer.payload));
+  EXPECT_NE(std::get<net::Refuse>(answer.payload).text.find("descriptor"), std::string::npos);
+  EXPECT_EQ(s.worker->ring(1).size(), 0u) << "nothing of it reached the ring";
+}
+
+}  // namespace
