@@ -1,6 +1,7 @@
 // relay/loops.cpp — the relays' threads: a ring on one side, a link on the
 // other (relay/relay.h).
 #include <cstdio>
+#include <memory>
 #include <vector>
 
 #include "base/check.h"
@@ -108,6 +109,25 @@ struct Leader {
   }
 };
 
+// Worker: whoever else connected to the listener meanwhile, without
+// waiting. A refused peer is logged by the listener; the worker goes on.
+// One that holds the key is told why and kept open a while: closing at
+// once can end its endpoint before it has read the refusal.
+void answer_joiners(net::UcxListener& listener,
+                    std::vector<std::unique_ptr<net::UcxLink>>& turned_away) {
+  constexpr size_t kKeep = 8;
+  for (;;) {
+    std::unique_ptr<net::UcxLink> extra;
+    Status s = listener.accept(0, &extra);
+    if (s.code() == ErrorCode::kTimeout) return;
+    if (!s.ok()) continue;  // refused and logged (net::UcxListener::accept)
+    KV_LOG_WARN("relay", "refused '{}': this worker already serves a leader", extra->peer_name());
+    (void)extra->send(net::Refuse{ErrorCode::kUnavailable, "this worker already serves a leader"});
+    if (turned_away.size() == kKeep) turned_away.erase(turned_away.begin());
+    turned_away.push_back(std::move(extra));
+  }
+}
+
 }  // namespace
 
 Status run_leader_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOptions& o) {
@@ -149,6 +169,7 @@ Status run_worker_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOption
   uint64_t last_id = 0;
   bool bye = false;
   Status ended;
+  std::vector<std::unique_ptr<net::UcxLink>> turned_away;
   auto on_frame = [&](const net::Frame& f) -> Status {
     const auto* b = std::get_if<net::Batch>(&f.payload);
     if (!b) return unexpected(f, "worker");
@@ -162,6 +183,7 @@ Status run_worker_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOption
   auto stop = [&] {
     if (seg.stopping() || bye || !ended.ok()) return true;
     ended = drain_link(link, &bye, on_frame);
+    if (o.listener) answer_joiners(*o.listener, turned_away);
     return bye || !ended.ok();
   };
   while (!stop()) {

@@ -31,6 +31,14 @@ struct RelayOptions {
   // a frame arriving waits (a UCX link is driven from one thread, and the
   // ring's bell and UCX's event fd cannot be waited on together yet).
   int64_t poll_ns = 200'000;
+  // Worker: the listener its leader came through, or null. While it
+  // serves, the worker's relay answers anyone else who connects there: a
+  // peer without the key is refused and logged by the listener (net/), one
+  // with it is told this worker already serves a leader. The listener
+  // shares the link's UCX worker, so the relay's thread drives both; a peer
+  // that connects and stays silent holds that thread up to the listener's
+  // handshake_timeout_ms.
+  net::UcxListener* listener = nullptr;
 };
 
 // The conversions, apart from the loops so that tests drive every check.

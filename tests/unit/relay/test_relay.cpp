@@ -244,3 +244,58 @@ TEST(Relay, WorkerEndsALinkThatSendsAMalformedBatch) {
 }
 
 }  // namespace
+
+namespace {
+
+// While a worker serves its leader, a peer without the key is refused (and
+// logged), one with the key is told the worker is taken, and the leader's
+// link carries on.
+TEST(Relay, WorkerServingRefusesOtherJoiners) {
+  Segs s;
+  const net::ClusterKey key(std::vector<uint8_t>(32, 0x5a));
+  const net::ClusterKey wrong(std::vector<uint8_t>(32, 0x77));
+  net::LinkOptions wo, lo;
+  wo.role = net::Role::kWorker, wo.name = "worker-1";
+  lo.role = net::Role::kLeader, lo.name = "leader";
+  std::unique_ptr<net::UcxListener> listener;
+  ASSERT_TRUE(net::UcxListener::listen("127.0.0.1", 0, key, wo, &listener).ok());
+  const uint16_t port = listener->port();
+  Status worker_end;
+  std::thread worker([&] {
+    std::unique_ptr<net::UcxLink> link;
+    worker_end = listener->accept(10000, &link);
+    relay::RelayOptions o;
+    o.listener = listener.get();
+    if (worker_end.ok()) worker_end = relay::run_worker_relay(*s.worker, *link, o);
+  });
+  std::unique_ptr<net::UcxLink> link;
+  ASSERT_TRUE(net::UcxLink::connect("127.0.0.1", port, key, lo, &link).ok());
+
+  std::unique_ptr<net::UcxLink> rogue;
+  lo.name = "rogue";
+  EXPECT_EQ(net::UcxLink::connect("127.0.0.1", port, wrong, lo, &rogue).code(),
+            ErrorCode::kUnauthenticated);
+  std::unique_ptr<net::UcxLink> second;
+  Status st = net::UcxLink::connect("127.0.0.1", port, key, lo, &second);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  net::Frame f;
+  ASSERT_TRUE(second->recv(5000, &f).ok());
+  ASSERT_TRUE(std::holds_alternative<net::Refuse>(f.payload));
+  EXPECT_EQ(std::get<net::Refuse>(f.payload).code, ErrorCode::kUnavailable);
+
+  const BatchMsg m = msg_of(1);  // the leader's link still works
+  write_leader_side(*s.leader, m);
+  net::Batch b;
+  ASSERT_TRUE(relay::make_batch_frame(*s.leader, 1, m, &b).ok());
+  ASSERT_TRUE(link->send(b).ok());
+  BatchMsg got;
+  const int64_t until = now_ns() + 10'000'000'000;
+  ASSERT_TRUE(s.worker->ring(1).pop(got, [&] { return now_ns() > until; }));
+  EXPECT_EQ(got.batch_id, 1u);
+  EXPECT_TRUE(worker_holds(*s.worker, got));
+  ASSERT_TRUE(link->close().ok());  // Bye: the worker's relay ends, ok
+  worker.join();
+  EXPECT_TRUE(worker_end.ok()) << worker_end.to_string();
+}
+
+}  // namespace
