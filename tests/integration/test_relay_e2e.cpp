@@ -7,14 +7,18 @@
 // to the worker meanwhile: refused, and the ring keeps serving.
 // Real stage processes (the built kvasird, --stage N --segment NAME) and a
 // real Bridge on the leader's segment.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <thread>
 
+#include "base/check.h"
 #include "relay/relay.h"
 #include "ring_fixture.h"
 
@@ -62,7 +66,7 @@ std::vector<std::vector<int32_t>> serve(ipc::Segment& seg, const Config& cfg, co
     g.sampling.temperature = 0.f;  // greedy
     EXPECT_NE(engine.submit(g, col.sink(int(i))), 0u);
   }
-  EXPECT_TRUE(col.wait_all(reqs.size(), 60));
+  EXPECT_TRUE(col.wait_all(reqs.size(), 30));
   for (size_t i = 0; i < reqs.size(); ++i) {
     EXPECT_EQ(col.finish[int(i)], FinishReason::kLength) << col.errors[int(i)];
     out[i] = col.tokens[int(i)];
@@ -94,10 +98,128 @@ bool wait_stage(ipc::Segment& seg, int s, uint32_t want) {
   return false;
 }
 
+// Where each relay runs: a network namespace (scripts/netns-hosts' "host";
+// "" = this one) and the worker's address. Each relay is a process of its
+// own, as on real hosts: forked before it touches UCX, it enters its
+// namespace whole (UCX's own threads included) and opens its segment by
+// name.
+struct Hosts {
+  std::string leader_ns, worker_ns;
+  std::string worker_addr = "127.0.0.1";
+};
+
+void enter_netns(const std::string& ns) {
+  if (ns.empty()) return;
+  const int fd = open(("/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
+  KV_CHECK(fd >= 0, "open /run/netns/{}: {}", ns, std::strerror(errno));
+  KV_CHECK(setns(fd, CLONE_NEWNET) == 0, "setns {}: {}", ns, std::strerror(errno));
+  close(fd);
+}
+
+const net::ClusterKey& cluster_key() {
+  static const net::ClusterKey k(std::vector<uint8_t>(32, 0x33));
+  return k;
+}
+
+// Runs fn (returning a Status) in a child in namespace ns; the child's exit
+// code is 0 when fn's Status is ok, else 1 (the Status on stderr).
+template <class F>
+pid_t in_child(const std::string& ns, F fn) {
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  int rc = 1;
+  try {
+    enter_netns(ns);
+    const Status s = fn();
+    if (!s.ok()) std::fprintf(stderr, "relay child: %s\n", s.to_string().c_str());
+    rc = s.ok() ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "relay child: %s\n", e.what());
+  }
+  _exit(rc);
+}
+
+int exit_code(pid_t pid) {
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// The worker's relay, listening; it writes its port to `port_fd` once it listens.
+Status worker_relay(const std::string& segment, const std::string& addr, int port_fd) {
+  auto seg = ipc::Segment::open(segment);
+  net::LinkOptions wo;
+  wo.role = net::Role::kWorker, wo.name = "worker-1";
+  std::unique_ptr<net::UcxListener> listener;
+  Status s = net::UcxListener::listen(addr, 0, cluster_key(), wo, &listener);
+  const uint16_t port = s.ok() ? listener->port() : 0;
+  KV_CHECK(write(port_fd, &port, sizeof port) == sizeof port, "port pipe");
+  KV_RETURN_IF_ERROR(s);
+  std::unique_ptr<net::UcxLink> link;
+  KV_RETURN_IF_ERROR(listener->accept(10000, &link));
+  relay::RelayOptions o;
+  o.listener = listener.get();  // the rogue comes here
+  return relay::run_worker_relay(*seg, *link, o);
+}
+
+Status leader_relay(const std::string& segment, const std::string& addr, uint16_t port) {
+  auto seg = ipc::Segment::open(segment);
+  net::LinkOptions lo;
+  lo.role = net::Role::kLeader, lo.name = "leader";
+  std::unique_ptr<net::UcxLink> link;
+  Status s = net::UcxLink::connect(addr, port, cluster_key(), lo, &link);
+  if (s.ok()) s = relay::run_leader_relay(*seg, *link, {});
+  if (!s.ok()) seg->request_shutdown();  // the bridge must not wait for nothing
+  return s;
+}
+
+// A joiner with a stale key: it must be refused (kUnauthenticated).
+Status rogue(const std::string& addr, uint16_t port) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const net::ClusterKey stale(std::vector<uint8_t>(32, 0x34));
+  net::LinkOptions ro;
+  ro.role = net::Role::kLeader, ro.name = "rogue";
+  std::unique_ptr<net::UcxLink> link;
+  const Status s = net::UcxLink::connect(addr, port, stale, ro, &link);
+  if (s.code() == ErrorCode::kUnauthenticated) return Status();
+  return error_status(ErrorCode::kInternal, "the rogue was not refused: {}", s.to_string());
+}
+
+// Both relays while a Bridge serves reqs on the leader's segment, a rogue
+// joiner coming to the worker meanwhile.
+std::vector<std::vector<int32_t>> serve_relayed(ipc::Segment& leader, ipc::Segment& worker,
+                                                const Hosts& h, const Config& cfg,
+                                                const ModelConfig& mc, int32_t blocks,
+                                                const std::vector<Req>& reqs) {
+  int fds[2];
+  KV_CHECK(pipe(fds) == 0, "pipe");
+  const pid_t wp =
+      in_child(h.worker_ns, [&] { return worker_relay(worker.name(), h.worker_addr, fds[1]); });
+  close(fds[1]);
+  uint16_t port = 0;
+  const bool got = read(fds[0], &port, sizeof port) == sizeof port && port != 0;
+  close(fds[0]);
+  EXPECT_TRUE(got) << "the worker's relay did not listen";
+  std::vector<std::vector<int32_t>> out;
+  if (got) {
+    const pid_t lp =
+        in_child(h.leader_ns, [&] { return leader_relay(leader.name(), h.worker_addr, port); });
+    const pid_t rp = in_child(h.leader_ns, [&] { return rogue(h.worker_addr, port); });
+    out = serve(leader, cfg, mc, blocks, reqs);
+    EXPECT_EQ(exit_code(rp), 0) << "the rogue joiner";
+    leader.request_shutdown();  // the leader's relay says Bye, the worker's ends on it
+    EXPECT_EQ(exit_code(lp), 0) << "the leader's relay";
+  } else {
+    worker.request_shutdown();
+  }
+  EXPECT_EQ(exit_code(wp), 0) << "the worker's relay";
+  return out;
+}
+
 // The plan cut after stage 0: stage 0 on the leader's segment, stage 1 on
-// the worker's, the relays between them over loopback.
+// the worker's, the relays between them.
 std::vector<std::vector<int32_t>> serve_split(const Config& cfg, const ModelConfig& mc,
-                                              const std::vector<Req>& reqs) {
+                                              const std::vector<Req>& reqs, const Hosts& h) {
   const ipc::SegmentParams p = Supervisor::params_for(cfg, mc);
   const std::string tag = std::to_string(getpid());
   const std::string ln = ipc::Segment::name_for("relay-e2e-leader" + tag);
@@ -117,45 +239,8 @@ std::vector<std::vector<int32_t>> serve_split(const Config& cfg, const ModelConf
     seg->header().kv_blocks.store(blocks);
     seg->header().state.ring();
   }
-  if (sized && wait_stage(*leader, 0, ipc::kStageReady) &&
-      wait_stage(*worker, 1, ipc::kStageReady)) {
-    const net::ClusterKey key(std::vector<uint8_t>(32, 0x33));
-    net::LinkOptions wo, lo;
-    wo.role = net::Role::kWorker, wo.name = "worker-1";
-    lo.role = net::Role::kLeader, lo.name = "leader";
-    std::unique_ptr<net::UcxListener> listener;
-    EXPECT_TRUE(net::UcxListener::listen("127.0.0.1", 0, key, wo, &listener).ok());
-    const uint16_t port = listener->port();
-    Status wend, lend;
-    std::thread wt([&] {
-      std::unique_ptr<net::UcxLink> link;
-      wend = listener->accept(10000, &link);
-      relay::RelayOptions o;
-      o.listener = listener.get();  // the rogue below comes here
-      if (wend.ok()) wend = relay::run_worker_relay(*worker, *link, o);
-    });
-    std::thread lt([&] {
-      std::unique_ptr<net::UcxLink> link;
-      lend = net::UcxLink::connect("127.0.0.1", port, key, lo, &link);
-      if (lend.ok()) lend = relay::run_leader_relay(*leader, *link, {});
-    });
-    Status rogue_end;
-    std::thread rogue([&] {  // a joiner without the key, while the ring serves
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      const net::ClusterKey stale(std::vector<uint8_t>(32, 0x34));
-      std::unique_ptr<net::UcxLink> link;
-      net::LinkOptions ro = lo;
-      ro.name = "rogue";
-      rogue_end = net::UcxLink::connect("127.0.0.1", port, stale, ro, &link);
-    });
-    out = serve(*leader, cfg, mc, blocks, reqs);
-    rogue.join();
-    EXPECT_EQ(rogue_end.code(), ErrorCode::kUnauthenticated) << rogue_end.to_string();
-    leader->request_shutdown();
-    lt.join(), wt.join();
-    EXPECT_TRUE(lend.ok()) << lend.to_string();
-    EXPECT_TRUE(wend.ok()) << wend.to_string();
-  }
+  if (sized && wait_stage(*leader, 0, ipc::kStageReady) && wait_stage(*worker, 1, ipc::kStageReady))
+    out = serve_relayed(*leader, *worker, h, cfg, mc, blocks, reqs);
   leader->request_shutdown(), worker->request_shutdown();
   for (pid_t pid : pids) {
     int status = 0;
@@ -165,14 +250,16 @@ std::vector<std::vector<int32_t>> serve_split(const Config& cfg, const ModelConf
   return out;
 }
 
-TEST(RelayE2E, TwoStagesAcrossTheRelayMatchOneHost) {
+// The same plan on one host (one segment, the supervisor's), the split one
+// as h places its relays, and one executor over the whole model: the same
+// greedy texts, token for token.
+void expect_split_matches_one_host(const Hosts& h) {
   const std::string model = std::string(KVASIR_SOURCE_DIR) + kModel;
   if (!std::filesystem::exists(model)) GTEST_SKIP() << "no default model (scripts/fetch-model)";
   const std::string dir = temp_dir("relay-e2e");
   Config cfg = load_config(write_config(dir, model, plan_toml(30, 2, 1, 0, 8, kMaxTokens)));
   const ModelConfig mc = check_config(cfg);
   const auto reqs = make_requests(8, mc.vocab, 29);
-
   std::vector<std::vector<int32_t>> one_host;
   {
     SupervisorOptions opt;
@@ -182,9 +269,8 @@ TEST(RelayE2E, TwoStagesAcrossTheRelayMatchOneHost) {
     one_host = serve(sup.segment(), cfg, mc, sup.kv_blocks(), reqs);
     sup.stop();
   }
-  const auto split = serve_split(cfg, mc, reqs);
+  const auto split = serve_split(cfg, mc, reqs, h);
   ASSERT_EQ(split.size(), one_host.size());
-  // And both are the model's greedy texts: one executor over every layer.
   auto file = ModelFile::open(model);
   SliceExecutor ex(*file, SliceSpec{0, 29, true, true}, KvSpec{64, 16, DType::F16}, 1, 512);
   for (size_t i = 0; i < reqs.size(); ++i) {
@@ -193,6 +279,22 @@ TEST(RelayE2E, TwoStagesAcrossTheRelayMatchOneHost) {
         << "request " << i;
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST(RelayE2E, TwoStagesAcrossTheRelayMatchOneHost) {
+  expect_split_matches_one_host({});
+}
+
+// Two "hosts" of scripts/netns-hosts, the link shaped between them: run by
+// test_relay_netns.sh (ctest label netns), which brings the test bed up and
+// names its namespaces; skipped anywhere else.
+TEST(RelayE2E, TwoNetnsHostsMatchOneHost) {
+  const char* prefix = std::getenv("KVASIR_RELAY_NETNS");
+  if (!prefix) GTEST_SKIP() << "run by test_relay_netns.sh, on scripts/netns-hosts' test bed";
+  Hosts h;
+  h.leader_ns = std::string(prefix) + "-1", h.worker_ns = std::string(prefix) + "-2";
+  h.worker_addr = "10.77.0.2";
+  expect_split_matches_one_host(h);
 }
 
 }  // namespace
