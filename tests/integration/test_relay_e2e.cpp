@@ -13,6 +13,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -33,7 +34,8 @@ struct Req {
   int max_new;
 };
 
-std::vector<Req> make_requests(int n, int vocab, uint64_t seed) {
+// max_new 0: 4 to 11 tokens each; else exactly that many.
+std::vector<Req> make_requests(int n, int vocab, uint64_t seed, int max_new = 0) {
   std::mt19937_64 rng(seed);
   std::vector<Req> v;
   for (int i = 0; i < n; ++i) {
@@ -41,12 +43,16 @@ std::vector<Req> make_requests(int n, int vocab, uint64_t seed) {
     const int len = 1 + int(rng() % 24);
     for (int j = 0; j < len; ++j) r.prompt.push_back(int32_t(rng() % uint64_t(vocab)));
     r.max_new = 4 + int(rng() % 8);
+    if (max_new > 0) r.max_new = max_new;
     v.push_back(std::move(r));
   }
   return v;
 }
 
 // Every request through a Bridge on seg, all submitted at once; each one's tokens.
+// How long the last serve() took, from the first submit to the last token.
+double last_serve_s = 0;
+
 std::vector<std::vector<int32_t>> serve(ipc::Segment& seg, const Config& cfg, const ModelConfig& mc,
                                         int32_t kv_blocks, const std::vector<Req>& reqs) {
   BridgeConfig bc;
@@ -58,6 +64,7 @@ std::vector<std::vector<int32_t>> serve(ipc::Segment& seg, const Config& cfg, co
   std::vector<std::vector<int32_t>> out(reqs.size());
   Bridge engine(seg, bc);
   Collector col;
+  const int64_t t0 = ipc::now_ns();
   for (size_t i = 0; i < reqs.size(); ++i) {
     GenRequest g;
     g.prompt = reqs[i].prompt;
@@ -66,7 +73,8 @@ std::vector<std::vector<int32_t>> serve(ipc::Segment& seg, const Config& cfg, co
     g.sampling.temperature = 0.f;  // greedy
     EXPECT_NE(engine.submit(g, col.sink(int(i))), 0u);
   }
-  EXPECT_TRUE(col.wait_all(reqs.size(), 30));
+  EXPECT_TRUE(col.wait_all(reqs.size(), 60));
+  last_serve_s = double(ipc::now_ns() - t0) * 1e-9;
   for (size_t i = 0; i < reqs.size(); ++i) {
     EXPECT_EQ(col.finish[int(i)], FinishReason::kLength) << col.errors[int(i)];
     out[i] = col.tokens[int(i)];
@@ -259,7 +267,14 @@ void expect_split_matches_one_host(const Hosts& h) {
   const std::string dir = temp_dir("relay-e2e");
   Config cfg = load_config(write_config(dir, model, plan_toml(30, 2, 1, 0, 8, kMaxTokens)));
   const ModelConfig mc = check_config(cfg);
-  const auto reqs = make_requests(8, mc.vocab, 29);
+  // KVASIR_RELAY_MEASURE="N,T": N requests of T tokens each, both runs'
+  // decode rates printed (docs/multi-host.md, "Figures"), no reference.
+  int n_req = 8, n_new = 0;
+  const char* measure = std::getenv("KVASIR_RELAY_MEASURE");
+  if (measure) KV_CHECK(std::sscanf(measure, "%d,%d", &n_req, &n_new) == 2, "N,T: {}", measure);
+  const auto reqs = make_requests(n_req, mc.vocab, 29, n_new);
+  int64_t tokens = 0;
+  for (const Req& r : reqs) tokens += r.max_new;
   std::vector<std::vector<int32_t>> one_host;
   {
     SupervisorOptions opt;
@@ -269,15 +284,23 @@ void expect_split_matches_one_host(const Hosts& h) {
     one_host = serve(sup.segment(), cfg, mc, sup.kv_blocks(), reqs);
     sup.stop();
   }
+  const double one_s = last_serve_s;
   const auto split = serve_split(cfg, mc, reqs, h);
+  const double split_s = last_serve_s;
+  if (measure)
+    std::printf(
+        "relay measure: %d requests x %d tokens: one host %.1f tok/s, split %.1f tok/s, "
+        "ratio %.3f\n",
+        n_req, n_new, double(tokens) / one_s, double(tokens) / split_s, one_s / split_s);
   ASSERT_EQ(split.size(), one_host.size());
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(split[i], one_host[i]) << "request " << i;
+  if (measure) return;
+  // And both are the model's greedy texts: one executor over every layer.
   auto file = ModelFile::open(model);
   SliceExecutor ex(*file, SliceSpec{0, 29, true, true}, KvSpec{64, 16, DType::F16}, 1, 512);
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    EXPECT_EQ(split[i], one_host[i]) << "request " << i;
+  for (size_t i = 0; i < reqs.size(); ++i)
     EXPECT_EQ(split[i], reference_greedy(ex, 64, reqs[i].prompt, reqs[i].max_new))
         << "request " << i;
-  }
   std::filesystem::remove_all(dir);
 }
 
