@@ -1,0 +1,52 @@
+// relay/plan.h — what a Plan frame carries between a leader and a worker
+// (docs/multi-host.md, "The relay"): the join's three messages, as bytes.
+//
+//   leader → worker  kPlan     the segment's plan (every SegmentParams field)
+//                              and the first stage the worker runs
+//   worker → leader  kSized    the smallest KV capacity of its stages
+//   leader → worker  kBlocks   the block counts the leader decided for all
+//
+// Each is a kind byte, a format version and fields written one by one,
+// little-endian (never a struct copied as bytes). Decoding treats the bytes
+// as hostile: every length is checked, text fields must end inside their
+// arrays, and a plan must pass Segment::check_params, so a worker never
+// creates a segment from a plan its own stages would refuse.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "ipc/segment.h"
+
+namespace kvasir::relay {
+
+inline constexpr uint16_t kPlanFormat = 1;
+
+enum class PlanKind : uint8_t { kPlan = 1, kSized = 2, kBlocks = 3 };
+
+struct WorkerPlan {
+  ipc::SegmentParams params;
+  int32_t first_remote = 1;  // the worker runs stages first_remote..n_stages-1
+};
+
+struct WorkerSized {
+  int64_t capacity_blocks = 0;  // the smallest of its stages'
+};
+
+struct RingBlocks {
+  int32_t kv_blocks = 0;
+  int32_t kv_blocks_swa = 0;  // 0: no sliding-window pool
+};
+
+std::vector<uint8_t> encode_plan(const WorkerPlan& p);
+std::vector<uint8_t> encode_sized(const WorkerSized& s);
+std::vector<uint8_t> encode_blocks(const RingBlocks& b);
+
+// kInvalidArgument and why for bytes that are not that message.
+Status decode_plan(std::span<const uint8_t> bytes, WorkerPlan* out);
+Status decode_sized(std::span<const uint8_t> bytes, WorkerSized* out);
+Status decode_blocks(std::span<const uint8_t> bytes, RingBlocks* out);
+
+}  // namespace kvasir::relay
