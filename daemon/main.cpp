@@ -35,6 +35,7 @@
 #include "daemon/engine/warmup.h"
 #include "daemon/supervisor/loading.h"
 #include "daemon/supervisor/supervisor.h"
+#include "daemon/worker/worker.h"
 #include "ipc/sampling.h"
 #include "model/chat_template.h"
 #include "model/gguf.h"
@@ -259,6 +260,8 @@ struct Args {
   std::string config_path, segment, log_level, simd_inherit;
   bool check = false;
   int stage = -1;
+  bool worker = false;
+  kvasir::WorkerArgs worker_args;
 };
 
 // Parses argv into `a`; an exit status when the process should end now
@@ -272,6 +275,12 @@ std::optional<int> parse_args(int argc, char** argv, Args& a) {
       ->check([](const std::string& v) {
         return kvasir::log::parse_level(v) ? std::string() : "not a log level: " + v;
       });
+  app.add_flag("--worker", a.worker,
+               "serve a slice of a leader's ring (docs/multi-host.md): listen, join, relay");
+  app.add_option("--listen", a.worker_args.listen, "with --worker: ADDR:PORT to listen on");
+  app.add_option("--cluster-key", a.worker_args.key_path, "with --worker: the cluster key file");
+  app.add_option("--leaders", a.worker_args.leaders, "(tests) serve N leaders, then exit")
+      ->group("");
   app.add_option("--stage", a.stage, "(internal) run stage N")->group("");
   app.add_option("--segment", a.segment, "(internal) the instance's shared segment")->group("");
   app.add_option("--simd-inherit", a.simd_inherit,
@@ -578,6 +587,10 @@ int main(int argc, char** argv) {
   if (a.stage >= 0) {
     log::init({fmt::format("kvasird stage {}", a.stage), level.value_or(log::Level::kInfo)});
     return stage_main(a.stage, a.segment, a.simd_inherit);
+  }
+  if (a.worker) {
+    log::init({"kvasird worker", level.value_or(log::Level::kInfo)});
+    return run_worker(a.worker_args);
   }
   log::init({"kvasird", level.value_or(log::Level::kInfo)});
   if (a.config_path.empty()) {

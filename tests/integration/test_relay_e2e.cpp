@@ -11,15 +11,18 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
 
 #include "base/check.h"
+#include "relay/plan.h"
 #include "relay/relay.h"
 #include "ring_fixture.h"
 
@@ -258,6 +261,83 @@ std::vector<std::vector<int32_t>> serve_split(const Config& cfg, const ModelConf
   return out;
 }
 
+// The leader's side of the join with `kvasird --worker` at 127.0.0.1:port:
+// the plan, the worker's capacity, the block counts, Ready. *blocks: the
+// ring's block count. The link on success.
+std::unique_ptr<net::UcxLink> join_worker(const ipc::SegmentParams& p, uint16_t port,
+                                          ipc::Segment& leader, int32_t* blocks) {
+  net::LinkOptions lo;
+  lo.role = net::Role::kLeader, lo.name = "leader";
+  std::unique_ptr<net::UcxLink> link;
+  Status s;
+  for (int i = 0; i < 100; ++i) {  // the worker process is starting
+    s = net::UcxLink::connect("127.0.0.1", port, cluster_key(), lo, &link);
+    if (s.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  if (!s.ok()) return nullptr;
+  EXPECT_TRUE(link->send(net::Plan{relay::encode_plan({p, 1})}).ok());
+  net::Frame f;
+  s = link->recv(60000, &f);
+  relay::WorkerSized sized;
+  if (s.ok()) {
+    const auto* plan = std::get_if<net::Plan>(&f.payload);
+    s = plan ? relay::decode_sized(plan->bytes, &sized)
+             : Status(ErrorCode::kInvalidArgument, "not the worker's capacity");
+  }
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  EXPECT_TRUE(wait_stage(leader, 0, ipc::kStageSized));
+  *blocks = int32_t(std::min(leader.stage(0).capacity_blocks.load(), sized.capacity_blocks));
+  EXPECT_TRUE(link->send(net::Plan{relay::encode_blocks({*blocks, 0})}).ok());
+  leader.header().kv_blocks.store(*blocks);
+  leader.header().state.ring();
+  s = link->recv(60000, &f);
+  EXPECT_TRUE(s.ok() && std::holds_alternative<net::Ready>(f.payload)) << s.to_string();
+  EXPECT_TRUE(wait_stage(leader, 0, ipc::kStageReady));
+  return s.ok() ? std::move(link) : nullptr;
+}
+
+// Stage 0 here, stage 1 in `kvasird --worker` (a process of its own, with
+// its own segment and stage process), joined over loopback.
+std::vector<std::vector<int32_t>> serve_with_worker(const Config& cfg, const ModelConfig& mc,
+                                                    const std::vector<Req>& reqs,
+                                                    const std::string& dir) {
+  const std::string key_path = dir + "/cluster.key";
+  std::ofstream(key_path) << std::string(cluster_key().bytes().begin(),
+                                         cluster_key().bytes().end());
+  chmod(key_path.c_str(), 0600);
+  const uint16_t port = uint16_t(20000 + getpid() % 20000);
+  const std::string listen = "127.0.0.1:" + std::to_string(port);
+  const pid_t wpid = fork();
+  if (wpid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    execl(kvasird_path().c_str(), "kvasird", "--worker", "--listen", listen.c_str(),
+          "--cluster-key", key_path.c_str(), "--leaders", "1", "--log-level", "warn",
+          (char*)nullptr);
+    _exit(127);
+  }
+  const ipc::SegmentParams p = Supervisor::params_for(cfg, mc);
+  const std::string ln = ipc::Segment::name_for("relay-e2e-joined" + std::to_string(getpid()));
+  auto leader = ipc::Segment::create(ln, p);
+  const pid_t stage0 = spawn_stage(0, ln);
+  int32_t blocks = 0;
+  std::vector<std::vector<int32_t>> out;
+  if (auto link = join_worker(p, port, *leader, &blocks)) {
+    Status lend;
+    std::thread lt([&] { lend = relay::run_leader_relay(*leader, *link, {}); });
+    out = serve(*leader, cfg, mc, blocks, reqs);
+    leader->request_shutdown();
+    lt.join();
+    EXPECT_TRUE(lend.ok()) << lend.to_string();
+  }
+  leader->request_shutdown();
+  EXPECT_EQ(exit_code(wpid), 0) << "kvasird --worker, after its one leader";
+  exit_code(stage0);
+  ipc::Segment::remove(ln);
+  return out;
+}
+
 // The same plan on one host (one segment, the supervisor's), the split one
 // as h places its relays, and one executor over the whole model: the same
 // greedy texts, token for token.
@@ -306,6 +386,30 @@ void expect_split_matches_one_host(const Hosts& h) {
 
 TEST(RelayE2E, TwoStagesAcrossTheRelayMatchOneHost) {
   expect_split_matches_one_host({});
+}
+
+// The join with a real `kvasird --worker`: plan, capacity, blocks, Ready,
+// then the same texts as the plan on one host.
+TEST(RelayE2E, KvasirdWorkerJoinsAndMatchesOneHost) {
+  const std::string model = std::string(KVASIR_SOURCE_DIR) + kModel;
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "no default model (scripts/fetch-model)";
+  const std::string dir = temp_dir("relay-worker");
+  Config cfg = load_config(write_config(dir, model, plan_toml(30, 2, 1, 0, 8, kMaxTokens)));
+  const ModelConfig mc = check_config(cfg);
+  const auto reqs = make_requests(8, mc.vocab, 31);
+  std::vector<std::vector<int32_t>> one_host;
+  {
+    SupervisorOptions opt;
+    opt.exe = kvasird_path();
+    Supervisor sup(cfg, mc, opt);
+    sup.start();
+    one_host = serve(sup.segment(), cfg, mc, sup.kv_blocks(), reqs);
+    sup.stop();
+  }
+  const auto joined = serve_with_worker(cfg, mc, reqs, dir);
+  ASSERT_EQ(joined.size(), one_host.size());
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(joined[i], one_host[i]) << "request " << i;
+  std::filesystem::remove_all(dir);
 }
 
 // Two "hosts" of scripts/netns-hosts, the link shaped between them: run by
