@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <variant>
 #include <vector>
@@ -20,8 +21,12 @@ namespace kvasir {
 namespace {
 
 volatile std::sig_atomic_t g_stop = 0;
+// The segment being served, so that a signal ends its relay and stages too
+// (request_shutdown is stores and futex wake-ups: safe in a handler).
+std::atomic<ipc::Segment*> g_serving{nullptr};
 void on_signal(int) {
   g_stop = 1;
+  if (ipc::Segment* seg = g_serving.load()) seg->request_shutdown();
 }
 
 constexpr int kStepMs = 60000;  // a leader silent this long in the join is dropped
@@ -77,6 +82,7 @@ Status serve_leader(const WorkerArgs& a, net::UcxListener& listener, net::UcxLin
   const int r = plan.first_remote;
   const std::string name = ipc::Segment::name_for("kvasird-worker " + a.listen);
   auto seg = ipc::Segment::create(name, plan.params);
+  g_serving.store(seg.get());
   std::vector<pid_t> pids;
   for (int s = r; s < seg->n_stages(); ++s) pids.push_back(spawn_stage(a.exe, s, name));
   KV_LOG_INFO("worker", "leader '{}': stages {}..{} of {} starting", link.peer_name(), r,
@@ -106,6 +112,7 @@ Status serve_leader(const WorkerArgs& a, net::UcxListener& listener, net::UcxLin
     (void)link.send(net::Refuse{s.code(), s.message()});
   }
   seg->request_shutdown();
+  g_serving.store(nullptr);
   for (pid_t pid : pids) waitpid(pid, nullptr, 0);
   ipc::Segment::remove(name);
   return s;
@@ -115,7 +122,9 @@ Status serve_leader(const WorkerArgs& a, net::UcxListener& listener, net::UcxLin
 
 int run_worker(const WorkerArgs& a) {
   const size_t colon = a.listen.rfind(':');
-  if (colon == std::string::npos) {
+  const std::string port = colon == std::string::npos ? "" : a.listen.substr(colon + 1);
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) > 65535) {
     KV_LOG_ERROR("worker", "--listen wants ADDR:PORT, not '{}'", a.listen);
     return 2;
   }
@@ -125,8 +134,7 @@ int run_worker(const WorkerArgs& a) {
   net::LinkOptions o;
   o.role = net::Role::kWorker, o.name = "worker " + a.listen;
   if (s.ok())
-    s = net::UcxListener::listen(a.listen.substr(0, colon),
-                                 uint16_t(std::stoi(a.listen.substr(colon + 1))), key, o,
+    s = net::UcxListener::listen(a.listen.substr(0, colon), uint16_t(std::stoi(port)), key, o,
                                  &listener);
   if (!s.ok()) {
     KV_LOG_ERROR("worker", "{}", s.message());
