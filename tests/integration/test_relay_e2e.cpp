@@ -59,7 +59,8 @@ double last_serve_s = 0;
 std::vector<std::vector<int32_t>> serve(ipc::Segment& seg, const Config& cfg, const ModelConfig& mc,
                                         int32_t kv_blocks, const std::vector<Req>& reqs) {
   BridgeConfig bc;
-  bc.limits = SchedLimits{cfg.plan.max_rows, cfg.plan.max_tokens, cfg.scheduler.chunk_size, 256};
+  bc.limits = SchedLimits{cfg.plan.max_rows, cfg.plan.max_tokens, cfg.scheduler.chunk_size,
+                          cfg.scheduler.max_num_seqs};
   bc.n_blocks = kv_blocks;
   bc.block_size = cfg.kv.block_size;
   bc.vocab = mc.vocab;
