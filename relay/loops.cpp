@@ -170,6 +170,7 @@ Status run_worker_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOption
   bool bye = false;
   Status ended;
   std::vector<std::unique_ptr<net::UcxLink>> turned_away;
+  std::vector<uint8_t> result_buf;
   auto on_frame = [&](const net::Frame& f) -> Status {
     const auto* b = std::get_if<net::Batch>(&f.payload);
     if (!b) return unexpected(f, "worker");
@@ -190,7 +191,7 @@ Status run_worker_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOption
     ipc::BatchMsg m;
     if (!tail_out.pop(m, stop, wait)) break;
     net::Result f;
-    ended = make_result_frame(seg, m, &f);
+    ended = make_result_frame(seg, m, &result_buf, &f);
     if (ended.ok()) ended = link.send(f);
   }
   if (ended.ok()) {

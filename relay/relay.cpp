@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -70,11 +71,46 @@ Status take_batch_frame(ipc::Segment& seg, int r, const net::Batch& f, uint64_t 
   return Status();
 }
 
-Status make_result_frame(ipc::Segment& seg, const ipc::BatchMsg& m, net::Result* out) {
-  if (m.slot >= uint32_t(seg.dims().inflight))
-    return bad_frame("result", fmt::format("slot {} out of range", m.slot));
+namespace {
+
+// The parts of result slot m.slot that a batch of m's rows and tokens
+// fills, in the order a Result frame carries them: the header, the rows'
+// tokens, logprobs and alternatives, and the optional records only where
+// the batch's descriptor asks for them (prompt records when a row wants
+// prompt logprobs, draft records when a row drafts, forced records when
+// the instance drafts under grammars). Both sides hold the same descriptor
+// bytes, so both cut the same parts. m's counts must be in range.
+using Part = std::pair<uint8_t*, size_t>;
+std::vector<Part> result_parts(ipc::Segment& seg, const ipc::BatchMsg& m) {
+  const ipc::ResultView v = seg.result(m.slot);
+  const ipc::DescView d = seg.desc(m.slot);
+  const size_t rows = size_t(m.n_rows), toks = size_t(m.n_tokens);
+  bool prompt = false, draft = false;
+  for (size_t r = 0; r < rows; ++r) {
+    prompt = prompt || d.rows[r].prompt_logprobs != 0;
+    draft = draft || d.rows[r].n_draft != 0;
+  }
+  auto part = [](void* p, size_t n) { return Part{static_cast<uint8_t*>(p), n}; };
+  std::vector<Part> parts = {part(v.hdr, sizeof(ipc::ResultHeader)), part(v.token, 4 * rows),
+                             part(v.logprob, 4 * rows), part(v.n_top, 4 * rows),
+                             part(v.top, sizeof(ipc::TopLogprob) * kMaxLogprobs * rows)};
+  if (prompt) parts.push_back(part(v.prompt, sizeof(ipc::PromptRecord) * toks));
+  if (draft) parts.push_back(part(v.draft, sizeof(ipc::DraftRecord) * toks));
+  if (seg.params().forced_drafts > 0)
+    parts.push_back(part(v.forced, sizeof(ipc::ForcedRecord) * rows));
+  return parts;
+}
+
+}  // namespace
+
+Status make_result_frame(ipc::Segment& seg, const ipc::BatchMsg& m, std::vector<uint8_t>* buf,
+                         net::Result* out) {
+  Status s = ipc::check_msg(m, seg.dims(), 0);
+  if (!s.ok()) return bad_frame("result", s.message());
+  buf->clear();
+  for (const Part& p : result_parts(seg, m)) buf->insert(buf->end(), p.first, p.first + p.second);
   out->batch_id = m.batch_id, out->slot = m.slot;
-  out->bytes = bytes_at(seg.result(m.slot).hdr, ipc::result_bytes(seg.dims()));
+  out->bytes = *buf;
   return Status();
 }
 
@@ -84,9 +120,12 @@ Status take_result_frame(ipc::Segment& seg, int r, const net::Result& f, const i
   if (f.slot != sent.slot || f.batch_id != sent.batch_id)
     return bad_frame("result", fmt::format("batch {} in slot {}, but slot {} holds batch {}",
                                            f.batch_id, f.slot, sent.slot, sent.batch_id));
-  if (f.bytes.size() != ipc::result_bytes(seg.dims()))
-    return bad_frame("result", fmt::format("{} bytes, the plan's slot is {}", f.bytes.size(),
-                                           ipc::result_bytes(seg.dims())));
+  const std::vector<Part> parts = result_parts(seg, sent);
+  size_t want = 0;
+  for (const Part& p : parts) want += p.second;
+  if (f.bytes.size() != want)
+    return bad_frame("result",
+                     fmt::format("{} bytes, the batch's result is {}", f.bytes.size(), want));
   ipc::ResultHeader h;
   std::memcpy(&h, f.bytes.data(), sizeof h);
   if (h.batch_id != sent.batch_id)
@@ -95,7 +134,11 @@ Status take_result_frame(ipc::Segment& seg, int r, const net::Result& f, const i
   const ipc::ResultView res = seg.result(sent.slot);
   uint64_t ours[ipc::kMaxStageTimes];
   std::memcpy(ours, res.hdr->stage_busy_ns, sizeof ours);
-  std::memcpy(res.hdr, f.bytes.data(), f.bytes.size());
+  size_t at = 0;
+  for (const Part& p : parts) {
+    std::memcpy(p.first, f.bytes.data() + at, p.second);
+    at += p.second;
+  }
   std::memcpy(res.hdr->stage_busy_ns, ours, sizeof(uint64_t) * size_t(r));
   ipc::BatchMsg m = sent;
   // A worker stage that failed the batch said so in the tail's status; the

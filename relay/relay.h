@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "base/status.h"
 #include "ipc/segment.h"
@@ -53,12 +54,17 @@ Status make_batch_frame(ipc::Segment& seg, int r, const ipc::BatchMsg& m, net::B
 // head's job on one host) and sets *out to the message to push on ring r.
 Status take_batch_frame(ipc::Segment& seg, int r, const net::Batch& f, uint64_t last_id,
                         ipc::BatchMsg* out);
-// Worker: the Result frame for the message the tail pushed on ring S
-// (result slot m.slot whole; views into seg).
-Status make_result_frame(ipc::Segment& seg, const ipc::BatchMsg& m, net::Result* out);
-// Leader: checks f against the batch it sent for that slot, writes its
-// bytes into result slot f.slot but keeps the busy times stages 0..r-1
-// wrote there, and sets *out to the message for the bridge (sent, with the
+// Worker: the Result frame for the message the tail pushed on ring S: the
+// parts of result slot m.slot the batch fills (its header, its rows'
+// tokens and alternatives, and the prompt, draft and forced records only
+// where its descriptor asks for them), copied into *buf, which the frame's
+// view points into.
+Status make_result_frame(ipc::Segment& seg, const ipc::BatchMsg& m, std::vector<uint8_t>* buf,
+                         net::Result* out);
+// Leader: checks f against the batch it sent for that slot (its size
+// against the parts that batch's descriptor asks for), writes its parts
+// into result slot f.slot but keeps the busy times stages 0..r-1 wrote
+// there, and sets *out to the message for the bridge (sent, with the
 // tail's status).
 Status take_result_frame(ipc::Segment& seg, int r, const net::Result& f, const ipc::BatchMsg& sent,
                          ipc::BatchMsg* out);

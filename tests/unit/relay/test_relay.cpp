@@ -121,14 +121,25 @@ TEST(Relay, WorkerRefusesFramesThatDisagreeWithThePlan) {
       << "a cut past the tail";
 }
 
+// The batch m as the worker's relay would have it: its descriptor and
+// boundary copied over (the result's parts are cut by the descriptor).
+void carry_batch(Segs& s, const BatchMsg& m) {
+  net::Batch f;
+  ASSERT_TRUE(relay::make_batch_frame(*s.leader, 1, m, &f).ok());
+  BatchMsg got;
+  ASSERT_TRUE(relay::take_batch_frame(*s.worker, 1, f, 0, &got).ok());
+}
+
 TEST(Relay, ResultKeepsTheLeadersStageTimes) {
   Segs s;
   const BatchMsg m = msg_of(9);
   write_leader_side(*s.leader, m);
+  carry_batch(s, m);
   write_tail_result(*s.worker, m);
   s.worker->result(m.slot).hdr->stage_busy_ns[0] = 77;  // stale on the worker
   net::Result f;
-  ASSERT_TRUE(relay::make_result_frame(*s.worker, m, &f).ok());
+  std::vector<uint8_t> buf;
+  ASSERT_TRUE(relay::make_result_frame(*s.worker, m, &buf, &f).ok());
   BatchMsg back;
   Status st = relay::take_result_frame(*s.leader, 1, f, m, &back);
   ASSERT_TRUE(st.ok()) << st.to_string();
@@ -143,6 +154,38 @@ TEST(Relay, ResultKeepsTheLeadersStageTimes) {
   EXPECT_EQ(relay::take_result_frame(*s.leader, 1, f, other, &back).code(),
             ErrorCode::kInvalidArgument);
   f.bytes = f.bytes.subspan(8);
+  EXPECT_EQ(relay::take_result_frame(*s.leader, 1, f, m, &back).code(),
+            ErrorCode::kInvalidArgument);
+}
+
+TEST(Relay, ResultCarriesOnlyThePartsTheBatchAsksFor) {
+  Segs s;
+  const BatchMsg m = msg_of(5);  // 2 rows, 5 tokens
+  write_leader_side(*s.leader, m);
+  std::memset(static_cast<void*>(s.leader->desc(m.slot).hdr), 0, desc_bytes(s.leader->dims()));
+  carry_batch(s, m);
+  write_tail_result(*s.worker, m);
+  std::vector<uint8_t> buf;
+  net::Result f;
+  ASSERT_TRUE(relay::make_result_frame(*s.worker, m, &buf, &f).ok());
+  const size_t rows_only = sizeof(ResultHeader) + 3 * 4 * 2 + sizeof(TopLogprob) * kMaxLogprobs * 2;
+  EXPECT_EQ(f.bytes.size(), rows_only);
+  EXPECT_LT(f.bytes.size(), result_bytes(s.worker->dims()) / 4);
+
+  // A row that asks for prompt logprobs brings the batch's prompt records along.
+  for (Segment* seg : {s.leader.get(), s.worker.get()})
+    seg->desc(m.slot).rows[1].prompt_logprobs = 1;
+  s.worker->result(m.slot).prompt[3].token = 4242;
+  ASSERT_TRUE(relay::make_result_frame(*s.worker, m, &buf, &f).ok());
+  EXPECT_EQ(f.bytes.size(), rows_only + sizeof(PromptRecord) * 5);
+  BatchMsg back;
+  Status st = relay::take_result_frame(*s.leader, 1, f, m, &back);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(s.leader->result(m.slot).prompt[3].token, 4242);
+  EXPECT_EQ(s.leader->result(m.slot).token[1], 51);
+
+  // The leader cuts by its own descriptor: a frame cut otherwise is refused.
+  s.leader->desc(m.slot).rows[1].prompt_logprobs = 0;
   EXPECT_EQ(relay::take_result_frame(*s.leader, 1, f, m, &back).code(),
             ErrorCode::kInvalidArgument);
 }
