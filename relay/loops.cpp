@@ -56,6 +56,7 @@ struct Leader {
   std::vector<ipc::BatchMsg> sent = std::vector<ipc::BatchMsg>(size_t(seg.dims().inflight));
   std::vector<bool> out = std::vector<bool>(size_t(seg.dims().inflight));
   uint64_t last_id = 0;
+  std::vector<uint8_t> batch_buf = {};  // the descriptor's parts of the frame being sent
 
   void pass() { me.passed.fetch_add(1, std::memory_order_release); }
   bool to_bridge(const ipc::BatchMsg& m) {
@@ -68,6 +69,8 @@ struct Leader {
   Status on_msg(ipc::BatchMsg m) {
     if (seg.stale(m.batch_id)) return pass(), Status();
     Status why = ipc::check_msg(m, seg.dims(), last_id);
+    net::Batch f;
+    if (why.ok()) why = make_batch_frame(seg, r, m, &batch_buf, &f);
     if (!why.ok()) {
       me.stats.refused.fetch_add(1, std::memory_order_relaxed);
       KV_LOG_WARN("relay", "refused a message: {}", why.message());
@@ -81,8 +84,6 @@ struct Leader {
       return Status();
     }
     last_id = m.batch_id;
-    net::Batch f;
-    KV_RETURN_IF_ERROR(make_batch_frame(seg, r, m, &f));
     KV_RETURN_IF_ERROR(link.send(f));
     sent[m.slot] = m, out[m.slot] = true;
     me.stats.batches.fetch_add(1, std::memory_order_relaxed);

@@ -31,14 +31,64 @@ net::ByteView bytes_at(const void* p, uint64_t n) {
 
 }  // namespace
 
-Status make_batch_frame(ipc::Segment& seg, int r, const ipc::BatchMsg& m, net::Batch* out) {
+namespace {
+
+// The descriptor as a Batch frame carries it: the header, the batch's rows,
+// tokens, sampling parameters and block copies, then each row's n_table
+// table entries (and sliding-table entries), then each row's n_logit_bias
+// biases. The slot's fixed layout is rebuilt on the far side; what lies
+// past each row's counts is never read (ipc::read_desc copies no more).
+// One walk for both directions: `move(slot_bytes, n)` copies n bytes
+// between the slot and the frame; counts are read from the slot, which the
+// caller has already filled up to them when decoding. Not ok: a count out
+// of range (kBatchRefused, as ipc::read_desc would say).
+template <class Move>
+Status walk_desc(const ipc::DescView& v, const ipc::SlotDims& d, int32_t n_rows, int32_t n_tokens,
+                 Move&& move) {
+  const size_t rows = size_t(n_rows);
+  move(v.hdr, sizeof(ipc::DescHeader));
+  const int32_t copies = v.hdr->n_copies;
+  if (copies < 0 || copies > d.max_rows)
+    return error_status(ErrorCode::kBatchRefused, "{} block copies (max {})", copies, d.max_rows);
+  move(v.rows, sizeof(ipc::DescRow) * rows);
+  move(v.tokens, 4 * size_t(n_tokens));
+  move(v.sampling, sizeof(SamplingParams) * rows);
+  move(v.copies, sizeof(ipc::BlockCopy) * size_t(copies));
+  for (int32_t* t : {v.tables, v.swa_tables}) {
+    if (!t) continue;
+    for (size_t r = 0; r < rows; ++r) {
+      const int32_t n = v.rows[r].n_table;
+      if (n < 0 || n > d.max_table)
+        return error_status(ErrorCode::kBatchRefused, "row {}: a table of {} (max {})", r, n,
+                            d.max_table);
+      move(t + r * size_t(d.max_table), 4 * size_t(n));
+    }
+  }
+  for (size_t r = 0; r < rows; ++r) {
+    const size_t n = v.sampling[r].n_logit_bias;
+    if (n > size_t(kMaxLogitBias))
+      return error_status(ErrorCode::kBatchRefused, "row {}: {} logit biases", r, n);
+    move(v.bias + r * kMaxLogitBias, sizeof(LogitBias) * n);
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status make_batch_frame(ipc::Segment& seg, int r, const ipc::BatchMsg& m, std::vector<uint8_t>* buf,
+                        net::Batch* out) {
   KV_RETURN_IF_ERROR(check_cut(seg, r));
   const ipc::SlotDims& d = seg.dims();
   KV_RETURN_IF_ERROR(ipc::check_msg(m, d, 0));
+  buf->clear();
+  KV_RETURN_IF_ERROR(walk_desc(seg.desc(m.slot), d, m.n_rows, m.n_tokens, [&](void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    buf->insert(buf->end(), b, b + n);
+  }));
   out->msg_kind = m.kind, out->msg_version = m.version, out->status = m.status;
   out->batch_id = m.batch_id, out->slot = m.slot;
   out->n_rows = m.n_rows, out->n_tokens = m.n_tokens;
-  out->descriptor = bytes_at(seg.desc(m.slot).hdr, ipc::desc_bytes(d));
+  out->descriptor = *buf;
   // Only the rows in use: [n_tokens, hidden] of the [max_tokens, hidden] boundary.
   out->boundary_tokens = uint32_t(m.n_tokens), out->hidden = uint32_t(d.hidden);
   out->boundary = bytes_at(seg.boundary(m.slot, r - 1), uint64_t(m.n_tokens) * d.hidden * 4);
@@ -54,15 +104,29 @@ Status take_batch_frame(ipc::Segment& seg, int r, const net::Batch& f, uint64_t 
   m.batch_id = f.batch_id, m.slot = f.slot, m.n_rows = f.n_rows, m.n_tokens = f.n_tokens;
   Status s = ipc::check_msg(m, d, last_id);
   if (!s.ok()) return bad_frame("batch", s.message());
-  if (f.descriptor.size() != ipc::desc_bytes(d))
-    return bad_frame("batch", fmt::format("descriptor of {} bytes, the plan's is {}",
-                                          f.descriptor.size(), ipc::desc_bytes(d)));
   if (f.hidden != uint32_t(d.hidden) || f.boundary_tokens != uint32_t(m.n_tokens))
     return bad_frame("batch", fmt::format("boundary [{}, {}], expected [{}, {}]", f.boundary_tokens,
                                           f.hidden, m.n_tokens, d.hidden));
   if (f.boundary.size() != uint64_t(m.n_tokens) * d.hidden * 4)
     return bad_frame("batch", "boundary bytes disagree with its shape");
-  std::memcpy(seg.desc(m.slot).hdr, f.descriptor.data(), f.descriptor.size());
+  // The descriptor, part by part into the slot, each count checked before
+  // the part it sizes is read (the counts come from parts already copied).
+  size_t at = 0;
+  bool short_frame = false;
+  s = walk_desc(seg.desc(m.slot), d, m.n_rows, m.n_tokens, [&](void* p, size_t n) {
+    if (short_frame || f.descriptor.size() - at < n) {
+      short_frame = true;
+      std::memset(p, 0, n);  // counts read from here stay in range
+      return;
+    }
+    std::memcpy(p, f.descriptor.data() + at, n);
+    at += n;
+  });
+  if (!s.ok()) return bad_frame("batch", "descriptor: " + s.message());
+  if (short_frame || at != f.descriptor.size())
+    return bad_frame("batch",
+                     fmt::format("a descriptor of {} bytes, its counts say {}", f.descriptor.size(),
+                                 short_frame ? "more" : std::to_string(at)));
   std::memcpy(seg.boundary(m.slot, r - 1), f.boundary.data(), f.boundary.size());
   const ipc::ResultView res = seg.result(m.slot);
   std::fill_n(res.hdr->stage_busy_ns, ipc::kMaxStageTimes, uint64_t(0));

@@ -45,12 +45,18 @@ struct RelayOptions {
 // The conversions, apart from the loops so that tests drive every check.
 //
 // Leader: the Batch frame for message m as it lies in seg: its fields,
-// descriptor slot m.slot whole, and Boundary[m.slot][r-1] [m.n_tokens,
-// hidden] f32. The frame's views point into seg. m must pass ipc::check_msg.
-Status make_batch_frame(ipc::Segment& seg, int r, const ipc::BatchMsg& m, net::Batch* out);
+// descriptor slot m.slot cut to what the batch uses (the header, its rows,
+// tokens, sampling parameters and block copies, each row's table entries
+// and logit biases; copied into *buf, which the frame's view points into),
+// and Boundary[m.slot][r-1] [m.n_tokens, hidden] f32 (a view into seg).
+// m must pass ipc::check_msg; a descriptor whose counts are out of range
+// is kBatchRefused, as a stage would refuse it.
+Status make_batch_frame(ipc::Segment& seg, int r, const ipc::BatchMsg& m, std::vector<uint8_t>* buf,
+                        net::Batch* out);
 // Worker: checks f (the message against the widths and last_id, the
-// descriptor's size, the boundary's shape), copies it into descriptor slot
-// f.slot and Boundary[f.slot][r-1], clears the slot's stage times (the
+// boundary's shape, the descriptor's counts against the widths and its
+// size against its counts), rebuilds descriptor slot f.slot from it, copies
+// Boundary[f.slot][r-1], clears the slot's stage times (the
 // head's job on one host) and sets *out to the message to push on ring r.
 Status take_batch_frame(ipc::Segment& seg, int r, const net::Batch& f, uint64_t last_id,
                         ipc::BatchMsg* out);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstring>
 #include <thread>
 
@@ -48,23 +49,46 @@ BatchMsg msg_of(uint64_t id, int tokens = 5) {
   return m;
 }
 
-// The bridge and stage 0 on the leader: descriptor bytes and boundary 0 of batch id.
+// The bridge and stage 0 on the leader: descriptor bytes and boundary 0 of
+// batch id. Every byte of the slot depends on the id; the counts that size
+// the descriptor's parts (block copies, each row's table and biases) are
+// then set in range, different per row.
 void write_leader_side(Segment& seg, const BatchMsg& m) {
-  auto* d = reinterpret_cast<uint8_t*>(seg.desc(m.slot).hdr);
+  const DescView v = seg.desc(m.slot);
+  auto* d = reinterpret_cast<uint8_t*>(v.hdr);
   for (uint64_t i = 0; i < desc_bytes(seg.dims()); ++i) d[i] = desc_byte(m.batch_id, i);
+  v.hdr->n_copies = int32_t(m.batch_id % 3);
+  for (int r = 0; r < m.n_rows; ++r) {
+    v.rows[r].n_table = int32_t((m.batch_id + 3 * uint64_t(r)) % 9);  // max_table 8
+    v.sampling[r].n_logit_bias = uint16_t((m.batch_id + uint64_t(r)) % 4);
+  }
   float* b = seg.boundary(m.slot, 0);
   for (uint64_t i = 0; i < uint64_t(m.n_tokens) * 32; ++i) b[i] = hidden_value(m.batch_id, i);
   seg.result(m.slot).hdr->stage_busy_ns[0] = 1000 + m.batch_id;
 }
 
-::testing::AssertionResult worker_holds(Segment& seg, const BatchMsg& m) {
-  const auto* d = reinterpret_cast<const uint8_t*>(seg.desc(m.slot).hdr);
-  for (uint64_t i = 0; i < desc_bytes(seg.dims()); ++i)
-    if (d[i] != desc_byte(m.batch_id, i))
-      return ::testing::AssertionFailure() << "descriptor byte " << i << " of " << m.batch_id;
-  const float* b = seg.boundary(m.slot, 0);
+bool same(const void* a, const void* b, size_t n) {
+  return std::memcmp(a, b, n) == 0;
+}
+
+// Whether the worker's slot holds what a stage reads of the leader's batch
+// m: every part of the descriptor the batch uses, and its boundary rows.
+::testing::AssertionResult worker_holds(Segment& leader, Segment& worker, const BatchMsg& m) {
+  const DescView a = leader.desc(m.slot), b = worker.desc(m.slot);
+  const size_t rows = size_t(m.n_rows), mt = size_t(leader.dims().max_table);
+  bool ok = same(a.hdr, b.hdr, sizeof(DescHeader)) &&
+            same(a.rows, b.rows, sizeof(DescRow) * rows) &&
+            same(a.tokens, b.tokens, 4 * size_t(m.n_tokens)) &&
+            same(a.sampling, b.sampling, sizeof(SamplingParams) * rows) &&
+            same(a.copies, b.copies, sizeof(BlockCopy) * size_t(a.hdr->n_copies));
+  for (size_t r = 0; r < rows && ok; ++r)
+    ok = same(a.tables + r * mt, b.tables + r * mt, 4 * size_t(a.rows[r].n_table)) &&
+         same(a.bias + r * kMaxLogitBias, b.bias + r * kMaxLogitBias,
+              sizeof(LogitBias) * a.sampling[r].n_logit_bias);
+  if (!ok) return ::testing::AssertionFailure() << "the descriptor of batch " << m.batch_id;
+  const float* bd = worker.boundary(m.slot, 0);
   for (uint64_t i = 0; i < uint64_t(m.n_tokens) * 32; ++i)
-    if (b[i] != hidden_value(m.batch_id, i))
+    if (bd[i] != hidden_value(m.batch_id, i))
       return ::testing::AssertionFailure() << "boundary value " << i << " of " << m.batch_id;
   return ::testing::AssertionSuccess();
 }
@@ -82,15 +106,17 @@ TEST(Relay, BatchFrameCarriesDescriptorAndBoundary) {
   const BatchMsg m = msg_of(7);
   write_leader_side(*s.leader, m);
   net::Batch f;
-  ASSERT_TRUE(relay::make_batch_frame(*s.leader, 1, m, &f).ok());
+  std::vector<uint8_t> buf;
+  ASSERT_TRUE(relay::make_batch_frame(*s.leader, 1, m, &buf, &f).ok());
   EXPECT_EQ(f.boundary.size(), size_t(5 * 32 * 4));  // the rows in use, not max_tokens
+  EXPECT_LT(f.descriptor.size(), desc_bytes(s.leader->dims()) / 4);  // the parts in use
   BatchMsg got;
   Status st = relay::take_batch_frame(*s.worker, 1, f, 0, &got);
   ASSERT_TRUE(st.ok()) << st.to_string();
   EXPECT_EQ(got.batch_id, 7u);
   EXPECT_EQ(got.slot, m.slot);
   EXPECT_EQ(got.n_tokens, 5);
-  EXPECT_TRUE(worker_holds(*s.worker, m));
+  EXPECT_TRUE(worker_holds(*s.leader, *s.worker, m));
   EXPECT_EQ(s.worker->result(m.slot).hdr->stage_busy_ns[0], 0u);  // the head's clear
 }
 
@@ -99,7 +125,8 @@ TEST(Relay, WorkerRefusesFramesThatDisagreeWithThePlan) {
   const BatchMsg m = msg_of(7);
   write_leader_side(*s.leader, m);
   net::Batch good;
-  ASSERT_TRUE(relay::make_batch_frame(*s.leader, 1, m, &good).ok());
+  std::vector<uint8_t> buf;
+  ASSERT_TRUE(relay::make_batch_frame(*s.leader, 1, m, &buf, &good).ok());
   BatchMsg got;
   auto code = [&](net::Batch f, uint64_t last = 0) {
     return relay::take_batch_frame(*s.worker, 1, f, last, &got).code();
@@ -116,6 +143,11 @@ TEST(Relay, WorkerRefusesFramesThatDisagreeWithThePlan) {
   f = good, f.msg_version = uint16_t(kMsgVersion + 1);
   EXPECT_EQ(code(f), ErrorCode::kInvalidArgument) << "another message version";
   EXPECT_EQ(code(good, 7), ErrorCode::kInvalidArgument) << "an id that does not increase";
+  std::vector<uint8_t> desc(good.descriptor.begin(), good.descriptor.end());
+  const int32_t copies = 99;  // the header's count past max_rows: refused before it sizes a read
+  std::memcpy(desc.data() + offsetof(DescHeader, n_copies), &copies, 4);
+  f = good, f.descriptor = desc;
+  EXPECT_EQ(code(f), ErrorCode::kInvalidArgument) << "block copies out of range";
   EXPECT_EQ(relay::take_batch_frame(*s.worker, 2, good, 0, &got).code(),
             ErrorCode::kInvalidArgument)
       << "a cut past the tail";
@@ -125,9 +157,26 @@ TEST(Relay, WorkerRefusesFramesThatDisagreeWithThePlan) {
 // boundary copied over (the result's parts are cut by the descriptor).
 void carry_batch(Segs& s, const BatchMsg& m) {
   net::Batch f;
-  ASSERT_TRUE(relay::make_batch_frame(*s.leader, 1, m, &f).ok());
+  std::vector<uint8_t> buf;
+  ASSERT_TRUE(relay::make_batch_frame(*s.leader, 1, m, &buf, &f).ok());
   BatchMsg got;
   ASSERT_TRUE(relay::take_batch_frame(*s.worker, 1, f, 0, &got).ok());
+}
+
+TEST(Relay, LeaderRefusesADescriptorWhoseCountsAreOutOfRange) {
+  Segs s;
+  const BatchMsg m = msg_of(7);
+  std::vector<uint8_t> buf;
+  net::Batch f;
+  write_leader_side(*s.leader, m);
+  s.leader->desc(m.slot).rows[1].n_table = 9;  // max_table 8
+  EXPECT_EQ(relay::make_batch_frame(*s.leader, 1, m, &buf, &f).code(), ErrorCode::kBatchRefused);
+  write_leader_side(*s.leader, m);
+  s.leader->desc(m.slot).sampling[0].n_logit_bias = kMaxLogitBias + 1;
+  EXPECT_EQ(relay::make_batch_frame(*s.leader, 1, m, &buf, &f).code(), ErrorCode::kBatchRefused);
+  write_leader_side(*s.leader, m);
+  s.leader->desc(m.slot).hdr->n_copies = 5;  // max_rows 4
+  EXPECT_EQ(relay::make_batch_frame(*s.leader, 1, m, &buf, &f).code(), ErrorCode::kBatchRefused);
 }
 
 TEST(Relay, ResultKeepsTheLeadersStageTimes) {
@@ -218,7 +267,7 @@ TEST(Relay, BothRelaysOverLoopbackCarryEveryBatchInOrder) {
     for (uint64_t n = 0; n < kBatches; ++n) {
       BatchMsg m;
       if (!s.worker->ring(1).pop(m, stop)) return;
-      if (!worker_holds(*s.worker, m)) tail_bad.fetch_add(1);
+      if (!worker_holds(*s.leader, *s.worker, m)) tail_bad.fetch_add(1);
       write_tail_result(*s.worker, m);
       if (!s.worker->ring(2).push(m, stop)) return;
     }
@@ -273,7 +322,8 @@ TEST(Relay, WorkerEndsALinkThatSendsAMalformedBatch) {
   const BatchMsg m = msg_of(3);
   write_leader_side(*s.leader, m);
   net::Batch f;
-  ASSERT_TRUE(relay::make_batch_frame(*s.leader, 1, m, &f).ok());
+  std::vector<uint8_t> buf;
+  ASSERT_TRUE(relay::make_batch_frame(*s.leader, 1, m, &buf, &f).ok());
   f.descriptor = f.descriptor.subspan(64);
   ASSERT_TRUE(link->send(f).ok());
   net::Frame answer;
@@ -329,13 +379,14 @@ TEST(Relay, WorkerServingRefusesOtherJoiners) {
   const BatchMsg m = msg_of(1);  // the leader's link still works
   write_leader_side(*s.leader, m);
   net::Batch b;
-  ASSERT_TRUE(relay::make_batch_frame(*s.leader, 1, m, &b).ok());
+  std::vector<uint8_t> buf;
+  ASSERT_TRUE(relay::make_batch_frame(*s.leader, 1, m, &buf, &b).ok());
   ASSERT_TRUE(link->send(b).ok());
   BatchMsg got;
   const int64_t until = now_ns() + 10'000'000'000;
   ASSERT_TRUE(s.worker->ring(1).pop(got, [&] { return now_ns() > until; }));
   EXPECT_EQ(got.batch_id, 1u);
-  EXPECT_TRUE(worker_holds(*s.worker, got));
+  EXPECT_TRUE(worker_holds(*s.leader, *s.worker, got));
   ASSERT_TRUE(link->close().ok());  // Bye: the worker's relay ends, ok
   worker.join();
   EXPECT_TRUE(worker_end.ok()) << worker_end.to_string();
