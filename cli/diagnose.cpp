@@ -74,9 +74,13 @@ std::optional<Diagnosis> kv_capacity(const TopView& v) {
 }
 
 // Fewer micro-batches in flight than stages: at most `inflight` stages can
-// work at once, the others wait for the batch to come round.
+// work at once, the others wait for the batch to come round. Stages that
+// share the cores take turns on them anyway (the daemon's parallel_stages):
+// more micro-batches than that would split the decodes, not overlap work.
 std::optional<Diagnosis> too_few_in_flight(const TopView& v) {
-  const int S = int(v.stages.size()), I = std::max(v.inflight, 1);
+  const int P = v.plan.parallel_stages;
+  const int S = P > 0 ? std::min(P, int(v.stages.size())) : int(v.stages.size());
+  const int I = std::max(v.inflight, 1);
   double sum = 0, top = 0;
   for (const StageView& s : v.stages) sum += s.busy, top = std::max(top, s.busy);
   if (I >= S || v.running < 2 || sum > I + 0.15 || top >= 0.9) return std::nullopt;
@@ -88,7 +92,8 @@ std::optional<Diagnosis> too_few_in_flight(const TopView& v) {
   for (size_t i = 0; i < v.stages.size(); ++i) d.figures.push_back(stage_line(v, i));
   const double gain = std::min(double(S) / I, top > 0 ? 1.0 / top : double(S) / I);
   d.change = fmt::format(
-      "set plan.max_inflight = {} (0 = one per stage): each stage works on its own micro-batch; "
+      "set plan.max_inflight = {} (0 = one per stage that can compute at once): each stage "
+      "works on its own micro-batch; "
       "expect up to ~{:.1f}x the tokens/s (the micro-batches each carry a share of the "
       "requests, the gap between a request's tokens about the same)",
       S, gain);

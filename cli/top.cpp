@@ -141,6 +141,7 @@ PlanView plan_view(const json& now) {
   p.max_rows = int(num(j, "max_rows"));
   p.max_tokens = int(num(j, "max_tokens"));
   p.max_inflight = int(num(j, "max_inflight"));
+  p.parallel_stages = int(num(j, "parallel_stages"));
   p.chunk_size = int(num(j, "chunk_size"));
   p.max_num_seqs = int(num(j, "max_num_seqs"));
   p.policy = j.value("policy", std::string("?"));

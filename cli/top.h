@@ -61,6 +61,7 @@ struct StageView {
 struct PlanView {
   bool known = false;
   int max_rows = 0, max_tokens = 0, max_inflight = 0, chunk_size = 0, max_num_seqs = 0;
+  int parallel_stages = 0;         // stages that can compute at once (0: not reported)
   std::string policy, itl_target;  // itl_target: "auto", "none" or "N ms"
   double itl_target_ms = -1;       // -1 auto, 0 none
   double kv_memory = 0;            // bytes per CPU stage

@@ -153,6 +153,7 @@ nlohmann::json plan_json(const kvasir::Config& cfg) {
   return {{"max_rows", cfg.plan.max_rows},
           {"max_tokens", cfg.plan.max_tokens},
           {"max_inflight", cfg.plan.inflight()},
+          {"parallel_stages", kvasir::parallel_stages(cfg.plan, kvasir::available_cores())},
           {"stages", std::move(stages)},
           {"policy", cfg.scheduler.policy},
           {"chunk_size", cfg.scheduler.chunk_size},

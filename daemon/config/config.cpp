@@ -320,6 +320,16 @@ int32_t parallel_stages(const PlanCfg& plan, int cores) {
   return gpu + (threads <= cores ? cpu : std::min<int32_t>(cpu, 1));
 }
 
+int32_t PlanCfg::inflight() const {
+  if (max_inflight > 0) return max_inflight;
+  // Stages sharing the cores take turns on them whatever the ring holds: a
+  // second micro-batch let both compute at once on a core each, the 16
+  // decodes of 16 concurrent requests going 8 + 8, so each stage read and
+  // unpacked its weights once per 8 tokens on one core instead of once per
+  // 16 on all of them (the 1B shape: 1.25x the CPU time per token).
+  return std::max(1, parallel_stages(*this, available_cores()));
+}
+
 namespace {
 
 void parse_stages(const toml::node& n, PlanCfg& plan) {

@@ -60,7 +60,7 @@ constexpr int32_t kMaxPlanProcesses = 16;
 struct PlanCfg {
   int32_t max_rows = 32;     // sequences per micro-batch
   int32_t max_tokens = 512;  // token budget of one micro-batch
-  int32_t max_inflight = 0;  // as written; 0 = number of stages
+  int32_t max_inflight = 0;  // as written; 0 = inflight()'s default
   // How long a stage (and the bridge) spins for the next hand-off before it
   // sleeps (ipc/futex.h, WaitPolicy), microseconds; 0 = sleep at once.
   static constexpr int32_t kDefaultSpinUs = 0;
@@ -71,8 +71,13 @@ struct PlanCfg {
   // the layers' measured costs (apply_split); until then they are -1.
   bool auto_layers = false;
 
-  // The effective number of micro-batches in the ring.
-  int32_t inflight() const { return max_inflight > 0 ? max_inflight : int32_t(stages.size()); }
+  // The effective number of micro-batches in the ring: max_inflight, or
+  // by default one per stage that can compute at the same time
+  // (parallel_stages on the cores this process may use): CPU stages that
+  // share the cores by need get one micro-batch, since a second would only
+  // split the running decodes between them (docs/ring.md, "Cores shared by
+  // need").
+  int32_t inflight() const;
   // Every process of the plan: the positions and their groups' members.
   int32_t processes() const {
     size_t n = stages.size();

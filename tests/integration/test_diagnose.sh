@@ -3,7 +3,8 @@
 # misconfigured one way, under a load that shows it: the diagnosis must
 # name the right cause and the one setting to turn (cli/diagnose.h):
 #   too little KV                   -> kv_capacity, kv.memory
-#   max_inflight = 1 on 2 stages    -> batching, plan.max_inflight
+#   max_inflight = 1 on 2 stages with a core each
+#                                   -> batching, plan.max_inflight
 #   huge chunks on long prompts     -> prefill_interference, scheduler.itl_target_ms
 #   a lopsided layer split          -> batching, stages.layers
 # Each daemon runs only as long as its load takes to show (a few seconds).
@@ -24,15 +25,18 @@ stop_load() {
   LOAD_PID=
 }
 
-# plan SPLIT0 SPLIT1 EXTRA: the two-stage config with these layers and extra TOML.
+# plan SPLIT0 SPLIT1 EXTRA [STAGE]: the two-stage config with these layers,
+# extra TOML, and STAGE's lines in each stage.
 plan() {
   cat <<CFG
 [model]
 path = "$MODEL"
 [[stages]]
 layers = "$1"
+${4:-}
 [[stages]]
 layers = "$2"
+${4:-}
 [server]
 socket = "$SOCK"
 $3
@@ -68,7 +72,7 @@ memory = "3MiB"')" --requests 64 --concurrency 8 --prompt-len 64 --max-tokens 64
 
 # One micro-batch for two stages: each waits for the other half the time.
 case_ inflight batching plan.max_inflight 4 3 "$(plan 0-14 15-29 '[plan]
-max_inflight = 1')" --requests 64 --concurrency 8 --prompt-len 32 --max-tokens 200
+max_inflight = 1' 'threads = 1')" --requests 64 --concurrency 8 --prompt-len 32 --max-tokens 200
 
 # Whole 400-token prompts in one step beside decodes, no ITL target (a
 # step of a few seconds: the interval is long enough to see some).

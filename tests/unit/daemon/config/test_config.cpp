@@ -82,7 +82,6 @@ TEST(Config, GoodFileParsesWithDefaultsAndResolvedPaths) {
   EXPECT_EQ(all.plan.stages[1].threads, available_cores());
   const Config dflt = parse_config(replace(kGood, "threads = 2\n", ""), "/base");
   EXPECT_EQ(dflt.plan.stages[1].threads, available_cores());
-  EXPECT_EQ(c.plan.inflight(), 2);
   EXPECT_EQ(c.kv.memory, 512ull << 20);
   EXPECT_EQ(c.kv.dtype, "f16");
   EXPECT_EQ(c.scheduler.policy, "continuous+chunked");
@@ -211,6 +210,24 @@ TEST(Config, NegativeInflightRefused) {
   EXPECT_NE(m.find("plan.max_inflight"), std::string::npos) << m;
   auto c = parse_config(replace(kGood, "max_inflight = 0", "max_inflight = 1"), "/b");
   EXPECT_EQ(c.plan.inflight(), 1);
+}
+
+TEST(Config, InflightDefaultsToTheStagesThatComputeAtOnce) {
+  // Stages sharing the cores by need (threads 0: all of them each) take
+  // turns on them: one micro-batch, all the decodes in it.
+  const Config shared = parse_config(
+      replace(replace(kGood, "threads = 1", "threads = 0"), "threads = 2", "threads = 0"), "/b");
+  EXPECT_EQ(shared.plan.inflight(), 1);
+  // Each with cores of its own: one micro-batch per stage.
+  if (available_cores() >= 2) {
+    const Config own = parse_config(replace(kGood, "threads = 2", "threads = 1"), "/b");
+    EXPECT_EQ(own.plan.inflight(), 2);
+  }
+  // Written, it is kept, shared cores or not.
+  const Config two = parse_config(
+      replace(replace(kGood, "threads = 1", "threads = 0"), "max_inflight = 0", "max_inflight = 2"),
+      "/b");
+  EXPECT_EQ(two.plan.inflight(), 2);
 }
 
 TEST(Config, SpinUsDefaultsAndRange) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "base/check.h"
+#include "base/cores.h"
 #include "daemon/config/config.h"
 
 namespace kvasir {
@@ -51,7 +52,9 @@ TEST(ConfigGroups, AGroupIsOnePositionWithMembers) {
                              std::vector<std::string>{"0-1", "2-3", "4-6", "7"}}) {
     Config c = parse_config(plan(ranges), "/base");
     ASSERT_EQ(c.plan.stages.size(), 2u);
-    EXPECT_EQ(c.plan.inflight(), 2);  // positions, not processes
+    // One micro-batch per position that computes at once, never per process.
+    EXPECT_EQ(c.plan.inflight(), parallel_stages(c.plan, available_cores()));
+    EXPECT_LE(c.plan.inflight(), 2);
     EXPECT_EQ(c.plan.processes(), int32_t(1 + ranges.size()));
     const StageCfg& g = c.plan.stages[1];
     EXPECT_TRUE(g.is_group());
