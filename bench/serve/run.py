@@ -7,7 +7,7 @@ ratio Kvasir / llama.cpp (tok/s; for TTFT and ITL the ratio of times, so
 below 1 is Kvasir faster).
 
   scripts/build && python3 bench/serve/run.py [--shape short-heavy] [--threads 2]
-      [--cores 0,1] [--model PATH] [--concurrency 1,16] [--quick]
+      [--cores 0,1] [--model PATH] [--concurrency 1,16] [--max-inflight N] [--quick]
 
 Shapes (bench/peers/client.py, SHAPES):
   long-heavy:  1,024-token prompts, 64 out, 8 concurrent (32 requests);
@@ -26,7 +26,9 @@ The servers, one at a time, each warmed by one request before it is timed:
     threads that the stages share by need (the default plan's `threads = 0`
     on T cores: at most T compute at once, docs/ring.md "Cores shared by
     need"; `--split fixed`: T / 2 each, the figures before that option),
-    max_rows >= C, 1 GiB of KV per stage, over TCP on 127.0.0.1.
+    max_rows >= C, 1 GiB of KV per stage, over TCP on 127.0.0.1, the
+    plan's default max_inflight (one micro-batch for stages sharing the
+    cores; --max-inflight 2: one per stage, the figures before that default).
 The peers come from bench/peers/build; this script re-runs itself under
 bench/peers/python. Printed first: the CPU model, the load, Kvasir's SIMD
 level per kernel, what the peers were built from (bench/peers/build's
@@ -58,6 +60,7 @@ path = "{model}"
 [plan]
 max_rows = {rows}
 max_tokens = 512
+max_inflight = {inflight}
 [[stages]]
 layers = "0-{mid_1}"
 device = "cpu"
@@ -121,7 +124,8 @@ def stage_threads(a):
 def kvasird(a, rows):
     n = machine.block_count(a.model)
     cfg = CONFIG.format(model=a.model, rows=max(32, rows), mid_1=n // 2 - 1, mid=n // 2,
-                        last=n - 1, threads=stage_threads(a), sock="{sock}", port=a.port)
+                        last=n - 1, threads=stage_threads(a), sock="{sock}", port=a.port,
+                        inflight=a.max_inflight)
     return machine.kvasird(BIN, cfg, wrap=["taskset", "-c", a.cores])
 
 
@@ -167,6 +171,9 @@ def main():
     ap.add_argument("--split", default="shared", choices=["shared", "fixed"],
                     help="kvasird's stages: T threads each shared by need (the default plan), "
                          "or T / 2 each")
+    ap.add_argument("--max-inflight", type=int, default=0,
+                    help="kvasird's plan.max_inflight (0: the default, one micro-batch per stage "
+                         "that computes at once: one for stages sharing the cores)")
     ap.add_argument("--model", default=MODEL)
     ap.add_argument("--port", type=int, default=18180, help="kvasird's; llama-server's is +1")
     ap.add_argument("--concurrency", default="", help="only the closed-loop runs at these (comma-separated)")
