@@ -74,8 +74,10 @@ Outcome run(const std::string& model_path, int n_layers, const std::vector<Req>&
             const Fault& fault, const std::string& tag, RecoveryOptions rec = {},
             bool caching = false) {
   std::string dir = temp_dir("recovery-" + tag);
+  // Three micro-batches in flight, written out (three 1-thread stages on
+  // fewer cores would default to one): a loss finds batches in every stage.
   Config cfg =
-      load_config(write_config(dir, model_path, plan_toml(n_layers, 3, 1, 0, 8, 64), "16MiB"));
+      load_config(write_config(dir, model_path, plan_toml(n_layers, 3, 1, 3, 8, 64), "16MiB"));
   ModelConfig mc = check_config(cfg);
   SupervisorOptions opt;
   opt.exe = kvasird_path();

@@ -88,8 +88,11 @@ Outputs run(const std::string& model, int n_layers, const std::vector<Req>& reqs
             const std::vector<int32_t>& eos_ids, const std::string& kv_memory, bool kill_tail,
             const std::string& tag) {
   const std::string dir = temp_dir("structured-" + tag);
+  // Three micro-batches in flight, written out: three 1-thread stages on
+  // fewer cores would default to one, and a tight pool needs several in
+  // flight to preempt.
   Config cfg =
-      load_config(write_config(dir, model, plan_toml(n_layers, 3, 1, 0, 6, 64), kv_memory));
+      load_config(write_config(dir, model, plan_toml(n_layers, 3, 1, 3, 6, 64), kv_memory));
   ModelConfig mc = check_config(cfg);
   SupervisorOptions opt;
   opt.exe = kvasird_path();
