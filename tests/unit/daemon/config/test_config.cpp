@@ -644,7 +644,12 @@ TEST(Config, ItlTargetIsAutoMillisecondsOrNone) {
 TEST(Config, ParallelStagesCountCoresOfTheirOwn) {
   auto plan = [](std::vector<std::pair<std::string, int>> st) {
     PlanCfg p;
-    for (auto& [dev, threads] : st) p.stages.push_back(StageCfg{0, 0, dev, threads});
+    for (auto& [dev, threads] : st) {
+      StageCfg s;
+      s.device = dev;
+      s.threads = threads;
+      p.stages.push_back(s);
+    }
     return p;
   };
   // threads = 0 resolves to every core: two CPU stages share them.
