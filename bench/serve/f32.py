@@ -9,7 +9,7 @@ GGUF), so the three servers hold one model.
 
   scripts/build && bench/peers/vllm-cpu >/dev/null &&
   python3 bench/serve/f32.py [--shape short-heavy] [--threads 2] [--cores 0,1]
-      [--servers kvasird,llama.cpp,vllm] [--concurrency 1,16] [--quick]
+      [--servers kvasird,llama.cpp,vllm] [--concurrency 1,16] [--max-inflight N] [--quick]
 
 kvasird and llama-server run as in bench/serve/run.py. vLLM: its OpenAI
 server under the same `taskset`, float32, --max-num-seqs C, 1 GiB of KV
@@ -123,6 +123,8 @@ def main():
     ap.add_argument("--split", default="shared", choices=["shared", "fixed"],
                     help="kvasird's stages: T threads each shared by need (the default plan), "
                          "or T / 2 each")
+    ap.add_argument("--max-inflight", type=int, default=0,
+                    help="kvasird's plan.max_inflight (0: the plan's default), as bench/serve/run.py")
     ap.add_argument("--servers", default="kvasird,llama.cpp,vllm")
     ap.add_argument("--port", type=int, default=18180, help="kvasird's; llama-server +1, vLLM +2")
     ap.add_argument("--concurrency", default="", help="only the closed-loop runs at these (comma-separated)")

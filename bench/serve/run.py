@@ -125,7 +125,7 @@ def kvasird(a, rows):
     n = machine.block_count(a.model)
     cfg = CONFIG.format(model=a.model, rows=max(32, rows), mid_1=n // 2 - 1, mid=n // 2,
                         last=n - 1, threads=stage_threads(a), sock="{sock}", port=a.port,
-                        inflight=a.max_inflight)
+                        inflight=getattr(a, "max_inflight", 0))  # bench/clients has none
     return machine.kvasird(BIN, cfg, wrap=["taskset", "-c", a.cores])
 
 
