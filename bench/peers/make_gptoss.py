@@ -31,6 +31,9 @@ Runs under bench/peers/python (numpy + gguf); re-runs itself there.
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_model import copy_tokenizer  # noqa: E402  (the same tokenizer copy)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOKENIZER_FROM = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 MODELS = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "kvasir", "models")
@@ -91,16 +94,6 @@ def data(np, rng, name, kind, shape):
     b = rng.integers(0, 256, size=byte_shape(kind, shape)[0], dtype=np.uint8)
     b.reshape(-1, MXFP4_BYTES)[:, 0] = MXFP4_E
     return b
-
-
-def copy_tokenizer(w, src):
-    import gguf
-    for f in gguf.GGUFReader(src).fields.values():
-        if not f.name.startswith("tokenizer."):
-            continue
-        vt = f.types[0]
-        sub = f.types[-1] if vt == gguf.GGUFValueType.ARRAY else None
-        w.add_key_value(f.name, f.contents(), vt, sub_type=sub)
 
 
 def header(w):
