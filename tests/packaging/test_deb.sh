@@ -164,6 +164,27 @@ left=$(find /dev/shm -maxdepth 1 -name 'kvasir*' -user kvasir)
 [ -z "$left" ] || fail "shared segments left: $left"
 [ -z "$SEGMENT" ] || [ ! -e "/dev/shm/${SEGMENT#/}" ] || fail "segment $SEGMENT left"
 
+step "kvasird-worker, as its unit starts it: listens with the key, stops on SIGTERM"
+grep -q '^KVASIR_WORKER_LISTEN=' /etc/default/kvasird-worker || fail "no /etc/default/kvasird-worker"
+if command -v systemd-analyze >/dev/null; then
+  bad=$(systemd-analyze verify --man=no /lib/systemd/system/kvasird-worker.service 2>&1 \
+        | grep kvasird || true)
+  [ -z "$bad" ] || { echo "$bad"; fail "systemd-analyze verify kvasird-worker.service"; }
+fi
+KEY=/etc/kvasir/cluster.key
+head -c 32 /dev/urandom >"$KEY"
+chown kvasir:kvasir "$KEY"
+chmod 0600 "$KEY"
+(cd /var/lib/kvasir && umask 0007 &&
+ exec setpriv --reuid=kvasir --regid=kvasir --init-groups \
+   /usr/bin/kvasird --worker --listen 127.0.0.1:17710 --cluster-key "$KEY") >"$WORK/worker.log" 2>&1 &
+WPID=$!
+for _ in $(seq 1 100); do grep -q 'listening on' "$WORK/worker.log" && break; sleep 0.1; done
+grep -q 'listening on 127.0.0.1:17710' "$WORK/worker.log" || { cat "$WORK/worker.log"; fail "the worker does not listen"; }
+kill -TERM "$WPID"
+wait "$WPID" || { cat "$WORK/worker.log"; fail "the worker did not exit 0 on SIGTERM"; }
+rm -f "$KEY"
+
 step "dpkg -r keeps /var/lib/kvasir"
 dpkg -r kvasir
 [ -f "/var/lib/kvasir/models/$MODEL" ] || fail "dpkg -r removed the model"
@@ -172,7 +193,8 @@ dpkg -r kvasir
 step "dpkg --purge removes data, user, group, config"
 dpkg --purge kvasir
 for p in /var/lib/kvasir /etc/kvasir /run/kvasir /usr/share/kvasir /usr/share/doc/kvasir \
-         /lib/systemd/system/kvasird.service /usr/bin/kvasir; do
+         /lib/systemd/system/kvasird.service /lib/systemd/system/kvasird-worker.service \
+         /etc/default/kvasird-worker /usr/bin/kvasir; do
   [ ! -e "$p" ] || fail "$p left after purge"
 done
 ! getent passwd kvasir >/dev/null || fail "user kvasir left after purge"
