@@ -228,20 +228,159 @@ KV_AVX2 void batch_avx2(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t
       tile_column<T, 2>(w, row_bytes, rb, re, x + j * cols, cols, y + j * y_stride, y_stride, next);
   }
 }
+
+// ---- batch, 512-bit tiles (the same bits) -----------------------------------
+//
+// A ZMM accumulator over a 16-column step holds the decode order's a0 in
+// lanes 0-7 and a1 in lanes 8-15: one 512-bit FMA is the two 256-bit FMAs
+// of that step, lane for lane, so the tile gives the decode kernel's bits.
+// With one register per output and 32 registers, the tile is NW = 4 weight
+// rows × NX = 6 activation rows: 24 accumulators, 4 weight vectors and one
+// activation vector. Per 16 columns it loads 4 + 6 vectors for 24 FMAs
+// (the 256-bit batch tile: 10 loads for 12 FMAs of half the width), so
+// the FMAs, not the loads, bound it.
+#define KV_AVX512F __attribute__((target("avx2,fma,f16c,avx512f,avx512vl")))
+// GCC 12's avx512fintrin.h builds results on _mm512_undefined_*(), a
+// self-initialised variable that -Wuninitialized reports when inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef __clang__
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+template <DType T>
+KV_AVX512F inline __m512 load16(const uint8_t* w, int64_t c) {
+  if constexpr (T == DType::F32) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(w) + c);
+  } else if constexpr (T == DType::F16) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2 * c)));
+  } else {
+    const __m512i u =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2 * c)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+  }
+}
+
+KV_AVX512F inline __m512 load_x16(const float* p) {
+  __m512 v = _mm512_loadu_ps(p);
+  asm("" : "+v"(v));
+  return v;
+}
+
+template <DType T, int NW, int NX>
+KV_AVX512F void tile_avx512(const uint8_t* w, int64_t w_stride, const float* x, int64_t x_stride,
+                            int64_t cols, float* y, int64_t y_stride) {
+  __m512 acc[NW][NX];
+  KV_UNROLL for (int i = 0; i < NW; ++i) {
+    KV_UNROLL for (int j = 0; j < NX; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  int64_t c = 0;
+  for (; c + 16 <= cols; c += 16) {
+    __m512 wv[NW];
+    KV_UNROLL for (int i = 0; i < NW; ++i) wv[i] = load16<T>(w + i * w_stride, c);
+    KV_UNROLL for (int j = 0; j < NX; ++j) {
+      const __m512 xv = load_x16(x + j * x_stride + c);
+      KV_UNROLL for (int i = 0; i < NW; ++i) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
+    }
+  }
+  // The decode order's halves, then its 8-column step into a0.
+  KV_UNROLL for (int i = 0; i < NW; ++i) {
+    const uint8_t* wi = w + i * w_stride;
+    KV_UNROLL for (int j = 0; j < NX; ++j) {
+      __m256 a0 = _mm512_castps512_ps256(acc[i][j]);
+      const __m256 a1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[i][j]), 1));
+      int64_t ce = c;
+      if (ce + 8 <= cols) {
+        a0 = _mm256_fmadd_ps(load8<T>(wi, ce), _mm256_loadu_ps(x + j * x_stride + ce), a0);
+        ce += 8;
+      }
+      y[i + j * y_stride] = finish_dot<T>(a0, a1, wi, x + j * x_stride, ce, cols);
+    }
+  }
+}
+
+// One column of tiles: weight rows [r, re) against NX activation rows,
+// four weight rows at a time, the rest one by one.
+template <DType T, int NX>
+KV_AVX512F void tile_column_512(const uint8_t* w, int64_t row_bytes, int64_t r, int64_t re,
+                                const float* x, int64_t cols, float* y, int64_t y_stride,
+                                NextBlock& next) {
+  for (; r + 4 <= re; r += 4) {
+    tile_avx512<T, 4, NX>(w + r * row_bytes, row_bytes, x, cols, cols, y + r, y_stride);
+    next.after_tile();
+  }
+  for (; r < re; ++r)
+    tile_avx512<T, 1, NX>(w + r * row_bytes, row_bytes, x, cols, cols, y + r, y_stride);
+}
+
+template <DType T>
+KV_AVX512F void column_512(int64_t nx, const uint8_t* w, int64_t row_bytes, int64_t r, int64_t re,
+                           const float* x, int64_t cols, float* y, int64_t y_stride,
+                           NextBlock& next) {
+  switch (nx) {
+    case 6:
+      return tile_column_512<T, 6>(w, row_bytes, r, re, x, cols, y, y_stride, next);
+    case 5:
+      return tile_column_512<T, 5>(w, row_bytes, r, re, x, cols, y, y_stride, next);
+    case 4:
+      return tile_column_512<T, 4>(w, row_bytes, r, re, x, cols, y, y_stride, next);
+    case 3:
+      return tile_column_512<T, 3>(w, row_bytes, r, re, x, cols, y, y_stride, next);
+    case 2:
+      return tile_column_512<T, 2>(w, row_bytes, r, re, x, cols, y, y_stride, next);
+    default:
+      return tile_column_512<T, 1>(w, row_bytes, r, re, x, cols, y, y_stride, next);
+  }
+}
+
+// Below this many activation rows the 256-bit kernel runs instead: with
+// the weights streaming from memory (a served decode micro-batch), one
+// column of 4-row tiles read them slower than its two columns of 2-row
+// tiles (bench_kernels_matmul stream F32: 0.79x at 6 rows, level at 8,
+// 1.05x at 12, 1.30x at 16; docs/kernels.md).
+constexpr int64_t kWideFromRows = 12;
+
+// As batch_avx2 (cache blocks of kWeightBlockBytes, the next one
+// prefetched), with tile columns of 6 activation rows and one of n % 6.
+template <DType T>
+KV_AVX512F void batch_avx512(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1,
+                             const float* x, int64_t n, int64_t cols, float* y, int64_t y_stride) {
+  if (n < kWideFromRows) return batch_avx2<T>(w, row_bytes, r0, r1, x, n, cols, y, y_stride);
+  const int64_t block = std::max<int64_t>(4, kWeightBlockBytes / row_bytes) & ~int64_t(3);
+  const int64_t columns = (n + 5) / 6;
+  NextBlock first{w + r0 * row_bytes, w + std::min(r0 + block, r1) * row_bytes, 0};
+  first.per_tile = first.end - first.p;
+  first.after_tile();
+  for (int64_t rb = r0; rb < r1; rb += block) {
+    const int64_t re = std::min(rb + block, r1);
+    const int64_t tiles = columns * ((re - rb) / 4);
+    NextBlock next{w + re * row_bytes, w + std::min(re + block, r1) * row_bytes, 0};
+    next.per_tile = tiles > 0 ? ((next.end - next.p) / tiles + 64) & ~int64_t(63) : 0;
+    for (int64_t j = 0; j < n; j += 6)
+      column_512<T>(std::min<int64_t>(6, n - j), w, row_bytes, rb, re, x + j * cols, cols,
+                    y + j * y_stride, y_stride, next);
+  }
+}
+#pragma GCC diagnostic pop
 #endif  // KV_HAVE_X86
 
 }  // namespace
 
 BatchFn float_batch_kernel(DType type, SimdLevel level) {
 #ifdef KV_HAVE_X86
+  // The 512-bit tiles give the 256-bit kernels' bits (the decode order),
+  // so they run wherever the process may use AVX-512 (simd_level(): the
+  // CPU's widest level unless KVASIR_SIMD set a lower one), whichever
+  // level the dispatch chose for the type.
+  const bool wide = level >= SimdLevel::kAvx512 || simd_level() >= SimdLevel::kAvx512;
   if (level >= SimdLevel::kAvx2) {
     switch (type) {
       case DType::F32:
-        return batch_avx2<DType::F32>;
+        return wide ? batch_avx512<DType::F32> : batch_avx2<DType::F32>;
       case DType::F16:
-        return batch_avx2<DType::F16>;
+        return wide ? batch_avx512<DType::F16> : batch_avx2<DType::F16>;
       case DType::BF16:
-        return batch_avx2<DType::BF16>;
+        return wide ? batch_avx512<DType::BF16> : batch_avx2<DType::BF16>;
       default:
         return nullptr;
     }

@@ -61,7 +61,7 @@ TEST(MatmulBatch, EqualsDecodeKernelBitForBit) {
         // 131 rows of 583 columns span more than one 128 KiB cache block.
         for (int64_t rows : {1, 2, 5, 37, 131}) {
           const auto w = ref::random_weight(t, rows, cols, rng);
-          for (int64_t n : {4, 5, 6, 7, 16, 33}) {
+          for (int64_t n : {4, 5, 7, 11, 12, 13, 14, 16, 17, 33}) {
             const auto x = random_x(n, cols, rng);
             const auto alone = one_row_at_a_time(w.view, x, n);
             const auto want = ref::matmul(w.view, x.data(), n);
