@@ -390,7 +390,30 @@ class SafetensorsModel final : public ModelFile {
       parts_[e->gguf][e->expert] = {t.name, t.view};
       return;
     }
-    tensors_[*hf_to_gguf_name(t.name)] = t.view;
+    const std::string name = *hf_to_gguf_name(t.name);
+    tensors_[name] = widened(name, t.view);
+  }
+  // Norm weights, biases and sinks as the executors read them: F32. A
+  // checkpoint stores them as its matrices are (BF16 nearly always), so
+  // those are widened once here: a few KiB a layer.
+  TensorView widened(const std::string& name, const TensorView& v) {
+    const bool small =
+        name.ends_with(".bias") || name.ends_with("norm.weight") || name.ends_with("_sinks.weight");
+    if (!small || (v.type != DType::F16 && v.type != DType::BF16)) return v;
+    const int64_t n = v.cols() * v.rows();
+    std::vector<float>& f = widened_[name];
+    f.resize(size_t(n));
+    const uint8_t* p = static_cast<const uint8_t*>(v.data);
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      f[size_t(i)] = v.type == DType::F16 ? fp16_to_f32(h) : bf16_to_f32(h);
+    }
+    TensorView w = v;
+    w.type = DType::F32;
+    w.data = f.data();
+    w.nbytes = uint64_t(n) * 4;
+    return w;
   }
   // The stack `name`: experts 0..count-1, each present with shape [cols, rows].
   const std::vector<TensorView>* gather(const std::string& path, const std::string& name,
@@ -414,6 +437,7 @@ class SafetensorsModel final : public ModelFile {
   ModelConfig cfg_;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;  // keep the maps alive
   std::map<std::string, TensorView> tensors_;             // by GGUF name
+  std::map<std::string, std::vector<float>> widened_;     // F16/BF16 norms, biases as F32
   // Per-expert matrices as read: stack name → expert → (HF name, view).
   std::map<std::string, std::map<int32_t, std::pair<std::string, TensorView>>> parts_;
   std::map<std::string, std::vector<TensorView>> experts_;  // checked stacks

@@ -21,6 +21,7 @@
 #include "kernels/cpu/simd.h"
 #include "model/chat_template.h"
 #include "model/gguf.h"
+#include "model/hf_folder.h"
 #include "model/tokenizer.h"
 #include "stages/forward.h"
 
@@ -76,7 +77,8 @@ std::vector<int32_t> prompt_ids(const Options& o, const ModelFile& model, const 
     KV_CHECK(tok != nullptr, "this model has no tokenizer in its file: pass --ids");
     std::string text = o.prompt;
     if (o.chat) {
-      ChatTemplate tpl = ChatTemplate::from_gguf(*model.gguf());
+      ChatTemplate tpl = model.gguf() ? ChatTemplate::from_gguf(*model.gguf())
+                                      : ChatTemplate::from_hf_dir(model.path());
       text = tpl.render({{"user", o.prompt}}, true);
     }
     prompt = tok->encode(text, true, o.chat);
@@ -133,8 +135,10 @@ std::vector<int32_t> decode(const Options& o, Session& s, const Tokenizer* tok,
 int run(const Options& o) {
   auto model = ModelFile::open(o.model);
   const ModelConfig& cfg = model->config();
-  std::unique_ptr<Tokenizer> tok;
-  if (model->gguf()) tok = Tokenizer::from_gguf(*model->gguf());
+  // A GGUF file's tokenizer, or a folder's tokenizer.json (as kvasird
+  // loads them).
+  std::unique_ptr<Tokenizer> tok =
+      model->gguf() ? Tokenizer::from_gguf(*model->gguf()) : hf_folder_tokenizer(model->path());
   const std::vector<int32_t> prompt = prompt_ids(o, *model, tok.get());
   if (o.print_ids) fmt::print(stderr, "prompt ids: {}\n", join_ids(prompt));
 

@@ -414,8 +414,20 @@ std::vector<StEntry> fp8_entries(const TinyTensor& t, const TinySpec& s) {
   return {{t.hf_name, "F8_E4M3", t.shape, codes}, scale};
 }
 
+// t's values in s.st_type (F16 / BF16 halves), or rounded through it as F32.
+StEntry half_entry(const TinyTensor& t, const TinySpec& s) {
+  const bool f16 = s.st_type == DType::F16;
+  std::vector<uint16_t> h;
+  for (float f : t.data) h.push_back(f16 ? f32_to_fp16(f) : f32_to_bf16(f));
+  if (!s.st_round_only) return {t.hf_name, f16 ? "F16" : "BF16", t.shape, raw_bytes(h)};
+  std::vector<float> v;
+  for (uint16_t x : h) v.push_back(f16 ? fp16_to_f32(x) : bf16_to_f32(x));
+  return {t.hf_name, "F32", t.shape, raw_bytes(v)};
+}
+
 std::vector<StEntry> st_entries(const TinyTensor& t, const TinySpec& s) {
   if (s.st_fp8 != TinySpec::kFp8None && fp8_matrix(t)) return fp8_entries(t, s);
+  if (s.st_type == DType::F16 || s.st_type == DType::BF16) return {half_entry(t, s)};
   return {{t.hf_name, "F32", t.shape, raw_bytes(t.data)}};
 }
 

@@ -55,6 +55,11 @@ struct TinySpec {
   // the values those codes and scales stand for (scale · code): the same
   // model unquantised.
   enum Fp8 { kFp8None = 0, kFp8PerTensor = 1, kFp8PerChannel = 2 };
+  // Safetensors only: every tensor, norms and biases included, in this type
+  // (F32, F16 or BF16), as a checkpoint stores them; with st_round_only the
+  // values are rounded through it but written as F32 (the same model).
+  DType st_type = DType::F32;
+  bool st_round_only = false;
   Fp8 st_fp8 = kFp8None;
   bool fp8_dequantized = false;
   // gpt-oss (GGUF only): the sliding window of its even layers, YaRN (factor

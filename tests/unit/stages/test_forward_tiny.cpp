@@ -76,6 +76,31 @@ TEST(ForwardTiny, GgufAndSafetensorsGiveTheSameLogits) {
   fs::remove_all(d);
 }
 
+// A checkpoint as it is stored: every tensor in BF16 (or F16), its norms
+// and biases too, which the reader widens to F32. The same values written
+// as F32 give the same logits (qwen2: q/k/v biases).
+TEST(ForwardTiny, HalfPrecisionFolderReadsLikeItsValuesInF32) {
+  const fs::path d = temp_dir("half");
+  for (DType t : {DType::BF16, DType::F16}) {
+    test::TinySpec spec;
+    spec.arch = "qwen2";
+    spec.st_type = t;
+    test::write_tiny_safetensors((d / "half").string(), spec);
+    spec.st_round_only = true;
+    test::write_tiny_safetensors((d / "f32").string(), spec);
+    auto h = ModelFile::open((d / "half").string());
+    auto f = ModelFile::open((d / "f32").string());
+    EXPECT_EQ(h->get("blk.0.attn_norm.weight").type, DType::F32) << dtype_name(t);
+    EXPECT_EQ(h->get("blk.0.attn_q.bias").type, DType::F32) << dtype_name(t);
+    EXPECT_EQ(h->get("blk.0.attn_q.weight").type, t);
+    const auto ids = some_ids(23, spec.vocab);
+    EXPECT_LT(max_abs_diff(logits_of(*h, ids, 8), logits_of(*f, ids, 8)), 1e-4) << dtype_name(t);
+    fs::remove_all(d / "half");
+    fs::remove_all(d / "f32");
+  }
+  fs::remove_all(d);
+}
+
 TEST(ForwardTiny, ChunkingAndKvTypeDoNotChangeTheResult) {
   const fs::path d = temp_dir("chunks");
   test::TinySpec spec;
