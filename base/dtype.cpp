@@ -15,6 +15,7 @@ constexpr DTypeInfo kTypes[] = {
     {DType::I32, "I32", 1, 4, false},      {DType::I64, "I64", 1, 8, false},
     {DType::F64, "F64", 1, 8, false},      {DType::BF16, "BF16", 1, 2, true},
     {DType::MXFP4, "MXFP4", 32, 17, true}, {DType::F8_E4M3, "F8_E4M3", 1, 1, false},
+    {DType::U8, "U8", 1, 1, false},
 };
 
 }  // namespace

@@ -45,6 +45,9 @@ enum class DType : uint32_t {
   // weights with per-tensor or per-channel scales (base/fp8.h, read by the
   // CUDA backend only; docs/model-formats.md).
   F8_E4M3 = 0x10000,
+  // safetensors' U8: raw bytes, read only as gpt-oss's MXFP4 expert blocks
+  // and scales, which the folder reader repacks into MXFP4 (not computable).
+  U8 = 0x10001,
 };
 
 struct DTypeInfo {

@@ -479,6 +479,7 @@ constexpr HfArch kHfArchs[] = {
     {"Qwen3MoeForCausalLM", "qwen3_moe", "qwen3moe"},
     {"Qwen2MoeForCausalLM", "qwen2_moe", "qwen2moe"},
     {"MixtralForCausalLM", "mixtral", "llama"},  // llama with experts, as in GGUF
+    {"GptOssForCausalLM", "gpt_oss", "gpt-oss"},
 };
 
 // The entry of kHfArchs the config names.
@@ -491,8 +492,8 @@ const HfArch& arch_of(const JsonKeys& k) {
       if (name == h.cls) return h;
     KV_FAIL_CODE(ErrorCode::kModelFormat,
                  "{}: 'architectures' is '{}': Kvasir runs LlamaForCausalLM, MistralForCausalLM, "
-                 "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM "
-                 "and MixtralForCausalLM",
+                 "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, "
+                 "MixtralForCausalLM and GptOssForCausalLM",
                  k.src, name);
   }
   const auto type = k.opt_str("model_type");
@@ -501,7 +502,7 @@ const HfArch& arch_of(const JsonKeys& k) {
       if (*type == h.model_type) return h;
   KV_FAIL_CODE(ErrorCode::kModelFormat,
                "{}: neither 'architectures' nor a supported 'model_type' (llama, mistral, qwen2, "
-               "qwen3, qwen3_moe, qwen2_moe, mixtral)",
+               "qwen3, qwen3_moe, qwen2_moe, mixtral, gpt_oss)",
                k.src);
 }
 
@@ -512,6 +513,8 @@ const HfArch& arch_of(const JsonKeys& k) {
 void read_attention_extras(const JsonKeys& k, ModelConfig& c) {
   if (c.arch == "qwen2") {
     c.qkv_bias = true;
+  } else if (c.arch == "gpt-oss") {
+    c.qkv_bias = k.opt_bool("attention_bias").value_or(true);
   } else if (c.arch == "qwen2moe") {
     c.qkv_bias = k.opt_bool("qkv_bias").value_or(true);
   } else {
@@ -538,6 +541,15 @@ void read_hf_experts(const JsonKeys& k, const HfArch& h, ModelConfig& c) {
     c.expert_norm_topk = true;
     return;
   }
+  if (type == "gpt_oss") {
+    c.n_experts = k.req_int("num_local_experts");
+    c.n_experts_used = k.req_int("num_experts_per_tok");
+    check_expert_counts(k.src, "num_local_experts", c.n_experts, "num_experts_per_tok",
+                        c.n_experts_used);
+    c.expert_ffn = c.ffn;  // gpt-oss's intermediate_size is each expert's width
+    c.expert_norm_topk = true;
+    return;
+  }
   if (type != "qwen3_moe" && type != "qwen2_moe") return;
   c.n_experts = k.req_int("num_experts");
   c.n_experts_used = k.req_int("num_experts_per_tok");
@@ -553,6 +565,64 @@ void read_hf_experts(const JsonKeys& k, const HfArch& h, ModelConfig& c) {
     KV_CHECK_CODE(dense->is_array() && dense->empty(), ErrorCode::kModelFormat,
                   "{}: 'mlp_only_layers' is {}: layers without experts are not supported", k.src,
                   dense->dump());
+}
+
+// gpt-oss's config.json as transformers writes it (GptOssConfig): the
+// same model as its GGUF form (read_gpt_oss): a sliding window on the
+// even layers ('layer_types' must say exactly that), NeoX RoPE, the
+// clamped SwiGLU with gpt-oss's constants (swiglu_limit 7), MXFP4 experts
+// (quantization_config quant_method mxfp4, read by read_quantization).
+void read_hf_gpt_oss(const JsonKeys& k, ModelConfig& c) {
+  const auto window = k.opt_int("sliding_window");
+  KV_CHECK_CODE(window && *window > 0, ErrorCode::kModelFormat,
+                "{}: 'sliding_window' is missing or 0: gpt-oss alternates sliding and full layers",
+                k.src);
+  if (const nlohmann::json* types = k.find("layer_types")) {
+    KV_CHECK_CODE(types->is_array() && int32_t(types->size()) == c.n_layers,
+                  ErrorCode::kModelFormat, "{}: 'layer_types' must list the {} layers", k.src,
+                  c.n_layers);
+    for (int32_t il = 0; il < c.n_layers; ++il) {
+      const char* want = il % 2 == 0 ? "sliding_attention" : "full_attention";
+      KV_CHECK_CODE((*types)[size_t(il)] == want, ErrorCode::kModelFormat,
+                    "{}: 'layer_types'[{}] is {}: gpt-oss's layers alternate, sliding first ({}), "
+                    "and no other order is supported",
+                    k.src, il, (*types)[size_t(il)].dump(), want);
+    }
+  }
+  const float limit = k.opt_float("swiglu_limit").value_or(7.f);
+  const float alpha = k.opt_float("swiglu_alpha").value_or(1.702f);
+  KV_CHECK_CODE(limit == 7.f && alpha == 1.702f, ErrorCode::kModelFormat,
+                "{}: 'swiglu_limit' {} and 'swiglu_alpha' {}: only gpt-oss's 7 and 1.702 are "
+                "supported",
+                k.src, limit, alpha);
+  c.sliding_window = *window;
+  c.sliding_pattern = 2;
+  c.rope_theta_local = c.rope_theta;
+  c.gpt_oss = true;
+}
+
+// rope_scaling {rope_type yarn}: Hugging Face's keys, as _compute_yarn_parameters
+// reads them; the magnitude factor must be YaRN's own (0.1 ln(factor) + 1).
+void read_hf_yarn(const JsonKeys& r, ModelConfig& c) {
+  const auto f = r.opt_float("factor");
+  KV_CHECK(f && *f >= 1.f, "{}: 'rope_scaling.factor' must be >= 1 for rope_type yarn", r.src);
+  const auto orig = r.opt_int("original_max_position_embeddings");
+  KV_CHECK(orig && *orig > 0,
+           "{}: 'rope_scaling.original_max_position_embeddings' is missing for rope_type yarn",
+           r.src);
+  for (const char* key : {"mscale", "mscale_all_dim"})
+    KV_CHECK(!r.find(key), "{}: 'rope_scaling.{}' is set: DeepSeek's YaRN is not supported", r.src,
+             key);
+  if (const auto a = r.opt_float("attention_factor"))
+    KV_CHECK(std::abs(*a - (0.1f * std::log(*f) + 1.f)) < 1e-6f,
+             "{}: 'rope_scaling.attention_factor' is {}: only YaRN's own 0.1 ln(factor) + 1 is "
+             "supported",
+             r.src, *a);
+  c.rope_yarn_factor = *f;
+  c.rope_yarn_original_context = *orig;
+  c.rope_yarn_beta_fast = r.opt_float("beta_fast").value_or(32.f);
+  c.rope_yarn_beta_slow = r.opt_float("beta_slow").value_or(1.f);
+  c.rope_yarn_truncate = r.opt_bool("truncate").value_or(true);
 }
 
 // One compressed-tensors config group: its weights must be 8-bit floats,
@@ -584,6 +654,13 @@ void read_quantization(const JsonKeys& k, ModelConfig& c) {
   KV_CHECK(q->is_object(), "{}: 'quantization_config' must be an object", k.src);
   const JsonKeys qk{*q, k.src};
   const std::string method = qk.opt_str("quant_method").value_or("");
+  if (method == "mxfp4") {  // gpt-oss: its expert stacks, in blocks and scales
+    KV_CHECK(c.arch == "gpt-oss",
+             "{}: 'quantization_config.quant_method' is mxfp4: Kvasir reads MXFP4 experts in "
+             "gpt-oss folders only",
+             k.src);
+    return;
+  }
   if (method == "fp8") {
     KV_CHECK(!qk.find("weight_block_size"),
              "{}: 'quantization_config.weight_block_size' is set: block-wise FP8 weights are not "
@@ -614,6 +691,36 @@ void read_quantization(const JsonKeys& k, ModelConfig& c) {
   c.fp8_weights = true;
 }
 
+// RoPE: transformers 5 writes 'rope_parameters' (rope_theta inside, with
+// the scaling's keys), earlier versions 'rope_theta' and 'rope_scaling';
+// the newer form wins where a folder has both.
+void read_hf_rope(const JsonKeys& k, ModelConfig& c) {
+  c.rope_theta = k.opt_float("rope_theta").value_or(10000.f);
+  const char* key = k.find("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  const nlohmann::json* rs = k.find(key);
+  if (!rs) return;
+  KV_CHECK(rs->is_object(), "{}: '{}' must be an object", k.src, key);
+  const JsonKeys r{*rs, k.src};
+  if (const auto theta = r.opt_float("rope_theta")) c.rope_theta = *theta;
+  const std::string type = r.opt_str("rope_type").value_or(r.opt_str("type").value_or("default"));
+  if (type == "linear") {
+    const auto f = r.opt_float("factor");
+    KV_CHECK(f, "{}: '{}.factor' is missing for rope_type linear", k.src, key);
+    c.rope_linear_factor = *f;
+  } else if (type == "llama3") {
+    const auto f = r.opt_float("factor");
+    KV_CHECK(f, "{}: '{}.factor' is missing for rope_type llama3", k.src, key);
+    c.rope_llama3_factor = *f;
+    c.rope_llama3_low_freq_factor = r.opt_float("low_freq_factor").value_or(1.f);
+    c.rope_llama3_high_freq_factor = r.opt_float("high_freq_factor").value_or(4.f);
+    c.rope_llama3_original_context = r.opt_int("original_max_position_embeddings").value_or(8192);
+  } else if (type == "yarn") {
+    read_hf_yarn(r, c);
+  } else if (type != "default") {
+    KV_FAIL("{}: '{}' type '{}' is not supported (linear, llama3, yarn)", k.src, key, type);
+  }
+}
+
 }  // namespace
 
 ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& src,
@@ -639,7 +746,6 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& src,
              c.n_heads);
     c.head_dim = c.hidden / c.n_heads;
   }
-  c.rope_theta = k.opt_float("rope_theta").value_or(10000.f);
   c.rms_eps = k.opt_float("rms_norm_eps").value_or(1e-6f);
   c.tied_embeddings = k.opt_bool("tie_word_embeddings").value_or(false);
   const std::string act = k.opt_str("hidden_act").value_or("silu");
@@ -656,25 +762,8 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& src,
     if (const auto w = k.opt_int("sliding_window"); w && *w > 0 && *w < c.context_length)
       c.context_length = *w;
 
-  if (const nlohmann::json* rs = k.find("rope_scaling")) {
-    KV_CHECK(rs->is_object(), "{}: 'rope_scaling' must be an object", src);
-    const JsonKeys r{*rs, src};
-    std::string type = r.opt_str("rope_type").value_or(r.opt_str("type").value_or("default"));
-    if (type == "linear") {
-      const auto f = r.opt_float("factor");
-      KV_CHECK(f, "{}: 'rope_scaling.factor' is missing for rope_type linear", src);
-      c.rope_linear_factor = *f;
-    } else if (type == "llama3") {
-      const auto f = r.opt_float("factor");
-      KV_CHECK(f, "{}: 'rope_scaling.factor' is missing for rope_type llama3", src);
-      c.rope_llama3_factor = *f;
-      c.rope_llama3_low_freq_factor = r.opt_float("low_freq_factor").value_or(1.f);
-      c.rope_llama3_high_freq_factor = r.opt_float("high_freq_factor").value_or(4.f);
-      c.rope_llama3_original_context = r.opt_int("original_max_position_embeddings").value_or(8192);
-    } else if (type != "default") {
-      KV_FAIL("{}: 'rope_scaling' type '{}' is not supported (linear, llama3)", src, type);
-    }
-  }
+  read_hf_rope(k, c);
+  if (c.arch == "gpt-oss") read_hf_gpt_oss(k, c);
   read_quantization(k, c);
   c.rope_layout = RopeLayout::kHalf;  // HF checkpoints are stored rotate-half
   c.validate(src);

@@ -40,6 +40,7 @@ struct ModelConfig {
   float rope_yarn_beta_fast = 32.f;
   float rope_yarn_beta_slow = 1.f;
   float rope_yarn_ext_factor = 1.f;
+  bool rope_yarn_truncate = true;  // kernels/cpu/rope.h RopeConfig::yarn_truncate
   // GGUF llama3 models carry their frequency scaling precomputed as the
   // tensor rope_freqs.weight [head_dim / 2] (divisors of the inverse
   // frequencies) rather than as metadata; true when that tensor is present.

@@ -378,9 +378,9 @@ GgufTensor read_tensor_info(Reader& r, const std::string& path, const std::strin
            "{}: tensor '{}': its element count overflows int64", path, name);
   const uint32_t raw = r.read<uint32_t>("type", name);
   const DTypeInfo* info = dtype_info(raw);
-  // F8_E4M3 is Kvasir's own number for safetensors' FP8, not a GGML type.
-  KV_CHECK(info && info->type != DType::F8_E4M3, "{}: tensor '{}': unknown tensor type {}", path,
-           name, raw);
+  // F8_E4M3 and U8 are Kvasir's own numbers for safetensors' dtypes, not GGML types.
+  KV_CHECK(info && info->type != DType::F8_E4M3 && info->type != DType::U8,
+           "{}: tensor '{}': unknown tensor type {}", path, name, raw);
   t.view.type = info->type;
   KV_CHECK(t.view.ne[0] % info->block == 0,
            "{}: tensor '{}': row length {} is not a multiple of the {} block size {}", path, name,

@@ -10,12 +10,13 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "base/check.h"
 #include "base/half.h"
 #include "model/gguf.h"
+#include "model/gpt_oss_experts.h"
 #include "model/safetensors.h"
 
 namespace kvasir {
@@ -347,6 +348,7 @@ class SafetensorsModel final : public ModelFile {
     for (const std::string& file : shard_names(dir, &weight_map)) {
       shards_.push_back(SafetensorsFile::open((dir / file).string()));
       for (const SafeTensor& t : shards_.back()->tensors()) {
+        if (take_gpt_oss_part(path, t)) continue;
         const auto key = engine_key(t.name);
         if (!key) continue;  // not used by the engine (e.g. rotary_emb.inv_freq)
         auto [it, fresh] = origin.emplace(*key, file);
@@ -363,6 +365,7 @@ class SafetensorsModel final : public ModelFile {
                "{}: the index puts tensor '{}' in {}, but that file does not hold it", path, tensor,
                file);
     }
+    if (cfg_.gpt_oss) repack_gpt_oss(path);
     const Lookup look = [this](const std::string& n) { return lookup(n); };
     const ExpertLookup experts = [&](const std::string& n, int64_t cols, int64_t rows,
                                      int32_t count) { return gather(path, n, cols, rows, count); };
@@ -390,8 +393,71 @@ class SafetensorsModel final : public ModelFile {
       parts_[e->gguf][e->expert] = {t.name, t.view};
       return;
     }
-    const std::string name = *hf_to_gguf_name(t.name);
+    std::string name = *hf_to_gguf_name(t.name);
+    // gpt-oss's pre-FFN norm: GGUF's name for it (model_file.h).
+    if (cfg_.gpt_oss && name.ends_with(".ffn_norm.weight"))
+      name.replace(name.size() - 16, 16, ".post_attention_norm.weight");
     tensors_[name] = widened(name, t.view);
+  }
+  // A part of a gpt-oss expert stack (safetensors.h), kept for
+  // repack_gpt_oss; false for any other tensor.
+  bool take_gpt_oss_part(const std::string& path, const SafeTensor& t) {
+    const auto part = cfg_.gpt_oss ? hf_gpt_oss_expert_part(t.name) : std::nullopt;
+    if (!part) return false;
+    KV_CHECK_CODE(part->kind != GptOssExpertPart::kUnquantised, ErrorCode::kModelFormat,
+                  "{}: tensor '{}': gpt-oss experts are read in MXFP4 (_blocks and _scales), not "
+                  "dequantised",
+                  path, t.name);
+    KV_CHECK_CODE(part->layer < cfg_.n_layers, ErrorCode::kModelFormat,
+                  "{}: tensor '{}' is past the config's {} layers", path, t.name, cfg_.n_layers);
+    const TensorView*& slot = gpt_oss_parts_[part->layer][part->kind];
+    KV_CHECK_CODE(!slot, ErrorCode::kModelFormat, "{}: tensor '{}' appears twice", path, t.name);
+    slot = &t.view;
+    return true;
+  }
+  // Every layer's expert stacks into GGUF's MXFP4 form, as the per-expert
+  // parts and the bias stacks check_tensors and the executors read.
+  void repack_gpt_oss(const std::string& path) {
+    const ModelConfig& c = cfg_;
+    gpt_oss_.resize(size_t(c.n_layers));  // sized once: the views below point into it
+    for (int32_t l = 0; l < c.n_layers; ++l) {
+      auto& p = gpt_oss_parts_[l];
+      const GptOssExpertSources src{
+          p[GptOssExpertPart::kGateUpBlocks], p[GptOssExpertPart::kGateUpScales],
+          p[GptOssExpertPart::kGateUpBias], p[GptOssExpertPart::kDownBlocks],
+          p[GptOssExpertPart::kDownScales]};
+      GptOssExperts& x = gpt_oss_[size_t(l)] = repack_gpt_oss_experts(
+          src, c.n_experts, c.hidden, c.expert_ffn, fmt::format("{}: layer {}", path, l));
+      const std::string b = fmt::format("blk.{}.", l);
+      stack(b + "ffn_gate_exps.weight", x.gate, c.hidden, c.expert_ffn);
+      stack(b + "ffn_up_exps.weight", x.up, c.hidden, c.expert_ffn);
+      stack(b + "ffn_down_exps.weight", x.down, c.expert_ffn, c.hidden);
+      tensors_[b + "ffn_gate_exps.bias"] = f32_view(x.gate_bias, c.expert_ffn, c.n_experts);
+      tensors_[b + "ffn_up_exps.bias"] = f32_view(x.up_bias, c.expert_ffn, c.n_experts);
+    }
+  }
+  // An expert-major MXFP4 stack as per-expert [cols, rows] parts.
+  void stack(const std::string& name, const std::vector<uint8_t>& bytes, int64_t cols,
+             int64_t rows) {
+    const uint64_t each = bytes.size() / uint64_t(cfg_.n_experts);
+    for (int32_t e = 0; e < cfg_.n_experts; ++e) {
+      TensorView v;
+      v.type = DType::MXFP4;
+      v.n_dims = 2;
+      v.ne[0] = cols, v.ne[1] = rows;
+      v.data = bytes.data() + uint64_t(e) * each;
+      v.nbytes = each;
+      parts_[name][e] = {name, v};
+    }
+  }
+  static TensorView f32_view(const std::vector<float>& v, int64_t cols, int64_t rows) {
+    TensorView t;
+    t.type = DType::F32;
+    t.n_dims = 2;
+    t.ne[0] = cols, t.ne[1] = rows;
+    t.data = v.data();
+    t.nbytes = v.size() * 4;
+    return t;
   }
   // Norm weights, biases and sinks as the executors read them: F32. A
   // checkpoint stores them as its matrices are (BF16 nearly always), so
@@ -441,6 +507,9 @@ class SafetensorsModel final : public ModelFile {
   // Per-expert matrices as read: stack name → expert → (HF name, view).
   std::map<std::string, std::map<int32_t, std::pair<std::string, TensorView>>> parts_;
   std::map<std::string, std::vector<TensorView>> experts_;  // checked stacks
+  // gpt-oss: each layer's stack parts as read (kind → view), then repacked.
+  std::map<int32_t, std::map<int, const TensorView*>> gpt_oss_parts_;
+  std::vector<GptOssExperts> gpt_oss_;
 };
 
 }  // namespace

@@ -18,8 +18,9 @@ struct StDType {
 constexpr StDType kSupported[] = {{"F32", DType::F32, 4},
                                   {"F16", DType::F16, 2},
                                   {"BF16", DType::BF16, 2},
-                                  {"F8_E4M3", DType::F8_E4M3, 1}};
-constexpr const char* kKnownUnsupported[] = {"F64", "I64", "I32", "I16",  "I8",     "U8",
+                                  {"F8_E4M3", DType::F8_E4M3, 1},
+                                  {"U8", DType::U8, 1}};
+constexpr const char* kKnownUnsupported[] = {"F64", "I64", "I32", "I16",  "I8",
                                              "U16", "U32", "U64", "BOOL", "F8_E5M2"};
 
 const StDType& parse_dtype(const std::string& path, const std::string& name,
@@ -30,7 +31,8 @@ const StDType& parse_dtype(const std::string& path, const std::string& name,
     if (s == t.name) return t;
   for (const char* u : kKnownUnsupported)
     KV_CHECK(s != u,
-             "{}: tensor '{}': dtype {} is not supported (Kvasir reads F32, F16, BF16, F8_E4M3)",
+             "{}: tensor '{}': dtype {} is not supported (Kvasir reads F32, F16, BF16, F8_E4M3, "
+             "U8)",
              path, name, s);
   KV_FAIL("{}: tensor '{}': unknown dtype '{}'", path, name, s);
 }
@@ -212,12 +214,17 @@ std::optional<std::string> hf_to_gguf_name(std::string_view hf) {
       {"mlp.gate_proj.weight", "ffn_gate.weight"},
       {"mlp.up_proj.weight", "ffn_up.weight"},
       {"mlp.down_proj.weight", "ffn_down.weight"},
-      {"mlp.gate.weight", "ffn_gate_inp.weight"},  // Qwen MoE router
-      {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},  // Mixtral router
+      {"mlp.gate.weight", "ffn_gate_inp.weight"},                       // Qwen MoE router
+      {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},          // Mixtral router
       {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},  // Qwen2-MoE
       {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
       {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
       {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
+      {"self_attn.o_proj.bias", "attn_output.bias"},  // gpt-oss
+      {"self_attn.sinks", "attn_sinks.weight"},       // gpt-oss
+      {"mlp.router.weight", "ffn_gate_inp.weight"},   // gpt-oss router
+      {"mlp.router.bias", "ffn_gate_inp.bias"},
+      {"mlp.experts.down_proj_bias", "ffn_down_exps.bias"},  // [E, hidden], as GGUF's stack
   };
   for (const auto& [from, to] : kMap)
     if (rest == from) return "blk." + std::string(layer) + "." + std::string(to);
@@ -258,6 +265,23 @@ std::optional<HfExpertName> hf_expert_name(std::string_view hf) {
   for (int i = 0; i < 3; ++i)
     if (rest == mats[i].first)
       return HfExpertName{"blk." + std::string(layer) + "." + std::string(mats[i].second), expert};
+  return std::nullopt;
+}
+
+std::optional<GptOssExpertPart> hf_gpt_oss_expert_part(std::string_view hf) {
+  const auto split = split_layer(hf);
+  if (!split) return std::nullopt;
+  const auto [layer, rest] = *split;
+  static constexpr std::pair<std::string_view, GptOssExpertPart::Kind> kParts[] = {
+      {"mlp.experts.gate_up_proj_blocks", GptOssExpertPart::kGateUpBlocks},
+      {"mlp.experts.gate_up_proj_scales", GptOssExpertPart::kGateUpScales},
+      {"mlp.experts.gate_up_proj_bias", GptOssExpertPart::kGateUpBias},
+      {"mlp.experts.down_proj_blocks", GptOssExpertPart::kDownBlocks},
+      {"mlp.experts.down_proj_scales", GptOssExpertPart::kDownScales},
+      {"mlp.experts.gate_up_proj", GptOssExpertPart::kUnquantised},
+      {"mlp.experts.down_proj", GptOssExpertPart::kUnquantised}};
+  for (const auto& [name, kind] : kParts)
+    if (rest == name) return GptOssExpertPart{int32_t(std::stol(std::string(layer))), kind};
   return std::nullopt;
 }
 

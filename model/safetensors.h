@@ -6,7 +6,7 @@
 // "__metadata__" object of strings, which is ignored.
 //
 // Checked: N against the file and a 100 MiB cap; the JSON (parse errors,
-// duplicate names, field types); dtype (F32, F16, BF16, F8_E4M3 — others
+// duplicate names, field types); dtype (F32, F16, BF16, F8_E4M3, U8 — others
 // refused by name); shape (≤ 4 dims, non-negative); begin ≤ end ≤ data size and
 // end - begin == product(shape) × element size, all with overflow checks.
 // Tensor data need not be aligned: safetensors does not promise it.
@@ -67,5 +67,20 @@ struct HfExpertName {
   int32_t expert = 0;
 };
 std::optional<HfExpertName> hf_expert_name(std::string_view hf);
+
+// gpt-oss's expert stacks (one tensor per layer for all experts):
+//   model.layers.N.mlp.experts.gate_up_proj_{blocks,scales,bias}
+//   model.layers.N.mlp.experts.down_proj_{blocks,scales}
+// MXFP4 as U8 blocks [E, rows, cols / 32, 16] (two FP4 codes a byte, the
+// even element in the low nibble) and E8M0 scales [E, rows, cols / 32];
+// gate_up interleaves gate and up, row 2i gate i, row 2i + 1 up i (also
+// its bias [E, 2 * ffn]). model_file.cpp repacks them into GGUF's MXFP4
+// stacks. kUnquantised: the same stacks dequantised (not read).
+struct GptOssExpertPart {
+  enum Kind { kGateUpBlocks, kGateUpScales, kGateUpBias, kDownBlocks, kDownScales, kUnquantised };
+  int32_t layer = 0;
+  Kind kind = kGateUpBlocks;
+};
+std::optional<GptOssExpertPart> hf_gpt_oss_expert_part(std::string_view hf);
 
 }  // namespace kvasir

@@ -115,6 +115,7 @@ RopeTable rope_table(const ModelConfig& c, const TensorView* rope_freqs) {
   rc.yarn_beta_fast = c.rope_yarn_beta_fast;
   rc.yarn_beta_slow = c.rope_yarn_beta_slow;
   rc.yarn_ext_factor = c.rope_yarn_ext_factor;
+  rc.yarn_truncate = c.rope_yarn_truncate;
   if (!c.rope_freqs_tensor) {
     t.inv_freq = cpu::rope_inv_freq(rc);
     return t;

@@ -47,9 +47,10 @@ float yarn_corr_dim(const RopeConfig& cfg, float n_rot) {
 // The fraction of the extrapolated frequency pair i keeps (ggml's
 // rope_yarn_ramp times ext_factor), in f32 as ggml computes it.
 float yarn_mix(const RopeConfig& cfg, int i) {
-  const float low = std::max(0.f, std::floor(yarn_corr_dim(cfg, cfg.yarn_beta_fast)));
-  const float high =
-      std::min(float(cfg.rot_dim - 1), std::ceil(yarn_corr_dim(cfg, cfg.yarn_beta_slow)));
+  float low = yarn_corr_dim(cfg, cfg.yarn_beta_fast), high = yarn_corr_dim(cfg, cfg.yarn_beta_slow);
+  if (cfg.yarn_truncate) low = std::floor(low), high = std::ceil(high);
+  low = std::max(0.f, low);
+  high = std::min(float(cfg.rot_dim - 1), high);
   const float y = (float(i) - low) / std::max(0.001f, high - low);
   return (1.f - std::min(1.f, std::max(0.f, y))) * cfg.yarn_ext_factor;
 }

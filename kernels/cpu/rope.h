@@ -43,6 +43,10 @@ struct RopeConfig {
   float yarn_beta_fast = 32.f;
   float yarn_beta_slow = 1.f;
   float yarn_ext_factor = 1.f;
+  // The correction dims rounded outwards (floor / ceil), as ggml and
+  // vLLM's default do; Hugging Face's `truncate: false` (gpt-oss's
+  // config.json) keeps them fractional.
+  bool yarn_truncate = true;
 };
 
 // YaRN's magnitude factor, 1 + 0.1 ln(factor) (1 without YaRN, with a factor

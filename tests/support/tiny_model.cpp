@@ -11,6 +11,7 @@
 #include "base/check.h"
 #include "base/fp8.h"
 #include "base/half.h"
+#include "model/gpt_oss_experts.h"
 #include "tests/support/gguf_writer.h"
 #include "tests/support/quant.h"
 
@@ -431,6 +432,99 @@ std::vector<StEntry> st_entries(const TinyTensor& t, const TinySpec& s) {
   return {{t.hf_name, "F32", t.shape, raw_bytes(t.data)}};
 }
 
+// gpt-oss as its checkpoint stores it: the GGUF file's values (BF16
+// matrices, F32 norms, biases, sinks and router), and the expert stacks as
+// MXFP4 blocks and scales (model/gpt_oss_experts.h) made from the GGUF
+// file's MXFP4 bytes, gate and up interleaved row by row.
+std::vector<std::vector<StEntry>> gpt_oss_entries(const TinySpec& s) {
+  std::vector<std::vector<StEntry>> out;
+  std::map<std::string, std::vector<float>> stacks;  // per-expert data, expert-major
+  for (const TinyTensor& t : make_tiny_weights(s)) {
+    if (t.expert >= 0) {
+      auto& st = stacks[t.hf_name.substr(0, t.hf_name.find(".experts.")) + "|" + t.gguf_name];
+      st.insert(st.end(), t.data.begin(), t.data.end());
+      continue;
+    }
+    std::string name = t.hf_name;
+    for (const auto& [from, to] : {std::pair{".mlp.gate.weight", ".mlp.router.weight"},
+                                   std::pair{".mlp.gate.bias", ".mlp.router.bias"}})
+      if (name.ends_with(from)) name = name.substr(0, name.size() - std::strlen(from)) + to;
+    if (name.ends_with("gate_proj_bias") || name.ends_with("up_proj_bias")) {
+      stacks[name] = t.data;  // interleaved below
+      continue;
+    }
+    if (t.is_norm || t.keep_f32) {
+      out.push_back({{name, "F32", t.shape, raw_bytes(t.data)}});
+    } else {
+      std::vector<uint16_t> h;
+      for (float f : t.data) h.push_back(f32_to_bf16(f));
+      out.push_back({{name, "BF16", t.shape, raw_bytes(h)}});
+    }
+  }
+  const int64_t E = s.experts, F = s.expert_ffn, H = s.hidden;
+  // An MXFP4 stack of `rows` rows of `cols` in the folder's form.
+  auto mxfp4 = [](const std::vector<float>& data, std::vector<uint8_t>& codes,
+                  std::vector<uint8_t>& scales) {
+    const std::vector<uint8_t> q = quantize(DType::MXFP4, data.data(), int64_t(data.size()));
+    for (size_t b = 0; b < q.size() / 17; ++b) {
+      scales.push_back(q[b * 17]);
+      uint8_t folder[16];
+      gpt_oss_codes_to_folder(&q[b * 17 + 1], folder);
+      codes.insert(codes.end(), folder, folder + 16);
+    }
+  };
+  for (int l = 0; l < s.layers; ++l) {
+    const std::string h = "model.layers." + std::to_string(l) + ".mlp";
+    const std::string g = "blk." + std::to_string(l) + ".";
+    const auto& gate = stacks.at(h + "|" + g + "ffn_gate_exps.weight");
+    const auto& up = stacks.at(h + "|" + g + "ffn_up_exps.weight");
+    std::vector<float> gu;  // [E, 2F, H]: row 2i gate i, 2i + 1 up i
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t r = 0; r < F; ++r) {
+        const size_t at = size_t((e * F + r) * H);
+        gu.insert(gu.end(), gate.begin() + long(at), gate.begin() + long(at + size_t(H)));
+        gu.insert(gu.end(), up.begin() + long(at), up.begin() + long(at + size_t(H)));
+      }
+    std::vector<uint8_t> codes, scales, dcodes, dscales;
+    mxfp4(gu, codes, scales);
+    mxfp4(stacks.at(h + "|" + g + "ffn_down_exps.weight"), dcodes, dscales);
+    out.push_back({{h + ".experts.gate_up_proj_blocks", "U8", {E, 2 * F, H / 32, 16}, codes},
+                   {h + ".experts.gate_up_proj_scales", "U8", {E, 2 * F, H / 32}, scales},
+                   {h + ".experts.down_proj_blocks", "U8", {E, H, F / 32, 16}, dcodes},
+                   {h + ".experts.down_proj_scales", "U8", {E, H, F / 32}, dscales}});
+    const auto& gb = stacks.at(h + ".experts.gate_proj_bias");
+    const auto& ub = stacks.at(h + ".experts.up_proj_bias");
+    std::vector<float> gub;
+    for (size_t i = 0; i < gb.size(); ++i) gub.push_back(gb[i]), gub.push_back(ub[i]);
+    out.push_back({{h + ".experts.gate_up_proj_bias", "F32", {E, 2 * F}, raw_bytes(gub)}});
+  }
+  return out;
+}
+
+nlohmann::json gpt_oss_config(const TinySpec& s) {
+  nlohmann::json types = nlohmann::json::array();
+  for (int l = 0; l < s.layers; ++l)
+    types.push_back(l % 2 ? "full_attention" : "sliding_attention");
+  return {{"intermediate_size", s.expert_ffn},
+          {"num_local_experts", s.experts},
+          {"num_experts_per_tok", s.experts_used},
+          {"sliding_window", s.sliding_window},
+          {"layer_types", types},
+          {"attention_bias", true},
+          {"swiglu_limit", 7.0},
+          {"rope_scaling",
+           {{"rope_type", "yarn"},
+            {"factor", s.yarn_factor},
+            {"beta_fast", 32.0},
+            {"beta_slow", 1.0},
+            // As ggml rounds the correction dims (the GGUF form's numbers);
+            // the published checkpoint says false (docs/model-formats.md).
+            {"truncate", true},
+            {"original_max_position_embeddings", s.yarn_original_context}}},
+          {"quantization_config", {{"quant_method", "mxfp4"}}},
+          {"torch_dtype", "bfloat16"}};
+}
+
 nlohmann::json fp8_quantization_config(const TinySpec& s) {
   if (s.st_fp8 == TinySpec::kFp8None || s.fp8_dequantized) return nullptr;
   if (s.st_fp8 == TinySpec::kFp8PerTensor)
@@ -456,7 +550,8 @@ void write_tiny_safetensors(const std::string& dir, const TinySpec& s) {
       {"qwen2", {"Qwen2ForCausalLM", "qwen2"}},
       {"qwen3", {"Qwen3ForCausalLM", "qwen3"}},
       {"qwen3moe", {"Qwen3MoeForCausalLM", "qwen3_moe"}},
-      {"qwen2moe", {"Qwen2MoeForCausalLM", "qwen2_moe"}}};
+      {"qwen2moe", {"Qwen2MoeForCausalLM", "qwen2_moe"}},
+      {"gpt-oss", {"GptOssForCausalLM", "gpt_oss"}}};
   const auto cls = is_mixtral(s) ? std::pair{"MixtralForCausalLM", "mixtral"} : kClass.at(s.arch);
   nlohmann::json cfg = {
       {"architectures", {cls.first}},
@@ -482,7 +577,9 @@ void write_tiny_safetensors(const std::string& dir, const TinySpec& s) {
       {"torch_dtype", "float32"},
   };
   if (s.head_dim > 0) cfg["head_dim"] = s.head_dim;
-  if (is_mixtral(s)) {
+  if (is_gpt_oss(s)) {
+    cfg.update(gpt_oss_config(s));
+  } else if (is_mixtral(s)) {
     cfg["num_local_experts"] = s.experts;
     cfg["num_experts_per_tok"] = s.experts_used;
   } else if (s.experts > 0) {
@@ -498,7 +595,12 @@ void write_tiny_safetensors(const std::string& dir, const TinySpec& s) {
     cfg["quantization_config"] = q;
   write_text(fs::path(dir) / "config.json", cfg.dump(2));
 
-  const std::vector<TinyTensor> all = make_tiny_weights(s);
+  std::vector<std::vector<StEntry>> groups;  // a tensor's entries stay in one shard
+  if (is_gpt_oss(s)) {
+    groups = gpt_oss_entries(s);
+  } else {
+    for (const TinyTensor& t : make_tiny_weights(s)) groups.push_back(st_entries(t, s));
+  }
   const int shards = std::max(1, s.st_shards);
   nlohmann::json weight_map = nlohmann::json::object();
   for (int k = 0; k < shards; ++k) {
@@ -507,8 +609,8 @@ void write_tiny_safetensors(const std::string& dir, const TinySpec& s) {
                                  : fmt::format("model-{:05}-of-{:05}.safetensors", k + 1, shards);
     nlohmann::json header = {{"__metadata__", {{"format", "pt"}}}};
     Bytes data;
-    for (size_t i = size_t(k); i < all.size(); i += size_t(shards)) {
-      for (const StEntry& e : st_entries(all[i], s)) {
+    for (size_t i = size_t(k); i < groups.size(); i += size_t(shards)) {
+      for (const StEntry& e : groups[i]) {
         const uint64_t begin = data.size(), n = e.bytes.size();
         data.insert(data.end(), e.bytes.begin(), e.bytes.end());
         header[e.name] = {

@@ -62,8 +62,10 @@ struct TinySpec {
   bool st_round_only = false;
   Fp8 st_fp8 = kFp8None;
   bool fp8_dequantized = false;
-  // gpt-oss (GGUF only): the sliding window of its even layers, YaRN (factor
-  // 0: none) and the expert stacks in MXFP4 (else matrix_type).
+  // gpt-oss: the sliding window of its even layers, YaRN (factor 0: none)
+  // and the expert stacks in MXFP4 (else matrix_type). Its folder holds the
+  // GGUF file's values and MXFP4 bytes as the checkpoint lays them out
+  // (GptOssForCausalLM; st_type and st_fp8 do not apply).
   int sliding_window = 0;
   float yarn_factor = 0.f;
   int yarn_original_context = 0;

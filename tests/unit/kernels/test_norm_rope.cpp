@@ -250,6 +250,35 @@ TEST(Rope, YarnBlendsByGgmlsRamp) {
   EXPECT_THROW(rope_inv_freq(cfg), kvasir::Error);
 }
 
+// Hugging Face's `truncate: false` (the published gpt-oss config.json):
+// the correction dims stay fractional. Against transformers'
+// _compute_yarn_parameters in double, at gpt-oss's real shape (head dim 64,
+// theta 150,000, factor 32 over 4,096): low 8.09, high 17.40, where ggml
+// rounds to 8 and 18, so the two differ on the pairs between.
+TEST(Rope, YarnWithoutTruncationKeepsFractionalCorrectionDims) {
+  RopeConfig cfg;
+  cfg.head_dim = cfg.rot_dim = 64;
+  cfg.theta = 150000.f;
+  cfg.style = RopeStyle::kHalf;
+  cfg.yarn_factor = 32.f;
+  cfg.yarn_original_context = 4096;
+  const auto rounded = rope_inv_freq(cfg);
+  cfg.yarn_truncate = false;
+  const auto exact = rope_inv_freq(cfg);
+  const auto dim = [](double rot) {
+    return 64.0 * std::log(4096.0 / (rot * 2.0 * M_PI)) / (2.0 * std::log(150000.0));
+  };
+  const double low = std::max(0.0, dim(32.0)), high = std::min(63.0, dim(1.0));
+  int differ = 0;
+  for (int i = 0; i < 32; ++i) {
+    const double base = std::pow(150000.0, -2.0 * i / 64.0);
+    const double mix = 1.0 - std::clamp((i - low) / (high - low), 0.0, 1.0);
+    EXPECT_NEAR(exact[size_t(i)], base / 32.0 * (1.0 - mix) + base * mix, 2e-6 * base) << i;
+    differ += rounded[size_t(i)] != exact[size_t(i)];
+  }
+  EXPECT_GE(differ, 8);
+}
+
 TEST(Rope, RejectsBadConfig) {
   RopeConfig cfg;
   cfg.head_dim = 64;

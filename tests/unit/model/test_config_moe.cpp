@@ -321,5 +321,102 @@ TEST(HfMoeConfig, InconsistentExpertsAreRefusedByKey) {
   bad(j, {"'num_local_experts' is missing"});
 }
 
+// gpt-oss-20b's config.json as published (transformers 4.55: rope_theta and
+// rope_scaling at the top level), and the same as transformers 5 writes it
+// (rope_parameters with rope_theta inside).
+json gpt_oss_json() {
+  json types = json::array();
+  for (int i = 0; i < 24; ++i) types.push_back(i % 2 ? "full_attention" : "sliding_attention");
+  return {{"architectures", {"GptOssForCausalLM"}},
+          {"model_type", "gpt_oss"},
+          {"hidden_size", 2880},
+          {"intermediate_size", 2880},
+          {"num_hidden_layers", 24},
+          {"num_attention_heads", 64},
+          {"num_key_value_heads", 8},
+          {"head_dim", 64},
+          {"vocab_size", 201088},
+          {"max_position_embeddings", 131072},
+          {"num_local_experts", 32},
+          {"num_experts_per_tok", 4},
+          {"sliding_window", 128},
+          {"layer_types", types},
+          {"attention_bias", true},
+          {"rms_norm_eps", 1e-5},
+          {"rope_theta", 150000},
+          {"rope_scaling",
+           {{"rope_type", "yarn"},
+            {"factor", 32.0},
+            {"beta_fast", 32.0},
+            {"beta_slow", 1.0},
+            {"truncate", false},
+            {"original_max_position_embeddings", 4096}}},
+          {"swiglu_limit", 7.0},
+          {"hidden_act", "silu"},
+          {"tie_word_embeddings", false},
+          {"quantization_config",
+           {{"quant_method", "mxfp4"},
+            {"modules_to_not_convert",
+             {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+              "lm_head"}}}}};
+}
+
+TEST(HfMoeConfig, GptOssAsPublished) {
+  for (bool v5 : {false, true}) {
+    json j = gpt_oss_json();
+    if (v5) {  // transformers 5's form
+      json rp = j["rope_scaling"];
+      rp["rope_theta"] = 150000;
+      j.erase("rope_scaling");
+      j.erase("rope_theta");
+      j["rope_parameters"] = rp;
+    }
+    const ModelConfig c = config_from_hf_json(j, "cfg.json", "gpt-oss-20b");
+    EXPECT_EQ(c.arch, "gpt-oss");
+    EXPECT_TRUE(c.gpt_oss);
+    EXPECT_EQ(c.n_experts, 32);
+    EXPECT_EQ(c.n_experts_used, 4);
+    EXPECT_EQ(c.expert_ffn, 2880);
+    EXPECT_TRUE(c.expert_norm_topk);
+    EXPECT_TRUE(c.qkv_bias);
+    EXPECT_EQ(c.sliding_window, 128);
+    EXPECT_TRUE(c.layer_slides(0));
+    EXPECT_FALSE(c.layer_slides(1));
+    EXPECT_EQ(c.rope_theta, 150000.f) << v5;
+    EXPECT_EQ(c.rope_yarn_factor, 32.f) << v5;
+    EXPECT_EQ(c.rope_yarn_original_context, 4096);
+    EXPECT_FALSE(c.rope_yarn_truncate);
+    EXPECT_EQ(c.rope_layout, RopeLayout::kHalf);
+    EXPECT_EQ(c.context_length, 131072);  // the window does not cap it: half the layers are global
+  }
+}
+
+TEST(HfMoeConfig, GptOssRefusesWhatItCannotRunByKey) {
+  auto bad = [](json j, std::initializer_list<std::string> parts) {
+    test::expect_error([&] { config_from_hf_json(j, "cfg.json", "m"); }, parts);
+  };
+  json j = gpt_oss_json();
+  j["layer_types"][0] = "full_attention";
+  bad(j, {"'layer_types'[0]", "sliding_attention"});
+  j = gpt_oss_json();
+  j["layer_types"].erase(0);
+  bad(j, {"'layer_types' must list the 24 layers"});
+  j = gpt_oss_json();
+  j.erase("sliding_window");
+  bad(j, {"'sliding_window' is missing"});
+  j = gpt_oss_json();
+  j["swiglu_limit"] = 10.0;
+  bad(j, {"'swiglu_limit' 10"});
+  j = gpt_oss_json();
+  j["rope_scaling"]["attention_factor"] = 2.0;
+  bad(j, {"'rope_scaling.attention_factor' is 2"});
+  j = gpt_oss_json();
+  j["rope_scaling"].erase("original_max_position_embeddings");
+  bad(j, {"original_max_position_embeddings' is missing"});
+  json q = qwen3_moe_json();
+  q["quantization_config"] = {{"quant_method", "mxfp4"}};
+  bad(q, {"mxfp4", "gpt-oss folders only"});
+}
+
 }  // namespace
 }  // namespace kvasir

@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -112,4 +113,70 @@ TEST(ForwardGptOss, GreedyTokensMatchLlamaCpp) {
     ids.push_back(greedy.back());
   }
   EXPECT_EQ(greedy, want);
+}
+
+// The same model as a Hugging Face folder (GptOssForCausalLM: MXFP4 experts
+// as U8 blocks and scales, gate and up interleaved, BF16 matrices, YaRN in
+// rope_scaling): the reader repacks the experts into the GGUF file's bytes,
+// so every logit is bit for bit the GGUF file's, and so llama.cpp's too.
+TEST(ForwardGptOss, FolderGivesTheGgufFilesLogits) {
+  test::TempDir dir;
+  const Peer p = load(dir);
+  const std::string folder = dir.file("gpt-oss-hf");
+  test::write_tiny_safetensors(folder, test::tiny_family("gpt-oss"));
+  const auto hf = ModelFile::open(folder);
+  const ModelConfig& c = hf->config();
+  const ModelConfig& g = p.model->config();
+  EXPECT_TRUE(c.gpt_oss && c.moe());
+  EXPECT_EQ(c.sliding_window, g.sliding_window);
+  EXPECT_EQ(c.sliding_pattern, g.sliding_pattern);
+  EXPECT_EQ(c.rope_yarn_factor, g.rope_yarn_factor);
+  EXPECT_EQ(c.rope_yarn_original_context, g.rope_yarn_original_context);
+  EXPECT_EQ(c.expert_ffn, g.expert_ffn);
+  EXPECT_EQ(c.rope_layout, g.rope_layout);
+  const auto& ge = p.model->get_experts("blk.1.ffn_up_exps.weight");
+  const auto& he = hf->get_experts("blk.1.ffn_up_exps.weight");
+  ASSERT_EQ(ge.size(), he.size());
+  for (size_t e = 0; e < ge.size(); ++e) {
+    ASSERT_EQ(ge[e].nbytes, he[e].nbytes);
+    EXPECT_EQ(0, std::memcmp(ge[e].data, he[e].data, ge[e].nbytes)) << "expert " << e;
+  }
+  const auto ids = p.j.at("ids").get<std::vector<int32_t>>();
+  const auto a = logits_of(*p.model, ids), b = logits_of(*hf, ids);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+}
+
+// What the folder reader refuses, naming the tensor: an expert stack cut
+// short, and experts stored dequantised.
+TEST(ForwardGptOss, FolderWithBrokenExpertsIsRefused) {
+  test::TempDir dir;
+  const std::string folder = dir.file("gpt-oss-hf");
+  test::write_tiny_safetensors(folder, test::tiny_family("gpt-oss"));
+  const std::string st = folder + "/model.safetensors";
+  const std::vector<uint8_t> raw = test::read_bytes(st);
+  const std::string bytes(raw.begin(), raw.end());
+  const auto patch = [&](const std::string& from, const std::string& to) {
+    std::string b = bytes;
+    const size_t at = b.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    b.replace(at, from.size(), to);  // same length: the header stays valid
+    std::ofstream(st, std::ios::binary | std::ios::trunc) << b;
+  };
+  patch("layers.1.mlp.experts.down_proj_scales", "layers.1.mlp.experts.down_proj_scaleX");
+  try {
+    ModelFile::open(folder);
+    ADD_FAILURE() << "a folder without down_proj_scales was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("down_proj_scales' is missing"), std::string::npos)
+        << e.what();
+  }
+  // The key renamed with the blanks JSON allows before its colon.
+  patch("layers.1.mlp.experts.down_proj_blocks\"", "layers.1.mlp.experts.down_proj\"       ");
+  try {
+    ModelFile::open(folder);
+    ADD_FAILURE() << "dequantised experts were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not dequantised"), std::string::npos) << e.what();
+  }
 }
