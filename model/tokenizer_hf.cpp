@@ -30,6 +30,15 @@ const char* kQwen2Re =
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+// o200k (gpt-oss's tokenizer.json), split as the reference splits it (see
+// model/pretokenize.h).
+const char* kGpt4oRe =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
 std::string type_of(const json& j) {
   return j.is_object() && j.contains("type") ? j["type"].get<std::string>() : "";
 }
@@ -85,6 +94,8 @@ void read_family(const json& j, const json& model, const std::string& path, Toke
       d.pre = PreTokenizer::kLlama3;
     else if (regex == kQwen2Re && !digits)
       d.pre = PreTokenizer::kQwen2;
+    else if (regex == kGpt4oRe && !digits)
+      d.pre = PreTokenizer::kGpt4o;
     else
       KV_FAIL("{}: split pattern '{}' is not one of the supported families", path, regex);
   } else {

@@ -278,8 +278,8 @@ TEST(Tokenizer, RandomBytesAnyFamily) {
   auto next = [&] {
     return s = s * 6364136223846793005ull + 1442695040888963407ull, uint32_t(s >> 33);
   };
-  for (PreTokenizer p :
-       {PreTokenizer::kGpt2, PreTokenizer::kSmolLm, PreTokenizer::kLlama3, PreTokenizer::kQwen2}) {
+  for (PreTokenizer p : {PreTokenizer::kGpt2, PreTokenizer::kSmolLm, PreTokenizer::kLlama3,
+                         PreTokenizer::kQwen2, PreTokenizer::kGpt4o}) {
     TokenizerData d;
     for (int b = 0; b < 256; ++b) d.tokens.push_back(unicode::byte_to_symbol(uint8_t(b)));
     d.pre = p;

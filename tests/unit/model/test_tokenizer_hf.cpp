@@ -52,6 +52,30 @@ TEST_P(HfFamily, MatchesTokenizersPackage) {
 INSTANTIATE_TEST_SUITE_P(Families, HfFamily,
                          ::testing::Values("gpt2", "smollm", "llama3", "qwen2", "spm"));
 
+// gpt-oss's tokenizer.json: Split(o200k pattern) then ByteLevel without its
+// own regex. A trained llama3 file with its pattern swapped for o200k's
+// loads with the gpt-4o splitter.
+TEST(HfJson, O200kPatternLoadsTheGpt4oSplitter) {
+  std::ifstream in(src("tests/data/tokenizer/hf_llama3.json"));
+  auto j = nlohmann::json::parse(in);
+  auto& split = j["pre_tokenizer"]["pretokenizers"][0];
+  ASSERT_EQ(split["type"], "Split");
+  split["pattern"]["Regex"] =
+      "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+      "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"
+      "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| "
+      "?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+  const std::string p = ::testing::TempDir() + "/tok_o200k.json";
+  std::ofstream(p) << j.dump();
+  auto tok = Tokenizer::from_hf_json(p);
+  EXPECT_EQ(tok->data().pre, PreTokenizer::kGpt4o);
+  // "HelloWorld" is two words now: its ids are those of each word.
+  auto ids = tok->encode("Hello", false, false);
+  const auto world = tok->encode("World", false, false);
+  ids.insert(ids.end(), world.begin(), world.end());
+  EXPECT_EQ(tok->encode("HelloWorld", false, false), ids);
+}
+
 TEST(HfJson, RefusesWhatItCannotDo) {
   EXPECT_THROW(Tokenizer::from_hf_json(src("tests/data/tokenizer/does-not-exist.json")), Error);
   const std::string p = ::testing::TempDir() + "/tok_bad.json";
