@@ -16,9 +16,11 @@ namespace {
 // keeps the same list, by text). "</s>" too: llama.cpp 0.3.36 lists it, so
 // Gemma 3's user-defined "</s>" (212) becomes a control token that ends
 // generation and that text parsing without specials does not match.
+// "<|return|>" and "<|call|>" are harmony's (gpt-oss).
 constexpr const char* kEogTexts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",      "<|endoftext|>", "</s>",
-    "<|eom_id|>", "<EOT>",      "_<EOT>",  "<|end_of_text|>", "<end_of_utterance>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",   "<|endoftext|>",      "</s>",
+    "<|eom_id|>", "<EOT>",      "_<EOT>",  "<|end_of_text|>", "<end_of_utterance>", "<|return|>",
+    "<|call|>",
 };
 
 std::string decode_byte_alphabet(std::string_view text) {
@@ -96,6 +98,21 @@ Tokenizer::Tokenizer(TokenizerData data) : d_(std::move(data)), impl_(std::make_
     if (it == m.token_to_id.end()) continue;
     m.eog[it->second] = 1;
     d_.attrs[it->second] |= kAttrControl;  // the reference forces these to control
+  }
+  // Harmony (gpt-oss): <|end|> closes one message, <|return|> and <|call|>
+  // end the answer. Where all three are present the reference takes <|end|>
+  // out of the end-of-generation set, or a reply would stop after its
+  // analysis channel. (It also makes <|end|>, <|start|>, <|channel|>,
+  // <|message|> and <|constrain|> user-defined, matched even in text parsed
+  // without specials; we keep them control tokens so that a message's
+  // content cannot forge a harmony turn: docs/tokenizer.md.)
+  {
+    auto id_of = [&](const char* t) {
+      auto it = m.token_to_id.find(t);
+      return it == m.token_to_id.end() ? -1 : it->second;
+    };
+    const int32_t ret = id_of("<|return|>"), call = id_of("<|call|>"), end = id_of("<|end|>");
+    if (ret >= 0 && call >= 0 && end >= 0 && m.eog[ret] && m.eog[call]) m.eog[end] = 0;
   }
 
   for (size_t i = 0; i < n; ++i)

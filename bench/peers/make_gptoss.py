@@ -26,6 +26,17 @@ std ~0.02 (MXFP4: random codes under the E8M0 scale 2^-8; BF16: normal
 values), norms 1, biases and sinks 0: no NaN, nothing for a kernel to
 exploit; timing only, the text generated is noise.
 
+  bench/peers/make_gptoss.py --tiny-o200k OUT.gguf
+      a TINY file of the same family (hidden 64, 2 layers, 4 experts of
+      64, 2 used, head_dim 16) whose tokenizer is shaped like gpt-oss's:
+      tokenizer.ggml.pre "gpt-4o" (o200k's split), SmolLM2's byte-level
+      vocabulary and merges, the harmony control tokens appended
+      (HARMONY_SPECIALS, ids from 49,152), bos <|startoftext|>, eos
+      <|return|>, and gpt-oss's chat template
+      (tests/data/chat_templates/openai-gpt-oss-120b.jinja). 13 MB; for
+      tokenizer and chat checks against llama.cpp
+      (tests/reference/tokenizer/make_gpt4o_gguf_refs.py).
+
 Runs under bench/peers/python (numpy + gguf); re-runs itself there.
 """
 import os
@@ -43,6 +54,40 @@ EXPERTS, USED, EXPERT_FFN = 32, 4, 2880
 STD = 0.02
 MXFP4_E = 120        # 2^(120 - 128) times the doubled e2m1 values (rms 5.85): std ~0.023
 MXFP4_BYTES = 17     # per 32 weights
+
+
+# o200k_harmony's control tokens (in its own id order), appended after
+# SmolLM2's vocabulary by --tiny-o200k.
+HARMONY_SPECIALS = ["<|startoftext|>", "<|return|>", "<|constrain|>", "<|channel|>", "<|start|>",
+                    "<|end|>", "<|message|>", "<|call|>"]
+TEMPLATE = os.path.join(ROOT, "tests", "data", "chat_templates", "openai-gpt-oss-120b.jinja")
+
+
+def use_tiny_shape():
+    global VOCAB, HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, EXPERTS, USED, EXPERT_FFN
+    VOCAB = 49152 + len(HARMONY_SPECIALS)
+    HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM = 64, 2, 4, 2, 16
+    EXPERTS, USED, EXPERT_FFN = 4, 2, 64
+
+
+def o200k_style_tokenizer(w):
+    """SmolLM2's vocabulary and merges under gpt-oss's split, specials and template."""
+    import gguf
+    r = gguf.GGUFReader(TOKENIZER_FROM)
+    tokens = list(r.fields["tokenizer.ggml.tokens"].contents()) + HARMONY_SPECIALS
+    types = list(r.fields["tokenizer.ggml.token_type"].contents()) + [3] * len(HARMONY_SPECIALS)
+    ids = {t: i for i, t in enumerate(tokens)}
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-4o")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(list(r.fields["tokenizer.ggml.merges"].contents()))
+    w.add_bos_token_id(ids["<|startoftext|>"])
+    w.add_eos_token_id(ids["<|return|>"])
+    w.add_pad_token_id(ids["<|endoftext|>"])
+    w.add_add_bos_token(False)
+    with open(TEMPLATE, encoding="utf-8") as f:
+        w.add_chat_template(f.read())
 
 
 def reexec():
@@ -99,7 +144,8 @@ def data(np, rng, name, kind, shape):
 def header(w):
     import gguf
     a = "gpt-oss"
-    w.add_name("random gpt-oss-20b shape (smollm2 vocabulary)")
+    w.add_name("random gpt-oss-20b shape (smollm2 vocabulary)" if VOCAB == 49152
+               else "tiny random gpt-oss (o200k-style tokenizer on smollm2's vocabulary)")
     w.add_uint32(f"{a}.context_length", 131072)
     w.add_uint32(f"{a}.embedding_length", HIDDEN)
     w.add_uint32(f"{a}.block_count", LAYERS)
@@ -113,14 +159,17 @@ def header(w):
     w.add_uint32(f"{a}.expert_count", EXPERTS)
     w.add_uint32(f"{a}.expert_used_count", USED)
     w.add_uint32(f"{a}.expert_feed_forward_length", EXPERT_FFN)
-    w.add_uint32(f"{a}.attention.sliding_window", 128)
+    w.add_uint32(f"{a}.attention.sliding_window", 128 if HIDDEN > 64 else 5)
     w.add_string(f"{a}.rope.scaling.type", "yarn")
     w.add_float32(f"{a}.rope.scaling.factor", 32.0)
     w.add_uint32(f"{a}.rope.scaling.original_context_length", 4096)
     w.add_uint32(f"{a}.vocab_size", VOCAB)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    copy_tokenizer(w, TOKENIZER_FROM)
+    if VOCAB == 49152:
+        copy_tokenizer(w, TOKENIZER_FROM)
+    else:
+        o200k_style_tokenizer(w)
 
 
 def write(out):
@@ -150,6 +199,11 @@ def write(out):
 
 def main():
     reexec()
+    if len(sys.argv) == 3 and sys.argv[1] == "--tiny-o200k":
+        use_tiny_shape()
+        write(sys.argv[2])
+        print(sys.argv[2])
+        return 0
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(MODELS, "random-gpt-oss-20b-shape.gguf")
     if len(sys.argv) == 1 and os.path.exists(out):
         print(out)
