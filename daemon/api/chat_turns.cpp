@@ -17,6 +17,9 @@ TemplateTraits template_traits(std::string_view source) {
   t.tools = src.find("tools") != std::string::npos;
   t.tool_calls = src.find("tool_calls") != std::string::npos;
   t.developer = src.find("developer") != std::string::npos;
+  static const std::regex reads_thinking(
+      R"(\.thinking\b|['"]thinking['"]\s+(not\s+)?in\s|\[\s*['"]thinking['"]\s*\])");
+  t.thinking = std::regex_search(src, reads_thinking);
   return t;
 }
 
@@ -97,6 +100,11 @@ ordered_json adapt_message(ordered_json m, const TemplateTraits& t, ToolFormat f
     if (!keep_null) m["content"] = "";
   } else if (m["content"].is_array() && !t.content_parts) {
     m["content"] = joined_text(m["content"]);
+  }
+  auto rc = m.find("reasoning_content");
+  if (t.thinking && rc != m.end() && rc->is_string()) {
+    m["thinking"] = *rc;
+    if (calls && t.tool_calls) m.erase("content");
   }
   return m;
 }

@@ -20,6 +20,7 @@ struct TemplateTraits {
   bool tools = false;          // reads `tools`
   bool tool_calls = false;     // reads an assistant turn's `tool_calls`
   bool developer = false;      // knows the developer role
+  bool thinking = false;       // reads a message's `thinking` (gpt-oss's analysis text)
 };
 TemplateTraits template_traits(std::string_view source);
 
@@ -32,7 +33,10 @@ TemplateTraits template_traits(std::string_view source);
 //   - without t.tools, non-empty tools go into the first system message
 //     (one is added if there is none) with how to call them in format f;
 //     without t.tool_calls, an assistant turn's calls become its text in
-//     that syntax.
+//     that syntax;
+//   - with t.thinking, an assistant turn's reasoning_content is given as
+//     `thinking` too, and beside tool calls its content is dropped (the
+//     template refuses both), as llama.cpp prepares gpt-oss conversations.
 ChatTurns adapt_chat_turns(ChatTurns in, const TemplateTraits& t, ToolFormat f);
 
 }  // namespace kvasir

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -16,6 +17,7 @@
 
 #include "base/check.h"
 #include "daemon/api/api.h"
+#include "model/chat_template.h"
 
 namespace kvasir::test {
 
@@ -51,7 +53,17 @@ class FakeCodec : public TextCodec {
   bool is_eog(int32_t id) const override { return id == kEog; }
   // "role: content\n" per message, then "assistant: "; refuses (as a
   // template's raise_exception) when chat_template_kwargs has "refuse".
+  // With `chat` set, that real template renders instead (clock `now`).
   std::vector<int32_t> encode_chat(const ChatTurns& c) const override {
+    if (chat) {
+      ChatInput in;
+      in.messages = c.messages;
+      in.tools = c.tools;
+      in.kwargs = c.kwargs;
+      in.add_generation_prompt = c.add_generation_prompt;
+      in.now = now;
+      return encode(chat->apply(in).text(), false, false);
+    }
     KV_CHECK(!c.kwargs.contains("refuse"), "the template refuses this conversation");
     std::string s;
     for (const auto& m : c.messages) {
@@ -66,6 +78,8 @@ class FakeCodec : public TextCodec {
     return source;
   }
   std::string source = "{{ messages }}";
+  std::shared_ptr<const ChatTemplate> chat;
+  std::optional<std::tm> now;
   mutable std::atomic<int> source_reads{0};  // the facts read it once, at setup
 };
 

@@ -3,14 +3,19 @@
 // harmony: the analysis channel comes back as reasoning_content, the final
 // channel as content and a commentary message to=functions.NAME as a tool
 // call, whole and streamed alike; tool_choice "required" is refused by name.
+// With gpt-oss's real template: an assistant turn's reasoning_content reaches
+// the template's `thinking`, and the prompt is transformers' rendering
+// (tests/data/chat_templates/harmony_refs.json) byte for byte.
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "test_api_http_fixture.h"
 
 using namespace kvasir;
+using nlohmann::json;
 using test::ApiHttpTest;
 using test::Resp;
-using nlohmann::json;
 
 namespace {
 
@@ -99,6 +104,52 @@ TEST_F(HarmonyApiTest, ForcedToolChoiceIsRefusedByName) {
   r = post("/v1/completions", R"({"prompt":"x","max_tokens":100})");
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.j()["choices"][0]["text"], "<|channel|>final<|message|>raw");
+}
+
+std::string read_file(const std::string& rel) {
+  std::ifstream in(std::string(KVASIR_SOURCE_DIR) + "/" + rel);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class HarmonyTemplateApiTest : public ApiHttpTest {
+ protected:
+  std::string template_source() const override {
+    return read_file("tests/data/chat_templates/openai-gpt-oss-120b.jinja");
+  }
+  void SetUp() override {
+    ApiHttpTest::SetUp();
+    codec_->chat = std::make_shared<ChatTemplate>(
+        ChatTemplate::from_string(template_source(), "<|startoftext|>", "<|return|>", "gpt-oss"));
+    std::tm t{};  // harmony_refs.json's clock: 2025-08-05
+    t.tm_year = 125, t.tm_mon = 7, t.tm_mday = 5, t.tm_hour = 12;
+    codec_->now = t;
+  }
+};
+
+TEST_F(HarmonyTemplateApiTest, ReasoningContentReachesTheTemplate) {
+  const json refs = json::parse(read_file("tests/data/chat_templates/harmony_refs.json"));
+  size_t checked = 0;
+  for (const json& c : refs["cases"]) {
+    const std::string name = c["name"];
+    if (name != "call_with_thinking" && name != "two_calls" && name != "user_only") continue;
+    json body = {{"messages", c["request"]["messages"]}, {"max_tokens", 20}};
+    if (!c["request"]["tools"].is_null()) body["tools"] = c["request"]["tools"];
+    engine_.reply = "<|channel|>final<|message|>ok";
+    Resp r = post("/v1/chat/completions", body.dump());
+    ASSERT_EQ(r.status, 200) << name << ": " << r.body;
+    const auto ids = engine_.last().prompt;
+    EXPECT_EQ(std::string(ids.begin(), ids.end()), c["expected"].get<std::string>()) << name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 3u);
+  // The analysis text before a call is in the prompt only through the
+  // request's reasoning_content.
+  const auto ids = engine_.last().prompt;
+  EXPECT_NE(
+      std::string(ids.begin(), ids.end()).find("<|channel|>analysis<|message|>Now Rome.<|end|>"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -77,6 +77,8 @@ TEST(ModelFacts, EveryTemplateUnderTestsData) {
     EXPECT_EQ(f.template_traits.tools, c.tools) << c.file;
     EXPECT_EQ(f.template_traits.tool_calls, c.tool_calls) << c.file;
     EXPECT_EQ(f.template_traits.developer, c.developer) << c.file;
+    // Only gpt-oss's template reads an assistant turn's `thinking`.
+    EXPECT_EQ(f.template_traits.thinking, c.f == kHarmony) << c.file;
     // Every one of them tests for a string content or never loops over parts.
     EXPECT_FALSE(f.template_traits.content_parts) << c.file;
     EXPECT_STREQ(tool_format_name(f.tool_format), tool_format_name(c.f)) << c.file;
