@@ -15,10 +15,12 @@ request through Kvasir's API adaptation and template and needs the same
 bytes, so the request's reasoning_content must reach the template's
 `thinking`, as llama.cpp maps it for gpt-oss.
 
-Second peer: openai_harmony's renderer, where it can express the
-conversation (no tools in the system message's `# Tools`? it has its own
-rendering of tool namespaces): its text is recorded as "harmony" with a flag
-saying whether it equals the template's; see the docs for the differences.
+Second peer: openai_harmony's own renderer (what vLLM serves gpt-oss with),
+given the same conversation as harmony messages, for every conversation it
+can take (not builtin_tools: it writes its own texts for them). Its text is
+recorded as "harmony" with "harmony_equal" saying whether it equals the
+template's; docs/chat-templates.md lists how the two differ. Kvasir follows
+the template, as llama.cpp does.
 """
 import copy
 import datetime
