@@ -37,6 +37,11 @@ exploit; timing only, the text generated is noise.
       tokenizer and chat checks against llama.cpp
       (tests/reference/tokenizer/make_gpt4o_gguf_refs.py).
 
+  bench/peers/make_gptoss.py --tiny-o200k OUT.gguf VOCAB.json
+      the same tiny file with the REAL o200k_harmony vocabulary (201,088
+      tokens and their merges, as tests/reference/tokenizer/dump_o200k.py
+      writes them from openai_harmony) instead of SmolLM2's. 60 MB.
+
 Runs under bench/peers/python (numpy + gguf); re-runs itself there.
 """
 import os
@@ -63,9 +68,12 @@ HARMONY_SPECIALS = ["<|startoftext|>", "<|return|>", "<|constrain|>", "<|channel
 TEMPLATE = os.path.join(ROOT, "tests", "data", "chat_templates", "openai-gpt-oss-120b.jinja")
 
 
+REAL_VOCAB = None  # dump_o200k.py's JSON, with --tiny-o200k OUT VOCAB.json
+
+
 def use_tiny_shape():
     global VOCAB, HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, EXPERTS, USED, EXPERT_FFN
-    VOCAB = 49152 + len(HARMONY_SPECIALS)
+    VOCAB = len(REAL_VOCAB["tokens"]) if REAL_VOCAB else 49152 + len(HARMONY_SPECIALS)
     HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM = 64, 2, 4, 2, 16
     EXPERTS, USED, EXPERT_FFN = 4, 2, 64
 
@@ -73,15 +81,19 @@ def use_tiny_shape():
 def o200k_style_tokenizer(w):
     """SmolLM2's vocabulary and merges under gpt-oss's split, specials and template."""
     import gguf
-    r = gguf.GGUFReader(TOKENIZER_FROM)
-    tokens = list(r.fields["tokenizer.ggml.tokens"].contents()) + HARMONY_SPECIALS
-    types = list(r.fields["tokenizer.ggml.token_type"].contents()) + [3] * len(HARMONY_SPECIALS)
+    if REAL_VOCAB:
+        tokens, types, merges = REAL_VOCAB["tokens"], REAL_VOCAB["types"], REAL_VOCAB["merges"]
+    else:
+        r = gguf.GGUFReader(TOKENIZER_FROM)
+        tokens = list(r.fields["tokenizer.ggml.tokens"].contents()) + HARMONY_SPECIALS
+        types = list(r.fields["tokenizer.ggml.token_type"].contents()) + [3] * len(HARMONY_SPECIALS)
+        merges = list(r.fields["tokenizer.ggml.merges"].contents())
     ids = {t: i for i, t in enumerate(tokens)}
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("gpt-4o")
     w.add_token_list(tokens)
     w.add_token_types(types)
-    w.add_token_merges(list(r.fields["tokenizer.ggml.merges"].contents()))
+    w.add_token_merges(merges)
     w.add_bos_token_id(ids["<|startoftext|>"])
     w.add_eos_token_id(ids["<|return|>"])
     w.add_pad_token_id(ids["<|endoftext|>"])
@@ -145,6 +157,7 @@ def header(w):
     import gguf
     a = "gpt-oss"
     w.add_name("random gpt-oss-20b shape (smollm2 vocabulary)" if VOCAB == 49152
+               else "tiny random gpt-oss (o200k_harmony tokenizer)" if REAL_VOCAB
                else "tiny random gpt-oss (o200k-style tokenizer on smollm2's vocabulary)")
     w.add_uint32(f"{a}.context_length", 131072)
     w.add_uint32(f"{a}.embedding_length", HIDDEN)
@@ -199,7 +212,12 @@ def write(out):
 
 def main():
     reexec()
-    if len(sys.argv) == 3 and sys.argv[1] == "--tiny-o200k":
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "--tiny-o200k":
+        global REAL_VOCAB
+        if len(sys.argv) == 4:
+            import json
+            with open(sys.argv[3], encoding="utf-8") as f:
+                REAL_VOCAB = json.load(f)
         use_tiny_shape()
         write(sys.argv[2])
         print(sys.argv[2])

