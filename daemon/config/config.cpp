@@ -267,7 +267,7 @@ void parse_plan(const toml::table& p, PlanCfg& plan) {
 StageCfg parse_stage(const toml::node& n, const std::string& f) {
   auto* t = n.as_table();
   KV_CHECK(t, "{}: must be a table", f);
-  check_keys(*t, f, {"layers", "device", "threads", "experts", "cpus"});
+  check_keys(*t, f, {"layers", "device", "threads", "experts", "cpus", "host"});
   StageCfg st;
   auto* layers = t->get("layers");
   KV_CHECK(layers, "{}.layers: required (e.g. \"0-14\", or \"auto\")", f);
@@ -289,6 +289,7 @@ StageCfg parse_stage(const toml::node& n, const std::string& f) {
     st.experts_last = r.last;
   }
   st.device = get_str(*t, "device", f + ".device", "cpu");
+  st.host = get_str(*t, "host", f + ".host", "");
   if (auto* c = t->get("cpus")) {
     KV_CHECK(c->is_string(), "{}.cpus: must be a string like \"0-15\" or \"0,2,4-7\"", f);
     std::vector<int> cpus;
@@ -574,6 +575,13 @@ void parse_grammar(const toml::table& t, GrammarCfg& g) {
            "grammar.max_spec_bytes: {} is out of range [1KiB, 16MiB]", g.max_spec_bytes);
 }
 
+void parse_cluster(const toml::table& t, const std::string& base_dir, ClusterCfg& c) {
+  check_keys(t, "cluster", {"key", "join_timeout"});
+  c.key = resolve(base_dir, get_str(t, "key", "cluster.key", ""));
+  c.join_timeout_s =
+      get_double(t, "join_timeout", "cluster.join_timeout", c.join_timeout_s, 0.1, 86400);
+}
+
 void parse_log(const toml::table& l, const std::string& base_dir, LogCfg& lc) {
   check_keys(l, "log", {"level", "batches"});
   lc.level = get_str(l, "level", "log.level", lc.level);
@@ -596,7 +604,7 @@ Config parse_config(std::string_view text, const std::string& base_dir, const st
   c.source = source;
   check_keys(root, "",
              {"model", "plan", "stages", "kv", "cuda", "scheduler", "server", "recovery", "grammar",
-              "speculative", "log"});
+              "speculative", "log", "cluster"});
   parse_model(root, base_dir, c.model);
   if (auto* p = sub_table(root, "plan")) parse_plan(*p, c.plan);
   if (auto* n = root.get("stages")) parse_stages(*n, c.plan);
@@ -608,10 +616,12 @@ Config parse_config(std::string_view text, const std::string& base_dir, const st
   if (auto* g = sub_table(root, "grammar")) parse_grammar(*g, c.grammar);
   if (auto* t = sub_table(root, "speculative")) parse_speculative(*t, c.speculative);
   if (auto* l = sub_table(root, "log")) parse_log(*l, base_dir, c.log);
+  if (auto* t = sub_table(root, "cluster")) parse_cluster(*t, base_dir, c.cluster);
   resolve_server(base_dir, c.server);
   validate_plan(c.plan);
   settle_prefix_caching(c);
   check_cuda(c);
+  validate_cluster(c);
   return c;
 }
 

@@ -46,6 +46,9 @@ struct StageCfg {
   // list; "" = wherever the daemon may run. Each entry its own: a group's
   // members too.
   std::string cpus;
+  // "" = this host. Else the worker that runs this stage, as `kvasird
+  // --worker --listen` has it: "ADDR:PORT" (docs/multi-host.md).
+  std::string host;
 
   bool is_gpu() const { return device.rfind("cuda:", 0) == 0; }
   bool is_group() const { return experts_first >= 0; }
@@ -79,6 +82,12 @@ struct PlanCfg {
   // need").
   int32_t inflight() const;
   // Every process of the plan: the positions and their groups' members.
+  // The first stage that runs on a worker (`host`), -1 when all are local.
+  int32_t first_remote() const {
+    for (size_t i = 0; i < stages.size(); ++i)
+      if (!stages[i].host.empty()) return int32_t(i);
+    return -1;
+  }
   int32_t processes() const {
     size_t n = stages.size();
     for (const StageCfg& s : stages) n += s.members.size();
@@ -225,6 +234,14 @@ struct SpeculativeCfg {
   bool grammar_forced = true;           // constrained rows draft their grammar-forced tokens
 };
 
+// [cluster]: what joins the leader to its workers (docs/multi-host.md).
+struct ClusterCfg {
+  std::string key;  // the cluster key file (0600); absolute after loading; "" = none
+  // How long the leader keeps trying to reach a worker that does not
+  // answer at start-up (a worker pod may start after the leader's).
+  double join_timeout_s = 300;
+};
+
 struct Config {
   std::string source;  // the file it came from ("<string>" when parsed from text)
   ModelCfg model;
@@ -237,6 +254,7 @@ struct Config {
   GrammarCfg grammar;
   SpeculativeCfg speculative;
   LogCfg log;
+  ClusterCfg cluster;
 };
 
 // "512MiB", "8 MiB", "1GiB", "4096", "64KiB", "1.5GiB", "100MB" (decimal) → bytes.
@@ -255,6 +273,14 @@ Config load_config(const std::string& path);
 // ranges well-formed (first <= last) and in order without overlap or gap
 // (unless every stage's layers are "auto": they are chosen at load).
 void validate_plan(const PlanCfg& plan);
+
+// Multi-host rules (config_cluster.cpp): each `host` is "ADDR:PORT"; the
+// head is local; the remote stages are the last ones, all on one worker
+// (the relay cuts the ring once); neither stage beside the cut is on a
+// GPU or in an expert group (the relay carries a host-memory boundary);
+// a key file is named; structured outputs are off (a remote tail has no
+// grammar table). Each refusal names the key and says why.
+void validate_cluster(const Config& cfg);
 
 // Sets the stages' layer ranges (layers = "auto", resolved): one inclusive
 // range per stage, in order; then the plan rules apply as to written ones.

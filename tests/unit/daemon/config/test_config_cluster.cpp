@@ -1,0 +1,77 @@
+// Multi-host plans (config.h validate_cluster, docs/multi-host.md): the
+// syntax read, and one test per refusal, each naming its key and why.
+#include <gtest/gtest.h>
+
+#include "base/check.h"
+#include "daemon/config/config.h"
+
+namespace kvasir {
+namespace {
+
+// Three stages over layers 0-8; hosts[i] on stage i ("" = local), the
+// cluster table and anything else appended.
+std::string plan(const std::vector<std::string>& hosts, const std::string& extra =
+                                                            "[cluster]\nkey = \"cluster.key\"\n"
+                                                            "[grammar]\nenabled = false\n") {
+  std::string t = "[model]\npath = \"m.gguf\"\n";
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    t += "[[stages]]\nlayers = \"" + std::to_string(3 * i) + "-" + std::to_string(3 * i + 2) +
+         "\"\nthreads = 1\n";
+    if (!hosts[i].empty()) t += "host = \"" + hosts[i] + "\"\n";
+  }
+  return t + extra;
+}
+
+std::string refusal(const std::string& text) {
+  try {
+    (void)parse_config(text, "/base");
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return "(accepted)";
+}
+
+void expect_refused(const std::string& m, const char* field, const char* why) {
+  EXPECT_NE(m.find(field), std::string::npos) << m;
+  EXPECT_NE(m.find(why), std::string::npos) << m;
+}
+
+TEST(ConfigCluster, ASuffixOnOneWorkerIsRead) {
+  const Config c = parse_config(plan({"", "10.0.0.2:7710", "10.0.0.2:7710"},
+                                     "[cluster]\nkey = \"cluster.key\"\njoin_timeout = 20\n"
+                                     "[grammar]\nenabled = false\n"),
+                                "/base");
+  EXPECT_EQ(c.plan.first_remote(), 1);
+  EXPECT_EQ(c.plan.stages[2].host, "10.0.0.2:7710");
+  EXPECT_EQ(c.cluster.key, "/base/cluster.key");  // relative to the config's folder
+  EXPECT_DOUBLE_EQ(c.cluster.join_timeout_s, 20);
+}
+
+TEST(ConfigCluster, AllLocalNeedsNoKey) {
+  const Config c = parse_config(plan({"", "", ""}, ""), "/base");
+  EXPECT_EQ(c.plan.first_remote(), -1);
+  EXPECT_TRUE(c.cluster.key.empty());
+}
+
+TEST(ConfigCluster, Refusals) {
+  expect_refused(refusal(plan({"10.0.0.2:7710", "10.0.0.2:7710", "10.0.0.2:7710"})),
+                 "stages[0].host", "the head stage runs on the leader");
+  expect_refused(refusal(plan({"", "10.0.0.2:7710", ""})), "stages[2]",
+                 "the remote stages must be the last ones");
+  expect_refused(refusal(plan({"", "10.0.0.2:7710", "10.0.0.3:7710"})), "stages[2].host",
+                 "all run on one worker");
+  expect_refused(refusal(plan({"", "worker-1", "worker-1"})), "stages[1].host",
+                 "is not \"ADDR:PORT\"");
+  expect_refused(refusal(plan({"", "w:99999", "w:99999"})), "stages[1].host", "ADDR:PORT");
+  expect_refused(refusal(plan({"", "w:7710", "w:7710"}, "[grammar]\nenabled = false\n")),
+                 "cluster.key", "required when a stage names a host");
+  expect_refused(refusal(plan({"", "w:7710", "w:7710"}, "[cluster]\nkey = \"k\"\n")),
+                 "grammar.enabled", "set [grammar] enabled = false");
+  std::string gpu = plan({"", "w:7710", "w:7710"});
+  gpu.replace(gpu.find("threads = 1\n"), 12, "threads = 1\ndevice = \"cuda:0\"\n");
+  expect_refused(refusal(gpu), "stages[0].device", "both sides of it must be cpu");
+  expect_refused(refusal(plan({"", "w:7710", "w:7710"}, "[cluster]\nkee = \"k\"\n")), "kee", "");
+}
+
+}  // namespace
+}  // namespace kvasir
