@@ -29,8 +29,32 @@ Status refuse(net::UcxLink& link, Status why) {
 
 // Every frame the link holds now, without waiting, through on_frame (a
 // Status that is not ok ends the loop). Ping is answered here.
+// The leader's Pings: one every o.ping_ns, the round trip of each Pong
+// published, the link ended when none came back in o.pong_timeout_ns.
+struct Pinger {
+  const RelayOptions& o;
+  int64_t last_sent = 0, last_pong = ipc::now_ns();
+  Status tick(net::UcxLink& link) {
+    if (o.bytes_sent) o.bytes_sent->store(link.bytes_sent(), std::memory_order_relaxed);
+    if (o.bytes_received) o.bytes_received->store(link.bytes_received(), std::memory_order_relaxed);
+    if (o.ping_ns <= 0) return Status();
+    const int64_t now = ipc::now_ns();
+    if (now - last_pong > o.pong_timeout_ns)
+      return error_status(ErrorCode::kTimeout, "relay: no Pong from the peer in {:.1f} s",
+                          double(o.pong_timeout_ns) / 1e9);
+    if (now - last_sent < o.ping_ns) return Status();
+    last_sent = now;
+    return link.send(net::Ping{now});
+  }
+  void pong(int64_t sent_ns) {
+    last_pong = ipc::now_ns();
+    if (o.rtt_ns && sent_ns > 0) o.rtt_ns->store(last_pong - sent_ns, std::memory_order_relaxed);
+  }
+};
+
 template <class OnFrame>
-Status drain_link(net::UcxLink& link, bool* bye, OnFrame&& on_frame) {
+Status drain_link(net::UcxLink& link, bool* bye, Pinger* pinger, OnFrame&& on_frame) {
+  if (pinger) KV_RETURN_IF_ERROR(pinger->tick(link));
   for (;;) {
     net::Frame f;
     Status s = link.recv(0, &f);
@@ -38,7 +62,8 @@ Status drain_link(net::UcxLink& link, bool* bye, OnFrame&& on_frame) {
     KV_RETURN_IF_ERROR(s);
     if (const auto* p = std::get_if<net::Ping>(&f.payload)) {
       KV_RETURN_IF_ERROR(link.send(net::Pong{p->sent_ns}));
-    } else if (std::holds_alternative<net::Pong>(f.payload)) {
+    } else if (const auto* q = std::get_if<net::Pong>(&f.payload)) {
+      if (pinger) pinger->pong(q->sent_ns);
     } else if (std::holds_alternative<net::Bye>(f.payload)) {
       *bye = true;
       return Status();
@@ -140,10 +165,11 @@ Status run_leader_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOption
   const ipc::WaitPolicy wait{seg.params().spin_ns, o.poll_ns};
   bool bye = false;
   Status ended;
+  Pinger pinger{o};
   auto on_frame = [&](const net::Frame& f) { return L.on_frame(f); };
   auto stop = [&] {
     if (seg.stopping() || bye || !ended.ok()) return true;
-    ended = drain_link(link, &bye, on_frame);
+    ended = drain_link(link, &bye, &pinger, on_frame);
     return bye || !ended.ok();
   };
   while (!stop()) {
@@ -184,7 +210,7 @@ Status run_worker_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOption
   };
   auto stop = [&] {
     if (seg.stopping() || bye || !ended.ok()) return true;
-    ended = drain_link(link, &bye, on_frame);
+    ended = drain_link(link, &bye, nullptr, on_frame);
     if (o.listener) answer_joiners(*o.listener, turned_away);
     return bye || !ended.ok();
   };

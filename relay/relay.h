@@ -16,6 +16,7 @@
 // slot.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -40,6 +41,16 @@ struct RelayOptions {
   // that connects and stays silent holds that thread up to the listener's
   // handshake_timeout_ms.
   net::UcxListener* listener = nullptr;
+  // Leader: a Ping every ping_ns (0: none); no Pong for pong_timeout_ns
+  // ends the link (kTimeout): a worker host that vanished without closing
+  // its connection (power, network) is a loss too, not a silent stall.
+  int64_t ping_ns = 0;
+  int64_t pong_timeout_ns = 10'000'000'000;
+  // Where the loop publishes, at each poll, the link's bytes so far and
+  // the last Ping's round trip (null: nowhere), for the daemon's stats.
+  std::atomic<uint64_t>* bytes_sent = nullptr;
+  std::atomic<uint64_t>* bytes_received = nullptr;
+  std::atomic<int64_t>* rtt_ns = nullptr;
 };
 
 // The conversions, apart from the loops so that tests drive every check.

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <thread>
@@ -390,6 +392,61 @@ TEST(Relay, WorkerServingRefusesOtherJoiners) {
   ASSERT_TRUE(link->close().ok());  // Bye: the worker's relay ends, ok
   worker.join();
   EXPECT_TRUE(worker_end.ok()) << worker_end.to_string();
+}
+
+}  // namespace
+
+namespace {
+
+// The leader's Pings: a worker's relay answers them (the round trip and the
+// bytes are published); a peer that holds the link open and answers
+// nothing ends the leader's relay with kTimeout, not a silent stall.
+TEST(Relay, LeaderPingsMeasureTheRoundTripAndCatchASilentPeer) {
+  for (const bool silent : {false, true}) {
+    Segs s;
+    const net::ClusterKey key(std::vector<uint8_t>(32, 0x5b));
+    net::LinkOptions wo, lo;
+    wo.role = net::Role::kWorker, wo.name = "worker-1";
+    lo.role = net::Role::kLeader, lo.name = "leader";
+    std::unique_ptr<net::UcxListener> listener;
+    ASSERT_TRUE(net::UcxListener::listen("127.0.0.1", 0, key, wo, &listener).ok());
+    std::atomic<bool> leader_done{false};
+    std::thread worker([&] {
+      std::unique_ptr<net::UcxLink> link;
+      if (!listener->accept(10000, &link).ok()) return;
+      if (!silent) {
+        (void)relay::run_worker_relay(*s.worker, *link, {});
+        return;
+      }
+      while (!leader_done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    });
+    std::unique_ptr<net::UcxLink> link;
+    ASSERT_TRUE(net::UcxLink::connect("127.0.0.1", listener->port(), key, lo, &link).ok());
+    std::atomic<uint64_t> sent{0}, received{0};
+    std::atomic<int64_t> rtt{0};
+    relay::RelayOptions o;
+    o.ping_ns = 20'000'000, o.pong_timeout_ns = 300'000'000;
+    o.bytes_sent = &sent, o.bytes_received = &received, o.rtt_ns = &rtt;
+    Status end;
+    std::thread leader([&] { end = relay::run_leader_relay(*s.leader, *link, o); });
+    if (!silent) {
+      for (int i = 0; i < 500 && rtt.load() == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      s.leader->request_shutdown();  // the relay says Bye, the worker's ends on it
+    }
+    leader.join();
+    leader_done = true;
+    worker.join();
+    if (silent) {
+      EXPECT_EQ(end.code(), ErrorCode::kTimeout) << end.to_string();
+      EXPECT_NE(end.message().find("no Pong"), std::string::npos) << end.to_string();
+    } else {
+      EXPECT_TRUE(end.ok()) << end.to_string();
+      EXPECT_GT(rtt.load(), 0);
+      EXPECT_GT(sent.load(), 0u);
+      EXPECT_GT(received.load(), 0u);
+    }
+  }
 }
 
 }  // namespace
