@@ -34,6 +34,7 @@
 #include "daemon/engine/bridge.h"
 #include "daemon/engine/warmup.h"
 #include "daemon/supervisor/loading.h"
+#include "daemon/supervisor/remote.h"
 #include "daemon/supervisor/supervisor.h"
 #include "daemon/worker/worker.h"
 #include "ipc/sampling.h"
@@ -580,6 +581,13 @@ class Daemon {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before any thread: a worker restarted at once must listen on its port
+  // again, where the killed one's connections linger in TIME_WAIT (a
+  // minute on Linux); without SO_REUSEADDR UCX's bind fails ("Address
+  // already in use") and the leader cannot rejoin it meanwhile. UCX reads
+  // this only from the environment (ucp_config_modify does not reach its
+  // TCP connection manager); an operator's own setting stands.
+  setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
   Args a;
   if (std::optional<int> rc = parse_args(argc, argv, a)) return *rc;
 
@@ -608,6 +616,8 @@ int main(int argc, char** argv) {
       std::printf("%s: valid (%zu stages, %d layers, max_inflight %d)\n", a.config_path.c_str(),
                   cfg.plan.stages.size(), mc.n_layers, cfg.plan.inflight());
       report_split(cfg);
+      if (const std::string hosts = WorkerLink::describe(cfg); !hosts.empty())
+        std::printf("%s\n", hosts.c_str());
       return 0;
     }
     install_signal_handlers();

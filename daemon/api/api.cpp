@@ -174,9 +174,14 @@ void ApiService::Impl::serve_health(const HttpRequest&, const Res& res, const st
   EngineStats es = engine.stats();
   if (es.state == EngineState::kFailed)
     return send_json(res, route, 503, {{"status", "unhealthy"}, {"error", es.failure}});
-  if (engine.ready())
-    return send_json(res, route, 200,
-                     {{"status", es.degraded ? "degraded" : "ok"}, {"restarts", es.restarts}});
+  if (engine.ready()) {
+    json body = {{"status", es.degraded ? "degraded" : "ok"}, {"restarts", es.restarts}};
+    if (es.degraded) body["last_fault"] = es.last_fault;
+    // A ring across hosts: each worker's link, "serving" or why not.
+    for (const LinkHealth& l : es.links)
+      body["workers"].push_back({{"host", l.host}, {"state", l.state}});
+    return send_json(res, route, 200, body);
+  }
   json body = {{"status", "loading"}};
   if (ctx.loading) body["loading"] = ctx.loading();
   send_json(res, route, 503, body);

@@ -112,6 +112,21 @@ json speculative_json(const EngineStats& s) {
           {"grammar_forced", forced_json(s)}};
 }
 
+// The links to worker hosts (docs/multi-host.md): [] on one host.
+json links_json(const std::vector<LinkHealth>& links) {
+  json out = json::array();
+  for (const LinkHealth& l : links)
+    out.push_back({{"host", l.host},
+                   {"stages", fmt::format("{}-{}", l.first_stage, l.last_stage)},
+                   {"state", l.state},
+                   {"joins", l.joins},
+                   {"bytes_sent", l.bytes_sent},
+                   {"bytes_received", l.bytes_received},
+                   {"rtt_ms", double(l.rtt_ns) / 1e6},
+                   {"last_error", l.last_error}});
+  return out;
+}
+
 json engine_stats_json(const EngineStats& s) {
   return {{"waiting", s.waiting},
           {"running", s.running},
@@ -129,6 +144,8 @@ json engine_stats_json(const EngineStats& s) {
           {"faults", s.faults},
           {"requeued", s.requeued},
           {"last_recovery_s", s.last_recovery_s},
+          {"last_fault", s.last_fault},
+          {"links", links_json(s.links)},
           {"timing", timing_json(s.timing)},
           {"prefix_cache", prefix_cache_json(s)},
           {"speculative", speculative_json(s)}};

@@ -592,6 +592,8 @@ void Bridge::check_health() {
     stats_.degraded = false;
     stats_.restarts = h.restarts;
     stats_.faults = int64_t(h.faults);
+    stats_.last_fault = h.last_fault;
+    stats_.links = h.links;
     return;
   }
   if (h.faults != faults_seen_) {
@@ -609,6 +611,8 @@ void Bridge::check_health() {
   std::lock_guard lk(stats_mu_);
   stats_.restarts = h.restarts;
   stats_.faults = int64_t(h.faults);
+  stats_.last_fault = h.last_fault;
+  stats_.links = std::move(h.links);
   stats_.degraded = recovering_;
   stats_.state = recovering_ ? EngineState::kRecovering : EngineState::kOk;
   if (resumed) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "daemon/engine/ring_health.h"
 #include "ipc/sampling.h"
 
 namespace kvasir {
@@ -156,6 +157,10 @@ struct EngineStats {
   double last_recovery_s = 0;  // last loss seen → ring serving again
   EngineState state = EngineState::kOk;
   std::string failure;  // with kFailed: why
+  std::string last_fault;  // what the last loss was ("" before any)
+  // The links to worker hosts (docs/multi-host.md): their state, bytes and
+  // round trip. Empty on one host.
+  std::vector<LinkHealth> links;
   // Prefix caching (docs/scheduler.md). blocks_free above counts evictable
   // blocks as free (they are capacity); blocks_cached are those whose KV a
   // later prompt may reuse, held or not, blocks_evictable the unheld ones.

@@ -16,6 +16,7 @@
 #include "base/check.h"
 #include "base/log.h"
 #include "daemon/supervisor/kv_split.h"
+#include "daemon/supervisor/remote.h"
 
 namespace kvasir {
 
@@ -124,7 +125,9 @@ std::vector<pid_t> Supervisor::pids() const {
 
 RingHealth Supervisor::health() const {
   std::lock_guard lk(mu_);
-  return health_;
+  RingHealth h = health_;
+  if (remote_) h.links.push_back(remote_->health());
+  return h;
 }
 
 void Supervisor::wake_bridge() {
@@ -181,55 +184,100 @@ std::string Supervisor::describe_exit(int stage, int status) {
 void Supervisor::start() {
   KV_CHECK(!seg_, "supervisor already started");
   seg_ = ipc::Segment::create(name_, params_for(cfg_, model_));
+  r_ = cfg_.plan.first_remote();
+  if (r_ > 0) remote_ = std::make_unique<WorkerLink>(cfg_, *seg_);
   // Every process: the ring's stages, then the expert groups' members
-  // (process index n_stages + m, which `--stage` takes as member m).
+  // (process index n_stages + m, which `--stage` takes as member m). A
+  // remote stage has no process here (pid -1): the worker runs it.
   const int S = seg_->n_stages() + seg_->n_members();
   watch_.resize(size_t(S));
   for (int s = 0; s < S; ++s) {
-    pid_t pid = spawn(s);
-    KV_CHECK(pid >= 0, "fork for {}: {}", proc_name(s), std::strerror(errno));
+    pid_t pid = remote(s) ? -1 : spawn(s);
+    KV_CHECK(remote(s) || pid >= 0, "fork for {}: {}", proc_name(s), std::strerror(errno));
     pids_.push_back(pid);
   }
+  // The worker loads its stages while these load: its join runs beside.
+  std::atomic<bool> join_quit{false};
+  int64_t worker_capacity = 0;
+  Status joined;
+  std::thread joiner;
+  if (remote_) joiner = std::thread([&] { joined = remote_->join(join_quit, &worker_capacity); });
+  auto fail = [&](const std::string& msg) {
+    join_quit = true;
+    if (joiner.joinable()) joiner.join();
+    stop();
+    KV_FAIL("{}", msg);
+  };
 
   // Wait for the capacities, then the ready flags.
   const int64_t deadline = ipc::now_ns() + int64_t(opt_.start_timeout_s * 1e9);
-  auto wait_all = [&](uint32_t want, const char* what) {
-    for (;;) {
-      uint32_t seen = seg_->header().state.seen();
-      int done = 0;
-      for (int s = 0; s < S; ++s) {
-        uint32_t st = slot(s).status.load();
-        if (st == ipc::kStageFailed) {
-          int status = 0;
-          waitpid(pids_[s], &status, 0);
-          pids_[s] = -1;
-          std::string msg = describe_exit(s, status);
-          stop();
-          KV_FAIL("{}", msg);
-        }
-        done += st >= want;
+  wait_started(ipc::kStageSized, "its KV capacity", deadline, fail);
+  if (joiner.joinable()) joiner.join();
+  if (!joined.ok()) fail(joined.message());
+  split_blocks(worker_capacity);
+  if (remote_) {
+    const Status s = remote_->finish_join({kv_blocks_, kv_blocks_swa_});
+    if (!s.ok()) fail(fmt::format("worker {}: {}", remote_->host(), s.message()));
+  }
+  wait_started(ipc::kStageReady, "ready", deadline, fail);
+  if (remote_) {
+    for (int s = r_; s < seg_->n_stages(); ++s) slot(s).status.store(ipc::kStageReady);
+    remote_->start_relay();  // in place of stage r
+    KV_LOG_INFO("supervisor", "worker {} ready: stages {}..{} serve there", remote_->host(), r_,
+                seg_->n_stages() - 1);
+  }
+
+  const int64_t now = ipc::now_ns();
+  for (int s = 0; s < S; ++s) {
+    watch_[s].pidfd = remote(s) ? -1 : pidfd_open(pids_[s]);
+    watch_[s].since_ns = now;
+    watch_[s].history.assign(size_t(std::max(1, opt_.recovery.watchdog_history)), 0);
+  }
+  monitor_ = std::thread([this] { monitor(); });
+}
+
+// Until every local process reports `want`; a failed or exited one, or
+// the deadline, ends the start-up through fail (which throws).
+void Supervisor::wait_started(uint32_t want, const char* what, int64_t deadline,
+                              const std::function<void(const std::string&)>& fail) {
+  const int S = int(pids_.size());
+  for (;;) {
+    uint32_t seen = seg_->header().state.seen();
+    int done = 0;
+    for (int s = 0; s < S; ++s) {
+      if (remote(s)) {
+        ++done;
+        continue;
       }
-      if (done == S) return;
-      if (auto ex = reap_starting()) {
-        stop();
-        KV_FAIL("{}", ex->error);
+      uint32_t st = slot(s).status.load();
+      if (st == ipc::kStageFailed) {
+        int status = 0;
+        waitpid(pids_[s], &status, 0);
+        pids_[s] = -1;
+        fail(describe_exit(s, status));
       }
-      if (ipc::now_ns() > deadline) {
-        int slow = 0;
-        while (slow < S && slot(slow).status.load() >= want) ++slow;
-        const std::string who = proc_name(slow);
-        stop();
-        KV_FAIL("{} did not report {} within {} s", who, what, opt_.start_timeout_s);
-      }
-      seg_->header().state.wait(seen, 50'000'000);
+      done += st >= want;
     }
-  };
-  wait_all(ipc::kStageSized, "its KV capacity");
-  // The stages' KV only: members hold none.
+    if (done == S) return;
+    if (auto ex = reap_starting()) fail(ex->error);
+    if (ipc::now_ns() > deadline) {
+      int slow = 0;
+      while (slow < S && (remote(slow) || slot(slow).status.load() >= want)) ++slow;
+      fail(fmt::format("{} did not report {} within {} s", proc_name(slow), what,
+                       opt_.start_timeout_s));
+    }
+    seg_->header().state.wait(seen, 50'000'000);
+  }
+}
+
+// The block counts from every stage's capacity (the stages' KV only:
+// members hold none; the worker's stages count with the smallest capacity
+// among them, which it reported), published in the segment.
+void Supervisor::split_blocks(int64_t worker_capacity) {
   std::vector<StageKv> kv;
   for (int s = 0; s < seg_->n_stages(); ++s) {
     const ipc::StagePlan& plan = seg_->params().stages[s];
-    StageKv k{seg_->stage(s).capacity_blocks.load(), 0, 0};
+    StageKv k{remote(s) ? worker_capacity : seg_->stage(s).capacity_blocks.load(), 0, 0};
     for (int32_t il = plan.first; il <= plan.last; ++il)
       (model_.layer_slides(il) ? k.sliding_layers : k.full_layers)++;
     kv.push_back(k);
@@ -243,15 +291,6 @@ void Supervisor::start() {
   seg_->header().kv_blocks_swa.store(kv_blocks_swa_);  // before kv_blocks, which stages wait on
   seg_->header().kv_blocks.store(kv_blocks_);
   seg_->header().state.ring();
-  wait_all(ipc::kStageReady, "ready");
-
-  const int64_t now = ipc::now_ns();
-  for (int s = 0; s < S; ++s) {
-    watch_[s].pidfd = pidfd_open(pids_[s]);
-    watch_[s].since_ns = now;
-    watch_[s].history.assign(size_t(std::max(1, opt_.recovery.watchdog_history)), 0);
-  }
-  monitor_ = std::thread([this] { monitor(); });
 }
 
 // Start-up only (the monitor is not running yet).
@@ -281,12 +320,30 @@ void Supervisor::on_death(int s, const std::string& why, int64_t now) {
     st.passed.store(seg_->ring(s).tail.load(std::memory_order_acquire), std::memory_order_release);
   ipc::end_accounting(st);  // not serving: no running part in its shares
   seg_->header().state.ring();
+  record_loss(s, w.hang.empty() ? why : w.hang + " (" + why + ")", now);
+  w.hang.clear();
+}
+
+// The worker's link ended (its relay's thread has returned): its stages
+// are lost as one, like a dead stage r. What ring r's relay took and sent
+// is gone with the worker: the drain check must not wait for it.
+void Supervisor::on_link_loss(const std::string& why, int64_t now) {
+  for (int s = r_; s < seg_->n_stages(); ++s)
+    if (slot(s).status.load() != ipc::kStageStopped) slot(s).status.store(ipc::kStageDead);
+  seg_->stage(r_).passed.store(seg_->ring(r_).tail.load(std::memory_order_acquire),
+                               std::memory_order_release);
+  seg_->header().state.ring();
+  record_loss(r_, why, now);
+}
+
+void Supervisor::record_loss(int s, const std::string& why, int64_t now) {
+  Watch& w = watch_[s];
   // A member holds no batch and no KV: its loss is no new epoch (its leader
   // waits and its successor answers the open request, docs/expert-groups.md).
+  const bool member = s >= seg_->n_stages();
   (member ? health_.member_losses : health_.faults)++;
   health_.serving = false;
-  health_.last_fault = w.hang.empty() ? why : w.hang + " (" + why + ")";
-  w.hang.clear();
+  health_.last_fault = why;
   KV_LOG_WARN("supervisor", "{}", health_.last_fault);
   const RecoveryOptions& r = opt_.recovery;
   const auto window_ns = int64_t(r.restart_window_s * 1e9);
@@ -417,6 +474,47 @@ void Supervisor::watchdog(int64_t now) {
   }
 }
 
+// The lost processes whose back-off has passed, once the bridge has
+// started the new epoch: started again (the worker's stages: joined again).
+void Supervisor::restart_due(int64_t now) {
+  const int S = int(watch_.size());
+  for (int s = 0; s < S; ++s) {
+    Watch& w = watch_[s];
+    if (w.restart_at <= 0 || now < w.restart_at) continue;
+    // The bridge must have started the new epoch first: the new process
+    // would otherwise take a batch of the dead one for live work.
+    if (seg_->header().epoch.load(std::memory_order_acquire) < w.fault_no) continue;
+    w.restart_at = 0;
+    if (remote(s)) {  // the worker's stages: join it again (remote.h)
+      remote_->rejoin();
+      health_.restarts++;
+      KV_LOG_INFO("supervisor", "rejoining worker {}", remote_->host());
+      continue;
+    }
+    auto& st = slot(s);
+    // A fresh StageShared for the new process; the stats go on counting.
+    st.status.store(ipc::kStageStarting);
+    st.pid.store(0);
+    st.capacity_blocks.store(0);
+    std::memset(st.error, 0, sizeof st.error);
+    // The new process adopts the dead one's kernel choices (a measured
+    // choice may cross SIMD families from one process to the next, and
+    // the restarted ring would then give other tokens), then publishes its own.
+    const std::string inherit = ipc::read_stage_simd(st);
+    ipc::write_stage_simd(st, "");
+    pid_t pid = spawn(s, inherit);
+    if (pid < 0) {
+      on_death(s, fmt::format("{}: fork: {}", proc_name(s), std::strerror(errno)), now);
+      continue;
+    }
+    pids_[s] = pid;
+    w.pidfd = pidfd_open(pid);
+    w.since_ns = now;
+    health_.restarts++;
+    KV_LOG_INFO("supervisor", "restarted {} (pid {})", proc_name(s), int(pid));
+  }
+}
+
 void Supervisor::monitor() {
   const int S = int(watch_.size());
   std::vector<pollfd> fds;
@@ -440,43 +538,24 @@ void Supervisor::monitor() {
         changed = true;
       }
     }
+    std::string lost;
+    if (remote_ && remote_->take_loss(&lost)) {
+      on_link_loss(lost, now);
+      changed = true;
+    }
     if (!health_.failed.empty()) {
       if (changed) wake_bridge();
       continue;
     }
     watchdog(now);
-    for (int s = 0; s < S; ++s) {
-      Watch& w = watch_[s];
-      if (w.restart_at <= 0 || now < w.restart_at) continue;
-      // The bridge must have started the new epoch first: the new process
-      // would otherwise take a batch of the dead one for live work.
-      if (seg_->header().epoch.load(std::memory_order_acquire) < w.fault_no) continue;
-      w.restart_at = 0;
-      auto& st = slot(s);
-      // A fresh StageShared for the new process; the stats go on counting.
-      st.status.store(ipc::kStageStarting);
-      st.pid.store(0);
-      st.capacity_blocks.store(0);
-      std::memset(st.error, 0, sizeof st.error);
-      // The new process adopts the dead one's kernel choices (a measured
-      // choice may cross SIMD families from one process to the next, and
-      // the restarted ring would then give other tokens), then publishes its own.
-      const std::string inherit = ipc::read_stage_simd(st);
-      ipc::write_stage_simd(st, "");
-      pid_t pid = spawn(s, inherit);
-      if (pid < 0) {
-        on_death(s, fmt::format("{}: fork: {}", proc_name(s), std::strerror(errno)), now);
-        continue;
-      }
-      pids_[s] = pid;
-      w.pidfd = pidfd_open(pid);
-      w.since_ns = now;
-      health_.restarts++;
-      KV_LOG_INFO("supervisor", "restarted {} (pid {})", proc_name(s), int(pid));
-    }
+    restart_due(now);
     bool serving = true;
-    for (int s = 0; s < S; ++s)
-      serving = serving && pids_[s] > 0 && slot(s).status.load() == ipc::kStageReady;
+    for (int s = 0; s < S; ++s) {
+      if (remote(s) && remote_->serving() && slot(s).status.load() == ipc::kStageDead)
+        slot(s).status.store(ipc::kStageReady);  // rejoined
+      serving = serving && (remote(s) ? remote_->serving() : pids_[s] > 0) &&
+                slot(s).status.load() == ipc::kStageReady;
+    }
     if (serving != health_.serving || changed) {
       health_.serving = serving;
       wake_bridge();
@@ -491,6 +570,7 @@ void Supervisor::stop() {
     stopped_ = true;  // the monitor leaves the children alone from now on
   }
   if (seg_) seg_->request_shutdown();
+  if (remote_) remote_->stop();  // its relay says Bye to the worker
   auto all_gone = [&] {
     std::lock_guard lk(mu_);  // pids() may read them meanwhile
     bool gone = true;

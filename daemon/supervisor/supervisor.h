@@ -32,6 +32,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -44,6 +45,8 @@
 #include "ipc/segment.h"
 
 namespace kvasir {
+
+class WorkerLink;  // daemon/supervisor/remote.h
 
 // The [recovery] keys of the config (RecoveryCfg, daemon/config.h: the
 // watchdog, back-off and restart limit), plus what only tests tune.
@@ -110,6 +113,8 @@ class Supervisor {
   // Process p: stage p of the ring, or (p >= n_stages) member p - n_stages
   // of an expert group; its slot and its name in messages.
   ipc::StageShared& slot(int p);
+  // Whether ring position p runs on the worker (no process here).
+  bool remote(int p) const { return r_ > 0 && p >= r_ && p < int(cfg_.plan.stages.size()); }
   std::string proc_name(int p) const;
   // The watchdog's view of process p: whether it holds work, whether it
   // moved it on since the last look (`passed`), whether it waits on others.
@@ -124,8 +129,15 @@ class Supervisor {
   // --simd-inherit so the new one adopts its CPU kernel choices.
   pid_t spawn(int stage, const std::string& inherit = "");
   std::optional<StageExit> reap_starting();
+  void wait_started(uint32_t want, const char* what, int64_t deadline,
+                    const std::function<void(const std::string&)>& fail);
+  void split_blocks(int64_t worker_capacity);
+  void restart_due(int64_t now);  // under mu_
   void monitor();
   void on_death(int stage, const std::string& why, int64_t now);  // under mu_
+  void on_link_loss(const std::string& why, int64_t now);          // under mu_
+  // A loss's count, the limit and the restart's time (under mu_).
+  void record_loss(int p, const std::string& why, int64_t now);
   void watchdog(int64_t now);                                     // under mu_
   void wake_bridge();
 
@@ -136,6 +148,8 @@ class Supervisor {
   std::unique_ptr<ipc::Segment> seg_;
   int32_t kv_blocks_ = 0;
   int32_t kv_blocks_swa_ = 0;
+  int r_ = -1;                         // the first remote stage; -1: all here
+  std::unique_ptr<WorkerLink> remote_;  // the worker's link, when r_ > 0
 
   mutable std::mutex mu_;  // everything below
   std::vector<pid_t> pids_;

@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# The ring across hosts through the front door (docs/multi-host.md): a real
+# kvasird as the leader (stage 0 here) joins a real `kvasird --worker`
+# (stage 1) over loopback, and HTTP clients get the same greedy texts as
+# the same 2-stage plan on one host.
+#
+#  0. One host: N greedy streaming requests at once; the reference texts.
+#  1. Leader + worker: the same N requests; every text equal byte for byte;
+#     /health lists the worker serving, /kvasir/v1/stats its link.
+#  2. A second leader with a stale key comes to the serving worker: the
+#     worker refuses and logs it and serves on; that leader gives up at
+#     start, saying why.
+#  3. The worker killed (SIGKILL) mid-stream under N streams: the leader
+#     sees the link end, /health says degraded and names the loss, the API
+#     stays up; the worker is started again (as systemd or Kubernetes
+#     would), the leader rejoins it, and every stream finishes with the
+#     fault-free text.
+#  4. SIGTERM: the leader says Bye, the worker logs that its leader left.
+#
+# Usage: test_leader_e2e.sh KVASIRD KVASIR [SOURCE_DIR]
+# test_leader_netns.sh runs it across two scripts/netns-hosts hosts through
+# KV_LEADER_ADDR (the worker's address) and KV_LEADER_IN / KV_WORKER_IN
+# (the command prefix that runs a process in the leader's / worker's host).
+# Exit 0 = passed, 77 = skipped (no model file), anything else = failed.
+set -uo pipefail
+KVASIRD=${1:?kvasird path}
+KVASIR=${2:?kvasir path}
+SRC=$(cd "${3:-$(dirname "$0")/../..}" && pwd)
+source "$SRC/tests/integration/lib.sh"
+kv_setup leader-e2e
+N=${KV_LEADER_CLIENTS:-16}
+TOKENS=${KV_LEADER_TOKENS:-16}
+PORT=$((20000 + $$ % 20000))
+ADDR=${KV_LEADER_ADDR:-127.0.0.1}
+read -r -a LEADER_IN <<< "${KV_LEADER_IN:-}"
+read -r -a WORKER_IN <<< "${KV_WORKER_IN:-}"
+KEY="$WORK/cluster.key"
+head -c 32 /dev/urandom > "$KEY" && chmod 600 "$KEY"
+STALE="$WORK/stale.key"
+head -c 32 /dev/urandom > "$STALE" && chmod 600 "$STALE"
+
+# $1: stage 1's extra keys; $2: anything after. The same widths both ways.
+config() {
+  cat << CFG
+[model]
+path = "$MODEL"
+[plan]
+max_rows = 16
+max_tokens = 128
+max_inflight = 2
+[kv]
+memory = "32MiB"
+[grammar]
+enabled = false
+[[stages]]
+layers = "0-14"
+threads = 1
+[[stages]]
+layers = "15-29"
+threads = 1
+$1
+[server]
+socket = "$SOCK"
+[recovery]
+backoff_s = 0.5
+$2
+CFG
+}
+remote_config() {  # remote_config KEYFILE
+  config "host = \"$ADDR:$PORT\"" "[cluster]
+key = \"$1\"
+join_timeout = 60"
+}
+
+WPID=
+start_worker() {  # start_worker KEYFILE LOG
+  "${WORKER_IN[@]}" "$KVASIRD" --worker --listen "$ADDR:$PORT" --cluster-key "$1" > "$2" 2>&1 &
+  WPID=$!
+  KV_SPAWNED+=("$WPID")
+}
+health() { kv_curl "$SOCK" --max-time 5 http://x/health; }
+start_clients() {  # start_clients TAG
+  CLIENTS=()
+  local i
+  for i in $(seq 1 "$N"); do
+    kv_curl "$SOCK" -N -H 'Content-Type: application/json' \
+      -d "{\"prompt\":\"Note $i: the river\",\"max_tokens\":$TOKENS,\"temperature\":0,\"ignore_eos\":true,\"stream\":true}" \
+      http://x/v1/completions > "$WORK/$1.$i" 2>&1 &
+    CLIENTS+=($!)
+  done
+}
+compare() {  # compare TAG: every client's text against REF
+  local i same=0 got
+  for i in $(seq 1 "$N"); do
+    got=$(kv_stream_text "$WORK/$1.$i")
+    if [ "$got" == "${REF[$i]}" ]; then
+      same=$((same + 1))
+    else
+      bad "$1: client $i: got '$got', want '${REF[$i]}'"
+    fi
+  done
+  expect "$1: all $N texts equal the one-host run byte for byte" "$same" "$N"
+}
+
+# 0. One host.
+config "" "" > "$WORK/one.toml"
+kv_start "$KVASIRD" "$KVASIR" "$WORK/one.toml"
+start_clients one
+kv_wait_clients "one host"
+declare -a REF
+for i in $(seq 1 "$N"); do
+  REF[$i]=$(kv_stream_text "$WORK/one.$i")
+  case "${REF[$i]}" in ERROR* | "''") bad "one host: client $i: '${REF[$i]}'" ;; esac
+done
+ok "one host: $N streams of $TOKENS tokens (client 1: '${REF[1]:0:40}...')"
+kv_stop
+
+# 1. Leader + worker. The leader starts first: it waits for the worker.
+remote_config "$KEY" > "$WORK/leader.toml"
+out=$("$KVASIRD" --config "$WORK/leader.toml" --check 2>&1)
+case "$out" in
+  *"stages 0-0 here, 1-1 on worker $ADDR:$PORT"*"usable"*) ok "--check: $(echo "$out" | grep hosts:)" ;;
+  *) bad "--check does not report the hosts: $out" ;;
+esac
+"${LEADER_IN[@]}" "$KVASIRD" --config "$WORK/leader.toml" > "$WORK/kvasird.log" 2>&1 &
+KV_PID=$!
+sleep 1
+start_worker "$KEY" "$WORK/worker.log"
+kv_wait_ready "$SOCK" 120 || { bad "the leader did not become ready"; kv_finish "$WORK/kvasird.log"; }
+case "$(health)" in
+  *'"host":"'$ADDR:$PORT'"'*'"state":"serving"'*) ok "/health lists the worker serving" ;;
+  *) bad "/health: $(health)" ;;
+esac
+start_clients joined
+kv_wait_clients "leader + worker"
+compare joined
+links=$(kv_curl "$SOCK" http://x/kvasir/v1/stats | python3 -c '
+import json, sys
+l = json.load(sys.stdin)["engine"]["links"][0]
+print(l["state"], l["joins"], l["bytes_sent"] > 0 and l["bytes_received"] > 0, l["rtt_ms"] > 0)')
+expect "stats: the link serving, one join, bytes both ways, a Ping round trip" "$links" \
+  "serving 1 True True"
+
+# 2. Keys. A leader with a stale key, while the worker serves: refused.
+SOCK2="$WORK/rogue.sock"
+remote_config "$STALE" | sed "s|$SOCK|$SOCK2|" > "$WORK/rogue.toml"
+timeout 60 "${LEADER_IN[@]}" "$KVASIRD" --config "$WORK/rogue.toml" > "$WORK/rogue.log" 2>&1
+expect "a leader with a stale key gives up at start (exit 1)" "$?" "1"
+grep -q "cluster key" "$WORK/rogue.log" &&
+  ok "the rogue leader says why: $(grep -m1 'cluster key' "$WORK/rogue.log" | cut -c1-140)" ||
+  bad "the rogue leader's log: $(tail -3 "$WORK/rogue.log")"
+grep -q "refused" "$WORK/worker.log" && ok "the worker logged the refusal" ||
+  bad "the worker did not log the refusal"
+expect "the leader still serves" "$(health | grep -c '"status":"ok"')" "1"
+
+# 3. The worker killed mid-stream, then started again.
+start_clients kill
+for _ in $(seq 1 400); do
+  n=0
+  for i in $(seq 1 "$N"); do grep -q '"text"' "$WORK/kill.$i" 2> /dev/null && n=$((n + 1)); done
+  [ "$n" -ge "$N" ] && break
+  sleep 0.05
+done
+done_before=$(grep -l '\[DONE\]' "$WORK"/kill.* 2> /dev/null | wc -l)
+kill -KILL "$WPID"
+wait "$WPID" 2> /dev/null
+seen=""
+for _ in $(seq 1 100); do
+  h=$(health)
+  case "$h" in *'"degraded"'*'"state":"lost"'* | *'"degraded"'*'"state":"joining"'*) seen=$h; break ;; esac
+  sleep 0.05
+done
+[ -n "$seen" ] && ok "worker killed ($done_before of $N streams done): /health $seen" ||
+  bad "/health did not report the lost worker: $(health)"
+t0=$(date +%s.%N)
+start_worker "$KEY" "$WORK/worker2.log"
+for _ in $(seq 1 1200); do
+  case "$(health)" in *'"status":"ok"'*) break ;; esac
+  sleep 0.05
+done
+t1=$(date +%s.%N)
+expect "/health ok after the rejoin" "$(health | grep -c '"status":"ok"')" "1"
+ok "serving again $(awk "BEGIN{printf \"%.2f\", $t1 - $t0}") s after the worker was started again (its load included)"
+kv_wait_clients "after the worker's loss"
+compare kill
+joins=$(kv_curl "$SOCK" http://x/kvasir/v1/stats | python3 -c '
+import json, sys
+e = json.load(sys.stdin)["engine"]
+print(e["links"][0]["joins"], e["faults"], e["restarts"])')
+expect "stats: two joins, one fault, one rejoin" "$joins" "2 1 1"
+
+# 4. SIGTERM: Bye to the worker.
+kv_stop
+expect "SIGTERM → exit 0" "$?" "0"
+for _ in $(seq 1 50); do grep -q "left" "$WORK/worker2.log" && break; sleep 0.1; done
+grep -q "leader 'leader' left" "$WORK/worker2.log" && ok "the worker saw its leader leave (Bye)" ||
+  bad "the worker's log: $(tail -3 "$WORK/worker2.log")"
+kill -TERM "$WPID"
+wait "$WPID"
+expect "the worker: SIGTERM → exit 0" "$?" "0"
+kv_finish "$WORK/kvasird.log"
