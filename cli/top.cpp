@@ -199,6 +199,34 @@ void spec_view(TopView& v, const json& sp, const json* prev) {
   v.spec_accepted = d("accepted_tokens");
 }
 
+// The links to worker hosts, bytes as rates over the interval (since
+// start on the first snapshot).
+void links_view(TopView& v, const json& e, const json* pe) {
+  static const json none = json::array();
+  auto links_of = [&](const json& j) -> const json& {
+    auto it = j.find("links");
+    return it != j.end() && it->is_array() ? *it : none;
+  };
+  const json& links = links_of(e);
+  for (size_t i = 0; i < links.size(); ++i) {
+    const json& l = links[i];
+    if (!l.is_object()) continue;
+    const json* pl = pe && i < links_of(*pe).size() ? &links_of(*pe)[i] : nullptr;
+    if (pl && !pl->is_object()) pl = nullptr;
+    LinkView lv;
+    lv.host = l.value("host", std::string());
+    lv.stages = l.value("stages", std::string());
+    lv.state = l.value("state", std::string());
+    lv.last_error = l.value("last_error", std::string());
+    lv.joins = int64_t(num(l, "joins"));
+    lv.rtt_ms = num(l, "rtt_ms");
+    auto rate = [&](const char* k) { return (num(l, k) - (pl ? num(*pl, k) : 0.0)) / v.interval_s; };
+    lv.sent_per_s = std::max(0.0, rate("bytes_sent"));
+    lv.received_per_s = std::max(0.0, rate("bytes_received"));
+    v.links.push_back(std::move(lv));
+  }
+}
+
 void engine_view(TopView& v, const json& now, const json* prev, double dt) {
   const json& e = sub(now, "engine");
   v.waiting = int(num(e, "waiting"));
@@ -222,6 +250,7 @@ void engine_view(TopView& v, const json& now, const json* prev, double dt) {
   v.timing = timing_view(e, pe);
   prefix_view(v, sub(e, "prefix_cache"), pe ? &sub(*pe, "prefix_cache") : nullptr);
   spec_view(v, sub(e, "speculative"), pe ? &sub(*pe, "speculative") : nullptr);
+  links_view(v, e, pe);
 }
 
 }  // namespace
@@ -344,6 +373,13 @@ std::string render(const TopView& v) {
             ? fmt::format("{:.2f}", 1.0 + double(v.spec_accepted) / double(v.spec_drafts))
             : std::string("-"));
   if (v.restarts > 0) o += fmt::format("stage restarts: {}\n", v.restarts);
+  for (const LinkView& l : v.links) {
+    o += fmt::format(
+        "link to {} (stages {}): {}, {:.2f} MB/s out, {:.2f} MB/s in, ping {:.2f} ms, {} join{}",
+        l.host, l.stages, l.state, l.sent_per_s / 1e6, l.received_per_s / 1e6, l.rtt_ms, l.joins,
+        l.joins == 1 ? "" : "s");
+    o += l.state != "serving" && !l.last_error.empty() ? "; " + l.last_error + "\n" : "\n";
+  }
   o += fmt::format("requests: {} running, {} waiting; tokens/s: {:.1f} generated, {:.1f} prompt\n",
                    v.running, v.waiting, v.gen_tokens_per_s, v.prompt_tokens_per_s);
   o += fmt::format("TTFT p50 {:.0f} ms  p99 {:.0f} ms;  ITL p50 {:.0f} ms  p99 {:.0f} ms\n",

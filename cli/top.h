@@ -78,6 +78,15 @@ struct TimingView {
   double step_ms_decode = 0, step_ms_prefill = 0, mean_rows = 0, mean_tokens = 0;
 };
 
+// A link to a worker host (docs/multi-host.md; engine.links): its state
+// and traffic over the interval.
+struct LinkView {
+  std::string host, stages, state, last_error;
+  int64_t joins = 0;
+  double sent_per_s = 0, received_per_s = 0;  // bytes
+  double rtt_ms = 0;
+};
+
 struct TopView {
   std::string model;
   bool ready = false;
@@ -108,6 +117,7 @@ struct TopView {
   // (1 + accepted / drafts; vLLM's).
   std::string spec_method;
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted = 0;
+  std::vector<LinkView> links;  // one per worker host; none on one host
 };
 
 // One stage's expert load from its stats (`now`) and the previous

@@ -6,7 +6,8 @@
 #
 #  0. One host: N greedy streaming requests at once; the reference texts.
 #  1. Leader + worker: the same N requests; every text equal byte for byte;
-#     /health lists the worker serving, /kvasir/v1/stats its link.
+#     /health lists the worker serving, /kvasir/v1/stats and kvasir top
+#     its link.
 #  2. A second leader with a stale key comes to the serving worker: the
 #     worker refuses and logs it and serves on; that leader gives up at
 #     start, saying why.
@@ -140,6 +141,11 @@ l = json.load(sys.stdin)["engine"]["links"][0]
 print(l["state"], l["joins"], l["bytes_sent"] > 0 and l["bytes_received"] > 0, l["rtt_ms"] > 0)')
 expect "stats: the link serving, one join, bytes both ways, a Ping round trip" "$links" \
   "serving 1 True True"
+top=$("$KVASIR" top --once --socket "$SOCK" 2>&1 | grep "link to")
+case "$top" in
+  "link to $ADDR:$PORT (stages 1-1): serving, "*"ping "*" ms, 1 join") ok "kvasir top: $top" ;;
+  *) bad "kvasir top shows no link: '$top'" ;;
+esac
 
 # 2. Keys. A leader with a stale key, while the worker serves: refused.
 SOCK2="$WORK/rogue.sock"

@@ -83,6 +83,38 @@ TEST(Top, SharesFromTwoSnapshots) {
             std::string::npos);
 }
 
+// A ring across hosts (docs/multi-host.md): each link's traffic as rates
+// over the interval, its Ping, its joins; the last error only when it does
+// not serve. One host: no link line.
+TEST(Top, LinksToWorkerHosts) {
+  json a = snapshot(10, {0.5, 0.5}), b = snapshot(11, {0.5, 0.5});
+  EXPECT_EQ(render(make_view(b, &a, 1.0)).find("link to"), std::string::npos);
+  auto link = [](double sent, double received, const char* state) {
+    return json::array({{{"host", "10.0.0.2:7710"},
+                         {"stages", "1-1"},
+                         {"state", state},
+                         {"joins", 2},
+                         {"bytes_sent", sent},
+                         {"bytes_received", received},
+                         {"rtt_ms", 0.25},
+                         {"last_error", "link lost: Endpoint timeout"}}});
+  };
+  a["engine"]["links"] = link(1e6, 2e5, "serving");
+  b["engine"]["links"] = link(4e6, 6e5, "serving");
+  TopView v = make_view(b, &a, 2.0);
+  ASSERT_EQ(v.links.size(), 1u);
+  EXPECT_NEAR(v.links[0].sent_per_s, 1.5e6, 1e-6);
+  EXPECT_NEAR(v.links[0].received_per_s, 2e5, 1e-6);
+  EXPECT_NE(render(v).find("link to 10.0.0.2:7710 (stages 1-1): serving, 1.50 MB/s out, 0.20 MB/s "
+                           "in, ping 0.25 ms, 2 joins\n"),
+            std::string::npos)
+      << render(v);
+  b["engine"]["links"] = link(4e6, 6e5, "lost");
+  EXPECT_NE(render(make_view(b, &a, 2.0)).find("lost, "), std::string::npos);
+  EXPECT_NE(render(make_view(b, &a, 2.0)).find("; link lost: Endpoint timeout\n"),
+            std::string::npos);
+}
+
 // An expert group (docs/expert-groups.md): its members come after the
 // stages with their position and index; the view keeps the positions in
 // `stages` (what the diagnosis counts) and shows each member under its
