@@ -10,7 +10,8 @@
 #     its link.
 #  2. A second leader with a stale key comes to the serving worker: the
 #     worker refuses and logs it and serves on; that leader gives up at
-#     start, saying why.
+#     start, saying why. A leader whose worker never answers gives up
+#     after cluster.join_timeout, saying so.
 #  3. The worker killed (SIGKILL) mid-stream under N streams: the leader
 #     sees the link end, /health says degraded and names the loss, the API
 #     stays up; the worker is started again (as systemd or Kubernetes
@@ -158,6 +159,14 @@ grep -q "cluster key" "$WORK/rogue.log" &&
 grep -q "refused" "$WORK/worker.log" && ok "the worker logged the refusal" ||
   bad "the worker did not log the refusal"
 expect "the leader still serves" "$(health | grep -c '"status":"ok"')" "1"
+# A worker that never answers: the leader gives up after join_timeout, saying so.
+remote_config "$KEY" | sed "s|$SOCK|$SOCK2|; s|:$PORT|:$((PORT + 1))|; s|join_timeout = 60|join_timeout = 1|" \
+  > "$WORK/lonely.toml"
+timeout 60 "${LEADER_IN[@]}" "$KVASIRD" --config "$WORK/lonely.toml" > "$WORK/lonely.log" 2>&1
+expect "a leader whose worker never answers gives up (exit 1)" "$?" "1"
+grep -q "did not answer within 1 s" "$WORK/lonely.log" &&
+  ok "it says why: $(grep -m1 'did not answer' "$WORK/lonely.log" | cut -c25-130)" ||
+  bad "the lonely leader's log: $(tail -3 "$WORK/lonely.log")"
 
 # 3. The worker killed mid-stream, then started again.
 start_clients kill
