@@ -177,6 +177,7 @@ for _ in $(seq 1 400); do
   sleep 0.05
 done
 done_before=$(grep -l '\[DONE\]' "$WORK"/kill.* 2> /dev/null | wc -l)
+tk=$(date +%s.%N)
 kill -KILL "$WPID"
 wait "$WPID" 2> /dev/null
 seen=""
@@ -185,7 +186,8 @@ for _ in $(seq 1 100); do
   case "$h" in *'"degraded"'*'"state":"lost"'* | *'"degraded"'*'"state":"joining"'*) seen=$h; break ;; esac
   sleep 0.05
 done
-[ -n "$seen" ] && ok "worker killed ($done_before of $N streams done): /health $seen" ||
+td=$(date +%s.%N)
+[ -n "$seen" ] && ok "worker killed ($done_before of $N streams done), seen in $(awk "BEGIN{printf \"%.2f\", $td - $tk}") s: /health $seen" ||
   bad "/health did not report the lost worker: $(health)"
 t0=$(date +%s.%N)
 start_worker "$KEY" "$WORK/worker2.log"
