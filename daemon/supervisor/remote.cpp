@@ -2,6 +2,7 @@
 // (daemon/supervisor/remote.h).
 #include "daemon/supervisor/remote.h"
 
+#include <algorithm>
 #include <chrono>
 #include <variant>
 
@@ -111,10 +112,24 @@ Status WorkerLink::exchange_plan(const std::atomic<bool>& quit, int64_t* capacit
 Status WorkerLink::join(const std::atomic<bool>& quit, int64_t* capacity) {
   Status s = net::load_cluster_key(key_path_, &key_);
   if (!s.ok()) return error_status(s.code(), "cluster.key: {}", s.message());
-  KV_RETURN_IF_ERROR(connect(quit, join_timeout_s_));
-  KV_LOG_INFO("supervisor", "worker {} ('{}') joined: stages {}..{} there", host_,
-              link_->peer_name(), r_, seg_.n_stages() - 1);
-  return exchange_plan(quit, capacity);
+  const int64_t deadline = ipc::now_ns() + int64_t(join_timeout_s_ * 1e9);
+  for (;;) {
+    const double left = std::max(0.0, double(deadline - ipc::now_ns()) / 1e9);
+    KV_RETURN_IF_ERROR(connect(quit, left));
+    s = exchange_plan(quit, capacity);
+    // A worker still serving a leader that went away (this one, restarted,
+    // before the worker saw the old link end) says so: wait for it too.
+    if (s.code() != ErrorCode::kUnavailable || ipc::now_ns() > deadline) break;
+    set_error(s.message());
+    KV_LOG_INFO("supervisor", "worker {}: {}; trying again", host_, s.message());
+    link_.reset();
+    for (int i = 0; i < 5 && !quit.load(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (s.ok())
+    KV_LOG_INFO("supervisor", "worker {} ('{}') joined: stages {}..{} there", host_,
+                link_->peer_name(), r_, seg_.n_stages() - 1);
+  return s;
 }
 
 Status WorkerLink::finish_join(const relay::RingBlocks& blocks) {
