@@ -220,7 +220,9 @@ void links_view(TopView& v, const json& e, const json* pe) {
     lv.last_error = l.value("last_error", std::string());
     lv.joins = int64_t(num(l, "joins"));
     lv.rtt_ms = num(l, "rtt_ms");
-    auto rate = [&](const char* k) { return (num(l, k) - (pl ? num(*pl, k) : 0.0)) / v.interval_s; };
+    auto rate = [&](const char* k) {
+      return (num(l, k) - (pl ? num(*pl, k) : 0.0)) / v.interval_s;
+    };
     lv.sent_per_s = std::max(0.0, rate("bytes_sent"));
     lv.received_per_s = std::max(0.0, rate("bytes_received"));
     v.links.push_back(std::move(lv));
@@ -274,6 +276,13 @@ TopView make_view(const json& now, const json* prev, double dt) {
         StageView one = stage_view((*stages)[i], prev_stage(prev, i));
         (one.member > 0 ? v.members : v.stages).push_back(std::move(one));
       }
+  // A stage on a worker host (the plan names its host): its process and
+  // counters live there, so here it is neither down nor idle but remote.
+  const json& plan = sub(now, "plan");
+  auto ps = plan.find("stages");
+  for (size_t i = 0; ps != plan.end() && ps->is_array() && i < ps->size() && i < v.stages.size();
+       ++i)
+    if ((*ps)[i].is_object() && (*ps)[i].contains("host")) v.stages[i].state = "remote";
   double slowest = 0;
   for (const StageView& s : v.stages) slowest = std::max(slowest, s.ms_per_batch);
   for (StageView& s : v.stages) s.step_share = slowest > 0 ? s.ms_per_batch / slowest : 0;

@@ -145,6 +145,7 @@ nlohmann::json plan_json(const kvasir::Config& cfg) {
     stages.push_back({{"layers", fmt::format("{}-{}", s.first, s.last)},
                       {"device", s.device},
                       {"threads", s.threads}});
+    if (!s.host.empty()) stages.back()["host"] = s.host;  // on a worker (docs/multi-host.md)
     if (s.is_group()) {
       stages.back()["experts"] = experts_text(s);
       stages.back()["members"] = std::move(members);

@@ -13,7 +13,7 @@
 namespace kvasir {
 namespace {
 
-constexpr int kSliceMs = 200;          // how often a wait looks at the stop flag
+constexpr int kSliceMs = 200;               // how often a wait looks at the stop flag
 constexpr int64_t kPingNs = 1'000'000'000;  // the relay's Ping period
 
 // The next frame, waiting in slices until quit or the segment's shutdown
@@ -46,8 +46,8 @@ std::string WorkerLink::describe(const Config& cfg) {
   net::ClusterKey key;
   const Status s = net::load_cluster_key(cfg.cluster.key, &key);
   return fmt::format("hosts: stages 0-{} here, {}-{} on worker {}; cluster key {}: {}", r - 1, r,
-                     cfg.plan.stages.size() - 1, cfg.plan.stages[size_t(r)].host,
-                     cfg.cluster.key, s.ok() ? "usable" : s.message());
+                     cfg.plan.stages.size() - 1, cfg.plan.stages[size_t(r)].host, cfg.cluster.key,
+                     s.ok() ? "usable" : s.message());
 }
 
 WorkerLink::WorkerLink(const Config& cfg, ipc::Segment& seg)

@@ -97,7 +97,7 @@ class WorkerLink {
   std::atomic<int> state_{kJoining};
   std::atomic<bool> lost_{false};  // set by the relay's thread, taken by take_loss
   std::atomic<int64_t> joins_{0};
-  std::atomic<uint64_t> sent_{0}, received_{0};  // bytes of the ended sessions
+  std::atomic<uint64_t> sent_{0}, received_{0};                  // bytes of the ended sessions
   std::atomic<uint64_t> session_sent_{0}, session_received_{0};  // the running one's
   std::atomic<int64_t> rtt_{0};
 

@@ -135,10 +135,10 @@ class Supervisor {
   void restart_due(int64_t now);  // under mu_
   void monitor();
   void on_death(int stage, const std::string& why, int64_t now);  // under mu_
-  void on_link_loss(const std::string& why, int64_t now);          // under mu_
+  void on_link_loss(const std::string& why, int64_t now);         // under mu_
   // A loss's count, the limit and the restart's time (under mu_).
   void record_loss(int p, const std::string& why, int64_t now);
-  void watchdog(int64_t now);                                     // under mu_
+  void watchdog(int64_t now);  // under mu_
   void wake_bridge();
 
   Config cfg_;
@@ -148,7 +148,7 @@ class Supervisor {
   std::unique_ptr<ipc::Segment> seg_;
   int32_t kv_blocks_ = 0;
   int32_t kv_blocks_swa_ = 0;
-  int r_ = -1;                         // the first remote stage; -1: all here
+  int r_ = -1;                          // the first remote stage; -1: all here
   std::unique_ptr<WorkerLink> remote_;  // the worker's link, when r_ > 0
 
   mutable std::mutex mu_;  // everything below

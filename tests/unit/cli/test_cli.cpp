@@ -109,6 +109,12 @@ TEST(Top, LinksToWorkerHosts) {
                            "in, ping 0.25 ms, 2 joins\n"),
             std::string::npos)
       << render(v);
+  // The plan names the stage's host: its row says "remote", not "down".
+  b["plan"]["stages"] =
+      json::array({{{"layers", "0-14"}}, {{"layers", "15-29"}, {"host", "10.0.0.2:7710"}}});
+  const TopView r = make_view(b, &a, 2.0);
+  EXPECT_EQ(r.stages[1].state, "remote");
+  EXPECT_NE(r.stages[0].state, "remote");
   b["engine"]["links"] = link(4e6, 6e5, "lost");
   EXPECT_NE(render(make_view(b, &a, 2.0)).find("lost, "), std::string::npos);
   EXPECT_NE(render(make_view(b, &a, 2.0)).find("; link lost: Endpoint timeout\n"),
