@@ -282,6 +282,10 @@ std::optional<int> parse_args(int argc, char** argv, Args& a) {
                "serve a slice of a leader's ring (docs/multi-host.md): listen, join, relay");
   app.add_option("--listen", a.worker_args.listen, "with --worker: ADDR:PORT to listen on");
   app.add_option("--cluster-key", a.worker_args.key_path, "with --worker: the cluster key file");
+  app.add_option("--link-timeout", a.worker_args.link_timeout_s,
+                 "with --worker: seconds without a frame from the leader that end its session "
+                 "(the leader's cluster.link_timeout)")
+      ->check(CLI::Range(0.5, 3600.0));
   app.add_option("--leaders", a.worker_args.leaders, "(tests) serve N leaders, then exit")
       ->group("");
   app.add_option("--stage", a.stage, "(internal) run stage N")->group("");

@@ -27,43 +27,45 @@ Status refuse(net::UcxLink& link, Status why) {
   return why;
 }
 
-// Every frame the link holds now, without waiting, through on_frame (a
-// Status that is not ok ends the loop). Ping is answered here.
-// The leader's Pings: one every o.ping_ns, the round trip of each Pong
-// published, the link ended when none came back in o.pong_timeout_ns.
-struct Pinger {
+// The link's liveness: the leader's Pings, one every o.ping_ns, the round
+// trip of each Pong published; either side ends the link when nothing came
+// from the peer in o.silence_ns (a host gone without closing its
+// connection). Also publishes the link's byte counts.
+struct Liveness {
   const RelayOptions& o;
-  int64_t last_sent = 0, last_pong = ipc::now_ns();
+  int64_t last_sent = 0, last_heard = ipc::now_ns();
   Status tick(net::UcxLink& link) {
     if (o.bytes_sent) o.bytes_sent->store(link.bytes_sent(), std::memory_order_relaxed);
     if (o.bytes_received) o.bytes_received->store(link.bytes_received(), std::memory_order_relaxed);
-    if (o.ping_ns <= 0) return Status();
     const int64_t now = ipc::now_ns();
-    if (now - last_pong > o.pong_timeout_ns)
-      return error_status(ErrorCode::kTimeout, "relay: no Pong from the peer in {:.1f} s",
-                          double(o.pong_timeout_ns) / 1e9);
-    if (now - last_sent < o.ping_ns) return Status();
+    if (o.silence_ns > 0 && now - last_heard > o.silence_ns)
+      return error_status(ErrorCode::kTimeout, "relay: nothing from the peer in {:.1f} s",
+                          double(o.silence_ns) / 1e9);
+    if (o.ping_ns <= 0 || now - last_sent < o.ping_ns) return Status();
     last_sent = now;
     return link.send(net::Ping{now});
   }
+  void heard() { last_heard = ipc::now_ns(); }
   void pong(int64_t sent_ns) {
-    last_pong = ipc::now_ns();
-    if (o.rtt_ns && sent_ns > 0) o.rtt_ns->store(last_pong - sent_ns, std::memory_order_relaxed);
+    if (o.rtt_ns && sent_ns > 0) o.rtt_ns->store(last_heard - sent_ns, std::memory_order_relaxed);
   }
 };
 
+// Every frame the link holds now, without waiting, through on_frame (a
+// Status that is not ok ends the loop). Ping is answered here.
 template <class OnFrame>
-Status drain_link(net::UcxLink& link, bool* bye, Pinger* pinger, OnFrame&& on_frame) {
-  if (pinger) KV_RETURN_IF_ERROR(pinger->tick(link));
+Status drain_link(net::UcxLink& link, bool* bye, Liveness& live, OnFrame&& on_frame) {
+  KV_RETURN_IF_ERROR(live.tick(link));
   for (;;) {
     net::Frame f;
     Status s = link.recv(0, &f);
     if (s.code() == ErrorCode::kTimeout) return Status();
     KV_RETURN_IF_ERROR(s);
+    live.heard();
     if (const auto* p = std::get_if<net::Ping>(&f.payload)) {
       KV_RETURN_IF_ERROR(link.send(net::Pong{p->sent_ns}));
     } else if (const auto* q = std::get_if<net::Pong>(&f.payload)) {
-      if (pinger) pinger->pong(q->sent_ns);
+      live.pong(q->sent_ns);
     } else if (std::holds_alternative<net::Bye>(f.payload)) {
       *bye = true;
       return Status();
@@ -165,11 +167,11 @@ Status run_leader_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOption
   const ipc::WaitPolicy wait{seg.params().spin_ns, o.poll_ns};
   bool bye = false;
   Status ended;
-  Pinger pinger{o};
+  Liveness live{o};
   auto on_frame = [&](const net::Frame& f) { return L.on_frame(f); };
   auto stop = [&] {
     if (seg.stopping() || bye || !ended.ok()) return true;
-    ended = drain_link(link, &bye, &pinger, on_frame);
+    ended = drain_link(link, &bye, live, on_frame);
     return bye || !ended.ok();
   };
   while (!stop()) {
@@ -198,6 +200,7 @@ Status run_worker_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOption
   Status ended;
   std::vector<std::unique_ptr<net::UcxLink>> turned_away;
   std::vector<uint8_t> result_buf;
+  Liveness live{o};
   auto on_frame = [&](const net::Frame& f) -> Status {
     const auto* b = std::get_if<net::Batch>(&f.payload);
     if (!b) return unexpected(f, "worker");
@@ -210,7 +213,7 @@ Status run_worker_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOption
   };
   auto stop = [&] {
     if (seg.stopping() || bye || !ended.ok()) return true;
-    ended = drain_link(link, &bye, nullptr, on_frame);
+    ended = drain_link(link, &bye, live, on_frame);
     if (o.listener) answer_joiners(*o.listener, turned_away);
     return bye || !ended.ok();
   };

@@ -41,11 +41,14 @@ struct RelayOptions {
   // that connects and stays silent holds that thread up to the listener's
   // handshake_timeout_ms.
   net::UcxListener* listener = nullptr;
-  // Leader: a Ping every ping_ns (0: none); no Pong for pong_timeout_ns
-  // ends the link (kTimeout): a worker host that vanished without closing
-  // its connection (power, network) is a loss too, not a silent stall.
+  // Leader: a Ping every ping_ns (0: none), answered by the worker's relay.
+  // Either side: nothing from the peer for silence_ns (0: no limit) ends
+  // the link (kTimeout): a host that vanished without closing its
+  // connection (power, network) is a loss too, not a silent stall, and a
+  // worker whose leader vanished is free for the next one. A worker's
+  // limit needs a leader that pings more often than that.
   int64_t ping_ns = 0;
-  int64_t pong_timeout_ns = 10'000'000'000;
+  int64_t silence_ns = 0;
   // Where the loop publishes, at each poll, the link's bytes so far and
   // the last Ping's round trip (null: nowhere), for the daemon's stats.
   std::atomic<uint64_t>* bytes_sent = nullptr;

@@ -576,10 +576,12 @@ void parse_grammar(const toml::table& t, GrammarCfg& g) {
 }
 
 void parse_cluster(const toml::table& t, const std::string& base_dir, ClusterCfg& c) {
-  check_keys(t, "cluster", {"key", "join_timeout"});
+  check_keys(t, "cluster", {"key", "join_timeout", "link_timeout"});
   c.key = resolve(base_dir, get_str(t, "key", "cluster.key", ""));
   c.join_timeout_s =
       get_double(t, "join_timeout", "cluster.join_timeout", c.join_timeout_s, 0.1, 86400);
+  c.link_timeout_s =
+      get_double(t, "link_timeout", "cluster.link_timeout", c.link_timeout_s, 0.5, 3600);
 }
 
 void parse_log(const toml::table& l, const std::string& base_dir, LogCfg& lc) {

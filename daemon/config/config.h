@@ -240,6 +240,9 @@ struct ClusterCfg {
   // How long the leader keeps trying to reach a worker that does not
   // answer at start-up (a worker pod may start after the leader's).
   double join_timeout_s = 300;
+  // Nothing heard from a worker for this long is its loss (a host gone
+  // without closing its connection); the leader pings it meanwhile.
+  double link_timeout_s = 10;
 };
 
 struct Config {

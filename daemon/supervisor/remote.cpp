@@ -14,7 +14,7 @@ namespace kvasir {
 namespace {
 
 constexpr int kSliceMs = 200;               // how often a wait looks at the stop flag
-constexpr int64_t kPingNs = 1'000'000'000;  // the relay's Ping period
+constexpr int64_t kPingNs = 1'000'000'000;  // the relay's Ping period, at most
 
 // The next frame, waiting in slices until quit or the segment's shutdown
 // (kStopping then).
@@ -54,7 +54,8 @@ WorkerLink::WorkerLink(const Config& cfg, ipc::Segment& seg)
     : seg_(seg),
       r_(cfg.plan.first_remote()),
       key_path_(cfg.cluster.key),
-      join_timeout_s_(cfg.cluster.join_timeout_s) {
+      join_timeout_s_(cfg.cluster.join_timeout_s),
+      link_timeout_s_(cfg.cluster.link_timeout_s) {
   KV_CHECK(r_ > 0, "a worker link needs remote stages");
   host_ = cfg.plan.stages[size_t(r_)].host;
   const size_t colon = host_.rfind(':');
@@ -154,7 +155,9 @@ void WorkerLink::start_relay() {
 void WorkerLink::run_relay() {
   relay::RelayOptions o;
   o.first_remote = r_;
-  o.ping_ns = kPingNs;
+  // Several Pings per silence window: one lost to a busy moment is no loss.
+  o.silence_ns = int64_t(link_timeout_s_ * 1e9);
+  o.ping_ns = std::min(kPingNs, o.silence_ns / 5);
   o.bytes_sent = &session_sent_, o.bytes_received = &session_received_;
   o.rtt_ns = &rtt_;
   Status s = relay::run_leader_relay(seg_, *link_, o);

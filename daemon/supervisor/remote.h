@@ -88,7 +88,7 @@ class WorkerLink {
   std::string host_, addr_;
   uint16_t port_ = 0;
   std::string key_path_;
-  double join_timeout_s_;
+  double join_timeout_s_, link_timeout_s_;
   net::ClusterKey key_;
   relay::RingBlocks blocks_;
   std::unique_ptr<net::UcxLink> link_;

@@ -107,6 +107,7 @@ Status serve_leader(const WorkerArgs& a, net::UcxListener& listener, net::UcxLin
     KV_LOG_INFO("worker", "serving leader '{}' ({} KV blocks)", link.peer_name(), blocks.kv_blocks);
     relay::RelayOptions o;
     o.first_remote = r, o.listener = &listener;
+    o.silence_ns = int64_t(a.link_timeout_s * 1e9);
     s = relay::run_worker_relay(*seg, link, o);
   } else if (s.code() != ErrorCode::kIo) {
     (void)link.send(net::Refuse{s.code(), s.message()});

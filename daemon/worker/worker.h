@@ -28,6 +28,10 @@ struct WorkerArgs {
   std::string key_path;                 // the cluster key file (0600)
   std::string exe = "/proc/self/exe";   // what runs `--stage N --segment NAME`
   int leaders = 0;                      // serve this many leaders, then exit; 0: forever
+  // Nothing heard from the leader for this long (it pings) ends its
+  // session: a leader host gone without closing the connection must not
+  // hold this worker from the next one.
+  double link_timeout_s = 10;
 };
 
 // Runs the worker until SIGINT/SIGTERM (or `leaders` leaders served);

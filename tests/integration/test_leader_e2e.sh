@@ -17,6 +17,10 @@
 #     stays up; the worker is started again (as systemd or Kubernetes
 #     would), the leader rejoins it, and every stream finishes with the
 #     fault-free text.
+#  3b. (netns only, KV_UNPLUG: the command that unplugs the worker's host)
+#     The worker's host unplugged mid-stream: both sides end the silent
+#     session after link_timeout; plugged back in, the leader rejoins and
+#     every text equals the fault-free run.
 #  4. A second leader with the key while the first serves: it waits (the
 #     worker is taken); SIGTERM to the first: a Bye, the worker logs that
 #     its leader left, and the second joins and serves the same text.
@@ -78,12 +82,14 @@ CFG
 remote_config() {  # remote_config KEYFILE
   config "host = \"$ADDR:$PORT\"" "[cluster]
 key = \"$1\"
-join_timeout = 60"
+join_timeout = 60
+link_timeout = 2"
 }
 
 WPID=
 start_worker() {  # start_worker KEYFILE LOG
-  "${WORKER_IN[@]}" "$KVASIRD" --worker --listen "$ADDR:$PORT" --cluster-key "$1" > "$2" 2>&1 &
+  "${WORKER_IN[@]}" "$KVASIRD" --worker --listen "$ADDR:$PORT" --cluster-key "$1" \
+    --link-timeout 2 > "$2" 2>&1 &
   WPID=$!
   KV_SPAWNED+=("$WPID")
 }
@@ -212,6 +218,37 @@ import json, sys
 e = json.load(sys.stdin)["engine"]
 print(e["links"][0]["joins"], e["faults"], e["restarts"])')
 expect "stats: two joins, one fault, one rejoin" "$joins" "2 1 1"
+
+# 3b. (netns only) The worker's host unplugged mid-stream, nothing closed:
+# both sides hear nothing for link_timeout (2 s) and end the session; the
+# leader rejoins once the host is plugged back in.
+if [ -n "${KV_UNPLUG:-}" ]; then
+  read -r -a UNPLUG <<< "$KV_UNPLUG"
+  start_clients unplug
+  for _ in $(seq 1 400); do
+    n=0
+    for i in $(seq 1 "$N"); do grep -q '"text"' "$WORK/unplug.$i" 2> /dev/null && n=$((n + 1)); done
+    [ "$n" -ge "$N" ] && break
+    sleep 0.05
+  done
+  tk=$(date +%s.%N)
+  "${UNPLUG[@]}" down
+  seen=""
+  for _ in $(seq 1 200); do
+    case "$(health)" in *'"degraded"'*) seen=1; break ;; esac
+    sleep 0.05
+  done
+  td=$(date +%s.%N)
+  [ -n "$seen" ] && ok "host unplugged: /health degraded after $(awk "BEGIN{printf \"%.2f\", $td - $tk}") s (link_timeout 2 s)" ||
+    bad "the unplugged worker was not noticed: $(health)"
+  for _ in $(seq 1 100); do grep -q "nothing from the peer" "$WORK/worker2.log" && break; sleep 0.05; done
+  grep -q "nothing from the peer" "$WORK/worker2.log" && ok "the worker ended the silent session too" ||
+    bad "the worker's log: $(tail -2 "$WORK/worker2.log")"
+  "${UNPLUG[@]}" up
+  kv_wait_clients "after the host was plugged back in"
+  compare unplug
+  expect "/health ok after the rejoin" "$(health | grep -c '"status":"ok"')" "1"
+fi
 
 # 4. A second leader (the right key) while the first serves: the worker is
 # taken, so it waits; SIGTERM to the first: Bye, and the second joins.

@@ -21,5 +21,5 @@ rc=0
 export UCX_NET_DEVICES=eth0
 "$H" exec 1 ping -c 1 -W 2 10.77.0.2 >/dev/null  # ARP before anything is timed
 export KV_LEADER_ADDR=10.77.0.2
-export KV_LEADER_IN="$H exec 1" KV_WORKER_IN="$H exec 2"
+export KV_LEADER_IN="$H exec 1" KV_WORKER_IN="$H exec 2" KV_UNPLUG="$H link 2"
 "$SRC/tests/integration/test_leader_e2e.sh" "$KVASIRD" "$KVASIR" "$SRC"

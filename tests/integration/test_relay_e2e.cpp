@@ -326,7 +326,9 @@ std::vector<std::vector<int32_t>> serve_with_worker(const Config& cfg, const Mod
   std::vector<std::vector<int32_t>> out;
   if (auto link = join_worker(p, port, *leader, &blocks)) {
     Status lend;
-    std::thread lt([&] { lend = relay::run_leader_relay(*leader, *link, {}); });
+    relay::RelayOptions o;
+    o.ping_ns = 1'000'000'000;  // the worker ends a session silent for 10 s
+    std::thread lt([&] { lend = relay::run_leader_relay(*leader, *link, o); });
     out = serve(*leader, cfg, mc, blocks, reqs);
     leader->request_shutdown();
     lt.join();

@@ -425,7 +425,7 @@ TEST(Relay, LeaderPingsMeasureTheRoundTripAndCatchASilentPeer) {
     std::atomic<uint64_t> sent{0}, received{0};
     std::atomic<int64_t> rtt{0};
     relay::RelayOptions o;
-    o.ping_ns = 20'000'000, o.pong_timeout_ns = 300'000'000;
+    o.ping_ns = 20'000'000, o.silence_ns = 300'000'000;
     o.bytes_sent = &sent, o.bytes_received = &received, o.rtt_ns = &rtt;
     Status end;
     std::thread leader([&] { end = relay::run_leader_relay(*s.leader, *link, o); });
@@ -439,7 +439,7 @@ TEST(Relay, LeaderPingsMeasureTheRoundTripAndCatchASilentPeer) {
     worker.join();
     if (silent) {
       EXPECT_EQ(end.code(), ErrorCode::kTimeout) << end.to_string();
-      EXPECT_NE(end.message().find("no Pong"), std::string::npos) << end.to_string();
+      EXPECT_NE(end.message().find("nothing from the peer"), std::string::npos) << end.to_string();
     } else {
       EXPECT_TRUE(end.ok()) << end.to_string();
       EXPECT_GT(rtt.load(), 0);
@@ -447,6 +447,36 @@ TEST(Relay, LeaderPingsMeasureTheRoundTripAndCatchASilentPeer) {
       EXPECT_GT(received.load(), 0u);
     }
   }
+}
+
+}  // namespace
+
+namespace {
+
+// A worker whose leader went silent (gone without closing the connection)
+// ends the session after its silence limit: it is free for the next leader.
+TEST(Relay, WorkerEndsASessionWhoseLeaderWentSilent) {
+  Segs s;
+  const net::ClusterKey key(std::vector<uint8_t>(32, 0x5c));
+  net::LinkOptions wo, lo;
+  wo.role = net::Role::kWorker, wo.name = "worker-1";
+  lo.role = net::Role::kLeader, lo.name = "leader";
+  std::unique_ptr<net::UcxListener> listener;
+  ASSERT_TRUE(net::UcxListener::listen("127.0.0.1", 0, key, wo, &listener).ok());
+  Status end;
+  std::thread worker([&] {
+    std::unique_ptr<net::UcxLink> link;
+    end = listener->accept(10000, &link);
+    relay::RelayOptions o;
+    o.silence_ns = 300'000'000;
+    if (end.ok()) end = relay::run_worker_relay(*s.worker, *link, o);
+  });
+  std::unique_ptr<net::UcxLink> link;
+  ASSERT_TRUE(net::UcxLink::connect("127.0.0.1", listener->port(), key, lo, &link).ok());
+  const int64_t t0 = ipc::now_ns();
+  worker.join();  // the leader sends nothing
+  EXPECT_EQ(end.code(), ErrorCode::kTimeout) << end.to_string();
+  EXPECT_GE(ipc::now_ns() - t0, 250'000'000);
 }
 
 }  // namespace
