@@ -18,11 +18,6 @@ KVASIRD=${3:?KVASIRD}
 DIR=$SRC/packaging/kubernetes
 MODEL=$SRC/models/SmolLM2-135M-Instruct.Q4_1.gguf
 VENV=$BUILD/k8s-venv
-PIN=kubernetes-validate==1.31.0
-# What pip logs when it cannot reach the index (its retries), as opposed to
-# an index that answers without the pin.
-OFFLINE='NewConnectionError|Max retries exceeded|Temporary failure in name resolution'
-OFFLINE+='|ConnectTimeout|Network is unreachable|ProxyError|SSLError'
 WORK=$(mktemp -d /tmp/kvasir-test-k8s.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
@@ -32,20 +27,9 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 [ -f "$MODEL" ] || fail "$MODEL is missing: run scripts/fetch-model"
 [ -f "$BUILD/CPackConfig.cmake" ] || fail "$BUILD/CPackConfig.cmake is missing (configure first)"
 
-step "venv $VENV ($PIN)"
-have=$("$VENV/bin/kubernetes-validate" --version 2>/dev/null || true)
-if [ "$have" != "${PIN#*==}" ]; then
-  python3 -m venv --clear "$VENV" || fail "python3 -m venv (python3-venv missing? run scripts/setup)"
-  if ! "$VENV/bin/pip" install --disable-pip-version-check "$PIN" >"$WORK/pip.log" 2>&1; then
-    cat "$WORK/pip.log"
-    rm -rf "$VENV"
-    if grep -qiE "$OFFLINE" "$WORK/pip.log"; then
-      echo "SKIP: PyPI is unreachable: cannot install $PIN"
-      exit 77
-    fi
-    fail "pip install $PIN"
-  fi
-fi
+step "venv $VENV"
+. "$SRC/tests/packaging/k8s_venv.sh"
+make_k8s_venv "$VENV" "$WORK"
 
 step "kubernetes-validate --strict, Kubernetes 1.31"
 mapfile -t MANIFESTS < <(ls "$DIR"/*.yaml)
