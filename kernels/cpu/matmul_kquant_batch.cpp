@@ -34,6 +34,7 @@ using kq::unpack_scales_k4;
 struct alignas(64) Unpacked {  // Q4_K, Q5_K
   uint8_t q[kq::kSuper];       // sub-block s at [32 s, 32 s + 32): 0..15 (Q5_K 0..31)
   int16_t sc[kSubs / 2][32];   // pair k: lanes 0-15 sc[2k], 16-31 sc[2k+1]
+                               // (vpdpbusd copy: sc[0..1], pair_sums_dpbusd's)
   int16_t m[2 * kSubs];        // m[s] twice: vpmaddwd with the bsums gives M[s]
   float d, dmin;
 };
@@ -78,7 +79,9 @@ U* scratch_for(int64_t count) {
 #define KV_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
 #define KV_MADD_ACC_512(acc, a, b) _mm512_add_epi32(acc, _mm512_madd_epi16(a, b))
 #define KV_WITH_Q6 1
+#define KV_WITH_DPBUSD 0
 #include "kernels/cpu/matmul_kquant_batch_avx512.inc"
+#undef KV_WITH_DPBUSD
 #undef KV_WITH_Q6
 #undef KV_ISA
 #undef KV_TARGET
@@ -88,7 +91,9 @@ U* scratch_for(int64_t count) {
 #define KV_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define KV_MADD_ACC_512(acc, a, b) _mm512_dpwssd_epi32(acc, a, b)
 #define KV_WITH_Q6 0
+#define KV_WITH_DPBUSD 1
 #include "kernels/cpu/matmul_kquant_batch_avx512.inc"
+#undef KV_WITH_DPBUSD
 #undef KV_WITH_Q6
 #undef KV_ISA
 #undef KV_TARGET
@@ -101,7 +106,8 @@ U* scratch_for(int64_t count) {
 
 KQuantBatchFn kquant_batch_kernel(DType type, SimdLevel level) {
 #ifdef KV_HAVE_X86
-  // Q6_K has no VNNI path of its own (as its decode tile): avx512's serves.
+  // Q6_K has no VNNI path of its own (as its decode tile): avx512's serves
+  // (vpdpbusd for it, as Q4_K's below, measured no faster: docs/kernels.md).
   const bool vnni = level == SimdLevel::kAvx512Vnni;
   if (level != SimdLevel::kAvx512 && !vnni) return nullptr;
   switch (type) {

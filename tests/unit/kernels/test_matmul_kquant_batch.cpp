@@ -129,5 +129,41 @@ TEST(MatmulKQuantBatch, SubRangeMatchesAndStaysInside) {
   }
 }
 
+// The largest products the formats allow (every quant at its top, every
+// scale 63, activations at ±127 after quantisation): the VNNI kernel holds
+// a lane's 4 products in int16 before scaling, so the bound is tested here.
+TEST(MatmulKQuantBatch, LargestQuantsEqualDecode) {
+  SimdGuard guard;
+  std::mt19937 rng(7);
+  const int64_t rows = 21, cols = 512, n = 9;
+  for (int l = 0; l < kSimdLevels; ++l) {
+    const auto level = SimdLevel(l);
+    if (!simd_level_available(level)) continue;
+    set_simd_level_for_testing(level);
+    for (DType t : kKTypes) {
+      auto w = ref::random_weight(t, rows, cols, rng);
+      const int64_t bytes = dtype_info(t).bytes;
+      for (size_t o = 0; o < w.bytes.size(); o += size_t(bytes)) {
+        uint8_t* b = w.bytes.data() + o;
+        if (t == DType::Q6_K) {
+          std::memset(b, 0xff, 192);                 // ql, qh: q = 63
+          std::memset(b + 192, o % 2 ? 127 : 0x81, 16);  // scales ±127
+        } else {
+          std::memset(b + 4, 0xff, 12);  // scales and mins 63
+          std::memset(b + 16, 0xff, size_t(bytes - 16));
+        }
+      }
+      std::vector<float> x(size_t(n * cols));
+      for (size_t k = 0; k < x.size(); ++k) x[k] = (k / 4) % 3 == 1 ? -1.f : 1.f;
+      const auto alone = one_row_at_a_time(w.view, x, n);
+      std::vector<float> y(size_t(n * rows), NAN);
+      matmul(w.view, x.data(), n, y.data(), nullptr);
+      const int64_t i = first_difference(y, alone);
+      ASSERT_EQ(i, -1) << dtype_name(t) << " " << simd_level_name(level) << ": batch "
+                       << y[size_t(i)] << " alone " << alone[size_t(i)];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvasir::cpu
