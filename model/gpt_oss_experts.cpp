@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "base/check.h"
-#include "base/half.h"
 
 namespace kvasir {
 namespace {
@@ -36,18 +35,6 @@ void check_part(const TensorView* t, DType type, std::initializer_list<int64_t> 
   for (int64_t v : want) w += std::to_string(v) + ", ";
   KV_CHECK_CODE(ok, ErrorCode::kModelFormat, "{}: 'mlp.experts.{}' has shape {}, the config implies {}]",
                 where, part, dims(*t), w.substr(0, w.size() - 2));
-}
-
-float element(const TensorView& t, int64_t i) {
-  const uint8_t* p = static_cast<const uint8_t*>(t.data);
-  if (t.type == DType::F32) {
-    float f;
-    std::memcpy(&f, p + 4 * i, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, p + 2 * i, 2);
-  return t.type == DType::F16 ? fp16_to_f32(h) : bf16_to_f32(h);
 }
 
 // Rows [first, first + step, ...) of an expert-major [E][rows_in][blocks]
@@ -101,8 +88,8 @@ GptOssExperts repack_gpt_oss_experts(const GptOssExpertSources& s, int32_t exper
   x.gate_bias.resize(size_t(E * ffn));
   x.up_bias.resize(size_t(E * ffn));
   for (int64_t i = 0; i < E * ffn; ++i) {
-    x.gate_bias[size_t(i)] = element(*s.gate_up_bias, 2 * i);
-    x.up_bias[size_t(i)] = element(*s.gate_up_bias, 2 * i + 1);
+    x.gate_bias[size_t(i)] = float_element(*s.gate_up_bias, 2 * i);
+    x.up_bias[size_t(i)] = float_element(*s.gate_up_bias, 2 * i + 1);
   }
   return x;
 }

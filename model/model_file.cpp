@@ -57,25 +57,12 @@ const TensorView* expect(const Lookup& look, const std::string& src, const std::
   return t;
 }
 
-// One value of a small F32/F16/BF16 tensor.
-float small_value(const TensorView& t, int64_t i) {
-  const auto* p = static_cast<const uint8_t*>(t.data);
-  if (t.type == DType::F32) {
-    float v;
-    std::memcpy(&v, p + 4 * i, 4);
-    return v;
-  }
-  uint16_t h;
-  std::memcpy(&h, p + 2 * i, 2);
-  return t.type == DType::F16 ? fp16_to_f32(h) : bf16_to_f32(h);
-}
-
 // Norm weights and biases are small: decode them all and refuse NaN/Inf,
 // which would otherwise turn every activation after them into NaN silently.
 void check_finite(const std::string& src, const std::string& name, const TensorView& t) {
   const int64_t n = t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
   for (int64_t i = 0; i < n; ++i) {
-    const float v = small_value(t, i);
+    const float v = float_element(t, i);
     KV_CHECK_CODE(std::isfinite(v), ErrorCode::kModelFormat,
                   "{}: tensor '{}': element {} is {} (NaN/Inf in a weight)", src, name, i, v);
   }
@@ -108,7 +95,7 @@ std::vector<float> row_scales(const Lookup& look, const std::string& src, const 
            src, sname, shape_str(s->ne, s->n_dims), name, rows);
   std::vector<float> out(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
-    const float v = small_value(*s, n == 1 ? 0 : r);
+    const float v = float_element(*s, n == 1 ? 0 : r);
     KV_CHECK(std::isfinite(v) && v >= 0.f, "{}: tensor '{}': element {} is {}", src, sname,
              n == 1 ? 0 : r, v);
     out[size_t(r)] = v;
@@ -469,12 +456,7 @@ class SafetensorsModel final : public ModelFile {
     const int64_t n = v.cols() * v.rows();
     std::vector<float>& f = widened_[name];
     f.resize(size_t(n));
-    const uint8_t* p = static_cast<const uint8_t*>(v.data);
-    for (int64_t i = 0; i < n; ++i) {
-      uint16_t h;
-      std::memcpy(&h, p + 2 * i, 2);
-      f[size_t(i)] = v.type == DType::F16 ? fp16_to_f32(h) : bf16_to_f32(h);
-    }
+    for (int64_t i = 0; i < n; ++i) f[size_t(i)] = float_element(v, i);
     TensorView w = v;
     w.type = DType::F32;
     w.data = f.data();
