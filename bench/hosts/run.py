@@ -189,9 +189,10 @@ def main():
                 print(line(name, s16) + f"   | 1 stream: ITL p50 {s1['itl_p50']:.2f} ms")
             (b16, b1), (h16, h1) = res["one host"], res["two hosts"]
             over = h1["itl_p50"] - b1["itl_p50"]
+            vs = f" ({over / (2 * delay):.2f}x)" if delay > 0 else ""
             print(f"  two hosts / one host: tok/s {h16['tok_s'] / b16['tok_s']:.2f}x at "
                   f"{a.concurrency} concurrent; 1-stream ITL p50 +{over:.2f} ms against the added "
-                  f"round trip {2 * delay:g} ms ({over / (2 * delay):.2f}x)", flush=True)
+                  f"round trip {2 * delay:g} ms{vs}", flush=True)
         finally:
             netns("down", stdout=subprocess.DEVNULL)
 
