@@ -120,8 +120,14 @@ class Daemon:
         self.log = open(self.log_path, "w")
         self.p = subprocess.Popen(wrap + [os.path.join(a.bin, "kvasird"), "--config", self.cfg],
                                   stdout=self.log, stderr=subprocess.STDOUT)
-        r = subprocess.run([os.path.join(a.bin, "kvasir"), "status", "--socket", self.sock,
-                            "--wait", "180"], capture_output=True, text=True)
+        # Short waits in a loop, so a daemon that exits at load is reported
+        # at once rather than after the whole ready timeout.
+        deadline = time.time() + 180
+        while True:
+            r = subprocess.run([os.path.join(a.bin, "kvasir"), "status", "--socket", self.sock,
+                                "--wait", "2"], capture_output=True, text=True)
+            if r.returncode == 0 or self.p.poll() is not None or time.time() > deadline:
+                break
         if r.returncode != 0 or self.p.poll() is not None:
             self.stop()
             tail = open(self.log_path, errors="replace").read()[-1500:]
@@ -579,6 +585,7 @@ def main():
     if a.ceiling_from:
         return ceiling_from(a)
     a.conc = [int(x) for x in a.concurrency.split(",")]
+    a.model = os.path.abspath(a.model)  # the daemon runs in a temporary folder
     a.set_names = a.set_name.split(",")
     if a.quick:
         a.max_tokens = min(a.max_tokens, 16)
