@@ -9,6 +9,7 @@
 #include "base/cores.h"
 #include "base/cpu_list.h"
 #include "daemon/config/config.h"
+#include "tests/unit/daemon/config/refusal.h"
 
 namespace kvasir {
 namespace {
@@ -35,14 +36,7 @@ memory = "512MiB"
 socket = "run/kvasir.sock"
 )";
 
-std::string refusal(const std::string& text) {
-  try {
-    parse_config(text, "/base");
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "(accepted)";
-}
+using test::refusal;
 
 std::string replace(std::string s, const std::string& from, const std::string& to) {
   auto i = s.find(from);
@@ -61,12 +55,8 @@ ModelConfig model30() {
 }
 
 std::string model_refusal(const std::string& text) {
-  try {
-    check_against_model(parse_config(text, "/base"), model30());
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "(accepted)";
+  const ModelConfig m = model30();
+  return refusal(text, &m);
 }
 
 TEST(Config, GoodFileParsesWithDefaultsAndResolvedPaths) {

@@ -4,6 +4,7 @@
 
 #include "base/check.h"
 #include "daemon/config/config.h"
+#include "tests/unit/daemon/config/refusal.h"
 
 namespace kvasir {
 namespace {
@@ -22,19 +23,8 @@ std::string plan(const std::vector<std::string>& hosts, const std::string& extra
   return t + extra;
 }
 
-std::string refusal(const std::string& text) {
-  try {
-    (void)parse_config(text, "/base");
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "(accepted)";
-}
-
-void expect_refused(const std::string& m, const char* field, const char* why) {
-  EXPECT_NE(m.find(field), std::string::npos) << m;
-  EXPECT_NE(m.find(why), std::string::npos) << m;
-}
+using test::expect_refused;
+using test::refusal;
 
 TEST(ConfigCluster, ASuffixOnOneWorkerIsRead) {
   const Config c = parse_config(plan({"", "10.0.0.2:7710", "10.0.0.2:7710"},

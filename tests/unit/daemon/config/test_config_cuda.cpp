@@ -7,6 +7,7 @@
 
 #include "base/check.h"
 #include "daemon/config/config.h"
+#include "tests/unit/daemon/config/refusal.h"
 
 namespace kvasir {
 namespace {
@@ -28,14 +29,7 @@ memory = "100KiB"
 )" + kv;
 }
 
-std::string refusal(const std::string& text) {
-  try {
-    parse_config(text, "/base");
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "(accepted)";
-}
+using test::refusal;
 
 ModelConfig model30() {
   ModelConfig m;

@@ -5,6 +5,7 @@
 #include "base/check.h"
 #include "base/cores.h"
 #include "daemon/config/config.h"
+#include "tests/unit/daemon/config/refusal.h"
 
 namespace kvasir {
 namespace {
@@ -31,20 +32,8 @@ ModelConfig moe8(int n_experts = 8) {
   return m;
 }
 
-std::string refusal(const std::string& text, const ModelConfig* model = nullptr) {
-  try {
-    Config c = parse_config(text, "/base");
-    if (model) check_against_model(c, *model);
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "(accepted)";
-}
-
-void expect_refused(const std::string& m, const char* field, const char* why) {
-  EXPECT_NE(m.find(field), std::string::npos) << m;
-  EXPECT_NE(m.find(why), std::string::npos) << m;
-}
+using test::expect_refused;
+using test::refusal;
 
 TEST(ConfigGroups, AGroupIsOnePositionWithMembers) {
   const ModelConfig m = moe8();
