@@ -23,6 +23,11 @@
 #   kv_stream_text FILE               a saved completions stream's text deltas joined, as a
 #                                     Python repr ('' when empty); "ERROR …" for an error
 #                                     event or a stream without [DONE]
+#   kv_wait_streaming PREFIX N [SEC]  until each of PREFIX.1..N holds a text delta (20 s at
+#                                     most); how many do in $KV_STREAMING
+#   kv_same_texts TAG PREFIX N REF    compares PREFIX.i's text with ${REF[i]} (REF: an array's
+#                                     name), a FAIL line for each that differs; how many are
+#                                     equal in $KV_SAME
 #   kv_venv                           the venv of the openai client tests ($KVASIR_E2E_VENV,
 #                                     else one in $WORK) with openai and jsonschema installed
 #                                     if missing (under a lock: tests run in parallel); its
@@ -169,6 +174,32 @@ kv_wait_clients() {  # kv_wait_clients TAG [SECONDS]
     wait "$c" 2> /dev/null
   done
   expect "$1: every client finished" "$hung" "0"
+}
+
+kv_wait_streaming() {  # kv_wait_streaming PREFIX N [SECONDS]
+  local i tries=$(((${3:-20}) * 20))
+  for _ in $(seq 1 "$tries"); do
+    KV_STREAMING=0
+    for i in $(seq 1 "$2"); do
+      grep -q '"text"' "$1.$i" 2> /dev/null && KV_STREAMING=$((KV_STREAMING + 1))
+    done
+    [ "$KV_STREAMING" -ge "$2" ] && return
+    sleep 0.05
+  done
+}
+
+kv_same_texts() {  # kv_same_texts TAG PREFIX N REF_ARRAY_NAME
+  local -n want=$4
+  local i got
+  KV_SAME=0
+  for i in $(seq 1 "$3"); do
+    got=$(kv_stream_text "$2.$i")
+    if [ "$got" == "${want[$i]}" ]; then
+      KV_SAME=$((KV_SAME + 1))
+    else
+      bad "$1: client $i: got '$got', want '${want[$i]}'"
+    fi
+  done
 }
 
 kv_stream_text() {  # kv_stream_text FILE

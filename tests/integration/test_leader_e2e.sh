@@ -105,16 +105,8 @@ start_clients() {  # start_clients TAG
   done
 }
 compare() {  # compare TAG: every client's text against REF
-  local i same=0 got
-  for i in $(seq 1 "$N"); do
-    got=$(kv_stream_text "$WORK/$1.$i")
-    if [ "$got" == "${REF[$i]}" ]; then
-      same=$((same + 1))
-    else
-      bad "$1: client $i: got '$got', want '${REF[$i]}'"
-    fi
-  done
-  expect "$1: all $N texts equal the one-host run byte for byte" "$same" "$N"
+  kv_same_texts "$1" "$WORK/$1" "$N" REF
+  expect "$1: all $N texts equal the one-host run byte for byte" "$KV_SAME" "$N"
 }
 
 # 0. One host.
@@ -183,12 +175,7 @@ grep -q "did not answer within 1 s" "$WORK/lonely.log" &&
 
 # 3. The worker killed mid-stream, then started again.
 start_clients kill
-for _ in $(seq 1 400); do
-  n=0
-  for i in $(seq 1 "$N"); do grep -q '"text"' "$WORK/kill.$i" 2> /dev/null && n=$((n + 1)); done
-  [ "$n" -ge "$N" ] && break
-  sleep 0.05
-done
+kv_wait_streaming "$WORK/kill" "$N"
 done_before=$(grep -l '\[DONE\]' "$WORK"/kill.* 2> /dev/null | wc -l)
 tk=$(date +%s.%N)
 kill -KILL "$WPID"
@@ -225,12 +212,7 @@ expect "stats: two joins, one fault, one rejoin" "$joins" "2 1 1"
 if [ -n "${KV_UNPLUG:-}" ]; then
   read -r -a UNPLUG <<< "$KV_UNPLUG"
   start_clients unplug
-  for _ in $(seq 1 400); do
-    n=0
-    for i in $(seq 1 "$N"); do grep -q '"text"' "$WORK/unplug.$i" 2> /dev/null && n=$((n + 1)); done
-    [ "$n" -ge "$N" ] && break
-    sleep 0.05
-  done
+  kv_wait_streaming "$WORK/unplug" "$N"
   tk=$(date +%s.%N)
   "${UNPLUG[@]}" down
   seen=""

@@ -132,7 +132,7 @@ stage1_simd() {
 SIMD1=$(stage1_simd)  # the middle stage's kernel choices, which its successors adopt
 
 run_fault() {  # run_fault TAG SIGNAL WANT_RESTARTS
-  local tag=$1 sig=$2 victim t0 t1 states i same=0
+  local tag=$1 sig=$2 victim t0 t1 states
   victim=$(stage_pid 1)
   [ -n "$victim" ] || { bad "$tag: middle stage not found"; return; }
   start_clients "$tag"
@@ -146,15 +146,8 @@ run_fault() {  # run_fault TAG SIGNAL WANT_RESTARTS
     *) bad "$tag: /health went '$states', want degraded then ok" ;;
   esac
   kv_wait_clients "$tag"
-  for i in $(seq 1 "$N"); do
-    got=$(kv_stream_text "$WORK/$tag.$i")
-    if [ "$got" == "${REF[$i]}" ]; then
-      same=$((same + 1))
-    else
-      bad "$tag: client $i differs from the fault-free run: got '$got', want '${REF[$i]}'"
-    fi
-  done
-  expect "$tag: every client's text equals the fault-free run byte for byte" "$same" "$N"
+  kv_same_texts "$tag" "$WORK/$tag" "$N" REF
+  expect "$tag: every client's text equals the fault-free run byte for byte" "$KV_SAME" "$N"
   expect "$tag: kvasir_stage_restarts_total" "$(restarts)" "$3"
   local now
   now=$(stage_pid 1)
