@@ -22,16 +22,15 @@ Run:  python3 tests/reference/gptoss/make_refs.py build/bin/write_tiny_model
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 WRITER = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(ROOT, "build", "bin", "write_tiny_model")
 OUT = os.path.join(ROOT, "tests", "data", "gptoss", "llama_cpp_tiny.json")
+sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+import llama_server  # noqa: E402
 VOCAB = 272
 # Token ids below the tiny vocabulary; 12 positions cross the window of 5.
 IDS = [(i * 53 + 7) % VOCAB for i in range(12)]
@@ -45,36 +44,12 @@ def fnv1a64(data):
     return f"{h:016x}"
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def start_server(path):
+    return llama_server.start_server(path, ["-c", "64", "-ctk", "f32", "-ctv", "f32", "-fa", "off"])
 
 
 def post(port, body):
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.loads(r.read())
-
-
-def start_server(path):
-    bindir = subprocess.run([os.path.join(ROOT, "bench", "peers", "build")], check=True,
-                            capture_output=True, text=True).stdout.strip()
-    port = free_port()
-    proc = subprocess.Popen([os.path.join(bindir, "llama-server"), "-m", path, "-c", "64", "-np", "1",
-                             "-t", "2", "--port", str(port), "-ctk", "f32", "-ctv", "f32",
-                             "-fa", "off", "--no-warmup"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(300):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc, port
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("llama-server did not come up")
+    return llama_server.post(port, "/completion", body)
 
 
 def request(prompt, n_predict):

@@ -34,16 +34,16 @@ llama-server's against openai_harmony's (tiktoken's) own.
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 WORDS = os.path.join(ROOT, "tests", "data", "tokenizer", "gpt4o_words.json")
 OUT = os.path.join(ROOT, "tests", "data", "tokenizer", "gpt4o_llama_server.json")
+sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+import llama_server  # noqa: E402
 SPECIALS = ["<|startoftext|>", "<|return|>", "<|constrain|>", "<|channel|>", "<|start|>",
             "<|end|>", "<|message|>", "<|call|>"]  # as make_gptoss.py appends them
 EXTRA = [
@@ -62,35 +62,11 @@ CHATS = [
 ]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def post(port, route, body):
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{route}", json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.loads(r.read())
-
-
 def start_server(path):
-    bindir = subprocess.run([os.path.join(ROOT, "bench", "peers", "build")], check=True,
-                            capture_output=True, text=True).stdout.strip()
-    port = free_port()
-    proc = subprocess.Popen([os.path.join(bindir, "llama-server"), "-m", path, "-c", "512", "-np", "1",
-                             "-t", "2", "--port", str(port), "--jinja", "--no-warmup"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(300):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc, port
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("llama-server did not come up")
+    return llama_server.start_server(path, ["-c", "512", "--jinja"])
+
+
+post = llama_server.post
 
 
 def tokenize(port, text, special):
