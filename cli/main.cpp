@@ -80,6 +80,13 @@ std::string loading_text(const json& health) {
       const std::string name =
           member > 0 ? std::to_string(s.value("position", 0)) + "." + std::to_string(member)
                      : std::to_string(s.value("index", 0));
+      if (auto h = s.find("host"); h != s.end() && h->is_string()) {  // a worker's stage
+        std::snprintf(buf, sizeof buf, "; stage %s (%s): %s on %.64s", name.c_str(),
+                      s.value("layers", std::string("?")).c_str(),
+                      s.value("status", std::string("?")).c_str(), h->get<std::string>().c_str());
+        out += buf;
+        continue;
+      }
       std::snprintf(
           buf, sizeof buf, "; stage %s (%s): %s %.1f/%.1f MiB, %d/%d layers", name.c_str(),
           s.value("layers", std::string("?")).c_str(), s.value("status", std::string("?")).c_str(),

@@ -46,6 +46,7 @@ namespace {
 // What the phases of start-up add up to over every process.
 struct LoadFlags {
   bool any_loading = false, all_paged = true, all_starting = true, all_ready = true;
+  bool any_joining = false;
 };
 
 const char* status_name(uint32_t status, uint64_t done, uint64_t total) {
@@ -76,6 +77,17 @@ json process_json(size_t index, int position, int member, const StageCfg& p,
              {"bytes_total", 0},     {"layers_loaded", 0}};
   if (!s) {
     f.all_paged = f.all_ready = false;
+    return st;
+  }
+  if (!p.host.empty()) {
+    // A worker's stage: the worker pages its weights in, so the leader knows
+    // only whether the join has finished (the supervisor marks it ready).
+    const bool ready = s->status.load() == ipc::kStageReady;
+    f.any_joining = f.any_joining || !ready;
+    f.all_starting = false;
+    f.all_ready = f.all_ready && ready;
+    st["status"] = ready ? "ready" : "joining";
+    st["host"] = p.host;
     return st;
   }
   uint64_t done = s->load_bytes_done.load(), total = s->load_bytes_total.load();
@@ -125,6 +137,7 @@ json LoadingMonitor::snapshot_locked() {
   const char* phase = !seg_ || f.all_starting         ? "starting stages"
                       : f.all_ready                   ? "ready"
                       : f.any_loading || !f.all_paged ? "loading weights"
+                      : f.any_joining                 ? "joining workers"
                                                       : "allocating KV cache";
   return {{"phase", phase}, {"elapsed_s", elapsed}, {"stages", stages}};
 }
@@ -135,6 +148,12 @@ std::string LoadingMonitor::log_line() {
       fmt::format("{} ({:.1f} s)", j["phase"].get<std::string>(), j["elapsed_s"].get<double>());
   for (const auto& st : j["stages"]) {
     const int member = st["member"].get<int>();
+    if (st.contains("host")) {
+      out += fmt::format("; stage {} ({}): {} on {}", st["index"].get<size_t>(),
+                         st["layers"].get<std::string>(), st["status"].get<std::string>(),
+                         st["host"].get<std::string>());
+      continue;
+    }
     out += fmt::format("; stage {} ({}): {}, {:.1f}/{:.1f} MiB, {}/{} layers",
                        member > 0 ? fmt::format("{}.{}", st["position"].get<int>(), member)
                                   : fmt::format("{}", st["index"].get<size_t>()),

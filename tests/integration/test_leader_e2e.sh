@@ -138,6 +138,10 @@ case "$(health)" in
   *'"host":"'$ADDR:$PORT'"'*'"state":"serving"'*) ok "/health lists the worker serving" ;;
   *) bad "/health: $(health)" ;;
 esac
+# The loading line names the worker's stage by host, not by bytes it cannot see.
+line=$(grep -m1 -o "stage 1 ([0-9-]*): joining on $ADDR:$PORT" "$WORK/kvasird.log")
+[ -n "$line" ] && ok "the loading line says '$line'" ||
+  bad "no 'joining on' loading line: $(grep -m1 'loading:' "$WORK/kvasird.log" | cut -c1-200)"
 start_clients joined
 kv_wait_clients "leader + worker"
 compare joined
