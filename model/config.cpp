@@ -337,6 +337,7 @@ void read_gemma3(const GgufKeys& g, ModelConfig& c) {
   c.qk_norm = true;
   c.rope_layout = RopeLayout::kHalf;
   c.final_logit_softcap = g.opt_f32(g.k("final_logit_softcapping")).value_or(0.f);
+  c.rope_scaling_local = false;
 }
 
 // gpt-oss as llama.cpp reads it (src/models/openai-moe.cpp): a sliding

@@ -64,6 +64,10 @@ struct ModelConfig {
   // layer il slides when il % n < n - 1; n 0: every layer slides).
   int32_t sliding_pattern = 0;
   float rope_theta_local = 10000.f;
+  // Whether the sliding layers take the rope scaling too: gpt-oss's do,
+  // Gemma 3's do not (its 4B+ scale only the global layers; llama.cpp's
+  // rope_freq_scale_train_swa stays 1 for gemma3).
+  bool rope_scaling_local = true;
   float attn_scale = 0.f;        // q·k scale; 0: 1/sqrt(head_dim)
   float embed_scale = 1.f;       // token embeddings are multiplied by it (Gemma: sqrt(hidden))
   bool post_norms = false;       // RMSNorm of attention's and the FFN's outputs before each add

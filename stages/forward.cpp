@@ -114,6 +114,12 @@ SliceExecutor::SliceExecutor(const ModelFile& model, const SliceSpec& slice, con
   rope_ = rope_table(model);
   ModelConfig local = cfg_;
   local.rope_theta = cfg_.rope_theta_local;
+  if (!cfg_.rope_scaling_local) {
+    const ModelConfig unscaled;
+    local.rope_linear_factor = unscaled.rope_linear_factor;
+    local.rope_llama3_factor = unscaled.rope_llama3_factor;
+    local.rope_yarn_factor = unscaled.rope_yarn_factor;
+  }
   rope_local_ = rope_table(local, model.find(kRopeFreqsTensor));
   for (int il = slice.first_layer; il <= slice.last_layer; ++il) {
     Layer& L = layers_[size_t(il - slice.first_layer)];
