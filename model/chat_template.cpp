@@ -262,8 +262,18 @@ ChatTemplate ChatTemplate::from_hf_dir(const std::string& dir, const std::string
           tmpl = e["template"].get<std::string>();
     }
   }
+  // A Gemma 3 folder without a template (transformers' conversion of a GGUF
+  // file writes none): the family's own turn format, as for its GGUF form.
+  std::string chosen = override_name;
+  if (tmpl.empty() && chosen.empty() && std::filesystem::exists(d / "config.json")) {
+    try {
+      const auto model = nlohmann::json::parse(read_file(d / "config.json"));
+      if (model.is_object() && model.value("model_type", "") == "gemma3_text") chosen = "gemma";
+    } catch (const nlohmann::json::exception&) {  // the model's loader says why
+    }
+  }
   return from_string(tmpl, token_text(cfg, "bos_token"), token_text(cfg, "eos_token"),
-                     d.filename().string(), override_name);
+                     d.filename().string(), chosen);
 }
 
 ChatPrompt ChatTemplate::apply(const ChatInput& in, const jinja::Limits& limits) const {

@@ -80,6 +80,7 @@ constexpr HfArch kHfArchs[] = {
     {"Qwen2MoeForCausalLM", "qwen2_moe", "qwen2moe"},
     {"MixtralForCausalLM", "mixtral", "llama"},  // llama with experts, as in GGUF
     {"GptOssForCausalLM", "gpt_oss", "gpt-oss"},
+    {"Gemma3ForCausalLM", "gemma3_text", "gemma3"},
 };
 
 // The entry of kHfArchs the config names.
@@ -93,7 +94,7 @@ const HfArch& arch_of(const JsonKeys& k) {
     KV_FAIL_CODE(ErrorCode::kModelFormat,
                  "{}: 'architectures' is '{}': Kvasir runs LlamaForCausalLM, MistralForCausalLM, "
                  "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, "
-                 "MixtralForCausalLM and GptOssForCausalLM",
+                 "MixtralForCausalLM, GptOssForCausalLM and Gemma3ForCausalLM",
                  k.src, name);
   }
   const auto type = k.opt_str("model_type");
@@ -102,7 +103,7 @@ const HfArch& arch_of(const JsonKeys& k) {
       if (*type == h.model_type) return h;
   KV_FAIL_CODE(ErrorCode::kModelFormat,
                "{}: neither 'architectures' nor a supported 'model_type' (llama, mistral, qwen2, "
-               "qwen3, qwen3_moe, qwen2_moe, mixtral, gpt_oss)",
+               "qwen3, qwen3_moe, qwen2_moe, mixtral, gpt_oss, gemma3_text)",
                k.src);
 }
 
@@ -291,6 +292,8 @@ void read_quantization(const JsonKeys& k, ModelConfig& c) {
   c.fp8_weights = true;
 }
 
+void read_hf_rope_entry(const JsonKeys& r, const std::string& key, ModelConfig& c);
+
 // RoPE: transformers 5 writes 'rope_parameters' (rope_theta inside, with
 // the scaling's keys), earlier versions 'rope_theta' and 'rope_scaling';
 // the newer form wins where a folder has both.
@@ -300,16 +303,21 @@ void read_hf_rope(const JsonKeys& k, ModelConfig& c) {
   const nlohmann::json* rs = k.find(key);
   if (!rs) return;
   KV_CHECK(rs->is_object(), "{}: '{}' must be an object", k.src, key);
-  const JsonKeys r{*rs, k.src};
+  read_hf_rope_entry(JsonKeys{*rs, k.src}, key, c);
+}
+
+// One RoPE object (rope_parameters, rope_scaling or one layer type's entry
+// of Gemma 3's rope_parameters): its theta and its scaling.
+void read_hf_rope_entry(const JsonKeys& r, const std::string& key, ModelConfig& c) {
   if (const auto theta = r.opt_float("rope_theta")) c.rope_theta = *theta;
   const std::string type = r.opt_str("rope_type").value_or(r.opt_str("type").value_or("default"));
   if (type == "linear") {
     const auto f = r.opt_float("factor");
-    KV_CHECK(f, "{}: '{}.factor' is missing for rope_type linear", k.src, key);
+    KV_CHECK(f, "{}: '{}.factor' is missing for rope_type linear", r.src, key);
     c.rope_linear_factor = *f;
   } else if (type == "llama3") {
     const auto f = r.opt_float("factor");
-    KV_CHECK(f, "{}: '{}.factor' is missing for rope_type llama3", k.src, key);
+    KV_CHECK(f, "{}: '{}.factor' is missing for rope_type llama3", r.src, key);
     c.rope_llama3_factor = *f;
     c.rope_llama3_low_freq_factor = r.opt_float("low_freq_factor").value_or(1.f);
     c.rope_llama3_high_freq_factor = r.opt_float("high_freq_factor").value_or(4.f);
@@ -317,8 +325,94 @@ void read_hf_rope(const JsonKeys& k, ModelConfig& c) {
   } else if (type == "yarn") {
     read_hf_yarn(r, c);
   } else if (type != "default") {
-    KV_FAIL("{}: '{}' type '{}' is not supported (linear, llama3, yarn)", k.src, key, type);
+    KV_FAIL("{}: '{}' type '{}' is not supported (linear, llama3, yarn)", r.src, key, type);
   }
+}
+
+// Gemma 3's layer pattern: 'layer_types' (transformers 5) must be every
+// n-th layer global, the others sliding, as the GGUF form's pattern says;
+// without it '_sliding_window_pattern' or 'sliding_window_pattern' (6).
+int32_t gemma3_pattern(const JsonKeys& k, int32_t n_layers) {
+  const nlohmann::json* types = k.find("layer_types");
+  if (!types) {
+    const auto p = k.opt_int("sliding_window_pattern");
+    return p ? *p : k.opt_int("_sliding_window_pattern").value_or(6);
+  }
+  KV_CHECK_CODE(types->is_array() && int32_t(types->size()) == n_layers, ErrorCode::kModelFormat,
+                "{}: 'layer_types' must list the {} layers", k.src, n_layers);
+  int32_t n = 0;  // the first global layer's index + 1
+  while (n < n_layers && (*types)[size_t(n)] != "full_attention") ++n;
+  n = n < n_layers ? n + 1 : 0;
+  for (int32_t il = 0; il < n_layers; ++il) {
+    const bool slides = n == 0 || il % n < n - 1;
+    const char* want = slides ? "sliding_attention" : "full_attention";
+    KV_CHECK_CODE(
+        (*types)[size_t(il)] == want, ErrorCode::kModelFormat,
+        "{}: 'layer_types'[{}] is {}: the first full_attention layer sets the pattern, one "
+        "global layer in every {}, and no other order is supported",
+        k.src, il, (*types)[size_t(il)].dump(), n);
+  }
+  return n;
+}
+
+// Gemma 3's RoPE: transformers 5 writes 'rope_parameters' per layer type
+// (the scaling on 'full_attention' only), earlier versions 'rope_theta' and
+// 'rope_scaling' for the global layers and 'rope_local_base_freq'.
+void read_hf_gemma3_rope(const JsonKeys& k, ModelConfig& c) {
+  const nlohmann::json* rp = k.find("rope_parameters");
+  if (!rp || !rp->is_object() || !rp->contains("full_attention")) {
+    read_hf_rope(k, c);
+    c.rope_theta_local = k.opt_float("rope_local_base_freq").value_or(10000.f);
+    return;
+  }
+  c.rope_theta = 10000.f;
+  for (const char* type : {"full_attention", "sliding_attention"}) {
+    const std::string key = std::string("rope_parameters.") + type;
+    const auto it = rp->find(type);
+    KV_CHECK_CODE(it != rp->end() && it->is_object(), ErrorCode::kModelFormat,
+                  "{}: '{}' is missing or not an object", k.src, key);
+    const JsonKeys r{*it, k.src};
+    if (type[0] == 'f') {
+      read_hf_rope_entry(r, key, c);
+      continue;
+    }
+    const std::string kind = r.opt_str("rope_type").value_or("default");
+    KV_CHECK_CODE(kind == "default", ErrorCode::kModelFormat,
+                  "{}: '{}.rope_type' is '{}': Gemma 3's sliding layers are not scaled", k.src, key,
+                  kind);
+    c.rope_theta_local = r.opt_float("rope_theta").value_or(10000.f);
+  }
+}
+
+// Gemma 3 (Gemma3ForCausalLM, model_type gemma3_text) as transformers
+// writes it: the same model as the GGUF form (read_gemma3 in config.cpp),
+// with q·k scaled by 1/sqrt(query_pre_attn_scalar); its norms' weights are
+// stored as w of x * (1 + w), which the folder reader turns into GGUF's 1 + w.
+void read_hf_gemma3(const JsonKeys& k, ModelConfig& c) {
+  const std::string act =
+      k.opt_str("hidden_activation").value_or(k.opt_str("hidden_act").value_or(""));
+  KV_CHECK_CODE(act == "gelu_pytorch_tanh", ErrorCode::kModelFormat,
+                "{}: 'hidden_activation' is '{}': Gemma 3's FFN is gelu_pytorch_tanh", k.src, act);
+  KV_CHECK_CODE(!k.find("attn_logit_softcapping"), ErrorCode::kModelFormat,
+                "{}: 'attn_logit_softcapping' is set: attention soft-capping is not supported",
+                k.src);
+  KV_CHECK_CODE(!k.opt_bool("use_bidirectional_attention").value_or(false), ErrorCode::kModelFormat,
+                "{}: 'use_bidirectional_attention' is true: Kvasir runs causal attention only",
+                k.src);
+  c.sliding_window = k.opt_int("sliding_window").value_or(0);
+  if (c.sliding_window > 0) c.sliding_pattern = gemma3_pattern(k, c.n_layers);
+  read_hf_gemma3_rope(k, c);
+  const int32_t scalar = k.opt_int("query_pre_attn_scalar").value_or(c.head_dim);
+  KV_CHECK_CODE(scalar > 0, ErrorCode::kModelFormat, "{}: 'query_pre_attn_scalar' must be > 0",
+                k.src);
+  c.attn_scale = 1.f / std::sqrt(float(scalar));
+  c.embed_scale = std::sqrt(float(c.hidden));
+  c.post_norms = true;
+  c.gelu_ffn = true;
+  c.qk_norm = true;
+  c.final_logit_softcap = k.opt_float("final_logit_softcapping").value_or(0.f);
+  c.rope_scaling_local = false;
+  c.tied_embeddings = k.opt_bool("tie_word_embeddings").value_or(true);
 }
 
 }  // namespace
@@ -348,8 +442,10 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& src,
   }
   c.rms_eps = k.opt_float("rms_norm_eps").value_or(1e-6f);
   c.tied_embeddings = k.opt_bool("tie_word_embeddings").value_or(false);
-  const std::string act = k.opt_str("hidden_act").value_or("silu");
-  KV_CHECK(act == "silu", "{}: 'hidden_act' is '{}', only silu (SwiGLU) is supported", src, act);
+  if (c.arch != "gemma3") {
+    const std::string act = k.opt_str("hidden_act").value_or("silu");
+    KV_CHECK(act == "silu", "{}: 'hidden_act' is '{}', only silu (SwiGLU) is supported", src, act);
+  }
   read_attention_extras(k, c);
   read_hf_experts(k, hf, c);
   // Attention over a sliding window equals full attention while the context
@@ -362,7 +458,10 @@ ModelConfig config_from_hf_json(const nlohmann::json& j, const std::string& src,
     if (const auto w = k.opt_int("sliding_window"); w && *w > 0 && *w < c.context_length)
       c.context_length = *w;
 
-  read_hf_rope(k, c);
+  if (c.arch == "gemma3")
+    read_hf_gemma3(k, c);
+  else
+    read_hf_rope(k, c);
   if (c.arch == "gpt-oss") read_hf_gpt_oss(k, c);
   read_quantization(k, c);
   c.rope_layout = RopeLayout::kHalf;  // HF checkpoints are stored rotate-half

@@ -314,9 +314,17 @@ std::vector<std::string> shard_names(const fs::path& dir,
 }
 
 // A folder's tensor under the name the engine uses: its GGUF name, or for
-// one expert's matrix its stack's GGUF name and "#E".
-std::optional<std::string> engine_key(const std::string& hf) {
-  if (auto g = hf_to_gguf_name(hf)) return g;
+// one expert's matrix its stack's GGUF name and "#E". Llama's
+// post_attention_layernorm is the pre-FFN norm; in gpt-oss it is that too
+// but GGUF names it post_attention_norm (model_file.h), and in Gemma 3 it
+// is the norm of attention's output (pre_feedforward_layernorm being the
+// pre-FFN one).
+std::optional<std::string> engine_key(const std::string& hf, const ModelConfig& c) {
+  if (auto g = hf_to_gguf_name(hf)) {
+    if ((c.gpt_oss || c.post_norms) && hf.ends_with(".post_attention_layernorm.weight"))
+      g->replace(g->size() - 16, 16, ".post_attention_norm.weight");
+    return g;
+  }
   if (auto e = hf_expert_name(hf)) return e->gguf + "#" + std::to_string(e->expert);
   return std::nullopt;
 }
@@ -336,7 +344,7 @@ class SafetensorsModel final : public ModelFile {
       shards_.push_back(SafetensorsFile::open((dir / file).string()));
       for (const SafeTensor& t : shards_.back()->tensors()) {
         if (take_gpt_oss_part(path, t)) continue;
-        const auto key = engine_key(t.name);
+        const auto key = engine_key(t.name, cfg_);
         if (!key) continue;  // not used by the engine (e.g. rotary_emb.inv_freq)
         auto [it, fresh] = origin.emplace(*key, file);
         KV_CHECK(fresh, "{}: tensor '{}' appears in both {} and {}", path, t.name, it->second,
@@ -345,7 +353,7 @@ class SafetensorsModel final : public ModelFile {
       }
     }
     for (const auto& [tensor, file] : weight_map) {
-      const auto key = engine_key(tensor);
+      const auto key = engine_key(tensor, cfg_);
       if (!key) continue;
       const auto it = origin.find(*key);
       KV_CHECK(it != origin.end() && it->second == file,
@@ -380,10 +388,7 @@ class SafetensorsModel final : public ModelFile {
       parts_[e->gguf][e->expert] = {t.name, t.view};
       return;
     }
-    std::string name = *hf_to_gguf_name(t.name);
-    // gpt-oss's pre-FFN norm: GGUF's name for it (model_file.h).
-    if (cfg_.gpt_oss && name.ends_with(".ffn_norm.weight"))
-      name.replace(name.size() - 16, 16, ".post_attention_norm.weight");
+    const std::string name = *engine_key(t.name, cfg_);
     tensors_[name] = widened(name, t.view);
   }
   // A part of a gpt-oss expert stack (safetensors.h), kept for
@@ -448,15 +453,20 @@ class SafetensorsModel final : public ModelFile {
   }
   // Norm weights, biases and sinks as the executors read them: F32. A
   // checkpoint stores them as its matrices are (BF16 nearly always), so
-  // those are widened once here: a few KiB a layer.
+  // those are widened once here: a few KiB a layer. Gemma's norms scale by
+  // 1 + w and its checkpoints store w: they become GGUF's 1 + w here too.
   TensorView widened(const std::string& name, const TensorView& v) {
-    const bool small =
-        name.ends_with(".bias") || name.ends_with("norm.weight") || name.ends_with("_sinks.weight");
-    if (!small || (v.type != DType::F16 && v.type != DType::BF16)) return v;
+    const bool norm = name.ends_with("norm.weight");
+    const bool small = norm || name.ends_with(".bias") || name.ends_with("_sinks.weight");
+    const float add = norm && cfg_.arch == "gemma3" ? 1.f : 0.f;
+    if (!small || (add == 0.f && v.type != DType::F16 && v.type != DType::BF16)) return v;
+    KV_CHECK_CODE(v.type == DType::F32 || v.type == DType::F16 || v.type == DType::BF16,
+                  ErrorCode::kModelFormat, "tensor {} is {}: norms are read as F32, F16 or BF16",
+                  name, dtype_name(v.type));
     const int64_t n = v.cols() * v.rows();
     std::vector<float>& f = widened_[name];
     f.resize(size_t(n));
-    for (int64_t i = 0; i < n; ++i) f[size_t(i)] = float_element(v, i);
+    for (int64_t i = 0; i < n; ++i) f[size_t(i)] = float_element(v, i) + add;
     TensorView w = v;
     w.type = DType::F32;
     w.data = f.data();

@@ -211,6 +211,8 @@ std::optional<std::string> hf_to_gguf_name(std::string_view hf) {
       {"self_attn.q_norm.weight", "attn_q_norm.weight"},  // Qwen3
       {"self_attn.k_norm.weight", "attn_k_norm.weight"},
       {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},        // Gemma 3 (model_file.cpp
+      {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},  // renames its post-attn)
       {"mlp.gate_proj.weight", "ffn_gate.weight"},
       {"mlp.up_proj.weight", "ffn_up.weight"},
       {"mlp.down_proj.weight", "ffn_down.weight"},

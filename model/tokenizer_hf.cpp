@@ -3,7 +3,8 @@
 // Supported: model.type "BPE" with a byte-level pre-tokenizer whose split
 // pattern is one of the families we implement (GPT-2 ByteLevel regex,
 // SmolLM2 Digits + ByteLevel, Llama 3 and Qwen2 Split + ByteLevel), and
-// SentencePiece-style BPE (Metaspace or Prepend/Replace "▁" normalizer,
+// SentencePiece-style BPE (Metaspace, or a Replace " " → "▁" normalizer with
+// or without Prepend "▁" — Gemma's has none and splits on " " — and
 // byte_fallback). Anything else is refused with the part that is not
 // supported. Added tokens: "special" ones become control tokens (matched
 // only with parse_special), the others user-defined (always matched), with
@@ -50,18 +51,32 @@ std::vector<json> parts(const json& j, const char* key) {
   return {j};
 }
 
-bool is_spm_normalizer(const json& n) {
-  bool prepend = false, replace = false;
+// A SentencePiece-style normalizer: Replace " " with "▁" (Gemma's), with a
+// Prepend "▁" before it (Llama 2's, Mistral's: `prepend` set), and nothing
+// else.
+bool is_spm_normalizer(const json& n, bool* prepend = nullptr) {
+  bool pre = false, replace = false;
   for (const auto& p : parts(n, "normalizers")) {
     const std::string t = type_of(p);
     if (t == "Prepend" && p.value("prepend", "") == "\xE2\x96\x81")
-      prepend = true;
-    else if (t == "Replace")
+      pre = true;
+    else if (t == "Replace" && p.contains("pattern") && p["pattern"].value("String", "") == " " &&
+             p.value("content", "") == "\xE2\x96\x81")
       replace = true;
     else
       return false;
   }
-  return prepend && replace;
+  if (prepend) *prepend = pre;
+  return replace;
+}
+
+// Gemma's pre-tokenizer, Split on " " merged with the previous piece: after
+// the normalizer has replaced every space it finds none, so it splits
+// nothing.
+bool is_noop_space_split(const json& p, const json& normalizer) {
+  return type_of(p) == "Split" && p.contains("pattern") &&
+         p["pattern"].value("String", "") == " " && !p.contains("Regex") &&
+         is_spm_normalizer(normalizer);
 }
 
 // The family, from the pre-tokenizer (byte-level) or the normalizer (SPM).
@@ -99,13 +114,18 @@ void read_family(const json& j, const json& model, const std::string& path, Toke
     else
       KV_FAIL("{}: split pattern '{}' is not one of the supported families", path, regex);
   } else {
-    KV_CHECK(pre.is_null() || type_of(pre) == "Metaspace" ||
-                 is_spm_normalizer(j.value("normalizer", json())),
+    const json norm = j.value("normalizer", json());
+    const bool metaspace = type_of(pre) == "Metaspace";
+    bool prepend = false;
+    const bool spm_norm = is_spm_normalizer(norm, &prepend);
+    KV_CHECK(pre.is_null() || metaspace || is_noop_space_split(pre, norm),
              "{}: pre-tokenizer '{}' is not supported", path, type_of(pre));
-    KV_CHECK(is_spm_normalizer(j.value("normalizer", json())) || type_of(pre) == "Metaspace",
-             "{}: neither byte-level nor SentencePiece-style; not supported", path);
+    KV_CHECK(spm_norm || metaspace, "{}: neither byte-level nor SentencePiece-style; not supported",
+             path);
     d.model = TokenizerData::Model::kSpm;
-    d.add_space_prefix = true;
+    // A space before the text: Metaspace's unless its scheme says never, the
+    // normalizer's Prepend (Gemma's has none).
+    d.add_space_prefix = metaspace ? pre.value("prepend_scheme", "always") != "never" : prepend;
     d.byte_fallback = model.value("byte_fallback", false);
   }
 }

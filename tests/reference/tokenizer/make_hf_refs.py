@@ -55,6 +55,19 @@ def spm():
     return tok, trainer
 
 
+def gemma():
+    """Gemma 3's form: spaces become "▁" with none prepended, a Split on " "
+    that finds nothing left to split, byte fallback, <bos> added."""
+    tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
+    tok.normalizer = normalizers.Replace(" ", "\u2581")
+    tok.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_previous", invert=False)
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+    alphabet = [f"<0x{b:02X}>" for b in range(256)]
+    trainer = trainers.BpeTrainer(vocab_size=1200, special_tokens=["<pad>", "<eos>", "<bos>", "<unk>"] + alphabet,
+                                  show_progress=False)
+    return tok, trainer
+
+
 def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests", "data", "tokenizer")
     texts = []
@@ -65,11 +78,11 @@ def main():
             pass
     train = [t for t in texts if "<|" not in t]
     sample = texts[::4]
-    for family in ["gpt2", "smollm", "llama3", "qwen2", "spm"]:
-        tok, trainer = spm() if family == "spm" else byte_level(family)
+    for family in ["gpt2", "smollm", "llama3", "qwen2", "spm", "gemma"]:
+        tok, trainer = {"spm": spm, "gemma": gemma}.get(family, lambda: byte_level(family))()
         tok.train_from_iterator(train, trainer)
-        bos = "<s>" if family == "spm" else "<|begin_of_text|>"
-        if family in ("llama3", "spm"):
+        bos = {"spm": "<s>", "gemma": "<bos>"}.get(family, "<|begin_of_text|>")
+        if family in ("llama3", "spm", "gemma"):
             tok.post_processor = processors.TemplateProcessing(
                 single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))])
         tok.add_tokens(["<custom>"])  # a non-special added token

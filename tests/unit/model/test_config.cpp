@@ -382,5 +382,87 @@ TEST(HfConfig, QuantizationConfigsKvasirCannotReadAreRefusedByName) {
   bad(json::array(), {"'quantization_config' must be an object"});
 }
 
+// Gemma 3's config.json as transformers 5 writes it (the 270M's values).
+json gemma3_json() {
+  json types = json::array();
+  for (int il = 0; il < 18; ++il)
+    types.push_back(il % 6 == 5 ? "full_attention" : "sliding_attention");
+  return {{"architectures", {"Gemma3ForCausalLM"}},
+          {"model_type", "gemma3_text"},
+          {"hidden_size", 640},
+          {"intermediate_size", 2048},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 1},
+          {"head_dim", 256},
+          {"num_hidden_layers", 18},
+          {"vocab_size", 262144},
+          {"max_position_embeddings", 32768},
+          {"rms_norm_eps", 1e-6},
+          {"hidden_activation", "gelu_pytorch_tanh"},
+          {"attn_logit_softcapping", nullptr},
+          {"final_logit_softcapping", nullptr},
+          {"query_pre_attn_scalar", 256},
+          {"sliding_window", 512},
+          {"layer_types", types},
+          {"rope_parameters",
+           {{"full_attention", {{"rope_theta", 1e6}, {"rope_type", "default"}}},
+            {"sliding_attention", {{"rope_theta", 1e4}, {"rope_type", "default"}}}}},
+          {"tie_word_embeddings", true}};
+}
+
+TEST(HfConfig, Gemma3AsTransformersWritesIt) {
+  const ModelConfig c = config_from_hf_json(gemma3_json(), "cfg.json", "g");
+  EXPECT_EQ(c.arch, "gemma3");
+  EXPECT_EQ(c.sliding_window, 512);
+  EXPECT_EQ(c.sliding_pattern, 6);
+  for (int il = 0; il < 18; ++il) EXPECT_EQ(c.layer_slides(il), il % 6 != 5) << il;
+  EXPECT_EQ(c.rope_theta, 1e6f);
+  EXPECT_EQ(c.rope_theta_local, 1e4f);
+  EXPECT_FLOAT_EQ(c.attention_scale(), 1.f / 16.f);
+  EXPECT_FLOAT_EQ(c.embed_scale, std::sqrt(640.f));
+  EXPECT_TRUE(c.qk_norm && c.post_norms && c.gelu_ffn && c.tied_embeddings);
+  EXPECT_FALSE(c.rope_scaling_local);
+  EXPECT_EQ(c.rope_layout, RopeLayout::kHalf);
+
+  // The 4B and larger: a linear factor on the global layers only.
+  json big = gemma3_json();
+  big["rope_parameters"]["full_attention"] = {
+      {"rope_theta", 1e6}, {"rope_type", "linear"}, {"factor", 8.0}};
+  EXPECT_EQ(config_from_hf_json(big, "cfg.json", "g").rope_linear_factor, 8.f);
+
+  // transformers 4's form: rope_theta, rope_scaling, rope_local_base_freq.
+  json old = gemma3_json();
+  old.erase("rope_parameters");
+  old.erase("layer_types");
+  old["rope_theta"] = 1e6;
+  old["rope_local_base_freq"] = 1e4;
+  old["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
+  old["sliding_window_pattern"] = 6;
+  const ModelConfig o = config_from_hf_json(old, "cfg.json", "g");
+  EXPECT_EQ(o.rope_theta, 1e6f);
+  EXPECT_EQ(o.rope_theta_local, 1e4f);
+  EXPECT_EQ(o.rope_linear_factor, 8.f);
+  EXPECT_EQ(o.sliding_pattern, 6);
+}
+
+TEST(HfConfig, Gemma3WhatItCannotRunIsRefusedByName) {
+  auto bad = [](auto mutate, std::initializer_list<std::string> parts) {
+    json j = gemma3_json();
+    mutate(j);
+    test::expect_error([&] { config_from_hf_json(j, "dir/config.json", "n"); }, parts);
+  };
+  bad([](json& j) { j["layer_types"][1] = "full_attention"; },
+      {"'layer_types'[3]", "one global layer in every 2"});
+  bad([](json& j) { j["layer_types"].erase(0); }, {"'layer_types' must list the 18 layers"});
+  bad([](json& j) { j["hidden_activation"] = "gelu"; }, {"'hidden_activation'", "gelu"});
+  bad([](json& j) { j["attn_logit_softcapping"] = 50.0; }, {"'attn_logit_softcapping'"});
+  bad([](json& j) { j["use_bidirectional_attention"] = true; }, {"bidirectional"});
+  bad([](json& j) { j["rope_parameters"]["sliding_attention"]["rope_type"] = "linear"; },
+      {"rope_parameters.sliding_attention.rope_type", "not scaled"});
+  bad([](json& j) { j["rope_parameters"].erase("sliding_attention"); },
+      {"rope_parameters.sliding_attention"});
+  bad([](json& j) { j["query_pre_attn_scalar"] = 0; }, {"'query_pre_attn_scalar'"});
+}
+
 }  // namespace
 }  // namespace kvasir

