@@ -112,15 +112,7 @@ SliceExecutor::SliceExecutor(const ModelFile& model, const SliceSpec& slice, con
   for (int il = slice.first_layer; il <= slice.last_layer; ++il)
     map_layer(model, il, layers_[size_t(il - slice.first_layer)]);
   rope_ = rope_table(model);
-  ModelConfig local = cfg_;
-  local.rope_theta = cfg_.rope_theta_local;
-  if (!cfg_.rope_scaling_local) {
-    const ModelConfig unscaled;
-    local.rope_linear_factor = unscaled.rope_linear_factor;
-    local.rope_llama3_factor = unscaled.rope_llama3_factor;
-    local.rope_yarn_factor = unscaled.rope_yarn_factor;
-  }
-  rope_local_ = rope_table(local, model.find(kRopeFreqsTensor));
+  rope_local_ = local_rope_table(model);
   for (int il = slice.first_layer; il <= slice.last_layer; ++il) {
     Layer& L = layers_[size_t(il - slice.first_layer)];
     L.window = cfg_.layer_slides(il) ? cfg_.sliding_window : 0;

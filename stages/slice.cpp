@@ -151,6 +151,22 @@ RopeTable rope_table(const ModelFile& model) {
   return rope_table(c, freqs);
 }
 
+RopeTable local_rope_table(const ModelConfig& c, const TensorView* rope_freqs) {
+  ModelConfig local = c;
+  local.rope_theta = c.rope_theta_local;
+  if (!c.rope_scaling_local) {
+    const ModelConfig unscaled;
+    local.rope_linear_factor = unscaled.rope_linear_factor;
+    local.rope_llama3_factor = unscaled.rope_llama3_factor;
+    local.rope_yarn_factor = unscaled.rope_yarn_factor;
+  }
+  return rope_table(local, rope_freqs);
+}
+
+RopeTable local_rope_table(const ModelFile& model) {
+  return local_rope_table(model.config(), model.find(kRopeFreqsTensor));
+}
+
 uint64_t kv_elem_bytes(DType t) {
   KV_CHECK(t == DType::F16 || t == DType::F32, "kv.dtype must be f16 or f32 (got {})",
            dtype_name(t));

@@ -119,6 +119,11 @@ struct RopeTable {
 RopeTable rope_table(const ModelConfig& c, const TensorView* rope_freqs);
 // The same, with rope_freqs.weight looked up in `model`.
 RopeTable rope_table(const ModelFile& model);
+// The sliding-window layers' table: rope_theta_local, and the model's
+// scaling only where ModelConfig::rope_scaling_local says they take it
+// (gpt-oss: yes; Gemma 3: its global layers alone are scaled).
+RopeTable local_rope_table(const ModelFile& model);
+RopeTable local_rope_table(const ModelConfig& c, const TensorView* rope_freqs);
 
 // --- KV -------------------------------------------------------------------
 

@@ -136,6 +136,32 @@ TEST(SliceRope, LinearScalingDividesPositionsNotTheTable) {
   EXPECT_EQ(lin.config.linear_factor, 4.f);
 }
 
+// The sliding layers rotate with their own base; Gemma 3 scales only its
+// global layers (the 4B+: linear 8), gpt-oss both kinds (YaRN).
+TEST(SliceRope, SlidingLayersTakeTheScalingOnlyWhereTheFamilyDoes) {
+  ModelConfig c = llama(64, 1000000.f);
+  c.rope_layout = RopeLayout::kHalf;
+  c.rope_theta_local = 10000.f;
+  c.rope_linear_factor = 8.f;
+  c.rope_scaling_local = false;  // Gemma 3
+  const RopeTable global = rope_table(c, nullptr);
+  const RopeTable local = local_rope_table(c, nullptr);
+  EXPECT_EQ(global.config.linear_factor, 8.f);
+  EXPECT_EQ(local.config.linear_factor, 1.f);
+  EXPECT_EQ(local.config.theta, 10000.f);
+  EXPECT_EQ(global.config.theta, 1000000.f);
+
+  c.rope_linear_factor = 1.f;
+  c.rope_yarn_factor = 32.f;
+  c.rope_yarn_original_context = 4096;
+  c.rope_scaling_local = true;  // gpt-oss
+  const RopeTable yarn_local = local_rope_table(c, nullptr);
+  EXPECT_EQ(yarn_local.config.yarn_factor, 32.f);
+  c.rope_scaling_local = false;
+  EXPECT_EQ(local_rope_table(c, nullptr).config.yarn_factor, 0.f);
+  EXPECT_FALSE(same_bits(yarn_local.inv_freq, local_rope_table(c, nullptr).inv_freq));
+}
+
 TEST(SliceRope, Llama3MetadataScaling) {
   ModelConfig c = llama(128, 500000.f);
   c.rope_llama3_factor = 8.f;
