@@ -17,6 +17,7 @@
 #include "base/log.h"
 #include "grammar/grammar.h"
 #include "ipc/segment.h"
+#include "model/hf_folder.h"
 #include "model/model_file.h"
 #include "model/tokenizer.h"
 
@@ -480,11 +481,15 @@ std::unique_ptr<TailGrammar> TailGrammar::create(const ModelFile& model, int32_t
                                                  const ipc::GrammarTable& table,
                                                  const TailGrammarOptions& options) {
   if (table.entries() <= 0) return nullptr;
-  if (!model.gguf()) {
-    KV_LOG_WARN("stage", "structured outputs off: the model has no GGUF tokenizer");
+  // The same tokenizer the daemon loads: the GGUF file's, or a folder's
+  // tokenizer.json (with its tokenizer_config.json and end ids).
+  std::shared_ptr<const Tokenizer> tok;
+  try {
+    tok = model.gguf() ? Tokenizer::from_gguf(*model.gguf()) : hf_folder_tokenizer(model.path());
+  } catch (const Error& e) {
+    KV_LOG_WARN("stage", "structured outputs off: {}", e.message());
     return nullptr;
   }
-  std::shared_ptr<const Tokenizer> tok = Tokenizer::from_gguf(*model.gguf());
   return std::make_unique<TailGrammarImpl>(grammar::Vocabulary::from_tokenizer(*tok, logits_width),
                                            table, options, tok);
 }

@@ -68,6 +68,11 @@ UNSET='{"prompt": "Hello world 42", "max_tokens": 12, "ignore_eos": true,
         "skip_special_tokens": false}'
 CHAT='{"messages": [{"role": "user", "content": "Hi there"}], "max_tokens": 8,
        "ignore_eos": true, "skip_special_tokens": false, "temperature": 0}'
+# Structured output: the tail builds its grammar vocabulary from the same
+# tokenizer the daemon loaded (for a folder, its tokenizer.json).
+JSON='{"messages": [{"role": "user", "content": "Give me a number as JSON."}], "max_tokens": 24,
+       "temperature": 0, "response_format": {"type": "json_schema", "json_schema": {"name": "n",
+       "schema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}}'
 
 wait_ready() {  # wait_ready PID SOCK: until /health is 200; false once PID exits or at 60 s
   local until=$((SECONDS + 60))
@@ -88,16 +93,17 @@ serve() {  # serve NAME MODEL [CONFIG ARGS]: starts kvasird on MODEL, runs the r
     bad "$1: kvasird did not become ready"; tail -20 "$WORK/$1.log"; return
   fi
   ok "$1: ready"
-  for req in completion unset chat; do
+  for req in completion unset chat json; do
     case $req in
       completion) out=$(post "$sock" /v1/completions "$COMPLETION") ;;
       unset) out=$(post "$sock" /v1/completions "$UNSET") ;;
       chat) out=$(post "$sock" /v1/chat/completions "$CHAT") ;;
+      json) out=$(post "$sock" /v1/chat/completions "$JSON") ;;
     esac
     code=$(tail -1 <<< "$out")
     expect "$1: $req answers 200" "$code" 200
     [ "$code" == 200 ] || { echo "$out"; continue; }
-    if [ $req == chat ]; then
+    if [ $req == chat ] || [ $req == json ]; then
       TEXT[$1.$req]=$(field "$(head -1 <<< "$out")" 'repr(r["choices"][0]["message"]["content"])')
     else
       TEXT[$1.$req]=$(field "$(head -1 <<< "$out")" 'repr(r["choices"][0]["text"])')
@@ -115,6 +121,8 @@ echo "     GGUF greedy text: ${TEXT[gguf.completion]-}; chat: ${TEXT[gguf.chat]-
 expect "greedy completion: folder = GGUF" "${TEXT[folder.completion]-none}" \
   "${TEXT[gguf.completion]-no GGUF text}"
 expect "greedy chat: folder = GGUF" "${TEXT[folder.chat]-none}" "${TEXT[gguf.chat]-no GGUF text}"
+expect "structured output (the folder's tokenizer.json at the tail): folder = GGUF" \
+  "${TEXT[folder.json]-none}" "${TEXT[gguf.json]-no GGUF text}"
 expect "generation_config.json's temperature 0 is the default" \
   "${TEXT[folder.unset]-none}" "${TEXT[gguf.completion]-no GGUF text}"
 # And the GGUF file, without that default, samples at temperature 1.
@@ -161,6 +169,12 @@ else
     "${TEXT[smol-gguf.completion]-no GGUF text}"
   expect "SmolLM2 greedy chat: folder = F32 GGUF" "${TEXT[smol-folder.chat]-none}" \
     "${TEXT[smol-gguf.chat]-no GGUF text}"
+  expect "SmolLM2 structured output: folder = F32 GGUF" "${TEXT[smol-folder.json]-none}" \
+    "${TEXT[smol-gguf.json]-no GGUF text}"
+  python3 -c 'import ast, json, sys; o = json.loads(ast.literal_eval(sys.argv[1])); assert isinstance(o["n"], int)' \
+    "${TEXT[smol-folder.json]-''}" 2> /dev/null &&
+    ok "SmolLM2 folder's structured output is the schema's JSON: ${TEXT[smol-folder.json]-}" ||
+    bad "SmolLM2 folder's structured output: ${TEXT[smol-folder.json]-none}"
 fi
 
 kv_finish
