@@ -18,8 +18,11 @@ tokens, and one stream for the ITL overhead. Prints each run's output
 tok/s, TTFT and ITL, the ratios, and the batch-1 ITL overhead beside the
 round trip the shaper adds (2 x DELAY).
 
-  sudo python3 bench/hosts/run.py [--bin build/bin] [--delay 0.2,2] [--concurrency 16]
+  sudo python3 bench/hosts/run.py [--bin build/bin] [--delay 0.2,2] [--bridge] [--concurrency 16]
       [--requests 48] [--prompt 128] [--max-tokens 64] [--model PATH]
+
+--bridge adds a run with a kernel bridge in place of the shaper (nothing
+added, no user-space hop): the shaper's own share of the link's cost apart.
 
 Needs root (namespaces). The issue's targets: 2 hosts >= 0.9x one host at
 0.2 ms per hop, >= 0.75x at 2 ms; batch-1 ITL overhead <= the added round
@@ -158,6 +161,8 @@ def main():
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--delay", default="0.2,2", help="ms added each way per hop, comma-separated")
+    ap.add_argument("--bridge", action="store_true",
+                    help="also a run with a kernel bridge in place of the shaper")
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--requests", type=int, default=48)
     ap.add_argument("--prompt", type=int, default=128)
@@ -171,8 +176,11 @@ def main():
           flush=True)
     print(f"{a.prompt} in / {a.max_tokens} out; {a.concurrency} concurrent x {a.requests} requests, "
           f"then 1 stream x 8; stage 0 on CPU 0, stage 1 on CPU 1, max_inflight 2", flush=True)
-    for delay in (float(x) for x in a.delay.split(",")):
-        netns("up", "2", "--delay", str(delay), stdout=subprocess.DEVNULL)
+    settings = [("bridge", 0.0)] if a.bridge else []
+    settings += [("shaper", float(x)) for x in a.delay.split(",") if x]
+    for wire, delay in settings:
+        up = ["--bridge"] if wire == "bridge" else ["--delay", str(delay)]
+        netns("up", "2", *up, stdout=subprocess.DEVNULL)
         try:
             netns("exec", "1", "ping", "-c", "1", "-W", "2", "10.77.0.2", stdout=subprocess.DEVNULL)
             res = {}
@@ -183,8 +191,9 @@ def main():
                         res[name] = (measure(a, a.concurrency, a.requests), measure(a, 1, 8))
                     finally:
                         stop(procs)
-            print(f"+{delay:g} ms each way (round trip +{2 * delay:g} ms), load "
-                  f"{' '.join(machine.load())}:", flush=True)
+            what = ("a kernel bridge, no shaper" if wire == "bridge" else
+                    f"+{delay:g} ms each way (round trip +{2 * delay:g} ms)")
+            print(f"{what}, load {' '.join(machine.load())}:", flush=True)
             for name, (s16, s1) in res.items():
                 print(line(name, s16) + f"   | 1 stream: ITL p50 {s1['itl_p50']:.2f} ms")
             (b16, b1), (h16, h1) = res["one host"], res["two hosts"]

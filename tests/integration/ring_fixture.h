@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "daemon/config/config.h"
+#include "ipc/futex.h"
 #include "daemon/engine/bridge.h"
 #include "daemon/supervisor/supervisor.h"
 #include "model/model_file.h"
@@ -107,11 +108,12 @@ struct Collector {
   std::map<int, std::vector<int32_t>> tokens;
   std::map<int, FinishReason> finish;
   std::map<int, std::string> errors;
+  std::map<int, std::vector<int64_t>> token_ns;  // when each token arrived (inter-token latency)
 
   EventSink sink(int key) {
     return [this, key](const TokenEvent& ev) {
       std::lock_guard lk(mu);
-      if (ev.token >= 0) tokens[key].push_back(ev.token);
+      if (ev.token >= 0) tokens[key].push_back(ev.token), token_ns[key].push_back(ipc::now_ns());
       if (ev.finish != FinishReason::kNone) {
         finish[key] = ev.finish;
         errors[key] = ev.error.message();

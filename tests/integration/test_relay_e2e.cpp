@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -53,8 +54,18 @@ std::vector<Req> make_requests(int n, int vocab, uint64_t seed, int max_new = 0)
 }
 
 // Every request through a Bridge on seg, all submitted at once; each one's tokens.
-// How long the last serve() took, from the first submit to the last token.
-double last_serve_s = 0;
+// How long the last serve() took, from the first submit to the last token,
+// and the median gap between a request's consecutive tokens (ms).
+double last_serve_s = 0, last_itl_p50_ms = 0;
+
+double itl_p50_ms(const Collector& col) {
+  std::vector<int64_t> gaps;
+  for (const auto& [key, ts] : col.token_ns)
+    for (size_t i = 1; i < ts.size(); ++i) gaps.push_back(ts[i] - ts[i - 1]);
+  if (gaps.empty()) return 0;
+  std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
+  return double(gaps[gaps.size() / 2]) * 1e-6;
+}
 
 std::vector<std::vector<int32_t>> serve(ipc::Segment& seg, const Config& cfg, const ModelConfig& mc,
                                         int32_t kv_blocks, const std::vector<Req>& reqs) {
@@ -79,6 +90,7 @@ std::vector<std::vector<int32_t>> serve(ipc::Segment& seg, const Config& cfg, co
   }
   EXPECT_TRUE(col.wait_all(reqs.size(), 60));
   last_serve_s = double(ipc::now_ns() - t0) * 1e-9;
+  last_itl_p50_ms = itl_p50_ms(col);
   for (size_t i = 0; i < reqs.size(); ++i) {
     EXPECT_EQ(col.finish[int(i)], FinishReason::kLength) << col.errors[int(i)];
     out[i] = col.tokens[int(i)];
@@ -369,14 +381,15 @@ void expect_split_matches_one_host(const Hosts& h) {
     one_host = serve(sup.segment(), cfg, mc, sup.kv_blocks(), reqs);
     sup.stop();
   }
-  const double one_s = last_serve_s;
+  const double one_s = last_serve_s, one_itl = last_itl_p50_ms;
   const auto split = serve_split(cfg, mc, reqs, h);
-  const double split_s = last_serve_s;
+  const double split_s = last_serve_s, split_itl = last_itl_p50_ms;
   if (measure)
     std::printf(
         "relay measure: %d requests x %d tokens: one host %.1f tok/s, split %.1f tok/s, "
-        "ratio %.3f\n",
-        n_req, n_new, double(tokens) / one_s, double(tokens) / split_s, one_s / split_s);
+        "ratio %.3f; ITL p50 one host %.3f ms, split %.3f ms (+%.3f)\n",
+        n_req, n_new, double(tokens) / one_s, double(tokens) / split_s, one_s / split_s, one_itl,
+        split_itl, split_itl - one_itl);
   ASSERT_EQ(split.size(), one_host.size());
   for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(split[i], one_host[i]) << "request " << i;
   if (measure) return;
