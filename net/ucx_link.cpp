@@ -323,6 +323,22 @@ void UcxLink::tell_refusal(const Payload& refuse) {
   (void)worker_->wait([&] { return ep_error_ != 0; }, now_ns() + kLingerNs, "linger");
 }
 
+int UcxLink::event_fd() const {
+  return worker_->efd;
+}
+
+Status UcxLink::arm(bool* armed) {
+  *armed = false;
+  // A receive the last progress completed is a frame waiting to be read:
+  // UCX has no event left to signal it.
+  if (!failure_.ok() || recv_op_->done) return failure_;
+  const ucs_status_t st = ucp_worker_arm(worker_->worker);
+  if (st == UCS_ERR_BUSY) return Status();
+  if (st != UCS_OK) return fail(ucs_failed(ErrorCode::kIo, "ucx: ucp_worker_arm", st));
+  *armed = true;
+  return Status();
+}
+
 Status UcxLink::connect(const std::string& host, uint16_t port, const ClusterKey& key,
                         const LinkOptions& options, std::unique_ptr<UcxLink>* out) {
   std::shared_ptr<UcxWorker> w;

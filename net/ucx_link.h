@@ -73,6 +73,16 @@ class UcxLink {
   // Sends Bye and closes the endpoint after flushing what was sent.
   Status close();
 
+  // Sleeping on the link from outside it (relay/: a ring's bell and the
+  // link in one wait). event_fd(): UCX's wake-up fd, which any thread may
+  // poll. arm(), from the link's thread once recv(0) has found nothing:
+  // true when the fd will be signalled by the next event (a frame, a
+  // peer's error, a connection to the listener sharing this worker), false
+  // when events are already pending (recv(0) again first). The listener
+  // and the links it accepted share one fd.
+  int event_fd() const;
+  Status arm(bool* armed);
+
   const std::string& peer_name() const { return peer_name_; }
   struct Op;  // one UCX request's completion (the callbacks in ucx_link.cpp fill it)
   bool failed() const { return !failure_.ok(); }

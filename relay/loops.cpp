@@ -6,6 +6,7 @@
 
 #include "base/check.h"
 #include "base/log.h"
+#include "relay/link_watch.h"
 #include "relay/relay.h"
 
 namespace kvasir::relay {
@@ -72,6 +73,25 @@ Status drain_link(net::UcxLink& link, bool* bye, Liveness& live, OnFrame&& on_fr
     } else {
       KV_RETURN_IF_ERROR(on_frame(f));
     }
+  }
+}
+
+// The next message on `in`, or false once stop() says so. While the ring
+// is empty, stop() drains the link (the frames are handled there), then
+// the relay sleeps on the ring's bell with the link armed: a message or a
+// frame wakes it at once (relay/link_watch.h); w.poll_ns bounds the sleep
+// for the liveness ticks and the stop flag.
+template <class Stop>
+bool next_msg(ipc::Ring& in, LinkWatch& watch, const ipc::WaitPolicy& w, Stop&& stop,
+              Status* ended, ipc::BatchMsg* m) {
+  for (;;) {
+    const uint32_t seen = in.not_empty.seen();
+    if (in.try_pop(*m)) return true;
+    if (stop()) return false;
+    bool armed = false;
+    *ended = watch.arm(&armed);
+    if (!ended->ok()) return false;
+    if (armed) in.not_empty.await(seen, w);
   }
 }
 
@@ -174,11 +194,9 @@ Status run_leader_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOption
     ended = drain_link(link, &bye, live, on_frame);
     return bye || !ended.ok();
   };
-  while (!stop()) {
-    ipc::BatchMsg m;
-    if (!in.pop(m, stop, wait)) break;
-    ended = L.on_msg(m);
-  }
+  LinkWatch watch(link, in.not_empty);
+  ipc::BatchMsg m;
+  while (!stop() && next_msg(in, watch, wait, stop, &ended, &m)) ended = L.on_msg(m);
   if (ended.ok()) {
     (void)link.close();
     return Status();
@@ -217,9 +235,9 @@ Status run_worker_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOption
     if (o.listener) answer_joiners(*o.listener, turned_away);
     return bye || !ended.ok();
   };
-  while (!stop()) {
-    ipc::BatchMsg m;
-    if (!tail_out.pop(m, stop, wait)) break;
+  LinkWatch watch(link, tail_out.not_empty);
+  ipc::BatchMsg m;
+  while (!stop() && next_msg(tail_out, watch, wait, stop, &ended, &m)) {
     net::Result f;
     ended = make_result_frame(seg, m, &result_buf, &f);
     if (ended.ok()) ended = link.send(f);

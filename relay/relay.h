@@ -29,10 +29,10 @@ namespace kvasir::relay {
 
 struct RelayOptions {
   int first_remote = 1;  // r: the worker's first stage; 1 <= r < n_stages
-  // How often a relay waiting on its ring also looks at its link: the most
-  // a frame arriving waits (a UCX link is driven from one thread, and the
-  // ring's bell and UCX's event fd cannot be waited on together yet).
-  int64_t poll_ns = 200'000;
+  // The longest a relay sleeps before it looks at its stop flag and the
+  // link's liveness. Not a latency: a message on its ring or a frame on
+  // its link wakes it at once (relay/link_watch.h).
+  int64_t poll_ns = 20'000'000;
   // Worker: the listener its leader came through, or null. While it
   // serves, the worker's relay answers anyone else who connects there: a
   // peer without the key is refused and logged by the listener (net/), one
