@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -302,6 +304,74 @@ TEST(Relay, BothRelaysOverLoopbackCarryEveryBatchInOrder) {
   EXPECT_TRUE(leader_end.ok()) << leader_end.to_string();
   EXPECT_TRUE(worker_end.ok()) << worker_end.to_string();
   EXPECT_EQ(s.leader->stage(1).stats.batches.load(), kBatches);
+}
+
+// One batch at a time over loopback, the tail holding each for 2 ms (a
+// stage's step: both relays go to sleep meanwhile), the bridge waiting
+// 2 ms between batches: what the two relays and the link add to a step,
+// the round trip less the tail's hold. A relay woken by its link is
+// tens of µs; one that waits for a poll pays up to the poll period on
+// each side.
+TEST(Relay, OneBatchAtATimeCostsTheLinkNotAPoll) {
+  Segs s;
+  const net::ClusterKey key(std::vector<uint8_t>(32, 0x5a));
+  net::LinkOptions wo, lo;
+  wo.role = net::Role::kWorker, wo.name = "worker-1";
+  lo.role = net::Role::kLeader, lo.name = "leader";
+  std::unique_ptr<net::UcxListener> listener;
+  ASSERT_TRUE(net::UcxListener::listen("127.0.0.1", 0, key, wo, &listener).ok());
+  const uint16_t port = listener->port();
+  std::thread worker([&] {
+    std::unique_ptr<net::UcxLink> link;
+    if (listener->accept(10000, &link).ok()) (void)relay::run_worker_relay(*s.worker, *link, {});
+  });
+  std::thread leader([&] {
+    std::unique_ptr<net::UcxLink> link;
+    if (net::UcxLink::connect("127.0.0.1", port, key, lo, &link).ok())
+      (void)relay::run_leader_relay(*s.leader, *link, {});
+  });
+  constexpr int kBatches = 200;
+  std::vector<int64_t> hold(kBatches + 1);
+  std::atomic<int> held{0};
+  std::thread tail([&] {
+    auto stop = [&] { return s.worker->stopping(); };
+    for (int n = 0; n < kBatches; ++n) {
+      BatchMsg m;
+      if (!s.worker->ring(1).pop(m, stop)) return;
+      const int64_t t0 = now_ns();
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      write_tail_result(*s.worker, m);
+      hold[m.batch_id] = now_ns() - t0;
+      held.fetch_add(1);
+      if (!s.worker->ring(2).push(m, stop)) return;
+    }
+  });
+  auto stop = [&] { return s.leader->stopping(); };
+  std::vector<int64_t> cost;
+  for (uint64_t id = 1; id <= kBatches; ++id) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    const BatchMsg m = msg_of(id, 2);  // a decode step of two rows
+    write_leader_side(*s.leader, m);
+    const int64_t t0 = now_ns();
+    ASSERT_TRUE(s.leader->ring(1).push(m, stop));
+    BatchMsg back;
+    ASSERT_TRUE(s.leader->ring(2).pop(back, stop));
+    ASSERT_EQ(back.batch_id, id);
+    ASSERT_EQ(back.status, 0) << "the batch went to the worker and back, not refused";
+    cost.push_back(now_ns() - t0 - hold[id]);
+  }
+  s.leader->request_shutdown();
+  leader.join(), worker.join();
+  s.worker->request_shutdown();
+  tail.join();
+  EXPECT_EQ(held.load(), kBatches) << "every batch held by the worker's tail";
+  std::sort(cost.begin(), cost.end());
+  const double p50 = double(cost[cost.size() / 2]) / 1e3;
+  const double p90 = double(cost[cost.size() * 9 / 10]) / 1e3;
+  std::printf("relay round trip less the tail's hold: p50 %.0f us, p90 %.0f us\n", p50, p90);
+  // Far above a woken relay's cost even on a loaded machine, far below a
+  // frame left for the relays' 20 ms sleep.
+  EXPECT_LT(p50, 5000.0);
 }
 
 TEST(Relay, WorkerEndsALinkThatSendsAMalformedBatch) {
