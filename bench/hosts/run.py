@@ -18,11 +18,14 @@ tokens, and one stream for the ITL overhead. Prints each run's output
 tok/s, TTFT and ITL, the ratios, and the batch-1 ITL overhead beside the
 round trip the shaper adds (2 x DELAY).
 
-  sudo python3 bench/hosts/run.py [--bin build/bin] [--delay 0.2,2] [--bridge] [--concurrency 16]
+  sudo python3 bench/hosts/run.py [--bin build/bin] [--delay 0.2,2] [--bridge] [--spin-us 0] [--concurrency 16]
       [--requests 48] [--prompt 128] [--max-tokens 64] [--model PATH]
 
 --bridge adds a run with a kernel bridge in place of the shaper (nothing
 added, no user-space hop): the shaper's own share of the link's cost apart.
+--spin-us S sets [plan] spin_us in both runs: each stage, the bridge and
+each relay poll S µs for their next hand-off (a relay's link frames
+included) before they sleep.
 
 Needs root (namespaces). The issue's targets: 2 hosts >= 0.9x one host at
 0.2 ms per hop, >= 0.75x at 2 ms; batch-1 ITL overhead <= the added round
@@ -51,7 +54,7 @@ path = "{model}"
 max_rows = 64
 max_tokens = 512
 max_inflight = 2
-[[stages]]
+{spin}[[stages]]
 layers = "0-{mid_1}"
 threads = 1
 cpus = "0"
@@ -125,6 +128,7 @@ def serve(a, d, two_hosts):
     os.chmod(key, 0o600)
     cfg = CONFIG.format(model=a.model, mid_1=n // 2 - 1, mid=n // 2, last=n - 1, port=PORT,
                         sock=os.path.join(d, "k.sock"),
+                        spin=f"spin_us = {a.spin_us}\n" if a.spin_us else "",
                         host=f'host = "{WORKER}"' if two_hosts else "",
                         cluster=f'[cluster]\nkey = "{key}"' if two_hosts else "")
     path = os.path.join(d, "k.toml")
@@ -163,6 +167,8 @@ def main():
     ap.add_argument("--delay", default="0.2,2", help="ms added each way per hop, comma-separated")
     ap.add_argument("--bridge", action="store_true",
                     help="also a run with a kernel bridge in place of the shaper")
+    ap.add_argument("--spin-us", type=int, default=0,
+                    help="[plan] spin_us: stages, bridge and relays poll this long before sleeping")
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--requests", type=int, default=48)
     ap.add_argument("--prompt", type=int, default=128)
