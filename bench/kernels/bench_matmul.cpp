@@ -21,7 +21,8 @@
 // kernel against the decode tiles (run_kbatch; 5th argument: the types).
 // mode "stream" (run_stream): one serving stage's weights, too big for the
 // caches, at decode micro-batch sizes; 5th argument: the types (default
-// F32).
+// F32). mode "prefill": plain weights (5th argument, default F32) at the
+// layer shapes, n = 128 and 512 (a served prompt, pp512).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -307,6 +308,7 @@ int main(int argc, char** argv) {
   const bool tiles = argc > 4 && std::string(argv[4]) == "tiles";
   const bool rows = argc > 4 && std::string(argv[4]) == "rows";
   const bool levels = argc > 4 && std::string(argv[4]) == "levels";
+  const bool prefill = argc > 4 && std::string(argv[4]) == "prefill";
 
   if (levels)
     std::printf(
@@ -318,6 +320,8 @@ int main(int argc, char** argv) {
   for (DType t : types) {
     const bool kquant = dtype_info(t).block == 256;
     if ((tiles || levels) && dtype_info(t).block == 1) continue;
+    if (prefill && dtype_info(t).block != 1) continue;
+    if (prefill && argc <= 5 && t != DType::F32) continue;
     if (argc > 5 && std::string(argv[5]).find(dtype_name(t)) == std::string::npos) continue;
     for (const Shape& s : shapes) {
       if (s.rows == 49152 && t != DType::Q8_0) continue;  // the output head is Q8_0
@@ -329,8 +333,9 @@ int main(int argc, char** argv) {
         continue;
       }
       for (int64_t n : tiles  ? std::vector<int64_t>{1, 4, 6, 8, 12, 16, 24, 32, 64}
-                       : rows ? std::vector<int64_t>{1, 2, 3, 4, 5, 6, 8}
-                              : std::vector<int64_t>{1, 16}) {
+                       : rows    ? std::vector<int64_t>{1, 2, 3, 4, 5, 6, 8}
+                       : prefill ? std::vector<int64_t>{128, 512}
+                                 : std::vector<int64_t>{1, 16}) {
         std::vector<float> x(size_t(n * s.cols), 0.5f), y(size_t(n * s.rows));
         auto run = [&] { matmul(w.view, x.data(), n, y.data(), &pool); };
         if (tiles) {
@@ -350,7 +355,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (tiles || levels || rows) return 0;
+  if (tiles || levels || rows || prefill) return 0;
   run_attention(pool, budget);
   return 0;
 }
