@@ -431,5 +431,48 @@ TEST(PagedKv, AppendWritesTheDocumentedLayout) {
     }
 }
 
+// An F16 cache holds f32_to_fp16's bits at every SIMD level (the append
+// converts 8 at a time where F16C is there): ties to even, subnormals,
+// overflow to infinity, NaNs (a payload the hardware would keep partly)
+// in groups of 8 and in the scalar tail of a head of 19.
+TEST(PagedKv, F16AppendHasTheScalarConversionsBits) {
+  SimdGuard guard;
+  auto from_bits = [](uint32_t b) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+  };
+  const float specials[] = {1.f + 0x1p-11f,  1.f + 0x3p-11f,         -0x1p-25f,
+                            0x1.8p-25f,      0x1p-14f,               0x1.ffcp-15f,
+                            65519.f,         65520.f,                -1e9f,
+                            -0.f,            from_bits(0x7fd5a000u), from_bits(0xff80a000u),
+                            INFINITY,        0x1.ff8p-15f};
+  const int hd = 19, n_tok = 7, n_blocks = 1;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.f, 3.f);
+  std::vector<float> kx(size_t(n_tok * hd)), vx(kx.size());  // [n_tok, 1, hd]
+  for (size_t i = 0; i < kx.size(); ++i) {
+    kx[i] = i % 3 == 0 ? specials[i / 3 % std::size(specials)] : nd(rng);
+    vx[i] = i % 5 == 1 ? specials[(i / 5 + 4) % std::size(specials)] : nd(rng) * 1e-5f;
+  }
+  std::vector<int32_t> table{0};
+  AttnRow a;
+  a.pos0 = 0;
+  a.n_tokens = n_tok;
+  a.block_table = table.data();
+  a.n_table = 1;
+  for (int l = 0; l < kSimdLevels; ++l) {
+    if (!simd_level_available(SimdLevel(l))) continue;
+    set_simd_level_for_testing(SimdLevel(l));
+    std::vector<uint16_t> k(size_t(n_tok * hd), 0xdead), v(k.size(), 0xdead);
+    const KvLayerView kv{k.data(), v.data(), DType::F16, n_blocks, n_tok, 1, hd};
+    kv_append(kv, &a, 1, kx.data(), vx.data());
+    for (size_t i = 0; i < k.size(); ++i) {
+      ASSERT_EQ(k[i], f32_to_fp16(kx[i])) << simd_level_name(SimdLevel(l)) << " k " << i;
+      ASSERT_EQ(v[i], f32_to_fp16(vx[i])) << simd_level_name(SimdLevel(l)) << " v " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvasir::cpu
