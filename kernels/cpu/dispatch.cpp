@@ -48,21 +48,26 @@ std::mutex g_mu;
 Slot g_slots[kTypeSlots][kRowsClasses];
 std::atomic<uint64_t> g_generation{0};  // simd_choices_generation()
 
-// The lowest level the CPU has that runs the same kernel as `level`.
-SimdLevel path_of(DType t, SimdLevel level) {
+// The lowest level the CPU has that runs the same kernels as `level` for
+// that rows class (a batch: the tiles and the K-quant batch kernel, which
+// may differ where the tiles do not: Q6_K's vpdpbusd batch kernel).
+SimdLevel path_of(DType t, SimdLevel level, RowsClass rows) {
   const detail::DotFn fn = detail::dot_kernel(t, level);
+  const bool batch = rows == RowsClass::kBatch;
+  const detail::KQuantBatchFn kb = batch ? detail::kquant_batch_kernel(t, level) : nullptr;
   for (int l = 0; l < int(level); ++l)
-    if (simd_level_available(SimdLevel(l)) && detail::dot_kernel(t, SimdLevel(l)) == fn)
+    if (simd_level_available(SimdLevel(l)) && detail::dot_kernel(t, SimdLevel(l)) == fn &&
+        (!batch || detail::kquant_batch_kernel(t, SimdLevel(l)) == kb))
       return SimdLevel(l);
   return level;
 }
 
 // Levels up to cap that the CPU has and that run a kernel of their own.
-std::vector<SimdLevel> candidates(DType t, SimdLevel cap) {
+std::vector<SimdLevel> candidates(DType t, SimdLevel cap, RowsClass rows) {
   std::vector<SimdLevel> c;
   for (int l = int(SimdLevel::kAvx2); l <= int(cap); ++l) {
     const auto level = SimdLevel(l);
-    if (simd_level_available(level) && path_of(t, level) == level) c.push_back(level);
+    if (simd_level_available(level) && path_of(t, level, rows) == level) c.push_back(level);
   }
   if (c.empty()) c.push_back(SimdLevel::kScalar);
   return c;
@@ -258,7 +263,7 @@ KernelChoice simd_kernel_choice(DType type, RowsClass rows, int64_t cols) {
   // position was computed alone (a decode) or with others (a prompt chunk,
   // a recompute after preemption, a speculative row verifying drafts), nor
   // on which process computed it, or greedy outputs part at near-ties.
-  auto cands = candidates(type, simd_level());
+  auto cands = candidates(type, simd_level(), rows);
   int family = simd_family(cands.back());
   for (int r = 0; r < kRowsClasses; ++r) {
     const int other = g_slots[unsigned(type)][r].level.load(std::memory_order_relaxed);
@@ -366,7 +371,7 @@ int simd_adopt_choices(std::string_view summary) {
     summary = sp == std::string_view::npos ? std::string_view() : summary.substr(sp + 1);
     KernelChoice c;
     if (!parse_entry(e, c) || int(c.level) > int(simd_level()) || !simd_level_available(c.level) ||
-        path_of(c.type, c.level) != c.level)
+        path_of(c.type, c.level, c.rows) != c.level)
       continue;
     if ((c.amx || c.amx_packed_rows > 0) &&
         !(c.rows == RowsClass::kBatch && detail::amx_usable() && detail::amx_supports(c.type)))
@@ -410,7 +415,7 @@ const char* choice_reason_name(ChoiceReason reason) {
 std::string KernelChoice::describe() const {
   std::string s =
       fmt::format("{} {}: {}", dtype_name(type), rows_class_name(rows), simd_level_name(level));
-  const SimdLevel path = reason == ChoiceReason::kPending ? level : path_of(type, level);
+  const SimdLevel path = reason == ChoiceReason::kPending ? level : path_of(type, level, rows);
   if (path != level) s += fmt::format(" (runs the {} kernel)", simd_level_name(path));
   s += fmt::format(" [{}", choice_reason_name(reason));
   if (reason == ChoiceReason::kMeasured) {

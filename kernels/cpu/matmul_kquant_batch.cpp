@@ -40,7 +40,10 @@ struct alignas(64) Unpacked {  // Q4_K, Q5_K
 };
 struct alignas(64) Unpacked6 {  // Q6_K
   uint8_t q[kq::kSuper];        // block c at [32 c, 32 c + 32): q + 32, 0..63
+                                // (vpdpbusd copy: q, −32..31, signed)
   int16_t sc[kSubs / 2][32];    // pair p: lanes 8m..8m+7 the scale of sub-block 4p + m
+                                // (vpdpbusd copy: sc[0..1], pair_sums_q6's)
+  int32_t ncorr[16];            // vpdpbusd copy: what the +128 offset adds, negated
   float d;
 };
 
@@ -90,7 +93,7 @@ U* scratch_for(int64_t count) {
 #define KV_ISA avx512_vnni
 #define KV_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define KV_MADD_ACC_512(acc, a, b) _mm512_dpwssd_epi32(acc, a, b)
-#define KV_WITH_Q6 0
+#define KV_WITH_Q6 1
 #define KV_WITH_DPBUSD 1
 #include "kernels/cpu/matmul_kquant_batch_avx512.inc"
 #undef KV_WITH_DPBUSD
@@ -106,8 +109,9 @@ U* scratch_for(int64_t count) {
 
 KQuantBatchFn kquant_batch_kernel(DType type, SimdLevel level) {
 #ifdef KV_HAVE_X86
-  // Q6_K has no VNNI path of its own (as its decode tile): avx512's serves
-  // (vpdpbusd for it, as Q4_K's below, measured no faster: docs/kernels.md).
+  // Q6_K's decode tile has no VNNI path of its own; its batch kernel does
+  // (pair_sums_q6), so a batch's level is measured apart from decode's
+  // (dispatch.cpp: path_of), in the same numerics family.
   const bool vnni = level == SimdLevel::kAvx512Vnni;
   if (level != SimdLevel::kAvx512 && !vnni) return nullptr;
   switch (type) {
@@ -116,7 +120,7 @@ KQuantBatchFn kquant_batch_kernel(DType type, SimdLevel level) {
     case DType::Q5_K:
       return vnni ? avx512_vnni::batch<DType::Q5_K> : avx512::batch<DType::Q5_K>;
     case DType::Q6_K:
-      return avx512::batch<DType::Q6_K>;
+      return vnni ? avx512_vnni::batch<DType::Q6_K> : avx512::batch<DType::Q6_K>;
     default:
       return nullptr;
   }

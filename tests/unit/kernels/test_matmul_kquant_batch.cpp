@@ -129,9 +129,10 @@ TEST(MatmulKQuantBatch, SubRangeMatchesAndStaysInside) {
   }
 }
 
-// The largest products the formats allow (every quant at its top, every
-// scale 63, activations at ±127 after quantisation): the VNNI kernel holds
-// a lane's 4 products in int16 before scaling, so the bound is tested here.
+// The largest products the formats allow (every quant at its top, Q6_K's
+// also at its bottom, every scale at its largest, activations at ±127
+// after quantisation): the VNNI kernels hold a lane's 4 products in int16
+// before scaling, so the bound is tested here.
 TEST(MatmulKQuantBatch, LargestQuantsEqualDecode) {
   SimdGuard guard;
   std::mt19937 rng(7);
@@ -146,7 +147,9 @@ TEST(MatmulKQuantBatch, LargestQuantsEqualDecode) {
       for (size_t o = 0; o < w.bytes.size(); o += size_t(bytes)) {
         uint8_t* b = w.bytes.data() + o;
         if (t == DType::Q6_K) {
-          std::memset(b, 0xff, 192);                 // ql, qh: q = 63
+          // ql, qh: q = 63, and q = 0 every other super-block (the
+          // VNNI kernel's q − 32 against x + 128 reaches ±32,640 there)
+          std::memset(b, (o / size_t(bytes)) % 2 ? 0x00 : 0xff, 192);
           std::memset(b + 192, o % 2 ? 127 : 0x81, 16);  // scales ±127
         } else {
           std::memset(b + 4, 0xff, 12);  // scales and mins 63
