@@ -143,6 +143,15 @@ Agreement agreement(const ModelFile& model, const fs::path& ref_path) {
   return a;
 }
 
+// At least 1,000 positions, 16 past the window, the top-1 share and the
+// mean |Δ log p| within bounds.
+void expect_agreement(const Agreement& a, double min_top1, double max_mean_diff) {
+  EXPECT_GE(a.total, 1000);
+  EXPECT_GE(a.past_window, 16);
+  EXPECT_GE(double(a.agree) / a.total, min_top1);
+  EXPECT_LT(a.sum_diff / a.total, max_mean_diff);
+}
+
 }  // namespace
 
 // Teacher-forced top-1 agreement with llama.cpp over >= 1,000 positions,
@@ -150,11 +159,7 @@ Agreement agreement(const ModelFile& model, const fs::path& ref_path) {
 TEST(Gemma3, MatchesLlamaCpp) {
   SKIP_WITHOUT_GEMMA();
   auto model = ModelFile::open(gemma_model().string());
-  const Agreement a = agreement(*model, source_dir() / "tests/data/parity/gemma3.json");
-  EXPECT_GE(a.total, 1000);
-  EXPECT_GE(a.past_window, 16);
-  EXPECT_GE(double(a.agree) / a.total, 0.97);
-  EXPECT_LT(a.sum_diff / a.total, 0.05);
+  expect_agreement(agreement(*model, source_dir() / "tests/data/parity/gemma3.json"), 0.97, 0.05);
 }
 
 // The folder reads as the same model as the GGUF file: every fact of
@@ -192,11 +197,8 @@ TEST(Gemma3Folder, ConfigEqualsTheFiles) {
 TEST(Gemma3Folder, MatchesTransformers) {
   SKIP_WITHOUT_FOLDER();
   auto model = ModelFile::open(gemma_folder().string());
-  const Agreement a = agreement(*model, source_dir() / "tests/data/parity/gemma3_hf.json");
-  EXPECT_GE(a.total, 1000);
-  EXPECT_GE(a.past_window, 16);
-  EXPECT_GE(double(a.agree) / a.total, 0.99);
-  EXPECT_LT(a.sum_diff / a.total, 0.02);
+  expect_agreement(agreement(*model, source_dir() / "tests/data/parity/gemma3_hf.json"), 0.99,
+                   0.02);
 }
 
 // The folder's tokenizer.json against Hugging Face tokenizers (through
