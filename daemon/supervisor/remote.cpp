@@ -72,12 +72,11 @@ void WorkerLink::set_error(const std::string& why) {
   last_error_ = why;
 }
 
-// Connects until it works, timeout_s passes (< 0: no limit) or quit. A
+// Connects until it works, deadline_ns passes (< 0: no limit) or quit. A
 // worker that refuses the key is not retried: that is no start-up race.
-Status WorkerLink::connect(const std::atomic<bool>& quit, double timeout_s) {
+Status WorkerLink::connect(const std::atomic<bool>& quit, int64_t deadline_ns) {
   net::LinkOptions o;
   o.role = net::Role::kLeader, o.name = "leader";
-  const int64_t deadline = ipc::now_ns() + int64_t(timeout_s * 1e9);
   for (int attempt = 0;; ++attempt) {
     link_.reset();
     Status s = net::UcxLink::connect(addr_, port_, key_, o, &link_);
@@ -93,9 +92,11 @@ Status WorkerLink::connect(const std::atomic<bool>& quit, double timeout_s) {
     for (int i = 0; i < 2 && !quit.load(); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (quit.load() || seg_.stopping()) return Status(ErrorCode::kStopping, "stopping");
-    if (timeout_s >= 0 && ipc::now_ns() > deadline)
+    // The limit the operator wrote, not what was left of it when this
+    // connect began: a log that says 0.999999 s reads as a bug.
+    if (deadline_ns >= 0 && ipc::now_ns() > deadline_ns)
       return error_status(ErrorCode::kTimeout, "worker {} did not answer within {:g} s: {}", host_,
-                          timeout_s, s.message());
+                          join_timeout_s_, s.message());
   }
 }
 
@@ -115,8 +116,7 @@ Status WorkerLink::join(const std::atomic<bool>& quit, int64_t* capacity) {
   if (!s.ok()) return error_status(s.code(), "cluster.key: {}", s.message());
   const int64_t deadline = ipc::now_ns() + int64_t(join_timeout_s_ * 1e9);
   for (;;) {
-    const double left = std::max(0.0, double(deadline - ipc::now_ns()) / 1e9);
-    KV_RETURN_IF_ERROR(connect(quit, left));
+    KV_RETURN_IF_ERROR(connect(quit, deadline));
     s = exchange_plan(quit, capacity);
     // A worker still serving a leader that went away (this one, restarted,
     // before the worker saw the old link end) says so: wait for it too.

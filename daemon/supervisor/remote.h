@@ -78,7 +78,7 @@ class WorkerLink {
 
  private:
   enum State : int { kJoining, kServing, kLost };
-  Status connect(const std::atomic<bool>& quit, double timeout_s);
+  Status connect(const std::atomic<bool>& quit, int64_t deadline_ns);
   Status exchange_plan(const std::atomic<bool>& quit, int64_t* capacity);
   void run_relay();  // the link's thread, until the relay ends
   void set_error(const std::string& why);
