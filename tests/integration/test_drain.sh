@@ -177,16 +177,24 @@ grep -q 'kvasird main: loaded: ' "$WORK/run1.log" && ok "the log says loaded" ||
 expect "GET /health once ready" "$("${C[@]}" -o /dev/null -w '%{http_code}' http://x/health)" "200"
 
 # ---- 2. graceful stop: running streams finish, new requests 503 ----
-stream "$WORK/s1" 48
-stream "$WORK/s2" 40
+stream "$WORK/s1" 96
+stream "$WORK/s2" 80
 first_event "$WORK/s1" && first_event "$WORK/s2" || bad "streams did not start"
 kill -TERM "$PID"
-sleep 0.3
+# The drain begins when the API loop next looks at the signal: probe until
+# /health says so (a fixed sleep raced the streams' own end on a slow host),
+# then ask for new work at once, while both streams still run.
+health_code=000
+for _ in $(seq 1 500); do
+  health_code=$("${C[@]}" -o /dev/null -w '%{http_code}' http://x/health)
+  [ "$health_code" != 200 ] && break
+  sleep 0.01
+done
 fresh=$("${C[@]}" -H 'Content-Type: application/json' -w ' %{http_code}' \
   -d '{"prompt":"x","max_tokens":2}' http://x/v1/completions)
 [[ "$fresh" == *'"code":"stopping"'*" 503" ]] && ok "new request while draining → 503 stopping" ||
   bad "new request while draining: $fresh"
-expect "/health while draining" "$("${C[@]}" -o /dev/null -w '%{http_code}' http://x/health)" "503"
+expect "/health while draining" "$health_code" "503"
 wait_exit 90
 expect "kvasird exit status after a drain" "$EXIT" "0"
 expect "stream 1 finished" "$(stream_end "$WORK/s1")" "done length"
