@@ -243,27 +243,44 @@ TEST(Relay, ResultCarriesOnlyThePartsTheBatchAsksFor) {
             ErrorCode::kInvalidArgument);
 }
 
+// Both relays of `s` over loopback, each on a thread of its own (the
+// worker's accepting, the leader's connecting), with the default options
+// (first_remote 1). join() waits for both: the leader's ends when s.leader
+// shuts down, the worker's on the Bye it sends.
+struct LoopbackRelays {
+  explicit LoopbackRelays(Segs& s) {
+    net::LinkOptions wo, lo;
+    wo.role = net::Role::kWorker, wo.name = "worker-1";
+    lo.role = net::Role::kLeader, lo.name = "leader";
+    listened = net::UcxListener::listen("127.0.0.1", 0, key, wo, &listener).ok();
+    if (!listened) return;
+    worker = std::thread([this, &s] {
+      std::unique_ptr<net::UcxLink> link;
+      worker_end = listener->accept(10000, &link);
+      if (worker_end.ok()) worker_end = relay::run_worker_relay(*s.worker, *link, {});
+    });
+    leader = std::thread([this, &s, lo, port = listener->port()] {
+      std::unique_ptr<net::UcxLink> link;
+      leader_end = net::UcxLink::connect("127.0.0.1", port, key, lo, &link);
+      if (leader_end.ok()) leader_end = relay::run_leader_relay(*s.leader, *link, {});
+    });
+  }
+  void join() {
+    if (leader.joinable()) leader.join();
+    if (worker.joinable()) worker.join();
+  }
+
+  const net::ClusterKey key{std::vector<uint8_t>(32, 0x5a)};
+  std::unique_ptr<net::UcxListener> listener;
+  bool listened = false;
+  Status worker_end, leader_end;
+  std::thread worker, leader;
+};
+
 TEST(Relay, BothRelaysOverLoopbackCarryEveryBatchInOrder) {
   Segs s;
-  const net::ClusterKey key(std::vector<uint8_t>(32, 0x5a));
-  net::LinkOptions wo, lo;
-  wo.role = net::Role::kWorker, wo.name = "worker-1";
-  lo.role = net::Role::kLeader, lo.name = "leader";
-  std::unique_ptr<net::UcxListener> listener;
-  ASSERT_TRUE(net::UcxListener::listen("127.0.0.1", 0, key, wo, &listener).ok());
-  const uint16_t port = listener->port();
-  const relay::RelayOptions opts;  // first_remote 1
-  Status worker_end, leader_end;
-  std::thread worker([&] {
-    std::unique_ptr<net::UcxLink> link;
-    worker_end = listener->accept(10000, &link);
-    if (worker_end.ok()) worker_end = relay::run_worker_relay(*s.worker, *link, opts);
-  });
-  std::thread leader([&] {
-    std::unique_ptr<net::UcxLink> link;
-    leader_end = net::UcxLink::connect("127.0.0.1", port, key, lo, &link);
-    if (leader_end.ok()) leader_end = relay::run_leader_relay(*s.leader, *link, opts);
-  });
+  LoopbackRelays relays(s);
+  ASSERT_TRUE(relays.listened);
   constexpr uint64_t kBatches = 300;
   std::atomic<int> tail_bad{0};
   std::thread tail([&] {  // stage 1 on the worker, as far as the ring can tell
@@ -298,11 +315,11 @@ TEST(Relay, BothRelaysOverLoopbackCarryEveryBatchInOrder) {
   }
   EXPECT_TRUE(s.leader->drained()) << "the relay counts a batch held until its result is back";
   s.leader->request_shutdown();  // the leader's relay says Bye, the worker's ends on it
-  leader.join(), worker.join(), tail.join();
+  relays.join(), tail.join();
   s.worker->request_shutdown();
   EXPECT_EQ(tail_bad.load(), 0);
-  EXPECT_TRUE(leader_end.ok()) << leader_end.to_string();
-  EXPECT_TRUE(worker_end.ok()) << worker_end.to_string();
+  EXPECT_TRUE(relays.leader_end.ok()) << relays.leader_end.to_string();
+  EXPECT_TRUE(relays.worker_end.ok()) << relays.worker_end.to_string();
   EXPECT_EQ(s.leader->stage(1).stats.batches.load(), kBatches);
 }
 
@@ -314,22 +331,8 @@ TEST(Relay, BothRelaysOverLoopbackCarryEveryBatchInOrder) {
 // each side.
 TEST(Relay, OneBatchAtATimeCostsTheLinkNotAPoll) {
   Segs s;
-  const net::ClusterKey key(std::vector<uint8_t>(32, 0x5a));
-  net::LinkOptions wo, lo;
-  wo.role = net::Role::kWorker, wo.name = "worker-1";
-  lo.role = net::Role::kLeader, lo.name = "leader";
-  std::unique_ptr<net::UcxListener> listener;
-  ASSERT_TRUE(net::UcxListener::listen("127.0.0.1", 0, key, wo, &listener).ok());
-  const uint16_t port = listener->port();
-  std::thread worker([&] {
-    std::unique_ptr<net::UcxLink> link;
-    if (listener->accept(10000, &link).ok()) (void)relay::run_worker_relay(*s.worker, *link, {});
-  });
-  std::thread leader([&] {
-    std::unique_ptr<net::UcxLink> link;
-    if (net::UcxLink::connect("127.0.0.1", port, key, lo, &link).ok())
-      (void)relay::run_leader_relay(*s.leader, *link, {});
-  });
+  LoopbackRelays relays(s);
+  ASSERT_TRUE(relays.listened);
   constexpr int kBatches = 200;
   std::vector<int64_t> hold(kBatches + 1);
   std::atomic<int> held{0};
@@ -361,7 +364,7 @@ TEST(Relay, OneBatchAtATimeCostsTheLinkNotAPoll) {
     cost.push_back(now_ns() - t0 - hold[id]);
   }
   s.leader->request_shutdown();
-  leader.join(), worker.join();
+  relays.join();
   s.worker->request_shutdown();
   tail.join();
   EXPECT_EQ(held.load(), kBatches) << "every batch held by the worker's tail";
