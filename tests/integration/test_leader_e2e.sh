@@ -131,7 +131,12 @@ case "$out" in
 esac
 "${LEADER_IN[@]}" "$KVASIRD" --config "$WORK/leader.toml" > "$WORK/kvasird.log" 2>&1 &
 KV_PID=$!
-sleep 1
+# The worker starts once the leader's loading line says it waits for it (a
+# fixed sleep let a slow leader find the worker joined before its first line).
+for _ in $(seq 1 300); do
+  grep -q "joining on $ADDR:$PORT" "$WORK/kvasird.log" && break
+  sleep 0.1
+done
 start_worker "$KEY" "$WORK/worker.log"
 kv_wait_ready "$SOCK" 120 || { bad "the leader did not become ready"; kv_finish "$WORK/kvasird.log"; }
 case "$(health)" in
