@@ -19,7 +19,14 @@ tok/s, TTFT and ITL, the ratios, and the batch-1 ITL overhead beside the
 round trip the shaper adds (2 x DELAY).
 
   sudo python3 bench/hosts/run.py [--bin build/bin] [--delay 0.2,2] [--bridge] [--spin-us 0] [--concurrency 16]
-      [--requests 48] [--prompt 128] [--max-tokens 64] [--model PATH]
+      [--requests 48] [--prompt 128] [--max-tokens 64] [--model PATH] [--paired 0]
+
+--paired N: the batch-1 overhead measured instead with both instances up at
+once (the one-host one on port PORT+1; each idle while the other serves),
+N rounds of one request to each in turn, and the median of the rounds'
+differences in ITL p50: a drift of the machine over the runs (the one-host
+run's own ITL p50 moved 7.6-9.4 ms between sittings) then falls on both
+sides of each difference. The 16-concurrent runs are not taken then.
 
 --bridge adds a run with a kernel bridge in place of the shaper (nothing
 added, no user-space hop): the shaper's own share of the link's cost apart.
@@ -34,6 +41,7 @@ trip + 10%.
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -96,13 +104,13 @@ def popen_in(host, cmd, log):
                             env=env)
 
 
-def wait_health(proc, log_path, limit_s=180):
+def wait_health(proc, log_path, port, limit_s=180):
     t = time.time()
     while time.time() - t < limit_s:
         if proc.poll() is not None:
             raise RuntimeError(f"kvasird exited: {open(log_path).read()[-2000:]}")
         r = subprocess.run([NETNS, "exec", "1", "python3", "-c",
-                            f"import urllib.request as u; print(u.urlopen('http://10.77.0.1:{PORT}/health', timeout=3).status)"],
+                            f"import urllib.request as u; print(u.urlopen('http://10.77.0.1:{port}/health', timeout=3).status)"],
                            capture_output=True, text=True,
                            env={**os.environ, "KVASIR_NETNS_PREFIX": PREFIX})
         if r.stdout.strip() == "200":
@@ -111,22 +119,22 @@ def wait_health(proc, log_path, limit_s=180):
     raise RuntimeError(f"kvasird not healthy: {open(log_path).read()[-2000:]}")
 
 
-def measure(a, c, r):
+def measure(a, c, r, port=PORT):
     out = subprocess.run([NETNS, "exec", "1", "python3", "-c", CLIENT, os.path.join(ROOT, "bench", "peers"),
-                          str(a.prompt), str(a.max_tokens), str(c), str(r), str(PORT)],
+                          str(a.prompt), str(a.max_tokens), str(c), str(r), str(port)],
                          check=True, capture_output=True, text=True,
                          env={**os.environ, "KVASIR_NETNS_PREFIX": PREFIX})
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def serve(a, d, two_hosts):
-    """Start the instance (and its worker), yield when healthy, stop it."""
+def serve(a, d, two_hosts, port=PORT):
+    """Start the instance (and its worker); returns its processes once healthy."""
     n = machine.block_count(a.model)
     key = os.path.join(d, "cluster.key")
     with open(key, "wb") as f:
         f.write(os.urandom(32))
     os.chmod(key, 0o600)
-    cfg = CONFIG.format(model=a.model, mid_1=n // 2 - 1, mid=n // 2, last=n - 1, port=PORT,
+    cfg = CONFIG.format(model=a.model, mid_1=n // 2 - 1, mid=n // 2, last=n - 1, port=port,
                         sock=os.path.join(d, "k.sock"),
                         spin=f"spin_us = {a.spin_us}\n" if a.spin_us else "",
                         host=f'host = "{WORKER}"' if two_hosts else "",
@@ -141,7 +149,7 @@ def serve(a, d, two_hosts):
                                   "--listen", WORKER, "--cluster-key", key], wlog))
     llog_path = os.path.join(d, "leader.log")
     procs.append(popen_in(1, [os.path.join(a.bin, "kvasird"), "--config", path], open(llog_path, "w")))
-    wait_health(procs[-1], llog_path)
+    wait_health(procs[-1], llog_path, port)
     return procs
 
 
@@ -152,6 +160,32 @@ def stop(procs):
             p.wait(timeout=30)
         except subprocess.TimeoutExpired:
             p.kill()
+
+
+def paired(a, delay):
+    """Both instances up at once; a.paired rounds of one stream to each in turn."""
+    with tempfile.TemporaryDirectory(prefix="kvasir-bench-hosts-") as d1, \
+            tempfile.TemporaryDirectory(prefix="kvasir-bench-hosts-") as d2:
+        procs = serve(a, d2, True)
+        try:
+            procs += serve(a, d1, False, PORT + 1)
+            diffs, one, two = [], [], []
+            for k in range(a.paired):
+                order = [(PORT + 1, one), (PORT, two)]
+                for port, out in (order if k % 2 == 0 else order[::-1]):
+                    out.append(measure(a, 1, 2, port)["itl_p50"])
+                diffs.append(two[-1] - one[-1])
+        finally:
+            stop(procs)
+    med = statistics.median
+    print(f"+{delay:g} ms each way (round trip +{2 * delay:g} ms), paired, {a.paired} rounds, load "
+          f"{' '.join(machine.load())}:\n  1-stream ITL p50 one host {med(one):.2f} ms (rounds "
+          f"{min(one):.2f}-{max(one):.2f}), two hosts {med(two):.2f} ({min(two):.2f}-{max(two):.2f}); "
+          f"overhead, the median of the rounds' differences: {med(diffs):+.2f} ms "
+          f"(quartiles {statistics.quantiles(diffs, n=4)[0]:+.2f} / "
+          f"{statistics.quantiles(diffs, n=4)[2]:+.2f}) against the added round trip "
+          f"{2 * delay:g} ms" + (f" ({med(diffs) / (2 * delay):.2f}x)" if delay > 0 else ""),
+          flush=True)
 
 
 def line(name, s):
@@ -173,6 +207,8 @@ def main():
     ap.add_argument("--requests", type=int, default=48)
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--paired", type=int, default=0,
+                    help="N > 0: only the batch-1 overhead, both instances up, N alternating rounds")
     a = ap.parse_args()
     machine.peers_python()  # gguf, for the model's layer count
     a.bin = os.path.abspath(a.bin)
@@ -189,6 +225,9 @@ def main():
         netns("up", "2", *up, stdout=subprocess.DEVNULL)
         try:
             netns("exec", "1", "ping", "-c", "1", "-W", "2", "10.77.0.2", stdout=subprocess.DEVNULL)
+            if a.paired > 0:
+                paired(a, delay)
+                continue
             res = {}
             for name, two in (("one host", False), ("two hosts", True)):
                 with tempfile.TemporaryDirectory(prefix="kvasir-bench-hosts-") as d:
