@@ -141,6 +141,8 @@ void write_payload(const Payload& p, Writer& w) {
           w.u64(f.batch_id), w.u32(f.slot), w.blob(f.bytes);
         } else if constexpr (std::is_same_v<T, Ping> || std::is_same_v<T, Pong>) {
           w.i64(f.sent_ns);
+        } else if constexpr (std::is_same_v<T, Grammar>) {
+          w.u32(f.entry), w.u64(f.id), w.blob(f.spec);
         }
       },
       p);
@@ -225,6 +227,13 @@ Status read_fields(FrameType t, Reader& r, Payload* out) {
     case FrameType::kBye:
       out->emplace<Bye>();
       return Status();
+    case FrameType::kGrammar: {
+      Grammar& f = out->emplace<Grammar>();
+      if (!r.u32(&f.entry) || !r.u64(&f.id) || !r.blob(&f.spec))
+        return malformed("grammar: truncated");
+      if (f.id == 0) return malformed("grammar: entry {} under id 0 (empty)", f.entry);
+      return Status();
+    }
   }
   return malformed("unknown frame type {}", uint16_t(t));
 }
@@ -232,8 +241,9 @@ Status read_fields(FrameType t, Reader& r, Payload* out) {
 }  // namespace
 
 const char* frame_type_name(FrameType t) {
-  static const char* const names[] = {"?",     "hello", "challenge", "proof", "refuse", "plan",
-                                      "ready", "batch", "result",    "ping",  "pong",   "bye"};
+  static const char* const names[] = {"?",    "hello", "challenge", "proof",  "refuse",
+                                      "plan", "ready", "batch",     "result", "ping",
+                                      "pong", "bye",   "grammar"};
   const auto i = uint16_t(t);
   return i <= kMaxFrameType ? names[i] : "unknown";
 }

@@ -27,7 +27,7 @@
 
 namespace kvasir::net {
 
-inline constexpr uint16_t kWireVersion = 1;
+inline constexpr uint16_t kWireVersion = 2;  // 2: the Grammar frame
 inline constexpr size_t kHeaderBytes = 24;
 inline constexpr size_t kNonceBytes = 32;
 inline constexpr size_t kMacBytes = 32;  // HMAC-SHA256
@@ -49,9 +49,10 @@ enum class FrameType : uint16_t {
   kResult = 8,  // a batch's result slot, the other way
   kPing = 9,
   kPong = 10,
-  kBye = 11,  // an orderly end
+  kBye = 11,      // an orderly end
+  kGrammar = 12,  // a grammar-table entry, ahead of the first batch naming it
 };
-inline constexpr uint16_t kMaxFrameType = 11;
+inline constexpr uint16_t kMaxFrameType = 12;
 const char* frame_type_name(FrameType t);
 
 enum class Role : uint8_t { kLeader = 1, kWorker = 2 };
@@ -119,9 +120,19 @@ struct Pong {
   int64_t sent_ns = 0;
 };
 struct Bye {};
+// Entry `entry` of the leader's grammar table (ipc/grammar_table.h) holds
+// `spec` under `id`: the worker writes it into its own table before it
+// takes the next Batch, which may name it. The entry index and the spec's
+// size are checked against the worker's plan there, not here.
+struct Grammar {
+  uint32_t entry = 0;
+  uint64_t id = 0;
+  ByteView spec;
+};
 
-using Payload =
-    std::variant<Hello, Challenge, Proof, Refuse, Plan, Ready, Batch, Result, Ping, Pong, Bye>;
+// In FrameType order (type_of: the index + 1).
+using Payload = std::variant<Hello, Challenge, Proof, Refuse, Plan, Ready, Batch, Result, Ping,
+                             Pong, Bye, Grammar>;
 
 struct Frame {
   FrameHeader header;

@@ -30,6 +30,8 @@ void check_views(const Payload& p, const uint8_t* data, size_t size) {
     if (!inside(r->bytes, data, size)) __builtin_trap();
   } else if (const auto* pl = std::get_if<Plan>(&p)) {
     if (!inside(pl->bytes, data, size)) __builtin_trap();
+  } else if (const auto* g = std::get_if<Grammar>(&p)) {
+    if (!inside(g->spec, data, size) || g->id == 0) __builtin_trap();
   }
 }
 

@@ -486,6 +486,11 @@ void wire_seeds() {
   put(T, "ping.bin", frame(net::Ping{123456789}));
   put(T, "pong.bin", frame(net::Pong{123456789}));
   put(T, "bye.bin", frame(net::Bye{}));
+  const std::string spec = "{\"type\":\"object\",\"required\":[\"a\"]}";
+  put(T, "grammar.bin",
+      frame(net::Grammar{3, 77,
+                         net::ByteView(reinterpret_cast<const uint8_t*>(spec.data()), spec.size())},
+            6));
   const Bytes good = frame(batch, 5);
   put(T, "truncated_header.bin", Bytes(good.begin(), good.begin() + 10));
   put(T, "truncated_payload.bin", Bytes(good.begin(), good.end() - 1));

@@ -116,6 +116,26 @@ TEST(Wire, BatchResultPlanRoundTrip) {
   EXPECT_EQ(std::get<Plan>(dec_ok(enc(Plan{plan})).payload).bytes.size(), 1000u);
 }
 
+TEST(Wire, GrammarFrameRoundTripsAndRefusesTheEmptyId) {
+  const std::string spec = "{\"type\":\"object\"}";
+  const ByteView sv(reinterpret_cast<const uint8_t*>(spec.data()), spec.size());
+  Frame f = dec_ok(enc(Grammar{7, 0x1122334455667788ull, sv}, 3));
+  ASSERT_EQ(f.header.type, FrameType::kGrammar);
+  const auto& g = std::get<Grammar>(f.payload);
+  EXPECT_EQ(g.entry, 7u);
+  EXPECT_EQ(g.id, 0x1122334455667788ull);
+  EXPECT_EQ(std::string(g.spec.begin(), g.spec.end()), spec);
+  EXPECT_STREQ(frame_type_name(FrameType::kGrammar), "grammar");
+  // Id 0 names an empty entry: never sent, refused when it arrives.
+  Status s = dec(enc(Grammar{7, 0, sv}));
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("id 0"), std::string::npos) << s.message();
+  // A spec length past the frame.
+  auto b = enc(Grammar{1, 2, sv});
+  put_u32(b, kHeaderBytes + 12, uint32_t(spec.size() + 1));
+  EXPECT_NE(dec(b).message().find("grammar: truncated"), std::string::npos) << dec(b).message();
+}
+
 TEST(Wire, EncoderRefusesWhatTheDecoderWould) {
   Hello h;
   h.name.assign(kMaxNameBytes + 1, 'x');
@@ -161,8 +181,9 @@ TEST(Wire, WrongMagicUnknownTypeAndFlagsRefused) {
   b = enc(Bye{});
   b[6] = 0;
   EXPECT_NE(dec(b).message().find("unknown frame type 0"), std::string::npos);
-  b[6] = 12;
-  EXPECT_NE(dec(b).message().find("unknown frame type 12"), std::string::npos);
+  b[6] = kMaxFrameType + 1;
+  EXPECT_NE(dec(b).message().find(fmt::format("unknown frame type {}", kMaxFrameType + 1)),
+            std::string::npos);
   b = enc(Bye{});
   b[8] = 1;
   EXPECT_NE(dec(b).message().find("flags"), std::string::npos);
