@@ -1,7 +1,9 @@
 // relay/loops.cpp — the relays' threads: a ring on one side, a link on the
 // other (relay/relay.h).
+#include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "base/check.h"
@@ -104,6 +106,12 @@ struct Leader {
   std::vector<bool> out = std::vector<bool>(size_t(seg.dims().inflight));
   uint64_t last_id = 0;
   std::vector<uint8_t> batch_buf = {};  // the descriptor's parts of the frame being sent
+  // The id the worker's grammar table holds at each entry, as sent on this
+  // link (a new link starts from an empty table).
+  std::vector<uint64_t> grammar_sent =
+      std::vector<uint64_t>(size_t(std::max(seg.params().grammar_entries, 0)));
+  std::vector<std::string> grammar_specs = {};
+  std::vector<net::Grammar> grammar_frames = {};
 
   void pass() { me.passed.fetch_add(1, std::memory_order_release); }
   bool to_bridge(const ipc::BatchMsg& m) {
@@ -117,6 +125,7 @@ struct Leader {
     if (seg.stale(m.batch_id)) return pass(), Status();
     Status why = ipc::check_msg(m, seg.dims(), last_id);
     net::Batch f;
+    if (why.ok()) why = make_grammar_frames(seg, m, grammar_sent, &grammar_specs, &grammar_frames);
     if (why.ok()) why = make_batch_frame(seg, r, m, &batch_buf, &f);
     if (!why.ok()) {
       me.stats.refused.fetch_add(1, std::memory_order_relaxed);
@@ -131,6 +140,10 @@ struct Leader {
       return Status();
     }
     last_id = m.batch_id;
+    for (const net::Grammar& g : grammar_frames) {
+      KV_RETURN_IF_ERROR(link.send(g));
+      grammar_sent[g.entry] = g.id;
+    }
     KV_RETURN_IF_ERROR(link.send(f));
     sent[m.slot] = m, out[m.slot] = true;
     me.stats.batches.fetch_add(1, std::memory_order_relaxed);
@@ -220,6 +233,7 @@ Status run_worker_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOption
   std::vector<uint8_t> result_buf;
   Liveness live{o};
   auto on_frame = [&](const net::Frame& f) -> Status {
+    if (const auto* g = std::get_if<net::Grammar>(&f.payload)) return take_grammar_frame(seg, *g);
     const auto* b = std::get_if<net::Batch>(&f.payload);
     if (!b) return unexpected(f, "worker");
     ipc::BatchMsg m;

@@ -135,6 +135,49 @@ Status take_batch_frame(ipc::Segment& seg, int r, const net::Batch& f, uint64_t 
   return Status();
 }
 
+Status make_grammar_frames(ipc::Segment& seg, const ipc::BatchMsg& m,
+                           const std::vector<uint64_t>& sent, std::vector<std::string>* specs,
+                           std::vector<net::Grammar>* out) {
+  KV_RETURN_IF_ERROR(ipc::check_msg(m, seg.dims(), 0));
+  const ipc::DescView d = seg.desc(m.slot);
+  const ipc::GrammarTable table = seg.grammar_table();
+  specs->clear(), out->clear();
+  std::vector<std::pair<uint32_t, uint64_t>> fresh;  // (entry, id), in row order
+  for (int32_t r = 0; r < m.n_rows; ++r) {
+    const SamplingParams& sp = d.sampling[r];
+    if (sp.grammar_entry == 0) continue;  // unconstrained; else 1 + the table's index
+    if (sp.grammar_entry > sent.size())
+      return error_status(ErrorCode::kBatchRefused, "row {}: grammar entry {} of {}", r,
+                          sp.grammar_entry - 1, sent.size());
+    const std::pair<uint32_t, uint64_t> e{sp.grammar_entry - 1, sp.grammar_id};
+    if (sent[e.first] == e.second || std::find(fresh.begin(), fresh.end(), e) != fresh.end())
+      continue;
+    std::string spec;
+    KV_RETURN_IF_ERROR(table.read(int32_t(e.first), e.second, &spec));
+    fresh.push_back(e);
+    specs->push_back(std::move(spec));
+  }
+  for (size_t i = 0; i < fresh.size(); ++i) {  // views once *specs no longer grows
+    const std::string& b = (*specs)[i];
+    out->push_back({fresh[i].first, fresh[i].second, bytes_at(b.data(), b.size())});
+  }
+  return Status();
+}
+
+Status take_grammar_frame(ipc::Segment& seg, const net::Grammar& f) {
+  ipc::GrammarTable table = seg.grammar_table();
+  if (f.entry >= uint32_t(std::max(table.entries(), 0)))
+    return bad_frame("grammar",
+                     fmt::format("entry {}, the plan's table has {}", f.entry, table.entries()));
+  if (f.id == 0) return bad_frame("grammar", "id 0 marks an empty entry");
+  if (f.spec.size() > table.capacity())
+    return bad_frame("grammar", fmt::format("a spec of {} bytes, the plan's entries hold {}",
+                                            f.spec.size(), table.capacity()));
+  table.write(int32_t(f.entry), f.id,
+              std::string_view(reinterpret_cast<const char*>(f.spec.data()), f.spec.size()));
+  return Status();
+}
+
 namespace {
 
 // The parts of result slot m.slot that a batch of m's rows and tokens

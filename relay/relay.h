@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -88,6 +89,28 @@ Status make_result_frame(ipc::Segment& seg, const ipc::BatchMsg& m, std::vector<
 // tail's status).
 Status take_result_frame(ipc::Segment& seg, int r, const net::Result& f, const ipc::BatchMsg& sent,
                          ipc::BatchMsg* out);
+
+// Grammar specs (ipc/grammar_table.h) cross with the batches that use
+// them: the bridge writes an entry once into the leader's table and rows
+// name it; the worker's tail reads the worker's table.
+//
+// Leader: the Grammar frames the worker needs before batch m — one for
+// each entry a row of m names (SamplingParams::grammar_entry, 1 + the
+// table's index; a frame carries the index) under an id other than
+// sent[index] (what
+// this link has carried to it), each entry once — read from seg's table as
+// the tail would read it (version, length, checksum). The frames' views
+// point into *specs; the caller records each frame in sent once it has
+// gone. A row naming an entry out of range, or one that does not hold its
+// id, is kBatchRefused. sent.size() is seg.params().grammar_entries.
+Status make_grammar_frames(ipc::Segment& seg, const ipc::BatchMsg& m,
+                           const std::vector<uint64_t>& sent, std::vector<std::string>* specs,
+                           std::vector<net::Grammar>* out);
+// Worker: writes f into entry f.entry of seg's table, once f is checked
+// against the plan (the entry in range, the spec within the capacity). The
+// leader sends a new id for an entry only when no batch in the ring names
+// it (the bridge's rule), so no batch on this side reads it meanwhile.
+Status take_grammar_frame(ipc::Segment& seg, const net::Grammar& f);
 
 // The loops. Each runs on one thread until the segment stops, the peer
 // says Bye (both ok), or the link fails or the peer breaks the protocol

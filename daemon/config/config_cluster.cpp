@@ -62,10 +62,6 @@ void validate_cluster(const Config& cfg) {
            "cluster.key: required when a stage names a host ({}.host = \"{}\"): the file "
            "(0600, the same on every host) both ends prove they hold",
            fr, st[size_t(r)].host);
-  KV_CHECK(!cfg.grammar.enabled,
-           "grammar.enabled: a tail on a worker ({}.host) has no grammar table yet, so "
-           "structured outputs cannot be served; set [grammar] enabled = false",
-           fr);
 }
 
 }  // namespace kvasir

@@ -63,8 +63,6 @@ max_tokens = 128
 max_inflight = 2
 [kv]
 memory = "32MiB"
-[grammar]
-enabled = false
 [[stages]]
 layers = "0-14"
 threads = 1
@@ -104,6 +102,27 @@ start_clients() {  # start_clients TAG
     CLIENTS+=($!)
   done
 }
+# structured TAG: two chat requests under two JSON schemas, one after the
+# other, greedy; each answer's content (JSON that parses) in $WORK/TAG.sN.
+# Across hosts the tail on the worker reads the specs the relay sent it.
+SCHEMA1='{"type":"object","properties":{"color":{"enum":["red","green","blue"]},"count":{"type":"integer","maximum":99}},"required":["color","count"]}'
+SCHEMA2='{"type":"object","properties":{"ok":{"type":"boolean"},"city":{"enum":["Paris","Rome","Oslo"]}},"required":["ok","city"]}'
+structured() {
+  local i schema
+  for i in 1 2; do
+    [ "$i" = 1 ] && schema=$SCHEMA1 || schema=$SCHEMA2
+    kv_curl "$SOCK" --max-time 60 -H 'Content-Type: application/json' -d "{\"messages\":[{\"role\":\"user\",\"content\":\"Answer $i in JSON.\"}],\"max_tokens\":64,\"temperature\":0,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"s$i\",\"schema\":$schema}}}" \
+      http://x/v1/chat/completions | python3 -c '
+import json, sys
+body = sys.stdin.read()
+try:
+    c = json.loads(body)["choices"][0]["message"]["content"]
+    json.loads(c)
+    print(c)
+except Exception:
+    print("ERROR " + body[:300])' > "$WORK/$1.s$i"
+  done
+}
 compare() {  # compare TAG: every client's text against REF
   kv_same_texts "$1" "$WORK/$1" "$N" REF
   expect "$1: all $N texts equal the one-host run byte for byte" "$KV_SAME" "$N"
@@ -120,6 +139,13 @@ for i in $(seq 1 "$N"); do
   case "${REF[$i]}" in ERROR* | "''") bad "one host: client $i: '${REF[$i]}'" ;; esac
 done
 ok "one host: $N streams of $TOKENS tokens (client 1: '${REF[1]:0:40}...')"
+structured one
+for i in 1 2; do
+  case "$(cat "$WORK/one.s$i")" in
+    ERROR*) bad "one host: schema $i: $(cat "$WORK/one.s$i")" ;;
+    *) ok "one host: schema $i gives $(cat "$WORK/one.s$i")" ;;
+  esac
+done
 kv_stop
 
 # 1. Leader + worker. The leader starts first: it waits for the worker.
@@ -150,6 +176,11 @@ line=$(grep -m1 -o "stage 1 ([0-9-]*): joining on $ADDR:$PORT" "$WORK/kvasird.lo
 start_clients joined
 kv_wait_clients "leader + worker"
 compare joined
+structured joined
+for i in 1 2; do
+  expect "joined: schema $i, the tail on the worker: the one-host answer" \
+    "$(cat "$WORK/joined.s$i")" "$(cat "$WORK/one.s$i")"
+done
 links=$(kv_curl "$SOCK" http://x/kvasir/v1/stats | python3 -c '
 import json, sys
 l = json.load(sys.stdin)["engine"]["links"][0]

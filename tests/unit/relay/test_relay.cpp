@@ -21,8 +21,10 @@ namespace {
 
 constexpr int kInflight = 4;
 
-SegmentParams params() {
+// grammar_entries: a grammar table of that many 256-byte entries.
+SegmentParams params(int32_t grammar_entries = 0) {
   SegmentParams p;
+  p.grammar_entries = grammar_entries, p.grammar_capacity = grammar_entries > 0 ? 256 : 0;
   p.n_stages = 2;
   p.dims = SlotDims{4, 16, 8, 32, kInflight};
   p.block_size = 4;
@@ -32,12 +34,16 @@ SegmentParams params() {
   return p;
 }
 
+// A leader's and a worker's segment; `tag` tells two pairs of one test apart.
 struct Segs {
-  std::string ln = Segment::name_for("relay-leader" + std::to_string(getpid()));
-  std::string wn = Segment::name_for("relay-worker" + std::to_string(getpid()));
-  std::unique_ptr<Segment> leader = Segment::create(ln, params());
-  std::unique_ptr<Segment> worker = Segment::create(wn, params());
+  explicit Segs(int32_t grammar_entries = 0, const std::string& tag = "")
+      : ln(Segment::name_for("relay-leader" + tag + std::to_string(getpid()))),
+        wn(Segment::name_for("relay-worker" + tag + std::to_string(getpid()))),
+        leader(Segment::create(ln, params(grammar_entries))),
+        worker(Segment::create(wn, params(grammar_entries))) {}
   ~Segs() { Segment::remove(ln), Segment::remove(wn); }
+  std::string ln, wn;
+  std::unique_ptr<Segment> leader, worker;
 };
 
 uint8_t desc_byte(uint64_t id, uint64_t i) {
@@ -65,6 +71,7 @@ void write_leader_side(Segment& seg, const BatchMsg& m) {
   for (int r = 0; r < m.n_rows; ++r) {
     v.rows[r].n_table = int32_t((m.batch_id + 3 * uint64_t(r)) % 9);  // max_table 8
     v.sampling[r].n_logit_bias = uint16_t((m.batch_id + uint64_t(r)) % 4);
+    v.sampling[r].grammar_entry = 0;  // unconstrained unless a test says otherwise
   }
   float* b = seg.boundary(m.slot, 0);
   for (uint64_t i = 0; i < uint64_t(m.n_tokens) * 32; ++i) b[i] = hidden_value(m.batch_id, i);
@@ -243,6 +250,59 @@ TEST(Relay, ResultCarriesOnlyThePartsTheBatchAsksFor) {
             ErrorCode::kInvalidArgument);
 }
 
+std::string spec_of(uint64_t id) {
+  return "{\"type\":\"object\",\"id\":" + std::to_string(id) + "}";
+}
+net::ByteView view_of(const std::string& b) {
+  return net::ByteView(reinterpret_cast<const uint8_t*>(b.data()), b.size());
+}
+
+// Row r of the leader's batch m is constrained by table entry e under id.
+void constrain(Segs& s, const BatchMsg& m, int r, uint32_t e, uint64_t id) {
+  s.leader->desc(m.slot).sampling[r].grammar_entry = e + 1;  // 0: unconstrained
+  s.leader->desc(m.slot).sampling[r].grammar_id = id;
+}
+
+TEST(Relay, GrammarSpecsCrossOnceBeforeTheBatchThatNamesThem) {
+  Segs s(4);
+  const BatchMsg m = msg_of(3);
+  write_leader_side(*s.leader, m);
+  s.leader->grammar_table().write(2, 9, spec_of(9));
+  constrain(s, m, 0, 2, 9), constrain(s, m, 1, 2, 9);  // two rows, one spec
+  std::vector<uint64_t> sent(4, 0);
+  std::vector<std::string> specs;
+  std::vector<net::Grammar> frames;
+  ASSERT_TRUE(relay::make_grammar_frames(*s.leader, m, sent, &specs, &frames).ok());
+  ASSERT_EQ(frames.size(), 1u) << "one frame per entry, not per row";
+  EXPECT_EQ(frames[0].entry, 2u);
+  EXPECT_EQ(frames[0].id, 9u);
+  Status st = relay::take_grammar_frame(*s.worker, frames[0]);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  std::string got;
+  ASSERT_TRUE(s.worker->grammar_table().read(2, 9, &got).ok());
+  EXPECT_EQ(got, spec_of(9));
+  sent[2] = 9;  // what the leader's loop records once the frame has gone
+  ASSERT_TRUE(relay::make_grammar_frames(*s.leader, m, sent, &specs, &frames).ok());
+  EXPECT_TRUE(frames.empty()) << "the worker holds it already";
+
+  // The leader refuses a row naming an entry that is not there as the tail
+  // would; the worker refuses frames its plan cannot hold.
+  constrain(s, m, 1, 4, 9);
+  EXPECT_EQ(relay::make_grammar_frames(*s.leader, m, sent, &specs, &frames).code(),
+            ErrorCode::kBatchRefused);
+  constrain(s, m, 1, 3, 11);  // entry 3 is empty
+  EXPECT_EQ(relay::make_grammar_frames(*s.leader, m, sent, &specs, &frames).code(),
+            ErrorCode::kBatchRefused);
+  const std::string big(257, 'x'), small = spec_of(1);
+  EXPECT_EQ(relay::take_grammar_frame(*s.worker, {4, 1, view_of(small)}).code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(relay::take_grammar_frame(*s.worker, {1, 1, view_of(big)}).code(),
+            ErrorCode::kInvalidArgument);
+  Segs none(0, "-none");  // a plan without a table
+  EXPECT_EQ(relay::take_grammar_frame(*none.worker, {0, 1, view_of(small)}).code(),
+            ErrorCode::kInvalidArgument);
+}
+
 // Both relays of `s` over loopback, each on a thread of its own (the
 // worker's accepting, the leader's connecting), with the default options
 // (first_remote 1). join() waits for both: the leader's ends when s.leader
@@ -321,6 +381,52 @@ TEST(Relay, BothRelaysOverLoopbackCarryEveryBatchInOrder) {
   EXPECT_TRUE(relays.leader_end.ok()) << relays.leader_end.to_string();
   EXPECT_TRUE(relays.worker_end.ok()) << relays.worker_end.to_string();
   EXPECT_EQ(s.leader->stage(1).stats.batches.load(), kBatches);
+}
+
+// Over a real link: every constrained batch finds its spec in the
+// worker's table when the tail reads it, also after the bridge has
+// rewritten the entry for another request.
+TEST(Relay, LoopbackTailReadsEverySpecTheLeadersBatchesName) {
+  Segs s(4);
+  LoopbackRelays relays(s);
+  ASSERT_TRUE(relays.listened);
+  constexpr uint64_t kBatches = 12;
+  std::atomic<int> tail_bad{0};
+  std::thread tail([&] {
+    auto stop = [&] { return s.worker->stopping(); };
+    for (uint64_t n = 0; n < kBatches; ++n) {
+      BatchMsg m;
+      if (!s.worker->ring(1).pop(m, stop)) return;
+      const SamplingParams& sp = s.worker->desc(m.slot).sampling[0];
+      std::string got;  // read as the tail reads it (stages/tail_grammar.cpp)
+      if (!s.worker->grammar_table()
+               .read(int32_t(sp.grammar_entry) - 1, sp.grammar_id, &got)
+               .ok() ||
+          got != spec_of(sp.grammar_id))
+        tail_bad.fetch_add(1);
+      write_tail_result(*s.worker, m);
+      if (!s.worker->ring(2).push(m, stop)) return;
+    }
+  });
+  auto stop = [&] { return s.leader->stopping(); };
+  for (uint64_t id = 1; id <= kBatches; ++id) {  // one at a time; entry 1 rewritten for
+    const BatchMsg m = msg_of(id);               // every odd batch, named again by the next
+    write_leader_side(*s.leader, m);
+    const uint64_t gid = 100 + (id + 1) / 2;
+    if (id % 2 == 1) s.leader->grammar_table().write(1, gid, spec_of(gid));
+    constrain(s, m, 0, 1, gid);
+    ASSERT_TRUE(s.leader->ring(1).push(m, stop));
+    BatchMsg back;
+    ASSERT_TRUE(s.leader->ring(2).pop(back, stop));
+    ASSERT_EQ(back.batch_id, id);
+    ASSERT_EQ(back.status, 0);
+  }
+  s.leader->request_shutdown();
+  relays.join(), tail.join();
+  s.worker->request_shutdown();
+  EXPECT_EQ(tail_bad.load(), 0);
+  EXPECT_TRUE(relays.leader_end.ok()) << relays.leader_end.to_string();
+  EXPECT_TRUE(relays.worker_end.ok()) << relays.worker_end.to_string();
 }
 
 // One batch at a time over loopback, the tail holding each for 2 ms (a

@@ -11,9 +11,8 @@ namespace {
 
 // Three stages over layers 0-8; hosts[i] on stage i ("" = local), the
 // cluster table and anything else appended.
-std::string plan(const std::vector<std::string>& hosts, const std::string& extra =
-                                                            "[cluster]\nkey = \"cluster.key\"\n"
-                                                            "[grammar]\nenabled = false\n") {
+std::string plan(const std::vector<std::string>& hosts,
+                 const std::string& extra = "[cluster]\nkey = \"cluster.key\"\n") {
   std::string t = "[model]\npath = \"m.gguf\"\n";
   for (size_t i = 0; i < hosts.size(); ++i) {
     t += "[[stages]]\nlayers = \"" + std::to_string(3 * i) + "-" + std::to_string(3 * i + 2) +
@@ -28,13 +27,15 @@ using test::refusal;
 
 TEST(ConfigCluster, ASuffixOnOneWorkerIsRead) {
   const Config c = parse_config(plan({"", "10.0.0.2:7710", "10.0.0.2:7710"},
-                                     "[cluster]\nkey = \"cluster.key\"\njoin_timeout = 20\n"
-                                     "[grammar]\nenabled = false\n"),
+                                     "[cluster]\nkey = \"cluster.key\"\njoin_timeout = 20\n"),
                                 "/base");
   EXPECT_EQ(c.plan.first_remote(), 1);
   EXPECT_EQ(c.plan.stages[2].host, "10.0.0.2:7710");
   EXPECT_EQ(c.cluster.key, "/base/cluster.key");  // relative to the config's folder
   EXPECT_DOUBLE_EQ(c.cluster.join_timeout_s, 20);
+  // The worker's tail serves structured outputs: the leader's relay sends
+  // it the grammar table's entries (relay/relay.h).
+  EXPECT_TRUE(c.grammar.enabled);
 }
 
 TEST(ConfigCluster, AllLocalNeedsNoKey) {
@@ -53,10 +54,8 @@ TEST(ConfigCluster, Refusals) {
   expect_refused(refusal(plan({"", "worker-1", "worker-1"})), "stages[1].host",
                  "is not \"ADDR:PORT\"");
   expect_refused(refusal(plan({"", "w:99999", "w:99999"})), "stages[1].host", "ADDR:PORT");
-  expect_refused(refusal(plan({"", "w:7710", "w:7710"}, "[grammar]\nenabled = false\n")),
-                 "cluster.key", "required when a stage names a host");
-  expect_refused(refusal(plan({"", "w:7710", "w:7710"}, "[cluster]\nkey = \"k\"\n")),
-                 "grammar.enabled", "set [grammar] enabled = false");
+  expect_refused(refusal(plan({"", "w:7710", "w:7710"}, "")), "cluster.key",
+                 "required when a stage names a host");
   std::string gpu = plan({"", "w:7710", "w:7710"});
   gpu.replace(gpu.find("threads = 1\n"), 12, "threads = 1\ndevice = \"cuda:0\"\n");
   expect_refused(refusal(gpu), "stages[0].device", "both sides of it must be cpu");
