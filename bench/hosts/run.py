@@ -5,7 +5,8 @@ Two "hosts" are network namespaces joined through kvasir-linkshaper
 (scripts/netns-hosts; docs/netns-hosts.md), which adds DELAY ms each way.
 Both runs serve the same 2-stage plan of the model, each stage 1 thread on
 a core of its own (stage 0 on CPU 0, stage 1 on CPU 1: two one-core hosts),
-`max_inflight` 2, grammar off (a remote tail has no grammar table):
+`max_inflight` 2, grammar off (no request here is constrained, and the
+figures stay comparable with the runs before a remote tail had one):
 
   one host   kvasird in host 1 runs both stages (shared memory);
   two hosts  kvasird in host 1 runs stage 0 and joins `kvasird --worker`
