@@ -1,12 +1,15 @@
-// rmsnorm, swiglu, add_inplace and rope against reference.h, on both SIMD
+// rmsnorm, swiglu, geglu, add_inplace and rope against reference.h, on both SIMD
 // levels.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numbers>
+#include <vector>
 
 #include "base/check.h"
+#include "base/half.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/simd.h"
@@ -107,6 +110,46 @@ TEST(Norm, ClampedSwigluOfGptOss) {
   EXPECT_NEAR(got[size_t(count - 1)], 7.0 / (1.0 + std::exp(-1.702 * 7.0)) * -6.0, 1e-4);
   swiglu_oai(g.data(), u.data(), count, 1.702f, 7.f, g.data());  // out aliases gate
   for (int64_t i = 0; i < count; ++i) ASSERT_EQ(g[size_t(i)], got[size_t(i)]);
+}
+
+// The formula geglu's table stands for, evaluated per element as ggml does
+// (gate and result rounded to f16; 0 / identity beyond +-10).
+float geglu_reference(float g, float u) {
+  if (g <= -10.f) return 0.f * u;
+  if (!(g < 10.f)) return g * u;
+  const float gh = fp16_to_f32(f32_to_fp16(g));
+  const float t = std::tanh(0.7978845608028654f * gh * (1.f + 0.044715f * gh * gh));
+  return fp16_to_f32(f32_to_fp16(0.5f * gh * (1.f + t))) * u;
+}
+
+TEST(Norm, GegluBitExactOverEveryF16GateAndBetween) {
+  // Every f16 value as a gate (the table's whole domain, infinities and NaNs
+  // included), then values between f16 steps, around the +-10 cut-offs and
+  // rounding up onto them.
+  std::vector<float> gate;
+  for (uint32_t h = 0; h < 65536; ++h) gate.push_back(fp16_to_f32(uint16_t(h)));
+  for (float g = -12.f; g < 12.f; g += 0.000731f) gate.push_back(g);
+  for (float g : {-10.f, 10.f, 9.999f, -9.999f, 9.9999f, -9.9999f, 1e-8f, -1e-8f, 65519.f})
+    gate.push_back(g);
+  std::vector<float> up(gate.size()), out(gate.size());
+  for (size_t i = 0; i < up.size(); ++i) up[i] = 0.5f + float(i % 7) * 0.25f;
+  geglu(gate.data(), up.data(), int64_t(gate.size()), out.data());
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const float want = geglu_reference(gate[i], up[i]);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(out[i])) << "gate " << gate[i];
+      continue;
+    }
+    uint32_t a, b;
+    std::memcpy(&a, &out[i], 4);
+    std::memcpy(&b, &want, 4);
+    ASSERT_EQ(a, b) << "gate " << gate[i] << " up " << up[i];
+  }
+  // In place (out aliases gate), as the forward pass calls it.
+  std::vector<float> g2(gate);
+  geglu(g2.data(), up.data(), int64_t(g2.size()), g2.data());
+  for (size_t i = 0; i < g2.size(); ++i)
+    if (!std::isnan(out[i])) ASSERT_EQ(g2[i], out[i]);
 }
 
 TEST(Norm, AddInplace) {
