@@ -9,7 +9,8 @@
 // n = 1) and GFLOP/s (2·n·rows·cols per call).
 //
 // mode "rows": n = 1..6 and 8, what each activation row adds to a small
-// call (a decode row's speculative drafts: docs/speculative.md).
+// call (a decode row's speculative drafts: docs/speculative.md), Gemma 3
+// 270M's Q8_0 output head (262144 x 640) included.
 // mode "tiles": the 1×4 against the 2×4 register tile. mode "levels": every
 // SIMD level the CPU has, paired — one thread, rounds that time each level in
 // turn (rotating the order), each sample a few calls long, timed by the
@@ -316,8 +317,10 @@ int main(int argc, char** argv) {
   if (levels)
     std::printf(
         "levels: median us per call and median per-round ratio to avx2 (thread CPU time)\n");
-  const Shape shapes[] = {{576, 1536}, {1536, 576},  {576, 576},
-                          {192, 576},  {49152, 576}, {1536, 768}};
+  // 262144 x 640: Gemma 3 270M's output head (Q8_0, 178 MB), in "rows" mode
+  // only: a decode row with its drafts against a head that no cache holds.
+  const Shape shapes[] = {{576, 1536},  {1536, 576}, {576, 576},     {192, 576},
+                          {49152, 576}, {1536, 768}, {262144, 640}};
   const DType types[] = {DType::Q4_1, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K,
                          DType::Q6_K, DType::F16,  DType::BF16, DType::F32};
   for (DType t : types) {
@@ -327,7 +330,8 @@ int main(int argc, char** argv) {
     if (prefill && argc <= 5 && t != DType::F32) continue;
     if (argc > 5 && std::string(argv[5]).find(dtype_name(t)) == std::string::npos) continue;
     for (const Shape& s : shapes) {
-      if (s.rows == 49152 && t != DType::Q8_0) continue;  // the output head is Q8_0
+      if (s.rows >= 49152 && t != DType::Q8_0) continue;  // the output head is Q8_0
+      if (s.rows == 262144 && !rows) continue;
       if (s.cols % dtype_info(t).block != 0) continue;    // K-quants: cols % 256
       if (s.cols == 768 && !kquant) continue;             // a K-quant-only shape
       const Weight w = make_weight(t, s.rows, s.cols, rng);

@@ -98,6 +98,11 @@ void detail::set_max_tile_rows_for_bench(int nw) {
   g_max_nw.store(std::clamp(nw, 1, detail::kMaxNW), std::memory_order_relaxed);
 }
 
+detail::DotFn detail::wide_dot_kernel(DType type, SimdLevel level) {
+  return type != DType::MXFP4 && !is_kquant(type) && is_quant(type) ? quant_wide_kernel(type, level)
+                                                                     : nullptr;
+}
+
 detail::DotFn detail::dot_kernel(DType type, SimdLevel level) {
   return type == DType::MXFP4 ? mxfp4_dot_kernel(level)
          : is_kquant(type)    ? kquant_dot_kernel(type, level)
@@ -144,19 +149,20 @@ void detail::matmul_at(const TensorView& w, const float* x, int64_t n, float* y,
 
 namespace {
 
-// Decode (fewer than 4 activation rows): the rows r0..r1 of a thread as
-// pairs (r, r + half) in 2-row tiles, so that two weight streams far apart
-// are read side by side. One core's sequential read of one stream is capped
-// by how far its prefetchers run ahead — two streams read interleaved
-// go faster than one — and single-stream decode reads every weight once
-// (docs/kernels.md, "Two weight streams in decode", has the figures).
-// Kernels with 1-row tiles run the two rows one after the other.
+// Decode (fewer than 4 activation rows, or up to kMaxNXWide where the type
+// has a wide tile: a decode row carrying speculative drafts): the rows r0..r1
+// of a thread as pairs (r, r + half) in 2-row tiles, so that two weight
+// streams far apart are read side by side. One core's sequential read of one
+// stream is capped by how far its prefetchers run ahead — two streams read
+// interleaved go faster than one — and single-stream decode reads every
+// weight once (docs/kernels.md, "Two weight streams in decode", has the
+// figures). Kernels with 1-row tiles run the two rows one after the other.
 void decode_rows(detail::DotFn dot, const uint8_t* w, uint64_t row_bytes, const void* x,
                  int64_t x_stride, int64_t n, int64_t cols, float* y, int64_t rows, int64_t r0,
                  int64_t r1) {
   const int64_t half = (r1 - r0) / 2;
   const int nx = int(n);
-  float tmp[2 * detail::kMaxNX];
+  float tmp[2 * detail::kMaxNXWide];
   for (int64_t r = r0; r < r0 + half; ++r) {
     dot(w + uint64_t(r) * row_bytes, half * int64_t(row_bytes), 2, x, x_stride, nx, cols, tmp, 2);
     for (int j = 0; j < nx; ++j) {
@@ -219,6 +225,7 @@ struct RowJob {
   uint64_t row_bytes = 0;
   int64_t rows = 0, cols = 0, n = 0;
   float* y = nullptr;  // [n, rows]
+  detail::DotFn wide = nullptr;  // kMaxNX < n <= kMaxNXWide rows, where the type has one
 };
 
 // Output rows [r0, r1) of one product. Batch: two adjacent weight rows per
@@ -230,6 +237,9 @@ struct RowJob {
 // blocks). A row's arithmetic does not depend on the range or the tile it
 // falls in.
 void run_rows(const RowJob& j, const Activations& a, int64_t r0, int64_t r1) {
+  if (j.wide)  // 5..kMaxNXWide rows: one pass over the weight pairs
+    return decode_rows(j.wide, j.w, j.row_bytes, a.data, a.stride, j.n, j.cols, j.y, j.rows, r0,
+                       r1);
   if (j.n < detail::kMaxNX || (j.n == detail::kMaxNX && !j.batch && !j.kbatch))
     return decode_rows(j.dot, j.w, j.row_bytes, a.data, a.stride, j.n, j.cols, j.y, j.rows, r0, r1);
   if (j.batch)
@@ -269,6 +279,7 @@ RowJob row_job(const TensorView& w, uint64_t row_bytes, int64_t n, float* y, Sim
            w.cols(),
            n,
            y};
+  if (n > detail::kMaxNX && n <= detail::kMaxNXWide) j.wide = detail::wide_dot_kernel(w.type, level);
   if (n >= kKQuantBatchRows && kquant_batch_on())
     j.kbatch = detail::kquant_batch_kernel(w.type, level);
   KV_CHECK(j.dot != nullptr, "matmul: no kernel for {}", dtype_name(w.type));

@@ -81,6 +81,42 @@ void dispatch_tile(const uint8_t* w, int64_t w_stride, int nw, const void* xv, i
     tile_nx<K, X, 1>(w + i * w_stride, w_stride, x, x_stride, nx, cols, y + i, y_stride);
 }
 
+// A wide decode tile: up to kMaxNXWide activation rows in one pass over the
+// weight rows (a decode row carrying speculative drafts: 1 + k positions,
+// k <= 4 by default), where the narrow tiles would unpack each weight block
+// again for the rows past kMaxNX (a Q8_0 output head at 5 rows spent a
+// quarter of its time in that second 2x1 tile: docs/speculative.md). nx 1..
+// kMaxNX runs the narrow tiles. A family sets it only where its registers
+// hold NW x kMaxNXWide accumulators (AVX-512's 32). Each output gets exactly
+// the bits of the narrow tile: the same operations per (row, activation).
+constexpr int kMaxNXWide = 8;
+
+template <class K, class X, int NW>
+void tile_nx_wide(const uint8_t* w, int64_t w_stride, const X* x, int64_t x_stride, int nx,
+                  int64_t cols, float* y, int64_t y_stride) {
+  switch (nx) {
+    case 5:
+      return K::template tile<NW, 5>(w, w_stride, x, x_stride, cols, y, y_stride);
+    case 6:
+      return K::template tile<NW, 6>(w, w_stride, x, x_stride, cols, y, y_stride);
+    case 7:
+      return K::template tile<NW, 7>(w, w_stride, x, x_stride, cols, y, y_stride);
+    case 8:
+      return K::template tile<NW, 8>(w, w_stride, x, x_stride, cols, y, y_stride);
+    default:
+      return tile_nx<K, X, NW>(w, w_stride, x, x_stride, nx, cols, y, y_stride);
+  }
+}
+
+template <class K, class X>
+void dispatch_tile_wide(const uint8_t* w, int64_t w_stride, int nw, const void* xv,
+                        int64_t x_stride, int nx, int64_t cols, float* y, int64_t y_stride) {
+  const auto* x = static_cast<const X*>(xv);
+  if (nw >= 2) return tile_nx_wide<K, X, 2>(w, w_stride, x, x_stride, nx, cols, y, y_stride);
+  for (int i = 0; i < nw; ++i)
+    tile_nx_wide<K, X, 1>(w + i * w_stride, w_stride, x, x_stride, nx, cols, y + i, y_stride);
+}
+
 // A batch kernel (F32/F16/BF16 weights, n >= kMaxNX activation rows): the
 // output rows [r0, r1) for every activation row, with its own register
 // tiles and cache blocking. w: the whole weight (row_bytes a row); x: [n,
@@ -118,6 +154,10 @@ DotFn quant_dot_kernel(DType type, SimdLevel level);
 DotFn kquant_dot_kernel(DType type, SimdLevel level);
 DotFn float_dot_kernel(DType type, SimdLevel level);
 DotFn dot_kernel(DType type, SimdLevel level);  // any family
+// The wide tile (nx up to kMaxNXWide) of a type at a level; nullptr where it
+// has none (then rows past kMaxNX take more narrow tiles).
+DotFn quant_wide_kernel(DType type, SimdLevel level);
+DotFn wide_dot_kernel(DType type, SimdLevel level);  // any family
 // MXFP4 (matmul_mxfp4.cpp): its tile at a level, over BlockQ8x activations.
 DotFn mxfp4_dot_kernel(SimdLevel level);
 // 2^(e - 128): an E8M0 scale halved, as the doubled e2m1 table wants it.

@@ -237,6 +237,16 @@ DotFn quant_dot_kernel(DType type, SimdLevel level) {
   }
 }
 
+DotFn quant_wide_kernel(DType type, SimdLevel level) {
+#ifdef KV_HAVE_X86
+  if (level == SimdLevel::kAvx512Vnni) return avx512_vnni::wide_kernel(type);
+  if (level == SimdLevel::kAvx512) return avx512::wide_kernel(type);
+#endif
+  (void)type;
+  (void)level;
+  return nullptr;
+}
+
 void quantize_row_q8x(const float* x, int64_t cols, BlockQ8x* out, SimdLevel level) {
 #ifdef KV_HAVE_X86
   if (level >= SimdLevel::kAvx2) return quantize_avx2(x, cols, out);

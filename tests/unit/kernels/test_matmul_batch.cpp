@@ -136,5 +136,35 @@ TEST(MatmulBatch, DecodeTilesAgreeWithOneRow) {
   }
 }
 
+// Quantised weights at 1..8 activation rows (a decode row and its
+// speculative drafts; Q8_0 is the output head and takes the wide tile from 5
+// rows on AVX-512) give every row the bits it gets alone, whatever the
+// thread split: odd weight rows (the decode pairs' 1-row tail) and an odd
+// number of blocks (the unpaired last block).
+TEST(MatmulBatch, QuantRowsUpToEightAgreeWithOneRow) {
+  SimdGuard guard;
+  std::mt19937 rng(11);
+  ThreadPool pool(2);
+  for (int l = int(SimdLevel::kAvx2); l < kSimdLevels; ++l) {
+    if (!simd_level_available(SimdLevel(l))) continue;
+    set_simd_level_for_testing(SimdLevel(l));
+    for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0})
+      for (int64_t cols : {96, 640}) {
+        const auto w = ref::random_weight(t, 75, cols, rng);
+        for (int64_t n = 1; n <= 8; ++n) {
+          const auto x = random_x(n, cols, rng);
+          const auto want = one_row_at_a_time(w.view, x, n);
+          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            std::vector<float> y(size_t(n * 75));
+            matmul(w.view, x.data(), n, y.data(), p);
+            EXPECT_EQ(first_difference(y, want), -1) << simd_level_name(SimdLevel(l)) << " "
+                                                     << dtype_name(t) << " cols=" << cols
+                                                     << " n=" << n << (p ? " pool" : "");
+          }
+        }
+      }
+  }
+}
+
 }  // namespace
 }  // namespace kvasir::cpu
