@@ -85,27 +85,41 @@ void dispatch_tile(const uint8_t* w, int64_t w_stride, int nw, const void* xv, i
 // weight rows (a decode row carrying speculative drafts: 1 + k positions,
 // k <= 4 by default), where the narrow tiles would unpack each weight block
 // again for the rows past kMaxNX (a Q8_0 output head at 5 rows spent a
-// quarter of its time in that second 2x1 tile: docs/speculative.md). nx 1..
-// kMaxNX runs the narrow tiles. A family sets it only where its registers
-// hold NW x kMaxNXWide accumulators (AVX-512's 32). Each output gets exactly
+// quarter of its time in that second 2x1 tile: docs/speculative.md). K::kNXWide
+// (<= kMaxNXWide) is the most rows its registers hold in one tile (AVX-512's
+// 32); more take a narrow tile of kMaxNX rows first. Each output gets exactly
 // the bits of the narrow tile: the same operations per (row, activation).
 constexpr int kMaxNXWide = 8;
 
 template <class K, class X, int NW>
 void tile_nx_wide(const uint8_t* w, int64_t w_stride, const X* x, int64_t x_stride, int nx,
                   int64_t cols, float* y, int64_t y_stride) {
+  if (nx > K::kNXWide) {  // kMaxNX rows, then the rest
+    K::template tile<NW, kMaxNX>(w, w_stride, x, x_stride, cols, y, y_stride);
+    return tile_nx_wide<K, X, NW>(w, w_stride, x + kMaxNX * x_stride, x_stride, nx - kMaxNX, cols,
+                                  y + kMaxNX * y_stride, y_stride);
+  }
   switch (nx) {
     case 5:
-      return K::template tile<NW, 5>(w, w_stride, x, x_stride, cols, y, y_stride);
+      if constexpr (K::kNXWide >= 5)
+        return K::template tile<NW, 5>(w, w_stride, x, x_stride, cols, y, y_stride);
+      break;
     case 6:
-      return K::template tile<NW, 6>(w, w_stride, x, x_stride, cols, y, y_stride);
+      if constexpr (K::kNXWide >= 6)
+        return K::template tile<NW, 6>(w, w_stride, x, x_stride, cols, y, y_stride);
+      break;
     case 7:
-      return K::template tile<NW, 7>(w, w_stride, x, x_stride, cols, y, y_stride);
+      if constexpr (K::kNXWide >= 7)
+        return K::template tile<NW, 7>(w, w_stride, x, x_stride, cols, y, y_stride);
+      break;
     case 8:
-      return K::template tile<NW, 8>(w, w_stride, x, x_stride, cols, y, y_stride);
+      if constexpr (K::kNXWide >= 8)
+        return K::template tile<NW, 8>(w, w_stride, x, x_stride, cols, y, y_stride);
+      break;
     default:
-      return tile_nx<K, X, NW>(w, w_stride, x, x_stride, nx, cols, y, y_stride);
+      break;
   }
+  return tile_nx<K, X, NW>(w, w_stride, x, x_stride, nx, cols, y, y_stride);
 }
 
 template <class K, class X>
