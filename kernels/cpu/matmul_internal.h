@@ -84,11 +84,12 @@ void dispatch_tile(const uint8_t* w, int64_t w_stride, int nw, const void* xv, i
 // A wide decode tile: up to kMaxNXWide activation rows in one pass over the
 // weight rows (a decode row carrying speculative drafts: 1 + k positions,
 // k <= 4 by default), where the narrow tiles would unpack each weight block
-// again for the rows past kMaxNX (a Q8_0 output head at 5 rows spent a
-// quarter of its time in that second 2x1 tile: docs/speculative.md). K::kNXWide
-// (<= kMaxNXWide) is the most rows its registers hold in one tile (AVX-512's
-// 32); more take a narrow tile of kMaxNX rows first. Each output gets exactly
-// the bits of the narrow tile: the same operations per (row, activation).
+// again for the rows past kMaxNX (a Q8_0 output head at 5 rows spent nearly
+// a third of its time in that second 2x1 tile: docs/speculative.md).
+// K::kNXWide (<= kMaxNXWide) is the most rows its registers hold in one tile
+// (AVX-512's 32); more take a narrow tile of kMaxNX rows first. Each output
+// gets exactly the bits of the narrow tile: the same operations per (row,
+// activation).
 constexpr int kMaxNXWide = 8;
 
 template <class K, class X, int NW>
