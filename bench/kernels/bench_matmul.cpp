@@ -23,7 +23,9 @@
 // mode "stream" (run_stream): one serving stage's weights, too big for the
 // caches, at decode micro-batch sizes; 5th argument: the types (default
 // F32). mode "prefill": plain weights (5th argument, default F32) at the
-// layer shapes, n = 128 and 512 (a served prompt, pp512).
+// layer shapes, n = 128 and 512 (a served prompt, pp512). mode "decode"
+// (run_decode): one row against the 8B shape's matrices from DRAM;
+// 5th argument: the types (default Q4_K,Q6_K).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -279,6 +281,44 @@ void run_kbatch(ThreadPool& pool, double budget, const std::string& only, std::m
   }
 }
 
+// The "decode" mode: one activation row against the 8B shape's matrices
+// (Llama-3.1-8B: q/o 4096 x 4096, k/v 1024 x 4096, gate/up 14336 x 4096,
+// down 4096 x 14336, the output head 49152 x 4096), each laid out in
+// copies over a 512 MiB buffer and called copy after copy, so every call
+// reads its weight from DRAM as a decode step does. Time per call (one
+// thread: its CPU time unless 'wall', which on a shared machine leaves
+// out the time others held the core) and the weight bytes read per
+// second: the figure to set beside bench_membw at the same thread count.
+void run_decode(ThreadPool& pool, double budget, const std::string& types, std::mt19937& rng) {
+  constexpr size_t kArena = size_t(512) << 20;
+  const int64_t shapes[5][2] = {{4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336},
+                                {49152, 4096}};
+  for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q8_0}) {
+    if (types.find(dtype_name(t)) == std::string::npos) continue;
+    const int64_t row_max = int64_t(*dtype_row_bytes(t, 14336));
+    Weight arena = make_weight(t, int64_t(kArena) / row_max, 14336, rng);
+    for (const auto& s : shapes) {
+      const size_t wbytes = *dtype_row_bytes(t, s[1]) * size_t(s[0]);
+      const size_t copies = std::max<size_t>(1, arena.bytes.size() / wbytes);
+      std::vector<float> x(size_t(s[1]), 0.5f);
+      std::vector<float> y(static_cast<size_t>(s[0]));
+      size_t k = 0;
+      auto call = [&] {
+        TensorView v = arena.view;
+        v.ne[0] = s[1];
+        v.ne[1] = s[0];
+        v.data = arena.bytes.data() + (k++ % copies) * wbytes;
+        v.nbytes = wbytes;
+        matmul(v, x.data(), 1, y.data(), &pool);
+      };
+      const double sec = seconds_per_call(call, budget);
+      std::printf("decode %-5s %5lld x %-6lld %7.1f MB %9.1f us %7.2f GB/s(W) %zu copies\n",
+                  dtype_name(t), (long long)s[0], (long long)s[1], double(wbytes) * 1e-6,
+                  sec * 1e6, double(wbytes) / sec * 1e-9, copies);
+    }
+  }
+}
+
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
   const double budget = argc > 2 ? std::atof(argv[2]) : 0.2;
@@ -294,6 +334,10 @@ int main(int argc, char** argv) {
   }
   if (argc > 4 && std::string(argv[4]) == "kbatch") {
     run_kbatch(pool, budget, argc > 5 ? argv[5] : "Q4_K,Q5_K,Q6_K", rng);
+    return 0;
+  }
+  if (argc > 4 && std::string(argv[4]) == "decode") {
+    run_decode(pool, budget, argc > 5 ? argv[5] : "Q4_K,Q6_K", rng);
     return 0;
   }
   if (argc > 4 && std::string(argv[4]) == "stream") {
