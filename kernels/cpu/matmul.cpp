@@ -110,6 +110,10 @@ detail::DotFn detail::dot_kernel(DType type, SimdLevel level) {
                               : float_dot_kernel(type, level);
 }
 
+int detail::decode_streams(DType type, SimdLevel level, int64_t cols) {
+  return is_kquant(type) ? kquant_decode_streams(type, level, cols) : 2;
+}
+
 namespace {
 // Whether a batch of n rows of w runs on the AMX tiles, and with which kept
 // copy (null: packed per call). One lookup of the copy, none where the
@@ -150,27 +154,31 @@ void detail::matmul_at(const TensorView& w, const float* x, int64_t n, float* y,
 namespace {
 
 // Decode (fewer than 4 activation rows, or up to kMaxNXWide where the type
-// has a wide tile: a decode row carrying speculative drafts): the rows r0..r1
-// of a thread as pairs (r, r + half) in 2-row tiles, so that two weight
-// streams far apart are read side by side. One core's sequential read of one
-// stream is capped by how far its prefetchers run ahead — two streams read
-// interleaved go faster than one — and single-stream decode reads every
-// weight once (docs/kernels.md, "Two weight streams in decode", has the
-// figures). Kernels with 1-row tiles run the two rows one after the other.
-void decode_rows(detail::DotFn dot, const uint8_t* w, uint64_t row_bytes, const void* x,
-                 int64_t x_stride, int64_t n, int64_t cols, float* y, int64_t rows, int64_t r0,
-                 int64_t r1) {
-  const int64_t half = (r1 - r0) / 2;
+// has a wide tile — a decode row carrying speculative drafts — with 2
+// streams): the rows r0..r1 of a thread as `streams` (4 or 2) runs of q
+// rows, tiles taking row r of every run — (r, r + q, r + 2q, r + 3q) — so
+// that that many weight streams far apart are read side by side. One core's sequential read of one stream is capped by
+// how far its prefetchers run ahead — two streams read interleaved go
+// faster than one, four faster than two — and single-stream decode reads
+// every weight once (docs/kernels.md, "Weight streams in decode", has the
+// figures). Rows left over take the next smaller count; kernels with 1-row
+// tiles run a tile's rows one after the other.
+void decode_rows(detail::DotFn dot, int streams, const uint8_t* w, uint64_t row_bytes,
+                 const void* x, int64_t x_stride, int64_t n, int64_t cols, float* y, int64_t rows,
+                 int64_t r0, int64_t r1) {
   const int nx = int(n);
-  float tmp[2 * detail::kMaxNXWide];
-  for (int64_t r = r0; r < r0 + half; ++r) {
-    dot(w + uint64_t(r) * row_bytes, half * int64_t(row_bytes), 2, x, x_stride, nx, cols, tmp, 2);
-    for (int j = 0; j < nx; ++j) {
-      y[j * rows + r] = tmp[2 * j];
-      y[j * rows + r + half] = tmp[2 * j + 1];
+  float tmp[4 * detail::kMaxNXWide];  // [nx, s]
+  int64_t r = r0;
+  for (int s = streams; s >= 2; s /= 2) {
+    const int64_t q = (r1 - r) / s;
+    for (int64_t k = r; k < r + q; ++k) {
+      dot(w + uint64_t(k) * row_bytes, q * int64_t(row_bytes), s, x, x_stride, nx, cols, tmp, s);
+      for (int j = 0; j < nx; ++j)
+        for (int i = 0; i < s; ++i) y[j * rows + k + i * q] = tmp[j * s + i];
     }
+    r += s * q;
   }
-  for (int64_t r = r0 + 2 * half; r < r1; ++r)
+  for (; r < r1; ++r)
     dot(w + uint64_t(r) * row_bytes, int64_t(row_bytes), 1, x, x_stride, nx, cols, y + r, rows);
 }
 
@@ -219,6 +227,7 @@ Activations prepare_activations(const float* x, int64_t n, int64_t cols, ActKind
 // One weight's product, ready to run on any range of its output rows.
 struct RowJob {
   detail::DotFn dot = nullptr;
+  int streams = 2;  // one activation row's weight streams (decode_rows; measured at n = 1)
   detail::BatchFn batch = nullptr;         // n >= kMaxNX rows of a plain weight: its own blocking
   detail::KQuantBatchFn kbatch = nullptr;  // n >= kMaxNX rows of a K-quant: likewise
   const uint8_t* w = nullptr;
@@ -238,10 +247,11 @@ struct RowJob {
 // falls in.
 void run_rows(const RowJob& j, const Activations& a, int64_t r0, int64_t r1) {
   if (j.wide)  // 5..kMaxNXWide rows: one pass over the weight pairs
-    return decode_rows(j.wide, j.w, j.row_bytes, a.data, a.stride, j.n, j.cols, j.y, j.rows, r0,
-                       r1);
+    return decode_rows(j.wide, 2, j.w, j.row_bytes, a.data, a.stride, j.n, j.cols, j.y, j.rows,
+                       r0, r1);
   if (j.n < detail::kMaxNX || (j.n == detail::kMaxNX && !j.batch && !j.kbatch))
-    return decode_rows(j.dot, j.w, j.row_bytes, a.data, a.stride, j.n, j.cols, j.y, j.rows, r0, r1);
+    return decode_rows(j.dot, j.n == 1 ? j.streams : 2, j.w, j.row_bytes, a.data, a.stride, j.n,
+                       j.cols, j.y, j.rows, r0, r1);
   if (j.batch)
     return j.batch(j.w, int64_t(j.row_bytes), r0, r1, static_cast<const float*>(a.data), j.n,
                    j.cols, j.y, j.rows);
@@ -271,6 +281,7 @@ void run_rows(const RowJob& j, const Activations& a, int64_t r0, int64_t r1) {
 RowJob row_job(const TensorView& w, uint64_t row_bytes, int64_t n, float* y, SimdLevel level) {
   KV_CHECK(y != nullptr, "matmul: null output");
   RowJob j{detail::dot_kernel(w.type, level),
+           detail::decode_streams(w.type, level, w.cols()),
            n >= detail::kMaxNX ? detail::float_batch_kernel(w.type, level) : nullptr,
            nullptr,
            static_cast<const uint8_t*>(w.data),

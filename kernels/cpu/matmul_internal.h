@@ -42,7 +42,8 @@ inline uint16_t load_u16(const uint8_t* p) {
   return v;
 }
 
-// A register tile: nw (1..kMaxNW) weight rows × nx (1..kMaxNX) activation rows.
+// A register tile: nw (1..kMaxNW; 4 where decode_streams says so) weight rows
+// × nx (1..kMaxNX) activation rows.
 //   y[i + j * y_stride] = dot(w + i * w_stride, x_j),   x_j = x + j * x_stride
 // (w_stride in bytes, x_stride in elements of x's type). x is const float*
 // for F32/F16/BF16 weights, const BlockQ8x* for Q8_0/Q4_0/Q4_1/Q5_0/MXFP4 (cols /
@@ -74,6 +75,9 @@ template <class K, class X>
 void dispatch_tile(const uint8_t* w, int64_t w_stride, int nw, const void* xv, int64_t x_stride,
                    int nx, int64_t cols, float* y, int64_t y_stride) {
   const auto* x = static_cast<const X*>(xv);
+  if constexpr (K::kNW >= 4) {
+    if (nw >= 4) return tile_nx<K, X, 4>(w, w_stride, x, x_stride, nx, cols, y, y_stride);
+  }
   if constexpr (K::kNW >= 2) {
     if (nw >= 2) return tile_nx<K, X, 2>(w, w_stride, x, x_stride, nx, cols, y, y_stride);
   }
@@ -173,6 +177,14 @@ DotFn dot_kernel(DType type, SimdLevel level);  // any family
 // has none (then rows past kMaxNX take more narrow tiles).
 DotFn quant_wide_kernel(DType type, SimdLevel level);
 DotFn wide_dot_kernel(DType type, SimdLevel level);  // any family
+// Decode's weight streams per tile of dot_kernel(type, level) over rows of
+// `cols`: 4 where its tile takes 4 rows (nw = 4, at w_stride apart; only
+// decode passes it: matmul.cpp, decode_rows) and that measured faster,
+// else 2.
+int decode_streams(DType type, SimdLevel level, int64_t cols);
+constexpr int64_t kFourStreamCols = 8192;  // from this many columns, 4 (K-quants)
+// Likewise for the K-quants (matmul_kquant.cpp).
+int kquant_decode_streams(DType type, SimdLevel level, int64_t cols);
 // MXFP4 (matmul_mxfp4.cpp): its tile at a level, over BlockQ8x activations.
 DotFn mxfp4_dot_kernel(SimdLevel level);
 // 2^(e - 128): an E8M0 scale halved, as the doubled e2m1 table wants it.

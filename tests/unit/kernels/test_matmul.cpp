@@ -195,6 +195,34 @@ TEST(Matmul, KQuantLevelsGiveTheScalarBits) {
       }
 }
 
+// Decode over rows long enough for four weight streams (decode_rows): odd
+// row counts leave runs of 4, 2 and 1 rows; with a pool each thread's
+// range is split again. Same bits as the scalar path at every level.
+TEST(Matmul, KQuantFourStreamDecodeGivesTheScalarBits) {
+  SimdGuard guard;
+  std::mt19937 rng(78);
+  ThreadPool pool(3);
+  const int64_t cols = 8192;  // matmul_internal.h: kFourStreamCols
+  for (DType t : kKTypes)
+    for (int64_t rows : {1, 3, 6, 7, 37, 67})
+      for (int64_t n : {1, 2, 3}) {
+        const auto w = ref::random_weight(t, rows, cols, rng);
+        const auto x = random_x(n, cols, rng);
+        std::vector<float> ys(size_t(n * rows), NAN);
+        set_simd_level_for_testing(SimdLevel::kScalar);
+        matmul(w.view, x.data(), n, ys.data(), nullptr);
+        for (SimdLevel level : levels())
+          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            set_simd_level_for_testing(level);
+            std::vector<float> yl(ys.size(), NAN);
+            matmul(w.view, x.data(), n, yl.data(), p);
+            ASSERT_EQ(0, std::memcmp(yl.data(), ys.data(), ys.size() * sizeof(float)))
+                << dtype_name(t) << " rows=" << rows << " n=" << n << " "
+                << simd_level_name(level) << (p ? " pool" : "");
+          }
+      }
+}
+
 INSTANTIATE_TEST_SUITE_P(Levels, EveryLevel, ::testing::Range(1, kSimdLevels),
                          [](const auto& info) { return simd_level_name(SimdLevel(info.param)); });
 
