@@ -182,7 +182,7 @@ DotFn wide_dot_kernel(DType type, SimdLevel level);  // any family
 // decode passes it: matmul.cpp, decode_rows) and that measured faster,
 // else 2.
 int decode_streams(DType type, SimdLevel level, int64_t cols);
-constexpr int64_t kFourStreamCols = 8192;  // from this many columns, 4 (K-quants)
+constexpr int64_t kFourStreamCols = 12288;  // from this many columns, 4 (K-quants)
 // Likewise for the K-quants (matmul_kquant.cpp).
 int kquant_decode_streams(DType type, SimdLevel level, int64_t cols);
 // MXFP4 (matmul_mxfp4.cpp): its tile at a level, over BlockQ8x activations.

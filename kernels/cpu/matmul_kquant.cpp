@@ -227,7 +227,8 @@ KV_AVX2 void quantize_q8k_avx2(const float* x, int64_t cols, BlockQ8K* out) {
 // The 512-bit tiles take 4 rows. Four streams measured faster on rows of
 // 14,336 columns (an FFN's down projection: 1.10x, one thread, weights
 // from DRAM) and level on rows of 4,096 (docs/kernels.md, "Weight streams
-// in decode"): they stay with 2 there.
+// in decode"): they stay with 2 there, and so do rows between (8,192, the
+// 1B shape's down projection, was not measured).
 int kquant_decode_streams(DType type, SimdLevel level, int64_t cols) {
   (void)type;
   const bool wide = level == SimdLevel::kAvx512 || level == SimdLevel::kAvx512Vnni;

@@ -202,7 +202,7 @@ TEST(Matmul, KQuantFourStreamDecodeGivesTheScalarBits) {
   SimdGuard guard;
   std::mt19937 rng(78);
   ThreadPool pool(3);
-  const int64_t cols = 8192;  // matmul_internal.h: kFourStreamCols
+  const int64_t cols = 12288;  // matmul_internal.h: kFourStreamCols
   for (DType t : kKTypes)
     for (int64_t rows : {1, 3, 6, 7, 37, 67})
       for (int64_t n : {1, 2, 3}) {
