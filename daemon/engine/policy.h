@@ -34,7 +34,7 @@ struct SchedLimits {
   int32_t inflight = 1;  // micro-batches the ring holds at once (the bridge sets it)
   // The target gap between a running request's tokens, in ms, under
   // `continuous+chunked`: > 0 a fixed target, kItlTargetAuto from the cost
-  // model (2 x the step the running requests' decodes alone would take), 0
+  // model (3 x the step the running requests' decodes alone would take), 0
   // none (the token budget alone, as before time budgets existed).
   double itl_target_ms = 0;
   int32_t n_stages = 1;  // stages a token crosses (the bridge sets it)

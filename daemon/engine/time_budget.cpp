@@ -15,10 +15,10 @@ TimeBudget::TimeBudget(const SchedLimits& lim) : lim_(lim), cost_(lim.n_stages) 
 // by time"). A token of a running request crosses every stage, and the
 // ring's max_inflight micro-batches take turns on each stage, so the gap
 // between its tokens is about max(stages, max_inflight) steps: each
-// micro-batch's step gets target / that depth. Auto: 2 x the step every
+// micro-batch's step gets target / that depth. Auto: 3 x the step every
 // running request's decode would take with no prefill (a micro-batch's
 // share of them, at their mean context): the gap they will see once the
-// prompts now in the ring have joined them, doubled. Those still in
+// prompts now in the ring have joined them, tripled. Those still in
 // prefill count: anchored on the requests decoding *now*, one or two
 // decodes made the target so tight that waiting prompts crawled (0.79x the
 // throughput on long-heavy); on a full micro-batch of plan.max_rows, so
@@ -58,8 +58,8 @@ StepBudget TimeBudget::step_budget(const RunningSet& set) {
   return b;
 }
 
-// The auto target's step: kAutoGaps x a micro-batch's share of the
-// running requests' decodes with no prefill, but never less than that share plus
+// The auto target's step: 3 x a micro-batch's share of the running
+// requests' decodes with no prefill, but never less than that share plus
 // an efficient prefill piece — one whose tokens cost at least 9x the
 // step's fixed part (weights read once a step), so prefill runs at >= 90%
 // of its speed in big chunks. On a CPU stage that piece is ~100 tokens
@@ -67,11 +67,6 @@ StepBudget TimeBudget::step_budget(const RunningSet& set) {
 // is the token budget. Without the floor, a running set of one or two
 // short decodes (the end of a trace) cut the last long prompts into
 // pieces of 10-30 tokens that cost 2-3x a token (docs/scheduler.md).
-// Auto does not aim (learn_gaps), and a closed loop of short requests
-// always has a prompt waiting at a wave's edge, so the multiple itself is
-// the p99 gap: at 3x it was 2.16x llama-server's ITL p99 on the 1B shape
-// at 16 concurrent; at 2x the prefill still has the decodes' own time each
-// step, more than such a loop needs (docs/scheduler.md, "The multiple").
 double TimeBudget::auto_step(int64_t running, int64_t positions) const {
   BatchShape alone;  // [rows decodes at the mean context]
   const int64_t pos = positions / std::max<int64_t>(running, 1);
@@ -85,7 +80,7 @@ double TimeBudget::auto_step(int64_t running, int64_t positions) const {
   }
   BatchShape eff = alone;
   eff.add_row(pos, int64_t(std::min<double>(piece, lim_.chunk_size)), false, false);
-  return std::max(kAutoGaps * cost_.step(alone), cost_.step(eff));
+  return std::max(3 * cost_.step(alone), cost_.step(eff));
 }
 
 // Nothing decodes: the ring carries prompts only, and what counts is when

@@ -55,11 +55,6 @@ struct RunningSet {
 
 class TimeBudget {
  public:
-  // The auto target's multiple of the decodes' own step (auto_step): the
-  // decode gap it lets a step with prefill reach, and so the p99 gap of a
-  // load that always has a prompt waiting.
-  static constexpr double kAutoGaps = 2.0;
-
   // lim.itl_target_ms: > 0 a fixed target, < 0 automatic, 0 none.
   explicit TimeBudget(const SchedLimits& lim);
 

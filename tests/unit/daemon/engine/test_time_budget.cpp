@@ -110,7 +110,7 @@ TEST(TimeBudget, AnAutoTargetWatchesTheGapsButAimsAtItself) {
   EXPECT_TRUE(t.timing().itl_target_auto);
   const StepBudget b = t.step_budget(kDecoding);
   ASSERT_GT(b.step_s, 0);
-  // max(2 x a slot's share of the decodes, 2 rows: 2 x 24 ms; those rows
+  // max(3 x a slot's share of the decodes, 2 rows: 3 x 24 ms; those rows
   // plus an efficient piece, 9 f/p = 90 tokens: 204 ms), over a nominal
   // depth of 2.
   EXPECT_NEAR(b.step_s, kFixed + 92 * kPerToken, 0.1 * (kFixed + 92 * kPerToken));
