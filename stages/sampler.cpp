@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "base/check.h"
+#include "kernels/cpu/logits.h"
 
 namespace kvasir {
 
@@ -60,113 +61,11 @@ void penalize(float* logits, int32_t vocab, const SamplingParams& p, const Seque
   }
 }
 
-// --- The vocabulary-wide passes --------------------------------------------
-// Written with GCC vector extensions (4 floats: one SSE register on baseline
-// x86-64, one NEON register on ARM): the build has no -march=native and -O2 does not
-// vectorise these loops, and a run-time SIMD dispatch would make sampled
-// tokens depend on the CPU. This way the arithmetic is the same everywhere.
-
-using vf = float __attribute__((vector_size(16)));
-using vi = int32_t __attribute__((vector_size(16)));
-constexpr int kLanes = 4;
-
-vf loadv(const float* p) {
-  vf v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-void storev(float* p, vf v) {
-  std::memcpy(p, &v, sizeof v);
-}
-vf splat(float x) {
-  return vf{} + x;
-}
-float hmax(vf v) {
-  float m = v[0];
-  for (int i = 1; i < kLanes; ++i) m = std::max(m, v[i]);
-  return m;
-}
-double hsum(vf v) {
-  double s = 0.0;
-  for (int i = 0; i < kLanes; ++i) s += v[i];
-  return s;
-}
-
-// exp(x) for x <= 0 (Cephes' expf: range reduction by ln 2, degree-6
-// polynomial; relative error ~2e-7). Below -87.3 (e^-87.3 ~ 1e-38) it returns
-// exactly 0, which the sampler reads as "cannot be drawn".
-vf expv(vf x) {
-  const vf lo = splat(-87.3f);
-  const vi dead = x < lo;
-  x = x < lo ? lo : x;
-  x = x > splat(0.0f) ? splat(0.0f) : x;
-  // n = round(x / ln2); x <= 0 so round-to-nearest is truncation of fx - 0.5.
-  const vi n = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, vi);
-  const vf nf = __builtin_convertvector(n, vf);
-  vf r = x - nf * 0.693359375f;
-  r = r - nf * -2.12194440e-4f;
-  vf y = splat(1.9875691500e-4f);
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
-  y = y * (r * r) + r + 1.0f;
-  const vi bits = (n + 127) << 23;  // 2^n, n >= -126 here
-  vf scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  y = y * scale;
-  return dead ? splat(0.0f) : y;
-}
-
-// Replaces NaN by -inf and +inf by the largest finite float; returns the max.
-float sanitize_max(float* x, int32_t n) {
-  vf m = splat(-kInf);
-  int32_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    vf v = loadv(x + i);
-    v = v != v ? splat(-kInf) : v;
-    v = v > splat(kMaxFinite) ? splat(kMaxFinite) : v;
-    storev(x + i, v);
-    m = v > m ? v : m;
-  }
-  float mx = hmax(m);
-  for (; i < n; ++i) {
-    float v = x[i];
-    if (std::isnan(v)) v = -kInf;
-    if (v > kMaxFinite) v = kMaxFinite;
-    x[i] = v;
-    mx = std::max(mx, v);
-  }
-  return mx;
-}
-
-// The tail of a row (n not a multiple of 8), padded with -inf.
-vf load_tail(const float* x, int32_t count) {
-  vf v = splat(-kInf);
-  for (int32_t j = 0; j < count; ++j) v[j] = x[j];
-  return v;
-}
-
-// sum_i exp((x_i - max) * inv_t); with out, also stores each term.
-double exp_sum(const float* x, int32_t n, float max, float inv_t, float* out) {
-  vf acc = splat(0.0f);
-  int32_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    vf e = expv((loadv(x + i) - max) * inv_t);
-    if (out) storev(out + i, e);
-    acc += e;
-  }
-  double s = hsum(acc);
-  if (i < n) {
-    vf e = expv((load_tail(x + i, n - i) - max) * inv_t);
-    for (int32_t j = 0; i + j < n; ++j) {
-      if (out) out[i + j] = e[j];
-      s += e[j];
-    }
-  }
-  return s;
-}
+// The vocabulary-wide passes (sanitise and max, the exp sums, the greedy
+// scan) are kernels/cpu/logits.h's: SIMD-wide, with the bits of one 4-lane
+// order at every level, so a sampled token never depends on the CPU.
+using cpu::logits_exp_sum;
+using cpu::logits_sanitize_max;
 
 // Dense probabilities: prob[i] = exp((x_i - max) * inv_t), zeroed below
 // min_p (the best token has exactly 1, so min_p is the threshold itself);
@@ -176,7 +75,7 @@ double exp_blocks(const float* x, int32_t n, float max, float inv_t, float min_p
   double total = 0.0;
   for (int32_t b = 0, lo = 0; lo < n; ++b, lo += block_len) {
     const int32_t len = std::min(block_len, n - lo);
-    double s = exp_sum(x + lo, len, max, inv_t, prob + lo);
+    double s = logits_exp_sum(x + lo, len, max, inv_t, prob + lo);
     if (min_p > 0.0f) {
       s = 0.0;
       for (int32_t i = lo; i < lo + len; ++i) {
@@ -307,7 +206,7 @@ SampleResult Sampler::sample(float* logits, int32_t vocab, const SamplingParams&
 
   // 1. Sanitise (NaN -> -inf, +inf -> max finite) and find the raw maximum;
   // a structured output's mask takes the tokens it refuses out here.
-  float raw_max = sanitize_max(logits, vocab);
+  float raw_max = logits_sanitize_max(logits, vocab);
   if (!allowed.empty()) raw_max = apply_token_mask(logits, vocab, allowed);
   if (raw_max == -kInf) {
     r.token = 0;
@@ -317,8 +216,8 @@ SampleResult Sampler::sample(float* logits, int32_t vocab, const SamplingParams&
   }
 
   // 2. Raw logprobs: log-sum-exp of the sanitised logits, then top-N.
-  const double lse =
-      static_cast<double>(raw_max) + std::log(exp_sum(logits, vocab, raw_max, 1.0f, nullptr));
+  const double lse = static_cast<double>(raw_max) +
+                     std::log(logits_exp_sum(logits, vocab, raw_max, 1.0f, nullptr));
   top_logprobs(logits, vocab, std::min<int>(p.logprobs, std::min<int32_t>(vocab, kMaxLogprobs)),
                lse, r);
 
@@ -332,7 +231,8 @@ SampleResult Sampler::sample(float* logits, int32_t vocab, const SamplingParams&
   // 5-9. Otherwise the truncations and the seeded draw.
   int32_t token = 0;
   if (p.temperature < kGreedyBelow) {
-    while (logits[token] != max_pen) ++token;
+    token = cpu::logits_find(logits, vocab, max_pen);
+    KV_CHECK(token < vocab, "sampler: the maximum {} is not in the row", max_pen);
   } else {
     token = draw(logits, vocab, p, max_pen, position);
   }
@@ -380,14 +280,14 @@ float Sampler::bias_saving(float* logits, int32_t vocab, std::span<const LogitBi
     saved_.emplace_back(b.token, x);
     x = std::clamp(x + b.bias, -kMaxFinite, kMaxFinite);
   }
-  return sanitize_max(logits, vocab);  // nothing to sanitise: just the max
+  return logits_sanitize_max(logits, vocab);  // nothing to sanitise: just the max
 }
 
 float Sampler::penalize_saving(float* logits, int32_t vocab, const SamplingParams& p,
                                const SequenceHistory* hist, float raw_max) {
   if (hist == nullptr || !penalties_active(p) || hist->entries().empty()) return raw_max;
   penalize(logits, vocab, p, *hist, &saved_);
-  return sanitize_max(logits, vocab);  // nothing to sanitise: just the max
+  return logits_sanitize_max(logits, vocab);  // nothing to sanitise: just the max
 }
 
 int32_t Sampler::draw(const float* logits, int32_t vocab, const SamplingParams& p, float max_pen,
