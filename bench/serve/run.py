@@ -16,6 +16,8 @@ Shapes (bench/peers/client.py, SHAPES):
   all:         the three in turn.
 --concurrency: only the closed-loop runs at these concurrencies (on a
 1B-class model at 2 cores the 64-concurrent run alone takes minutes).
+--requests N / --max-tokens M: the closed-loop runs cut to N requests of M
+output tokens (the 8B shape at 2 cores: one wave of 16 is minutes a server).
 --quick: the same shapes cut to a few short requests (a smoke test that both
 servers answer and are measured; not a figure).
 
@@ -163,6 +165,14 @@ def one_run(a, peers, run, k):
     return ks["errors"] + ls["errors"]
 
 
+def cut(run, a):
+    """A closed-loop run with --requests / --max-tokens applied (bursts as they are)."""
+    p, m, c, r, b, n, g = run
+    if not r:
+        return run
+    return (p, a.max_tokens or m, c, a.requests or r, b, n, g)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="short-heavy", choices=list(client.SHAPES) + ["all"])
@@ -177,6 +187,8 @@ def main():
     ap.add_argument("--model", default=MODEL)
     ap.add_argument("--port", type=int, default=18180, help="kvasird's; llama-server's is +1")
     ap.add_argument("--concurrency", default="", help="only the closed-loop runs at these (comma-separated)")
+    ap.add_argument("--requests", type=int, default=0, help="closed-loop runs: this many requests")
+    ap.add_argument("--max-tokens", type=int, default=0, help="closed-loop runs: this many out")
     ap.add_argument("--quick", action="store_true", help="smoke test: a few short requests")
     a = ap.parse_args()
     only = {int(x) for x in a.concurrency.split(",") if x}
@@ -189,7 +201,7 @@ def main():
     shapes = list(client.SHAPES) if a.shape == "all" else [a.shape]
     errors, k = 0, 0
     for name in shapes:
-        runs = [r for r in client.SHAPES[name] if not only or r[2] in only]
+        runs = [cut(r, a) for r in client.SHAPES[name] if not only or r[2] in only]
         print(f"\n== {name}")
         for run in (client.quick(runs) if a.quick else runs):
             errors += one_run(a, peers, run, k)
