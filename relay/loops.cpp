@@ -30,6 +30,21 @@ Status refuse(net::UcxLink& link, Status why) {
   return why;
 }
 
+// The same for a fault of this side's own (a stage that ended), waiting up
+// to a second for the peer to end the link first: a close with our read
+// still posted aborts the endpoint, and the peer may hear the abort before
+// the Refuse that names the cause.
+Status refuse_and_wait(net::UcxLink& link, Status why) {
+  if (link.send(net::Refuse{why.code(), why.message()}).ok()) {
+    const int64_t until = ipc::now_ns() + 1'000'000'000;
+    net::Frame f;
+    while (ipc::now_ns() < until && link.recv(50, &f).code() == ErrorCode::kTimeout) {
+    }
+  }
+  (void)link.close();
+  return why;
+}
+
 // The link's liveness: the leader's Pings, one every o.ping_ns, the round
 // trip of each Pong published; either side ends the link when nothing came
 // from the peer in o.silence_ns (a host gone without closing its
@@ -255,6 +270,10 @@ Status run_worker_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOption
     net::Result f;
     ended = make_result_frame(seg, m, &result_buf, &f);
     if (ended.ok()) ended = link.send(f);
+  }
+  if (ended.ok() && !bye && o.local_fault) {
+    Status fault = o.local_fault();
+    if (!fault.ok()) return refuse_and_wait(link, fault);
   }
   if (ended.ok()) {
     (void)link.close();

@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,11 @@ struct RelayOptions {
   std::atomic<uint64_t>* bytes_sent = nullptr;
   std::atomic<uint64_t>* bytes_received = nullptr;
   std::atomic<int64_t>* rtt_ns = nullptr;
+  // Worker: asked when the loop ends because the segment stops. Not ok: a
+  // stage of this host ended on its own (the worker stops the segment
+  // then), and the session ends with a Refuse saying so instead of a Bye,
+  // so the leader's loss names the cause. Null: always a Bye.
+  std::function<Status()> local_fault;
 };
 
 // The conversions, apart from the loops so that tests drive every check.

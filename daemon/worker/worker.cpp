@@ -5,8 +5,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <csignal>
+#include <cstring>
+#include <mutex>
+#include <thread>
 #include <variant>
 #include <vector>
 
@@ -55,8 +60,63 @@ pid_t spawn_stage(const std::string& exe, int s, const std::string& segment) {
   _exit(127);
 }
 
+// The session's stage processes, reaped by a thread of their own. One that
+// ends while the session is up (a crash, the OOM killer's pick) stops the
+// segment, which ends the join or the relay: a relay still answering the
+// leader's Pings in front of a dead stage would hold every request on the
+// leader forever. The leader counts the stages lost and rejoins (a fresh
+// session, fresh stages), as after a lost worker.
+class StageWatch {
+ public:
+  StageWatch(ipc::Segment& seg, int r, std::vector<pid_t> pids)
+      : seg_(seg), r_(r), pids_(std::move(pids)), thread_([this] { run(); }) {}
+  // The caller stops the segment first, so every stage ends.
+  ~StageWatch() { thread_.join(); }
+  // "stage N killed by signal 9" for the first stage that ended on its
+  // own; ok while none has.
+  Status lost() const {
+    std::lock_guard lk(mu_);
+    return lost_;
+  }
+
+ private:
+  void run() {
+    for (size_t left = pids_.size(); left > 0;) {
+      int st = 0;
+      const pid_t p = waitpid(-1, &st, 0);
+      if (p < 0 && errno == EINTR) continue;
+      if (p < 0) return;  // no child left
+      const auto it = std::find(pids_.begin(), pids_.end(), p);
+      if (it == pids_.end()) continue;
+      --left;
+      if (seg_.stopping()) continue;  // the session's end stopped it
+      const int s = r_ + int(it - pids_.begin());
+      const std::string err(seg_.stage(s).error, strnlen(seg_.stage(s).error, 511));
+      const std::string how = WIFSIGNALED(st)
+                                  ? fmt::format("killed by signal {}", WTERMSIG(st))
+                                  : fmt::format("exited with status {}", WEXITSTATUS(st));
+      {
+        std::lock_guard lk(mu_);
+        if (lost_.ok())
+          lost_ = error_status(ErrorCode::kStageFailed, "worker stage {} {}{}", s, how,
+                               err.empty() ? "" : ": " + err);
+      }
+      KV_LOG_WARN("worker", "stage {} {}: ending the session", s, how);
+      seg_.request_shutdown();
+    }
+  }
+
+  ipc::Segment& seg_;
+  const int r_;
+  const std::vector<pid_t> pids_;
+  mutable std::mutex mu_;
+  Status lost_;
+  std::thread thread_;
+};
+
 // Until every stage r..S-1 reports `want`; a failed stage's error otherwise.
-Status wait_stages(ipc::Segment& seg, int r, uint32_t want, const char* what) {
+Status wait_stages(ipc::Segment& seg, const StageWatch& watch, int r, uint32_t want,
+                   const char* what) {
   const int64_t deadline = ipc::now_ns() + int64_t(kStepMs) * 1'000'000;
   for (;;) {
     const uint32_t seen = seg.header().state.seen();
@@ -69,38 +129,31 @@ Status wait_stages(ipc::Segment& seg, int r, uint32_t want, const char* what) {
       done += st >= want;
     }
     if (done == seg.n_stages() - r) return Status();
+    KV_RETURN_IF_ERROR(watch.lost());
     if (g_stop || ipc::now_ns() > deadline)
       return error_status(ErrorCode::kTimeout, "worker stages did not report {}", what);
     seg.header().state.wait(seen, 50'000'000);
   }
 }
 
-// One leader, from its plan to its Bye (or a lost link).
-Status serve_leader(const WorkerArgs& a, net::UcxListener& listener, net::UcxLink& link) {
-  relay::WorkerPlan plan;
-  KV_RETURN_IF_ERROR(recv_plan(link, relay::decode_plan, &plan));
-  const int r = plan.first_remote;
-  const std::string name = ipc::Segment::name_for("kvasird-worker " + a.listen);
-  auto seg = ipc::Segment::create(name, plan.params);
-  g_serving.store(seg.get());
-  std::vector<pid_t> pids;
-  for (int s = r; s < seg->n_stages(); ++s) pids.push_back(spawn_stage(a.exe, s, name));
-  KV_LOG_INFO("worker", "leader '{}': stages {}..{} of {} starting", link.peer_name(), r,
-              seg->n_stages() - 1, seg->n_stages());
-  Status s = wait_stages(*seg, r, ipc::kStageSized, "their KV capacity");
+// The join and the relay, with the session's stages started: until Bye,
+// a lost link, or a stage that ended on its own (the watch's Status).
+Status serve_stages(const WorkerArgs& a, net::UcxListener& listener, net::UcxLink& link,
+                    ipc::Segment& seg, const StageWatch& watch, int r) {
+  Status s = wait_stages(seg, watch, r, ipc::kStageSized, "their KV capacity");
   if (s.ok()) {
     int64_t cap = INT64_MAX;
-    for (int i = r; i < seg->n_stages(); ++i)
-      cap = std::min<int64_t>(cap, seg->stage(i).capacity_blocks.load());
+    for (int i = r; i < seg.n_stages(); ++i)
+      cap = std::min<int64_t>(cap, seg.stage(i).capacity_blocks.load());
     s = link.send(net::Plan{relay::encode_sized({cap})});
   }
   relay::RingBlocks blocks;
   if (s.ok()) s = recv_plan(link, relay::decode_blocks, &blocks);
   if (s.ok()) {
-    seg->header().kv_blocks_swa.store(blocks.kv_blocks_swa);  // before kv_blocks: stages wait on it
-    seg->header().kv_blocks.store(blocks.kv_blocks);
-    seg->header().state.ring();
-    s = wait_stages(*seg, r, ipc::kStageReady, "ready");
+    seg.header().kv_blocks_swa.store(blocks.kv_blocks_swa);  // before kv_blocks: stages wait on it
+    seg.header().kv_blocks.store(blocks.kv_blocks);
+    seg.header().state.ring();
+    s = wait_stages(seg, watch, r, ipc::kStageReady, "ready");
   }
   if (s.ok()) s = link.send(net::Ready{});
   if (s.ok()) {
@@ -108,13 +161,36 @@ Status serve_leader(const WorkerArgs& a, net::UcxListener& listener, net::UcxLin
     relay::RelayOptions o;
     o.first_remote = r, o.listener = &listener;
     o.silence_ns = int64_t(a.link_timeout_s * 1e9);
-    s = relay::run_worker_relay(*seg, link, o);
-  } else if (s.code() != ErrorCode::kIo) {
-    (void)link.send(net::Refuse{s.code(), s.message()});
+    o.local_fault = [&watch] { return watch.lost(); };
+    return relay::run_worker_relay(seg, link, o);
   }
-  seg->request_shutdown();
+  if (s.code() != ErrorCode::kIo) (void)link.send(net::Refuse{s.code(), s.message()});
+  return s;
+}
+
+// One leader, from its plan to its Bye (or a lost link, or a lost stage).
+Status serve_leader(const WorkerArgs& a, net::UcxListener& listener, net::UcxLink& link) {
+  relay::WorkerPlan plan;
+  KV_RETURN_IF_ERROR(recv_plan(link, relay::decode_plan, &plan));
+  const int r = plan.first_remote;
+  const std::string name = ipc::Segment::name_for("kvasird-worker " + a.listen);
+  auto seg = ipc::Segment::create(name, plan.params);
+  g_serving.store(seg.get());
+  Status s;
+  {
+    std::vector<pid_t> pids;
+    for (int i = r; i < seg->n_stages(); ++i) pids.push_back(spawn_stage(a.exe, i, name));
+    KV_LOG_INFO("worker", "leader '{}': stages {}..{} of {} starting", link.peer_name(), r,
+                seg->n_stages() - 1, seg->n_stages());
+    const StageWatch watch(*seg, r, std::move(pids));
+    // Destroyed before the watch, which then reaps the stages it stopped.
+    struct Stop {
+      ipc::Segment& seg;
+      ~Stop() { seg.request_shutdown(); }
+    } stop{*seg};
+    s = serve_stages(a, listener, link, *seg, watch, r);
+  }
   g_serving.store(nullptr);
-  for (pid_t pid : pids) waitpid(pid, nullptr, 0);
   ipc::Segment::remove(name);
   return s;
 }

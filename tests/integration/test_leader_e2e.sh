@@ -17,6 +17,9 @@
 #     stays up; the worker is started again (as systemd or Kubernetes
 #     would), the leader rejoins it, and every stream finishes with the
 #     fault-free text.
+#  3c. One of the worker's stage processes killed mid-stream, the worker
+#     alive: the worker ends the session naming the stage, the leader
+#     rejoins, and every stream finishes with the fault-free text.
 #  3b. (netns only, KV_UNPLUG: the command that unplugs the worker's host)
 #     The worker's host unplugged mid-stream: both sides end the silent
 #     session after link_timeout; plugged back in, the leader rejoins and
@@ -245,6 +248,31 @@ import json, sys
 e = json.load(sys.stdin)["engine"]
 print(e["links"][0]["joins"], e["faults"], e["restarts"])')
 expect "stats: two joins, one fault, one rejoin" "$joins" "2 1 1"
+
+# 3c. One of the worker's stage processes killed mid-stream (what an OOM
+# killer picks), the worker itself alive: it ends the session with a
+# Refuse naming the stage, the leader rejoins the same worker, and every
+# stream finishes with the fault-free text. (A worker that kept relaying
+# in front of the dead stage would hold every stream forever.)
+start_clients stagekill
+kv_wait_streaming "$WORK/stagekill" "$N"
+SPID=$(pgrep -P "$WPID" | head -1)
+[ -n "$SPID" ] && kill -KILL "$SPID" || bad "no stage process under the worker ($WPID)"
+kv_wait_clients "after a worker stage's loss" 60
+compare stagekill
+grep -q "worker stage 1 killed by signal 9" "$WORK/worker2.log" &&
+  ok "the worker ended the session naming its lost stage" ||
+  bad "the worker's log: $(tail -3 "$WORK/worker2.log")"
+for _ in $(seq 1 200); do
+  case "$(health)" in *'"status":"ok"'*) break ;; esac
+  sleep 0.05
+done
+expect "/health ok after the stage's loss" "$(health | grep -c '"status":"ok"')" "1"
+joins=$(kv_curl "$SOCK" http://x/kvasir/v1/stats | python3 -c '
+import json, sys
+e = json.load(sys.stdin)["engine"]
+print(e["links"][0]["joins"], e["faults"], e["restarts"], "killed by signal 9" in e["links"][0]["last_error"])')
+expect "stats: three joins, two faults, two rejoins, the link's last error names the stage" "$joins" "3 2 2 True"
 
 # 3b. (netns only) The worker's host unplugged mid-stream, nothing closed:
 # both sides hear nothing for link_timeout (2 s) and end the session; the
