@@ -20,6 +20,8 @@
 // "attention": only the attention cases (run_attention), which every other
 // run but tiles and levels ends with. mode "kbatch": the K-quant batch
 // kernel against the decode tiles (run_kbatch; 5th argument: the types).
+// mode "mxfp4" (run_mxfp4): MXFP4's batch kernel against the decode tiles
+// at gpt-oss-20b's expert shapes.
 // mode "stream" (run_stream): one serving stage's weights, too big for the
 // caches, at decode micro-batch sizes; 5th argument: the types (default
 // F32). mode "prefill": plain weights (5th argument, default F32) at the
@@ -61,7 +63,9 @@ Weight make_weight(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
   for (auto& b : w.bytes) b = uint8_t(byte(rng));
   // Keep the scales sane: small positive halves at each block start.
   const int64_t bb = dtype_info(t).bytes, blk = dtype_info(t).block;
-  if (blk == 32 || blk == 256)
+  if (t == DType::MXFP4)
+    for (size_t o = 0; o < w.bytes.size(); o += size_t(bb)) w.bytes[o] = 120;  // E8M0: 2^-7
+  else if (blk == 32 || blk == 256)
     for (size_t o = 0; o < w.bytes.size(); o += size_t(bb)) {
       // Q8_0/Q4_x: d at 0; Q4_K/Q5_K: d, dmin at 0, 2; Q6_K: d at 208.
       const uint16_t h = f32_to_fp16(blk == 256 ? 0.001f : 0.01f);
@@ -281,6 +285,35 @@ void run_kbatch(ThreadPool& pool, double budget, const std::string& only, std::m
   }
 }
 
+// Mode "mxfp4": MXFP4's batch kernel (matmul_mxfp4.cpp) against the decode
+// tiles it replaces, at gpt-oss-20b's expert shapes (gate, up and down are
+// all 2880 x 2880) and an odd block count (2880 x 2912: 91 blocks a row),
+// for the rows a prefill routes to one expert (pp512, 32 experts, top 4:
+// 64 on average). Per case the best of 3 alternating rounds of each.
+void run_mxfp4(ThreadPool& pool, double budget, std::mt19937& rng) {
+  std::printf("%-14s %3s %10s %10s %9s %9s %6s\n", "rows x cols", "n", "tiles us", "batch us",
+              "GFLOP/s", "GFLOP/s", "ratio");
+  const int64_t shapes[][2] = {{2880, 2880}, {2880, 2912}};
+  for (const auto& s : shapes) {
+    const Weight w = make_weight(DType::MXFP4, s[0], s[1], rng);
+    for (int64_t n : {1, 4, 16, 64}) {
+      std::vector<float> x(size_t(n * s[1]), 0.5f), y(size_t(n * s[0]));
+      auto run = [&] { matmul(w.view, x.data(), n, y.data(), &pool); };
+      double off = 1e30, on = 1e30;
+      for (int r = 0; r < 3; ++r) {  // the kernel first: the dispatch's choice times it
+        detail::set_mxfp4_batch_for_bench(true);
+        on = std::min(on, seconds_per_call(run, budget));
+        detail::set_mxfp4_batch_for_bench(false);
+        off = std::min(off, seconds_per_call(run, budget));
+      }
+      const double flop = 2.0 * double(n) * double(s[0]) * double(s[1]);
+      std::printf("%5lld x %-6lld %3lld %10.1f %10.1f %9.2f %9.2f %6.2f\n", (long long)s[0],
+                  (long long)s[1], (long long)n, off * 1e6, on * 1e6, flop / off * 1e-9,
+                  flop / on * 1e-9, off / on);
+    }
+  }
+}
+
 // The "decode" mode: one activation row against the 8B shape's matrices
 // (Llama-3.1-8B: q/o 4096 x 4096, k/v 1024 x 4096, gate/up 14336 x 4096,
 // down 4096 x 14336, the output head 49152 x 4096), each laid out in
@@ -334,6 +367,10 @@ int main(int argc, char** argv) {
   }
   if (argc > 4 && std::string(argv[4]) == "kbatch") {
     run_kbatch(pool, budget, argc > 5 ? argv[5] : "Q4_K,Q5_K,Q6_K", rng);
+    return 0;
+  }
+  if (argc > 4 && std::string(argv[4]) == "mxfp4") {
+    run_mxfp4(pool, budget, rng);
     return 0;
   }
   if (argc > 4 && std::string(argv[4]) == "decode") {

@@ -48,16 +48,23 @@ std::mutex g_mu;
 Slot g_slots[kTypeSlots][kRowsClasses];
 std::atomic<uint64_t> g_generation{0};  // simd_choices_generation()
 
+// The batch kernel of a type at a level (K-quant or MXFP4), as an address
+// to compare; nullptr where none.
+const void* batch_kernel_of(DType t, SimdLevel level) {
+  if (t == DType::MXFP4) return reinterpret_cast<const void*>(detail::mxfp4_batch_kernel(level));
+  return reinterpret_cast<const void*>(detail::kquant_batch_kernel(t, level));
+}
+
 // The lowest level the CPU has that runs the same kernels as `level` for
-// that rows class (a batch: the tiles and the K-quant batch kernel, which
-// may differ where the tiles do not: Q6_K's vpdpbusd batch kernel).
+// that rows class (a batch: the tiles and the K-quant or MXFP4 batch
+// kernel, which may differ where the tiles do not: their vpdpbusd copies).
 SimdLevel path_of(DType t, SimdLevel level, RowsClass rows) {
   const detail::DotFn fn = detail::dot_kernel(t, level);
   const bool batch = rows == RowsClass::kBatch;
-  const detail::KQuantBatchFn kb = batch ? detail::kquant_batch_kernel(t, level) : nullptr;
+  const void* kb = batch ? batch_kernel_of(t, level) : nullptr;
   for (int l = 0; l < int(level); ++l)
     if (simd_level_available(SimdLevel(l)) && detail::dot_kernel(t, SimdLevel(l)) == fn &&
-        (!batch || detail::kquant_batch_kernel(t, SimdLevel(l)) == kb))
+        (!batch || batch_kernel_of(t, SimdLevel(l)) == kb))
       return SimdLevel(l);
   return level;
 }

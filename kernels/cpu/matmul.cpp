@@ -78,6 +78,21 @@ std::atomic<int> g_kquant_batch{-1};
 // won (1.07-1.30x).
 constexpr int64_t kKQuantBatchRows = 8;
 
+// Likewise for MXFP4's batch kernel (KVASIR_MXFP4_BATCH=0: the decode
+// tiles), from kMxfp4BatchRows rows.
+std::atomic<int> g_mxfp4_batch{-1};
+constexpr int64_t kMxfp4BatchRows = 4;
+
+bool mxfp4_batch_on() {
+  int v = g_mxfp4_batch.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("KVASIR_MXFP4_BATCH");
+    v = e && std::strcmp(e, "0") == 0 ? 0 : 1;
+    g_mxfp4_batch.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
 bool kquant_batch_on() {
   int v = g_kquant_batch.load(std::memory_order_relaxed);
   if (v < 0) {
@@ -92,6 +107,10 @@ bool kquant_batch_on() {
 
 void detail::set_kquant_batch_for_bench(bool on) {
   g_kquant_batch.store(on ? 1 : 0, std::memory_order_relaxed);
+}
+
+void detail::set_mxfp4_batch_for_bench(bool on) {
+  g_mxfp4_batch.store(on ? 1 : 0, std::memory_order_relaxed);
 }
 
 void detail::set_max_tile_rows_for_bench(int nw) {
@@ -235,6 +254,7 @@ struct RowJob {
   int64_t rows = 0, cols = 0, n = 0;
   float* y = nullptr;  // [n, rows]
   detail::DotFn wide = nullptr;  // kMaxNX < n <= kMaxNXWide rows, where the type has one
+  detail::Mxfp4BatchFn mbatch = nullptr;  // n >= kMxfp4BatchRows rows of MXFP4: its own blocking
 };
 
 // Output rows [r0, r1) of one product. Batch: two adjacent weight rows per
@@ -249,6 +269,9 @@ void run_rows(const RowJob& j, const Activations& a, int64_t r0, int64_t r1) {
   if (j.wide)  // 5..kMaxNXWide rows: one pass over the weight pairs
     return decode_rows(j.wide, 2, j.w, j.row_bytes, a.data, a.stride, j.n, j.cols, j.y, j.rows,
                        r0, r1);
+  if (j.mbatch)
+    return j.mbatch(j.w, int64_t(j.row_bytes), r0, r1, static_cast<const BlockQ8x*>(a.data), j.n,
+                    j.cols, j.y, j.rows);
   if (j.n < detail::kMaxNX || (j.n == detail::kMaxNX && !j.batch && !j.kbatch))
     return decode_rows(j.dot, j.n == 1 ? j.streams : 2, j.w, j.row_bytes, a.data, a.stride, j.n,
                        j.cols, j.y, j.rows, r0, r1);
@@ -293,6 +316,8 @@ RowJob row_job(const TensorView& w, uint64_t row_bytes, int64_t n, float* y, Sim
   if (n > detail::kMaxNX && n <= detail::kMaxNXWide) j.wide = detail::wide_dot_kernel(w.type, level);
   if (n >= kKQuantBatchRows && kquant_batch_on())
     j.kbatch = detail::kquant_batch_kernel(w.type, level);
+  if (w.type == DType::MXFP4 && n >= kMxfp4BatchRows && mxfp4_batch_on())
+    j.mbatch = detail::mxfp4_batch_kernel(level);
   KV_CHECK(j.dot != nullptr, "matmul: no kernel for {}", dtype_name(w.type));
   return j;
 }

@@ -187,6 +187,18 @@ constexpr int64_t kFourStreamCols = 12288;  // from this many columns, 4 (K-quan
 int kquant_decode_streams(DType type, SimdLevel level, int64_t cols);
 // MXFP4 (matmul_mxfp4.cpp): its tile at a level, over BlockQ8x activations.
 DotFn mxfp4_dot_kernel(SimdLevel level);
+// The MXFP4 batch kernel (from kMxfp4BatchRows activation rows, matmul.cpp):
+// output rows [r0, r1) for every activation row, each weight block unpacked
+// once per call (matmul_mxfp4.cpp). x: [n, cols / 32]. Each output gets
+// exactly the bits the decode tile of the same numerics family gives it.
+using Mxfp4BatchFn = void (*)(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1,
+                              const BlockQ8x* x, int64_t n, int64_t cols, float* y,
+                              int64_t y_stride);
+// nullptr where the level has none (then the decode tiles run).
+Mxfp4BatchFn mxfp4_batch_kernel(SimdLevel level);
+// Turns it off (as KVASIR_MXFP4_BATCH=0 does) or on, so bench/kernels can
+// pair it with the tiles in one run. Call only while no matmul runs.
+void set_mxfp4_batch_for_bench(bool on);
 // 2^(e - 128): an E8M0 scale halved, as the doubled e2m1 table wants it.
 float e8m0_half(uint8_t e);
 // A row of MXFP4 blocks (cols % 32 == 0) as f32.

@@ -13,7 +13,9 @@
 // fits a 128-bit lane), then take the signed × signed product as
 // |w| × (x with w's sign), the u8 × s8 form vpmaddubsw needs. A pair of
 // products is at most 2·12·127, far from vpmaddubsw's saturation.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/cpu/matmul_internal.h"
 
@@ -189,14 +191,124 @@ struct Tile {
 };
 
 }  // namespace avx512
+
+// ---- batch (matmul_mxfp4_batch_avx512.inc) --------------------------------
+//
+// The decode tile looks a block's codes up again for every 4 activation
+// rows, and flips the activations' signs per weight row. The batch kernel
+// unpacks a block of weight rows once per call into WPairs and prepares the
+// activations once into XPairs, so a register tile's inner step is one
+// integer dot, one convert, one scale product and one fma per (weight row,
+// activation row, block pair). The integer dot takes the activations
+// offset to unsigned, x + 128 (x ^ 0x80), against the signed weights, and
+// starts from −128 · Σw per lane (WPair::corr): the lane sums are the
+// decode tile's integers exactly, and so are the f32 operations after them
+// (the same bits alone or in a batch).
+
+// Two blocks of one weight row, unpacked.
+struct alignas(64) WPair {
+  int8_t w[64];      // the doubled e2m1 values, block b then b + 1 (activation order)
+  int32_t corr[16];  // −128 × the sum of the 4 weights of each lane
+  float s[16];       // 2^(e − 128): block b's in lanes 0-7, b + 1's in 8-15
+};
+// Two blocks of one activation row, prepared.
+struct alignas(64) XPair {
+  uint8_t q[64];  // q ^ 0x80 = q + 128, block b then b + 1
+  float d[16];    // block b's d in lanes 0-7, b + 1's in 8-15
+};
+static_assert(sizeof(WPair) == 192 && sizeof(XPair) == 128);
+
+// Weight rows unpacked at a time: 16 rows of gpt-oss's 2880 columns are
+// 135 KiB of WPairs, which stay in L2 while every activation row passes.
+constexpr int64_t kBlockRows = 16;
+constexpr int kTileW = 4, kTileX = 4;  // 16 accumulators
+
+template <class T>
+T* scratch_for(int64_t count) {
+  thread_local std::vector<T> buf;  // grow-only
+  if (buf.size() < size_t(count)) buf.resize(size_t(count));
+  return buf.data();
+}
+
+namespace avx512 {
+
+KV_AVX512 void unpack_row(const uint8_t* row, int64_t np, WPair* out) {
+  const __m512i table =
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kFp4)));
+  for (int64_t p = 0; p < np; ++p) {
+    const uint8_t* blk = row + 2 * p * kBlockBytes;
+    const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 1));
+    const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kBlockBytes + 1));
+    const __m512i raw =
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(_mm_srli_epi16(r0, 4), r0)),
+                           _mm256_set_m128i(_mm_srli_epi16(r1, 4), r1), 1);
+    const __m512i wv = _mm512_shuffle_epi8(table, _mm512_and_si512(raw, _mm512_set1_epi8(0x0f)));
+    const __m512i sum4 = _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_set1_epi8(1), wv),
+                                           _mm512_set1_epi16(1));
+    _mm512_store_si512(out[p].w, wv);
+    _mm512_store_si512(out[p].corr, _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                     _mm512_slli_epi32(sum4, 7)));
+    _mm512_store_ps(out[p].s, _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(e8m0_half(blk[0])),
+                                                   _mm512_set1_ps(e8m0_half(blk[kBlockBytes]))));
+  }
+}
+
+KV_AVX512 void prepare_x(const BlockQ8x* x, int64_t np, XPair* out) {
+  for (int64_t p = 0; p < np; ++p) {
+    const __m512i q = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[2 * p].q))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[2 * p + 1].q)), 1);
+    _mm512_store_si512(out[p].q, _mm512_xor_si512(q, _mm512_set1_epi8(char(0x80))));
+    _mm512_store_ps(out[p].d, _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(x[2 * p].d),
+                                                   _mm512_set1_ps(x[2 * p + 1].d)));
+  }
+}
+
+// An odd last block, as Tile adds it: its own 256-bit accumulator.
+KV_AVX512 float last_block(const uint8_t* blk, const BlockQ8x& xb) {
+  const __m256i wv = avx2::load_weights(blk);
+  const __m256i p = avx2::block_dot(wv, _mm256_sign_epi8(wv, wv), xb);
+  const float we = e8m0_half(blk[0]);
+  return avx2::hsum(
+      _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(we * xb.d), _mm256_setzero_ps()));
+}
+
+}  // namespace avx512
+
+#define KV_ISA avx512_batch
+#define KV_TARGET KV_AVX512
+#define KV_DOT_U8S8_512(c, u, s) \
+  _mm512_add_epi32(c, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)))
+#include "kernels/cpu/matmul_mxfp4_batch_avx512.inc"
+#undef KV_ISA
+#undef KV_TARGET
+#undef KV_DOT_U8S8_512
+
+#define KV_ISA avx512_vnni_batch
+#define KV_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define KV_DOT_U8S8_512(c, u, s) _mm512_dpbusd_epi32(c, u, s)
+#include "kernels/cpu/matmul_mxfp4_batch_avx512.inc"
+#undef KV_ISA
+#undef KV_TARGET
+#undef KV_DOT_U8S8_512
+
 #pragma GCC diagnostic pop
 #endif  // KV_HAVE_X86
 
 }  // namespace
 
-// The kAvxVnni and kAvx512Vnni levels run the level below them: the products
-// are too small for vpdpbusd's fused add to matter, and one path fewer per
-// family keeps the dispatch's measurement short.
+// The decode tiles of the kAvxVnni and kAvx512Vnni levels are the level
+// below's: there vpdpbusd would only fuse vpmaddubsw + vpmaddwd of one
+// product per loaded block. The batch kernel has a vpdpbusd copy.
+Mxfp4BatchFn mxfp4_batch_kernel(SimdLevel level) {
+#ifdef KV_HAVE_X86
+  if (level == SimdLevel::kAvx512Vnni) return avx512_vnni_batch::batch;
+  if (level == SimdLevel::kAvx512) return avx512_batch::batch;
+#endif
+  (void)level;
+  return nullptr;
+}
+
 DotFn mxfp4_dot_kernel(SimdLevel level) {
 #ifdef KV_HAVE_X86
   if (level >= SimdLevel::kAvx512) return dispatch_tile<avx512::Tile, BlockQ8x>;
