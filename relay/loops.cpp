@@ -8,8 +8,8 @@
 
 #include "base/check.h"
 #include "base/log.h"
-#include "relay/link_watch.h"
 #include "relay/relay.h"
+#include "relay/ring_or_link.h"
 
 namespace kvasir::relay {
 namespace {
@@ -95,20 +95,18 @@ Status drain_link(net::UcxLink& link, bool* bye, Liveness& live, OnFrame&& on_fr
 
 // The next message on `in`, or false once stop() says so. While the ring
 // is empty, stop() drains the link (the frames are handled there), then
-// the relay sleeps on the ring's bell with the link armed: a message or a
-// frame wakes it at once (relay/link_watch.h); w.poll_ns bounds the sleep
-// for the liveness ticks and the stop flag.
+// the relay sleeps until its ring's bell or its link wakes it
+// (relay/ring_or_link.h); w.poll_ns bounds the sleep for the liveness
+// ticks and the stop flag.
 template <class Stop>
-bool next_msg(ipc::Ring& in, LinkWatch& watch, const ipc::WaitPolicy& w, Stop&& stop,
+bool next_msg(ipc::Ring& in, RingOrLink& sleeper, const ipc::WaitPolicy& w, Stop&& stop,
               Status* ended, ipc::BatchMsg* m) {
   for (;;) {
     const uint32_t seen = in.not_empty.seen();
     if (in.try_pop(*m)) return true;
     if (stop()) return false;
-    bool armed = false;
-    *ended = watch.arm(&armed);
+    *ended = sleeper.sleep(seen, w);
     if (!ended->ok()) return false;
-    if (armed) in.not_empty.await(seen, w);
   }
 }
 
@@ -222,9 +220,9 @@ Status run_leader_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOption
     ended = drain_link(link, &bye, live, on_frame);
     return bye || !ended.ok();
   };
-  LinkWatch watch(link, in.not_empty);
+  RingOrLink sleeper(link, in.not_empty, o.one_wait);
   ipc::BatchMsg m;
-  while (!stop() && next_msg(in, watch, wait, stop, &ended, &m)) ended = L.on_msg(m);
+  while (!stop() && next_msg(in, sleeper, wait, stop, &ended, &m)) ended = L.on_msg(m);
   if (ended.ok()) {
     (void)link.close();
     return Status();
@@ -264,9 +262,9 @@ Status run_worker_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOption
     if (o.listener) answer_joiners(*o.listener, turned_away);
     return bye || !ended.ok();
   };
-  LinkWatch watch(link, tail_out.not_empty);
+  RingOrLink sleeper(link, tail_out.not_empty, o.one_wait);
   ipc::BatchMsg m;
-  while (!stop() && next_msg(tail_out, watch, wait, stop, &ended, &m)) {
+  while (!stop() && next_msg(tail_out, sleeper, wait, stop, &ended, &m)) {
     net::Result f;
     ended = make_result_frame(seg, m, &result_buf, &f);
     if (ended.ok()) ended = link.send(f);

@@ -33,8 +33,12 @@ struct RelayOptions {
   int first_remote = 1;  // r: the worker's first stage; 1 <= r < n_stages
   // The longest a relay sleeps before it looks at its stop flag and the
   // link's liveness. Not a latency: a message on its ring or a frame on
-  // its link wakes it at once (relay/link_watch.h).
+  // its link wakes it at once (relay/ring_or_link.h).
   int64_t poll_ns = 20'000'000;
+  // Sleep in one io_uring wait on the ring's bell and the link where the
+  // kernel allows it; false: the watcher thread always (what the
+  // fallback does, for comparisons).
+  bool one_wait = true;
   // Worker: the listener its leader came through, or null. While it
   // serves, the worker's relay answers anyone else who connects there: a
   // peer without the key is refused and logged by the listener (net/), one
