@@ -110,8 +110,8 @@ struct RingOrLink::Uring {
     arg.ts = uint64_t(reinterpret_cast<uintptr_t>(&ts));
     const unsigned flags =
         timeout_ns > 0 ? IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG : IORING_ENTER_EXT_ARG;
-    const long r = syscall(__NR_io_uring_enter, fd, queued, timeout_ns > 0 ? 1 : 0, flags, &arg,
-                           sizeof arg);
+    const long r =
+        syscall(__NR_io_uring_enter, fd, queued, timeout_ns > 0 ? 1 : 0, flags, &arg, sizeof arg);
     if (r >= 0 || errno == ETIME || errno == EINTR || errno == EBUSY) return 0;
     return -errno;
   }
@@ -172,7 +172,8 @@ RingOrLink::RingOrLink(net::UcxLink& link, ipc::Bell& bell, bool one_wait)
   if (env && std::strcmp(env, "watcher") == 0) one_wait = false;
   if (one_wait) uring_ = Uring::open(bell);
   if (!uring_) {
-    if (one_wait) KV_LOG_INFO("relay", "no io_uring futex wait here: a watcher thread wakes the relay");
+    if (one_wait)
+      KV_LOG_INFO("relay", "no io_uring futex wait here: a watcher thread wakes the relay");
     watch_ = std::make_unique<LinkWatch>(link, bell);
   }
 }

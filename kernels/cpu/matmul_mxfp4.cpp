@@ -243,11 +243,11 @@ KV_AVX512 void unpack_row(const uint8_t* row, int64_t np, WPair* out) {
         _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(_mm_srli_epi16(r0, 4), r0)),
                            _mm256_set_m128i(_mm_srli_epi16(r1, 4), r1), 1);
     const __m512i wv = _mm512_shuffle_epi8(table, _mm512_and_si512(raw, _mm512_set1_epi8(0x0f)));
-    const __m512i sum4 = _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_set1_epi8(1), wv),
-                                           _mm512_set1_epi16(1));
+    const __m512i sum4 =
+        _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_set1_epi8(1), wv), _mm512_set1_epi16(1));
     _mm512_store_si512(out[p].w, wv);
-    _mm512_store_si512(out[p].corr, _mm512_sub_epi32(_mm512_setzero_si512(),
-                                                     _mm512_slli_epi32(sum4, 7)));
+    _mm512_store_si512(out[p].corr,
+                       _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum4, 7)));
     _mm512_store_ps(out[p].s, _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(e8m0_half(blk[0])),
                                                    _mm512_set1_ps(e8m0_half(blk[kBlockBytes]))));
   }

@@ -74,8 +74,8 @@ TEST(MatmulMxfp4Batch, EqualsDecodeBitForBitScalarAndReference) {
             matmul(w.view, x.data(), n, y.data(), pool.get());
             const int64_t i = first_difference(y, alone);
             ASSERT_EQ(i, -1) << simd_level_name(level) << " rows=" << rows << " cols=" << cols
-                             << " n=" << n << " threads=" << (pool ? pool->size() : 0)
-                             << ": batch " << y[size_t(i)] << " alone " << alone[size_t(i)];
+                             << " n=" << n << " threads=" << (pool ? pool->size() : 0) << ": batch "
+                             << y[size_t(i)] << " alone " << alone[size_t(i)];
             for (size_t k = 0; k < y.size(); ++k) {
               ASSERT_NEAR(y[k], want.y[k], 1.01 * want.qerr[k] + 1e-5 * want.abs_sum[k] + 1e-6)
                   << simd_level_name(level) << " rows=" << rows << " cols=" << cols << " n=" << n;
