@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
@@ -31,6 +32,17 @@ inline int64_t first_difference(const std::vector<float>& a, const std::vector<f
   for (size_t i = 0; i < a.size(); ++i)
     if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return int64_t(i);
   return -1;
+}
+
+// Activations [n, cols] ~ N(0, 1), with what quantised blocks must
+// survive: an all-zero block (its scale d == 0) and an outlier.
+inline std::vector<float> quant_activations(int64_t n, int64_t cols, std::mt19937& rng) {
+  std::vector<float> x(size_t(n * cols));  // [n, cols]
+  std::normal_distribution<float> d(0.f, 1.f);
+  for (auto& v : x) v = d(rng);
+  for (int i = 0; i < 32 && cols >= 64; ++i) x[size_t(32 + i)] = 0.f;  // d == 0 block
+  x[0] = 40.f;                                                         // an outlier
+  return x;
 }
 
 }  // namespace kvasir::cpu::testing

@@ -29,12 +29,7 @@ using testing::one_row_at_a_time;
 using testing::SimdGuard;
 
 std::vector<float> random_x(int64_t n, int64_t cols, std::mt19937& rng) {
-  std::vector<float> x(size_t(n * cols));  // [n, cols]
-  std::normal_distribution<float> d(0.f, 1.f);
-  for (auto& v : x) v = d(rng);
-  for (int i = 0; i < 32 && cols >= 64; ++i) x[size_t(32 + i)] = 0.f;  // d == 0 block
-  x[0] = 40.f;                                                         // an outlier
-  return x;
+  return testing::quant_activations(n, cols, rng);
 }
 
 TEST(MatmulMxfp4Batch, KernelAtThe512BitLevels) {

@@ -13,36 +13,14 @@
 #include "ipc/futex.h"
 #include "net/ucx_link.h"
 #include "relay/ring_or_link.h"
+#include "tests/unit/relay/link_pair.h"
 
 using namespace kvasir;
 
 namespace {
 
-struct Pair {
-  std::unique_ptr<net::UcxLink> worker, leader;
-  Pair() {
-    const net::ClusterKey key(std::vector<uint8_t>(32, 0x5a));
-    net::LinkOptions wo, lo;
-    wo.role = net::Role::kWorker, wo.name = "worker-1";
-    lo.role = net::Role::kLeader, lo.name = "leader";
-    std::unique_ptr<net::UcxListener> listener;
-    EXPECT_TRUE(net::UcxListener::listen("127.0.0.1", 0, key, wo, &listener).ok());
-    Status accepted;
-    std::thread t([&] { accepted = listener->accept(10000, &worker); });
-    EXPECT_TRUE(net::UcxLink::connect("127.0.0.1", listener->port(), key, lo, &leader).ok());
-    t.join();
-    EXPECT_TRUE(accepted.ok()) << accepted.to_string();
-    keep = std::move(listener);
-  }
-  std::unique_ptr<net::UcxListener> keep;  // the accepted link shares its worker
-};
-
-int drain(net::UcxLink& link) {
-  int n = 0;
-  net::Frame f;
-  while (link.recv(0, &f).ok()) ++n;
-  return n;
-}
+using kvasir::testing::drain;
+using Pair = kvasir::testing::LinkPair;
 
 // One sleep of at most 2 s: how long it lasted.
 int64_t timed_sleep(relay::RingOrLink& s, uint32_t seen, int64_t poll_ns = 2'000'000'000) {
