@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
@@ -32,6 +34,28 @@ inline int64_t first_difference(const std::vector<float>& a, const std::vector<f
   for (size_t i = 0; i < a.size(); ++i)
     if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return int64_t(i);
   return -1;
+}
+
+// What a sub-range test fills y with before calling a batch kernel.
+constexpr float kUnwritten = -7.f;
+
+// What went wrong in y [n, rows] (filled with kUnwritten) after a batch
+// kernel ran on weight rows [r0, r1): a row outside the range written, or
+// one inside without the bits of `alone` (one_row_at_a_time); "" if none.
+inline std::string range_error(const std::vector<float>& y, const std::vector<float>& alone,
+                               int64_t n, int64_t rows, int64_t r0, int64_t r1) {
+  std::ostringstream e;
+  e.precision(9);  // every float's own digits: a one-ulp miss shows
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t r = 0; r < rows; ++r) {
+      const size_t k = size_t(j * rows + r);
+      const float want = r < r0 || r >= r1 ? kUnwritten : alone[k];
+      if (std::memcmp(&y[k], &want, sizeof(float)) == 0) continue;
+      e << "j=" << j << " r=" << r << " (range [" << r0 << ", " << r1 << ")): " << y[k] << ", want "
+        << want;
+      return e.str();
+    }
+  return "";
 }
 
 // Activations [n, cols] ~ N(0, 1), with what quantised blocks must
