@@ -296,7 +296,7 @@ void run_mxfp4(ThreadPool& pool, double budget, std::mt19937& rng) {
   const int64_t shapes[][2] = {{2880, 2880}, {2880, 2912}};
   for (const auto& s : shapes) {
     const Weight w = make_weight(DType::MXFP4, s[0], s[1], rng);
-    for (int64_t n : {1, 4, 16, 64}) {
+    for (int64_t n : {1, 4, 8, 16, 64}) {
       std::vector<float> x(size_t(n * s[1]), 0.5f), y(size_t(n * s[0]));
       auto run = [&] { matmul(w.view, x.data(), n, y.data(), &pool); };
       double off = 1e30, on = 1e30;

@@ -194,7 +194,7 @@ DotFn mxfp4_dot_kernel(SimdLevel level);
 using Mxfp4BatchFn = void (*)(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1,
                               const BlockQ8x* x, int64_t n, int64_t cols, float* y,
                               int64_t y_stride);
-// nullptr where the level has none (then the decode tiles run).
+// nullptr at kScalar (then the decode tiles run).
 Mxfp4BatchFn mxfp4_batch_kernel(SimdLevel level);
 // Turns it off (as KVASIR_MXFP4_BATCH=0 does) or on, so bench/kernels can
 // pair it with the tiles in one run. Call only while no matmul runs.

@@ -275,6 +275,80 @@ KV_AVX512 float last_block(const uint8_t* blk, const BlockQ8x& xb) {
 
 }  // namespace avx512
 
+// ---- batch at the 256-bit levels (matmul_mxfp4_batch_avx2.inc) ------------
+//
+// The same scheme a block at a time: the AVX2 decode tile has no pairs and
+// no odd last block. 16 ymm registers hold a 2 × 4 tile's 8 accumulators,
+// the 4 activation rows' blocks and the temporaries.
+
+// One block of one weight row, unpacked.
+struct alignas(32) WBlock {
+  int8_t w[32];     // the doubled e2m1 values (activation order)
+  int32_t corr[8];  // −128 × the sum of the 4 weights of each lane
+  float s[8];       // 2^(e − 128) in every lane
+};
+// One block of one activation row, prepared.
+struct alignas(32) XBlock {
+  uint8_t q[32];  // q ^ 0x80 = q + 128
+  float d[8];     // d in every lane
+};
+static_assert(sizeof(WBlock) == 96 && sizeof(XBlock) == 64);
+
+constexpr int kTileW256 = 2, kTileX256 = 4;  // 8 accumulators
+
+namespace avx2 {
+
+KV_AVX2 void unpack_row(const uint8_t* row, int64_t nb, WBlock* out) {
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = row + b * kBlockBytes;
+    const __m256i wv = load_weights(blk);
+    const __m256i sum4 =
+        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), wv), _mm256_set1_epi16(1));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out[b].w), wv);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out[b].corr),
+                       _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum4, 7)));
+    _mm256_store_ps(out[b].s, _mm256_set1_ps(e8m0_half(blk[0])));
+  }
+}
+
+KV_AVX2 void prepare_x(const BlockQ8x* x, int64_t nb, XBlock* out) {
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out[b].q),
+                       _mm256_xor_si256(q, _mm256_set1_epi8(char(0x80))));
+    _mm256_store_ps(out[b].d, _mm256_set1_ps(x[b].d));
+  }
+}
+
+}  // namespace avx2
+
+#define KV_ISA avx2_batch
+#define KV_TARGET KV_AVX2
+#define KV_DOT_U8S8_256(c, u, s) \
+  _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
+#include "kernels/cpu/matmul_mxfp4_batch_avx2.inc"
+#undef KV_ISA
+#undef KV_TARGET
+#undef KV_DOT_U8S8_256
+
+#define KV_ISA avx_vnni_batch
+#define KV_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define KV_DOT_U8S8_256(c, u, s) _mm256_dpbusd_avx_epi32(c, u, s)
+#include "kernels/cpu/matmul_mxfp4_batch_avx2.inc"
+#undef KV_ISA
+#undef KV_TARGET
+#undef KV_DOT_U8S8_256
+
+// The same 256-bit vpdpbusd, EVEX-encoded: the kAvxVnni level on CPUs with
+// AVX-512 VNNI but not AVX-VNNI (matmul_quant.cpp says which).
+#define KV_ISA avx512vl_vnni_batch
+#define KV_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+#define KV_DOT_U8S8_256(c, u, s) _mm256_dpbusd_epi32(c, u, s)
+#include "kernels/cpu/matmul_mxfp4_batch_avx2.inc"
+#undef KV_ISA
+#undef KV_TARGET
+#undef KV_DOT_U8S8_256
+
 #define KV_ISA avx512_batch
 #define KV_TARGET KV_AVX512
 #define KV_DOT_U8S8_512(c, u, s) \
@@ -304,6 +378,9 @@ Mxfp4BatchFn mxfp4_batch_kernel(SimdLevel level) {
 #ifdef KV_HAVE_X86
   if (level == SimdLevel::kAvx512Vnni) return avx512_vnni_batch::batch;
   if (level == SimdLevel::kAvx512) return avx512_batch::batch;
+  if (level == SimdLevel::kAvxVnni)
+    return cpu_has_vex_vnni() ? avx_vnni_batch::batch : avx512vl_vnni_batch::batch;
+  if (level == SimdLevel::kAvx2) return avx2_batch::batch;
 #endif
   (void)level;
   return nullptr;

@@ -1,5 +1,5 @@
 // The MXFP4 batch path (n >= 4 activation rows; matmul_mxfp4.cpp's batch
-// kernel at the 512-bit levels, else the decode tiles) against n one-row
+// kernel at every x86 level, the decode tiles at scalar) against n one-row
 // decode calls, bit for bit — a row must get the same bits alone as in a
 // batch — against the scalar path and against the double reference within
 // test_matmul.cpp's 8-bit activation bound (1.01 × Σ_blocks Σ|w|·amax/254
@@ -34,11 +34,13 @@ std::vector<float> random_x(int64_t n, int64_t cols, std::mt19937& rng) {
   return testing::quant_activations(n, cols, rng);
 }
 
-TEST(MatmulMxfp4Batch, KernelAtThe512BitLevels) {
+TEST(MatmulMxfp4Batch, KernelAtEveryX86Level) {
   EXPECT_EQ(detail::mxfp4_batch_kernel(SimdLevel::kScalar), nullptr);
-  EXPECT_EQ(detail::mxfp4_batch_kernel(SimdLevel::kAvx2), nullptr);
-  EXPECT_EQ(detail::mxfp4_batch_kernel(SimdLevel::kAvxVnni), nullptr);
 #if defined(__x86_64__)
+  EXPECT_NE(detail::mxfp4_batch_kernel(SimdLevel::kAvx2), nullptr);
+  EXPECT_NE(detail::mxfp4_batch_kernel(SimdLevel::kAvxVnni), nullptr);
+  EXPECT_NE(detail::mxfp4_batch_kernel(SimdLevel::kAvx2),
+            detail::mxfp4_batch_kernel(SimdLevel::kAvxVnni));
   EXPECT_NE(detail::mxfp4_batch_kernel(SimdLevel::kAvx512), nullptr);
   EXPECT_NE(detail::mxfp4_batch_kernel(SimdLevel::kAvx512Vnni), nullptr);
   EXPECT_NE(detail::mxfp4_batch_kernel(SimdLevel::kAvx512),
@@ -90,15 +92,16 @@ TEST(MatmulMxfp4Batch, EqualsDecodeBitForBitScalarAndReference) {
 
 // The kernel called directly on a sub-range of the weight rows (a thread's
 // share, from an odd row, longer than one unpack block) writes those rows,
-// with the decode bits, and nothing else; and every 512-bit level gives the
-// same bits (the integer lane sums do not depend on the instruction).
+// with the decode bits, and nothing else, at every x86 level (the integer
+// lane sums do not depend on the instruction: vpdpbusd or vpmaddubsw).
 TEST(MatmulMxfp4Batch, SubRangeMatchesAndStaysInside) {
   SimdGuard guard;
   std::mt19937 rng(98);
   const int64_t rows = 53, cols = 2912, n = 9, r0 = 3, r1 = 42, nb = cols / detail::kQK;
   const auto w = ref::random_weight(DType::MXFP4, rows, cols, rng);
   const auto x = random_x(n, cols, rng);
-  for (SimdLevel level : {SimdLevel::kAvx512, SimdLevel::kAvx512Vnni}) {
+  for (SimdLevel level :
+       {SimdLevel::kAvx2, SimdLevel::kAvxVnni, SimdLevel::kAvx512, SimdLevel::kAvx512Vnni}) {
     if (!simd_level_available(level)) {
       std::printf("%s: this CPU lacks %s (compiled, not executed here)\n", simd_level_name(level),
                   simd_level_flags(level));
