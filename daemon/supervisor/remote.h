@@ -28,12 +28,18 @@
 #include "base/status.h"
 #include "daemon/config/config.h"
 #include "daemon/engine/ring_health.h"
+#include "ipc/hang_watch.h"
 #include "ipc/segment.h"
 #include "net/auth.h"
 #include "net/ucx_link.h"
 #include "relay/plan.h"
 
 namespace kvasir {
+
+// The [recovery] watchdog keys as the watchdog's limits.
+inline ipc::HangLimits watchdog_limits(const RecoveryCfg& r) {
+  return {r.watchdog_k, r.watchdog_floor_s, r.watchdog_busy_cap_s};
+}
 
 class WorkerLink {
  public:

@@ -230,8 +230,8 @@ void Supervisor::start() {
   const int64_t now = ipc::now_ns();
   for (int s = 0; s < S; ++s) {
     watch_[s].pidfd = remote(s) ? -1 : pidfd_open(pids_[s]);
-    watch_[s].since_ns = now;
-    watch_[s].history.assign(size_t(std::max(1, opt_.recovery.watchdog_history)), 0);
+    watch_[s].hang_watch = ipc::HangWatch(size_t(opt_.recovery.watchdog_history));
+    watch_[s].hang_watch.reset(now);
   }
   monitor_ = std::thread([this] { monitor(); });
 }
@@ -366,111 +366,21 @@ void Supervisor::record_loss(int s, const std::string& why, int64_t now) {
   w.fault_no = member ? 0 : health_.faults;
 }
 
-// utime + stime of a whole process (all its threads), in clock ticks; -1 if
-// unreadable. Field 2 (comm) may hold spaces and parentheses: parse after
-// the last ')'.
-int64_t Supervisor::process_cpu_ticks(pid_t pid) {
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", int(pid));
-  FILE* f = std::fopen(path, "re");
-  if (!f) return -1;
-  char buf[1024];
-  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  buf[n] = 0;
-  const char* p = std::strrchr(buf, ')');
-  if (!p) return -1;
-  // After ')': state(3) ppid pgrp session tty tpgid flags minflt cminflt
-  // majflt cmajflt utime(14) stime(15).
-  char state = 0;
-  long long v[12] = {};
-  if (std::sscanf(p + 1, " %c %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld", &state,
-                  &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10],
-                  &v[11]) != 13)
-    return -1;
-  return int64_t(v[10] + v[11]);
-}
-
-Supervisor::Pending Supervisor::pending(int p) {
-  Pending pd;
-  const int S = seg_->n_stages();
-  if (p >= S) {  // a member: its open request (posted, not answered)
-    const ipc::MemberCall& call = *seg_->member_area(p - S).call;
-    pd.passed = call.ans_seq.load(std::memory_order_acquire);
-    pd.pending = call.req_seq.load(std::memory_order_acquire) != pd.passed;
-    return pd;
-  }
-  auto& st = seg_->stage(p);
-  ipc::Ring& in = seg_->ring(p);
-  pd.passed = st.passed.load(std::memory_order_acquire);
-  const uint32_t tail = in.tail.load(std::memory_order_acquire);
-  pd.pending = in.head.load(std::memory_order_acquire) != tail || tail != pd.passed;
-  // Waiting for room downstream is the downstream's fault, not this
-  // stage's — if the ring downstream really is full (a stage stopped just
-  // after it set "blocked" is still this stage's hang). A group's leader
-  // waiting for a member's answer is the member's (the member is watched).
-  if (st.phase.load() != ipc::kPhaseBlocked) return pd;
-  pd.waiting = seg_->ring(p + 1).size() >= uint32_t(seg_->dims().inflight);
-  for (int m = 0; m < seg_->n_members() && !pd.waiting; ++m) {
-    const ipc::MemberCall& call = *seg_->member_area(m).call;
-    pd.waiting =
-        seg_->params().members[m].position == p && call.req_seq.load(std::memory_order_acquire) !=
-                                                       call.ans_seq.load(std::memory_order_acquire);
-  }
-  return pd;
-}
-
+// The watchdog (ipc/hang_watch.h) over the processes here: a hung one is
+// SIGKILLed (which ends a SIGSTOPped process too), and its death, seen by
+// the monitor, is a loss whose text says why.
 void Supervisor::watchdog(int64_t now) {
-  const RecoveryOptions& r = opt_.recovery;
+  const ipc::HangLimits limits = watchdog_limits(opt_.recovery);
   for (size_t s = 0; s < pids_.size(); ++s) {
     Watch& w = watch_[s];
     if (pids_[s] <= 0) continue;
-    auto& st = slot(int(s));
-    const uint64_t batches = st.stats.batches.load(std::memory_order_relaxed);
-    if (batches != w.last_batches) {  // sampled: a tick may see only the last of several
-      w.last_batches = batches;
-      w.history[w.next++ % w.history.size()] = st.last_busy_ns.load(std::memory_order_relaxed);
-    }
-    const Pending pd = pending(int(s));
-    if (!pd.pending || pd.waiting || pd.passed != w.last_passed ||
-        st.status.load() != ipc::kStageReady || w.restart_at > 0) {
-      w.last_passed = pd.passed;
-      w.since_ns = now;
-      w.cpu_ticks = -1;
-      continue;
-    }
-    if (r.watchdog_floor_s <= 0) continue;
-    // CPU time that still advances means the stage is computing — slowly,
-    // on a loaded machine — not stopped or blocked: a batch held long is
-    // then no hang (killing it would only recompute the same slow batch,
-    // again and again). A stopped (SIGSTOP) or blocked process's CPU time
-    // stands still.
-    const int64_t ticks = process_cpu_ticks(pids_[s]);
-    if (ticks < 0 || ticks != w.cpu_ticks) {
-      w.cpu_ticks = ticks;
-      w.cpu_since_ns = now;
-    }
-    const double held = double(now - w.since_ns) / 1e9;
-    const double idle = double(now - std::max(w.since_ns, w.cpu_since_ns)) / 1e9;
-    const bool busy_too_long = r.watchdog_busy_cap_s > 0 && held > r.watchdog_busy_cap_s;
-    if (idle <= r.watchdog_floor_s && !busy_too_long) continue;
-    std::vector<uint64_t> h;
-    for (uint64_t v : w.history)
-      if (v) h.push_back(v);
-    double p99 = 0;
-    if (!h.empty()) {
-      auto k = h.begin() + int64_t(double(h.size() - 1) * 0.99);
-      std::nth_element(h.begin(), k, h.end());
-      p99 = double(*k) / 1e9;
-    }
-    const double limit = std::max(r.watchdog_k * p99, r.watchdog_floor_s);
-    if ((idle <= limit && !busy_too_long) || !w.hang.empty()) continue;
-    w.hang = fmt::format(
-        "{} held a batch for {:.2f} s, {:.2f} s without CPU progress (limit {:.2f} s = "
-        "max({} x p99 {:.3f} s, floor {} s); busy cap {} s): hung, killed",
-        proc_name(int(s)), held, idle, limit, r.watchdog_k, p99, r.watchdog_floor_s,
-        r.watchdog_busy_cap_s);
-    kill(pids_[s], SIGKILL);  // SIGKILL ends a SIGSTOPped process too
+    ipc::HangSample smp = ipc::sample_process(*seg_, int(s));
+    smp.watched = smp.watched && w.restart_at <= 0;
+    const auto hang =
+        w.hang_watch.look(limits, smp, now, [&] { return ipc::process_cpu_ticks(pids_[s]); });
+    if (!hang || !w.hang.empty()) continue;
+    w.hang = hang->text(proc_name(int(s)), limits);
+    kill(pids_[s], SIGKILL);
   }
 }
 
@@ -509,7 +419,7 @@ void Supervisor::restart_due(int64_t now) {
     }
     pids_[s] = pid;
     w.pidfd = pidfd_open(pid);
-    w.since_ns = now;
+    w.hang_watch.reset(now);
     health_.restarts++;
     KV_LOG_INFO("supervisor", "restarted {} (pid {})", proc_name(s), int(pid));
   }

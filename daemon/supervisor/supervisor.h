@@ -42,6 +42,7 @@
 
 #include "daemon/config/config.h"
 #include "daemon/engine/ring_health.h"
+#include "ipc/hang_watch.h"
 #include "ipc/segment.h"
 
 namespace kvasir {
@@ -88,25 +89,15 @@ class Supervisor {
   std::vector<pid_t> pids() const;
   const std::string& segment_name() const { return name_; }
 
-  // utime + stime of a whole process in clock ticks, -1 if unreadable: the
-  // watchdog's "still computing" signal (exposed for tests).
-  static int64_t process_cpu_ticks(pid_t pid);
-
   // The segment parameters a config and model give (exposed for tests).
   static ipc::SegmentParams params_for(const Config& cfg, const ModelConfig& model);
 
  private:
   struct Watch {  // per-stage watchdog and restart state (monitor thread, under mu_)
-    uint32_t last_passed = 0;
-    int64_t since_ns = 0;      // when the stage last made progress (or had nothing to do)
-    int64_t cpu_ticks = -1;    // the process's utime + stime when last sampled
-    int64_t cpu_since_ns = 0;  // when that CPU time last advanced
-    uint64_t last_batches = 0;
-    std::vector<uint64_t> history;  // recent batch times, ns (a ring)
-    size_t next = 0;
-    std::string hang;        // set when the watchdog killed it: why
-    int64_t restart_at = 0;  // > 0: restart due at this time (ns)...
-    uint64_t fault_no = 0;   // ...once the bridge has handled this loss (header.epoch)
+    ipc::HangWatch hang_watch;  // the watchdog's decision (ipc/hang_watch.h)
+    std::string hang;           // set when the watchdog killed it: why
+    int64_t restart_at = 0;     // > 0: restart due at this time (ns)...
+    uint64_t fault_no = 0;      // ...once the bridge has handled this loss (header.epoch)
     int pidfd = -1;
   };
 
@@ -116,13 +107,6 @@ class Supervisor {
   // Whether ring position p runs on the worker (no process here).
   bool remote(int p) const { return r_ > 0 && p >= r_ && p < int(cfg_.plan.stages.size()); }
   std::string proc_name(int p) const;
-  // The watchdog's view of process p: whether it holds work, whether it
-  // moved it on since the last look (`passed`), whether it waits on others.
-  struct Pending {
-    bool pending = false, waiting = false;
-    uint32_t passed = 0;
-  };
-  Pending pending(int p);
   std::string describe_exit(int stage, int status);
   // fork + exec; no allocation in the child. inherit: the kernels text of
   // the process it replaces ("" for a first start), passed as
