@@ -132,6 +132,7 @@ std::vector<uint8_t> encode_plan(const WorkerPlan& p) {
   WorkerPlan copy = p;
   visit(w, copy.params);
   w(copy.first_remote);
+  w(copy.watchdog.k), w(copy.watchdog.floor_s), w(copy.watchdog.busy_cap_s);
   return std::move(w.out);
 }
 
@@ -155,12 +156,20 @@ Status decode_plan(std::span<const uint8_t> bytes, WorkerPlan* out) {
   WorkerPlan p;
   visit(r, p.params);
   r(p.first_remote);
+  r(p.watchdog.k), r(p.watchdog.floor_s), r(p.watchdog.busy_cap_s);
   KV_RETURN_IF_ERROR(close(r));
   const std::string bad = ipc::Segment::check_params(p.params);
   if (!bad.empty()) return error_status(ErrorCode::kInvalidArgument, "plan: {}", bad);
   if (p.first_remote < 1 || p.first_remote >= p.params.n_stages)
     return error_status(ErrorCode::kInvalidArgument, "plan: first remote stage {} of {}",
                         p.first_remote, p.params.n_stages);
+  // The ranges the leader's config takes ([recovery], daemon/config).
+  const ipc::HangLimits& l = p.watchdog;
+  if (!(l.k >= 1 && l.k <= 1e6) || !(l.floor_s >= 0 && l.floor_s <= 86400) ||
+      !(l.busy_cap_s >= 0 && l.busy_cap_s <= 86400))
+    return error_status(ErrorCode::kInvalidArgument,
+                        "plan: watchdog k {}, floor {} s, busy cap {} s", l.k, l.floor_s,
+                        l.busy_cap_s);
   *out = p;
   return Status();
 }

@@ -1,8 +1,10 @@
 // relay/plan.h — what a Plan frame carries between a leader and a worker
 // (docs/multi-host.md, "The relay"): the join's three messages, as bytes.
 //
-//   leader → worker  kPlan     the segment's plan (every SegmentParams field)
-//                              and the first stage the worker runs
+//   leader → worker  kPlan     the segment's plan (every SegmentParams field),
+//                              the first stage the worker runs and the
+//                              watchdog's limits for its stages (the
+//                              leader's [recovery] keys)
 //   worker → leader  kSized    the smallest KV capacity of its stages
 //   leader → worker  kBlocks   the block counts the leader decided for all
 //
@@ -18,17 +20,20 @@
 #include <vector>
 
 #include "base/status.h"
+#include "ipc/hang_watch.h"
 #include "ipc/segment.h"
 
 namespace kvasir::relay {
 
-inline constexpr uint16_t kPlanFormat = 1;
+// 2: the plan carries the watchdog's limits.
+inline constexpr uint16_t kPlanFormat = 2;
 
 enum class PlanKind : uint8_t { kPlan = 1, kSized = 2, kBlocks = 3 };
 
 struct WorkerPlan {
   ipc::SegmentParams params;
   int32_t first_remote = 1;  // the worker runs stages first_remote..n_stages-1
+  ipc::HangLimits watchdog;  // what the worker's watchdog kills (ipc/hang_watch.h)
 };
 
 struct WorkerSized {

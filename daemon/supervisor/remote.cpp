@@ -55,7 +55,8 @@ WorkerLink::WorkerLink(const Config& cfg, ipc::Segment& seg)
       r_(cfg.plan.first_remote()),
       key_path_(cfg.cluster.key),
       join_timeout_s_(cfg.cluster.join_timeout_s),
-      link_timeout_s_(cfg.cluster.link_timeout_s) {
+      link_timeout_s_(cfg.cluster.link_timeout_s),
+      watchdog_(watchdog_limits(cfg.recovery)) {
   KV_CHECK(r_ > 0, "a worker link needs remote stages");
   host_ = cfg.plan.stages[size_t(r_)].host;
   const size_t colon = host_.rfind(':');
@@ -102,7 +103,7 @@ Status WorkerLink::connect(const std::atomic<bool>& quit, int64_t deadline_ns) {
 
 // The plan out, the worker's capacity back.
 Status WorkerLink::exchange_plan(const std::atomic<bool>& quit, int64_t* capacity) {
-  KV_RETURN_IF_ERROR(link_->send(net::Plan{relay::encode_plan({seg_.params(), r_})}));
+  KV_RETURN_IF_ERROR(link_->send(net::Plan{relay::encode_plan({seg_.params(), r_, watchdog_})}));
   net::Frame f;
   KV_RETURN_IF_ERROR(recv_until(*link_, quit, seg_, &f));
   relay::WorkerSized sized;

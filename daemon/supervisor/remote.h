@@ -36,7 +36,8 @@
 
 namespace kvasir {
 
-// The [recovery] watchdog keys as the watchdog's limits.
+// The [recovery] watchdog keys as the watchdog's limits: the supervisor's
+// over the stages here, and the worker's over its own (sent in the plan).
 inline ipc::HangLimits watchdog_limits(const RecoveryCfg& r) {
   return {r.watchdog_k, r.watchdog_floor_s, r.watchdog_busy_cap_s};
 }
@@ -95,6 +96,7 @@ class WorkerLink {
   uint16_t port_ = 0;
   std::string key_path_;
   double join_timeout_s_, link_timeout_s_;
+  ipc::HangLimits watchdog_;  // sent in the plan
   net::ClusterKey key_;
   relay::RingBlocks blocks_;
   std::unique_ptr<net::UcxLink> link_;

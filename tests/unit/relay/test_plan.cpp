@@ -3,6 +3,7 @@
 // the kind expected is refused, whatever its bytes.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "relay/plan.h"
@@ -30,6 +31,7 @@ WorkerPlan sample_plan() {
   p.spin_ns = 5000;
   p.stages[0].experts_first = -1;  // a value whose sign must survive
   w.first_remote = 2;
+  w.watchdog = {12.5, 1.5, 0};  // the leader's [recovery] keys (busy cap 0: forever)
   return w;
 }
 
@@ -48,6 +50,9 @@ TEST(Plan, EveryFieldSurvivesTheTrip) {
   EXPECT_STREQ(got.params.stages[2].cpus, "4-5");
   EXPECT_STREQ(got.params.model_path, w.params.model_path);
   EXPECT_EQ(got.params.dims.max_table, 512);
+  EXPECT_EQ(got.watchdog.k, 12.5);
+  EXPECT_EQ(got.watchdog.floor_s, 1.5);
+  EXPECT_EQ(got.watchdog.busy_cap_s, 0);
 }
 
 TEST(Plan, EveryTruncationAndAnyExtraByteIsRefused) {
@@ -71,7 +76,12 @@ TEST(Plan, WrongKindFormatTextOrPlanIsRefused) {
   EXPECT_EQ(decode_plan(b, &got).code(), ErrorCode::kInvalidArgument) << "another kind";
   b = good, b[1] = uint8_t(kPlanFormat + 1);
   Status s = decode_plan(b, &got);
-  EXPECT_NE(s.message().find("format 2"), std::string::npos) << s.to_string();
+  EXPECT_NE(s.message().find("format " + std::to_string(kPlanFormat + 1)), std::string::npos)
+      << s.to_string();
+  b = good, b[1] = 1;  // a build before the watchdog's limits: refused, naming both formats
+  s = decode_plan(b, &got);
+  EXPECT_NE(s.message().find("writes format 1, this build reads 2"), std::string::npos)
+      << s.to_string();
 
   WorkerPlan w = sample_plan();
   std::memset(w.params.model_path, 'x', sizeof w.params.model_path);  // no end
@@ -82,6 +92,13 @@ TEST(Plan, WrongKindFormatTextOrPlanIsRefused) {
   EXPECT_EQ(decode_plan(encode_plan(w), &got).code(), ErrorCode::kInvalidArgument);
   w = sample_plan(), w.first_remote = 0;  // the head stays on the leader
   EXPECT_EQ(decode_plan(encode_plan(w), &got).code(), ErrorCode::kInvalidArgument);
+  // Watchdog limits outside the config's ranges (a k below 1 would kill a
+  // batch as slow as its own p99).
+  for (ipc::HangLimits l : {ipc::HangLimits{0.5, 1, 1}, ipc::HangLimits{10, -1, 1},
+                            ipc::HangLimits{10, 1, 1e9}, ipc::HangLimits{NAN, 1, 1}}) {
+    w = sample_plan(), w.watchdog = l;
+    EXPECT_EQ(decode_plan(encode_plan(w), &got).code(), ErrorCode::kInvalidArgument) << l.k;
+  }
 }
 
 TEST(Plan, SizedAndBlocksTravelAndAreChecked) {
