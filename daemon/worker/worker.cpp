@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstring>
 #include <mutex>
@@ -17,6 +19,7 @@
 
 #include "base/check.h"
 #include "base/log.h"
+#include "ipc/hang_watch.h"
 #include "ipc/segment.h"
 #include "net/ucx_link.h"
 #include "relay/plan.h"
@@ -65,53 +68,116 @@ pid_t spawn_stage(const std::string& exe, int s, const std::string& segment) {
 // segment, which ends the join or the relay: a relay still answering the
 // leader's Pings in front of a dead stage would hold every request on the
 // leader forever. The leader counts the stages lost and rejoins (a fresh
-// session, fresh stages), as after a lost worker.
+// session, fresh stages), as after a lost worker. A second thread runs the
+// watchdog (ipc/hang_watch.h, with the leader's limits) over the stages
+// every tick: a hung one (SIGSTOP, a deadlock) is SIGKILLed, and its death
+// ends the session the same way, the text saying it hung and why.
 class StageWatch {
  public:
-  StageWatch(ipc::Segment& seg, int r, std::vector<pid_t> pids)
-      : seg_(seg), r_(r), pids_(std::move(pids)), thread_([this] { run(); }) {}
+  StageWatch(ipc::Segment& seg, int r, std::vector<pid_t> pids, const ipc::HangLimits& limits)
+      : seg_(seg),
+        r_(r),
+        limits_(limits),
+        pids_(std::move(pids)),
+        alive_(pids_.size(), true),
+        hangs_(pids_.size()),
+        watches_(pids_.size()),
+        thread_([this] { run(); }),
+        watchdog_([this] { watch(); }) {}
   // The caller stops the segment first, so every stage ends.
-  ~StageWatch() { thread_.join(); }
-  // "stage N killed by signal 9" for the first stage that ended on its
-  // own; ok while none has.
+  ~StageWatch() {
+    thread_.join();
+    {
+      std::lock_guard lk(mu_);
+      quit_ = true;
+    }
+    tick_.notify_all();
+    watchdog_.join();
+  }
+  // "worker stage N killed by signal 9" for the first stage that ended on
+  // its own; ok while none has.
   Status lost() const {
     std::lock_guard lk(mu_);
     return lost_;
   }
 
  private:
+  static constexpr auto kTick = std::chrono::milliseconds(20);
+
   void run() {
     for (size_t left = pids_.size(); left > 0;) {
-      int st = 0;
-      const pid_t p = waitpid(-1, &st, 0);
-      if (p < 0 && errno == EINTR) continue;
-      if (p < 0) return;  // no child left
+      // Seen, not yet reaped (WNOWAIT): the watchdog must not signal a pid
+      // that is reaped and could be another process's already.
+      siginfo_t info{};
+      if (waitid(P_ALL, 0, &info, WEXITED | WNOWAIT) < 0) {
+        if (errno == EINTR) continue;
+        return;  // no child left
+      }
+      const pid_t p = info.si_pid;
       const auto it = std::find(pids_.begin(), pids_.end(), p);
+      const size_t i = size_t(it - pids_.begin());
+      if (it != pids_.end()) {
+        std::lock_guard lk(mu_);
+        alive_[i] = false;
+      }
+      int st = 0;
+      waitpid(p, &st, 0);
       if (it == pids_.end()) continue;
       --left;
-      if (seg_.stopping()) continue;  // the session's end stopped it
-      const int s = r_ + int(it - pids_.begin());
-      const std::string err(seg_.stage(s).error, strnlen(seg_.stage(s).error, 511));
-      const std::string how = WIFSIGNALED(st)
-                                  ? fmt::format("killed by signal {}", WTERMSIG(st))
-                                  : fmt::format("exited with status {}", WEXITSTATUS(st));
-      {
-        std::lock_guard lk(mu_);
-        if (lost_.ok())
-          lost_ = error_status(ErrorCode::kStageFailed, "worker stage {} {}{}", s, how,
-                               err.empty() ? "" : ": " + err);
+      if (!seg_.stopping()) on_lost(i, st);
+    }
+  }
+
+  void on_lost(size_t i, int st) {
+    const int s = r_ + int(i);
+    const std::string err(seg_.stage(s).error, strnlen(seg_.stage(s).error, 511));
+    const std::string how = WIFSIGNALED(st) ? fmt::format("killed by signal {}", WTERMSIG(st))
+                                            : fmt::format("exited with status {}", WEXITSTATUS(st));
+    {
+      std::lock_guard lk(mu_);
+      if (lost_.ok() && !hangs_[i].empty())
+        lost_ = error_status(ErrorCode::kStageFailed, "worker {} ({})", hangs_[i], how);
+      else if (lost_.ok())
+        lost_ = error_status(ErrorCode::kStageFailed, "worker stage {} {}{}", s, how,
+                             err.empty() ? "" : ": " + err);
+    }
+    KV_LOG_WARN("worker", "stage {} {}: ending the session", s, how);
+    seg_.request_shutdown();
+  }
+
+  // Every tick until the destructor: the watchdog's look at each stage.
+  void watch() {
+    std::unique_lock lk(mu_);
+    while (!quit_) {
+      tick_.wait_for(lk, kTick, [this] { return quit_; });
+      if (quit_ || seg_.stopping()) continue;
+      const int64_t now = ipc::now_ns();
+      for (size_t i = 0; i < pids_.size(); ++i) {
+        if (!alive_[i] || !hangs_[i].empty()) continue;
+        const int s = r_ + int(i);
+        const auto hang = watches_[i].look(limits_, ipc::sample_process(seg_, s), now,
+                                           [&] { return ipc::process_cpu_ticks(pids_[i]); });
+        if (!hang) continue;
+        hangs_[i] = hang->text(fmt::format("stage {}", s), limits_);
+        KV_LOG_WARN("worker", "{}", hangs_[i]);
+        kill(pids_[i], SIGKILL);  // SIGKILL ends a SIGSTOPped process too
       }
-      KV_LOG_WARN("worker", "stage {} {}: ending the session", s, how);
-      seg_.request_shutdown();
     }
   }
 
   ipc::Segment& seg_;
   const int r_;
+  const ipc::HangLimits limits_;
   const std::vector<pid_t> pids_;
-  mutable std::mutex mu_;
+  mutable std::mutex mu_;           // everything below
+  std::vector<bool> alive_;         // not yet seen ended
+  std::vector<std::string> hangs_;  // why the watchdog killed it ("": it did not)
+  std::vector<ipc::HangWatch> watches_;
+  bool quit_ = false;
+  std::condition_variable tick_;
   Status lost_;
   std::thread thread_;
+  std::thread watchdog_;
 };
 
 // Until every stage r..S-1 reports `want`; a failed stage's error otherwise.
@@ -182,7 +248,7 @@ Status serve_leader(const WorkerArgs& a, net::UcxListener& listener, net::UcxLin
     for (int i = r; i < seg->n_stages(); ++i) pids.push_back(spawn_stage(a.exe, i, name));
     KV_LOG_INFO("worker", "leader '{}': stages {}..{} of {} starting", link.peer_name(), r,
                 seg->n_stages() - 1, seg->n_stages());
-    const StageWatch watch(*seg, r, std::move(pids));
+    const StageWatch watch(*seg, r, std::move(pids), plan.watchdog);
     // Destroyed before the watch, which then reaps the stages it stopped.
     struct Stop {
       ipc::Segment& seg;

@@ -20,6 +20,11 @@
 #  3c. One of the worker's stage processes killed mid-stream, the worker
 #     alive: the worker ends the session naming the stage, the leader
 #     rejoins, and every stream finishes with the fault-free text.
+#  3d. One of the worker's stage processes stopped (SIGSTOP) mid-stream:
+#     alive, answering nothing, using no CPU. The worker's watchdog, with
+#     the leader's [recovery] limits from the plan (floor 2 s here), kills
+#     it; the worker ends the session saying it hung, the leader rejoins,
+#     and every stream finishes with the fault-free text.
 #  3b. (netns only, KV_UNPLUG: the command that unplugs the worker's host)
 #     The worker's host unplugged mid-stream: both sides end the silent
 #     session after link_timeout; plugged back in, the leader rejoins and
@@ -77,6 +82,7 @@ $1
 socket = "$SOCK"
 [recovery]
 backoff_s = 0.5
+watchdog_floor_s = 2
 $2
 CFG
 }
@@ -125,6 +131,22 @@ try:
 except Exception:
     print("ERROR " + body[:300])' > "$WORK/$1.s$i"
   done
+}
+# rejoined WHAT TEXT WANT SAYS: once /health is ok again, the link's joins,
+# the faults, the rejoins and whether the link's last error holds TEXT.
+rejoined() {
+  for _ in $(seq 1 200); do
+    case "$(health)" in *'"status":"ok"'*) break ;; esac
+    sleep 0.05
+  done
+  expect "/health ok after $1" "$(health | grep -c '"status":"ok"')" "1"
+  local got
+  got=$(kv_curl "$SOCK" http://x/kvasir/v1/stats | KV_TEXT=$2 python3 -c '
+import json, os, sys
+e = json.load(sys.stdin)["engine"]
+l = e["links"][0]
+print(l["joins"], e["faults"], e["restarts"], os.environ["KV_TEXT"] in l["last_error"])')
+  expect "stats: $4" "$got" "$3"
 }
 compare() {  # compare TAG: every client's text against REF
   kv_same_texts "$1" "$WORK/$1" "$N" REF
@@ -263,16 +285,32 @@ compare stagekill
 grep -q "worker stage 1 killed by signal 9" "$WORK/worker2.log" &&
   ok "the worker ended the session naming its lost stage" ||
   bad "the worker's log: $(tail -3 "$WORK/worker2.log")"
-for _ in $(seq 1 200); do
-  case "$(health)" in *'"status":"ok"'*) break ;; esac
-  sleep 0.05
-done
-expect "/health ok after the stage's loss" "$(health | grep -c '"status":"ok"')" "1"
-joins=$(kv_curl "$SOCK" http://x/kvasir/v1/stats | python3 -c '
-import json, sys
-e = json.load(sys.stdin)["engine"]
-print(e["links"][0]["joins"], e["faults"], e["restarts"], "killed by signal 9" in e["links"][0]["last_error"])')
-expect "stats: three joins, two faults, two rejoins, the link's last error names the stage" "$joins" "3 2 2 True"
+rejoined "the stage's loss" "killed by signal 9" "3 2 2 True" \
+  "three joins, two faults, two rejoins, the link's last error names the stage"
+
+# 3d. One of the worker's stage processes stopped mid-stream (SIGSTOP: a
+# hang, not a death). One more request after the stop makes sure work
+# reaches the stopped stage, however far the streams got.
+start_clients stagestop
+kv_wait_streaming "$WORK/stagestop" "$N"
+SPID=$(pgrep -P "$WPID" | head -1)
+ts=$(date +%s.%N)
+[ -n "$SPID" ] && kill -STOP "$SPID" || bad "no stage process under the worker ($WPID)"
+kv_curl "$SOCK" -N -H 'Content-Type: application/json' \
+  -d "{\"prompt\":\"Note 1: the river\",\"max_tokens\":$TOKENS,\"temperature\":0,\"ignore_eos\":true,\"stream\":true}" \
+  http://x/v1/completions > "$WORK/stagestop.late" 2>&1 &
+CLIENTS+=($!)
+kv_wait_clients "after a worker stage's hang" 30
+te=$(date +%s.%N)
+compare stagestop
+expect "the request sent after the stop: the one-host text" \
+  "$(kv_stream_text "$WORK/stagestop.late")" "${REF[1]}"
+line=$(grep -m1 -o "worker stage 1 held a batch.*hung, killed" "$WORK/worker2.log")
+[ -n "$line" ] && ok "the worker's watchdog ended the session: ${line:0:120}..." ||
+  bad "the worker's log: $(tail -3 "$WORK/worker2.log")"
+ok "every stream done $(awk "BEGIN{printf \"%.2f\", $te - $ts}") s after the stop (floor 2 s)"
+rejoined "the stage's hang" "hung, killed" "4 3 3 True" \
+  "four joins, three faults, three rejoins, the link's last error says it hung"
 
 # 3b. (netns only) The worker's host unplugged mid-stream, nothing closed:
 # both sides hear nothing for link_timeout (2 s) and end the session; the
