@@ -75,21 +75,16 @@ case_ inflight batching plan.max_inflight 4 3 "$(plan 0-14 15-29 '[plan]
 max_inflight = 1' 'threads = 1')" --requests 64 --concurrency 8 --prompt-len 32 --max-tokens 200
 
 # Whole 400-token prompts in one step beside decodes, no ITL target (a
-# step of a few seconds: the interval is long enough to see some).
-cat > "$WORK/longs.jsonl" <<'T'
-{"t": 0, "prompt_len": 16, "max_tokens": 400}
-{"t": 0, "prompt_len": 16, "max_tokens": 400}
-{"t": 0, "prompt_len": 16, "max_tokens": 400}
-{"t": 0, "prompt_len": 16, "max_tokens": 400}
-{"t": 1, "prompt_len": 400, "max_tokens": 2}
-{"t": 2, "prompt_len": 400, "max_tokens": 2}
-{"t": 3, "prompt_len": 400, "max_tokens": 2}
-{"t": 4, "prompt_len": 400, "max_tokens": 2}
-{"t": 5, "prompt_len": 400, "max_tokens": 2}
-{"t": 6, "prompt_len": 400, "max_tokens": 2}
-{"t": 7, "prompt_len": 400, "max_tokens": 2}
-{"t": 8, "prompt_len": 400, "max_tokens": 2}
-T
+# step of a few seconds: the interval is long enough to see some). The
+# load outlasts the interval (warm-up 2 s + 8 s) on a fast host too: the
+# decodes ask for 1,200 tokens and a long prompt comes every 0.5 s until
+# t = 12, so that > 5% of the decode rows ride with one (the rule's floor).
+# With 400-token decodes and a prompt a second until t = 8, a quiet host
+# had finished it all before the diagnosis looked ("idle").
+{
+  for _ in 1 2 3 4; do echo '{"t": 0, "prompt_len": 16, "max_tokens": 1200}'; done
+  for i in $(seq 2 24); do echo "{\"t\": $((i / 2)).$((i % 2 * 5)), \"prompt_len\": 400, \"max_tokens\": 2}"; done
+} > "$WORK/longs.jsonl"
 case_ chunks prefill_interference scheduler.itl_target_ms 2 8 "$(plan 0-14 15-29 '[plan]
 max_tokens = 2048
 [scheduler]
