@@ -520,6 +520,7 @@ class Daemon {
     bc.limits.spec.suffix_cache_requests = cfg_.speculative.suffix_cache_requests;
     bc.limits.spec.adaptive = cfg_.speculative.adaptive;
     bc.limits.spec.probe_interval = cfg_.speculative.probe_interval;
+    bc.limits.spec.max_step_growth = cfg_.speculative.max_step_growth;
     bc.limits.spec.grammar_forced = cfg_.speculative.grammar_forced;
     bc.max_queue = cfg_.scheduler.max_queue;
     bc.n_blocks = sup_.kv_blocks();

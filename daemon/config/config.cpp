@@ -446,7 +446,8 @@ constexpr int32_t kMaxDraft = 16;
 void parse_speculative(const toml::table& t, SpeculativeCfg& sc) {
   check_keys(t, "speculative",
              {"method", "max_draft", "ngram_max", "ngram_min", "adaptive", "probe_interval",
-              "suffix_max_depth", "suffix_min_prob", "suffix_cache_requests", "grammar_forced"});
+              "max_step_growth", "suffix_max_depth", "suffix_min_prob", "suffix_cache_requests",
+              "grammar_forced"});
   sc.method = get_str(t, "method", "speculative.method", sc.method);
   KV_CHECK(sc.method == "none" || sc.method == "ngram" || sc.method == "suffix",
            "speculative.method: \"{}\" is not one of none, ngram, suffix", sc.method);
@@ -468,6 +469,8 @@ void parse_speculative(const toml::table& t, SpeculativeCfg& sc) {
   }
   sc.probe_interval =
       get_int(t, "probe_interval", "speculative.probe_interval", sc.probe_interval, 1, 4096);
+  sc.max_step_growth = get_double(t, "max_step_growth", "speculative.max_step_growth",
+                                  sc.max_step_growth, 0, kMaxDraft, "a fraction of the step");
   if (auto* n = t.get("grammar_forced")) {
     KV_CHECK(n->is_boolean(), "speculative.grammar_forced: must be true or false");
     sc.grammar_forced = *n->value<bool>();

@@ -47,6 +47,13 @@ struct SpecLimits {
   // Decode steps a sequence whose acceptance turned its drafts down drafts
   // nothing (the drafter not asked) before it probes again with one draft.
   int32_t probe_interval = 16;
+  // With the adaptive length, what the drafts of a micro-batch holding
+  // more than one decode may add to its step, as a fraction of the step
+  // without them (by the cost model): the rows that do not draft wait for
+  // those that do, so a step the throughput rule would lengthen is their
+  // inter-token latency. A lone decode keeps the throughput rule.
+  // 16 bounds nothing: drafts (max_draft <= 16 a row) add no more.
+  double max_step_growth = 0.05;
   // Constrained rows draft the grammar-forced tokens the tail returned
   // with their last result (docs/speculative.md, "Grammar-forced drafts").
   bool grammar_forced = true;

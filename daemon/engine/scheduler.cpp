@@ -239,14 +239,20 @@ bool Scheduler::take(std::vector<SchedRow>& rows, Sequence* s) {
 // tokens its last result brought, if any, else what the drafter proposes
 // (the tail verifies both under the grammar). The rows are weighed in the
 // batch's order, each against the batch as the rows before it left it:
-// what it emits (expected) and what its step costs.
+// what it emits (expected) and what its step costs. Where the batch holds
+// more than one decode, the drafts together may lengthen its step by
+// max_step_growth at most (the ceiling, by step_cost): the rows that do not
+// draft wait for the verified positions of those that do.
 void Scheduler::add_drafts(std::vector<SchedRow>& rows) {
   if (!drafter_) return;
   double emitted = double(form_.shape().sampled);
-  for (SchedRow& row : rows) add_drafts(row, row.seq, emitted);
+  const double ceiling = form_.shape().decode_rows > 1
+                             ? step_cost(form_.shape()) * (1 + lim_.spec.max_step_growth)
+                             : 0;  // none
+  for (SchedRow& row : rows) add_drafts(row, row.seq, emitted, ceiling);
 }
 
-void Scheduler::add_drafts(SchedRow& row, Sequence* s, double& emitted) {
+void Scheduler::add_drafts(SchedRow& row, Sequence* s, double& emitted, double ceiling) {
   if (!s->req.speculative || !row.sample || row.pad || row.n_tokens != 1 ||
       row.pos0 < s->n_prompt || int64_t(row.pos0) + 1 != int64_t(s->tokens.size()))
     return;
@@ -265,7 +271,8 @@ void Scheduler::add_drafts(SchedRow& row, Sequence* s, double& emitted) {
   const int64_t k_max = std::min<int64_t>(
       {lim_.spec.max_draft, budget, int64_t(s->req.max_tokens) - s->n_generated - 1, room});
   if (k_max <= 0) return;
-  const int32_t k = lim_.spec.adaptive ? draft_length(row, e, k_max, emitted) : int32_t(k_max);
+  const int32_t k =
+      lim_.spec.adaptive ? draft_length(row, e, k_max, emitted, ceiling) : int32_t(k_max);
   if (k <= 0) return;
   std::vector<int32_t> d =
       forced
@@ -285,34 +292,37 @@ void Scheduler::add_drafts(SchedRow& row, Sequence* s, double& emitted) {
 // while it cannot tell yet), within the step budget. A sequence whose
 // acceptance would turn its drafts down even in a batch of its own rests,
 // then probes with one draft; one turned down only by this batch (a
-// compute-bound one) tries again next step.
+// compute-bound one) tries again next step. `ceiling` (> 0) bounds the
+// step of the batch with this row's drafts (step_cost), not the row alone.
 int32_t Scheduler::draft_length(const SchedRow& row, DraftEstimate& e, int64_t k_max,
-                                double emitted) {
+                                double emitted, double ceiling) {
   const int64_t at = int64_t(row.pos0) + row.n_tokens;  // the first draft's position
   const double limit = form_.step_limit();
   // [k_max + 1]: what k drafts add to the step of `base` (past the step
-  // budget, a draft is worth no gain).
-  auto extra = [&](const BatchShape& base) {
+  // budget or the ceiling, a draft is worth no gain).
+  auto extra = [&](const BatchShape& base, double cap) {
     std::vector<double> x(size_t(k_max) + 1, 0.0);
     const double t0 = step_cost(base);
     for (int64_t k = 1; k <= k_max; ++k) {
       BatchShape b = base;
       b.add_drafts(at, k);
-      const bool over = limit > 0 && time_.cost().ready() && time_.cost().step(b) > limit;
-      x[size_t(k)] = over ? 1e30 : step_cost(b) - t0;
+      const double t = step_cost(b);
+      const bool over = (limit > 0 && time_.cost().ready() && time_.cost().step(b) > limit) ||
+                        (cap > 0 && t > cap);
+      x[size_t(k)] = over ? 1e30 : t - t0;
     }
     return x;
   };
   BatchShape alone;
   alone.add_row(row.pos0, row.n_tokens, true, true);
   const double a = e.probing() ? 1.0 : e.acceptance();
-  if (best_draft_length(a, 1.0, step_cost(alone), extra(alone)) == 0) {
+  if (best_draft_length(a, 1.0, step_cost(alone), extra(alone, 0)) == 0) {
     e.rest(lim_.spec.probe_interval);
     spec_.zero_by_acceptance++;
     return 0;
   }
   const BatchShape& now = form_.shape();
-  const int32_t k = best_draft_length(a, emitted, step_cost(now), extra(now));
+  const int32_t k = best_draft_length(a, emitted, step_cost(now), extra(now, ceiling));
   if (k == 0) spec_.zero_by_cost++;
   return e.probing() ? std::min(k, 1) : k;
 }

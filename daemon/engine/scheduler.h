@@ -246,8 +246,9 @@ class Scheduler {
   SchedulerOutput emit(std::vector<SchedRow> rows);
   void learn_from(const InFlight& batch, const BatchResult& result);
   void add_drafts(std::vector<SchedRow>& rows);
-  void add_drafts(SchedRow& row, Sequence* s, double& emitted);
-  int32_t draft_length(const SchedRow& row, DraftEstimate& e, int64_t k_max, double emitted);
+  void add_drafts(SchedRow& row, Sequence* s, double& emitted, double ceiling);
+  int32_t draft_length(const SchedRow& row, DraftEstimate& e, int64_t k_max, double emitted,
+                       double ceiling);
   double step_cost(const BatchShape& shape) const;
   void apply_row(const SchedRow& row, const RowResult& res);
   void count_drafts(const SchedRow& row, const RowResult& res);

@@ -673,8 +673,11 @@ TEST(Config, SpeculativeAdaptiveKeys) {
   EXPECT_TRUE(c.speculative.adaptive);
   EXPECT_EQ(c.speculative.probe_interval, 16);
   EXPECT_TRUE(c.speculative.grammar_forced);
-  const Config d =
-      parse_config(base + "adaptive = false\nprobe_interval = 4\ngrammar_forced = false\n", "/b");
+  EXPECT_DOUBLE_EQ(c.speculative.max_step_growth, 0.05);
+  const Config d = parse_config(
+      base + "adaptive = false\nprobe_interval = 4\ngrammar_forced = false\nmax_step_growth = 0\n",
+      "/b");
+  EXPECT_DOUBLE_EQ(d.speculative.max_step_growth, 0);
   EXPECT_FALSE(d.speculative.adaptive);
   EXPECT_EQ(d.speculative.probe_interval, 4);
   EXPECT_FALSE(d.speculative.grammar_forced);
@@ -690,6 +693,9 @@ TEST(Config, SpeculativeAdaptiveKeys) {
   refused("probe_interval = 0\n", "speculative.probe_interval");
   refused("probe_interval = 5000\n", "speculative.probe_interval");
   refused("grammar_forced = 1\n", "speculative.grammar_forced: must be true or false");
+  refused("max_step_growth = -0.1\n", "speculative.max_step_growth: -0.1 is out of range");
+  refused("max_step_growth = 17\n", "speculative.max_step_growth: 17 is out of range");
+  refused("max_step_growth = \"5%\"\n", "speculative.max_step_growth: must be a number");
 }
 
 }  // namespace

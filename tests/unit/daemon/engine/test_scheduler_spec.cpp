@@ -479,5 +479,36 @@ TEST(SchedulerSpecAdaptive, ALargeDecodeBatchDraftsNothing) {
   }
 }
 
+TEST(SchedulerSpecAdaptive, DraftsInAStepOfSeveralDecodesStayWithinMaxStepGrowth) {
+  // The scheduler's prior (no stage times reported): a step of 3 decodes
+  // costs 10 units (4 + a position and an output head each), a draft 2.
+  // The throughput rule drafts on every row (A 2, B and C 1 at first);
+  // bounded to a quarter of the step, the three together may add one.
+  // A, left alone once B and C are done, drafts max_draft as before.
+  SchedLimits l = roomy_adaptive_limits();
+  l.spec.max_step_growth = 0.25;
+  SpecSim sim(l, 256);
+  add_periodic(sim, 1, 10, 10, 20);
+  add_periodic(sim, 2, 20, 10, 6);
+  add_periodic(sim, 3, 30, 10, 6);
+  const std::vector<std::string> t = sim.run();
+  ASSERT_EQ(t[0], "A [0,10) + B [0,10) + C [0,10)");
+  auto span = [](size_t from, size_t to) {
+    return "[" + std::to_string(from) + "," + std::to_string(to) + ")";
+  };
+  for (size_t i = 1; i <= 5; ++i)
+    EXPECT_EQ(t[i], "A " + span(8 + 2 * i, 10 + 2 * i) + " 1 drafts: 1 accepted + B " +
+                        span(9 + i, 10 + i) + " + C " + span(9 + i, 10 + i));
+  ASSERT_EQ(t.size(), 9u);
+  EXPECT_EQ(t[6], "A [20,24) 3 drafts: 3 accepted");
+  EXPECT_EQ(t[7], "A [24,28) 3 drafts: 3 accepted");
+  EXPECT_EQ(t[8], "A [28,29)");
+  for (RequestId id = 1; id <= 3; ++id) {
+    const std::vector<int32_t> all = periodic(int32_t(id) * 10, 40);
+    EXPECT_EQ(sim.out[id],
+              std::vector<int32_t>(all.begin() + 10, all.begin() + (id == 1 ? 30 : 16)));
+  }
+}
+
 }  // namespace
 }  // namespace kvasir::test
