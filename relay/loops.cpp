@@ -265,6 +265,10 @@ Status run_worker_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOption
   RingOrLink sleeper(link, tail_out.not_empty, o.one_wait);
   ipc::BatchMsg m;
   while (!stop() && next_msg(tail_out, sleeper, wait, stop, &ended, &m)) {
+    // Pushed once the segment stops: a batch a stage failed because the
+    // session ends (a group's leader whose member died), not a result. The
+    // leader recomputes it after the rejoin; sent, it would fail requests.
+    if (seg.stopping()) break;
     net::Result f;
     ended = make_result_frame(seg, m, &result_buf, &f);
     if (ended.ok()) ended = link.send(f);
