@@ -162,6 +162,12 @@ ipc::StageShared& Supervisor::slot(int p) {
   return p < S ? seg_->stage(p) : seg_->member(p - S);
 }
 
+bool Supervisor::remote(int p) const {
+  if (r_ <= 0) return false;
+  const int S = seg_->n_stages();
+  return p < S ? p >= r_ : seg_->params().members[p - S].position >= r_;
+}
+
 std::string Supervisor::proc_name(int p) const {
   if (!seg_) return fmt::format("process {}", p);
   const int S = seg_->n_stages();
@@ -188,7 +194,7 @@ void Supervisor::start() {
   if (r_ > 0) remote_ = std::make_unique<WorkerLink>(cfg_, *seg_);
   // Every process: the ring's stages, then the expert groups' members
   // (process index n_stages + m, which `--stage` takes as member m). A
-  // remote stage has no process here (pid -1): the worker runs it.
+  // remote stage or member has no process here (pid -1): the worker runs it.
   const int S = seg_->n_stages() + seg_->n_members();
   watch_.resize(size_t(S));
   for (int s = 0; s < S; ++s) {
@@ -221,7 +227,8 @@ void Supervisor::start() {
   }
   wait_started(ipc::kStageReady, "ready", deadline, fail);
   if (remote_) {
-    for (int s = r_; s < seg_->n_stages(); ++s) slot(s).status.store(ipc::kStageReady);
+    for (int s = 0; s < S; ++s)
+      if (remote(s)) slot(s).status.store(ipc::kStageReady);
     remote_->start_relay();  // in place of stage r
     KV_LOG_INFO("supervisor", "worker {} ready: stages {}..{} serve there", remote_->host(), r_,
                 seg_->n_stages() - 1);
@@ -325,11 +332,12 @@ void Supervisor::on_death(int s, const std::string& why, int64_t now) {
 }
 
 // The worker's link ended (its relay's thread has returned): its stages
-// are lost as one, like a dead stage r. What ring r's relay took and sent
-// is gone with the worker: the drain check must not wait for it.
+// and members are lost as one, like a dead stage r. What ring r's relay
+// took and sent is gone with the worker: the drain check must not wait for it.
 void Supervisor::on_link_loss(const std::string& why, int64_t now) {
-  for (int s = r_; s < seg_->n_stages(); ++s)
-    if (slot(s).status.load() != ipc::kStageStopped) slot(s).status.store(ipc::kStageDead);
+  for (int s = 0; s < int(watch_.size()); ++s)
+    if (remote(s) && slot(s).status.load() != ipc::kStageStopped)
+      slot(s).status.store(ipc::kStageDead);
   seg_->stage(r_).passed.store(seg_->ring(r_).tail.load(std::memory_order_acquire),
                                std::memory_order_release);
   seg_->header().state.ring();

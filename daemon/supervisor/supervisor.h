@@ -104,8 +104,9 @@ class Supervisor {
   // Process p: stage p of the ring, or (p >= n_stages) member p - n_stages
   // of an expert group; its slot and its name in messages.
   ipc::StageShared& slot(int p);
-  // Whether ring position p runs on the worker (no process here).
-  bool remote(int p) const { return r_ > 0 && p >= r_ && p < int(cfg_.plan.stages.size()); }
+  // Whether process p runs on the worker (no process here): a stage from
+  // the first remote one on, or a member of a group among them.
+  bool remote(int p) const;
   std::string proc_name(int p) const;
   std::string describe_exit(int stage, int status);
   // fork + exec; no allocation in the child. inherit: the kernels text of

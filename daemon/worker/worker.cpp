@@ -63,20 +63,46 @@ pid_t spawn_stage(const std::string& exe, int s, const std::string& segment) {
   _exit(127);
 }
 
-// The session's stage processes, reaped by a thread of their own. One that
-// ends while the session is up (a crash, the OOM killer's pick) stops the
+// Process p of the segment: stage p, or (p >= n_stages) a group's member
+// p - n_stages; its slot and its name in messages.
+ipc::StageShared& slot(ipc::Segment& seg, int p) {
+  return p < seg.n_stages() ? seg.stage(p) : seg.member(p - seg.n_stages());
+}
+std::string proc_name(const ipc::Segment& seg, int p) {
+  if (p < seg.n_stages()) return fmt::format("stage {}", p);
+  const ipc::MemberPlan& mp = seg.params().members[p - seg.n_stages()];
+  return fmt::format("stage {} member {}", mp.position, mp.index);
+}
+
+// The processes this worker runs: stages r..S-1, then the members of the
+// expert groups among them (the config keeps a group on one side of the cut).
+std::vector<int> worker_processes(const ipc::Segment& seg, int r) {
+  std::vector<int> procs;
+  for (int s = r; s < seg.n_stages(); ++s) procs.push_back(s);
+  for (int m = 0; m < seg.n_members(); ++m)
+    if (seg.params().members[m].position >= r) procs.push_back(seg.n_stages() + m);
+  return procs;
+}
+
+// The session's processes (stages and members), reaped by a thread of
+// their own. One that ends while the session is up (a crash, the OOM killer's pick) stops the
 // segment, which ends the join or the relay: a relay still answering the
 // leader's Pings in front of a dead stage would hold every request on the
 // leader forever. The leader counts the stages lost and rejoins (a fresh
 // session, fresh stages), as after a lost worker. A second thread runs the
 // watchdog (ipc/hang_watch.h, with the leader's limits) over the stages
 // every tick: a hung one (SIGSTOP, a deadlock) is SIGKILLed, and its death
-// ends the session the same way, the text saying it hung and why.
+// ends the session the same way, the text saying it hung and why. A lost
+// member ends it too: the leader rejoins and recomputes what was on the
+// worker, as for a stage (the leader's own supervisor restarts a member in
+// place; here the session is the unit of recovery).
 class StageWatch {
  public:
-  StageWatch(ipc::Segment& seg, int r, std::vector<pid_t> pids, const ipc::HangLimits& limits)
+  // procs[i]: the process index that pids[i] runs.
+  StageWatch(ipc::Segment& seg, std::vector<int> procs, std::vector<pid_t> pids,
+             const ipc::HangLimits& limits)
       : seg_(seg),
-        r_(r),
+        procs_(std::move(procs)),
         limits_(limits),
         pids_(std::move(pids)),
         alive_(pids_.size(), true),
@@ -129,8 +155,8 @@ class StageWatch {
   }
 
   void on_lost(size_t i, int st) {
-    const int s = r_ + int(i);
-    const std::string err(seg_.stage(s).error, strnlen(seg_.stage(s).error, 511));
+    const int s = procs_[i];
+    const std::string err(slot(seg_, s).error, strnlen(slot(seg_, s).error, 511));
     const std::string how = WIFSIGNALED(st) ? fmt::format("killed by signal {}", WTERMSIG(st))
                                             : fmt::format("exited with status {}", WEXITSTATUS(st));
     {
@@ -138,10 +164,10 @@ class StageWatch {
       if (lost_.ok() && !hangs_[i].empty())
         lost_ = error_status(ErrorCode::kStageFailed, "worker {} ({})", hangs_[i], how);
       else if (lost_.ok())
-        lost_ = error_status(ErrorCode::kStageFailed, "worker stage {} {}{}", s, how,
+        lost_ = error_status(ErrorCode::kStageFailed, "worker {} {}{}", proc_name(seg_, s), how,
                              err.empty() ? "" : ": " + err);
     }
-    KV_LOG_WARN("worker", "stage {} {}: ending the session", s, how);
+    KV_LOG_WARN("worker", "{} {}: ending the session", proc_name(seg_, s), how);
     seg_.request_shutdown();
   }
 
@@ -154,11 +180,11 @@ class StageWatch {
       const int64_t now = ipc::now_ns();
       for (size_t i = 0; i < pids_.size(); ++i) {
         if (!alive_[i] || !hangs_[i].empty()) continue;
-        const int s = r_ + int(i);
+        const int s = procs_[i];
         const auto hang = watches_[i].look(limits_, ipc::sample_process(seg_, s), now,
                                            [&] { return ipc::process_cpu_ticks(pids_[i]); });
         if (!hang) continue;
-        hangs_[i] = hang->text(fmt::format("stage {}", s), limits_);
+        hangs_[i] = hang->text(proc_name(seg_, s), limits_);
         KV_LOG_WARN("worker", "{}", hangs_[i]);
         kill(pids_[i], SIGKILL);  // SIGKILL ends a SIGSTOPped process too
       }
@@ -166,7 +192,7 @@ class StageWatch {
   }
 
   ipc::Segment& seg_;
-  const int r_;
+  const std::vector<int> procs_;
   const ipc::HangLimits limits_;
   const std::vector<pid_t> pids_;
   mutable std::mutex mu_;           // everything below
@@ -180,21 +206,23 @@ class StageWatch {
   std::thread watchdog_;
 };
 
-// Until every stage r..S-1 reports `want`; a failed stage's error otherwise.
+// Until every process of the worker reports `want`; a failed one's error
+// otherwise.
 Status wait_stages(ipc::Segment& seg, const StageWatch& watch, int r, uint32_t want,
                    const char* what) {
   const int64_t deadline = ipc::now_ns() + int64_t(kStepMs) * 1'000'000;
+  const std::vector<int> procs = worker_processes(seg, r);
   for (;;) {
     const uint32_t seen = seg.header().state.seen();
-    int done = 0;
-    for (int s = r; s < seg.n_stages(); ++s) {
-      const uint32_t st = seg.stage(s).status.load();
-      if (st == ipc::kStageFailed)
-        return error_status(ErrorCode::kStageFailed, "worker stage {}: {}", s,
-                            std::string(seg.stage(s).error, strnlen(seg.stage(s).error, 511)));
-      done += st >= want;
+    size_t done = 0;
+    for (int p : procs) {
+      const ipc::StageShared& st = slot(seg, p);
+      if (st.status.load() == ipc::kStageFailed)
+        return error_status(ErrorCode::kStageFailed, "worker {}: {}", proc_name(seg, p),
+                            std::string(st.error, strnlen(st.error, 511)));
+      done += st.status.load() >= want;
     }
-    if (done == seg.n_stages() - r) return Status();
+    if (done == procs.size()) return Status();
     KV_RETURN_IF_ERROR(watch.lost());
     if (g_stop || ipc::now_ns() > deadline)
       return error_status(ErrorCode::kTimeout, "worker stages did not report {}", what);
@@ -244,11 +272,12 @@ Status serve_leader(const WorkerArgs& a, net::UcxListener& listener, net::UcxLin
   g_serving.store(seg.get());
   Status s;
   {
+    std::vector<int> procs = worker_processes(*seg, r);
     std::vector<pid_t> pids;
-    for (int i = r; i < seg->n_stages(); ++i) pids.push_back(spawn_stage(a.exe, i, name));
-    KV_LOG_INFO("worker", "leader '{}': stages {}..{} of {} starting", link.peer_name(), r,
-                seg->n_stages() - 1, seg->n_stages());
-    const StageWatch watch(*seg, r, std::move(pids), plan.watchdog);
+    for (int p : procs) pids.push_back(spawn_stage(a.exe, p, name));
+    KV_LOG_INFO("worker", "leader '{}': stages {}..{} of {} starting ({} processes)",
+                link.peer_name(), r, seg->n_stages() - 1, seg->n_stages(), procs.size());
+    const StageWatch watch(*seg, std::move(procs), std::move(pids), plan.watchdog);
     // Destroyed before the watch, which then reaps the stages it stopped.
     struct Stop {
       ipc::Segment& seg;
