@@ -281,9 +281,9 @@ void validate_plan(const PlanCfg& plan);
 // Multi-host rules (config_cluster.cpp): each `host` is "ADDR:PORT"; the
 // head is local; the remote stages are the last ones, all on one worker
 // (the relay cuts the ring once); neither stage beside the cut is on a
-// GPU or in an expert group (the relay carries a host-memory boundary);
-// a key file is named; structured outputs are off (a remote tail has no
-// grammar table). Each refusal names the key and says why.
+// GPU (the relay carries a host-memory boundary); every entry of an expert
+// group names its leader's host (a group is on one side of the cut); a key
+// file is named. Each refusal names the key and says why.
 void validate_cluster(const Config& cfg);
 
 // Sets the stages' layer ranges (layers = "auto", resolved): one inclusive

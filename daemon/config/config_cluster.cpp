@@ -1,7 +1,9 @@
 // daemon/config/config_cluster.cpp — the multi-host rules of a plan
 // (config.h, validate_cluster; docs/multi-host.md). The relay cuts the ring
 // once, at the first remote stage r: stages 0..r-1 run here, r..S-1 on one
-// worker. What the relay does not carry is refused here, before any
+// worker, each expert group with all its processes on one side of the cut
+// (the worker spawns and watches the members of its positions). What the
+// relay does not carry is refused here, before any
 // process starts, rather than served wrong.
 #include <string>
 
@@ -26,11 +28,22 @@ void check_host(const std::string& host, const std::string& f) {
            f, host);
 }
 
+// Every process of a group on its leader's host: a member talks to its
+// leader through the segment, which does not cross hosts.
+void check_group_hosts(const StageCfg& lead, size_t i) {
+  for (const StageCfg& m : lead.members)
+    KV_CHECK(m.host == lead.host,
+             "{}.host: \"{}\", but its group's leader {} has host = \"{}\"; a group's "
+             "processes share one segment, so every entry of the group names the same host",
+             entry_name(m, i), m.host, entry_name(lead, i), lead.host);
+}
+
 }  // namespace
 
 void validate_cluster(const Config& cfg) {
   const auto& st = cfg.plan.stages;
   const int32_t r = cfg.plan.first_remote();
+  for (size_t i = 0; i < st.size(); ++i) check_group_hosts(st[i], i);
   if (r < 0) return;
   const std::string fr = entry_name(st[size_t(r)], size_t(r));
   KV_CHECK(r > 0,
@@ -48,10 +61,6 @@ void validate_cluster(const Config& cfg) {
              "{}.host: \"{}\", but {}.host is \"{}\"; the remote stages all run on one worker "
              "for now (one cut, one relay)",
              f, st[i].host, fr, st[size_t(r)].host);
-    KV_CHECK(!st[i].is_group(),
-             "{}: an expert group on a worker is not supported yet (the worker starts "
-             "ring positions only)",
-             f);
   }
   for (size_t i : {size_t(r) - 1, size_t(r)})
     KV_CHECK(!st[i].is_gpu(),

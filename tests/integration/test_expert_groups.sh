@@ -19,6 +19,11 @@
 #     (a member holds no batch: the stats' `faults`, the bridge's epochs,
 #     stays 0). Then SIGKILL the group's leader: a stage loss (one epoch),
 #     the same text again.
+#  3. qwen3moe, a group of 2 on a worker (docs/multi-host.md): layer 0 here,
+#     layer 1's group on a `kvasird --worker` over loopback: the text of
+#     the plain plan on one host; the worker's member SIGKILLed mid-stream:
+#     the worker ends the session naming it, the leader rejoins (one
+#     fault), and every stream completes with that text again.
 #
 # Usage: test_expert_groups.sh KVASIRD KVASIR SOURCE_DIR WRITE_TINY_MODEL
 # Exit 0 = passed, anything else = failed.
@@ -158,6 +163,51 @@ run_plan() {  # run_plan MODEL TAG GROUP [HEAD_GROUP]: start, N streams
   kv_wait_clients "$2" 180
 }
 
+# worker_round MODEL FAMILY GROUP: position 1's group on a worker (part 3).
+# The worker's processes after its rejoin time their own kernels (no
+# --simd-inherit across hosts, docs/multi-host.md): the round and its
+# one-host reference pin the level, so that no near-tie decides the text.
+worker_round() {
+  local port=$((20000 + $$ % 20000)) key="$WORK/cluster.key" wpid victim tag="$2.worker"
+  # Fewer tokens than the other parts: every decode step crosses the link.
+  local simd=${KVASIR_SIMD-unset} TOKENS=48
+  export KVASIR_SIMD=${KVASIR_SIMD:-avx2}
+  run_plan "$1" "$tag.ref" ""
+  kv_stop || bad "$tag.ref: kvasird stopped with an error"
+  head -c 32 /dev/urandom > "$key" && chmod 600 "$key"
+  { config "$1" "$3" | sed "/^layers = \"1-1\"/a host = \"127.0.0.1:$port\""
+    printf '[cluster]\nkey = "%s"\nlink_timeout = 2\n' "$key"; } > "$WORK/$tag.toml"
+  "$KVASIRD" --worker --listen "127.0.0.1:$port" --cluster-key "$key" --link-timeout 2 \
+    > "$WORK/worker.log" 2>&1 &
+  wpid=$!
+  KV_SPAWNED+=("$wpid")
+  kv_start "$KVASIRD" "$KVASIR" "$WORK/$tag.toml"
+  start_clients "$tag"
+  kv_wait_clients "$tag" 180
+  compare "$tag" "$tag.ref"
+  # The member is the worker's `--stage 2` (stages 0-1, then member 0).
+  victim=$(for p in $(kv_stage_pids "$wpid"); do
+    tr '\0' ' ' < "/proc/$p/cmdline" | grep -q -- "--stage 2 " && echo "$p"; done)
+  [ -n "$victim" ] || bad "$tag: no member process under the worker ($wpid)"
+  start_clients "$tag.KILL"
+  wait_mid_stream "$tag.KILL"
+  kill -KILL "$victim"
+  kv_wait_clients "$tag.KILL" 180
+  compare "$tag.KILL" "$tag.ref"
+  grep -q "worker stage 1 member 1 killed by signal 9" "$WORK/worker.log" &&
+    ok "$tag: the worker ended the session naming its lost member" ||
+    bad "$tag: the worker's log: $(tail -3 "$WORK/worker.log")"
+  expect "$tag: the leader rejoined: joins, faults" "$(stats | python3 -c '
+import json, sys
+e = json.load(sys.stdin)["engine"]
+print(e["links"][0]["joins"], e["faults"])')" "2 1"
+  kv_stop || bad "$tag: kvasird stopped with an error"
+  kill -TERM "$wpid"
+  wait "$wpid"
+  expect "$tag: the worker: SIGTERM → exit 0" "$?" "0"
+  [ "$simd" == unset ] && unset KVASIR_SIMD || export KVASIR_SIMD=$simd
+}
+
 for family in ${KV_GROUPS_FAMILIES:-qwen3moe qwen2moe mixtral gpt-oss}; do
   MODEL="$WORK/$family.gguf"
   "$WRITER" "$family" "$MODEL" || { bad "write_tiny_model $family"; continue; }
@@ -229,6 +279,7 @@ for family in ${KV_GROUPS_FAMILIES:-qwen3moe qwen2moe mixtral gpt-oss}; do
     stats | python3 -c 'import json,sys; s=json.load(sys.stdin)["stages"]; print([(x["position"], x["member"]) for x in s], s[2]["batches"] > 0)' > "$WORK/head.txt"
     expect "$family.head: a member of position 0 answered" "$(cat "$WORK/head.txt")" "[(0, 0), (1, 0), (0, 1)] True"
     kv_stop || bad "$family.head: kvasird stopped with an error"
+    worker_round "$MODEL" "$family" "$G2"
   fi
 done
 kv_finish "$WORK/kvasird.log"

@@ -1,5 +1,6 @@
 // Multi-host plans (config.h validate_cluster, docs/multi-host.md): the
 // syntax read, and one test per refusal, each naming its key and why.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "base/check.h"
@@ -60,6 +61,43 @@ TEST(ConfigCluster, Refusals) {
   gpu.replace(gpu.find("threads = 1\n"), 12, "threads = 1\ndevice = \"cuda:0\"\n");
   expect_refused(refusal(gpu), "stages[0].device", "both sides of it must be cpu");
   expect_refused(refusal(plan({"", "w:7710", "w:7710"}, "[cluster]\nkee = \"k\"\n")), "kee", "");
+}
+
+// Stage 0 over layers 0-2 here, then an expert group of two over layers
+// 3-5: its leader on `lead`, its member on `member` ("" = local).
+std::string group_plan(const std::string& lead, const std::string& member) {
+  std::string t = "[model]\npath = \"m.gguf\"\n[[stages]]\nlayers = \"0-2\"\n";
+  for (const auto& [experts, host] : {std::pair{"0-3", lead}, std::pair{"4-7", member}}) {
+    t += fmt::format("[[stages]]\nlayers = \"3-5\"\nexperts = \"{}\"\n", experts);
+    if (!host.empty()) t += "host = \"" + host + "\"\n";
+  }
+  return t + "[cluster]\nkey = \"cluster.key\"\n";
+}
+
+// A group whose processes all run on the worker: the worker spawns its
+// member beside its leader (daemon/worker/worker.h).
+TEST(ConfigCluster, AGroupOnTheWorkerIsRead) {
+  const Config c = parse_config(group_plan("10.0.0.2:7710", "10.0.0.2:7710"), "/base");
+  ASSERT_EQ(c.plan.stages.size(), 2u);
+  EXPECT_EQ(c.plan.first_remote(), 1);
+  ASSERT_EQ(c.plan.stages[1].members.size(), 1u);
+  EXPECT_EQ(c.plan.stages[1].members[0].host, "10.0.0.2:7710");
+  EXPECT_EQ(c.plan.processes(), 3);
+  // A group on the leader's side of the cut, before a remote stage, too.
+  std::string before = group_plan("", "");
+  before.replace(before.find("[cluster]"), 0, "[[stages]]\nlayers = \"6-8\"\nhost = \"w:7710\"\n");
+  EXPECT_EQ(refusal(before), "(accepted)");
+}
+
+// A group split across the cut (or across workers): refused, naming the
+// member's entry.
+TEST(ConfigCluster, AGroupSplitAcrossTheCutIsRefused) {
+  expect_refused(refusal(group_plan("10.0.0.2:7710", "")), "stages[2].host",
+                 "every entry of the group names the same host");
+  expect_refused(refusal(group_plan("", "10.0.0.2:7710")), "stages[2].host",
+                 "its group's leader stages[1] has host = \"\"");
+  expect_refused(refusal(group_plan("10.0.0.2:7710", "10.0.0.3:7710")), "stages[2].host",
+                 "every entry of the group names the same host");
 }
 
 }  // namespace
