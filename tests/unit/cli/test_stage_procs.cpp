@@ -16,19 +16,23 @@ namespace kvasir::cli {
 namespace {
 
 // A child that stays a shell whose command line ends in "--stage N" (the
-// compound command keeps sh from exec'ing sleep in its place).
+// compound command keeps sh from exec'ing sleep in its place). In a process
+// group of its own, so that end() kills its sleep too: an orphaned sleep
+// would hold the test's output pipe, and ctest would wait the 30 s out.
 pid_t spawn_stage(int n) {
   const std::string idx = std::to_string(n);
   pid_t pid = fork();
   if (pid == 0) {
+    setpgid(0, 0);
     execl("/bin/sh", "sh", "-c", "sleep 30; :", "--stage", idx.c_str(), (char*)nullptr);
     _exit(127);
   }
+  if (pid > 0) setpgid(pid, pid);  // both sides: whichever runs first
   return pid;
 }
 
 void end(pid_t pid) {
-  kill(pid, SIGKILL);
+  kill(-pid, SIGKILL);
   waitpid(pid, nullptr, 0);
 }
 
