@@ -7,5 +7,5 @@
 # scripts/fuzz 60.
 # Run it alone with: ctest -L fuzz; leave it out with: ctest -LE fuzz.
 add_test(NAME fuzz_smoke COMMAND ${CMAKE_SOURCE_DIR}/scripts/fuzz 10)
-set_tests_properties(fuzz_smoke PROPERTIES LABELS fuzz TIMEOUT 1200 SKIP_RETURN_CODE 77
+set_tests_properties(fuzz_smoke PROPERTIES LABELS fuzz TIMEOUT 1200 SKIP_RETURN_CODE 77 COST 500
                      ENVIRONMENT "FUZZ_DIR=${CMAKE_BINARY_DIR}/fuzz;JOBS=2")
