@@ -293,7 +293,8 @@ std::string Segment::check_params(const SegmentParams& p) {
     return s.first < 0 || s.first > s.last || s.threads < 1 || s.threads > 1024 ||
            std::memchr(s.device, 0, sizeof s.device) == nullptr || s.experts_first < -1 ||
            s.experts_first > s.experts_last || (s.experts_first < 0 && s.experts_last != -1) ||
-           s.experts_last >= (1 << 10) || std::memchr(s.cpus, 0, sizeof s.cpus) == nullptr;
+           s.experts_last >= (1 << 10) || std::memchr(s.cpus, 0, sizeof s.cpus) == nullptr ||
+           s.host < 0 || s.host >= kMaxStages;
   };
   for (int i = 0; i < p.n_stages; ++i)
     if (bad_plan(p.stages[i])) return fmt::format("stage {} plan", i);
@@ -312,7 +313,8 @@ std::string Segment::check_members(const SegmentParams& p, bool (*bad_plan)(cons
         mp.plan.experts_first < 0)
       return fmt::format("member {} plan", m);
     const StagePlan& lead = p.stages[mp.position];
-    if (lead.experts_first != 0 || lead.first != mp.plan.first || lead.last != mp.plan.last)
+    if (lead.experts_first != 0 || lead.first != mp.plan.first || lead.last != mp.plan.last ||
+        lead.host != mp.plan.host)
       return fmt::format("member {}: not of its leader's group (stage {})", m, mp.position);
   }
   return {};

@@ -49,8 +49,9 @@ constexpr uint32_t kSegMagic = 0x5253564B;  // "KVSR" little-endian
 // (StagePlan::cpus); 13: the header names the ring's message version; 14:
 // the tail's grammar-forced drafts (SegmentParams::forced_drafts); 15: a
 // sliding-window group: the slots' second table (SlotDims::tables) and its
-// pool's size (kv_blocks_swa).
-constexpr uint32_t kSegVersion = 15;
+// pool's size (kv_blocks_swa); 16: the host each stage runs on
+// (StagePlan::host, ipc/link_kind.h).
+constexpr uint32_t kSegVersion = 16;
 constexpr int kMaxStages = 16;
 static_assert(kMaxStageTimes == kMaxStages, "a result slot times every stage");
 
@@ -64,6 +65,11 @@ struct StagePlan {
   // The CPUs the process runs on ([[stages]] cpus, base/cpu_list.h), as
   // written in the config; "" = wherever the daemon may run.
   char cpus[128] = {};
+  // The host that runs the process (docs/multi-host.md): 0 the leader (or
+  // the only host), 1.. the plan's workers in the order the plan first
+  // names them. A link whose two stages differ here crosses hosts
+  // (ipc/link_kind.h). Every host's segment holds the same values.
+  int32_t host = 0;
 };
 
 // A member of an expert group: the process that holds `plan.experts_*` of

@@ -7,13 +7,14 @@
 #include <type_traits>
 
 #include "base/check.h"
+#include "ipc/link_kind.h"
 
 namespace kvasir::relay {
 namespace {
 
 // A field added to SegmentParams (or StagePlan, MemberPlan, SlotDims) must
 // be added to visit() below: this fails to compile until someone looks.
-static_assert(sizeof(ipc::SegmentParams) == 9576,
+static_assert(sizeof(ipc::SegmentParams) == 9704,
               "SegmentParams changed: update relay/plan.cpp's visit() and its size");
 
 struct Writer {
@@ -72,6 +73,7 @@ void visit(IO& io, ipc::StagePlan& s) {
   io.text(s.device);
   io(s.experts_first), io(s.experts_last);
   io.text(s.cpus);
+  io(s.host);
 }
 
 template <class IO>
@@ -163,6 +165,14 @@ Status decode_plan(std::span<const uint8_t> bytes, WorkerPlan* out) {
   if (p.first_remote < 1 || p.first_remote >= p.params.n_stages)
     return error_status(ErrorCode::kInvalidArgument, "plan: first remote stage {} of {}",
                         p.first_remote, p.params.n_stages);
+  // Both hosts decide each link's kind from the plan (ipc/link_kind.h): the
+  // cut must be a link across hosts there, or a GPU stage beside it would
+  // look for a CUDA IPC slot that no process on its host exports.
+  if (ipc::link_kind(p.params, p.first_remote - 1) != ipc::LinkKind::kAcrossHosts)
+    return error_status(ErrorCode::kInvalidArgument,
+                        "plan: stages {} and {} are both on host {}, but the cut to this worker "
+                        "is between them",
+                        p.first_remote - 1, p.first_remote, p.params.stages[p.first_remote].host);
   // The ranges the leader's config takes ([recovery], daemon/config).
   const ipc::HangLimits& l = p.watchdog;
   if (!(l.k >= 1 && l.k <= 1e6) || !(l.floor_s >= 0 && l.floor_s <= 86400) ||

@@ -12,7 +12,9 @@
 // little-endian (never a struct copied as bytes). Decoding treats the bytes
 // as hostile: every length is checked, text fields must end inside their
 // arrays, and a plan must pass Segment::check_params, so a worker never
-// creates a segment from a plan its own stages would refuse.
+// creates a segment from a plan its own stages would refuse; its stages
+// first_remote - 1 and first_remote must be on two hosts, so both hosts
+// see the cut as a link across hosts (ipc/link_kind.h).
 #pragma once
 
 #include <cstdint>
@@ -25,8 +27,9 @@
 
 namespace kvasir::relay {
 
-// 2: the plan carries the watchdog's limits.
-inline constexpr uint16_t kPlanFormat = 2;
+// 2: the plan carries the watchdog's limits; 3: each stage's host
+// (ipc::StagePlan::host), which must put the cut between two hosts.
+inline constexpr uint16_t kPlanFormat = 3;
 
 enum class PlanKind : uint8_t { kPlan = 1, kSized = 2, kBlocks = 3 };
 

@@ -40,17 +40,6 @@ ErrorCode code_of(int rc) {
 
 }  // namespace
 
-int cuda_ordinal(const char* device) {
-  if (!device || std::strncmp(device, "cuda:", 5) != 0) return -1;
-  const char* p = device + 5;
-  int n = 0, digits = 0;
-  for (; *p; ++p, ++digits) {
-    if (*p < '0' || *p > '9' || digits >= 4) return -1;
-    n = n * 10 + (*p - '0');
-  }
-  return digits ? n : -1;
-}
-
 std::vector<std::string> CudaPlugin::search_paths() {
   std::vector<std::string> out;
   // An explicit path is the only one tried: what the operator (or a test) named.
@@ -214,18 +203,15 @@ void CudaBackend::allocate_kv(int32_t n_blocks, int32_t n_blocks_swa) {
   KV_CHECK_CODE(rc == KVASIR_CUDA_OK, code_of(rc), "{}: {}", device(), text(err, sizeof err));
 }
 
-// Device boundaries where both ends of a link are GPU stages (the hidden
-// state then never crosses the host); host boundaries elsewhere.
+// Device boundaries where a link is CUDA IPC (both ends GPU stages on one
+// host: the hidden state never touches host memory); host boundaries
+// elsewhere, a link across hosts included (ipc/link_kind.h).
 bool CudaBackend::attach_boundaries() {
-  const ipc::SegmentParams& p = seg_.params();
-  const int s = stage_;
-  const bool prev_gpu = s > 0 && cuda_ordinal(p.stages[s - 1].device) >= 0;
-  const bool next_gpu = s + 1 < p.n_stages && cuda_ordinal(p.stages[s + 1].device) >= 0;
+  const ipc::CudaLinks links = ipc::cuda_links(seg_.params(), stage_);
   const uint32_t* stop = reinterpret_cast<const uint32_t*>(&seg_.header().shutdown);
   char err[512] = {};
-  const int rc =
-      api().attach_boundaries(stage_handle_.st, &seg_.cuda_table(), prev_gpu ? s - 1 : -1,
-                              next_gpu ? s : -1, stop, err, sizeof err);
+  const int rc = api().attach_boundaries(stage_handle_.st, &seg_.cuda_table(), links.import_link,
+                                         links.export_link, stop, err, sizeof err);
   if (rc != KVASIR_CUDA_OK && seg_.stopping()) return false;
   KV_CHECK_CODE(rc == KVASIR_CUDA_OK, code_of(rc), "{}: boundaries: {}", device(),
                 text(err, sizeof err));

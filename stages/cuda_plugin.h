@@ -10,15 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "ipc/link_kind.h"
 #include "ipc/segment.h"
 #include "stages/backend.h"
 #include "stages/cuda/plugin_abi.h"
 
 namespace kvasir {
 
-// "cuda:N" → N (0..9999); -1 for anything else (validated plans only hold
-// "cpu" or "cuda:N").
-int cuda_ordinal(const char* device);
+using ipc::cuda_ordinal;  // "cuda:N" → N, else -1 (ipc/link_kind.h)
 
 class CudaPlugin {
  public:

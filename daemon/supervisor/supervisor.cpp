@@ -25,7 +25,19 @@ static_assert(kMaxPlanProcesses == ipc::kMaxStages,
 
 namespace {
 
-void fill_stage_plan(const StageCfg& s, ipc::StagePlan& out) {
+// The plan's hosts as ipc::StagePlan::host numbers them: this one ("") is
+// 0, each worker 1.. in the order the stages first name it.
+int32_t host_number(const std::vector<StageCfg>& st, const std::string& host) {
+  if (host.empty()) return 0;
+  std::vector<std::string> seen;
+  for (const StageCfg& s : st)
+    if (!s.host.empty() && std::find(seen.begin(), seen.end(), s.host) == seen.end())
+      seen.push_back(s.host);
+  return int32_t(std::find(seen.begin(), seen.end(), host) - seen.begin()) + 1;
+}
+
+void fill_stage_plan(const StageCfg& s, int32_t host, ipc::StagePlan& out) {
+  out.host = host;
   out.first = s.first;
   out.last = s.last;
   out.threads = s.threads;
@@ -45,7 +57,7 @@ void fill_members(const std::vector<StageCfg>& st, const ModelConfig& m, ipc::Se
       ipc::MemberPlan& mp = p.members[p.n_members++];
       mp.position = int32_t(i);
       mp.index = int32_t(k + 1);
-      fill_stage_plan(st[i].members[k], mp.plan);
+      fill_stage_plan(st[i].members[k], host_number(st, st[i].host), mp.plan);
     }
   if (p.n_members > 0) p.moe_top_k = m.n_experts_used;
 }
@@ -74,7 +86,8 @@ ipc::SegmentParams Supervisor::params_for(const Config& cfg, const ModelConfig& 
   p.cuda_graphs = cfg.cuda.graphs ? 1 : 0;
   p.cuda_quantize = cfg.cuda.quantize == "fp8" ? 1 : 0;
   p.spin_ns = int64_t(cfg.plan.spin_us) * 1000;
-  for (size_t i = 0; i < st.size(); ++i) fill_stage_plan(st[i], p.stages[i]);
+  for (size_t i = 0; i < st.size(); ++i)
+    fill_stage_plan(st[i], host_number(st, st[i].host), p.stages[i]);
   fill_members(st, m, p);
   // The grammar table (ipc/grammar_table.h): an entry for every row the ring
   // can hold at once, each large enough for the biggest spec the API takes

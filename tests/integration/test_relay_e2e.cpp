@@ -240,11 +240,19 @@ std::vector<std::vector<int32_t>> serve_relayed(ipc::Segment& leader, ipc::Segme
   return out;
 }
 
+// The config's plan with stage 1 on a worker (what `host` on it gives:
+// the test plays both hosts, so the config names none).
+ipc::SegmentParams cut_plan(const Config& cfg, const ModelConfig& mc) {
+  ipc::SegmentParams p = Supervisor::params_for(cfg, mc);
+  p.stages[1].host = 1;
+  return p;
+}
+
 // The plan cut after stage 0: stage 0 on the leader's segment, stage 1 on
 // the worker's, the relays between them.
 std::vector<std::vector<int32_t>> serve_split(const Config& cfg, const ModelConfig& mc,
                                               const std::vector<Req>& reqs, const Hosts& h) {
-  const ipc::SegmentParams p = Supervisor::params_for(cfg, mc);
+  const ipc::SegmentParams p = cut_plan(cfg, mc);
   const std::string tag = std::to_string(getpid());
   const std::string ln = ipc::Segment::name_for("relay-e2e-leader" + tag);
   const std::string wn = ipc::Segment::name_for("relay-e2e-worker" + tag);
@@ -330,7 +338,7 @@ std::vector<std::vector<int32_t>> serve_with_worker(const Config& cfg, const Mod
           (char*)nullptr);
     _exit(127);
   }
-  const ipc::SegmentParams p = Supervisor::params_for(cfg, mc);
+  const ipc::SegmentParams p = cut_plan(cfg, mc);
   const std::string ln = ipc::Segment::name_for("relay-e2e-joined" + std::to_string(getpid()));
   auto leader = ipc::Segment::create(ln, p);
   const pid_t stage0 = spawn_stage(0, ln);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "ipc/link_kind.h"
 #include "relay/plan.h"
 
 using namespace kvasir;
@@ -26,6 +27,7 @@ WorkerPlan sample_plan() {
     p.stages[s] = ipc::StagePlan{s * 10, s * 10 + 9, 2, "cpu"};
     std::snprintf(p.stages[s].cpus, sizeof p.stages[s].cpus, "%d-%d", 2 * s, 2 * s + 1);
   }
+  p.stages[2].host = 1;  // the worker's stage
   std::strcpy(p.model_path, "/models/SmolLM2-135M-Instruct.Q4_1.gguf");
   p.grammar_entries = 64, p.grammar_capacity = 4096, p.forced_drafts = 4;
   p.spin_ns = 5000;
@@ -55,6 +57,28 @@ TEST(Plan, EveryFieldSurvivesTheTrip) {
   EXPECT_EQ(got.watchdog.busy_cap_s, 0);
 }
 
+// The worker decides each link's kind from the plan it got as the leader
+// did from its own: GPU stages beside the cut see a link across hosts, GPU
+// stages on one side keep CUDA IPC; a plan whose cut is not between two
+// hosts is refused (a GPU stage there would wait for a slot never exported).
+TEST(Plan, BothHostsSeeTheCutAsALinkAcrossHosts) {
+  WorkerPlan w = sample_plan();
+  for (int s = 0; s < 3; ++s) std::snprintf(w.params.stages[s].device, 16, "cuda:%d", s % 2);
+  WorkerPlan got;
+  ASSERT_TRUE(decode_plan(encode_plan(w), &got).ok());
+  EXPECT_EQ(got.params.stages[2].host, 1);
+  EXPECT_EQ(ipc::link_kind(got.params, 0), ipc::LinkKind::kCudaIpc);
+  EXPECT_EQ(ipc::link_kind(got.params, 1), ipc::LinkKind::kAcrossHosts);
+  for (int l = 0; l < 2; ++l) EXPECT_EQ(ipc::link_kind(got.params, l), ipc::link_kind(w.params, l));
+  w.params.stages[2].host = 0;  // the cut at stage 2, but both on one host
+  const Status s = decode_plan(encode_plan(w), &got);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("stages 1 and 2 are both on host 0"), std::string::npos)
+      << s.to_string();
+  w = sample_plan(), w.params.stages[2].host = -1;  // out of range
+  EXPECT_EQ(decode_plan(encode_plan(w), &got).code(), ErrorCode::kInvalidArgument);
+}
+
 TEST(Plan, EveryTruncationAndAnyExtraByteIsRefused) {
   const std::vector<uint8_t> bytes = encode_plan(sample_plan());
   WorkerPlan got;
@@ -78,9 +102,9 @@ TEST(Plan, WrongKindFormatTextOrPlanIsRefused) {
   Status s = decode_plan(b, &got);
   EXPECT_NE(s.message().find("format " + std::to_string(kPlanFormat + 1)), std::string::npos)
       << s.to_string();
-  b = good, b[1] = 1;  // a build before the watchdog's limits: refused, naming both formats
+  b = good, b[1] = 2;  // a build before the stages' hosts: refused, naming both formats
   s = decode_plan(b, &got);
-  EXPECT_NE(s.message().find("writes format 1, this build reads 2"), std::string::npos)
+  EXPECT_NE(s.message().find("writes format 2, this build reads 3"), std::string::npos)
       << s.to_string();
 
   WorkerPlan w = sample_plan();

@@ -7,14 +7,25 @@
 #include <cstring>
 
 #include "base/cpu_list.h"
-
 #include "daemon/config/config.h"
 #include "daemon/supervisor/kv_split.h"
 #include "daemon/supervisor/supervisor.h"
+#include "ipc/link_kind.h"
 #include "ipc/segment.h"
 
 namespace kvasir {
 namespace {
+
+// A model of four small layers: what params_for reads of one.
+ModelConfig four_layers() {
+  ModelConfig m;
+  m.n_layers = 4;
+  m.hidden = 64;
+  m.n_heads = 4;
+  m.n_kv_heads = 2;
+  m.head_dim = 16;
+  return m;
+}
 
 TEST(SupervisorParams, GroupsBecomeMembers) {
   const Config c = parse_config(R"(
@@ -39,12 +50,7 @@ layers = "3"
 experts = "6-7"
 )",
                                 "/base");
-  ModelConfig m;
-  m.n_layers = 4;
-  m.hidden = 64;
-  m.n_heads = 4;
-  m.n_kv_heads = 2;
-  m.head_dim = 16;
+  ModelConfig m = four_layers();
   m.n_experts = 8;
   m.n_experts_used = 2;
   const ipc::SegmentParams p = Supervisor::params_for(c, m);
@@ -81,12 +87,7 @@ cpus = ")" + cpu + R"("
 layers = "2-3"
 )",
                                 "/base");
-  ModelConfig m;
-  m.n_layers = 4;
-  m.hidden = 64;
-  m.n_heads = 4;
-  m.n_kv_heads = 2;
-  m.head_dim = 16;
+  const ModelConfig m = four_layers();
   const ipc::SegmentParams p = Supervisor::params_for(c, m);
   EXPECT_EQ(p.spin_ns, 350'000);
   EXPECT_EQ(std::string(p.stages[0].cpus), cpu);
@@ -97,6 +98,29 @@ layers = "2-3"
   EXPECT_NE(ipc::Segment::check_params(bad), "");
   bad = p;
   std::memset(bad.stages[1].cpus, 'x', sizeof bad.stages[1].cpus);  // not terminated
+  EXPECT_NE(ipc::Segment::check_params(bad), "");
+}
+
+// The hosts of a plan cut once: the leader's stages are host 0, the
+// worker's host 1, so both hosts' segments see the cut as a link across
+// hosts and the links inside each host keep CUDA IPC (ipc/link_kind.h).
+TEST(SupervisorParams, HostsNumberEachSideOfTheCut) {
+  std::string t = "[model]\npath = \"m.gguf\"\n[cluster]\nkey = \"k\"\n";
+  for (int i = 0; i < 4; ++i)
+    t += "[[stages]]\nlayers = \"" + std::to_string(i) +
+         "\"\ndevice = \"cuda:" + std::to_string(i % 2) + "\"\n" +
+         (i >= 2 ? "host = \"10.0.0.2:7710\"\n" : "");
+  const Config c = parse_config(t, "/base");
+  const ModelConfig m = four_layers();
+  const ipc::SegmentParams p = Supervisor::params_for(c, m);
+  const int32_t want_host[] = {0, 0, 1, 1};
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(p.stages[s].host, want_host[s]) << s;
+  EXPECT_EQ(ipc::link_kind(p, 0), ipc::LinkKind::kCudaIpc);
+  EXPECT_EQ(ipc::link_kind(p, 1), ipc::LinkKind::kAcrossHosts);
+  EXPECT_EQ(ipc::link_kind(p, 2), ipc::LinkKind::kCudaIpc);
+  EXPECT_EQ(ipc::Segment::check_params(p), "");
+  ipc::SegmentParams bad = p;
+  bad.stages[3].host = ipc::kMaxStages;
   EXPECT_NE(ipc::Segment::check_params(bad), "");
 }
 
