@@ -221,8 +221,11 @@ void validate_plan(const PlanCfg& plan) {
       for (size_t k = 5; ok && k < s.device.size(); ++k)
         ok = std::isdigit(static_cast<unsigned char>(s.device[k]));
       KV_CHECK(ok, "{}.device: \"{}\" is not \"cpu\" or \"cuda:N\"", f, s.device);
-      KV_CHECK(gpus.insert(s.device).second,
-               "{}.device: {} is already used by another stage (one stage per GPU)", f, s.device);
+      // One stage per GPU of each host: cuda:0 on the leader and on a
+      // worker are two devices.
+      KV_CHECK(gpus.insert(s.host + " " + s.device).second,
+               "{}.device: {} is already used by another stage{} (one stage per GPU)", f, s.device,
+               s.host.empty() ? "" : " on " + s.host);
     }
     if (plan.auto_layers) continue;  // chosen at load (apply_split)
     KV_CHECK(s.first >= 0 && s.first <= s.last, "{}.layers: {}-{} is not a range", f, s.first,

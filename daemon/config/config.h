@@ -273,17 +273,17 @@ Config parse_config(std::string_view text, const std::string& base_dir,
 Config load_config(const std::string& path);
 
 // Plan rules that need no model: at least two stages (head and tail are
-// distinct roles), widths > 0, devices well-formed, no GPU named twice,
-// ranges well-formed (first <= last) and in order without overlap or gap
-// (unless every stage's layers are "auto": they are chosen at load).
+// distinct roles), widths > 0, devices well-formed, no GPU of one host
+// named twice, ranges well-formed (first <= last) and in order without
+// overlap or gap (unless every stage's layers are "auto": they are chosen
+// at load).
 void validate_plan(const PlanCfg& plan);
 
 // Multi-host rules (config_cluster.cpp): each `host` is "ADDR:PORT"; the
 // head is local; the remote stages are the last ones, all on one worker
-// (the relay cuts the ring once); neither stage beside the cut is on a
-// GPU (the relay carries a host-memory boundary); every entry of an expert
-// group names its leader's host (a group is on one side of the cut); a key
-// file is named. Each refusal names the key and says why.
+// (the relay cuts the ring once); every entry of an expert group names its
+// leader's host (a group is on one side of the cut); a key file is named.
+// Each refusal names the key and says why.
 void validate_cluster(const Config& cfg);
 
 // Sets the stages' layer ranges (layers = "auto", resolved): one inclusive

@@ -2,9 +2,11 @@
 // (config.h, validate_cluster; docs/multi-host.md). The relay cuts the ring
 // once, at the first remote stage r: stages 0..r-1 run here, r..S-1 on one
 // worker, each expert group with all its processes on one side of the cut
-// (the worker spawns and watches the members of its positions). What the
-// relay does not carry is refused here, before any
-// process starts, rather than served wrong.
+// (the worker spawns and watches the members of its positions). The stages
+// beside the cut may be cpu or cuda:N: the cut is a host-memory link on
+// both hosts whatever their devices (ipc/link_kind.h). What the relay does
+// not carry is refused here, before any process starts, rather than served
+// wrong.
 #include <string>
 
 #include "base/check.h"
@@ -62,11 +64,6 @@ void validate_cluster(const Config& cfg) {
              "for now (one cut, one relay)",
              f, st[i].host, fr, st[size_t(r)].host);
   }
-  for (size_t i : {size_t(r) - 1, size_t(r)})
-    KV_CHECK(!st[i].is_gpu(),
-             "{}.device: {} beside the cut to {}; the relay carries a host-memory boundary, so "
-             "the stages on both sides of it must be cpu for now",
-             entry_name(st[i], i), st[i].device, st[size_t(r)].host);
   KV_CHECK(!cfg.cluster.key.empty(),
            "cluster.key: required when a stage names a host ({}.host = \"{}\"): the file "
            "(0600, the same on every host) both ends prove they hold",

@@ -6,7 +6,8 @@
 // and to one executor over the whole model. A joiner without the key comes
 // to the worker meanwhile: refused, and the ring keeps serving.
 // Real stage processes (the built kvasird, --stage N --segment NAME) and a
-// real Bridge on the leader's segment.
+// real Bridge on the leader's segment. With a GPU (scripts/gpu-check), the
+// same with cuda:0 stages on both sides of the cut.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -26,6 +27,7 @@
 #include "relay/plan.h"
 #include "relay/relay.h"
 #include "ring_fixture.h"
+#include "stages/cuda_plugin.h"
 
 namespace kvasir::test {
 namespace {
@@ -363,12 +365,17 @@ std::vector<std::vector<int32_t>> serve_with_worker(const Config& cfg, const Mod
 
 // The same plan on one host (one segment, the supervisor's), the split one
 // as h places its relays, and one executor over the whole model: the same
-// greedy texts, token for token.
-void expect_split_matches_one_host(const Hosts& h) {
+// greedy texts, token for token. `devices`: the stages' devices, set after
+// the config is read (both on this machine's one GPU: the rules refuse a
+// GPU of one host named twice); the reference is then the same plan on one
+// host alone, its link CUDA IPC (a GPU's texts differ from the CPU's).
+void expect_split_matches_one_host(const Hosts& h, const std::vector<std::string>& devices = {}) {
   const std::string model = std::string(KVASIR_SOURCE_DIR) + kModel;
   if (!std::filesystem::exists(model)) GTEST_SKIP() << "no default model (scripts/fetch-model)";
   const std::string dir = temp_dir("relay-e2e");
   Config cfg = load_config(write_config(dir, model, plan_toml(30, 2, 1, 0, 8, kMaxTokens)));
+  for (size_t i = 0; i < devices.size(); ++i) cfg.plan.stages[i].device = devices[i];
+  if (!devices.empty()) cfg.kv.gpu_memory_utilization = 0.2;  // two stages share the GPU
   const ModelConfig mc = check_config(cfg);
   // KVASIR_RELAY_MEASURE="N,T": N requests of T tokens each, both runs'
   // decode rates printed (docs/multi-host.md, "Figures"), no reference.
@@ -400,7 +407,10 @@ void expect_split_matches_one_host(const Hosts& h) {
         split_itl, split_itl - one_itl);
   ASSERT_EQ(split.size(), one_host.size());
   for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(split[i], one_host[i]) << "request " << i;
-  if (measure) return;
+  if (measure || !devices.empty()) {
+    std::filesystem::remove_all(dir);
+    return;
+  }
   // And both are the model's greedy texts: one executor over every layer.
   auto file = ModelFile::open(model);
   SliceExecutor ex(*file, SliceSpec{0, 29, true, true}, KvSpec{64, 16, DType::F16}, 1, 512);
@@ -412,6 +422,22 @@ void expect_split_matches_one_host(const Hosts& h) {
 
 TEST(RelayE2E, TwoStagesAcrossTheRelayMatchOneHost) {
   expect_split_matches_one_host({});
+}
+
+// GPU stages beside the cut (docs/multi-host.md): stage 0 on cuda:0 for
+// the leader, stage 1 on cuda:0 for the worker (this machine's one GPU,
+// two processes), the cut a host-memory link on both sides
+// (ipc/link_kind.h): stage 0 downloads, the relays carry the bytes,
+// stage 1 uploads. The same plan on one host hands the same f32 hidden
+// state over CUDA IPC, so the texts are equal token for token. Skipped
+// without a usable GPU; scripts/gpu-check runs it.
+TEST(RelayE2E, GpuStagesBesideTheCutMatchOneHost) {
+  try {
+    CudaPlugin::load(0);
+  } catch (const Error& e) {
+    GTEST_SKIP() << "SKIPPED: no CUDA device (" << e.message() << ")";
+  }
+  expect_split_matches_one_host({}, {"cuda:0", "cuda:0"});
 }
 
 // The join with a real `kvasird --worker`: plan, capacity, blocks, Ready,

@@ -1,5 +1,6 @@
 // Multi-host plans (config.h validate_cluster, docs/multi-host.md): the
-// syntax read, and one test per refusal, each naming its key and why.
+// syntax read, one test per refusal, each naming its key and why, and GPU
+// stages beside the cut accepted.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -57,10 +58,35 @@ TEST(ConfigCluster, Refusals) {
   expect_refused(refusal(plan({"", "w:99999", "w:99999"})), "stages[1].host", "ADDR:PORT");
   expect_refused(refusal(plan({"", "w:7710", "w:7710"}, "")), "cluster.key",
                  "required when a stage names a host");
-  std::string gpu = plan({"", "w:7710", "w:7710"});
-  gpu.replace(gpu.find("threads = 1\n"), 12, "threads = 1\ndevice = \"cuda:0\"\n");
-  expect_refused(refusal(gpu), "stages[0].device", "both sides of it must be cpu");
   expect_refused(refusal(plan({"", "w:7710", "w:7710"}, "[cluster]\nkee = \"k\"\n")), "kee", "");
+}
+
+// plan() with devices[i] on stage i.
+std::string with_devices(std::string t, const std::vector<std::string>& devices) {
+  size_t at = 0;
+  for (const std::string& d : devices) {
+    at = t.find("threads = 1\n", at) + 12;
+    t.insert(at, "device = \"" + d + "\"\n");
+  }
+  return t;
+}
+
+// The cut is a host-memory link on both hosts whatever the devices beside
+// it (ipc/link_kind.h): GPU stages on either side, or both, are accepted,
+// and each host's cuda:0 is its own GPU.
+TEST(ConfigCluster, GpuStagesBesideTheCutAreAccepted) {
+  const std::vector<std::string> hosts = {"", "w:7710", "w:7710"};
+  for (const auto& devices : std::vector<std::vector<std::string>>{{"cuda:0", "cpu", "cpu"},
+                                                                   {"cpu", "cuda:0", "cpu"},
+                                                                   {"cuda:0", "cuda:0", "cuda:1"},
+                                                                   {"cpu", "cuda:0", "cuda:1"}})
+    EXPECT_EQ(refusal(with_devices(plan(hosts), devices)), "(accepted)")
+        << devices[0] << " " << devices[1] << " " << devices[2];
+  // One stage per GPU still holds on each host.
+  expect_refused(refusal(with_devices(plan(hosts), {"cuda:0", "cuda:1", "cuda:1"})),
+                 "stages[2].device", "cuda:1 is already used by another stage on w:7710");
+  expect_refused(refusal(with_devices(plan({"", "", "w:7710"}), {"cuda:0", "cuda:0", "cpu"})),
+                 "stages[1].device", "cuda:0 is already used by another stage (one stage per GPU)");
 }
 
 // Stage 0 over layers 0-2 here, then an expert group of two over layers
