@@ -1,0 +1,82 @@
+// kernels/cpu/rows16.h — quantised weights repacked 16 rows a block, one
+// SIMD lane per weight row, and their matmul. Not wired into the model yet:
+// docs/kernels.md, "Weights repacked 16 rows a block (rows16)", says what
+// the wiring needs.
+//
+// Layout. A Q8_0, Q4_0, Q4_1 or Q5_0 weight [rows, cols] with rows % 16 == 0
+// and cols % 32 == 0 becomes [rows / 16, cols / 32] group blocks; a group
+// block holds the 16 rows' blocks of those 32 columns in the same number of
+// bytes as the 16 original blocks, so a repacked copy is the original's size:
+//
+//   Q8_0 (544 = 16 x 34): d[16] f16 | q[8][16][4] u8
+//   Q4_0 (288 = 16 x 18): d[16] f16 | q[4][16][4] nibbles
+//   Q4_1 (320 = 16 x 20): d[16] f16 | m[16] f16 | q[4][16][4] nibbles
+//   Q5_0 (352 = 16 x 22): d[16] f16 | qh[16][4] | q[4][16][4] nibbles
+//
+// q[k][i][e] belongs to weight row i (of the 16): for Q8_0 the byte is
+// w + 128 of the row's weight 4k + e; for the others its low nibble is
+// weight 4k + e and its high nibble weight 16 + 4k + e. Q5_0's qh[i][k]
+// holds the fifth bits of those weights: bit e of weight 4k + e, bit 4 + e
+// of weight 16 + 4k + e. So one 64-byte line of q is one zmm (two ymm)
+// whose lane i is weight row i, and an activation group of 4 bytes is
+// broadcast to every lane.
+//
+// Bits contract. The activations are quantised as matmul quantises them
+// (matmul_internal.h BlockQ8x: d_x, s_x = d_x · Σ q_x). Every output
+// y[j, r] starts at +0 and takes, per block b in order,
+//
+//   isum = Σ q_w · q_x      exact (Q8_0: the signed quants; the others:
+//                           the unsigned ones, 0..15 or 0..31)
+//   acc  = fma(float(isum), d_w · d_x, acc)
+//   acc  = fma(m_w, s_x, acc)   (not Q8_0; m_w: Q4_1's m, -8 d_w for
+//                                Q4_0, -16 d_w for Q5_0)
+//
+// The kernel (scalar for now; the SIMD levels must compute exactly that)
+// gives bits that do not depend on the number of activation rows, the row
+// range or the threads. They are the AMX tiles'
+// operations too (amx.cpp scale_add_scalar): for Q8_0, Q4_0 and Q4_1 the
+// outputs equal amx_matmul's bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/dtype.h"
+#include "kernels/cpu/simd.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace kvasir::cpu {
+
+constexpr int64_t kRows16 = 16;  // weight rows per group block
+
+// A repacked weight: its type and shape beside its bytes.
+struct Rows16View {
+  DType type = DType::Q8_0;
+  int64_t rows = 0, cols = 0;     // the weight's shape, as before repacking
+  const uint8_t* data = nullptr;  // [rows / 16, cols / 32, group_bytes(type)]
+};
+
+// Whether a weight of this type and shape can be repacked.
+bool rows16_supports(DType type, int64_t rows, int64_t cols);
+// Bytes of one group block (16 x the type's block bytes); 0 if unsupported.
+int64_t rows16_group_bytes(DType type);
+
+// The original weight data[rows, cols] (rows of blocks, as GGUF stores it)
+// repacked, and back. Throw kvasir::Error where rows16_supports is false.
+std::vector<uint8_t> repack16(DType type, const void* data, int64_t rows, int64_t cols);
+std::vector<uint8_t> unpack16(DType type, const void* data, int64_t rows, int64_t cols);
+
+// y[n, w.rows] = x[n, w.cols] · Wᵀ (y must not alias x), at simd_level().
+// Threads take whole group blocks (16 output rows). pool may be nullptr.
+void rows16_matmul(const Rows16View& w, const float* x, int64_t n, float* y, ThreadPool* pool);
+
+namespace detail {
+
+// The output rows [r0, r1) (multiples of 16) of rows16_matmul at an
+// explicit level (clamped to what the CPU has), every activation row; the
+// other outputs are not written. For tests and benchmarks.
+void rows16_matmul_at(const Rows16View& w, const float* x, int64_t n, float* y, int64_t r0,
+                      int64_t r1, ThreadPool* pool, SimdLevel level);
+
+}  // namespace detail
+}  // namespace kvasir::cpu

@@ -1,0 +1,211 @@
+// Weights repacked 16 rows a block (kernels/cpu/rows16.h): the layout round
+// trip, and the bits contract — every level, every number of activation
+// rows, row ranges and threads give exactly the bits of the contract
+// computed here from the original blocks (the formats' definitions), which
+// are the AMX tiles' bits (amx_matmul, emulated) and within the 8-bit
+// activation bound of the double reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "base/check.h"
+#include "base/half.h"
+#include "batch_check.h"
+#include "kernels/cpu/amx.h"
+#include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/rows16.h"
+#include "reference.h"
+
+namespace kvasir::cpu {
+namespace {
+
+using detail::BlockQ8x;
+using testing::SimdGuard;
+
+constexpr DType kTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0};
+
+// The contract of rows16.h from the original blocks: per block the exact
+// integer sum, fma(float(isum), d_w·d_x, acc), then (not Q8_0)
+// fma(m_w, s_x, acc).
+std::vector<float> contract(DType t, const uint8_t* w, int64_t rows, int64_t cols,
+                            const std::vector<BlockQ8x>& xq, int64_t n) {
+  const int64_t nb = cols / 32, bb = int64_t(dtype_info(t).bytes);
+  std::vector<float> y(size_t(n * rows));
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t r = 0; r < rows; ++r) {
+      float acc = 0.f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = w + (r * nb + b) * bb;
+        const BlockQ8x& xb = xq[size_t(j * nb + b)];
+        const float d = fp16_to_f32(ref::get_u16(blk));
+        const uint8_t* qs = blk + (t == DType::Q4_1 ? 4 : t == DType::Q5_0 ? 6 : 2);
+        uint32_t qh = 0;
+        if (t == DType::Q5_0) std::memcpy(&qh, blk + 2, 4);
+        int32_t isum = 0;
+        for (int e = 0; e < 32; ++e) {
+          int32_t q = 0;
+          if (t == DType::Q8_0)
+            q = int8_t(qs[e]);
+          else
+            q = (e < 16 ? qs[e] & 0x0f : qs[e - 16] >> 4) | int32_t((qh >> e) & 1) << 4;
+          isum += q * xb.q[e];
+        }
+        acc = std::fma(float(isum), d * xb.d, acc);
+        if (t == DType::Q8_0) continue;
+        const float m = t == DType::Q4_1   ? fp16_to_f32(ref::get_u16(blk + 2))
+                        : t == DType::Q4_0 ? -8.f * d
+                                           : -16.f * d;
+        acc = std::fma(m, xb.s, acc);
+      }
+      y[size_t(j * rows + r)] = acc;
+    }
+  return y;
+}
+
+std::vector<BlockQ8x> quantised(const std::vector<float>& x, int64_t n, int64_t cols) {
+  std::vector<BlockQ8x> xq(size_t(n * cols / 32));
+  for (int64_t j = 0; j < n; ++j)
+    detail::quantize_row_q8x(x.data() + j * cols, cols, xq.data() + j * cols / 32,
+                             SimdLevel::kScalar);
+  return xq;
+}
+
+// First index where the bits differ, or -1.
+int64_t first_bits_difference(const float* a, const float* b, int64_t count) {
+  return std::memcmp(a, b, size_t(count) * 4) == 0 ? -1 : [&] {
+    for (int64_t i = 0; i < count; ++i)
+      if (std::memcmp(a + i, b + i, 4) != 0) return i;
+    return int64_t(-1);
+  }();
+}
+
+TEST(Rows16, RepackKeepsTheSizeAndUnpacksToTheOriginal) {
+  std::mt19937 rng(16);
+  for (DType t : kTypes) {
+    EXPECT_EQ(rows16_group_bytes(t), 16 * int64_t(dtype_info(t).bytes)) << dtype_name(t);
+    const auto w = ref::random_weight(t, 48, 96, rng);
+    const auto packed = repack16(t, w.bytes.data(), 48, 96);
+    ASSERT_EQ(packed.size(), w.bytes.size()) << dtype_name(t);
+    EXPECT_NE(packed, w.bytes) << dtype_name(t);
+    EXPECT_EQ(unpack16(t, packed.data(), 48, 96), w.bytes) << dtype_name(t);
+  }
+  EXPECT_FALSE(rows16_supports(DType::Q8_0, 24, 64));
+  EXPECT_FALSE(rows16_supports(DType::Q8_0, 32, 48));
+  EXPECT_FALSE(rows16_supports(DType::Q4_K, 32, 256));
+  EXPECT_FALSE(rows16_supports(DType::F32, 32, 64));
+  const std::vector<uint8_t> bytes(24 * 34);
+  EXPECT_THROW(repack16(DType::Q8_0, bytes.data(), 24, 32), Error);
+}
+
+// Every level at every n against the contract, bit for bit; the scalar
+// level at fewer n (it is slow). Shapes with odd block counts (1, 3 ... 45
+// ... 9 x 5) and a weight of 1536 rows.
+TEST(Rows16, EveryLevelGivesTheContractsBits) {
+  SimdGuard guard;
+  std::mt19937 rng(1616);
+  int checked = 0;
+  for (DType t : kTypes)
+    for (int64_t rows : {16, 32, 1536})
+      for (int64_t cols : {32, 64, 96, 576, 1536}) {
+        if (rows == 1536 && cols == 1536) continue;  // seconds of scalar reference
+        const auto w = ref::random_weight(t, rows, cols, rng);
+        const auto packed = repack16(t, w.bytes.data(), rows, cols);
+        const Rows16View view{t, rows, cols, packed.data()};
+        constexpr int64_t kN = 33;
+        const auto x = testing::quant_activations(kN, cols, rng);
+        const auto want = contract(t, w.bytes.data(), rows, cols, quantised(x, kN, cols), kN);
+        for (int l = 0; l < kSimdLevels; ++l) {
+          const auto level = SimdLevel(l);
+          if (!simd_level_available(level)) continue;
+          for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 33}) {
+            if (level == SimdLevel::kScalar && n != 1 && n != 9 && n != 33) continue;
+            std::vector<float> y(size_t(n * rows), NAN);
+            detail::rows16_matmul_at(view, x.data(), n, y.data(), 0, rows, nullptr, level);
+            const int64_t i = first_bits_difference(y.data(), want.data(), n * rows);
+            ASSERT_EQ(i, -1) << dtype_name(t) << " " << simd_level_name(level) << " rows=" << rows
+                             << " cols=" << cols << " n=" << n << ": " << y[size_t(i)] << " want "
+                             << want[size_t(i)];
+            ++checked;
+          }
+        }
+      }
+  EXPECT_GT(checked, 4 * 14 * 8);
+}
+
+// The contract is a matmul: within test_matmul.cpp's 8-bit activation
+// bound of the double reference.
+TEST(Rows16, NearTheDoubleReference) {
+  std::mt19937 rng(17);
+  for (DType t : kTypes) {
+    const int64_t rows = 64, cols = 576, n = 5;
+    const auto w = ref::random_weight(t, rows, cols, rng);
+    const auto packed = repack16(t, w.bytes.data(), rows, cols);
+    const auto x = testing::quant_activations(n, cols, rng);
+    std::vector<float> y(size_t(n * rows));
+    rows16_matmul({t, rows, cols, packed.data()}, x.data(), n, y.data(), nullptr);
+    const auto want = ref::matmul(w.view, x.data(), n);
+    for (size_t k = 0; k < y.size(); ++k)
+      ASSERT_NEAR(y[k], want.y[k], 1.01 * want.qerr[k] + 1e-5 * want.abs_sum[k] + 1e-6)
+          << dtype_name(t) << " at " << k;
+  }
+}
+
+// Q8_0, Q4_0, Q4_1: the AMX tiles' bits (their emulation: every machine).
+TEST(Rows16, EqualsTheAmxTilesBitForBit) {
+  std::mt19937 rng(18);
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
+    ASSERT_TRUE(detail::amx_supports(t));
+    for (int64_t n : {1, 7, 20}) {
+      const int64_t rows = 48, cols = 160;
+      const auto w = ref::random_weight(t, rows, cols, rng);
+      const auto packed = repack16(t, w.bytes.data(), rows, cols);
+      const auto x = testing::quant_activations(n, cols, rng);
+      std::vector<float> y(size_t(n * rows), NAN), tiles(size_t(n * rows), NAN);
+      rows16_matmul({t, rows, cols, packed.data()}, x.data(), n, y.data(), nullptr);
+      detail::amx_matmul(w.view, x.data(), n, tiles.data(), nullptr, /*emulate=*/true);
+      const int64_t i = first_bits_difference(y.data(), tiles.data(), n * rows);
+      ASSERT_EQ(i, -1) << dtype_name(t) << " n=" << n << ": " << y[size_t(i)] << " tiles "
+                       << tiles[size_t(i)];
+    }
+  }
+}
+
+// Row ranges on 16-row groups and 1 to 3 threads: the same bits, and
+// nothing written outside the range.
+TEST(Rows16, RangesAndThreadsGiveTheSameBits) {
+  std::mt19937 rng(19);
+  std::unique_ptr<ThreadPool> pools[] = {nullptr, std::make_unique<ThreadPool>(2),
+                                         std::make_unique<ThreadPool>(3)};
+  for (DType t : kTypes) {
+    const int64_t rows = 112, cols = 96, n = 11;
+    const auto w = ref::random_weight(t, rows, cols, rng);
+    const auto packed = repack16(t, w.bytes.data(), rows, cols);
+    const Rows16View view{t, rows, cols, packed.data()};
+    const auto x = testing::quant_activations(n, cols, rng);
+    std::vector<float> whole(size_t(n * rows));
+    rows16_matmul(view, x.data(), n, whole.data(), nullptr);
+    for (auto& pool : pools)
+      for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 112}, {16, 64}, {48, 112}, {32, 48}}) {
+        std::vector<float> y(size_t(n * rows), NAN);
+        detail::rows16_matmul_at(view, x.data(), n, y.data(), r0, r1, pool.get(), simd_level());
+        for (int64_t j = 0; j < n; ++j)
+          for (int64_t r = 0; r < rows; ++r) {
+            const float got = y[size_t(j * rows + r)], was = whole[size_t(j * rows + r)];
+            if (r < r0 || r >= r1)
+              ASSERT_TRUE(std::isnan(got)) << "wrote row " << r;
+            else
+              ASSERT_EQ(std::memcmp(&got, &was, 4), 0) << dtype_name(t) << " row " << r;
+          }
+      }
+    EXPECT_THROW(
+        detail::rows16_matmul_at(view, x.data(), n, whole.data(), 8, 24, nullptr, simd_level()),
+        Error);
+  }
+}
+
+}  // namespace
+}  // namespace kvasir::cpu
