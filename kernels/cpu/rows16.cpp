@@ -1,5 +1,6 @@
 // Weights repacked 16 rows a block (rows16.h): the repacking, the scalar
-// kernel (the bits contract written out) and the driver.
+// kernel (the bits contract written out), the x86 kernels
+// (rows16_x86.inc) and the driver.
 #include "kernels/cpu/rows16.h"
 
 #include <algorithm>
@@ -9,6 +10,11 @@
 #include "base/check.h"
 #include "base/half.h"
 #include "kernels/cpu/matmul_internal.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define KV_HAVE_X86 1
+#endif
 
 namespace kvasir::cpu {
 namespace detail {
@@ -89,6 +95,65 @@ void kernel_scalar(const uint8_t* w, int64_t g0, int64_t g1, const Rows16X& x, i
       }
 }
 
+// ---- x86 ------------------------------------------------------------------
+#ifdef KV_HAVE_X86
+// GCC 12's avx512fintrin.h builds results on _mm512_undefined_*(), a
+// self-initialised variable that -Wuninitialized reports when inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef __clang__
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#define KV_ISA avx2
+#define KV_TARGET __attribute__((target("avx2,fma,f16c")))
+#define KV_BITS 256
+#define KV_VNNI 0
+#include "kernels/cpu/rows16_x86.inc"
+#undef KV_ISA
+#undef KV_TARGET
+#undef KV_VNNI
+
+#define KV_ISA avx_vnni
+#define KV_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define KV_VNNI 1
+#define KV_DPBUSD(a, u, s) _mm256_dpbusd_avx_epi32(a, u, s)
+#include "kernels/cpu/rows16_x86.inc"
+#undef KV_ISA
+#undef KV_TARGET
+#undef KV_DPBUSD
+
+#define KV_ISA avx512vl_vnni
+#define KV_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+#define KV_DPBUSD(a, u, s) _mm256_dpbusd_epi32(a, u, s)
+#include "kernels/cpu/rows16_x86.inc"
+#undef KV_ISA
+#undef KV_TARGET
+#undef KV_DPBUSD
+#undef KV_VNNI
+#undef KV_BITS
+
+#define KV_ISA avx512
+#define KV_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
+#define KV_BITS 512
+#define KV_VNNI 0
+#include "kernels/cpu/rows16_x86.inc"
+#undef KV_ISA
+#undef KV_TARGET
+#undef KV_VNNI
+
+#define KV_ISA avx512_vnni
+#define KV_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define KV_VNNI 1
+#define KV_DPBUSD(a, u, s) _mm512_dpbusd_epi32(a, u, s)
+#include "kernels/cpu/rows16_x86.inc"
+#undef KV_ISA
+#undef KV_TARGET
+#undef KV_DPBUSD
+#undef KV_VNNI
+#undef KV_BITS
+#pragma GCC diagnostic pop
+#endif  // KV_HAVE_X86
+
 template <template <DType> class K>
 Rows16Fn pick(DType type) {
   switch (type) {
@@ -110,8 +175,21 @@ struct Scalar {
   static constexpr Rows16Fn run = kernel_scalar<T>;
 };
 
-// The kernel of a type at a level: the scalar one at every level so far.
 Rows16Fn rows16_kernel(DType type, SimdLevel level) {
+#ifdef KV_HAVE_X86
+  switch (level) {
+    case SimdLevel::kAvx512Vnni:
+      return pick<avx512_vnni::Kernel>(type);
+    case SimdLevel::kAvx512:
+      return pick<avx512::Kernel>(type);
+    case SimdLevel::kAvxVnni:
+      return cpu_has_vex_vnni() ? pick<avx_vnni::Kernel>(type) : pick<avx512vl_vnni::Kernel>(type);
+    case SimdLevel::kAvx2:
+      return pick<avx2::Kernel>(type);
+    case SimdLevel::kScalar:
+      break;
+  }
+#endif
   (void)level;
   return pick<Scalar>(type);
 }

@@ -31,9 +31,10 @@
 //   acc  = fma(m_w, s_x, acc)   (not Q8_0; m_w: Q4_1's m, -8 d_w for
 //                                Q4_0, -16 d_w for Q5_0)
 //
-// The kernel (scalar for now; the SIMD levels must compute exactly that)
-// gives bits that do not depend on the number of activation rows, the row
-// range or the threads. They are the AMX tiles'
+// Every level (scalar, avx2, avx_vnni, avx512, avx512_vnni) computes
+// exactly that — the integer sums are exact and each lane runs these f32
+// operations — so the bits do not depend on the level, the number of
+// activation rows, the row range or the threads. They are the AMX tiles'
 // operations too (amx.cpp scale_add_scalar): for Q8_0, Q4_0 and Q4_1 the
 // outputs equal amx_matmul's bit for bit.
 #pragma once
