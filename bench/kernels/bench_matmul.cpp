@@ -27,7 +27,10 @@
 // F32). mode "prefill": plain weights (5th argument, default F32) at the
 // layer shapes, n = 128 and 512 (a served prompt, pp512). mode "decode"
 // (run_decode): one row against the 8B shape's matrices from DRAM;
-// 5th argument: the types (default Q4_K,Q6_K).
+// 5th argument: the types (default Q4_K,Q6_K). mode "rows16" (run_rows16):
+// matmul against the same weight repacked 16 rows a block (rows16.h) at
+// n = 1..8, 16 and 64, SmolLM2-135M's and Llama 3.2 1B's shapes; 5th
+// argument: the types (default Q8_0,Q4_1).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -43,6 +46,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/paged_kv.h"
+#include "kernels/cpu/rows16.h"
 #include "kernels/cpu/simd.h"
 
 using namespace kvasir;
@@ -352,6 +356,44 @@ void run_decode(ThreadPool& pool, double budget, const std::string& types, std::
   }
 }
 
+// The "rows16" mode: matmul (what runs today) and rows16_matmul on the same
+// weight, in ABBA rounds (each side timed twice a case, in turn, a quarter
+// of the budget each; the better time of each side printed).
+void run_rows16(ThreadPool& pool, double budget, const std::string& types, std::mt19937& rng) {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  const Shape shapes[] = {{576, 576},   {192, 576},  {1536, 576},  {576, 1536}, {49152, 576},
+                          {2048, 2048}, {512, 2048}, {8192, 2048}, {2048, 8192}};
+  std::printf("%-5s %-13s %3s %11s %11s %7s\n", "type", "rows x cols", "n", "matmul us",
+              "rows16 us", "ratio");
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0}) {
+    if (types.find(dtype_name(t)) == std::string::npos) continue;
+    for (const Shape& s : shapes) {
+      const Weight w = make_weight(t, s.rows, s.cols, rng);
+      const auto packed = repack16(t, w.bytes.data(), s.rows, s.cols);
+      const Rows16View view{t, s.rows, s.cols, packed.data()};
+      for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 16, 64}) {
+        std::vector<float> x(size_t(n * s.cols)), y(size_t(n * s.rows));
+        std::normal_distribution<float> val(0.f, 1.f);
+        for (auto& v : x) v = val(rng);
+        auto now = [&] { matmul(w.view, x.data(), n, y.data(), &pool); };
+        auto r16 = [&] { rows16_matmul(view, x.data(), n, y.data(), &pool); };
+        double a = 1e30, b = 1e30;
+        for (int round = 0; round < 2; ++round) {
+          a = std::min(a, seconds_per_call(now, budget / 4));
+          b = std::min(b, seconds_per_call(r16, budget / 4));
+          b = std::min(b, seconds_per_call(r16, budget / 4));
+          a = std::min(a, seconds_per_call(now, budget / 4));
+        }
+        std::printf("%-5s %5lld x %-5lld %3lld %11.1f %11.1f %7.2f\n", dtype_name(t),
+                    (long long)s.rows, (long long)s.cols, (long long)n, a * 1e6, b * 1e6, a / b);
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
   const double budget = argc > 2 ? std::atof(argv[2]) : 0.2;
@@ -375,6 +417,10 @@ int main(int argc, char** argv) {
   }
   if (argc > 4 && std::string(argv[4]) == "decode") {
     run_decode(pool, budget, argc > 5 ? argv[5] : "Q4_K,Q6_K", rng);
+    return 0;
+  }
+  if (argc > 4 && std::string(argv[4]) == "rows16") {
+    run_rows16(pool, budget, argc > 5 ? argv[5] : "Q8_0,Q4_1", rng);
     return 0;
   }
   if (argc > 4 && std::string(argv[4]) == "stream") {
