@@ -1,6 +1,6 @@
 // kernels/cpu/rows16.h — quantised weights repacked 16 rows a block, one
 // SIMD lane per weight row, and their matmul. Not wired into the model yet:
-// docs/kernels.md, "Weights repacked 16 rows a block (rows16)", says what
+// docs/kernels.md, "Weights repacked 16 rows a block", says what
 // the wiring needs.
 //
 // Layout. A Q8_0, Q4_0, Q4_1 or Q5_0 weight [rows, cols] with rows % 16 == 0
