@@ -136,6 +136,37 @@ TEST(Rows16, EveryLevelGivesTheContractsBits) {
   EXPECT_GT(checked, 4 * 15 * 11);
 }
 
+// Every quant at its extreme (Q8_0 -128 and 127, nibbles 15, Q5_0 31)
+// against activations at +-127: vpmaddubsw's pairs at their largest (2 x
+// 128 x 127 for Q8_0 with the signs moved; the stored w + 128 would
+// saturate there), at every level.
+TEST(Rows16, ExtremeQuantsGiveTheContractsBits) {
+  SimdGuard guard;
+  const int64_t rows = 32, cols = 96, n = 3;
+  std::vector<float> x(size_t(n * cols));
+  for (int64_t k = 0; k < n * cols; ++k) x[size_t(k)] = (k / 7) % 2 ? 1.f : -1.f;
+  for (DType t : kTypes) {
+    const int64_t bb = int64_t(dtype_info(t).bytes);
+    std::vector<uint8_t> w(size_t(rows * cols / 32 * bb), 0xff);
+    for (size_t o = 0; t == DType::Q8_0 && o < w.size(); ++o) w[o] = o / 4 % 2 ? 0x7f : 0x80;
+    for (size_t o = 0; o < w.size(); o += size_t(bb)) {
+      ref::put_u16(&w[o], f32_to_fp16(0.01f));
+      if (t == DType::Q4_1) ref::put_u16(&w[o + 2], f32_to_fp16(-0.1f));
+    }
+    const auto packed = repack16(t, w.data(), rows, cols);
+    const auto want = contract(t, w.data(), rows, cols, quantised(x, n, cols), n);
+    for (int l = 0; l < kSimdLevels; ++l) {
+      const auto level = SimdLevel(l);
+      if (!simd_level_available(level)) continue;
+      std::vector<float> y(size_t(n * rows), NAN);
+      detail::rows16_matmul_at({t, rows, cols, packed.data()}, x.data(), n, y.data(), 0, rows,
+                               nullptr, level);
+      ASSERT_EQ(first_bits_difference(y.data(), want.data(), n * rows), -1)
+          << dtype_name(t) << " " << simd_level_name(level);
+    }
+  }
+}
+
 // The contract is a matmul: within test_matmul.cpp's 8-bit activation
 // bound of the double reference.
 TEST(Rows16, NearTheDoubleReference) {
@@ -154,7 +185,8 @@ TEST(Rows16, NearTheDoubleReference) {
   }
 }
 
-// Q8_0, Q4_0, Q4_1: the AMX tiles' bits (their emulation: every machine).
+// Q8_0, Q4_0, Q4_1: the AMX tiles' bits (their emulation on every machine,
+// the real tiles where the CPU has them).
 TEST(Rows16, EqualsTheAmxTilesBitForBit) {
   std::mt19937 rng(18);
   for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1}) {
@@ -166,10 +198,13 @@ TEST(Rows16, EqualsTheAmxTilesBitForBit) {
       const auto x = testing::quant_activations(n, cols, rng);
       std::vector<float> y(size_t(n * rows), NAN), tiles(size_t(n * rows), NAN);
       rows16_matmul({t, rows, cols, packed.data()}, x.data(), n, y.data(), nullptr);
-      detail::amx_matmul(w.view, x.data(), n, tiles.data(), nullptr, /*emulate=*/true);
-      const int64_t i = first_bits_difference(y.data(), tiles.data(), n * rows);
-      ASSERT_EQ(i, -1) << dtype_name(t) << " n=" << n << ": " << y[size_t(i)] << " tiles "
-                       << tiles[size_t(i)];
+      for (bool emulate : {true, false}) {
+        if (!emulate && !detail::amx_usable()) continue;  // the real tiles where present
+        detail::amx_matmul(w.view, x.data(), n, tiles.data(), nullptr, emulate);
+        const int64_t i = first_bits_difference(y.data(), tiles.data(), n * rows);
+        ASSERT_EQ(i, -1) << dtype_name(t) << " n=" << n << " emulated=" << emulate << ": "
+                         << y[size_t(i)] << " tiles " << tiles[size_t(i)];
+      }
     }
   }
 }
