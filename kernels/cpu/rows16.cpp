@@ -218,15 +218,26 @@ void rows16_matmul_at(const Rows16View& w, const float* x, int64_t n, float* y, 
     xq.resize(size_t(n * nb));
     xsum.resize(size_t(n * nb));
   }
-  for (int64_t j = 0; j < n; ++j)
-    quantize_row_q8x(x + j * w.cols, w.cols, &xq[size_t(j * nb)], level);
-  if (w.type == DType::Q8_0)
-    for (int64_t k = 0; k < n * nb; ++k) {
-      int32_t s = 0;
-      for (int e = 0; e < kQK; ++e) s += xq[size_t(k)].q[e];
-      xsum[size_t(k)] = s;
+  // The activation rows (and, Q8_0, their blocks' Σ q_x), on the threads
+  // when there are enough: into this thread's buffers (a worker naming xq
+  // would get its own).
+  BlockQ8x* const xqp = xq.data();
+  int32_t* const xsp = xsum.data();
+  auto prepare = [&](int64_t j0, int64_t j1, int) {
+    for (int64_t j = j0; j < j1; ++j) {
+      quantize_row_q8x(x + j * w.cols, w.cols, xqp + j * nb, level);
+      for (int64_t k = j * nb; w.type == DType::Q8_0 && k < (j + 1) * nb; ++k) {
+        int32_t s = 0;
+        for (int e = 0; e < kQK; ++e) s += xqp[k].q[e];
+        xsp[k] = s;
+      }
     }
-  const Rows16X act{xq.data(), xsum.data(), nb};
+  };
+  if (pool && n * w.cols >= (int64_t(1) << 16))  // as matmul.cpp's quantize_rows
+    pool->parallel_for(n, prepare);
+  else
+    prepare(0, n, 0);
+  const Rows16X act{xqp, xsp, nb};
   const Rows16Fn fn = rows16_kernel(w.type, level);
   const int64_t g0 = r0 / kRows16, groups = (r1 - r0) / kRows16;
   if (!pool || pool->size() <= 1 || groups == 1)

@@ -209,37 +209,40 @@ TEST(Rows16, EqualsTheAmxTilesBitForBit) {
   }
 }
 
-// Row ranges on 16-row groups and 1 to 3 threads: the same bits, and
+// Row ranges on 16-row groups and 1 to 3 threads (the activations
+// quantised on them too where n x cols >= 65536): the same bits, and
 // nothing written outside the range.
 TEST(Rows16, RangesAndThreadsGiveTheSameBits) {
   std::mt19937 rng(19);
   std::unique_ptr<ThreadPool> pools[] = {nullptr, std::make_unique<ThreadPool>(2),
                                          std::make_unique<ThreadPool>(3)};
-  for (DType t : kTypes) {
-    const int64_t rows = 112, cols = 96, n = 11;
-    const auto w = ref::random_weight(t, rows, cols, rng);
-    const auto packed = repack16(t, w.bytes.data(), rows, cols);
-    const Rows16View view{t, rows, cols, packed.data()};
-    const auto x = testing::quant_activations(n, cols, rng);
-    std::vector<float> whole(size_t(n * rows));
-    rows16_matmul(view, x.data(), n, whole.data(), nullptr);
-    for (auto& pool : pools)
-      for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 112}, {16, 64}, {48, 112}, {32, 48}}) {
-        std::vector<float> y(size_t(n * rows), NAN);
-        detail::rows16_matmul_at(view, x.data(), n, y.data(), r0, r1, pool.get(), simd_level());
-        for (int64_t j = 0; j < n; ++j)
-          for (int64_t r = 0; r < rows; ++r) {
-            const float got = y[size_t(j * rows + r)], was = whole[size_t(j * rows + r)];
-            if (r < r0 || r >= r1)
-              ASSERT_TRUE(std::isnan(got)) << "wrote row " << r;
-            else
-              ASSERT_EQ(std::memcmp(&got, &was, 4), 0) << dtype_name(t) << " row " << r;
-          }
-      }
-    EXPECT_THROW(
-        detail::rows16_matmul_at(view, x.data(), n, whole.data(), 8, 24, nullptr, simd_level()),
-        Error);
-  }
+  for (DType t : kTypes)
+    for (auto [n, cols] : {std::pair<int64_t, int64_t>{11, 96}, {33, 2048}}) {  // 2nd: on threads
+      const int64_t rows = 112;
+      const auto w = ref::random_weight(t, rows, cols, rng);
+      const auto packed = repack16(t, w.bytes.data(), rows, cols);
+      const Rows16View view{t, rows, cols, packed.data()};
+      const auto x = testing::quant_activations(n, cols, rng);
+      std::vector<float> whole(size_t(n * rows));
+      rows16_matmul(view, x.data(), n, whole.data(), nullptr);
+      for (auto& pool : pools)
+        for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 112}, {16, 64}, {48, 112}, {32, 48}}) {
+          std::vector<float> y(size_t(n * rows), NAN);
+          detail::rows16_matmul_at(view, x.data(), n, y.data(), r0, r1, pool.get(), simd_level());
+          for (int64_t j = 0; j < n; ++j)
+            for (int64_t r = 0; r < rows; ++r) {
+              const float got = y[size_t(j * rows + r)], was = whole[size_t(j * rows + r)];
+              if (r < r0 || r >= r1)
+                ASSERT_TRUE(std::isnan(got)) << "wrote row " << r;
+              else
+                ASSERT_EQ(std::memcmp(&got, &was, 4), 0)
+                    << dtype_name(t) << " n=" << n << " row " << r;
+            }
+        }
+      EXPECT_THROW(
+          detail::rows16_matmul_at(view, x.data(), n, whole.data(), 8, 24, nullptr, simd_level()),
+          Error);
+    }
 }
 
 }  // namespace
