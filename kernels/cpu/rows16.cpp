@@ -9,6 +9,7 @@
 
 #include "base/check.h"
 #include "base/half.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_internal.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -316,6 +317,28 @@ std::vector<uint8_t> repack16(DType type, const void* data, int64_t rows, int64_
 
 std::vector<uint8_t> unpack16(DType type, const void* data, int64_t rows, int64_t cols) {
   return detail::convert(type, data, rows, cols, true);
+}
+
+void rows16_dequantize_row(const Rows16View& w, int64_t r, float* out) {
+  KV_CHECK(rows16_supports(w.type, w.rows, w.cols), "rows16: no layout for {} [{}, {}]",
+           dtype_name(w.type), w.rows, w.cols);
+  KV_CHECK(r >= 0 && r < w.rows, "rows16_dequantize_row: row {} out of range [0, {})", r, w.rows);
+  // The row's original blocks back, then dequantize_row's own arithmetic.
+  const int64_t nb = w.cols / detail::kQK, gb = rows16_group_bytes(w.type), bb = gb / kRows16;
+  thread_local std::vector<uint8_t> row;  // grow-only
+  if (row.size() < size_t(nb * bb)) row.resize(size_t(nb * bb));
+  auto* packed = const_cast<uint8_t*>(w.data);  // only read: place(..., back = true)
+  for (int64_t b = 0; b < nb; ++b)
+    detail::place(w.type, row.data() + b * bb, packed + ((r / kRows16) * nb + b) * gb,
+                  int(r % kRows16), true);
+  TensorView v;
+  v.type = w.type;
+  v.n_dims = 2;
+  v.ne[0] = w.cols;
+  v.ne[1] = 1;
+  v.data = row.data();
+  v.nbytes = uint64_t(nb * bb);
+  dequantize_row(v, 0, out);
 }
 
 void rows16_matmul(const Rows16View& w, const float* x, int64_t n, float* y, ThreadPool* pool) {

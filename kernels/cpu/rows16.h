@@ -67,6 +67,11 @@ int64_t rows16_group_bytes(DType type);
 std::vector<uint8_t> repack16(DType type, const void* data, int64_t rows, int64_t cols);
 std::vector<uint8_t> unpack16(DType type, const void* data, int64_t rows, int64_t cols);
 
+// Row r of the weight as f32, the bits dequantize_row (matmul.h) gives
+// the original: what a tied embedding's lookup needs once its table is
+// repacked. Throws kvasir::Error where r is out of range.
+void rows16_dequantize_row(const Rows16View& w, int64_t r, float* out);
+
 // y[n, w.rows] = x[n, w.cols] · Wᵀ (y must not alias x), at simd_level().
 // Threads take whole group blocks (16 output rows). pool may be nullptr.
 void rows16_matmul(const Rows16View& w, const float* x, int64_t n, float* y, ThreadPool* pool);

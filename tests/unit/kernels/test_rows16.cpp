@@ -16,6 +16,7 @@
 #include "base/half.h"
 #include "batch_check.h"
 #include "kernels/cpu/amx.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/rows16.h"
 #include "reference.h"
@@ -99,6 +100,26 @@ TEST(Rows16, RepackKeepsTheSizeAndUnpacksToTheOriginal) {
   EXPECT_FALSE(rows16_supports(DType::F32, 32, 64));
   const std::vector<uint8_t> bytes(24 * 34);
   EXPECT_THROW(repack16(DType::Q8_0, bytes.data(), 24, 32), Error);
+}
+
+// A row read back from the group blocks has dequantize_row's bits on the
+// original (a tied embedding's lookup).
+TEST(Rows16, DequantizedRowEqualsTheOriginals) {
+  std::mt19937 rng(15);
+  for (DType t : kTypes) {
+    const int64_t rows = 48, cols = 160;
+    const auto w = ref::random_weight(t, rows, cols, rng);
+    const auto packed = repack16(t, w.bytes.data(), rows, cols);
+    const Rows16View view{t, rows, cols, packed.data()};
+    std::vector<float> got(static_cast<size_t>(cols)), want(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      rows16_dequantize_row(view, r, got.data());
+      dequantize_row(w.view, r, want.data());
+      ASSERT_EQ(first_bits_difference(got.data(), want.data(), cols), -1)
+          << dtype_name(t) << " row " << r;
+    }
+    EXPECT_THROW(rows16_dequantize_row(view, rows, got.data()), Error);
+  }
 }
 
 // Every level at every n against the contract, bit for bit; the scalar
