@@ -80,7 +80,8 @@ namespace detail {
 
 // The output rows [r0, r1) (multiples of 16) of rows16_matmul at an
 // explicit level (clamped to what the CPU has), every activation row; the
-// other outputs are not written. For tests and benchmarks.
+// other outputs are not written. For tests, benchmarks and a caller that
+// splits the rows itself.
 void rows16_matmul_at(const Rows16View& w, const float* x, int64_t n, float* y, int64_t r0,
                       int64_t r1, ThreadPool* pool, SimdLevel level);
 
