@@ -111,6 +111,21 @@ bool boundary_bytes(uint32_t n_tokens, uint32_t hidden, uint64_t* out) {
          !__builtin_mul_overflow(n, uint64_t(4), out);
 }
 
+void write_hidden(const Hidden& f, Writer& w) {
+  uint64_t n = 0;
+  KV_CHECK(boundary_bytes(f.boundary_tokens, f.hidden, &n) && n == f.boundary.size(),
+           "wire: boundary of {} bytes is not [{}, {}] f32", f.boundary.size(), f.boundary_tokens,
+           f.hidden);
+  KV_CHECK(f.n_times <= kMaxHiddenTimes, "wire: {} stage times (max {})", f.n_times,
+           kMaxHiddenTimes);
+  KV_CHECK(f.error.size() <= kMaxRefuseText, "wire: an error of {} bytes", f.error.size());
+  w.u16(f.msg_kind), w.u16(f.msg_version), w.i32(f.status), w.i32(f.origin), w.u64(f.batch_id);
+  w.u32(f.slot), w.i32(f.n_rows), w.i32(f.n_tokens), w.u32(f.first_stage), w.u32(f.n_times);
+  for (uint32_t i = 0; i < f.n_times; ++i) w.u64(f.busy_ns[i]);
+  w.str(f.error);
+  w.u32(f.boundary_tokens), w.u32(f.hidden);  // the boundary: encode_frame_split's tail
+}
+
 void write_payload(const Payload& p, Writer& w) {
   std::visit(
       [&](const auto& f) {
@@ -143,6 +158,8 @@ void write_payload(const Payload& p, Writer& w) {
           w.i64(f.sent_ns);
         } else if constexpr (std::is_same_v<T, Grammar>) {
           w.u32(f.entry), w.u64(f.id), w.blob(f.spec);
+        } else if constexpr (std::is_same_v<T, Hidden>) {
+          write_hidden(f, w);
         }
       },
       p);
@@ -169,20 +186,41 @@ Status read_challenge(Reader& r, Challenge* c) {
   return Status();
 }
 
+// The rest of the frame as a boundary [tokens, hidden] f32: exactly that many bytes.
+Status read_boundary(Reader& r, const char* what, uint64_t id, uint32_t tokens, uint32_t hidden,
+                     ByteView* out) {
+  uint64_t n = 0;
+  if (!boundary_bytes(tokens, hidden, &n))
+    return malformed("{} {}: boundary [{}, {}] f32 overflows", what, id, tokens, hidden);
+  if (n != r.left())
+    return malformed("{} {}: boundary [{}, {}] f32 is {} bytes, the frame has {}", what, id, tokens,
+                     hidden, n, r.left());
+  r.raw(n, out);
+  return Status();
+}
+
 Status read_batch(Reader& r, Batch* b) {
   if (!r.u16(&b->msg_kind) || !r.u16(&b->msg_version) || !r.i32(&b->status) ||
       !r.u64(&b->batch_id) || !r.u32(&b->slot) || !r.i32(&b->n_rows) || !r.i32(&b->n_tokens) ||
       !r.blob(&b->descriptor) || !r.u32(&b->boundary_tokens) || !r.u32(&b->hidden))
     return malformed("batch: truncated fields or descriptor");
-  uint64_t n = 0;
-  if (!boundary_bytes(b->boundary_tokens, b->hidden, &n))
-    return malformed("batch {}: boundary [{}, {}] f32 overflows", b->batch_id, b->boundary_tokens,
-                     b->hidden);
-  if (n != r.left())
-    return malformed("batch {}: boundary [{}, {}] f32 is {} bytes, the frame has {}", b->batch_id,
-                     b->boundary_tokens, b->hidden, n, r.left());
-  r.raw(n, &b->boundary);
-  return Status();
+  return read_boundary(r, "batch", b->batch_id, b->boundary_tokens, b->hidden, &b->boundary);
+}
+
+Status read_hidden(Reader& r, Hidden* h) {
+  if (!r.u16(&h->msg_kind) || !r.u16(&h->msg_version) || !r.i32(&h->status) || !r.i32(&h->origin) ||
+      !r.u64(&h->batch_id) || !r.u32(&h->slot) || !r.i32(&h->n_rows) || !r.i32(&h->n_tokens) ||
+      !r.u32(&h->first_stage) || !r.u32(&h->n_times))
+    return malformed("hidden: truncated fields");
+  if (h->n_times > kMaxHiddenTimes)
+    return malformed("hidden {}: {} stage times (max {})", h->batch_id, h->n_times,
+                     kMaxHiddenTimes);
+  for (uint32_t i = 0; i < h->n_times; ++i)
+    if (!r.u64(&h->busy_ns[i])) return malformed("hidden {}: truncated stage times", h->batch_id);
+  if (!r.str(&h->error, kMaxRefuseText) || !r.u32(&h->boundary_tokens) || !r.u32(&h->hidden))
+    return malformed("hidden {}: truncated, or an error over {} bytes", h->batch_id,
+                     kMaxRefuseText);
+  return read_boundary(r, "hidden", h->batch_id, h->boundary_tokens, h->hidden, &h->boundary);
 }
 
 Status read_fields(FrameType t, Reader& r, Payload* out) {
@@ -234,6 +272,8 @@ Status read_fields(FrameType t, Reader& r, Payload* out) {
       if (f.id == 0) return malformed("grammar: entry {} under id 0 (empty)", f.entry);
       return Status();
     }
+    case FrameType::kHidden:
+      return read_hidden(r, &out->emplace<Hidden>());
   }
   return malformed("unknown frame type {}", uint16_t(t));
 }
@@ -243,7 +283,7 @@ Status read_fields(FrameType t, Reader& r, Payload* out) {
 const char* frame_type_name(FrameType t) {
   static const char* const names[] = {"?",    "hello", "challenge", "proof",  "refuse",
                                       "plan", "ready", "batch",     "result", "ping",
-                                      "pong", "bye",   "grammar"};
+                                      "pong", "bye",   "grammar",   "hidden"};
   const auto i = uint16_t(t);
   return i <= kMaxFrameType ? names[i] : "unknown";
 }
@@ -259,8 +299,9 @@ ByteView encode_frame_split(const Payload& p, uint64_t seq, std::vector<uint8_t>
   w.raw(ByteView(kMagic, 4));
   w.u16(version), w.u16(uint16_t(type_of(p))), w.u32(0), w.u32(0), w.u64(seq);
   write_payload(p, w);
-  const auto* batch = std::get_if<Batch>(&p);
-  const ByteView tail = batch ? batch->boundary : ByteView();
+  ByteView tail;
+  if (const auto* batch = std::get_if<Batch>(&p)) tail = batch->boundary;
+  if (const auto* hidden = std::get_if<Hidden>(&p)) tail = hidden->boundary;
   const uint64_t n = out.size() - start - kHeaderBytes + tail.size();
   KV_CHECK(n <= UINT32_MAX - kHeaderBytes, "wire: a {}-byte payload does not fit a frame", n);
   for (int i = 0; i < 4; ++i) out[start + 12 + i] = uint8_t(n >> (8 * i));

@@ -27,12 +27,13 @@
 
 namespace kvasir::net {
 
-inline constexpr uint16_t kWireVersion = 2;  // 2: the Grammar frame
+inline constexpr uint16_t kWireVersion = 3;  // 2: the Grammar frame; 3: the Hidden frame
 inline constexpr size_t kHeaderBytes = 24;
 inline constexpr size_t kNonceBytes = 32;
 inline constexpr size_t kMacBytes = 32;  // HMAC-SHA256
 inline constexpr size_t kMaxNameBytes = 64;
 inline constexpr size_t kMaxRefuseText = 1024;
+inline constexpr size_t kMaxHiddenTimes = 16;  // a Hidden frame's stage times (ipc::kMaxStageTimes)
 
 using Nonce = std::array<uint8_t, kNonceBytes>;
 using Mac = std::array<uint8_t, kMacBytes>;
@@ -51,8 +52,9 @@ enum class FrameType : uint16_t {
   kPong = 10,
   kBye = 11,      // an orderly end
   kGrammar = 12,  // a grammar-table entry, ahead of the first batch naming it
+  kHidden = 13,   // a batch's hidden state back from a slice that ends before the tail
 };
-inline constexpr uint16_t kMaxFrameType = 12;
+inline constexpr uint16_t kMaxFrameType = 13;
 const char* frame_type_name(FrameType t);
 
 enum class Role : uint8_t { kLeader = 1, kWorker = 2 };
@@ -130,9 +132,33 @@ struct Grammar {
   ByteView spec;
 };
 
+// A worker whose slice r..e-1 ends before the tail hands batch_id back
+// to the leader, whose stage e takes it: the ring message as its last
+// stage pushed it (a stage that failed it set status, origin and error),
+// the busy times of stages first_stage..first_stage+n_times-1, and
+// Boundary[slot][e-1], [boundary_tokens, hidden] f32. The leader checks
+// every field against the batch it sent (relay/relay.h), not here.
+struct Hidden {
+  uint16_t msg_kind = 0;
+  uint16_t msg_version = 0;
+  int32_t status = 0;
+  int32_t origin = -1;
+  uint64_t batch_id = 0;
+  uint32_t slot = 0;
+  int32_t n_rows = 0;
+  int32_t n_tokens = 0;
+  uint32_t first_stage = 0;
+  uint32_t n_times = 0;  // at most kMaxHiddenTimes
+  std::array<uint64_t, kMaxHiddenTimes> busy_ns{};
+  std::string error;  // the failing stage's text; at most kMaxRefuseText
+  uint32_t boundary_tokens = 0;
+  uint32_t hidden = 0;
+  ByteView boundary;
+};
+
 // In FrameType order (type_of: the index + 1).
 using Payload = std::variant<Hello, Challenge, Proof, Refuse, Plan, Ready, Batch, Result, Ping,
-                             Pong, Bye, Grammar>;
+                             Pong, Bye, Grammar, Hidden>;
 
 struct Frame {
   FrameHeader header;
@@ -148,7 +174,7 @@ void encode_frame(const Payload& p, uint64_t seq, std::vector<uint8_t>& out,
                   uint16_t version = kWireVersion);
 
 // The same frame in two parts, so a sender need not copy a boundary: out
-// gets everything up to a Batch's boundary bytes, and the view returned is
+// gets everything up to a Batch's or a Hidden's boundary bytes, and the view returned is
 // the rest of the frame (the boundary itself; empty for other types). The
 // bytes out + tail are exactly encode_frame's.
 ByteView encode_frame_split(const Payload& p, uint64_t seq, std::vector<uint8_t>& out,

@@ -2,8 +2,8 @@
 //
 // A refusal (a non-ok Status) is clean; a crash, a sanitizer report or an
 // exception is a bug. A frame that decodes must say what it carries: its
-// views inside the input, a Batch's boundary exactly n_tokens x hidden x 4
-// bytes, and encoding it again gives the same bytes (a Refuse's unknown
+// views inside the input, a Batch's or a Hidden's boundary exactly
+// n_tokens x hidden x 4 bytes, and encoding it again gives the same bytes (a Refuse's unknown
 // code aside, which decodes as kInternal). Every decoded frame is then fed
 // to a listener's handshake, which must refuse anything out of order.
 #include <cstddef>
@@ -32,6 +32,9 @@ void check_views(const Payload& p, const uint8_t* data, size_t size) {
     if (!inside(pl->bytes, data, size)) __builtin_trap();
   } else if (const auto* g = std::get_if<Grammar>(&p)) {
     if (!inside(g->spec, data, size) || g->id == 0) __builtin_trap();
+  } else if (const auto* h = std::get_if<Hidden>(&p)) {
+    if (!inside(h->boundary, data, size) || h->n_times > kMaxHiddenTimes) __builtin_trap();
+    if (uint64_t(h->boundary_tokens) * h->hidden * 4 != h->boundary.size()) __builtin_trap();
   }
 }
 

@@ -491,6 +491,12 @@ void wire_seeds() {
       frame(net::Grammar{3, 77,
                          net::ByteView(reinterpret_cast<const uint8_t*>(spec.data()), spec.size())},
             6));
+  net::Hidden hidden;
+  hidden.msg_kind = 1, hidden.msg_version = 1, hidden.batch_id = 12, hidden.slot = 1;
+  hidden.n_rows = 2, hidden.n_tokens = 8, hidden.first_stage = 1, hidden.n_times = 2;
+  hidden.busy_ns[0] = 1000, hidden.busy_ns[1] = 2000;
+  hidden.boundary_tokens = 8, hidden.hidden = 16, hidden.boundary = batch.boundary;
+  put(T, "hidden.bin", frame(hidden, 7));
   const Bytes good = frame(batch, 5);
   put(T, "truncated_header.bin", Bytes(good.begin(), good.begin() + 10));
   put(T, "truncated_payload.bin", Bytes(good.begin(), good.end() - 1));

@@ -136,6 +136,51 @@ TEST(Wire, GrammarFrameRoundTripsAndRefusesTheEmptyId) {
   EXPECT_NE(dec(b).message().find("grammar: truncated"), std::string::npos) << dec(b).message();
 }
 
+TEST(Wire, HiddenFrameRoundTripsAndRefusesWhatDoesNotFit) {
+  const auto bnd = boundary_of(6, 32);
+  Hidden h;
+  h.msg_kind = 1, h.msg_version = 3, h.status = 5, h.origin = 2, h.batch_id = 42, h.slot = 3;
+  h.n_rows = 2, h.n_tokens = 6, h.first_stage = 1, h.n_times = 2;
+  h.busy_ns[0] = 0x0102030405060708ull, h.busy_ns[1] = 77;
+  h.error = "stage 2: out of memory", h.boundary_tokens = 6, h.hidden = 32;
+  h.boundary = bytes_of(bnd);
+  Frame f = dec_ok(enc(h, 4));
+  ASSERT_EQ(f.header.type, FrameType::kHidden);
+  EXPECT_STREQ(frame_type_name(FrameType::kHidden), "hidden");
+  const auto& g = std::get<Hidden>(f.payload);
+  EXPECT_EQ(g.msg_kind, 1);
+  EXPECT_EQ(g.msg_version, 3);
+  EXPECT_EQ(g.status, 5);
+  EXPECT_EQ(g.origin, 2);
+  EXPECT_EQ(g.batch_id, 42u);
+  EXPECT_EQ(g.slot, 3u);
+  EXPECT_EQ(g.n_rows, 2);
+  EXPECT_EQ(g.n_tokens, 6);
+  EXPECT_EQ(g.first_stage, 1u);
+  ASSERT_EQ(g.n_times, 2u);
+  EXPECT_EQ(g.busy_ns[0], 0x0102030405060708ull);
+  EXPECT_EQ(g.busy_ns[1], 77u);
+  EXPECT_EQ(g.error, h.error);
+  ASSERT_EQ(g.boundary.size(), bnd.size() * 4);
+  EXPECT_EQ(std::memcmp(g.boundary.data(), bnd.data(), bnd.size() * 4), 0);
+
+  // More stage times than a frame holds: the count is checked before it
+  // sizes a read.
+  auto b = enc(h);
+  const size_t times_at = kHeaderBytes + 2 + 2 + 4 + 4 + 8 + 4 + 4 + 4 + 4;
+  put_u32(b, times_at, uint32_t(kMaxHiddenTimes + 1));
+  EXPECT_NE(dec(b).message().find("stage times"), std::string::npos) << dec(b).message();
+  // A boundary whose shape disagrees with the bytes after it.
+  b = enc(h);
+  put_u32(b, b.size() - bnd.size() * 4 - 8, 7);
+  EXPECT_NE(dec(b).message().find("the frame has"), std::string::npos) << dec(b).message();
+  b = enc(h);
+  b.pop_back();
+  EXPECT_EQ(dec(b).code(), ErrorCode::kInvalidArgument);
+  h.n_times = uint32_t(kMaxHiddenTimes + 1);
+  EXPECT_THROW(enc(h), Error);
+}
+
 TEST(Wire, EncoderRefusesWhatTheDecoderWould) {
   Hello h;
   h.name.assign(kMaxNameBytes + 1, 'x');
