@@ -114,10 +114,14 @@ struct Leader {
   ipc::Segment& seg;
   net::UcxLink& link;
   const int r;
+  const int e;  // the stage after the worker's slice: the consumer of what comes back
   ipc::StageShared& me = seg.stage(r);
   std::vector<ipc::BatchMsg> sent = std::vector<ipc::BatchMsg>(size_t(seg.dims().inflight));
   std::vector<bool> out = std::vector<bool>(size_t(seg.dims().inflight));
   uint64_t last_id = 0;
+  // Refused messages waiting for the batches before them to come back:
+  // stage e takes ids in increasing order.
+  std::vector<ipc::BatchMsg> held = {};
   std::vector<uint8_t> batch_buf = {};  // the descriptor's parts of the frame being sent
   // The id the worker's grammar table holds at each entry, as sent on this
   // link (a new link starts from an empty table).
@@ -127,13 +131,26 @@ struct Leader {
   std::vector<net::Grammar> grammar_frames = {};
 
   void pass() { me.passed.fetch_add(1, std::memory_order_release); }
-  bool to_bridge(const ipc::BatchMsg& m) {
-    return seg.ring(seg.n_stages()).push(m, [&] { return seg.stopping(); });
+  bool to_next(const ipc::BatchMsg& m) {
+    return seg.ring(e).push(m, [&] { return seg.stopping(); });
+  }
+  // The smallest id still on the worker (UINT64_MAX: none).
+  uint64_t first_out() const {
+    uint64_t id = UINT64_MAX;
+    for (size_t k = 0; k < out.size(); ++k)
+      if (out[k]) id = std::min(id, sent[k].batch_id);
+    return id;
+  }
+  // The held refusals no batch on the worker precedes, in order.
+  void flush_held() {
+    const uint64_t first = first_out();
+    size_t n = 0;
+    while (n < held.size() && held[n].batch_id < first) (void)to_next(held[n++]);
+    held.erase(held.begin(), held.begin() + ptrdiff_t(n));
   }
   // A message stage r-1 pushed: sent on, dropped (a dead epoch's) or failed
-  // to the bridge when malformed but its slot is usable. That failure
-  // overtakes the batches still on the worker: the bridge matches results
-  // by batch id, and a malformed message means a broken segment anyway.
+  // to stage e when malformed but its slot is usable, after the batches
+  // before it (a malformed message means a broken segment anyway).
   Status on_msg(ipc::BatchMsg m) {
     if (seg.stale(m.batch_id)) return pass(), Status();
     Status why = ipc::check_msg(m, seg.dims(), last_id);
@@ -145,11 +162,13 @@ struct Leader {
       KV_LOG_WARN("relay", "refused a message: {}", why.message());
       pass();
       if (m.slot >= uint32_t(seg.dims().inflight) || m.batch_id <= last_id) return Status();
+      last_id = m.batch_id;
       const ipc::ResultView res = seg.result(m.slot);
       res.hdr->batch_id = m.batch_id, res.hdr->status = int32_t(why.code());
       std::snprintf(res.hdr->error, sizeof res.hdr->error, "%s", why.message().c_str());
       m.status = int32_t(why.code()), m.origin = r;
-      (void)to_bridge(m);
+      held.push_back(m);
+      flush_held();
       return Status();
     }
     last_id = m.batch_id;
@@ -163,22 +182,26 @@ struct Leader {
     me.stats.tokens.fetch_add(uint64_t(m.n_tokens), std::memory_order_relaxed);
     return Status();
   }
+  // A batch back from the worker: a Result when its slice ends at the tail
+  // (e == S), a Hidden otherwise.
   Status on_frame(const net::Frame& f) {
     const auto* res = std::get_if<net::Result>(&f.payload);
-    if (!res) return unexpected(f, "leader");
-    if (res->slot < out.size() && out[res->slot] && seg.stale(sent[res->slot].batch_id) &&
-        res->batch_id == sent[res->slot].batch_id) {
-      out[res->slot] = false;
-      return pass(), Status();  // a dead epoch's: its slot may be in use again
-    }
-    if (res->slot >= out.size() || !out[res->slot])
-      return error_status(ErrorCode::kInvalidArgument, "relay: a result for slot {} not sent",
-                          res->slot);
+    const auto* hid = std::get_if<net::Hidden>(&f.payload);
+    if (e == seg.n_stages() ? !res : !hid) return unexpected(f, "leader");
+    const uint32_t slot = res ? res->slot : hid->slot;
+    const uint64_t id = res ? res->batch_id : hid->batch_id;
+    if (slot >= out.size() || !out[slot])
+      return error_status(ErrorCode::kInvalidArgument, "relay: a batch back in slot {} not sent",
+                          slot);
+    const bool stale = seg.stale(sent[slot].batch_id) && id == sent[slot].batch_id;
     ipc::BatchMsg m;
-    KV_RETURN_IF_ERROR(take_result_frame(seg, r, *res, sent[res->slot], &m));
-    out[res->slot] = false;
-    pass();
-    if (!to_bridge(m)) return Status();
+    if (!stale)  // a dead epoch's is dropped: its slot may be in use again
+      KV_RETURN_IF_ERROR(res ? take_result_frame(seg, r, *res, sent[slot], &m)
+                             : take_hidden_frame(seg, r, e, *hid, sent[slot], &m));
+    out[slot] = false;
+    pass();  // before the push: whoever pops it may ask Segment::drained()
+    if (!stale) (void)to_next(m);
+    flush_held();
     return Status();
   }
 };
@@ -204,11 +227,23 @@ void answer_joiners(net::UcxListener& listener,
 
 }  // namespace
 
+namespace {
+
+// The worker's slice r..e-1 from o: 1 <= r < e <= S.
+Status slice_of(const ipc::Segment& seg, const RelayOptions& o, int* e) {
+  *e = o.end > 0 ? o.end : seg.n_stages();
+  if (o.first_remote < 1 || o.first_remote >= *e || *e > seg.n_stages())
+    return error_status(ErrorCode::kInvalidArgument, "relay: a remote slice {}..{} of {} stages",
+                        o.first_remote, *e - 1, seg.n_stages());
+  return Status();
+}
+
+}  // namespace
+
 Status run_leader_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOptions& o) {
-  Leader L{seg, link, o.first_remote};
-  if (o.first_remote < 1 || o.first_remote >= seg.n_stages())
-    return error_status(ErrorCode::kInvalidArgument, "relay: first remote stage {} of {}",
-                        o.first_remote, seg.n_stages());
+  int e = 0;
+  KV_RETURN_IF_ERROR(slice_of(seg, o, &e));
+  Leader L{seg, link, o.first_remote, e};
   ipc::Ring& in = seg.ring(L.r);
   const ipc::WaitPolicy wait{seg.params().spin_ns, o.poll_ns};
   bool bye = false;
@@ -233,10 +268,9 @@ Status run_leader_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOption
 
 Status run_worker_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOptions& o) {
   const int r = o.first_remote;
-  if (r < 1 || r >= seg.n_stages())
-    return error_status(ErrorCode::kInvalidArgument, "relay: first remote stage {} of {}", r,
-                        seg.n_stages());
-  ipc::Ring& tail_out = seg.ring(seg.n_stages());
+  int e = 0;
+  KV_RETURN_IF_ERROR(slice_of(seg, o, &e));
+  ipc::Ring& tail_out = seg.ring(e);  // what the slice's last stage pushes
   ipc::Ring& first_in = seg.ring(r);
   const ipc::WaitPolicy wait{seg.params().spin_ns, o.poll_ns};
   uint64_t last_id = 0;
@@ -244,6 +278,7 @@ Status run_worker_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOption
   Status ended;
   std::vector<std::unique_ptr<net::UcxLink>> turned_away;
   std::vector<uint8_t> result_buf;
+  net::Hidden hidden;
   Liveness live{o};
   auto on_frame = [&](const net::Frame& f) -> Status {
     if (const auto* g = std::get_if<net::Grammar>(&f.payload)) return take_grammar_frame(seg, *g);
@@ -269,6 +304,11 @@ Status run_worker_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOption
     // session ends (a group's leader whose member died), not a result. The
     // leader recomputes it after the rejoin; sent, it would fail requests.
     if (seg.stopping()) break;
+    if (e < seg.n_stages()) {
+      ended = make_hidden_frame(seg, r, e, m, &hidden);
+      if (ended.ok()) ended = link.send(hidden);
+      continue;
+    }
     net::Result f;
     ended = make_result_frame(seg, m, &result_buf, &f);
     if (ended.ok()) ended = link.send(f);

@@ -133,7 +133,7 @@ std::vector<uint8_t> encode_plan(const WorkerPlan& p) {
   Writer w{start(PlanKind::kPlan)};
   WorkerPlan copy = p;
   visit(w, copy.params);
-  w(copy.first_remote);
+  w(copy.first_remote), w(copy.end);
   w(copy.watchdog.k), w(copy.watchdog.floor_s), w(copy.watchdog.busy_cap_s);
   return std::move(w.out);
 }
@@ -157,7 +157,7 @@ Status decode_plan(std::span<const uint8_t> bytes, WorkerPlan* out) {
   KV_RETURN_IF_ERROR(open(bytes, PlanKind::kPlan, &r));
   WorkerPlan p;
   visit(r, p.params);
-  r(p.first_remote);
+  r(p.first_remote), r(p.end);
   r(p.watchdog.k), r(p.watchdog.floor_s), r(p.watchdog.busy_cap_s);
   KV_RETURN_IF_ERROR(close(r));
   const std::string bad = ipc::Segment::check_params(p.params);
@@ -165,6 +165,10 @@ Status decode_plan(std::span<const uint8_t> bytes, WorkerPlan* out) {
   if (p.first_remote < 1 || p.first_remote >= p.params.n_stages)
     return error_status(ErrorCode::kInvalidArgument, "plan: first remote stage {} of {}",
                         p.first_remote, p.params.n_stages);
+  if (p.end <= p.first_remote || p.end > p.params.n_stages)
+    return error_status(ErrorCode::kInvalidArgument,
+                        "plan: a slice {}..{} ends outside stages {}..{}", p.first_remote,
+                        p.end - 1, p.first_remote, p.params.n_stages - 1);
   // Both hosts decide each link's kind from the plan (ipc/link_kind.h): the
   // cut must be a link across hosts there, or a GPU stage beside it would
   // look for a CUDA IPC slot that no process on its host exports.
@@ -173,6 +177,12 @@ Status decode_plan(std::span<const uint8_t> bytes, WorkerPlan* out) {
                         "plan: stages {} and {} are both on host {}, but the cut to this worker "
                         "is between them",
                         p.first_remote - 1, p.first_remote, p.params.stages[p.first_remote].host);
+  if (p.end < p.params.n_stages &&
+      ipc::link_kind(p.params, p.end - 1) != ipc::LinkKind::kAcrossHosts)
+    return error_status(ErrorCode::kInvalidArgument,
+                        "plan: stages {} and {} are both on host {}, but the worker's slice ends "
+                        "between them",
+                        p.end - 1, p.end, p.params.stages[p.end].host);
   // The ranges the leader's config takes ([recovery], daemon/config).
   const ipc::HangLimits& l = p.watchdog;
   if (!(l.k >= 1 && l.k <= 1e6) || !(l.floor_s >= 0 && l.floor_s <= 86400) ||

@@ -2,8 +2,8 @@
 // (docs/multi-host.md, "The relay"): the join's three messages, as bytes.
 //
 //   leader → worker  kPlan     the segment's plan (every SegmentParams field),
-//                              the first stage the worker runs and the
-//                              watchdog's limits for its stages (the
+//                              the first stage the worker runs, the stage
+//                              after its last and the watchdog's limits for its stages (the
 //                              leader's [recovery] keys)
 //   worker → leader  kSized    the smallest KV capacity of its stages
 //   leader → worker  kBlocks   the block counts the leader decided for all
@@ -28,14 +28,16 @@
 namespace kvasir::relay {
 
 // 2: the plan carries the watchdog's limits; 3: each stage's host
-// (ipc::StagePlan::host), which must put the cut between two hosts.
-inline constexpr uint16_t kPlanFormat = 3;
+// (ipc::StagePlan::host), which must put the cut between two hosts; 4: the
+// end of the worker's slice.
+inline constexpr uint16_t kPlanFormat = 4;
 
 enum class PlanKind : uint8_t { kPlan = 1, kSized = 2, kBlocks = 3 };
 
 struct WorkerPlan {
   ipc::SegmentParams params;
-  int32_t first_remote = 1;  // the worker runs stages first_remote..n_stages-1
+  int32_t first_remote = 1;  // the worker runs stages first_remote..end-1
+  int32_t end = 0;           // first_remote < end <= n_stages
   ipc::HangLimits watchdog;  // what the worker's watchdog kills (ipc/hang_watch.h)
 };
 

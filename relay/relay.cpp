@@ -3,6 +3,7 @@
 #include "relay/relay.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 #include <variant>
@@ -22,6 +23,16 @@ Status check_cut(const ipc::Segment& seg, int r) {
   if (r < 1 || r >= seg.n_stages())
     return error_status(ErrorCode::kInvalidArgument,
                         "relay: the first remote stage {} is not in [1, {})", r, seg.n_stages());
+  return Status();
+}
+
+// A slice r..e-1 that ends before the tail.
+Status check_slice(const ipc::Segment& seg, int r, int e) {
+  KV_RETURN_IF_ERROR(check_cut(seg, r));
+  if (e <= r || e >= seg.n_stages())
+    return error_status(ErrorCode::kInvalidArgument,
+                        "relay: a slice {}..{} does not end before the tail {}", r, e - 1,
+                        seg.n_stages() - 1);
   return Status();
 }
 
@@ -130,6 +141,80 @@ Status take_batch_frame(ipc::Segment& seg, int r, const net::Batch& f, uint64_t 
   std::memcpy(seg.boundary(m.slot, r - 1), f.boundary.data(), f.boundary.size());
   const ipc::ResultView res = seg.result(m.slot);
   std::fill_n(res.hdr->stage_busy_ns, ipc::kMaxStageTimes, uint64_t(0));
+  m.sent_ns = ipc::now_ns();
+  *out = m;
+  return Status();
+}
+
+Status make_hidden_frame(ipc::Segment& seg, int r, int e, const ipc::BatchMsg& m,
+                         net::Hidden* out) {
+  KV_RETURN_IF_ERROR(check_slice(seg, r, e));
+  const ipc::SlotDims& d = seg.dims();
+  Status s = ipc::check_msg(m, d, 0);
+  if (!s.ok()) return bad_frame("hidden", s.message());
+  const ipc::ResultHeader& h = *seg.result(m.slot).hdr;
+  out->msg_kind = m.kind, out->msg_version = m.version, out->status = m.status;
+  out->origin = m.origin, out->batch_id = m.batch_id, out->slot = m.slot;
+  out->n_rows = m.n_rows, out->n_tokens = m.n_tokens;
+  out->first_stage = uint32_t(r), out->n_times = uint32_t(e - r);
+  std::copy(h.stage_busy_ns + r, h.stage_busy_ns + e, out->busy_ns.begin());
+  out->error.clear();
+  if (m.status != int32_t(ErrorCode::kOk))
+    out->error.assign(h.error, strnlen(h.error, sizeof h.error));
+  out->boundary_tokens = uint32_t(m.n_tokens), out->hidden = uint32_t(d.hidden);
+  out->boundary = bytes_at(seg.boundary(m.slot, e - 1), uint64_t(m.n_tokens) * d.hidden * 4);
+  return Status();
+}
+
+namespace {
+
+// Whether f is the batch `sent` coming back from the slice r..e-1: every
+// field the leader knows, then the boundary's shape.
+Status check_hidden(const ipc::SlotDims& d, int r, int e, const net::Hidden& f,
+                    const ipc::BatchMsg& sent) {
+  if (f.slot != sent.slot || f.batch_id != sent.batch_id)
+    return bad_frame("hidden", fmt::format("batch {} in slot {}, but slot {} holds batch {}",
+                                           f.batch_id, f.slot, sent.slot, sent.batch_id));
+  if (f.msg_kind != sent.kind || f.msg_version != sent.version || f.n_rows != sent.n_rows ||
+      f.n_tokens != sent.n_tokens)
+    return bad_frame("hidden",
+                     fmt::format("batch {}: kind {} version {}, {} rows, {} tokens; "
+                                 "sent kind {} version {}, {} rows, {} tokens",
+                                 f.batch_id, f.msg_kind, f.msg_version, f.n_rows, f.n_tokens,
+                                 sent.kind, sent.version, sent.n_rows, sent.n_tokens));
+  if (f.first_stage != uint32_t(r) || f.n_times != uint32_t(e - r))
+    return bad_frame("hidden", fmt::format("batch {}: times of {} stages from {}, the slice is "
+                                           "{}..{}",
+                                           f.batch_id, f.n_times, f.first_stage, r, e - 1));
+  if (f.hidden != uint32_t(d.hidden) || f.boundary_tokens != uint32_t(sent.n_tokens) ||
+      f.boundary.size() != uint64_t(sent.n_tokens) * d.hidden * 4)
+    return bad_frame("hidden", fmt::format("batch {}: boundary [{}, {}] of {} bytes, expected "
+                                           "[{}, {}]",
+                                           f.batch_id, f.boundary_tokens, f.hidden,
+                                           f.boundary.size(), sent.n_tokens, d.hidden));
+  // A status once set is never cleared: one the leader's stages set comes back as it went.
+  if (sent.status != int32_t(ErrorCode::kOk) && f.status != sent.status)
+    return bad_frame("hidden", fmt::format("batch {}: status {}, it went out with {}", f.batch_id,
+                                           f.status, sent.status));
+  return Status();
+}
+
+}  // namespace
+
+Status take_hidden_frame(ipc::Segment& seg, int r, int e, const net::Hidden& f,
+                         const ipc::BatchMsg& sent, ipc::BatchMsg* out) {
+  KV_RETURN_IF_ERROR(check_slice(seg, r, e));
+  KV_RETURN_IF_ERROR(check_hidden(seg.dims(), r, e, f, sent));
+  std::memcpy(seg.boundary(sent.slot, e - 1), f.boundary.data(), f.boundary.size());
+  ipc::ResultHeader& h = *seg.result(sent.slot).hdr;
+  std::copy(f.busy_ns.begin(), f.busy_ns.begin() + (e - r), h.stage_busy_ns + r);
+  ipc::BatchMsg m = sent;
+  if (sent.status == int32_t(ErrorCode::kOk) && f.status != int32_t(ErrorCode::kOk)) {
+    // A worker stage failed it: its text where that stage would have written it.
+    m.status = f.status;
+    m.origin = f.origin >= r && f.origin < e ? f.origin : r;
+    std::snprintf(h.error, sizeof h.error, "%s", f.error.c_str());
+  }
   m.sent_ns = ipc::now_ns();
   *out = m;
   return Status();

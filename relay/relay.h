@@ -2,11 +2,12 @@
 // side of it (docs/multi-host.md, "The relay").
 //
 // Both hosts create a segment from the same plan, so every stage keeps its
-// global index. The ring is cut once, at the first remote stage r: the
-// leader runs stages 0..r-1, one worker runs r..S-1.
+// global index. A worker runs a contiguous slice r..e-1 of the stages
+// (1 <= r < e <= S); the leader runs the rest, one relay per slice.
 //
 //   stage r-1 ─▶ ring r ─▶ leader relay ══ Batch ══▶ worker relay ─▶ ring r ─▶ stage r
-//   tail ─▶ ring S ─▶ worker relay ══ Result ══▶ leader relay ─▶ ring S ─▶ bridge
+//   tail ─▶ ring S ─▶ worker relay ══ Result ══▶ leader relay ─▶ ring S ─▶ bridge   (e == S)
+//   stage e-1 ─▶ ring e ─▶ worker relay ══ Hidden ══▶ leader relay ─▶ ring e ─▶ stage e (e < S)
 //   (each ring in its own host's segment)
 //
 // The bridge keeps every decision (membership, widths, ids, slots) and the
@@ -31,6 +32,11 @@ namespace kvasir::relay {
 
 struct RelayOptions {
   int first_remote = 1;  // r: the worker's first stage; 1 <= r < n_stages
+  // e: the stage after the worker's last, r < e <= n_stages; 0: n_stages
+  // (the slice ends at the tail, and Result frames come back). Below
+  // n_stages, stage e-1 pushes on ring e, and Hidden frames carry the
+  // batch back to the leader's stage e.
+  int end = 0;
   // The longest a relay sleeps before it looks at its stop flag and the
   // link's liveness. Not a latency: a message on its ring or a frame on
   // its link wakes it at once (relay/ring_or_link.h).
@@ -100,6 +106,24 @@ Status make_result_frame(ipc::Segment& seg, const ipc::BatchMsg& m, std::vector<
 Status take_result_frame(ipc::Segment& seg, int r, const net::Result& f, const ipc::BatchMsg& sent,
                          ipc::BatchMsg* out);
 
+// A slice r..e-1 that ends before the tail (e < S) hands each batch back
+// to the leader's stage e, which reads Boundary[k][e-1] there.
+//
+// Worker: the Hidden frame for the message stage e-1 pushed on ring e: the
+// message (a stage that failed it set its status and origin; then the
+// result slot's error text too), the busy times stages r..e-1 wrote into
+// result slot m.slot, and Boundary[m.slot][e-1] [m.n_tokens, hidden] f32
+// (a view into seg).
+Status make_hidden_frame(ipc::Segment& seg, int r, int e, const ipc::BatchMsg& m, net::Hidden* out);
+// Leader: checks f against the batch it sent for that slot (id, slot,
+// kind, version, rows, tokens, the stage range, the boundary's shape, and
+// a status the leader had set kept as it was), writes Boundary[f.slot][e-1],
+// the busy times of stages r..e-1 into result slot f.slot (and the error
+// text when a worker stage failed the batch), and sets *out to the message
+// to push on ring e.
+Status take_hidden_frame(ipc::Segment& seg, int r, int e, const net::Hidden& f,
+                         const ipc::BatchMsg& sent, ipc::BatchMsg* out);
+
 // Grammar specs (ipc/grammar_table.h) cross with the batches that use
 // them: the bridge writes an entry once into the leader's table and rows
 // name it; the worker's tail reads the worker's table.
@@ -126,11 +150,12 @@ Status take_grammar_frame(ipc::Segment& seg, const net::Grammar& f);
 // says Bye (both ok), or the link fails or the peer breaks the protocol
 // (the Status says which; the link is then ended).
 //
-// Leader: the consumer of ring r and a producer of ring S in place of stage
-// r (stage r's `passed` counts a batch once its result is back, so
-// Segment::drained() sees the batches on the worker).
+// Leader: the consumer of ring r and the producer of ring e in place of
+// stages r..e-1 (stage r's `passed` counts a batch once it is back, so
+// Segment::drained() sees the batches on the worker). A batch the relay
+// refuses goes on ring e failed, where the next stage passes it on.
 Status run_leader_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOptions& o);
-// Worker: the producer of ring r and the consumer of ring S.
+// Worker: the producer of ring r and the consumer of ring e.
 Status run_worker_relay(ipc::Segment& seg, net::UcxLink& link, const RelayOptions& o);
 
 }  // namespace kvasir::relay

@@ -103,7 +103,8 @@ Status WorkerLink::connect(const std::atomic<bool>& quit, int64_t deadline_ns) {
 
 // The plan out, the worker's capacity back.
 Status WorkerLink::exchange_plan(const std::atomic<bool>& quit, int64_t* capacity) {
-  KV_RETURN_IF_ERROR(link_->send(net::Plan{relay::encode_plan({seg_.params(), r_, watchdog_})}));
+  const relay::WorkerPlan plan{seg_.params(), r_, seg_.n_stages(), watchdog_};
+  KV_RETURN_IF_ERROR(link_->send(net::Plan{relay::encode_plan(plan)}));
   net::Frame f;
   KV_RETURN_IF_ERROR(recv_until(*link_, quit, seg_, &f));
   relay::WorkerSized sized;

@@ -74,13 +74,17 @@ std::string proc_name(const ipc::Segment& seg, int p) {
   return fmt::format("stage {} member {}", mp.position, mp.index);
 }
 
-// The processes this worker runs: stages r..S-1, then the members of the
-// expert groups among them (the config keeps a group on one side of the cut).
-std::vector<int> worker_processes(const ipc::Segment& seg, int r) {
+// The processes this worker runs: stages r..e-1 of its plan, then the
+// members of the expert groups among them (the config keeps a group on one
+// side of a cut).
+std::vector<int> worker_processes(const ipc::Segment& seg, const relay::WorkerPlan& plan) {
+  const int r = plan.first_remote, e = plan.end;
   std::vector<int> procs;
-  for (int s = r; s < seg.n_stages(); ++s) procs.push_back(s);
-  for (int m = 0; m < seg.n_members(); ++m)
-    if (seg.params().members[m].position >= r) procs.push_back(seg.n_stages() + m);
+  for (int s = r; s < e; ++s) procs.push_back(s);
+  for (int m = 0; m < seg.n_members(); ++m) {
+    const int at = seg.params().members[m].position;
+    if (at >= r && at < e) procs.push_back(seg.n_stages() + m);
+  }
   return procs;
 }
 
@@ -208,10 +212,10 @@ class StageWatch {
 
 // Until every process of the worker reports `want`; a failed one's error
 // otherwise.
-Status wait_stages(ipc::Segment& seg, const StageWatch& watch, int r, uint32_t want,
-                   const char* what) {
+Status wait_stages(ipc::Segment& seg, const StageWatch& watch, const relay::WorkerPlan& plan,
+                   uint32_t want, const char* what) {
   const int64_t deadline = ipc::now_ns() + int64_t(kStepMs) * 1'000'000;
-  const std::vector<int> procs = worker_processes(seg, r);
+  const std::vector<int> procs = worker_processes(seg, plan);
   for (;;) {
     const uint32_t seen = seg.header().state.seen();
     size_t done = 0;
@@ -233,11 +237,11 @@ Status wait_stages(ipc::Segment& seg, const StageWatch& watch, int r, uint32_t w
 // The join and the relay, with the session's stages started: until Bye,
 // a lost link, or a stage that ended on its own (the watch's Status).
 Status serve_stages(const WorkerArgs& a, net::UcxListener& listener, net::UcxLink& link,
-                    ipc::Segment& seg, const StageWatch& watch, int r) {
-  Status s = wait_stages(seg, watch, r, ipc::kStageSized, "their KV capacity");
+                    ipc::Segment& seg, const StageWatch& watch, const relay::WorkerPlan& plan) {
+  Status s = wait_stages(seg, watch, plan, ipc::kStageSized, "their KV capacity");
   if (s.ok()) {
     int64_t cap = INT64_MAX;
-    for (int i = r; i < seg.n_stages(); ++i)
+    for (int i = plan.first_remote; i < plan.end; ++i)
       cap = std::min<int64_t>(cap, seg.stage(i).capacity_blocks.load());
     s = link.send(net::Plan{relay::encode_sized({cap})});
   }
@@ -247,13 +251,13 @@ Status serve_stages(const WorkerArgs& a, net::UcxListener& listener, net::UcxLin
     seg.header().kv_blocks_swa.store(blocks.kv_blocks_swa);  // before kv_blocks: stages wait on it
     seg.header().kv_blocks.store(blocks.kv_blocks);
     seg.header().state.ring();
-    s = wait_stages(seg, watch, r, ipc::kStageReady, "ready");
+    s = wait_stages(seg, watch, plan, ipc::kStageReady, "ready");
   }
   if (s.ok()) s = link.send(net::Ready{});
   if (s.ok()) {
     KV_LOG_INFO("worker", "serving leader '{}' ({} KV blocks)", link.peer_name(), blocks.kv_blocks);
     relay::RelayOptions o;
-    o.first_remote = r, o.listener = &listener;
+    o.first_remote = plan.first_remote, o.end = plan.end, o.listener = &listener;
     o.silence_ns = int64_t(a.link_timeout_s * 1e9);
     o.local_fault = [&watch] { return watch.lost(); };
     return relay::run_worker_relay(seg, link, o);
@@ -266,24 +270,23 @@ Status serve_stages(const WorkerArgs& a, net::UcxListener& listener, net::UcxLin
 Status serve_leader(const WorkerArgs& a, net::UcxListener& listener, net::UcxLink& link) {
   relay::WorkerPlan plan;
   KV_RETURN_IF_ERROR(recv_plan(link, relay::decode_plan, &plan));
-  const int r = plan.first_remote;
   const std::string name = ipc::Segment::name_for("kvasird-worker " + a.listen);
   auto seg = ipc::Segment::create(name, plan.params);
   g_serving.store(seg.get());
   Status s;
   {
-    std::vector<int> procs = worker_processes(*seg, r);
+    std::vector<int> procs = worker_processes(*seg, plan);
     std::vector<pid_t> pids;
     for (int p : procs) pids.push_back(spawn_stage(a.exe, p, name));
     KV_LOG_INFO("worker", "leader '{}': stages {}..{} of {} starting ({} processes)",
-                link.peer_name(), r, seg->n_stages() - 1, seg->n_stages(), procs.size());
+                link.peer_name(), plan.first_remote, plan.end - 1, seg->n_stages(), procs.size());
     const StageWatch watch(*seg, std::move(procs), std::move(pids), plan.watchdog);
     // Destroyed before the watch, which then reaps the stages it stopped.
     struct Stop {
       ipc::Segment& seg;
       ~Stop() { seg.request_shutdown(); }
     } stop{*seg};
-    s = serve_stages(a, listener, link, *seg, watch, r);
+    s = serve_stages(a, listener, link, *seg, watch, plan);
   }
   g_serving.store(nullptr);
   ipc::Segment::remove(name);

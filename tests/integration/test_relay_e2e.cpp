@@ -300,7 +300,7 @@ std::unique_ptr<net::UcxLink> join_worker(const ipc::SegmentParams& p, uint16_t 
   }
   EXPECT_TRUE(s.ok()) << s.to_string();
   if (!s.ok()) return nullptr;
-  EXPECT_TRUE(link->send(net::Plan{relay::encode_plan({p, 1})}).ok());
+  EXPECT_TRUE(link->send(net::Plan{relay::encode_plan({p, 1, p.n_stages})}).ok());
   net::Frame f;
   s = link->recv(60000, &f);
   relay::WorkerSized sized;

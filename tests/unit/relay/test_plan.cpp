@@ -32,7 +32,7 @@ WorkerPlan sample_plan() {
   p.grammar_entries = 64, p.grammar_capacity = 4096, p.forced_drafts = 4;
   p.spin_ns = 5000;
   p.stages[0].experts_first = -1;  // a value whose sign must survive
-  w.first_remote = 2;
+  w.first_remote = 2, w.end = 3;
   w.watchdog = {12.5, 1.5, 0};  // the leader's [recovery] keys (busy cap 0: forever)
   return w;
 }
@@ -45,6 +45,7 @@ TEST(Plan, EveryFieldSurvivesTheTrip) {
   ASSERT_TRUE(s.ok()) << s.to_string();
   EXPECT_EQ(encode_plan(got), bytes);
   EXPECT_EQ(got.first_remote, 2);
+  EXPECT_EQ(got.end, 3);
   EXPECT_EQ(got.params.kv_memory, 3ull << 30);
   EXPECT_EQ(got.params.kv_gpu_util, 0.85);
   EXPECT_EQ(got.params.spin_ns, 5000);
@@ -102,9 +103,9 @@ TEST(Plan, WrongKindFormatTextOrPlanIsRefused) {
   Status s = decode_plan(b, &got);
   EXPECT_NE(s.message().find("format " + std::to_string(kPlanFormat + 1)), std::string::npos)
       << s.to_string();
-  b = good, b[1] = 2;  // a build before the stages' hosts: refused, naming both formats
+  b = good, b[1] = 3;  // a build before the slice's end: refused, naming both formats
   s = decode_plan(b, &got);
-  EXPECT_NE(s.message().find("writes format 2, this build reads 3"), std::string::npos)
+  EXPECT_NE(s.message().find("writes format 3, this build reads 4"), std::string::npos)
       << s.to_string();
 
   WorkerPlan w = sample_plan();
@@ -116,6 +117,15 @@ TEST(Plan, WrongKindFormatTextOrPlanIsRefused) {
   EXPECT_EQ(decode_plan(encode_plan(w), &got).code(), ErrorCode::kInvalidArgument);
   w = sample_plan(), w.first_remote = 0;  // the head stays on the leader
   EXPECT_EQ(decode_plan(encode_plan(w), &got).code(), ErrorCode::kInvalidArgument);
+  w = sample_plan(), w.end = 2;  // an empty slice
+  EXPECT_EQ(decode_plan(encode_plan(w), &got).code(), ErrorCode::kInvalidArgument);
+  w = sample_plan(), w.end = 4;  // past the tail
+  s = decode_plan(encode_plan(w), &got);
+  EXPECT_NE(s.message().find("a slice 2..3 ends outside stages 2..2"), std::string::npos)
+      << s.to_string();
+  w = sample_plan(), w.first_remote = 1, w.end = 2;  // a slice that ends before the tail
+  ASSERT_TRUE(decode_plan(encode_plan(w), &got).ok());
+  EXPECT_EQ(got.end, 2);
   // Watchdog limits outside the config's ranges (a k below 1 would kill a
   // batch as slow as its own p99).
   for (ipc::HangLimits l : {ipc::HangLimits{0.5, 1, 1}, ipc::HangLimits{10, -1, 1},
