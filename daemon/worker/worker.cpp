@@ -1,6 +1,7 @@
 // daemon/worker/worker.cpp — `kvasird --worker` (daemon/worker/worker.h).
 #include "daemon/worker/worker.h"
 
+#include <linux/close_range.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -58,6 +59,11 @@ pid_t spawn_stage(const std::string& exe, int s, const std::string& segment) {
   if (pid != 0) return pid;
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(120);
+  // UCX opens the listener's and the links' sockets without close-on-exec:
+  // a stage that kept them would hold the worker's port after the worker
+  // died, until it died too, and a worker started again at once could not
+  // listen there. A stage needs no descriptor of ours.
+  close_range(3, ~0u, CLOSE_RANGE_CLOEXEC);
   execl(exe.c_str(), "kvasird", "--stage", arg.c_str(), "--segment", segment.c_str(), "--log-level",
         level.c_str(), (char*)nullptr);
   _exit(127);

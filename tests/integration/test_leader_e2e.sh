@@ -217,6 +217,10 @@ case "$top" in
   "link to $ADDR:$PORT (stages 1-1): serving, "*"ping "*" ms, 1 join") ok "kvasir top: $top" ;;
   *) bad "kvasir top shows no link: '$top'" ;;
 esac
+# The worker's stages hold none of its sockets: a worker killed and started
+# again at once finds its port free (round 5 does so).
+holders=$("${WORKER_IN[@]}" ss -Hltnp "sport = :$PORT" 2> /dev/null | grep -o 'pid=[0-9]*' | sort -u | wc -l)
+expect "the worker's port is held by the worker alone, not its stages" "$holders" "1"
 
 # 2. Keys. A leader with a stale key, while the worker serves: refused.
 SOCK2="$WORK/rogue.sock"
