@@ -60,6 +60,13 @@ struct StageCfg {
 constexpr int32_t kMaxGroupProcesses = 8;
 constexpr int32_t kMaxPlanProcesses = 16;
 
+// A run of consecutive stages that name one worker (`host`): stages
+// first..end-1, one worker session (docs/multi-host.md, "The leader").
+struct RemoteRun {
+  int32_t first = 0, end = 0;
+  std::string host;
+};
+
 struct PlanCfg {
   int32_t max_rows = 32;     // sequences per micro-batch
   int32_t max_tokens = 512;  // token budget of one micro-batch
@@ -81,13 +88,16 @@ struct PlanCfg {
   // split the running decodes between them (docs/ring.md, "Cores shared by
   // need").
   int32_t inflight() const;
-  // Every process of the plan: the positions and their groups' members.
   // The first stage that runs on a worker (`host`), -1 when all are local.
   int32_t first_remote() const {
     for (size_t i = 0; i < stages.size(); ++i)
       if (!stages[i].host.empty()) return int32_t(i);
     return -1;
   }
+  // The maximal runs of consecutive stages naming the same host, in ring
+  // order (none when all are local).
+  std::vector<RemoteRun> remote_runs() const;
+  // Every process of the plan: the positions and their groups' members.
   int32_t processes() const {
     size_t n = stages.size();
     for (const StageCfg& s : stages) n += s.members.size();
@@ -280,10 +290,10 @@ Config load_config(const std::string& path);
 void validate_plan(const PlanCfg& plan);
 
 // Multi-host rules (config_cluster.cpp): each `host` is "ADDR:PORT"; the
-// head is local; the remote stages are the last ones, all on one worker
-// (the relay cuts the ring once); every entry of an expert group names its
-// leader's host (a group is on one side of the cut); a key file is named.
-// Each refusal names the key and says why.
+// head is local; each run of consecutive stages on one host (remote_runs)
+// names a host no other run names (a worker serves one session); every
+// entry of an expert group names its leader's host (a group is on one
+// host); a key file is named. Each refusal names the key and says why.
 void validate_cluster(const Config& cfg);
 
 // Sets the stages' layer ranges (layers = "auto", resolved): one inclusive

@@ -1,12 +1,13 @@
 // daemon/config/config_cluster.cpp — the multi-host rules of a plan
-// (config.h, validate_cluster; docs/multi-host.md). The relay cuts the ring
-// once, at the first remote stage r: stages 0..r-1 run here, r..S-1 on one
-// worker, each expert group with all its processes on one side of the cut
-// (the worker spawns and watches the members of its positions). The stages
-// beside the cut may be cpu or cuda:N: the cut is a host-memory link on
-// both hosts whatever their devices (ipc/link_kind.h). What the relay does
-// not carry is refused here, before any process starts, rather than served
-// wrong.
+// (config.h, validate_cluster; docs/multi-host.md). The stages that name a
+// host form runs of consecutive stages, each on one worker (one session,
+// one relay pair: the ring leaves the leader at the run's first stage and
+// comes back after its last, or ends there); the head stays on the leader,
+// each run names a host of its own, each expert group keeps all its
+// processes on one host. The stages beside a cut may be cpu or cuda:N: a
+// cut is a host-memory link on both hosts whatever their devices
+// (ipc/link_kind.h). What the relays do not carry is refused here, before
+// any process starts, rather than served wrong.
 #include <string>
 
 #include "base/check.h"
@@ -42,32 +43,43 @@ void check_group_hosts(const StageCfg& lead, size_t i) {
 
 }  // namespace
 
+std::vector<RemoteRun> PlanCfg::remote_runs() const {
+  std::vector<RemoteRun> runs;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const std::string& h = stages[i].host;
+    if (h.empty()) continue;
+    if (!runs.empty() && runs.back().end == int32_t(i) && runs.back().host == h)
+      runs.back().end = int32_t(i) + 1;
+    else
+      runs.push_back({int32_t(i), int32_t(i) + 1, h});
+  }
+  return runs;
+}
+
 void validate_cluster(const Config& cfg) {
   const auto& st = cfg.plan.stages;
-  const int32_t r = cfg.plan.first_remote();
+  const std::vector<RemoteRun> runs = cfg.plan.remote_runs();
   for (size_t i = 0; i < st.size(); ++i) check_group_hosts(st[i], i);
-  if (r < 0) return;
-  const std::string fr = entry_name(st[size_t(r)], size_t(r));
-  KV_CHECK(r > 0,
+  if (runs.empty()) return;
+  auto name = [&](int32_t i) { return entry_name(st[size_t(i)], size_t(i)); };
+  KV_CHECK(runs[0].first > 0,
            "{}.host: the head stage runs on the leader (the bridge feeds it through its own "
            "segment); name a host on later stages only",
-           fr);
-  for (size_t i = size_t(r); i < st.size(); ++i) {
-    const std::string f = entry_name(st[i], i);
-    KV_CHECK(!st[i].host.empty(),
-             "{}: a stage on the leader after a remote one ({}.host = \"{}\"); the relay cuts "
-             "the ring once, so the remote stages must be the last ones",
-             f, fr, st[size_t(r)].host);
-    check_host(st[i].host, f);
-    KV_CHECK(st[i].host == st[size_t(r)].host,
-             "{}.host: \"{}\", but {}.host is \"{}\"; the remote stages all run on one worker "
-             "for now (one cut, one relay)",
-             f, st[i].host, fr, st[size_t(r)].host);
+           name(runs[0].first));
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const RemoteRun& run = runs[k];
+    check_host(run.host, name(run.first));
+    for (size_t j = 0; j < k; ++j)
+      KV_CHECK(runs[j].host != run.host,
+               "{}.host: \"{}\" already runs {}..{}, and a stage between them does not; a "
+               "worker serves one run of consecutive stages (one session), so each run names a "
+               "host of its own",
+               name(run.first), run.host, name(runs[j].first), name(runs[j].end - 1));
   }
   KV_CHECK(!cfg.cluster.key.empty(),
            "cluster.key: required when a stage names a host ({}.host = \"{}\"): the file "
            "(0600, the same on every host) both ends prove they hold",
-           fr, st[size_t(r)].host);
+           name(runs[0].first), runs[0].host);
 }
 
 }  // namespace kvasir

@@ -41,24 +41,37 @@ Status expect_plan(const net::Frame& f, Status (*decode)(std::span<const uint8_t
 }  // namespace
 
 std::string WorkerLink::describe(const Config& cfg) {
-  const int r = cfg.plan.first_remote();
-  if (r < 0) return "";
+  const std::vector<RemoteRun> runs = cfg.plan.remote_runs();
+  if (runs.empty()) return "";
+  std::string where;
+  int32_t at = 0;  // the first stage not yet described
+  auto add = [&](int32_t first, int32_t end, const std::string& on) {
+    if (first < end)
+      where += fmt::format("{}{}-{} {}", where.empty() ? "" : ", ", first, end - 1, on);
+  };
+  for (const RemoteRun& run : runs) {
+    add(at, run.first, "here");
+    add(run.first, run.end, "on worker " + run.host);
+    at = run.end;
+  }
+  add(at, int32_t(cfg.plan.stages.size()), "here");
   net::ClusterKey key;
   const Status s = net::load_cluster_key(cfg.cluster.key, &key);
-  return fmt::format("hosts: stages 0-{} here, {}-{} on worker {}; cluster key {}: {}", r - 1, r,
-                     cfg.plan.stages.size() - 1, cfg.plan.stages[size_t(r)].host, cfg.cluster.key,
+  return fmt::format("hosts: stages {}; cluster key {}: {}", where, cfg.cluster.key,
                      s.ok() ? "usable" : s.message());
 }
 
-WorkerLink::WorkerLink(const Config& cfg, ipc::Segment& seg)
+WorkerLink::WorkerLink(const Config& cfg, ipc::Segment& seg, const RemoteRun& run)
     : seg_(seg),
-      r_(cfg.plan.first_remote()),
+      r_(run.first),
+      e_(run.end),
+      host_(run.host),
       key_path_(cfg.cluster.key),
       join_timeout_s_(cfg.cluster.join_timeout_s),
       link_timeout_s_(cfg.cluster.link_timeout_s),
       watchdog_(watchdog_limits(cfg.recovery)) {
-  KV_CHECK(r_ > 0, "a worker link needs remote stages");
-  host_ = cfg.plan.stages[size_t(r_)].host;
+  KV_CHECK(r_ > 0 && e_ > r_ && e_ <= seg.n_stages(), "a worker link for stages {}..{} of {}", r_,
+           e_ - 1, seg.n_stages());
   const size_t colon = host_.rfind(':');
   addr_ = host_.substr(0, colon);
   port_ = uint16_t(std::stoi(host_.substr(colon + 1)));  // checked by validate_cluster
@@ -103,7 +116,7 @@ Status WorkerLink::connect(const std::atomic<bool>& quit, int64_t deadline_ns) {
 
 // The plan out, the worker's capacity back.
 Status WorkerLink::exchange_plan(const std::atomic<bool>& quit, int64_t* capacity) {
-  const relay::WorkerPlan plan{seg_.params(), r_, seg_.n_stages(), watchdog_};
+  const relay::WorkerPlan plan{seg_.params(), r_, e_, watchdog_};
   KV_RETURN_IF_ERROR(link_->send(net::Plan{relay::encode_plan(plan)}));
   net::Frame f;
   KV_RETURN_IF_ERROR(recv_until(*link_, quit, seg_, &f));
@@ -131,7 +144,7 @@ Status WorkerLink::join(const std::atomic<bool>& quit, int64_t* capacity) {
   }
   if (s.ok())
     KV_LOG_INFO("supervisor", "worker {} ('{}') joined: stages {}..{} there", host_,
-                link_->peer_name(), r_, seg_.n_stages() - 1);
+                link_->peer_name(), r_, e_ - 1);
   return s;
 }
 
@@ -156,7 +169,7 @@ void WorkerLink::start_relay() {
 
 void WorkerLink::run_relay() {
   relay::RelayOptions o;
-  o.first_remote = r_;
+  o.first_remote = r_, o.end = e_;
   // Several Pings per silence window: one lost to a busy moment is no loss.
   o.silence_ns = int64_t(link_timeout_s_ * 1e9);
   o.ping_ns = std::min(kPingNs, o.silence_ns / 5);
@@ -176,7 +189,7 @@ void WorkerLink::run_relay() {
 bool WorkerLink::take_loss(std::string* why) {
   if (!lost_.exchange(false)) return false;
   std::lock_guard lk(mu_);
-  *why = fmt::format("worker {} (stages {}..{}): {}", host_, r_, seg_.n_stages() - 1, last_error_);
+  *why = fmt::format("worker {} (stages {}..{}): {}", host_, r_, e_ - 1, last_error_);
   return true;
 }
 
@@ -195,7 +208,7 @@ void WorkerLink::rejoin() {
       if (s.ok()) s = finish_join(blocks_);
       if (s.ok()) {
         KV_LOG_INFO("supervisor", "worker {} rejoined: stages {}..{} serve again", host_, r_,
-                    seg_.n_stages() - 1);
+                    e_ - 1);
         state_.store(kServing);
         run_relay();
         return;
@@ -213,7 +226,7 @@ void WorkerLink::rejoin() {
 LinkHealth WorkerLink::health() const {
   LinkHealth h;
   h.host = host_;
-  h.first_stage = r_, h.last_stage = seg_.n_stages() - 1;
+  h.first_stage = r_, h.last_stage = e_ - 1;
   const int st = state_.load();
   h.state = st == kServing ? "serving" : st == kLost ? "lost" : "joining";
   h.joins = joins_.load();

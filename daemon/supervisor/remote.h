@@ -1,13 +1,16 @@
 // daemon/supervisor/remote.h — the leader's half of the join: the stages a
 // worker host runs (docs/multi-host.md, "The join").
 //
-// The plan cuts the ring once, at the first remote stage r: this host runs
-// stages 0..r-1, the worker at `host` runs r..S-1 in a segment of its own
-// made from the same plan. A WorkerLink connects to it (retrying: a worker
-// pod may start after the leader's), proves the cluster key, sends the
-// plan, takes the worker's KV capacity, sends the block counts, waits for
-// its Ready and then runs the leader's relay (relay/relay.h) on a thread of
-// its own, in place of stage r. The link is the remote stages' liveness: a
+// Each run of consecutive stages r..e-1 that name one `host` (config.h,
+// RemoteRun) is one worker's, which runs them in a segment of its own made
+// from the same plan; this host runs every other stage. One WorkerLink per
+// run connects to its worker (retrying: a worker pod may start after the
+// leader's), proves the cluster key, sends the plan and the run, takes the
+// worker's KV capacity, sends the block counts, waits for its Ready and
+// then runs the leader's relay (relay/relay.h) on a thread of its own, in
+// place of stages r..e-1: the consumer of ring r and the producer of ring
+// e. Between two workers the batch passes through this host (each worker
+// has one link, to the leader). The link is the remote stages' liveness: a
 // relay that ends with an error is their loss, which the supervisor
 // handles as a stage loss (a new epoch, requeue, recompute) and answers
 // with rejoin(): connect again (without limit, until stop), the same plan,
@@ -44,9 +47,9 @@ inline ipc::HangLimits watchdog_limits(const RecoveryCfg& r) {
 
 class WorkerLink {
  public:
-  // cfg: a plan with remote stages (cfg.plan.first_remote() > 0); seg: the
-  // leader's segment, made from the whole plan.
-  WorkerLink(const Config& cfg, ipc::Segment& seg);
+  // run: one of cfg.plan.remote_runs(); seg: the leader's segment, made
+  // from the whole plan.
+  WorkerLink(const Config& cfg, ipc::Segment& seg, const RemoteRun& run);
   ~WorkerLink();
   WorkerLink(const WorkerLink&) = delete;
   WorkerLink& operator=(const WorkerLink&) = delete;
@@ -81,6 +84,7 @@ class WorkerLink {
   static std::string describe(const Config& cfg);
 
   int first_remote() const { return r_; }
+  int end() const { return e_; }  // the stage after the run's last
   const std::string& host() const { return host_; }
 
  private:
@@ -91,7 +95,7 @@ class WorkerLink {
   void set_error(const std::string& why);
 
   ipc::Segment& seg_;
-  const int r_;
+  const int r_, e_;
   std::string host_, addr_;
   uint16_t port_ = 0;
   std::string key_path_;

@@ -139,7 +139,7 @@ std::vector<pid_t> Supervisor::pids() const {
 RingHealth Supervisor::health() const {
   std::lock_guard lk(mu_);
   RingHealth h = health_;
-  if (remote_) h.links.push_back(remote_->health());
+  for (const auto& l : links_) h.links.push_back(l->health());
   return h;
 }
 
@@ -175,10 +175,13 @@ ipc::StageShared& Supervisor::slot(int p) {
   return p < S ? seg_->stage(p) : seg_->member(p - S);
 }
 
-bool Supervisor::remote(int p) const {
-  if (r_ <= 0) return false;
+int Supervisor::link_of(int p) const {
+  if (links_.empty()) return -1;
   const int S = seg_->n_stages();
-  return p < S ? p >= r_ : seg_->params().members[p - S].position >= r_;
+  const int at = p < S ? p : seg_->params().members[p - S].position;
+  for (size_t i = 0; i < links_.size(); ++i)
+    if (at >= links_[i]->first_remote() && at < links_[i]->end()) return int(i);
+  return -1;
 }
 
 std::string Supervisor::proc_name(int p) const {
@@ -203,8 +206,8 @@ std::string Supervisor::describe_exit(int stage, int status) {
 void Supervisor::start() {
   KV_CHECK(!seg_, "supervisor already started");
   seg_ = ipc::Segment::create(name_, params_for(cfg_, model_));
-  r_ = cfg_.plan.first_remote();
-  if (r_ > 0) remote_ = std::make_unique<WorkerLink>(cfg_, *seg_);
+  for (const RemoteRun& run : cfg_.plan.remote_runs())
+    links_.push_back(std::make_unique<WorkerLink>(cfg_, *seg_, run));
   // Every process: the ring's stages, then the expert groups' members
   // (process index n_stages + m, which `--stage` takes as member m). A
   // remote stage or member has no process here (pid -1): the worker runs it.
@@ -215,15 +218,17 @@ void Supervisor::start() {
     KV_CHECK(remote(s) || pid >= 0, "fork for {}: {}", proc_name(s), std::strerror(errno));
     pids_.push_back(pid);
   }
-  // The worker loads its stages while these load: its join runs beside.
+  // The workers load their stages while these load: each join runs beside.
   std::atomic<bool> join_quit{false};
-  int64_t worker_capacity = 0;
-  Status joined;
-  std::thread joiner;
-  if (remote_) joiner = std::thread([&] { joined = remote_->join(join_quit, &worker_capacity); });
+  std::vector<int64_t> capacity(links_.size(), 0);
+  std::vector<Status> joined(links_.size());
+  std::vector<std::thread> joiners;
+  for (size_t i = 0; i < links_.size(); ++i)
+    joiners.emplace_back([&, i] { joined[i] = links_[i]->join(join_quit, &capacity[i]); });
   auto fail = [&](const std::string& msg) {
     join_quit = true;
-    if (joiner.joinable()) joiner.join();
+    for (std::thread& t : joiners)
+      if (t.joinable()) t.join();
     stop();
     KV_FAIL("{}", msg);
   };
@@ -231,20 +236,21 @@ void Supervisor::start() {
   // Wait for the capacities, then the ready flags.
   const int64_t deadline = ipc::now_ns() + int64_t(opt_.start_timeout_s * 1e9);
   wait_started(ipc::kStageSized, "its KV capacity", deadline, fail);
-  if (joiner.joinable()) joiner.join();
-  if (!joined.ok()) fail(joined.message());
-  split_blocks(worker_capacity);
-  if (remote_) {
-    const Status s = remote_->finish_join({kv_blocks_, kv_blocks_swa_});
-    if (!s.ok()) fail(fmt::format("worker {}: {}", remote_->host(), s.message()));
+  for (std::thread& t : joiners) t.join();
+  for (const Status& j : joined)
+    if (!j.ok()) fail(j.message());
+  split_blocks(capacity);
+  for (const auto& l : links_) {
+    const Status s = l->finish_join({kv_blocks_, kv_blocks_swa_});
+    if (!s.ok()) fail(fmt::format("worker {}: {}", l->host(), s.message()));
   }
   wait_started(ipc::kStageReady, "ready", deadline, fail);
-  if (remote_) {
-    for (int s = 0; s < S; ++s)
-      if (remote(s)) slot(s).status.store(ipc::kStageReady);
-    remote_->start_relay();  // in place of stage r
-    KV_LOG_INFO("supervisor", "worker {} ready: stages {}..{} serve there", remote_->host(), r_,
-                seg_->n_stages() - 1);
+  for (int s = 0; s < S; ++s)
+    if (remote(s)) slot(s).status.store(ipc::kStageReady);
+  for (const auto& l : links_) {
+    l->start_relay();  // in place of its stages
+    KV_LOG_INFO("supervisor", "worker {} ready: stages {}..{} serve there", l->host(),
+                l->first_remote(), l->end() - 1);
   }
 
   const int64_t now = ipc::now_ns();
@@ -291,13 +297,14 @@ void Supervisor::wait_started(uint32_t want, const char* what, int64_t deadline,
 }
 
 // The block counts from every stage's capacity (the stages' KV only:
-// members hold none; the worker's stages count with the smallest capacity
+// members hold none; a worker's stages count with the smallest capacity
 // among them, which it reported), published in the segment.
-void Supervisor::split_blocks(int64_t worker_capacity) {
+void Supervisor::split_blocks(const std::vector<int64_t>& capacity) {
   std::vector<StageKv> kv;
   for (int s = 0; s < seg_->n_stages(); ++s) {
     const ipc::StagePlan& plan = seg_->params().stages[s];
-    StageKv k{remote(s) ? worker_capacity : seg_->stage(s).capacity_blocks.load(), 0, 0};
+    const int l = link_of(s);
+    StageKv k{l >= 0 ? capacity[size_t(l)] : seg_->stage(s).capacity_blocks.load(), 0, 0};
     for (int32_t il = plan.first; il <= plan.last; ++il)
       (model_.layer_slides(il) ? k.sliding_layers : k.full_layers)++;
     kv.push_back(k);
@@ -344,17 +351,19 @@ void Supervisor::on_death(int s, const std::string& why, int64_t now) {
   w.hang.clear();
 }
 
-// The worker's link ended (its relay's thread has returned): its stages
-// and members are lost as one, like a dead stage r. What ring r's relay
-// took and sent is gone with the worker: the drain check must not wait for it.
-void Supervisor::on_link_loss(const std::string& why, int64_t now) {
+// A worker's link ended (its relay's thread has returned): the stages and
+// members of its run r..e-1 are lost as one, like a dead stage r; the other
+// links serve on. What ring r's relay took and sent is gone with the
+// worker: the drain check must not wait for it.
+void Supervisor::on_link_loss(int link, const std::string& why, int64_t now) {
   for (int s = 0; s < int(watch_.size()); ++s)
-    if (remote(s) && slot(s).status.load() != ipc::kStageStopped)
+    if (link_of(s) == link && slot(s).status.load() != ipc::kStageStopped)
       slot(s).status.store(ipc::kStageDead);
-  seg_->stage(r_).passed.store(seg_->ring(r_).tail.load(std::memory_order_acquire),
-                               std::memory_order_release);
+  const int r = links_[size_t(link)]->first_remote();
+  seg_->stage(r).passed.store(seg_->ring(r).tail.load(std::memory_order_acquire),
+                              std::memory_order_release);
   seg_->header().state.ring();
-  record_loss(r_, why, now);
+  record_loss(r, why, now);
 }
 
 void Supervisor::record_loss(int s, const std::string& why, int64_t now) {
@@ -416,10 +425,10 @@ void Supervisor::restart_due(int64_t now) {
     // would otherwise take a batch of the dead one for live work.
     if (seg_->header().epoch.load(std::memory_order_acquire) < w.fault_no) continue;
     w.restart_at = 0;
-    if (remote(s)) {  // the worker's stages: join it again (remote.h)
-      remote_->rejoin();
+    if (const int l = link_of(s); l >= 0) {  // a worker's stages: join it again (remote.h)
+      links_[size_t(l)]->rejoin();
       health_.restarts++;
-      KV_LOG_INFO("supervisor", "rejoining worker {}", remote_->host());
+      KV_LOG_INFO("supervisor", "rejoining worker {}", links_[size_t(l)]->host());
       continue;
     }
     auto& st = slot(s);
@@ -469,9 +478,10 @@ void Supervisor::monitor() {
         changed = true;
       }
     }
-    std::string lost;
-    if (remote_ && remote_->take_loss(&lost)) {
-      on_link_loss(lost, now);
+    for (size_t i = 0; i < links_.size(); ++i) {
+      std::string lost;
+      if (!links_[i]->take_loss(&lost)) continue;
+      on_link_loss(int(i), lost, now);
       changed = true;
     }
     if (!health_.failed.empty()) {
@@ -482,10 +492,11 @@ void Supervisor::monitor() {
     restart_due(now);
     bool serving = true;
     for (int s = 0; s < S; ++s) {
-      if (remote(s) && remote_->serving() && slot(s).status.load() == ipc::kStageDead)
+      const int l = link_of(s);
+      const bool up = l >= 0 ? links_[size_t(l)]->serving() : pids_[s] > 0;
+      if (l >= 0 && up && slot(s).status.load() == ipc::kStageDead)
         slot(s).status.store(ipc::kStageReady);  // rejoined
-      serving = serving && (remote(s) ? remote_->serving() : pids_[s] > 0) &&
-                slot(s).status.load() == ipc::kStageReady;
+      serving = serving && up && slot(s).status.load() == ipc::kStageReady;
     }
     if (serving != health_.serving || changed) {
       health_.serving = serving;
@@ -501,7 +512,7 @@ void Supervisor::stop() {
     stopped_ = true;  // the monitor leaves the children alone from now on
   }
   if (seg_) seg_->request_shutdown();
-  if (remote_) remote_->stop();  // its relay says Bye to the worker
+  for (const auto& l : links_) l->stop();  // each relay says Bye to its worker
   auto all_gone = [&] {
     std::lock_guard lk(mu_);  // pids() may read them meanwhile
     bool gone = true;

@@ -104,9 +104,10 @@ class Supervisor {
   // Process p: stage p of the ring, or (p >= n_stages) member p - n_stages
   // of an expert group; its slot and its name in messages.
   ipc::StageShared& slot(int p);
-  // Whether process p runs on the worker (no process here): a stage from
-  // the first remote one on, or a member of a group among them.
-  bool remote(int p) const;
+  // The worker link whose run holds process p (a stage, or a member of a
+  // group there), or -1: p runs here.
+  int link_of(int p) const;
+  bool remote(int p) const { return link_of(p) >= 0; }
   std::string proc_name(int p) const;
   std::string describe_exit(int stage, int status);
   // fork + exec; no allocation in the child. inherit: the kernels text of
@@ -116,11 +117,12 @@ class Supervisor {
   std::optional<StageExit> reap_starting();
   void wait_started(uint32_t want, const char* what, int64_t deadline,
                     const std::function<void(const std::string&)>& fail);
-  void split_blocks(int64_t worker_capacity);
+  // capacity[i]: the smallest KV capacity links_[i]'s worker reported.
+  void split_blocks(const std::vector<int64_t>& capacity);
   void restart_due(int64_t now);  // under mu_
   void monitor();
   void on_death(int stage, const std::string& why, int64_t now);  // under mu_
-  void on_link_loss(const std::string& why, int64_t now);         // under mu_
+  void on_link_loss(int link, const std::string& why, int64_t now);  // under mu_
   // A loss's count, the limit and the restart's time (under mu_).
   void record_loss(int p, const std::string& why, int64_t now);
   void watchdog(int64_t now);  // under mu_
@@ -133,8 +135,8 @@ class Supervisor {
   std::unique_ptr<ipc::Segment> seg_;
   int32_t kv_blocks_ = 0;
   int32_t kv_blocks_swa_ = 0;
-  int r_ = -1;                          // the first remote stage; -1: all here
-  std::unique_ptr<WorkerLink> remote_;  // the worker's link, when r_ > 0
+  // One per run of stages on a worker (config.h, RemoteRun), in ring order.
+  std::vector<std::unique_ptr<WorkerLink>> links_;
 
   mutable std::mutex mu_;  // everything below
   std::vector<pid_t> pids_;

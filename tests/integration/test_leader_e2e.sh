@@ -32,6 +32,11 @@
 #  4. A second leader with the key while the first serves: it waits (the
 #     worker is taken); SIGTERM to the first: a Bye, the worker logs that
 #     its leader left, and the second joins and serves the same text.
+#  5. A ring cut twice: stage 0 here, stage 1 on worker A, stage 2 on
+#     worker B, stage 3 (the tail) here again. The batches go from A to B
+#     through the leader and come back from B as hidden states; the same N
+#     texts. Worker B killed mid-stream: only B's link rejoins, and every
+#     stream finishes with the one-host text.
 #
 # Usage: test_leader_e2e.sh KVASIRD KVASIR [SOURCE_DIR]
 # test_leader_netns.sh runs it across two scripts/netns-hosts hosts through
@@ -60,8 +65,8 @@ head -c 32 /dev/urandom > "$KEY" && chmod 600 "$KEY"
 STALE="$WORK/stale.key"
 head -c 32 /dev/urandom > "$STALE" && chmod 600 "$STALE"
 
-# $1: stage 1's extra keys; $2: anything after. The same widths both ways.
-config() {
+# The model, widths and pools of every plan here.
+config_head() {
   cat << CFG
 [model]
 path = "$MODEL"
@@ -71,6 +76,12 @@ max_tokens = 128
 max_inflight = 2
 [kv]
 memory = "32MiB"
+CFG
+}
+# $1: stage 1's extra keys; $2: anything after. The same widths both ways.
+config() {
+  config_head
+  cat << CFG
 [[stages]]
 layers = "0-14"
 threads = 1
@@ -94,8 +105,8 @@ link_timeout = 2"
 }
 
 WPID=
-start_worker() {  # start_worker KEYFILE LOG
-  "${WORKER_IN[@]}" "$KVASIRD" --worker --listen "$ADDR:$PORT" --cluster-key "$1" \
+start_worker() {  # start_worker KEYFILE LOG [PORT]
+  "${WORKER_IN[@]}" "$KVASIRD" --worker --listen "$ADDR:${3:-$PORT}" --cluster-key "$1" \
     --link-timeout 2 > "$2" 2>&1 &
   WPID=$!
   KV_SPAWNED+=("$WPID")
@@ -110,6 +121,16 @@ start_clients() {  # start_clients TAG
       http://x/v1/completions > "$WORK/$1.$i" 2>&1 &
     CLIENTS+=($!)
   done
+}
+# kill_mid_stream TAG PID: N streams started and streaming, then PID
+# SIGKILLed; $done_before: the streams done by then, $tk: when.
+kill_mid_stream() {
+  start_clients "$1"
+  kv_wait_streaming "$WORK/$1" "$N"
+  done_before=$(grep -l '\[DONE\]' "$WORK/$1".* 2> /dev/null | wc -l)
+  tk=$(date +%s.%N)
+  kill -KILL "$2"
+  wait "$2" 2> /dev/null
 }
 # structured TAG: two chat requests under two JSON schemas, one after the
 # other, greedy; each answer's content (JSON that parses) in $WORK/TAG.sN.
@@ -243,12 +264,7 @@ grep -q "did not answer within 1 s" "$WORK/lonely.log" &&
   bad "the lonely leader's log: $(tail -3 "$WORK/lonely.log")"
 
 # 3. The worker killed mid-stream, then started again.
-start_clients kill
-kv_wait_streaming "$WORK/kill" "$N"
-done_before=$(grep -l '\[DONE\]' "$WORK"/kill.* 2> /dev/null | wc -l)
-tk=$(date +%s.%N)
-kill -KILL "$WPID"
-wait "$WPID" 2> /dev/null
+kill_mid_stream kill "$WPID"
 seen=""
 for _ in $(seq 1 100); do
   h=$(health)
@@ -371,4 +387,69 @@ expect "the second leader: SIGTERM → exit 0" "$?" "0"
 kill -TERM "$WPID"
 wait "$WPID"
 expect "the worker: SIGTERM → exit 0" "$?" "0"
-kv_finish "$WORK/kvasird.log"
+
+# 5. A ring cut twice (worker A on PORT, worker B on PORT + 2).
+PORT_B=$((PORT + 2))
+config_head > "$WORK/cut.toml"
+cat >> "$WORK/cut.toml" << CFG
+[[stages]]
+layers = "0-6"
+threads = 1
+[[stages]]
+layers = "7-14"
+threads = 1
+host = "$ADDR:$PORT"
+[[stages]]
+layers = "15-22"
+threads = 1
+host = "$ADDR:$PORT_B"
+[[stages]]
+layers = "23-29"
+threads = 1
+[server]
+socket = "$SOCK"
+[recovery]
+backoff_s = 0.5
+[cluster]
+key = "$KEY"
+join_timeout = 60
+link_timeout = 2
+CFG
+out=$("$KVASIRD" --config "$WORK/cut.toml" --check 2>&1)
+case "$out" in
+  *"stages 0-0 here, 1-1 on worker $ADDR:$PORT, 2-2 on worker $ADDR:$PORT_B, 3-3 here"*)
+    ok "--check: $(echo "$out" | grep hosts:)" ;;
+  *) bad "--check does not list both workers: $out" ;;
+esac
+start_worker "$KEY" "$WORK/worker-a.log"
+WPID_A=$WPID
+start_worker "$KEY" "$WORK/worker-b.log" "$PORT_B"
+"${LEADER_IN[@]}" "$KVASIRD" --config "$WORK/cut.toml" > "$WORK/kvasird-cut.log" 2>&1 &
+KV_PID=$!
+kv_wait_ready "$SOCK" 120 || { bad "the cut leader did not become ready"; kv_finish "$WORK/kvasird-cut.log"; }
+start_clients cut
+kv_wait_clients "two workers"
+compare cut
+links=$(kv_curl "$SOCK" http://x/kvasir/v1/stats | python3 -c '
+import json, sys
+links = json.load(sys.stdin)["engine"]["links"]
+print(" ".join(l["stages"] + ":" + l["state"] for l in links))' 2>&1)
+expect "stats: one link per worker, both serving" "$links" "1-1:serving 2-2:serving"
+expect "kvasir top: a line per link" \
+  "$("$KVASIR" top --once --socket "$SOCK" 2>&1 | grep -c "link to $ADDR:")" "2"
+kill_mid_stream cutkill "$WPID"
+start_worker "$KEY" "$WORK/worker-b2.log" "$PORT_B"
+kv_wait_clients "after worker B's loss" 60
+te=$(date +%s.%N)
+compare cutkill
+ok "worker B killed ($done_before of $N streams done): every stream done $(awk "BEGIN{printf \"%.2f\", $te - $tk}") s later, its restart and load included"
+got=$(kv_curl "$SOCK" http://x/kvasir/v1/stats | python3 -c '
+import json, sys
+e = json.load(sys.stdin)["engine"]
+print(e["links"][0]["joins"], e["links"][1]["joins"], e["faults"], e["restarts"])')
+expect "stats: A joined once, B twice; one fault, one rejoin" "$got" "1 2 1 1"
+kv_stop
+expect "the cut leader: SIGTERM → exit 0" "$?" "0"
+kill -TERM "$WPID_A" "$WPID"
+wait "$WPID_A" "$WPID"
+kv_finish "$WORK/kvasird-cut.log"

@@ -40,6 +40,26 @@ TEST(ConfigCluster, ASuffixOnOneWorkerIsRead) {
   EXPECT_TRUE(c.grammar.enabled);
 }
 
+// The ring leaves the leader and comes back, or visits two workers: each
+// run of consecutive stages on one host is one worker session.
+TEST(ConfigCluster, RunsOfStagesOnWorkersAreRead) {
+  Config c = parse_config(plan({"", "10.0.0.2:7710", ""}), "/base");
+  auto runs = c.plan.remote_runs();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].first, 1);
+  EXPECT_EQ(runs[0].end, 2);
+  EXPECT_EQ(runs[0].host, "10.0.0.2:7710");
+  c = parse_config(plan({"", "10.0.0.2:7710", "10.0.0.3:7710", "10.0.0.3:7710", ""}), "/base");
+  runs = c.plan.remote_runs();
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].end, 2);
+  EXPECT_EQ(runs[1].first, 2);
+  EXPECT_EQ(runs[1].end, 4);
+  EXPECT_EQ(runs[1].host, "10.0.0.3:7710");
+  c = parse_config(plan({"", "w:1", "", "v:1"}), "/base");
+  EXPECT_EQ(c.plan.remote_runs().size(), 2u);
+}
+
 TEST(ConfigCluster, AllLocalNeedsNoKey) {
   const Config c = parse_config(plan({"", "", ""}, ""), "/base");
   EXPECT_EQ(c.plan.first_remote(), -1);
@@ -49,10 +69,10 @@ TEST(ConfigCluster, AllLocalNeedsNoKey) {
 TEST(ConfigCluster, Refusals) {
   expect_refused(refusal(plan({"10.0.0.2:7710", "10.0.0.2:7710", "10.0.0.2:7710"})),
                  "stages[0].host", "the head stage runs on the leader");
-  expect_refused(refusal(plan({"", "10.0.0.2:7710", ""})), "stages[2]",
-                 "the remote stages must be the last ones");
-  expect_refused(refusal(plan({"", "10.0.0.2:7710", "10.0.0.3:7710"})), "stages[2].host",
-                 "all run on one worker");
+  expect_refused(refusal(plan({"", "10.0.0.2:7710", "", "10.0.0.2:7710"})), "stages[3].host",
+                 "already runs stages[1]..stages[1]");
+  expect_refused(refusal(plan({"", "w:1", "v:1", "w:1"})), "stages[3].host",
+                 "each run names a host of its own");
   expect_refused(refusal(plan({"", "worker-1", "worker-1"})), "stages[1].host",
                  "is not \"ADDR:PORT\"");
   expect_refused(refusal(plan({"", "w:99999", "w:99999"})), "stages[1].host", "ADDR:PORT");
