@@ -124,8 +124,14 @@ TEST(Plan, WrongKindFormatTextOrPlanIsRefused) {
   EXPECT_NE(s.message().find("a slice 2..3 ends outside stages 2..2"), std::string::npos)
       << s.to_string();
   w = sample_plan(), w.first_remote = 1, w.end = 2;  // a slice that ends before the tail
+  w.params.stages[1].host = 1, w.params.stages[2].host = 0;  // and the ring comes back
   ASSERT_TRUE(decode_plan(encode_plan(w), &got).ok());
   EXPECT_EQ(got.end, 2);
+  w.params.stages[2].host = 1;  // the slice's end is not between two hosts
+  s = decode_plan(encode_plan(w), &got);
+  EXPECT_NE(s.message().find("stages 1 and 2 are both on host 1, but the worker's slice ends"),
+            std::string::npos)
+      << s.to_string();
   // Watchdog limits outside the config's ranges (a k below 1 would kill a
   // batch as slow as its own p99).
   for (ipc::HangLimits l : {ipc::HangLimits{0.5, 1, 1}, ipc::HangLimits{10, -1, 1},
