@@ -16,7 +16,11 @@ from "none"'s. For set c (an agent loop re-sending its conversation) the
 turns from the second on are reported again on their own. Speculative
 counters of /kvasir/v1/stats and /metrics (any name with spec, draft or
 accept) are reported as deltas over each run, with the mean accepted length
-where the names allow.
+where the names allow. `--rounds N` (`--abba`: 2) runs every configuration
+N times, the order reversed every other round; the pooled report
+(pool.py) then gives ITL p50/p99 over every round's gaps and the ratios
+to "none" with bootstrap intervals over requests, and whether the target
+(ITL p99 <= 1.05x, tok/s >= 0.95x) is met, not met or unresolved.
 
 The ceiling (ceiling.py): from "none"'s greedy outputs (token ids from the
 stream's logprobs, prompt ids from /tokenize), what an ngram drafter
@@ -27,6 +31,7 @@ set an estimate of grammar-forced drafts. The token ids go into the JSON;
 
   python3 bench/spec/run.py [--bin build/bin] [--configs none,ngram]
       [--set-name a,b,c,d] [--concurrency 1,16] [--max-tokens 128] [--json PATH]
+      [--rounds N | --abba] [--prompts N]
   python3 bench/spec/run.py --self-test     no daemon: the simulation and the sets
   python3 bench/spec/run.py --quick         smoke: 2 prompts a set, 16 tokens; not a figure
   python3 bench/spec/run.py --ceiling-from PATH [--ngram-max N --ngram-min N]
@@ -49,6 +54,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "forward"))
 import ceiling  # noqa: E402
 import chat  # noqa: E402
 import machine  # noqa: E402
+import pool  # noqa: E402
 
 ROOT = machine.ROOT
 PROMPTS = os.path.join(HERE, "prompts")
@@ -140,10 +146,11 @@ class Daemon:
         self.log.close()
 
 
-def load_set(name, quick):
+def load_set(name, quick, prompts=0):
+    """A prompt set; its first 2 (quick) or `prompts` (0: all) requests."""
     with open(os.path.join(PROMPTS, f"{name}.jsonl")) as f:
         reqs = [json.loads(x) for x in f if x.strip()]
-    return reqs[:2] if quick else reqs
+    return reqs[:2] if quick else reqs[:prompts] if prompts else reqs
 
 
 def flatten(obj, prefix=""):
@@ -378,21 +385,28 @@ def ceilings(a, set_name, reqs, saved, out):
 FIGURES = ("tok_s", "ttft_p50", "itl_p50", "itl_p99")
 
 
+def round_record(s):
+    """What the JSON keeps of one round: its figures, tokens, load, set c's
+    later turns and every request's gaps (ms) for the pooled report."""
+    r = {k: s[k] for k in FIGURES + ("tokens", "wall_s") if k in s}
+    r.update({k: s[k] for k in ("load", "later_turns", "gaps") if k in s})
+    return r
+
+
 def merged(a, p, s):
-    """Two rounds (--abba) of one configuration, set and concurrency: the
-    means of their figures (set c's later turns too), the counters and
-    tokens summed, the first round's texts. Greedy text that changed
-    between the rounds counts as an error: it is deterministic."""
+    """Another round `s` of one configuration, set and concurrency joined to
+    `p` (the rounds so far): the means of the rounds' figures (set c's later
+    turns too), the counters and tokens summed, the first round's texts;
+    each round's figures and gaps under "rounds" (pool.py pools them).
+    Greedy text that changed between the rounds counts as an error: it is
+    deterministic."""
     m = dict(p)
-    rounds = p.get("rounds") or [{k: p[k] for k in FIGURES}]
-    m["rounds"] = rounds + [{k: s[k] for k in FIGURES}]
+    m["rounds"] = p["rounds"] + [round_record(s)]
     for k in FIGURES:
         m[k] = sum(r[k] for r in m["rounds"]) / len(m["rounds"])
-    if "later_turns" in p and "later_turns" in s:
-        lt = dict(p["later_turns"])
-        for k in FIGURES:
-            lt[k] = (p["later_turns"][k] + s["later_turns"][k]) / 2
-        m["later_turns"] = lt
+    lts = [r["later_turns"] for r in m["rounds"] if "later_turns" in r]
+    if lts and len(lts) == len(m["rounds"]):
+        m["later_turns"] = dict(lts[0], **{k: sum(lt[k] for lt in lts) / len(lts) for k in FIGURES})
     m["tokens"] = p["tokens"] + s["tokens"]
     m["errors"] = p["errors"] + s["errors"]
     counts = dict(p["spec_counters"])
@@ -403,11 +417,18 @@ def merged(a, p, s):
     if a.temperature == 0:
         changed = [i for i, t in s["texts"].items() if p["texts"].get(i) != t]
         if changed:
-            print(f"  the second round's greedy text differs from the first's on {len(changed)}: "
+            print(f"  round {len(m['rounds'])}'s greedy text differs from the first's on {len(changed)}: "
                   f"{', '.join(changed)}")
             m["errors"] += len(changed)
             m.setdefault("first_error", f"greedy text changed between rounds: {changed[0]}")
     return m
+
+
+def round_order(configs, rounds):
+    """Each round runs every configuration, the order reversed every other
+    round (rounds 2: ABBA; 4: AB BA AB BA): the daemon that runs first was
+    up to ~5% faster, whichever it was."""
+    return [c for r in range(rounds) for c in (configs if r % 2 == 0 else configs[::-1])]
 
 
 def run_config(a, label, method, extra, out):
@@ -425,12 +446,13 @@ def run_config(a, label, method, extra, out):
         return
     try:
         for set_name in a.set_names:
-            reqs = load_set(set_name, a.quick)
+            reqs = load_set(set_name, a.quick, a.prompts)
             for conc in a.conc:
                 run_reqs = widened(reqs, conc)
                 s, recs = measure(a, a.port, run_reqs, conc)
                 s["load"] = machine.load()
                 s["texts"] = {r["id"]: r["text"] for r in recs}
+                s["gaps"] = {r["id"]: [round(g * 1e3, 3) for g in r["gaps"]] for r in recs if not r["error"]}
                 print(line(f"{set_name} @{conc}", s) + f"  load {' '.join(s['load'])}", flush=True)
                 if set_name == "c":
                     s["later_turns"] = later_turns(recs, run_reqs)
@@ -438,7 +460,11 @@ def run_config(a, label, method, extra, out):
                 if s["spec_counters"]:
                     print("    counters: " + ", ".join(f"{k} +{v:g}" for k, v in s["spec_counters"].items()))
                 key = f"{set_name}@{conc}"
-                res["runs"][key] = s if key not in res["runs"] else merged(a, res["runs"][key], s)
+                if key in res["runs"]:
+                    res["runs"][key] = merged(a, res["runs"][key], s)
+                else:
+                    res["runs"][key] = dict(s, rounds=[round_record(s)])
+                    del res["runs"][key]["gaps"]
                 if method == "none" and a.temperature == 0 and set_name not in out["ceiling"]:
                     out["ceiling_step_ms"][set_name] = s["itl_p50"] if conc == 1 else 0.0
                     run_ceiling(a, set_name, run_reqs, recs, out)
@@ -456,7 +482,7 @@ def compare(a, out):
         print("\n(no \"none\" run: no ratios)")
         return 0
     print("\n== ratios to none (tok/s; TTFT and ITL: time ratios, below 1 is faster)"
-          + ("; each figure the mean of two rounds, ABBA" if a.abba else ""))
+          + (f"; each figure the mean of {a.rounds} rounds" if a.rounds > 1 else ""))
     differ = 0
     for name, res in out["configs"].items():
         if name == "none" or res["refused"]:
@@ -480,7 +506,25 @@ def compare(a, out):
             print(f"  {name:8s} {key:6s} tok/s {s['ratio']['tok_s']:.2f}{extra}, TTFT p50 "
                   f"{s['ratio']['ttft_p50']:.2f}, ITL p50 {s['ratio']['itl_p50']:.2f} "
                   f"p99 {s['ratio']['itl_p99']:.2f}; {same}")
+    pooled_report(base, out)
     return differ
+
+
+def pooled_report(base, out):
+    """Per configuration, set and concurrency: ITL over every gap of every
+    round, the ratios to "none" with bootstrap intervals (pool.py) and
+    whether the target is met; kept in the JSON under "pooled"."""
+    print(f"\n== pooled over the rounds: ratio [{pool.LEVEL:.0%} interval: ITL p99 by {pool.RESAMPLES} "
+          "bootstrap draws of rounds, then requests, paired; tok/s by t over the rounds' log ratios]; "
+          "none's figure in brackets")
+    for name, res in out["configs"].items():
+        if name == "none" or res["refused"]:
+            continue
+        for key, s in res["runs"].items():
+            b = base["runs"].get(key)
+            if b:
+                s["pooled"] = pool.report(b["rounds"], s["rounds"])
+                print(pool.line(name, key, s["pooled"]))
 
 
 def parse_configs(spec):
@@ -524,6 +568,11 @@ def self_test():
                             "metrics:kvasir_spec_decode_num_accepted_tokens_total{method=\"ngram\"}": 2}) == 1.5
     assert accepted_length({"plan.max_draft": 4}) is None
     assert accepted_length({"engine.speculative.drafts": 3, "engine.speculative.accepted_tokens": 0}) == 1.0
+    assert round_order(["A", "B"], 2) == ["A", "B", "B", "A"]
+    assert round_order(["A", "B"], 4) == ["A", "B", "B", "A", "A", "B", "B", "A"]
+    assert round_order(["A", "B", "C"], 1) == ["A", "B", "C"]
+    assert len(load_set("a", False, 5)) == 5 and len(load_set("a", True, 5)) == 2
+    pool.self_test()
     print("bench/spec self-test: ok")
     return 0
 
@@ -570,10 +619,14 @@ def main():
     ap.add_argument("--cores", default="", help="taskset CPU list (default: not pinned)")
     ap.add_argument("--port", type=int, default=18190)
     ap.add_argument("--json", default="/tmp/kvasir-spec/spec.json")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run every configuration N times, the order reversed every other round "
+                         "(AB BA AB ...); every figure the mean of its rounds, and the pooled report "
+                         "(ITL over every round's gaps, ratios with bootstrap intervals)")
     ap.add_argument("--abba", action="store_true",
-                    help="run the configurations in order, then in reverse order; every figure is "
-                         "the mean of its two runs (the daemon that runs first was measured up to "
-                         "~5%% faster at 16 concurrent: the order cancels)")
+                    help="--rounds 2: in order, then in reverse order (the daemon that runs first "
+                         "was measured up to ~5%% faster at 16 concurrent: the order cancels)")
+    ap.add_argument("--prompts", type=int, default=0, help="the first N prompts of each set (0: all)")
     ap.add_argument("--quick", action="store_true", help="smoke test: 2 prompts a set, 16 tokens")
     ap.add_argument("--self-test", action="store_true", help="no daemon: check the simulation and sets")
     ap.add_argument("--ceiling-from", metavar="JSON",
@@ -585,6 +638,9 @@ def main():
     if a.ceiling_from:
         return ceiling_from(a)
     a.conc = [int(x) for x in a.concurrency.split(",")]
+    a.rounds = 2 if a.abba else a.rounds
+    if a.rounds < 1:
+        ap.error("--rounds must be at least 1")
     a.model = os.path.abspath(a.model)  # the daemon runs in a temporary folder
     a.set_names = a.set_name.split(",")
     if a.quick:
@@ -598,7 +654,7 @@ def main():
            "ceiling_ctx": {}, "ceiling_step_ms": {}, "cost": [],
            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     configs = parse_configs(a.configs)
-    for label, method, extra in configs + (configs[::-1] if a.abba else []):
+    for label, method, extra in round_order(configs, a.rounds):
         run_config(a, label, method, extra, out)
     differ = compare(a, out)
     out["load_after"] = machine.load()
