@@ -199,7 +199,8 @@ def accepted_length(delta):
 
 def measure(a, port, reqs, conc):
     """One timed run of a set: a warm-up request first (its prefix differs
-    from every prompt's after the first message), then the set."""
+    from every prompt's after the first message), then the set (with
+    --replay, the set once untimed under the same salt before it)."""
     # A salt per run: the prompts' KV cached by an earlier run (another
     # concurrency of the same set) must not shorten this one's prefills;
     # within a run the agent loop's turns still share their prefix.
@@ -207,6 +208,8 @@ def measure(a, port, reqs, conc):
             "logprobs": a.logprobs, "salt": f"run-{time.time_ns()}"}
     chat.one(port, {"id": "warm", "messages": [{"role": "user", "content": "Say hi."}]},
              dict(opts, max_tokens=4))
+    if a.replay:  # the same requests once untimed, under the same salt
+        chat.run(port, reqs, conc, opts)
     before = counters(port)
     recs, wall = chat.run(port, reqs, conc, opts)
     after = counters(port)
@@ -627,6 +630,11 @@ def main():
                     help="--rounds 2: in order, then in reverse order (the daemon that runs first "
                          "was measured up to ~5%% faster at 16 concurrent: the order cancels)")
     ap.add_argument("--prompts", type=int, default=0, help="the first N prompts of each set (0: all)")
+    ap.add_argument("--replay", action="store_true",
+                    help="send each run's requests once untimed, then time them again under the same "
+                         "cache salt: the suffix drafter finds every greedy output in its cache (every "
+                         "draft right) and prefills hit the prefix cache; what a draft position costs, "
+                         "not what a drafter finds")
     ap.add_argument("--quick", action="store_true", help="smoke test: 2 prompts a set, 16 tokens")
     ap.add_argument("--self-test", action="store_true", help="no daemon: check the simulation and sets")
     ap.add_argument("--ceiling-from", metavar="JSON",
