@@ -71,8 +71,9 @@ def itl_interval(base, cfg, q=99, over_rounds=True):
         return float("nan"), float("nan"), float("nan")
 
     def ratio(units):
-        c = [g for r, i in units for g in cfg[r]["gaps"][i]]
-        return pct(c, q) / pct([g for r, i in units for g in base[r]["gaps"][i]], q)
+        c = pct([g for r, i in units for g in cfg[r]["gaps"][i]], q)
+        b = pct([g for r, i in units for g in base[r]["gaps"][i]], q)
+        return c / b if b else 1.0 if not c else float("inf")  # gaps of 0: held-back text
     rnd = random.Random(SEED)
     ratios = []
     for _ in range(RESAMPLES):
@@ -89,6 +90,8 @@ T95 = [6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812,
 
 def tok_interval(base, cfg):
     n = min(len(base), len(cfg))
+    if any(r["tok_s"] <= 0 for r in base[:n] + cfg[:n]):  # a round that produced nothing
+        return float("nan"), float("nan"), float("nan")
     whole = sum(r["tok_s"] for r in cfg[:n]) / sum(r["tok_s"] for r in base[:n])
     logs = [math.log(cfg[i]["tok_s"] / base[i]["tok_s"]) for i in range(n)]
     if n < 2:
@@ -197,5 +200,10 @@ def self_test():
     assert b16[1] < 1.0 < b16[2], b16
     assert verdict(*tok_interval(_rounds([flat], [1.0]), _rounds([flat], [2.0]))[1:], TOK_BOUND, False) == "unresolved"
     assert verdict(0.9, 1.0, TOK_BOUND, False) == "unresolved"
+    # Gaps of 0 (text held back and released at once) in a drawn request:
+    # no division by zero.
+    zero = _rounds([[[0.0] * 10, [5.0] * 10]], [1.0])
+    assert itl_interval(zero, zero, 50) == (1.0, 1.0, 1.0)
+    assert tok_interval(_rounds([flat], [0.0]), _rounds([flat], [1.0]))[0] != 0.0
     assert verdict(0.90, 0.94, TOK_BOUND, False) == "not met" and verdict(1.06, 1.2, ITL_BOUND, True) == "not met"
     print("bench/spec pool self-test: ok")
