@@ -58,12 +58,13 @@ def interval(values):
     return pct(values, tail), pct(values, 100 - tail)
 
 
-def itl_interval(base, cfg, q=99, over_rounds=True):
+def itl_interval(base, cfg, q=99, over_rounds=True, resamples=RESAMPLES):
     """The pooled ITL quantile q's ratio cfg / base and its bootstrap
     interval. A draw takes round indices (paired: round i of both, which
     ran next to each other; with over_rounds=False every round once), then
     in each drawn round as many requests as it has (paired: one draw of ids
-    for both), and pools the drawn requests' gaps."""
+    for both), and pools the drawn requests' gaps. resamples=0: the ratio
+    alone."""
     n = min(len(base), len(cfg))
     ids = [sorted(i for i in base[r]["gaps"] if base[r]["gaps"][i] and cfg[r]["gaps"].get(i))
            for r in range(n)]
@@ -76,7 +77,7 @@ def itl_interval(base, cfg, q=99, over_rounds=True):
         return c / b if b else 1.0 if not c else float("inf")  # gaps of 0: held-back text
     rnd = random.Random(SEED)
     ratios = []
-    for _ in range(RESAMPLES):
+    for _ in range(resamples):
         rs = [rnd.randrange(n) for _ in range(n)] if over_rounds else range(n)
         ratios.append(ratio([(r, ids[r][rnd.randrange(len(ids[r]))]) for r in rs for _ in ids[r]]))
     return (ratio([(r, i) for r in range(n) for i in ids[r]]),) + interval(ratios)
@@ -121,7 +122,7 @@ def report(base, cfg):
     per_round = [{k: div(cfg[i][k], base[i][k]) for k in ("tok_s", "itl_p99")} for i in range(n)]
     v_itl, v_tok = verdict(p99[1], p99[2], ITL_BOUND, True), verdict(tok[1], tok[2], TOK_BOUND, False)
     both = "not met" if "not met" in (v_itl, v_tok) else "met" if v_itl == v_tok == "met" else "unresolved"
-    return {"none": pooled(base), "config": pooled(cfg), "itl_p50_ratio": itl_interval(base, cfg, 50)[0],
+    return {"none": pooled(base), "config": pooled(cfg), "itl_p50_ratio": itl_interval(base, cfg, 50, resamples=0)[0],
             "itl_p99_ratio": list(p99), "itl_p99_ratio_requests_only": list(p99_requests),
             "tok_s_ratio": list(tok), "per_round": per_round,
             "verdict": {"itl_p99": v_itl, "tok_s": v_tok, "target": both},
