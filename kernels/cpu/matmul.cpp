@@ -15,6 +15,7 @@
 #include "kernels/cpu/amx.h"
 #include "kernels/cpu/kquant.h"
 #include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/rows16.h"
 
 namespace kvasir::cpu {
 namespace {
@@ -155,6 +156,10 @@ void matmul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool
   const uint64_t row_bytes = checked_row_bytes(w);
   KV_CHECK(n >= 0, "matmul: negative row count {}", n);
   if (n == 0 || w.rows() == 0) return;
+  if (const auto kept16 = detail::rows16_find(w)) {  // keep_rows16: every n, the same bits
+    KV_CHECK(x != nullptr && y != nullptr, "matmul: null activation or output");
+    return rows16_matmul(kept16->view, x, n, y, pool);
+  }
   const RowsClass rc = rows_class(n);
   const SimdLevel level = detail::kernel_level(w.type, rc, w.cols());
   std::shared_ptr<const detail::AmxPacked> kept;
@@ -342,6 +347,31 @@ void matmul_checked(const TensorView& w, uint64_t row_bytes, const float* x, int
     body(0, rows, 0);
 }
 
+// A group with weights kept repacked (keep_rows16): all of them, as one
+// rows16 call; some, one matmul each (each then takes its own family).
+// False where none is kept.
+bool group_rows16(const MatmulOut* outs, int count, const float* x, int64_t n, ThreadPool* pool) {
+  Rows16View views[kMaxRows16Group];
+  float* ys[kMaxRows16Group];
+  std::shared_ptr<const detail::Rows16Kept> kept[kMaxRows16Group];
+  int found = 0;
+  for (int i = 0; i < count; ++i) {
+    auto k = detail::rows16_find(*outs[i].w);
+    if (!k) continue;
+    if (found < kMaxRows16Group) kept[found] = k, views[found] = k->view, ys[found] = outs[i].y;
+    ++found;
+  }
+  if (found == 0) return false;
+  if (found < count || found > kMaxRows16Group) {
+    for (int i = 0; i < count; ++i) matmul(*outs[i].w, x, n, outs[i].y, pool);
+    return true;
+  }
+  KV_CHECK(x != nullptr, "matmul: null activation");
+  for (int i = 0; i < count; ++i) KV_CHECK(ys[i] != nullptr, "matmul: null output");
+  rows16_matmul_group(views, ys, count, x, n, pool);
+  return true;
+}
+
 }  // namespace
 
 void matmul_group(const MatmulOut* outs, int count, const float* x, int64_t n, ThreadPool* pool) {
@@ -354,6 +384,7 @@ void matmul_group(const MatmulOut* outs, int count, const float* x, int64_t n, T
              "matmul_group: product {} has {} columns, product 0 {}", i, outs[i].w->cols(),
              outs[0].w->cols());
   }
+  if (group_rows16(outs, count, x, n, pool)) return;
   constexpr int kMax = 8;
   const RowsClass rc = rows_class(n);
   uint64_t row_bytes[kMax];
@@ -416,6 +447,8 @@ void dequantize_row(const TensorView& w, int64_t r, float* out) {
   const uint64_t row_bytes = checked_row_bytes(w);
   KV_CHECK(r >= 0 && r < w.rows(), "dequantize_row: row {} out of range [0, {})", r, w.rows());
   KV_CHECK(out != nullptr, "dequantize_row: null output");
+  if (const auto kept16 = detail::rows16_find(w))  // the same bits from the group blocks
+    return rows16_dequantize_row(kept16->view, r, out);
   const auto* row = static_cast<const uint8_t*>(w.data) + uint64_t(r) * row_bytes;
   const int64_t cols = w.cols();
   switch (w.type) {

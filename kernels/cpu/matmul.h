@@ -55,7 +55,24 @@ void matmul_group(const MatmulOut* outs, int count, const float* x, int64_t n, T
 bool keep_packed(const TensorView& w, uint64_t budget_bytes);
 void drop_packed(const TensorView& w);
 
-// Dequantise row r of w into out[w.cols()] (f32). Used for embeddings.
+// Keeps w repacked 16 rows a block (rows16.h) in a process-wide table
+// found by w.data (type and shape checked; counted: every keep needs its
+// drop): every later matmul / matmul_group of w runs rows16_matmul on the
+// copy, at every row count, so a product's bits do not depend on how many
+// rows share its batch, and dequantize_row reads the copy too (the same
+// bits). The copy is the weight's size; once this returns true, nothing
+// here reads w's bytes until the last drop (the owner may release their
+// pages), but they must stay valid: a later keep repacks them again.
+// The decision depends on the type, the shape and the switch alone, so
+// every process decides alike. False (nothing kept) where rows16_supports
+// is false or KVASIR_ROWS16=0 is set (for comparisons).
+bool keep_rows16(const TensorView& w);
+void drop_rows16(const TensorView& w);
+// Whether keep_rows16 may keep anything: KVASIR_ROWS16 is not "0".
+bool rows16_enabled();
+
+// Dequantise row r of w into out[w.cols()] (f32). Used for embeddings; a
+// weight kept repacked (keep_rows16) is read from its copy.
 // Throws kvasir::Error if r is out of range or the type is unsupported.
 void dequantize_row(const TensorView& w, int64_t r, float* out);
 

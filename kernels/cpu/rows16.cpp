@@ -204,6 +204,42 @@ SimdLevel usable_level(SimdLevel level) {
 
 }  // namespace
 
+namespace {
+
+// The activation rows x[n, cols] as the kernels take them (and, with
+// sums, each block's Σ q_x for Q8_0), on the pool's threads when there are
+// enough: into the calling thread's grow-only buffers (a worker naming
+// them would get its own), valid until its next call.
+Rows16X prepare(const float* x, int64_t n, int64_t cols, bool sums, SimdLevel level,
+                ThreadPool* pool) {
+  const int64_t nb = cols / kQK;
+  thread_local std::vector<BlockQ8x> xq;  // grow-only
+  thread_local std::vector<int32_t> xsum;
+  if (xq.size() < size_t(n * nb)) {
+    xq.resize(size_t(n * nb));
+    xsum.resize(size_t(n * nb));
+  }
+  BlockQ8x* const xqp = xq.data();
+  int32_t* const xsp = xsum.data();
+  auto body = [&](int64_t j0, int64_t j1, int) {
+    for (int64_t j = j0; j < j1; ++j) {
+      quantize_row_q8x(x + j * cols, cols, xqp + j * nb, level);
+      for (int64_t k = j * nb; sums && k < (j + 1) * nb; ++k) {
+        int32_t s = 0;
+        for (int e = 0; e < kQK; ++e) s += xqp[k].q[e];
+        xsp[k] = s;
+      }
+    }
+  };
+  if (pool && n * cols >= (int64_t(1) << 16))  // as matmul.cpp's quantize_rows
+    pool->parallel_for(n, body);
+  else
+    body(0, n, 0);
+  return {xqp, xsp, nb};
+}
+
+}  // namespace
+
 void rows16_matmul_at(const Rows16View& w, const float* x, int64_t n, float* y, int64_t r0,
                       int64_t r1, ThreadPool* pool, SimdLevel level) {
   KV_CHECK(rows16_supports(w.type, w.rows, w.cols), "rows16: no layout for {} [{}, {}]",
@@ -212,33 +248,7 @@ void rows16_matmul_at(const Rows16View& w, const float* x, int64_t n, float* y, 
            "rows16: row range [{}, {}) of {} not on 16-row groups", r0, r1, w.rows);
   if (n <= 0 || r0 == r1) return;
   level = usable_level(level);
-  const int64_t nb = w.cols / kQK;
-  thread_local std::vector<BlockQ8x> xq;  // grow-only
-  thread_local std::vector<int32_t> xsum;
-  if (xq.size() < size_t(n * nb)) {
-    xq.resize(size_t(n * nb));
-    xsum.resize(size_t(n * nb));
-  }
-  // The activation rows (and, Q8_0, their blocks' Σ q_x), on the threads
-  // when there are enough: into this thread's buffers (a worker naming xq
-  // would get its own).
-  BlockQ8x* const xqp = xq.data();
-  int32_t* const xsp = xsum.data();
-  auto prepare = [&](int64_t j0, int64_t j1, int) {
-    for (int64_t j = j0; j < j1; ++j) {
-      quantize_row_q8x(x + j * w.cols, w.cols, xqp + j * nb, level);
-      for (int64_t k = j * nb; w.type == DType::Q8_0 && k < (j + 1) * nb; ++k) {
-        int32_t s = 0;
-        for (int e = 0; e < kQK; ++e) s += xqp[k].q[e];
-        xsp[k] = s;
-      }
-    }
-  };
-  if (pool && n * w.cols >= (int64_t(1) << 16))  // as matmul.cpp's quantize_rows
-    pool->parallel_for(n, prepare);
-  else
-    prepare(0, n, 0);
-  const Rows16X act{xqp, xsp, nb};
+  const Rows16X act = prepare(x, n, w.cols, w.type == DType::Q8_0, level, pool);
   const Rows16Fn fn = rows16_kernel(w.type, level);
   const int64_t g0 = r0 / kRows16, groups = (r1 - r0) / kRows16;
   if (!pool || pool->size() <= 1 || groups == 1)
@@ -343,6 +353,38 @@ void rows16_dequantize_row(const Rows16View& w, int64_t r, float* out) {
 
 void rows16_matmul(const Rows16View& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
   detail::rows16_matmul_at(w, x, n, y, 0, w.rows, pool, simd_level());
+}
+
+void rows16_matmul_group(const Rows16View* w, float* const* y, int count, const float* x, int64_t n,
+                         ThreadPool* pool) {
+  KV_CHECK(count >= 0 && count <= kMaxRows16Group, "rows16: {} products in a group, at most {}",
+           count, kMaxRows16Group);
+  if (n <= 0 || count == 0) return;
+  bool sums = false;
+  int64_t start[kMaxRows16Group + 1] = {0};  // product i's groups: [start[i], start[i + 1])
+  detail::Rows16Fn fn[kMaxRows16Group];
+  const SimdLevel level = detail::usable_level(simd_level());
+  for (int i = 0; i < count; ++i) {
+    KV_CHECK(rows16_supports(w[i].type, w[i].rows, w[i].cols) && w[i].cols == w[0].cols,
+             "rows16: product {} ({} [{}, {}]) has no layout or not product 0's columns", i,
+             dtype_name(w[i].type), w[i].rows, w[i].cols);
+    sums = sums || w[i].type == DType::Q8_0;
+    fn[i] = detail::rows16_kernel(w[i].type, level);
+    start[i + 1] = start[i] + w[i].rows / kRows16;
+  }
+  const detail::Rows16X act = detail::prepare(x, n, w[0].cols, sums, level, pool);
+  // Each group block is one weight's 16 rows, so any split of the joint
+  // range gives every output the bits of its own rows16_matmul.
+  auto body = [&](int64_t g0, int64_t g1, int) {
+    for (int i = 0; i < count; ++i) {
+      const int64_t b = std::max(g0, start[i]), e = std::min(g1, start[i + 1]);
+      if (b < e) fn[i](w[i].data, b - start[i], e - start[i], act, n, y[i], w[i].rows);
+    }
+  };
+  if (pool && pool->size() > 1 && start[count] > 1)
+    pool->parallel_for(start[count], body);
+  else
+    body(0, start[count], 0);
 }
 
 }  // namespace kvasir::cpu

@@ -1,7 +1,7 @@
 // kernels/cpu/rows16.h — quantised weights repacked 16 rows a block, one
-// SIMD lane per weight row, and their matmul. Not wired into the model yet:
-// docs/kernels.md, "Weights repacked 16 rows a block", says what
-// the wiring needs.
+// SIMD lane per weight row, and their matmul. matmul / matmul_group run a
+// weight kept repacked (matmul.h keep_rows16) here: docs/kernels.md,
+// "Weights repacked 16 rows a block".
 //
 // Layout. A Q8_0, Q4_0, Q4_1 or Q5_0 weight [rows, cols] with rows % 16 == 0
 // and cols % 32 == 0 becomes [rows / 16, cols / 32] group blocks; a group
@@ -40,9 +40,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "base/dtype.h"
+#include "base/tensor.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -76,7 +78,25 @@ void rows16_dequantize_row(const Rows16View& w, int64_t r, float* out);
 // Threads take whole group blocks (16 output rows). pool may be nullptr.
 void rows16_matmul(const Rows16View& w, const float* x, int64_t n, float* y, ThreadPool* pool);
 
+// y[i] = x · W_iᵀ for up to kMaxRows16Group weights of the same columns
+// (q, k, v; gate, up) as one call: one activation quantisation and one
+// split of all their group blocks over the pool. Every output has the bits
+// rows16_matmul gives it. Throws kvasir::Error on an unsupported weight or
+// differing columns.
+constexpr int kMaxRows16Group = 8;
+void rows16_matmul_group(const Rows16View* w, float* const* y, int count, const float* x, int64_t n,
+                         ThreadPool* pool);
+
 namespace detail {
+
+// A weight kept repacked (matmul.h keep_rows16): the copy and its view.
+struct Rows16Kept {
+  Rows16View view;
+  std::vector<uint8_t> bytes;
+};
+// The kept copy of w (same data, type and shape), or null. One atomic load
+// while nothing is kept.
+std::shared_ptr<const Rows16Kept> rows16_find(const TensorView& w);
 
 // The output rows [r0, r1) (multiples of 16) of rows16_matmul at an
 // explicit level (clamped to what the CPU has), every activation row; the

@@ -6,6 +6,7 @@
 // activation bound of the double reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -264,6 +265,58 @@ TEST(Rows16, RangesAndThreadsGiveTheSameBits) {
           detail::rows16_matmul_at(view, x.data(), n, whole.data(), 8, 24, nullptr, simd_level()),
           Error);
     }
+}
+
+// keep_rows16: matmul and matmul_group of a kept weight run rows16 at every
+// row count (the bits of rows16_matmul on the repacked copy), a weight
+// beside it that cannot be kept keeps its own family, a view of the same
+// bytes with another shape is not taken for the kept one, and after the
+// drop matmul is as before.
+TEST(Rows16, KeptWeightRunsRows16AtEveryRowCount) {
+  std::mt19937 rng(20);
+  ThreadPool pool(2);
+  const int64_t cols = 2048;  // large enough for the pool at n >= 2
+  const auto q = ref::random_weight(DType::Q4_1, 64, cols, rng);
+  const auto k = ref::random_weight(DType::Q8_0, 32, cols, rng);
+  const auto odd = ref::random_weight(DType::Q4_1, 24, cols, rng);  // 24 rows: not kept
+  TensorView half = q.view;                                         // q's bytes, 32 rows
+  half.ne[1] = 32;
+  const auto pq = repack16(DType::Q4_1, q.bytes.data(), 64, cols);
+  const auto pk = repack16(DType::Q8_0, k.bytes.data(), 32, cols);
+  for (int64_t n : {1, 3, 4, 8, 17, 33}) {
+    const auto x = testing::quant_activations(n, cols, rng);
+    auto run = [&](const TensorView& w) {
+      std::vector<float> y(size_t(n * w.rows()));
+      matmul(w, x.data(), n, y.data(), &pool);
+      return y;
+    };
+    auto want16 = [&](DType t, const std::vector<uint8_t>& packed, int64_t rows) {
+      std::vector<float> y(size_t(n * rows));
+      rows16_matmul({t, rows, cols, packed.data()}, x.data(), n, y.data(), nullptr);
+      return y;
+    };
+    const auto q_old = run(q.view), odd_old = run(odd.view), half_old = run(half);
+    const auto q16 = want16(DType::Q4_1, pq, 64), k16 = want16(DType::Q8_0, pk, 32);
+    ASSERT_TRUE(keep_rows16(q.view));
+    ASSERT_TRUE(keep_rows16(k.view));
+    EXPECT_FALSE(keep_rows16(odd.view));
+    EXPECT_FALSE(keep_rows16(half));
+    EXPECT_EQ(first_bits_difference(run(q.view).data(), q16.data(), n * 64), -1) << "n=" << n;
+    EXPECT_EQ(first_bits_difference(run(half).data(), half_old.data(), n * 32), -1) << "n=" << n;
+    std::vector<float> yq(q16.size()), yk(k16.size()), yo(odd_old.size());
+    const MatmulOut both[] = {{&q.view, yq.data()}, {&k.view, yk.data()}};
+    matmul_group(both, 2, x.data(), n, &pool);
+    EXPECT_EQ(first_bits_difference(yq.data(), q16.data(), n * 64), -1) << "n=" << n;
+    EXPECT_EQ(first_bits_difference(yk.data(), k16.data(), n * 32), -1) << "n=" << n;
+    const MatmulOut mixed[] = {{&odd.view, yo.data()}, {&q.view, yq.data()}};
+    std::fill(yq.begin(), yq.end(), NAN);
+    matmul_group(mixed, 2, x.data(), n, &pool);
+    EXPECT_EQ(first_bits_difference(yq.data(), q16.data(), n * 64), -1) << "n=" << n;
+    EXPECT_EQ(first_bits_difference(yo.data(), odd_old.data(), n * 24), -1) << "n=" << n;
+    drop_rows16(q.view);
+    drop_rows16(k.view);
+    EXPECT_EQ(first_bits_difference(run(q.view).data(), q_old.data(), n * 64), -1) << "n=" << n;
+  }
 }
 
 }  // namespace
