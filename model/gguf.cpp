@@ -3,6 +3,9 @@
 // bytes that remain before anything is allocated for it.
 #include "model/gguf.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <limits>
 
@@ -469,6 +472,18 @@ const GgufValue& GgufFile::get(const std::string& key) const {
 const GgufTensor* GgufFile::find_tensor(const std::string& name) const {
   auto it = tensor_index_.find(name);
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
+}
+
+void GgufFile::release_pages(const void* p, uint64_t n) const {
+  const auto* b = static_cast<const uint8_t*>(p);
+  if (!map_ || b < map_ || n > size_ || uint64_t(b - map_) > size_ - n) return;
+  const long page_size = sysconf(_SC_PAGESIZE);
+  const uintptr_t page = uintptr_t(page_size > 0 ? page_size : 4096);
+  const uintptr_t start = (reinterpret_cast<uintptr_t>(b) + page - 1) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(b) + n) & ~(page - 1);
+  // A private read-only mapping of the file: its pages are the file's, so
+  // dropping them loses nothing. Advisory: a failure changes nothing.
+  if (end > start) madvise(reinterpret_cast<void*>(start), end - start, MADV_DONTNEED);
 }
 
 }  // namespace kvasir

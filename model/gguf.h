@@ -103,6 +103,10 @@ class GgufFile {
   // File offset of the data section (tensor offsets are relative to it).
   uint64_t data_start() const { return data_start_; }
   uint64_t file_size() const { return size_; }
+  // Drops this process's pages of the bytes [p, p + n) where they lie in
+  // the file's mapping (whole pages inside the range only; a later read
+  // faults them back in from the file). Nothing for bytes elsewhere.
+  void release_pages(const void* p, uint64_t n) const;
 
  private:
   GgufFile() = default;

@@ -250,6 +250,7 @@ class GgufModel final : public ModelFile {
   }
   const ModelConfig& config() const override { return cfg_; }
   const GgufFile* gguf() const override { return f_.get(); }
+  void release_pages(const TensorView& t) const override { f_->release_pages(t.data, t.nbytes); }
 
  protected:
   const TensorView* lookup(const std::string& name) const override {

@@ -52,6 +52,12 @@ class ModelFile {
   const std::vector<TensorView>* find_experts(const std::string& name) const;
   // Same, but throws kvasir::Error (kModelFormat) if absent.
   const std::vector<TensorView>& get_experts(const std::string& name) const;
+  // Drops this process's pages of t's bytes where they are the file's
+  // mapping (a later read faults them back in): for an owner that keeps its
+  // own copy of a weight (kernels/cpu/matmul.h keep_rows16), so the
+  // process does not hold both. t must be a view this model returned;
+  // nothing where its bytes are not mapped from the file.
+  virtual void release_pages(const TensorView& t) const { (void)t; }
   // Names of every tensor find()/get()/find_experts() returned, for slicing tests.
   std::set<std::string> touched() const;
 

@@ -188,6 +188,28 @@ TEST(ModelFile, TouchedRecordsLookups) {
   EXPECT_EQ(m->touched(), (std::set<std::string>{"blk.0.attn_q.weight", "output_norm.weight"}));
 }
 
+// release_pages drops only the file's pages: a tensor reads the same after
+// it (faulted back in from the file), and bytes that are not the file's
+// (a copy on the heap, which MADV_DONTNEED would zero) are left alone.
+TEST(ModelFile, ReleasePagesKeepsTheBytes) {
+  test::TempDir dir;
+  test::TinySpec spec;
+  spec.vocab = 4096;  // token_embd: 4096 x 64 F32, 1 MiB
+  test::write_tiny_gguf(dir.file("t.gguf"), spec);
+  const auto m = ModelFile::open(dir.file("t.gguf"));
+  const TensorView& t = m->get("token_embd.weight");
+  ASSERT_GE(t.nbytes, uint64_t(1) << 20);
+  const auto* b = static_cast<const uint8_t*>(t.data);
+  std::vector<uint8_t> copy(b, b + t.nbytes);
+  m->release_pages(t);
+  EXPECT_EQ(std::memcmp(t.data, copy.data(), copy.size()), 0);
+  TensorView heap = t;
+  heap.data = copy.data();
+  const std::vector<uint8_t> before = copy;
+  m->release_pages(heap);
+  EXPECT_EQ(copy, before);
+}
+
 // Overwrites `n` bytes at the data of a tensor in a GGUF file.
 void patch_tensor(const std::string& path, const std::string& name, const void* bytes, size_t n) {
   uint64_t at;
