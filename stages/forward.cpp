@@ -119,11 +119,34 @@ SliceExecutor::SliceExecutor(const ModelFile& model, const SliceSpec& slice, con
     L.rope = L.window > 0 ? &rope_local_ : &rope_;
   }
   alloc_scratch();
+  keep_rows16(model);
   keep_packed();
 }
 
-// Where the AMX tiles run (kernels/cpu/matmul.h keep_packed), the output
-// head is packed once: without it the head's per-call packing costs about
+// Every Q8_0/Q4_0/Q4_1/Q5_0 matrix with rows16_supports is kept repacked 16
+// rows a block (kernels/cpu/matmul.h keep_rows16): 2-4x faster products at
+// every row count, and bits that do not depend on the row count, the SIMD
+// level or the threads. The decision is the type, the shape and
+// KVASIR_ROWS16, so every stage process of a ring (and a restarted one)
+// decides alike. The originals' pages are dropped (the copy is their size;
+// a tied embedding's lookup reads the copy too: dequantize_row).
+void SliceExecutor::keep_rows16(const ModelFile& model) {
+  auto keep = [&](const TensorView* w) {
+    if (!w || std::find(rows16_.begin(), rows16_.end(), w) != rows16_.end()) return;
+    if (!cpu::keep_rows16(*w)) return;
+    rows16_.push_back(w);
+    model.release_pages(*w);
+  };
+  for (const Layer& L : layers_) {
+    for (const TensorView* w : {L.wq, L.wk, L.wv, L.wo, L.w_gate, L.w_up, L.w_down}) keep(w);
+    for (const TensorView* w : {L.moe.router, L.moe.sh_gate, L.moe.sh_up, L.moe.sh_down}) keep(w);
+  }
+  keep(output_);
+}
+
+// Where the AMX tiles run (kernels/cpu/matmul.h keep_packed) and the head
+// is not kept repacked (keep_rows16 runs it instead, at every row count),
+// the output head is packed once: without it the head's per-call packing costs about
 // as much as its products (kernels/cpu/amx.cpp), and below 16 rows it would
 // not use the tiles at all — so two micro-batches of 12 rows cost more than
 // one of 24 (docs/kernels.md, "Weights kept packed"). Only the head: kept packed,
@@ -133,7 +156,8 @@ SliceExecutor::SliceExecutor(const ModelFile& model, const SliceSpec& slice, con
 // "Weights kept packed"); the head's rounding reaches the logits alone.
 void SliceExecutor::keep_packed() {
   constexpr uint64_t kPackBudget = uint64_t(512) << 20;
-  if (output_ && cpu::keep_packed(*output_, kPackBudget)) packed_.push_back(output_);
+  const bool repacked = std::find(rows16_.begin(), rows16_.end(), output_) != rows16_.end();
+  if (output_ && !repacked && cpu::keep_packed(*output_, kPackBudget)) packed_.push_back(output_);
 }
 
 void SliceExecutor::check_args(int threads) const {
@@ -293,6 +317,7 @@ void SliceExecutor::alloc_scratch() {
 
 SliceExecutor::~SliceExecutor() {
   for (const TensorView* w : packed_) cpu::drop_packed(*w);
+  for (const TensorView* w : rows16_) cpu::drop_rows16(*w);
 }
 
 std::span<const uint64_t> SliceExecutor::routed() const {

@@ -138,6 +138,7 @@ class SliceExecutor {
   void alloc_scratch();
   void check_rows(const ForwardBatch& b, std::vector<cpu::AttnRow>& rows,
                   std::vector<cpu::AttnRow>& rows_swa);
+  void keep_rows16(const ModelFile& model);
   void keep_packed();
   void run_layer(const Layer& L, const ForwardBatch& b, const std::vector<cpu::AttnRow>& rows,
                  const int32_t* pos, float* x);
@@ -159,6 +160,7 @@ class SliceExecutor {
   RopeTable rope_local_;  // sliding-window layers' (ModelConfig::rope_theta_local)
   ExpertPeers* peers_ = nullptr;
   std::vector<const TensorView*> packed_;  // kept in the AMX layout until the destructor
+  std::vector<const TensorView*> rows16_;  // kept repacked 16 rows a block, likewise
 };
 
 }  // namespace kvasir

@@ -7,13 +7,16 @@
 // a float64 NumPy forward of the same file on the same ids. We feed the same
 // ids (teacher forcing) and compare. Figures and analysis: docs/parity.md.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "base/check.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rows16.h"
 #include "stages/forward.h"
 #include "tests/unit/stages/two_slices.h"
 
@@ -141,6 +144,34 @@ TEST(ForwardParity, TwoSlicesEqualTheWhole) {
   // The same pieces of 5 as the whole: what is tested is the split.
   const double max_err = test::two_slices_max_error(*model, ids, 11, whole);
   EXPECT_LT(max_err, 2e-3) << "a split changed the logits";
+}
+
+// The executor keeps every matrix rows16 takes repacked (kernels/cpu/
+// matmul.h keep_rows16) while it lives, and its lookups of the tied
+// embedding read the copy with the original's bits; the destructor drops
+// them. Two executors over one model share the copies.
+TEST(ForwardParity, KeepsItsMatricesRepacked) {
+  if (!fs::exists(default_model())) GTEST_SKIP() << "default model absent: run scripts/fetch-model";
+  if (!cpu::rows16_enabled()) GTEST_SKIP() << "KVASIR_ROWS16=0";
+  auto model = ModelFile::open(default_model().string());
+  const TensorView& q = model->get("blk.0.attn_q.weight");
+  const TensorView& down = model->get("blk.29.ffn_down.weight");
+  const TensorView& embd = model->get("token_embd.weight");  // tied: the head
+  std::vector<float> want(size_t(embd.cols())), got(want.size());
+  cpu::dequantize_row(embd, 4649, want.data());
+  EXPECT_EQ(cpu::detail::rows16_find(q), nullptr);
+  KvSpec kv;
+  kv.n_blocks = 2;
+  {
+    SliceExecutor ex(*model, SliceSpec{0, model->config().n_layers - 1, true, true}, kv, 1, 8);
+    SliceExecutor head(*model, SliceSpec{0, 1, true, false}, kv, 1, 8);
+    for (const TensorView* w : {&q, &down, &embd})
+      EXPECT_NE(cpu::detail::rows16_find(*w), nullptr) << "not kept";
+    cpu::dequantize_row(embd, 4649, got.data());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0);
+  }
+  for (const TensorView* w : {&q, &down, &embd})
+    EXPECT_EQ(cpu::detail::rows16_find(*w), nullptr) << "not dropped";
 }
 
 // A malformed batch is refused with a clear error, never a crash.
