@@ -97,6 +97,9 @@ struct Rows16Kept {
 // The kept copy of w (same data, type and shape), or null. One atomic load
 // while nothing is kept.
 std::shared_ptr<const Rows16Kept> rows16_find(const TensorView& w);
+// The types of which some weight is kept now, in Q8_0, Q4_0, Q4_1, Q5_0
+// order: what the SIMD summary lists as "<type>/rows16:<level>".
+std::vector<DType> rows16_kept_types();
 
 // The output rows [r0, r1) (multiples of 16) of rows16_matmul at an
 // explicit level (clamped to what the CPU has), every activation row; the

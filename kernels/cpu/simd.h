@@ -176,11 +176,15 @@ uint64_t simd_choices_generation();
 // from their row count and "+pN" where it runs them from N rows for weights
 // kept packed: "cpu:avx512_vnni amx:no q4_1/decode:avx2
 // q4_1/batch:avx512_vnni q8_0/decode:avx2". Types in lower case, in
-// simd_kernel_choices() order. Never longer than max_len: whole entries
-// are dropped from the end and " ..." says so.
+// simd_kernel_choices() order, after "<type>/rows16:<level>" for each type
+// of rows16_types (weights kept repacked, kernels/cpu/rows16.h: they run
+// rows16 at `level`, simd_level(), at every row count; a restart adopts
+// nothing from it). Never longer than max_len: whole entries are dropped
+// from the end and " ..." says so.
 std::string format_simd_summary(SimdLevel widest, bool amx_usable, bool forced,
                                 SimdLevel forced_level, const std::vector<KernelChoice>& choices,
-                                size_t max_len);
+                                size_t max_len, const std::vector<DType>& rows16_types = {},
+                                SimdLevel level = SimdLevel::kScalar);
 // This process's summary now (cached until simd_choices_generation() moves).
 std::string simd_summary(size_t max_len);
 // A weight type as the summary writes it: dtype_name in lower case ("q4_1").

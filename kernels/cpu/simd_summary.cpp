@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/amx.h"
+#include "kernels/cpu/rows16.h"
 #include "kernels/cpu/simd.h"
 
 namespace kvasir::cpu {
@@ -30,11 +31,15 @@ std::string entry(const KernelChoice& c) {
 
 std::string format_simd_summary(SimdLevel widest, bool amx_usable, bool forced,
                                 SimdLevel forced_level, const std::vector<KernelChoice>& choices,
-                                size_t max_len) {
+                                size_t max_len, const std::vector<DType>& rows16_types,
+                                SimdLevel level) {
   static constexpr char kMore[] = " ...";
   std::string s = fmt::format("cpu:{} amx:{}", simd_level_name(widest), amx_usable ? "yes" : "no");
   if (forced) s += fmt::format(" forced:{}", simd_level_name(forced_level));
   std::vector<std::string> entries;
+  if (!forced)
+    for (DType t : rows16_types)
+      entries.push_back(fmt::format(" {}/rows16:{}", simd_type_name(t), simd_level_name(level)));
   if (!forced)
     for (const KernelChoice& c : choices)
       if (c.reason != ChoiceReason::kPending) entries.push_back(entry(c));
@@ -62,16 +67,20 @@ std::string simd_summary(size_t max_len) {
   static SimdLevel level{};
   static bool forced = false;
   static size_t len = 0;
+  static std::vector<DType> kept;
   static std::string cached;
   std::lock_guard<std::mutex> lock(mu);
   const uint64_t g = simd_choices_generation();
-  if (g != generation || level != simd_level() || forced != simd_level_forced() || len != max_len) {
+  const std::vector<DType> kept_now = detail::rows16_kept_types();
+  if (g != generation || level != simd_level() || forced != simd_level_forced() || len != max_len ||
+      kept != kept_now) {
     generation = g;
     level = simd_level();
     forced = simd_level_forced();
     len = max_len;
+    kept = kept_now;
     cached = format_simd_summary(simd_level_supported(), detail::amx_usable(), forced, level,
-                                 simd_kernel_choices(), max_len);
+                                 simd_kernel_choices(), max_len, kept, level);
   }
   return cached;
 }

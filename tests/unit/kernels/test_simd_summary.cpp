@@ -45,6 +45,21 @@ TEST(SimdSummary, PackedRowsAfterTheLevel) {
       "cpu:avx512_vnni amx:yes q8_0/batch:avx512_vnni+amx+p8 q4_1/batch:avx512_vnni+p7");
 }
 
+// Types with weights kept repacked (rows16) first, at the level rows16 runs
+// at; a restart adopts nothing from them (they are not a kernel choice).
+TEST(SimdSummary, Rows16TypesFirst) {
+  const std::vector<KernelChoice> choices = {
+      chosen(DType::Q6_K, RowsClass::kDecode, SimdLevel::kAvx2)};
+  EXPECT_EQ(format_simd_summary(SimdLevel::kAvx512Vnni, false, false, SimdLevel::kScalar, choices,
+                                512, {DType::Q8_0, DType::Q4_1}, SimdLevel::kAvx512Vnni),
+            "cpu:avx512_vnni amx:no q8_0/rows16:avx512_vnni q4_1/rows16:avx512_vnni "
+            "q6_k/decode:avx2");
+  EXPECT_EQ(format_simd_summary(SimdLevel::kAvx512, false, true, SimdLevel::kAvx2, choices, 512,
+                                {DType::Q4_1}, SimdLevel::kAvx2),
+            "cpu:avx512 amx:no forced:avx2");
+  EXPECT_EQ(simd_adopt_choices("cpu:avx2 amx:no q4_1/rows16:avx2"), 0);
+}
+
 TEST(SimdSummary, NothingChosenYet) {
   KernelChoice pending;
   pending.type = DType::Q4_0;
