@@ -11,7 +11,9 @@ Checks:
     sampled (n = 2 with a seed): every output ends by itself (finish_reason
     "stop"), parses and validates; the same prompts without a constraint
     are counted (printed, not asserted: how often the model gets there alone);
-  - json_object; a streamed json_schema output equals the whole one;
+  - json_object on three prompts: an object where the model closes it, a
+    prefix of one where max_tokens cuts it, at least one closed; a streamed
+    json_schema output equals the whole one;
   - tools: two tools, tool_choice required / named / auto, whole and
     streamed: the streamed deltas assemble into exactly the whole
     response's calls; parallel_tool_calls false gives one call; a tool
@@ -25,6 +27,7 @@ Exits non-zero if any check failed.
 """
 import concurrent.futures as cf
 import json
+import re
 import sys
 import urllib.request
 
@@ -43,6 +46,112 @@ def check(cond, what):
     print(("ok   " if cond else "FAIL ") + what, flush=True)
     if not cond:
         failures += 1
+
+
+class _Incomplete(Exception):
+    pass
+
+
+def json_prefix_error(text):
+    """None if text is a JSON value or a prefix of one (what a grammar that
+    admits only JSON leaves when max_tokens cuts it), else where it breaks."""
+    num_chars = set("0123456789+-.eE")
+    pos = 0
+
+    def peek():
+        if pos >= len(text):
+            raise _Incomplete
+        return text[pos]
+
+    def take(want=None):
+        nonlocal pos
+        c = peek()
+        if want is not None and c not in want:
+            raise ValueError(f"{c!r} at {pos}, wanted one of {want!r}")
+        pos += 1
+        return c
+
+    def ws():
+        nonlocal pos
+        while pos < len(text) and text[pos] in " \t\r\n":
+            pos += 1
+
+    def string():
+        take('"')
+        while True:
+            c = take()
+            if c == '"':
+                return
+            if c == "\\":
+                if take('"\\/bfnrtu') == "u":
+                    for _ in range(4):
+                        take("0123456789abcdefABCDEF")
+            elif ord(c) < 0x20:
+                raise ValueError(f"control character at {pos - 1}")
+
+    def number():
+        nonlocal pos
+        start = pos
+        while pos < len(text) and text[pos] in num_chars:
+            pos += 1
+        lit = text[start:pos]
+        full = re.fullmatch(r"-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?", lit)
+        if pos >= len(text) and re.fullmatch(r"-?((0|[1-9]\d*)(\.\d*)?([eE][+-]?\d*)?)?", lit):
+            raise _Incomplete
+        if not full:
+            raise ValueError(f"number {lit!r} at {start}")
+
+    def value():
+        ws()
+        c = peek()
+        if c == "{":
+            take()
+            ws()
+            if peek() == "}":
+                take()
+                return
+            while True:
+                ws()
+                string()
+                ws()
+                take(":")
+                value()
+                ws()
+                if take(",}") == "}":
+                    return
+        elif c == "[":
+            take()
+            ws()
+            if peek() == "]":
+                take()
+                return
+            while True:
+                value()
+                ws()
+                if take(",]") == "]":
+                    return
+        elif c == '"':
+            string()
+        elif c in "-0123456789":
+            number()
+        else:
+            for lit in ("true", "false", "null"):
+                if lit.startswith(text[pos:pos + len(lit)]) and text[pos:pos + 1] == lit[0]:
+                    for ch in lit:
+                        take(ch)
+                    return
+            raise ValueError(f"{c!r} at {pos}")
+
+    try:
+        value()
+        ws()
+        if pos != len(text):
+            return f"text after the value at {pos}"
+    except _Incomplete:
+        return None
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 def valid(text, schema):
@@ -110,11 +219,26 @@ print(f"json_schema: {outputs} outputs of {len(SCHEMAS)} schemas checked; "
 check(len(SCHEMAS) >= 12 and outputs == 3 * len(SCHEMAS), "at least 12 schemas, 3 outputs each")
 
 # json_object, and a streamed json_schema equal to the whole one.
-r = chat(user("Describe a cat as JSON."), response_format={"type": "json_object"},
-         max_tokens=256, temperature=0)
-obj = r.choices[0].message.content
-ok = r.choices[0].finish_reason == "stop" and valid(obj, {"type": "object"}) is None
-check(ok, f"json_object: {obj!r}")
+# The grammar guarantees a JSON object once the model closes one, and a
+# prefix of one where max_tokens cuts it; whether a 135M model's greedy text
+# closes its object within 256 tokens is the model's (one prompt looped on
+# a key's text under another rounding), so each prompt is checked for
+# what the grammar promises and at least one must close its object.
+closed = 0
+for prompt in ("Describe a cat as JSON.", "Give a JSON object with a name and an age.",
+               "Return the weather in Paris as a JSON object."):
+    r = chat(user(prompt), response_format={"type": "json_object"}, max_tokens=256,
+             temperature=0)
+    obj, finish = r.choices[0].message.content, r.choices[0].finish_reason
+    if finish == "stop":
+        closed += 1
+        check(valid(obj, {"type": "object"}) is None, f"json_object: {obj!r}")
+    else:
+        check(finish == "length" and obj.lstrip().startswith("{")
+              and json_prefix_error(obj) is None,
+              f"json_object cut by max_tokens is an object's prefix: {finish} "
+              f"{json_prefix_error(obj)} {obj[:80]!r}")
+check(closed >= 1, f"json_object: {closed} of 3 prompts closed their object")
 s = SCHEMAS[1]
 whole = chat(user(s["prompt"]), response_format=response_format(s), max_tokens=256,
              temperature=0).choices[0].message.content
