@@ -241,7 +241,7 @@ struct SpeculativeCfg {
   int32_t suffix_cache_requests = 256;  // finished outputs it keeps
   bool adaptive = true;                 // k per sequence per step, max_draft its bound
   int32_t probe_interval = 16;          // steps a turned-down sequence rests before a 1-draft probe
-  double max_step_growth = 0.05;        // drafts' added share of a shared decode step, at most
+  double max_step_growth = 0;           // drafts' added share of a shared decode step, at most
   bool grammar_forced = true;           // constrained rows draft their grammar-forced tokens
 };
 

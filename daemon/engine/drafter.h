@@ -53,7 +53,7 @@ struct SpecLimits {
   // those that do, so a step the throughput rule would lengthen is their
   // inter-token latency. A lone decode keeps the throughput rule.
   // 16 bounds nothing: drafts (max_draft <= 16 a row) add no more.
-  double max_step_growth = 0.05;
+  double max_step_growth = 0;
   // Constrained rows draft the grammar-forced tokens the tail returned
   // with their last result (docs/speculative.md, "Grammar-forced drafts").
   bool grammar_forced = true;

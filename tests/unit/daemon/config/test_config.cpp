@@ -673,11 +673,11 @@ TEST(Config, SpeculativeAdaptiveKeys) {
   EXPECT_TRUE(c.speculative.adaptive);
   EXPECT_EQ(c.speculative.probe_interval, 16);
   EXPECT_TRUE(c.speculative.grammar_forced);
-  EXPECT_DOUBLE_EQ(c.speculative.max_step_growth, 0.05);
+  EXPECT_DOUBLE_EQ(c.speculative.max_step_growth, 0);
   const Config d = parse_config(
-      base + "adaptive = false\nprobe_interval = 4\ngrammar_forced = false\nmax_step_growth = 0\n",
+      base + "adaptive = false\nprobe_interval = 4\ngrammar_forced = false\nmax_step_growth = 0.25\n",
       "/b");
-  EXPECT_DOUBLE_EQ(d.speculative.max_step_growth, 0);
+  EXPECT_DOUBLE_EQ(d.speculative.max_step_growth, 0.25);
   EXPECT_FALSE(d.speculative.adaptive);
   EXPECT_EQ(d.speculative.probe_interval, 4);
   EXPECT_FALSE(d.speculative.grammar_forced);
